@@ -1,0 +1,1 @@
+"""Facts, sources, checks, the Xid catalog and the job-failure diagnosis (`gpugate.checks`)."""

@@ -1,0 +1,56 @@
+"""What this node should have: the board profile picked by GPU model, with site overrides."""
+
+from __future__ import annotations
+
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.config.schema import BoardProfile, Config
+
+
+class Expected(Record):
+    """Expectations for one node; None means "no expectation" (the check reports unknown)."""
+
+    board: str | None = None
+    gpu_count: int | None = None
+    nvlinks_per_gpu: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    ib_ports: int | None = None
+    ib_rate_gbps: float | None = None
+    nvswitch: bool | None = None
+
+
+class Context(Record):
+    """What every check receives besides the facts: the config and the expectations."""
+
+    config: object  # gpugate.config.schema.Config
+    expected: Expected
+
+
+def pick_board(facts: Facts, config: Config) -> tuple[str | None, BoardProfile | None]:
+    """The board profile named in the config, or the first whose `match` is in a GPU name."""
+    if config.board != "auto":
+        return config.board, config.boards.get(config.board)
+    names = [g.name for g in facts.gpus or () if g.name]
+    for board, profile in config.boards.items():
+        if any(m in name for name in names for m in profile.match):
+            return board, profile
+    return None, None
+
+
+def expectations(facts: Facts, config: Config) -> Expected:
+    """Merge the board profile with the site's `expect` overrides."""
+    board, profile = pick_board(facts, config)
+    values: dict[str, object] = {"board": board}
+    for field in Expected._fields[1:]:
+        override = getattr(config.expect, field)
+        values[field] = override if override is not None else getattr(profile, field, None)
+    return Expected(**values)
+
+
+def make_context(facts: Facts, config: Config) -> Context:
+    """The context the checks run with."""
+    return Context(config=config, expected=expectations(facts, config))

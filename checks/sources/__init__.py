@@ -1,0 +1,121 @@
+"""Fact sources: the only code that touches the hardware and the OS.
+
+Each source is a function `read_*(config) -> dict` returning snapshot keys (the YAML contract).
+`gather()` runs them concurrently, each under its own timeout; a source that raises or hangs is
+recorded in `source_errors` and its keys stay absent ("not known"). Nothing is raised past here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from gpugate.checks.facts import Facts, facts_from_dict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpugate.config.schema import Config
+
+# name -> (module, function). Imported lazily: pynvml alone costs more than the checklist.
+SOURCES: dict[str, tuple[str, str]] = {
+    "nvml": ("gpugate.checks.sources.nvml", "read_nvml"),
+    "kernel_log": ("gpugate.checks.sources.kernel_log", "read_kernel_log"),
+    "infiniband": ("gpugate.checks.sources.infiniband", "read_infiniband"),
+    "host": ("gpugate.checks.sources.host", "read_host"),
+    "mounts": ("gpugate.checks.sources.mounts", "read_mounts"),
+}
+
+
+class _Result:
+    def __init__(self) -> None:
+        self.data: dict | None = None
+        self.error: str | None = None
+
+
+def _call(fn: Callable[[], dict], result: _Result) -> None:
+    try:
+        result.data = fn()
+    except Exception as exc:  # recorded, never raised: one broken source must not hide the rest
+        result.error = f"{type(exc).__name__}: {exc}"
+
+
+def _load(name: str) -> Callable:
+    import importlib
+
+    module, func = SOURCES[name]
+    return getattr(importlib.import_module(module), func)
+
+
+def gather_dict(
+    config: Config,
+    node: str,
+    only: list[str] | None = None,
+    deadline_s: float | None = None,
+) -> dict:
+    """Run the sources concurrently; return the snapshot as a plain dict."""
+    started = time.monotonic()
+    names = [n for n in SOURCES if only is None or n in only]
+    timeouts = config.sources.timeout_s
+    threads: dict[str, tuple[threading.Thread, _Result, float]] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            fn = _load(name)
+        except Exception as exc:
+            errors[name] = f"cannot load source: {type(exc).__name__}: {exc}"
+            continue
+        result = _Result()
+        # Daemon threads: a call stuck in the kernel or the driver is abandoned at exit.
+        t = threading.Thread(
+            target=_call, args=(lambda fn=fn: fn(config), result), name=name, daemon=True
+        )
+        t.start()
+        threads[name] = (t, result, float(getattr(timeouts, name)))
+    snapshot: dict = {"node": node, "collected_at": _now()}
+    for name, (t, result, timeout) in threads.items():
+        remaining = timeout - (time.monotonic() - started)
+        if deadline_s is not None:
+            remaining = min(remaining, deadline_s - (time.monotonic() - started))
+        t.join(max(0.0, remaining))
+        if t.is_alive():
+            errors[name] = f"timed out after {timeout:g} s"
+        elif result.error:
+            errors[name] = result.error
+        elif result.data:
+            snapshot.update(result.data)
+    snapshot["source_errors"] = errors
+    return snapshot
+
+
+def gather(config: Config, node: str, only: list[str] | None = None) -> Facts:
+    """Gather this node's facts (or replay `facts_file` when the config names one)."""
+    replay = replay_path(config, node)
+    if replay:
+        from gpugate.checks.facts import load_snapshot
+
+        return load_snapshot(replay)
+    return facts_from_dict(gather_dict(config, node, only))
+
+
+def replay_path(config: Config, node: str) -> str | None:
+    """The snapshot to replay for `node`, if the config says so."""
+    if not config.facts_file:
+        return None
+    return config.facts_file.replace("{node}", node)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def proc_path(config: Config, *parts: str) -> str:
+    """A path under the configured /proc root."""
+    return os.path.join(config.sources.proc_root, *parts)
+
+
+def sys_path(config: Config, *parts: str) -> str:
+    """A path under the configured /sys root."""
+    return os.path.join(config.sources.sysfs_root, *parts)

@@ -1,0 +1,162 @@
+"""Site configuration: packaged defaults overlaid by the site file, checked against the schema.
+
+Search order (DESIGN.md): `--config FILE`, else `$GPUGATE_CONFIG`, else
+`/etc/gpugate/gpugate.yaml`; a missing site file at the default path means the packaged
+defaults. Unknown keys, wrong types and bad values are refused as `file: key.path: problem`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpugate.config import schema
+from gpugate.record import Record
+
+DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"
+PACKAGED_FILE = os.path.join(os.path.dirname(__file__), "gpugate.yaml")
+
+# Values that are not just typed but drawn from a closed set.
+_CHOICES = {
+    "policy.unknown": ("ok", "warn", "fail"),
+    "checks.pcie.generation": ("max", "current"),
+}
+
+
+class ConfigError(ValueError):
+    """The configuration is wrong; the message names the file and the key path."""
+
+
+def site_config_path(explicit: str | None = None) -> tuple[str | None, bool]:
+    """The site file to read and whether it must exist (explicitly named files must)."""
+    if explicit:
+        return explicit, True
+    env = os.environ.get("GPUGATE_CONFIG")
+    if env:
+        return env, True
+    return DEFAULT_SITE_FILE, False
+
+
+def load_config(path: str | None = None) -> schema.Config:
+    """Load the packaged defaults and the site file over them."""
+    from gpugate.yamlio import YamlError, load_yaml
+
+    try:
+        defaults = load_yaml(PACKAGED_FILE)
+    except YamlError as exc:
+        raise ConfigError(str(exc)) from None
+    site_path, required = site_config_path(path)
+    site: object = {}
+    if site_path and (required or os.path.exists(site_path)):
+        try:
+            site = load_yaml(site_path)
+        except YamlError as exc:
+            raise ConfigError(str(exc)) from None
+        if site is None:
+            site = {}  # an empty file is fine
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{PACKAGED_FILE}: expected a mapping at the top")
+    if not isinstance(site, dict):
+        raise ConfigError(f"{site_path}: expected a mapping at the top")
+    # Check the site file on its own first, so an error names the file that holds it.
+    _check_partial(schema.Config, site, site_path or "", "")
+    merged = _merge(defaults, site)
+    return build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "boards":
+            out[key] = _merge(out[key], value)
+        elif key == "boards" and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}  # a site board replaces a packaged one whole
+        else:
+            out[key] = value
+    return out
+
+
+def _fields(cls: type[Record]) -> dict[str, str]:
+    return {f: cls.__annotations__[f] for f in cls._fields}
+
+
+def _check_partial(cls: type[Record], data: dict, source: str, prefix: str) -> None:
+    """Validate the keys and types present in a partial (site) mapping."""
+    types = _fields(cls)
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in types:
+            raise ConfigError(f"{source}: {path}: unknown key (known: {', '.join(types)})")
+        ann = types[key]
+        record = _record_type(ann)
+        if record is not None and isinstance(value, dict):
+            _check_partial(record, value, source, path + ".")
+        else:
+            _convert(ann, value, source, path)
+
+
+def build(cls: type[Record], data: object, source: str, prefix: str) -> Record:
+    """Build a typed record from a complete mapping."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top'}: expected a mapping")
+    types = _fields(cls)
+    values = {}
+    for key, value in data.items():
+        if key not in types:
+            raise ConfigError(f"{source}: {prefix}{key}: unknown key")
+        values[key] = _convert(types[key], value, source, prefix + key)
+    missing = [f for f in types if f not in values]
+    if missing:
+        raise ConfigError(f"{source}: {prefix or 'top'}: missing key(s) {', '.join(missing)}")
+    return cls(**values)
+
+
+def _record_type(ann: str) -> type[Record] | None:
+    record = getattr(schema, ann.replace(" | None", "").strip(), None)
+    return record if isinstance(record, type) and issubclass(record, Record) else None
+
+
+def _convert(ann: str, value: object, source: str, path: str) -> object:
+    """Check `value` against a type annotation string and convert it."""
+    ann = ann.strip()
+    if ann.endswith("| None"):
+        if value is None:
+            return None
+        ann = ann[: -len("| None")].strip()
+    if value is None:
+        raise ConfigError(f"{source}: {path}: must not be null (expected {ann})")
+    if ann.startswith("list["):
+        inner = ann[5:-1]
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {path}: expected a list, got {_show(value)}")
+        return [_convert(inner, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+    if ann.startswith("dict[str,"):
+        inner = ann[len("dict[str,") : -1]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {path}: expected a mapping, got {_show(value)}")
+        return {str(k): _convert(inner, v, source, f"{path}.{k}") for k, v in value.items()}
+    record = _record_type(ann)
+    if record is not None:
+        return build(record, value, source, path + ".")
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }.get(ann)
+    if ok is None:
+        raise ConfigError(f"{source}: {path}: schema type {ann!r} is not supported")
+    if not ok:
+        raise ConfigError(f"{source}: {path}: expected {ann}, got {_show(value)}")
+    choices = _CHOICES.get(path)
+    if choices and value not in choices:
+        raise ConfigError(f"{source}: {path}: {value!r} is not one of {', '.join(choices)}")
+    if ann == "float":
+        value = float(value)
+    if isinstance(value, (int, float)) and value < 0 and not path.endswith("_c"):
+        raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
+    return value
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return (text[:60] + "...") if len(text) > 60 else f"{text} ({type(value).__name__})"

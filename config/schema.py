@@ -1,0 +1,140 @@
+"""Types of the site configuration. The values, documented, are in `gpugate.yaml` beside this.
+
+Every field here must appear in the packaged `gpugate.yaml` (the loader refuses a default file
+that lacks one), so the YAML is the one place where defaults live and are explained.
+"""
+
+from __future__ import annotations
+
+from gpugate.record import Record
+
+
+class BoardProfile(Record):
+    """What a healthy node of one board type has."""
+
+    match: list[str]
+    gpu_count: int
+    nvlinks_per_gpu: int
+    pcie_gen: int
+    pcie_width: int
+    ib_ports: int
+    ib_rate_gbps: float
+    nvswitch: bool
+
+
+class Expect(Record):
+    """Site overrides of the board profile; null keeps the profile's value."""
+
+    gpu_count: int | None
+    nvlinks_per_gpu: int | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    ib_ports: int | None
+    ib_rate_gbps: float | None
+    nvswitch: bool | None
+
+
+class SourceTimeouts(Record):
+    """Seconds each fact source may take before it is recorded as timed out."""
+
+    nvml: float
+    kernel_log: float
+    infiniband: float
+    host: float
+    mounts: float
+
+
+class Sources(Record):
+    """Where facts come from."""
+
+    timeout_s: SourceTimeouts
+    sysfs_root: str
+    proc_root: str
+    kernel_log_file: str | None
+    kernel_log_max_lines: int
+    required_mounts: list[RequiredMount]
+
+
+class RequiredMount(Record):
+    """A filesystem jobs need (checkpoints, datasets)."""
+
+    path: str
+    fsync_ms_max: float
+
+
+class GpuChecks(Record):
+    """Thresholds of the GPU checks."""
+
+    temperature_max_c: float
+    temperature_warn_c: float
+    ecc_volatile_uncorrected_max: int
+    ecc_aggregate_uncorrected_max: int
+    driver_version: str | None
+    cuda_driver_min: str | None
+    throttle_fail: list[str]
+    throttle_warn: list[str]
+    leftover_memory_max_mib: int
+    require_persistence_mode: bool
+    require_ecc_mode: bool
+    power_limit_w: float | None
+    power_limit_tolerance_w: float
+
+
+class PcieChecks(Record):
+    """PCIe link thresholds."""
+
+    generation: str  # "max": the trained maximum; "current": also the current link (under load)
+
+
+class IbChecks(Record):
+    """InfiniBand/RoCE thresholds."""
+
+    require_peermem: bool
+    link_layers: list[str]
+
+
+class KernelChecks(Record):
+    """Kernel-log thresholds."""
+
+    app_xid_repeat_max: int
+
+
+class HostChecks(Record):
+    """Host limits and memory."""
+
+    nofile_min: int
+    memory_available_min_mib: int
+    swap_used_max_mib: int
+
+
+class Checks(Record):
+    """The checklist's settings."""
+
+    disabled: list[str]
+    gpu: GpuChecks
+    pcie: PcieChecks
+    ib: IbChecks
+    kernel: KernelChecks
+    host: HostChecks
+
+
+class Policy(Record):
+    """How findings become a decision."""
+
+    unknown: str  # ok / warn / fail: what "could not evaluate" means
+    warn_only: list[str]
+    report_only: bool
+
+
+class Config(Record):
+    """The whole site configuration."""
+
+    facts_file: str | None
+    state_dir: str
+    evidence_dir: str
+    board: str
+    boards: dict[str, BoardProfile]
+    expect: Expect
+    sources: Sources
+    checks: Checks
+    policy: Policy

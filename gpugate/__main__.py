@@ -1,0 +1,7 @@
+"""`python -m gpugate` runs the CLI."""
+
+import sys
+
+from gpugate.cli import main
+
+sys.exit(main())

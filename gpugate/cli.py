@@ -1,0 +1,68 @@
+"""The `gpugate` command: a table of subcommands, each imported only when it runs.
+
+Every subcommand lives in `gpugate.slurm_hooks.cmd_<name>` with `main(argv) -> int` and its own
+argparse parser (so `--help` works everywhere). Importing only the one that runs keeps the
+prolog's start-up cost to what it uses.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# name -> (module, one-line help). Order is the order of `gpugate --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("cmd_check", "run the preflight checklist on this node or a replayed snapshot"),
+    "facts": ("cmd_facts", "gather this node's facts and write them as a YAML snapshot"),
+}
+
+# Exit codes (the CLI contract): 0 healthy, 1 unhealthy, 2 usage or configuration error,
+# 3 an internal error of gpugate itself.
+EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _usage() -> str:
+    from gpugate import __version__
+
+    lines = [f"usage: gpugate COMMAND [options]   (gpugate {__version__})", "", "commands:"]
+    width = max(len(n) for n in COMMANDS)
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "Run `gpugate COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `gpugate` console script."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return EXIT_OK if args else EXIT_USAGE
+    if args[0] in ("-V", "--version"):
+        from gpugate import __version__
+
+        print(f"gpugate {__version__}")
+        return EXIT_OK
+    name = args[0]
+    if name not in COMMANDS:
+        print(f"gpugate: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return EXIT_USAGE
+    import importlib
+
+    module = importlib.import_module(f"gpugate.slurm_hooks.{COMMANDS[name][0]}")
+    return run_guarded(module.main, args[1:], name)
+
+
+def run_guarded(fn: object, argv: list[str], name: str) -> int:
+    """Run a subcommand, turning known errors into messages and exit codes (one table)."""
+    from gpugate.checks.facts import SnapshotError
+    from gpugate.config import ConfigError
+    from gpugate.yamlio import YamlError
+
+    try:
+        return fn(argv)  # type: ignore[operator]
+    except (ConfigError, SnapshotError, YamlError) as exc:
+        print(f"gpugate {name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,82 @@
+"""Small immutable value objects, lighter to import than `dataclasses`.
+
+The prolog runs before every job, so the import path matters: `dataclasses` pulls in `inspect`
+(about 20 ms on the CI machines), which is more than the whole checklist costs. A `Record` takes
+its fields from the class annotations (kept as strings by `from __future__ import annotations`)
+and its defaults from class attributes.
+"""
+
+from __future__ import annotations
+
+_MISSING = object()
+
+
+class Record:
+    """Immutable record: `Gpu(index=0, name="H100")`, `rec.replace(...)`, `rec.to_dict()`."""
+
+    _fields: tuple[str, ...] = ()
+    _defaults: dict[str, object] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own = [n for n in cls.__dict__.get("__annotations__", {}) if not n.startswith("_")]
+        fields = list(cls._fields) + [n for n in own if n not in cls._fields]
+        defaults = dict(cls._defaults)
+        for name in own:
+            if name in cls.__dict__:
+                defaults[name] = cls.__dict__[name]
+        cls._fields = tuple(fields)
+        cls._defaults = defaults
+
+    def __init__(self, **values: object) -> None:
+        for name in self._fields:
+            value = values.pop(name, self._defaults.get(name, _MISSING))
+            if value is _MISSING:
+                raise TypeError(f"{type(self).__name__}: missing field {name!r}")
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__}: unknown field(s) {', '.join(sorted(values))}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    def __hash__(self) -> int:
+        return hash(tuple(_hashable(getattr(self, f)) for f in self._fields))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({body})"
+
+    def replace(self, **changes: object) -> Record:
+        """A copy with some fields changed."""
+        values = {f: getattr(self, f) for f in self._fields}
+        values.update(changes)
+        return type(self)(**values)
+
+    def to_dict(self) -> dict:
+        """Plain dicts and lists all the way down (for YAML and JSON)."""
+        return {f: to_plain(getattr(self, f)) for f in self._fields}
+
+
+def to_plain(value: object) -> object:
+    """Turn records, tuples and dicts of them into plain JSON-able values."""
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    return value
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value

@@ -1,0 +1,112 @@
+"""Read and write YAML, with a parsed-file cache that keeps PyYAML off the hot path.
+
+Importing PyYAML costs more than the whole checklist (it compiles large regexes at import).
+The site config and a replayed snapshot rarely change, so the parsed form of each file is kept
+as JSON keyed by the file's identity (device, inode, size, mtime, ctime) — the same idea as
+`.pyc` files. A miss, an unwritable cache or a corrupt entry just means parsing the YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+# Bump when the cached representation changes.
+_CACHE_FORMAT = "1"
+
+
+class YamlError(ValueError):
+    """A YAML file could not be read or parsed; the message names the file."""
+
+
+def cache_dir() -> str | None:
+    """Where parsed files are cached, or None when caching is off."""
+    env = os.environ.get("GPUGATE_CACHE_DIR")
+    if env is not None:
+        return env or None
+    if os.geteuid() == 0:
+        return "/var/cache/gpugate"
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(home, "gpugate")
+
+
+def load_yaml(path: str) -> object:
+    """Parse a YAML file (or fetch its parsed form from the cache)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
+    key = _cache_key(path, st)
+    cached = _cache_read(key)
+    if cached is not None:
+        return cached[0]
+    try:
+        with open(path, encoding="utf-8", errors="strict") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise YamlError(f"{path}: cannot read: {exc}") from None
+    data = parse_yaml(text, path)
+    _cache_write(key, data)
+    return data
+
+
+def parse_yaml(text: str, name: str = "<string>") -> object:
+    """Parse YAML text with the safe (C when available) loader."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise YamlError(f"{name}: not valid YAML{where}: {problem}") from None
+
+
+def dump_yaml(data: object) -> str:
+    """Block-style YAML with keys in the given order."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
+
+
+def _cache_key(path: str, st: os.stat_result) -> str:
+    ident = f"{_CACHE_FORMAT}|{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}"
+    ident += f"|{st.st_mtime_ns}|{st.st_ctime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def _cache_read(key: str) -> tuple[object] | None:
+    directory = cache_dir()
+    if not directory:
+        return None
+    try:
+        fd = os.open(os.path.join(directory, key + ".json"), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            return (json.load(fh),)
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_write(key: str, data: object) -> None:
+    directory = cache_dir()
+    if not directory:
+        return
+    try:
+        text = json.dumps(data)
+    except (TypeError, ValueError):
+        return  # dates and other YAML-only types: not worth caching
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+        # Only our own, private, real directory: never write through someone else's.
+        if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.geteuid():
+            return
+        from gpugate.fsutil import atomic_write
+
+        atomic_write(os.path.join(directory, key + ".json"), text, mode=0o600)
+    except OSError:
+        return

@@ -1,0 +1,1 @@
+"""Slurm hooks, the Slurm adapter, policy, evidence and the CLI (`gpugate.slurm_hooks`)."""

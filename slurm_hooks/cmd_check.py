@@ -1,0 +1,75 @@
+"""`gpugate check`: run the checklist and report (table for people, --json for scripts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY
+
+
+def parser() -> argparse.ArgumentParser:
+    """Options of `gpugate check`."""
+    p = argparse.ArgumentParser(
+        prog="gpugate check",
+        description="Run the preflight checklist on this node, or on a replayed snapshot. "
+        "Exit 0 healthy (warnings allowed), 1 unhealthy (a drain would follow), 2 usage or "
+        "configuration error.",
+    )
+    p.add_argument("--facts", metavar="FILE", help="replay this YAML snapshot instead of the hardware")
+    p.add_argument("--config", metavar="FILE", help="site config (default: $GPUGATE_CONFIG, else /etc/gpugate/gpugate.yaml)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--only", metavar="ID", action="append", help="run only this check id (repeatable)")
+    return p  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpugate check`."""
+    args = parser().parse_args(argv)
+    started = time.perf_counter()
+    from gpugate.checks.run import run_checks
+    from gpugate.checks.sources import gather
+    from gpugate.config import load_config
+    from gpugate.node import node_name
+    from gpugate.slurm_hooks.policy import decide, effective_status
+
+    config = load_config(args.config)
+    if args.facts:
+        from gpugate.checks.facts import load_snapshot
+
+        facts = load_snapshot(args.facts)
+    else:
+        facts = gather(config, node_name())
+    findings = run_checks(facts, config, only=args.only)
+    decision = decide(findings, config.policy)
+    duration = time.perf_counter() - started
+    if args.json:
+        out = {
+            "status": decision.status,
+            "node": facts.node,
+            "action": decision.action,
+            "findings": [
+                {**f.to_json(), "effective_status": effective_status(f, config.policy)}
+                for f in findings
+            ],
+            "source_errors": facts.source_errors or {},
+            "duration_s": round(duration, 6),
+        }
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(facts.node, decision, findings, duration))
+    return EXIT_UNHEALTHY if decision.status == "fail" else EXIT_OK
+
+
+def render_table(node: str | None, decision: object, findings: list, duration: float) -> str:
+    """One line per finding, problems first, under a one-line verdict."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.status] = counts.get(f.status, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    head = f"{node or '?'}: {decision.status.upper()} ({summary}) in {duration * 1000:.0f} ms"
+    lines = [head]
+    lines += [f"  {f.status.upper():<7} {f.message}" for f in findings]
+    return "\n".join(lines) + "\n"

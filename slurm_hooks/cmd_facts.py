@@ -1,0 +1,42 @@
+"""`gpugate facts`: gather this node's facts and write them as a YAML snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    """Options of `gpugate facts`."""
+    p = argparse.ArgumentParser(
+        prog="gpugate facts",
+        description="Gather this node's facts (NVML, kernel log, InfiniBand, limits, memory, "
+        "mounts) and write them as a YAML snapshot that `gpugate check --facts` replays.",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--config", metavar="FILE", help="site config")
+    p.add_argument("--source", action="append", metavar="NAME",
+                   help="gather only this source (nvml, kernel_log, infiniband, host, mounts)")
+    return p  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpugate facts`."""
+    args = parser().parse_args(argv)
+    from gpugate.checks.sources import gather_dict
+    from gpugate.config import load_config
+    from gpugate.fsutil import atomic_write
+    from gpugate.node import node_name
+    from gpugate.yamlio import dump_yaml
+
+    config = load_config(args.config)
+    snapshot = gather_dict(config, node_name(), only=args.source)
+    text = "# gpugate facts snapshot\n" + dump_yaml(snapshot)
+    if args.output:
+        atomic_write(args.output, text, mode=0o644)
+    else:
+        sys.stdout.write(text)
+    errors = snapshot.get("source_errors") or {}
+    for name, why in errors.items():
+        print(f"gpugate facts: source {name}: {why}", file=sys.stderr)
+    return 0
