@@ -13,6 +13,16 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("cmd_check", "run the preflight checklist on this node or a replayed snapshot"),
     "facts": ("cmd_facts", "gather this node's facts and write them as a YAML snapshot"),
+    "diagnose": ("cmd_diagnose", "name why a job died from its logs (and kernel-log lines)"),
+    "prolog": ("cmd_prolog", "Slurm Prolog: gate the node before the job starts"),
+    "task-prolog": ("cmd_task_prolog", "Slurm TaskProlog: export NCCL settings into the job"),
+    "epilog": ("cmd_epilog", "Slurm Epilog: collect evidence after an abnormal end"),
+    "epilog-slurmctld": ("cmd_epilog_slurmctld", "Slurm EpilogSlurmctld: requeue decision"),
+    "checkpoint": ("cmd_checkpoint", "find the newest complete checkpoint under a directory"),
+    "requeue": ("cmd_requeue", "requeue a job from its latest complete checkpoint"),
+    "nodes": ("cmd_nodes", "drained nodes, reasons and evidence at a glance"),
+    "evidence": ("cmd_evidence", "evidence bundles of a node or a job"),
+    "resume": ("cmd_resume", "check a node, then resume it (audited)"),
 }
 
 # Exit codes (the CLI contract): 0 healthy, 1 unhealthy, 2 usage or configuration error,
@@ -47,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     import importlib
 
-    module = importlib.import_module(f"gpugate.slurm_hooks.{COMMANDS[name][0]}")
+    try:
+        module = importlib.import_module(f"gpugate.slurm_hooks.{COMMANDS[name][0]}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"gpugate.slurm_hooks.{COMMANDS[name][0]}":
+            raise
+        print(f"gpugate {name}: not available in this version", file=sys.stderr)
+        return EXIT_USAGE
     return run_guarded(module.main, args[1:], name)
 
 
