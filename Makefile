@@ -1,0 +1,34 @@
+# gpugate: `make demo` runs the main job on bundled simulated nodes, `make test` runs every test.
+# Both create the virtualenv first; nothing else needs installing by hand (the Slurm tests
+# install Slurm and munge from Debian's packages themselves when run as root).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q -ra
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_check.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/out
