@@ -19,6 +19,8 @@ PACKAGED_FILE = os.path.join(os.path.dirname(__file__), "gpugate.yaml")
 _CHOICES = {
     "policy.unknown": ("ok", "warn", "fail"),
     "checks.pcie.generation": ("max", "current"),
+    "slurm.backend": ("auto", "cli", "pyslurm"),
+    "prolog.on_error": ("allow", "refuse"),
 }
 
 

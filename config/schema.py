@@ -126,6 +126,46 @@ class Policy(Record):
     report_only: bool
 
 
+class Peers(Record):
+    """The multi-node peer probe (the seed's `ping -M do -s 1400`, 100 probes, 10 ms)."""
+
+    enabled: bool
+    packet_size: int
+    count: int
+    interval_s: float
+    max_avg_ms: float
+    max_loss_pct: float
+
+
+class Prolog(Record):
+    """How the Prolog gates a node."""
+
+    deadline_s: float
+    allow_user_skip: bool
+    refuse_for_other_gpus: bool
+    admin_comment: bool
+    on_error: str  # allow / refuse: what gpugate's own crash means for the job
+    peers: Peers
+
+
+class TaskProlog(Record):
+    """What the TaskProlog exports into the job's environment."""
+
+    enabled: bool
+    nccl_debug: str | None
+    nccl_ib_timeout: int | None
+    nccl_ib_retry_cnt: int | None
+    async_error_handling: bool
+    nccl_debug_dir: str | None
+
+
+class Slurm(Record):
+    """How gpugate talks to Slurm."""
+
+    backend: str  # auto / cli / pyslurm
+    timeout_s: float
+
+
 class Config(Record):
     """The whole site configuration."""
 
@@ -138,3 +178,6 @@ class Config(Record):
     sources: Sources
     checks: Checks
     policy: Policy
+    prolog: Prolog
+    task_prolog: TaskProlog
+    slurm: Slurm

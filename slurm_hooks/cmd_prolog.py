@@ -1,0 +1,45 @@
+"""`gpugate prolog`: the Slurm Prolog entry point (slurm_hooks/gpugate-prolog calls it)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpugate import log
+
+
+def parser() -> argparse.ArgumentParser:
+    """Options of `gpugate prolog`."""
+    p = argparse.ArgumentParser(
+        prog="gpugate prolog",
+        description="Slurm Prolog: run the checklist before the job starts; on failure drain "
+        "the node with a `gpugate:` reason and exit 1 so Slurm requeues the job. Reads the job "
+        "from Slurm's environment (SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_GPUS, ...).",
+    )
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run the prolog hook."""
+    args = parser().parse_args(argv)
+    from gpugate.slurm_hooks.guard import run_hook
+
+    return run_hook("prolog", args.config, _body)
+
+
+def _body(config: object) -> int:
+    from gpugate.slurm_hooks.hookenv import from_environ
+    from gpugate.slurm_hooks.prolog import run_prolog
+
+    env = from_environ()
+    result = run_prolog(config, env)  # type: ignore[arg-type]
+    verdict = f"prolog job {env.job_id} on {env.node}: {result.message} ({result.duration_s * 1000:.0f} ms)"
+    if result.drained:
+        verdict += f"; drained: {result.reason}"
+    if result.refused:
+        verdict += "; job refused (Slurm requeues it)"
+    log.say(verdict)
+    log.event(config.state_dir, "prolog", job=env.job_id, node=env.node, status=result.status,  # type: ignore[attr-defined]
+              action=result.action, reason=result.reason, drained=result.drained,
+              refused=result.refused, duration_s=round(result.duration_s, 4))  # fmt: skip
+    return result.exit_code

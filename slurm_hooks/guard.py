@@ -1,0 +1,39 @@
+"""Run a hook so that gpugate's own failure has one documented outcome.
+
+Default: the job runs and the node stays in service; the error is logged and counted. A bug in
+gpugate must never look to Slurm like a failed prolog (which would drain the node and hold the
+job) unless the site asked for that (`prolog.on_error: refuse`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpugate import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpugate.config.schema import Config
+
+
+def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
+    """Load the config and run `body`; map any failure of gpugate itself to the set outcome."""
+    from gpugate.config import load_config
+
+    started = time.monotonic()
+    try:
+        config = load_config(config_path)
+    except BaseException as exc:  # noqa: BLE001 - a broken config must not fail the job
+        log.error("/var/lib/gpugate", f"{hook}: configuration unusable, allowing the job", exc)
+        log.event("/var/lib/gpugate", hook, outcome="internal_error", error=str(exc)[:500])
+        return 0
+    try:
+        return body(config)
+    except BaseException as exc:  # noqa: BLE001 - any crash, SystemExit from argparse too
+        code = 1 if config.prolog.on_error == "refuse" and hook == "prolog" else 0
+        log.error(config.state_dir, f"{hook}: internal error (exit {code} per prolog.on_error)", exc)
+        log.event(config.state_dir, hook, outcome="internal_error", error=f"{type(exc).__name__}: {exc}"[:500],
+                  duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+        return code

@@ -1,0 +1,81 @@
+"""What Slurm tells a hook through its environment (see reference/slurm-in-ci.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from gpugate.record import Record
+
+
+class HookEnv(Record):
+    """The job and node a hook runs for."""
+
+    node: str | None = None
+    job_id: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    gpus: tuple[int, ...] | None = None  # the job's GPUs on this node; None: not known / all
+    comment: str = ""
+    nodelist: str | None = None
+    num_nodes: int | None = None
+    restart_count: int = 0
+    work_dir: str | None = None
+    stdout: str | None = None
+    exit_code: int | None = None  # SLURM_JOB_EXIT_CODE: the raw wait status
+    exit_code2: str | None = None  # SLURM_JOB_EXIT_CODE2: "exit:signal"
+    derived_ec: int | None = None  # SLURM_JOB_DERIVED_EC: raw, highest of the steps
+    context: str | None = None  # prolog_slurmd, epilog_slurmd, prolog_task, epilog_slurmctld
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _gpus(value: str | None) -> tuple[int, ...] | None:
+    # SLURM_JOB_GPUS is "0,1" (indices of this node's GPUs); absent for jobs without GPUs.
+    if not value:
+        return None
+    out = [int(v) for v in re.findall(r"\d+", value)]
+    return tuple(out) or None
+
+
+def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
+    """Read the hook environment (the Slurm variables; anything absent stays None)."""
+    e = os.environ if environ is None else environ
+    from gpugate.node import node_name
+
+    return HookEnv(
+        node=e.get("SLURMD_NODENAME") or node_name(),
+        job_id=e.get("SLURM_JOB_ID") or e.get("SLURM_JOBID"),
+        user=e.get("SLURM_JOB_USER"),
+        uid=_int(e.get("SLURM_JOB_UID")),
+        gid=_int(e.get("SLURM_JOB_GID")),
+        gpus=_gpus(e.get("SLURM_JOB_GPUS")),
+        comment=e.get("SLURM_JOB_COMMENT", ""),
+        # SLURM_JOB_NODELIST only exists from 23.x on; SLURM_NODELIST everywhere.
+        nodelist=e.get("SLURM_JOB_NODELIST") or e.get("SLURM_NODELIST"),
+        num_nodes=_int(e.get("SLURM_JOB_NUM_NODES")),
+        restart_count=_int(e.get("SLURM_JOB_RESTART_COUNT") or e.get("SLURM_RESTART_COUNT")) or 0,
+        work_dir=e.get("SLURM_JOB_WORK_DIR"),
+        stdout=e.get("SLURM_JOB_STDOUT"),
+        exit_code=_int(e.get("SLURM_JOB_EXIT_CODE")),
+        exit_code2=e.get("SLURM_JOB_EXIT_CODE2"),
+        derived_ec=_int(e.get("SLURM_JOB_DERIVED_EC")),
+        context=e.get("SLURM_SCRIPT_CONTEXT"),
+    )
+
+
+def comment_tokens(comment: str) -> dict[str, str]:
+    """`gpugate:skip gpugate:ckpt=/data/run1` in a job's --comment -> {"skip": "", "ckpt": ...}.
+
+    Only `gpugate:` tokens count; the rest of the comment is the user's own.
+    """
+    out: dict[str, str] = {}
+    for m in re.finditer(r"(?:^|[\s,;])gpugate:([a-z_]+)(?:=([^\s,;]*))?", comment or ""):
+        out[m.group(1)] = m.group(2) or ""
+    return out
