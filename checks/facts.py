@@ -107,6 +107,16 @@ class Mount(Record):
     error: str | None = None
 
 
+class PeerProbe(Record):
+    """Unfragmented pings to another node of the job's allocation."""
+
+    node: str
+    sent: int | None = None
+    received: int | None = None
+    avg_ms: float | None = None
+    error: str | None = None
+
+
 class Facts(Record):
     """Everything the checklist needs to know about one node."""
 
@@ -122,6 +132,7 @@ class Facts(Record):
     limits: Limits | None = None
     memory: Memory | None = None
     mounts: tuple[Mount, ...] | None = None
+    peers: tuple[PeerProbe, ...] | None = None  # only in a multi-node job's prolog
     source_errors: dict[str, str] | None = None  # source name -> why it failed or timed out
 
 
@@ -139,6 +150,7 @@ _NESTED: dict[str, tuple[type[Record], bool]] = {
     "limits": (Limits, False),
     "memory": (Memory, False),
     "mounts": (Mount, True),
+    "peers": (PeerProbe, True),
 }
 _LISTS = {"throttle_reasons", "nvlink_active", "kernel_log", "kernel_modules"}
 _INTS = {
@@ -146,9 +158,9 @@ _INTS = {
     "uncorrected", "pid", "used_memory_mib", "ecc_volatile_uncorrected", "ecc_volatile_corrected",
     "ecc_aggregate_uncorrected", "ecc_aggregate_corrected", "memory_used_mib", "memory_total_mib",
     "pci_gpu_count", "nofile_soft", "nofile_hard", "total_mib", "available_mib", "swap_total_mib",
-    "swap_used_mib",
+    "swap_used_mib", "sent", "received",
 }  # fmt: skip
-_FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms"}
+_FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",
          "pci_bus_id", "serial", "error", "fabric_state", "fabric_status", "recovery_action",
          "device", "state", "phys_state", "link_layer", "path", "fstype"}  # fmt: skip

@@ -39,10 +39,29 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     from gpugate.checks.facts import facts_from_dict, load_snapshot
     from gpugate.checks.sources import gather_dict, replay_path
 
+    started = time.monotonic()
     replay = replay_path(config, env.node or "")
     if replay:
-        return load_snapshot(replay)
-    return facts_from_dict(gather_dict(config, env.node or "", deadline_s=deadline_s))
+        facts = load_snapshot(replay)
+    else:
+        facts = facts_from_dict(gather_dict(config, env.node or "", deadline_s=deadline_s))
+    peers = job_peers(config, env)
+    if peers:
+        from gpugate.checks.sources.peers import probe_peers
+
+        left = max(1.0, deadline_s - (time.monotonic() - started) - 1.0)
+        probes = probe_peers(peers, config.prolog.peers, left)
+        facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
+    return facts
+
+
+def job_peers(config: Config, env: HookEnv) -> list[str]:
+    """The job's other nodes, when the peer probe is on and the job spans several nodes."""
+    if not config.prolog.peers.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
+        return []
+    from gpugate.slurm_hooks.slurm import expand_hostlist
+
+    return [n for n in expand_hostlist(env.nodelist) if n != env.node]
 
 
 def concerns_job(f: Finding, env: HookEnv) -> bool:
@@ -65,7 +84,6 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     from gpugate.checks.run import run_checks
     from gpugate.slurm_hooks.hookenv import comment_tokens
     from gpugate.slurm_hooks.policy import DRAIN, decide
-    from gpugate.slurm_hooks.state import save_baseline
 
     started = time.monotonic()
     if "skip" in comment_tokens(env.comment):
@@ -77,10 +95,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     findings = run_checks(facts, config)
     decision = decide(findings, config.policy, phase="prolog")
     if env.job_id:
-        try:
-            save_baseline(config.state_dir, env.job_id, facts)
-        except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job
-            note(f"could not save the job's baseline: {exc}")
+        prepare_job(config, env, facts)
     took = time.monotonic() - started
     if decision.action != DRAIN:
         return PrologResult(exit_code=0, status=decision.status, action=decision.action,
@@ -102,6 +117,21 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
         message=summary(decision),
         duration_s=time.monotonic() - started,
     )
+
+
+def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
+    """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
+    from gpugate.slurm_hooks.state import save_baseline
+    from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
+
+    try:
+        save_baseline(config.state_dir, env.job_id or "", facts)
+    except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job
+        note(f"could not save the job's baseline: {exc}")
+    try:
+        prepare_nccl_dir(config, env.job_id, env.uid, env.gid)
+    except Exception as exc:
+        note(f"could not prepare the job's NCCL debug directory: {exc}")
 
 
 def drain_node(slurm: object, node: str, check_id: str, detail: str) -> tuple[str, bool]:

@@ -1,0 +1,37 @@
+"""`gpugate task-prolog`: the Slurm TaskProlog entry point."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    """Options of `gpugate task-prolog`."""
+    p = argparse.ArgumentParser(
+        prog="gpugate task-prolog",
+        description="Slurm TaskProlog: print `export NAME=value` lines (NCCL_DEBUG=WARN, "
+        "NCCL_IB_TIMEOUT=22 with NCCL_IB_RETRY_CNT=7, NCCL_DEBUG_FILE, async error handling) "
+        "for every variable the job did not set itself.",
+    )
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run the task prolog; it never fails a job step."""
+    args = parser().parse_args(argv)
+    from gpugate import log
+    from gpugate.config import load_config
+    from gpugate.slurm_hooks.task_prolog import exports, render
+
+    try:
+        config = load_config(args.config)
+        if not config.task_prolog.enabled:
+            return 0
+        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+        sys.stdout.write(render(exports(config, dict(os.environ), job_id)))
+    except Exception as exc:  # a job step must never fail because of us
+        log.say(f"task-prolog: {type(exc).__name__}: {exc}")
+    return 0

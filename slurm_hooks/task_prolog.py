@@ -1,0 +1,79 @@
+"""The TaskProlog: NCCL settings from the seed's advice, exported into every job step.
+
+Slurm runs the TaskProlog as the job's user with the job's environment; each `export NAME=value`
+line it prints reaches the step (any other line is dropped). A variable the job already set is
+left alone: the user's choice wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+
+
+def nccl_job_dir(config: Config, job_id: str | None) -> str | None:
+    """Where this job's NCCL debug files go (created by the prolog), or None."""
+    base = config.task_prolog.nccl_debug_dir
+    if not base or not job_id or not job_id.replace("_", "").isdigit():
+        return None
+    return os.path.join(base, job_id)
+
+
+def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list[tuple[str, str]]:
+    """The (name, value) pairs to export, skipping what the job set itself."""
+    tp = config.task_prolog
+    wanted: list[tuple[str, str]] = []
+    if tp.nccl_debug:
+        wanted.append(("NCCL_DEBUG", tp.nccl_debug))
+    # The seed: NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT only help when set together.
+    if tp.nccl_ib_timeout is not None and tp.nccl_ib_retry_cnt is not None:
+        wanted.append(("NCCL_IB_TIMEOUT", str(tp.nccl_ib_timeout)))
+        wanted.append(("NCCL_IB_RETRY_CNT", str(tp.nccl_ib_retry_cnt)))
+    if tp.async_error_handling:
+        # PyTorch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING; older releases the NCCL_ name.
+        wanted.append(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"))
+        wanted.append(("NCCL_ASYNC_ERROR_HANDLING", "1"))
+    job_dir = nccl_job_dir(config, job_id)
+    if job_dir and os.path.isdir(job_dir) and os.access(job_dir, os.W_OK):
+        # %h and %p are expanded by NCCL: one file per host and process.
+        wanted.append(("NCCL_DEBUG_FILE", os.path.join(job_dir, "nccl.%h.%p.log")))
+    if job_id:
+        wanted.append(("GPUGATE_JOB_ID", job_id))
+    return [(k, v) for k, v in wanted if k not in environ]
+
+
+def render(pairs: list[tuple[str, str]]) -> str:
+    """The TaskProlog output: one `export NAME=value` line per pair."""
+    return "".join(f"export {name}={value}\n" for name, value in pairs)
+
+
+def prepare_nccl_dir(config: Config, job_id: str | None, uid: int | None, gid: int | None) -> str | None:
+    """Prolog side (root): create the job's NCCL directory, owned by the job's user, 0700.
+
+    The base directory lives in a world-writable place, so it is checked to be root's own real
+    directory (not a user's symlink) before anything is created inside it.
+    """
+    job_dir = nccl_job_dir(config, job_id)
+    if not job_dir or uid is None:
+        return None
+    base = os.path.dirname(job_dir)
+    from gpugate.slurm_hooks.state import StateError, ensure_dir
+
+    ensure_dir(base, 0o755)
+    st = os.lstat(base)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise StateError(f"{base}: not owned by root or writable by others; not using it")
+    try:
+        os.mkdir(job_dir, 0o700)
+    except FileExistsError:
+        pass
+    fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, uid, gid if gid is not None else -1)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return job_dir
