@@ -58,14 +58,18 @@ class Gpu(Record):
     remapped_rows: RemappedRows | None = None
     pcie: Pcie | None = None
     nvlink_active: tuple[bool, ...] | None = None
-    nvlink_errors: dict[str, int] | None = None  # summed over links: replay, recovery, crc_flit, ...
+    nvlink_errors: dict[str, int] | None = (
+        None  # summed over links: replay, recovery, crc_flit, ...
+    )
     memory_used_mib: int | None = None
     memory_total_mib: int | None = None
     processes: tuple[GpuProcess, ...] | None = None
     persistence_mode: bool | None = None
     fabric_state: str | None = None  # completed / in_progress / not_started; None: not applicable
     fabric_status: str | None = None  # the fabric's own NVML return code name, "success" when fine
-    recovery_action: str | None = None  # none / gpu_reset / node_reboot / drain_p2p / drain_and_reset
+    recovery_action: str | None = (
+        None  # none / gpu_reset / node_reboot / drain_p2p / drain_and_reset
+    )
 
 
 class IbPort(Record):

@@ -20,17 +20,37 @@ def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
     out = []
     for p in facts.peers:
         if p.error and not p.sent:
-            out.append(F.fail("net.peers", f"{p.node}: no answer to unfragmented {cfg.packet_size}-byte pings ({p.error})"))
+            out.append(
+                F.fail(
+                    "net.peers",
+                    f"{p.node}: no answer to unfragmented {cfg.packet_size}-byte pings ({p.error})",
+                )
+            )
             continue
         sent, received = p.sent or 0, p.received or 0
         loss = 100.0 * (sent - received) / sent if sent else 100.0
         if loss > cfg.max_loss_pct:
-            out.append(F.fail("net.peers", f"{p.node}: {loss:.0f}% loss of {sent} unfragmented {cfg.packet_size}-byte pings"
-                              + (f" ({p.error})" if p.error else ""), value=loss, limit=cfg.max_loss_pct))
+            out.append(
+                F.fail(
+                    "net.peers",
+                    f"{p.node}: {loss:.0f}% loss of {sent} unfragmented {cfg.packet_size}-byte pings"
+                    + (f" ({p.error})" if p.error else ""),
+                    value=loss,
+                    limit=cfg.max_loss_pct,
+                )
+            )
         elif p.avg_ms is not None and p.avg_ms > cfg.max_avg_ms:
-            out.append(F.fail("net.peers", f"{p.node}: average ping {p.avg_ms:.1f} ms > {cfg.max_avg_ms:g} ms",
-                              value=p.avg_ms, limit=cfg.max_avg_ms))
+            out.append(
+                F.fail(
+                    "net.peers",
+                    f"{p.node}: average ping {p.avg_ms:.1f} ms > {cfg.max_avg_ms:g} ms",
+                    value=p.avg_ms,
+                    limit=cfg.max_avg_ms,
+                )
+            )
     if not out:
         names = ", ".join(p.node for p in facts.peers) or "none"
-        out.append(F.ok("net.peers", f"peers answer without loss under {cfg.max_avg_ms:g} ms: {names}"))
+        out.append(
+            F.ok("net.peers", f"peers answer without loss under {cfg.max_avg_ms:g} ms: {names}")
+        )
     return out  # fmt: skip

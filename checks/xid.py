@@ -73,14 +73,18 @@ def _entries() -> dict[int, XidInfo]:
     ]  # fmt: skip
     for code in (144, 145, 146, 147, 148, 149, 150):
         # NVLink-5 subsystem errors: the line says Fatal or Nonfatal (see nvlink5_fatal()).
-        rows.append((code, "NVLINK5_ERROR", "NVLink-5 subsystem error", "reset_gpu", "nvlink_error"))
+        rows.append(
+            (code, "NVLINK5_ERROR", "NVLink-5 subsystem error", "reset_gpu", "nvlink_error")
+        )
     for code in (39, 40, 41, 70, 71, 72, 75, 76, 77, 85):
         rows.append((code, "CE_ERROR", "copy-engine exception", "restart_app", "gpu_xid_hardware"))
     for code in (60, 68, 69):
         rows.append((code, "ENGINE_ERROR", "engine exception", "restart_app", "gpu_xid_hardware"))
     for code in (37, 66, 67, 93, 121, 159):
         rows.append((code, "INFORMATIONAL", "informational or driver-internal", "none", "other"))
-    return {c: XidInfo(code=c, mnemonic=m, meaning=t, action=a, category=k) for c, m, t, a, k in rows}
+    return {
+        c: XidInfo(code=c, mnemonic=m, meaning=t, action=a, category=k) for c, m, t, a, k in rows
+    }
 
 
 CATALOG: dict[int, XidInfo] = _entries()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from gpugate.config import schema
+
 from gpugate.record import Record
 
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"

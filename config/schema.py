@@ -105,6 +105,7 @@ class HostChecks(Record):
     nofile_min: int
     memory_available_min_mib: int
     swap_used_max_mib: int
+    fsync_ms_max: float
 
 
 class Checks(Record):

@@ -7,7 +7,12 @@ prolog's start-up cost to what it uses.
 
 from __future__ import annotations
 
+import os
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
 
 # name -> (module, one-line help). Order is the order of `gpugate --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -28,6 +33,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Exit codes (the CLI contract): 0 healthy, 1 unhealthy, 2 usage or configuration error,
 # 3 an internal error of gpugate itself.
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """An argparse parser for one subcommand.
+
+    The help width is fixed up front: argparse otherwise imports `shutil` (and with it bz2,
+    lzma, fnmatch) on every run just to measure the terminal, even when no help is printed.
+    """
+    import argparse
+
+    try:
+        width = min(100, os.get_terminal_size().columns) - 2
+    except OSError:
+        width = 98
+
+    def formatter(prog: str) -> argparse.HelpFormatter:
+        return argparse.HelpFormatter(prog, width=width)
+
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=formatter)
 
 
 def _usage() -> str:

@@ -26,9 +26,15 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
         return
     try:
         os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        fd = os.open(os.path.join(state_dir, _EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(
+            os.path.join(state_dir, _EVENTS),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+            0o644,
+        )
         try:
-            os.write(fd, line.encode())  # one write() with O_APPEND: concurrent hooks don't interleave
+            os.write(
+                fd, line.encode()
+            )  # one write() with O_APPEND: concurrent hooks don't interleave
         finally:
             os.close(fd)
     except OSError:

@@ -8,7 +8,6 @@ as JSON keyed by the file's identity (device, inode, size, mtime, ctime) — the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -74,9 +73,10 @@ def dump_yaml(data: object) -> str:
 
 
 def _cache_key(path: str, st: os.stat_result) -> str:
-    ident = f"{_CACHE_FORMAT}|{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}"
-    ident += f"|{st.st_mtime_ns}|{st.st_ctime_ns}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+    # (device, inode) names the file whatever path reached it; size and both times change
+    # with every rewrite (ctime even when a writer restores mtime). No hashing: hashlib alone
+    # costs more to import than the lookup saves.
+    return f"v{_CACHE_FORMAT}-{st.st_dev:x}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ctime_ns:x}"
 
 
 def _cache_read(key: str) -> tuple[object] | None:

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
-from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> ArgumentParser:
     """Options of `gpugate check`."""
-    p = argparse.ArgumentParser(
-        prog="gpugate check",
-        description="Run the preflight checklist on this node, or on a replayed snapshot. "
+    p = make_parser(
+        "gpugate check",
+        "Run the preflight checklist on this node, or on a replayed snapshot. "
         "Exit 0 healthy (warnings allowed), 1 unhealthy (a drain would follow), 2 usage or "
         "configuration error.",
     )
-    p.add_argument("--facts", metavar="FILE", help="replay this YAML snapshot instead of the hardware")
-    p.add_argument("--config", metavar="FILE", help="site config (default: $GPUGATE_CONFIG, else /etc/gpugate/gpugate.yaml)")
+    p.add_argument(
+        "--facts", metavar="FILE", help="replay this YAML snapshot instead of the hardware"
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="site config (default: $GPUGATE_CONFIG, else /etc/gpugate/gpugate.yaml)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--only", metavar="ID", action="append", help="run only this check id (repeatable)")
+    p.add_argument(
+        "--only", metavar="ID", action="append", help="run only this check id (repeatable)"
+    )
     return p  # fmt: skip
 
 
@@ -32,8 +43,9 @@ def main(argv: list[str]) -> int:
     from gpugate.checks.run import run_checks
     from gpugate.checks.sources import gather
     from gpugate.config import load_config
-    from gpugate.node import node_name
     from gpugate.slurm_hooks.policy import decide, effective_status
+
+    from gpugate.node import node_name
 
     config = load_config(args.config)
     if args.facts:

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from gpugate.cli import make_parser
 
-def parser() -> argparse.ArgumentParser:
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
+
+
+def parser() -> ArgumentParser:
     """Options of `gpugate facts`."""
-    p = argparse.ArgumentParser(
-        prog="gpugate facts",
-        description="Gather this node's facts (NVML, kernel log, InfiniBand, limits, memory, "
+    p = make_parser(
+        "gpugate facts",
+        "Gather this node's facts (NVML, kernel log, InfiniBand, limits, memory, "
         "mounts) and write them as a YAML snapshot that `gpugate check --facts` replays.",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--config", metavar="FILE", help="site config")
-    p.add_argument("--source", action="append", metavar="NAME",
-                   help="gather only this source (nvml, kernel_log, infiniband, host, mounts)")
+    p.add_argument(
+        "--source",
+        action="append",
+        metavar="NAME",
+        help="gather only this source (nvml, kernel_log, infiniband, host, mounts)",
+    )
     return p  # fmt: skip
 
 
@@ -25,6 +34,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from gpugate.checks.sources import gather_dict
     from gpugate.config import load_config
+
     from gpugate.fsutil import atomic_write
     from gpugate.node import node_name
     from gpugate.yamlio import dump_yaml

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-
 from gpugate import log
+from gpugate.cli import make_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> ArgumentParser:
     """Options of `gpugate prolog`."""
-    p = argparse.ArgumentParser(
-        prog="gpugate prolog",
-        description="Slurm Prolog: run the checklist before the job starts; on failure drain "
+    p = make_parser(
+        "gpugate prolog",
+        "Slurm Prolog: run the checklist before the job starts; on failure drain "
         "the node with a `gpugate:` reason and exit 1 so Slurm requeues the job. Reads the job "
         "from Slurm's environment (SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_GPUS, ...).",
     )

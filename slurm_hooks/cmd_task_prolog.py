@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
+from gpugate.cli import make_parser
 
-def parser() -> argparse.ArgumentParser:
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
+
+
+def parser() -> ArgumentParser:
     """Options of `gpugate task-prolog`."""
-    p = argparse.ArgumentParser(
-        prog="gpugate task-prolog",
-        description="Slurm TaskProlog: print `export NAME=value` lines (NCCL_DEBUG=WARN, "
+    p = make_parser(
+        "gpugate task-prolog",
+        "Slurm TaskProlog: print `export NAME=value` lines (NCCL_DEBUG=WARN, "
         "NCCL_IB_TIMEOUT=22 with NCCL_IB_RETRY_CNT=7, NCCL_DEBUG_FILE, async error handling) "
         "for every variable the job did not set itself.",
     )
@@ -22,9 +27,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
     args = parser().parse_args(argv)
-    from gpugate import log
     from gpugate.config import load_config
     from gpugate.slurm_hooks.task_prolog import exports, render
+
+    from gpugate import log
 
     try:
         config = load_config(args.config)

@@ -25,15 +25,17 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
     started = time.monotonic()
     try:
         config = load_config(config_path)
-    except BaseException as exc:  # noqa: BLE001 - a broken config must not fail the job
+    except BaseException as exc:
         log.error("/var/lib/gpugate", f"{hook}: configuration unusable, allowing the job", exc)
         log.event("/var/lib/gpugate", hook, outcome="internal_error", error=str(exc)[:500])
         return 0
     try:
         return body(config)
-    except BaseException as exc:  # noqa: BLE001 - any crash, SystemExit from argparse too
+    except BaseException as exc:
         code = 1 if config.prolog.on_error == "refuse" and hook == "prolog" else 0
-        log.error(config.state_dir, f"{hook}: internal error (exit {code} per prolog.on_error)", exc)
+        log.error(
+            config.state_dir, f"{hook}: internal error (exit {code} per prolog.on_error)", exc
+        )
         log.event(config.state_dir, hook, outcome="internal_error", error=f"{type(exc).__name__}: {exc}"[:500],
                   duration_s=round(time.monotonic() - started, 3))  # fmt: skip
         return code

@@ -72,7 +72,9 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 def drain_detail(failing: list[Finding]) -> tuple[str, str]:
     """(check id, detail) for the drain reason: the first failure, and how many more."""
     first = failing[0]
-    detail = first.message.split(": ", 1)[-1] if first.message.startswith(first.check) else first.message
+    detail = (
+        first.message.split(": ", 1)[-1] if first.message.startswith(first.check) else first.message
+    )
     others = len(failing) - 1
     if others:
         detail += f" (+{others} more)"

@@ -60,7 +60,10 @@ def counters(facts: Facts) -> dict:
             "throttle_reasons": list(g.throttle_reasons or ()),
             "error": g.error,
         }
-    ib = {f"{p.device}/{p.port}": dict(p.counters or {}, state=p.state) for p in facts.infiniband or ()}
+    ib = {
+        f"{p.device}/{p.port}": dict(p.counters or {}, state=p.state)
+        for p in facts.infiniband or ()
+    }
     return {"gpus": gpus, "infiniband": ib, "kernel_log_lines": len(facts.kernel_log or ())}
 
 

@@ -50,7 +50,9 @@ def render(pairs: list[tuple[str, str]]) -> str:
     return "".join(f"export {name}={value}\n" for name, value in pairs)
 
 
-def prepare_nccl_dir(config: Config, job_id: str | None, uid: int | None, gid: int | None) -> str | None:
+def prepare_nccl_dir(
+    config: Config, job_id: str | None, uid: int | None, gid: int | None
+) -> str | None:
     """Prolog side (root): create the job's NCCL directory, owned by the job's user, 0700.
 
     The base directory lives in a world-writable place, so it is checked to be root's own real

@@ -78,7 +78,9 @@ def make_facts(gpus: object = None, **changes: object) -> Facts:
         "kernel_log": (),
         "kernel_modules": ("nvidia", "nvidia_uvm", "nvidia_peermem", "mlx5_core", "mlx5_ib"),
         "limits": Limits(nofile_soft=1048576, nofile_hard=1048576),
-        "memory": Memory(total_mib=2063500, available_mib=1900000, swap_total_mib=0, swap_used_mib=0),
+        "memory": Memory(
+            total_mib=2063500, available_mib=1900000, swap_total_mib=0, swap_used_mib=0
+        ),
         "mounts": (Mount(path="/checkpoints", mounted=True, writable=True, fsync_ms=3.0),),
         "source_errors": {},
     }

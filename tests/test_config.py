@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpugate.config import ConfigError, load_config
 
 
@@ -46,7 +45,10 @@ def test_site_board_is_added_next_to_packaged_ones(tmp_path):
     ("text", "expected"),
     [
         ("checks:\n  gpu:\n    temprature_max_c: 80\n", "checks.gpu.temprature_max_c: unknown key"),
-        ("checks:\n  gpu:\n    temperature_max_c: hot\n", "checks.gpu.temperature_max_c: expected float"),
+        (
+            "checks:\n  gpu:\n    temperature_max_c: hot\n",
+            "checks.gpu.temperature_max_c: expected float",
+        ),
         ("policy:\n  unknown: maybe\n", "policy.unknown: 'maybe' is not one of ok, warn, fail"),
         ("checks:\n  disabled: gpu.ecc\n", "checks.disabled: expected a list"),
         ("sources:\n  timeout_s:\n    nvml: -1\n", "sources.timeout_s.nvml: must not be negative"),
