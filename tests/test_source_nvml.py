@@ -1,0 +1,735 @@
+"""The NVML source against a fake pynvml module driven by per-GPU scenario tables.
+
+`FakeNvml` is a stand-in for the `pynvml` module: its constants, NVMLError classes and ctypes
+structs are the real binding's (so codes cannot drift), its functions answer from tables. A GPU's
+table maps an NVML function name to what that call returns; a call not in the table raises
+NotSupported, as NVML does for a feature the GPU lacks. A value may be an NVMLError (raised), or
+a callable taking the call's arguments (after the handle).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+from factories import default_config
+from gpugate.checks.facts import Gpu, facts_from_dict
+from gpugate.checks.sources import gather_dict
+from gpugate.checks.sources.nvml import NvmlUnavailable, decode_throttle_reasons, read_nvml
+
+MIB = 1024 * 1024
+
+
+def err(name: str) -> pynvml.NVMLError:
+    """The exception pynvml raises for NVML_ERROR_<name>."""
+    return pynvml.NVMLError(getattr(pynvml, f"NVML_ERROR_{name}"))
+
+
+NOT_SUPPORTED = err("NOT_SUPPORTED")
+
+
+def per_arg(values: dict, default: object = NOT_SUPPORTED):
+    """A call whose answer depends on its argument(s): {arg or (args...): value}."""
+
+    def call(*args: object) -> object:
+        return values.get(args[0] if len(args) == 1 else args, default)
+
+    return call
+
+
+def memory(total_mib: int, used_mib: int, reserved_mib: int):
+    """nvmlDeviceGetMemoryInfo: v2 reports `reserved` apart; v1's `used` includes it."""
+
+    def call(version: object = None) -> SimpleNamespace:
+        used = used_mib if version else used_mib + reserved_mib
+        return SimpleNamespace(total=total_mib * MIB, used=used * MIB, reserved=reserved_mib * MIB)
+
+    return call
+
+
+def processes(*procs: tuple[int, int | None]):
+    """nvmlDeviceGetComputeRunningProcesses: (pid, used bytes or None) each."""
+    return lambda: [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in procs]
+
+
+def fabric(state: int, status: int = 0):
+    """nvmlDeviceGetGpuFabricInfo[V]: fills the struct passed by reference, as the C call does."""
+
+    def call(ref: object) -> int:
+        info = ref._obj  # ctypes.byref(x)._obj is x
+        info.state, info.status = state, status
+        return 0
+
+    return call
+
+
+def fields(values: dict):
+    """nvmlDeviceGetFieldValues: {field id: unsigned value, or an NVMLError for that field}."""
+
+    def call(ids: list[int]) -> object:
+        out = (pynvml.c_nvmlFieldValue_t * len(ids))()
+        for slot, fid in zip(out, ids):
+            slot.fieldId = fid
+            value = values.get(fid, NOT_SUPPORTED)
+            if isinstance(value, pynvml.NVMLError):
+                slot.nvmlReturn = value.value
+            else:
+                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                slot.value.uiVal = value
+        return out
+
+    return call
+
+
+class FakeHandle:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class FakeNvml:
+    """A fake `pynvml` module: real constants and errors, answers from per-GPU tables."""
+
+    _COPIED = ("NVML", "c_nvml", "nvmlClocks", "nvmlMemory_v2")
+
+    def __init__(
+        self,
+        gpus: list[dict],
+        system: dict | None = None,
+        init_error: Exception | None = None,
+        missing: tuple[str, ...] = (),
+    ) -> None:
+        for name, value in vars(pynvml).items():
+            if name.startswith(self._COPIED) and name not in missing:
+                setattr(self, name, value)
+        self.gpus = gpus
+        self.system = {
+            "nvmlSystemGetDriverVersion": "550.54.15",
+            "nvmlSystemGetCudaDriverVersion_v2": 12040,
+            "nvmlDeviceGetCount": len(gpus),
+            **(system or {}),
+        }
+        self.init_error = init_error
+        self.missing = set(missing)
+        self.initialized = 0
+        self.shutdowns = 0
+        self.calls: list[tuple[str, int, tuple]] = []
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise self.init_error
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+        self.initialized -= 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._answer(self.gpus[index], "nvmlDeviceGetHandleByIndex", index, ())
+        return FakeHandle(index)
+
+    def __getattr__(self, name: str) -> object:
+        if name in self.missing or not name.startswith(("nvmlDevice", "nvmlSystem")):
+            raise AttributeError(name)
+        if name.startswith("nvmlSystem") or name == "nvmlDeviceGetCount":
+            return lambda *args: self._answer(self.system, name, -1, args)
+        return lambda handle, *args, **kwargs: self._answer(
+            self.gpus[handle.index], name, handle.index, args, kwargs
+        )
+
+    def _answer(self, table: dict, name: str, index: int, args: tuple, kwargs=None) -> object:
+        assert self.initialized > 0, f"{name} called outside nvmlInit/nvmlShutdown"
+        self.calls.append((name, index, args))
+        value = table.get(name, NOT_SUPPORTED)
+        if callable(value):
+            value = value(*args, **(kwargs or {}))
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+
+def h100(index: int) -> dict:
+    """What NVML answers for one healthy, idle H100 SXM5 80GB of an HGX board."""
+    return {
+        "nvmlDeviceGetHandleByIndex": None,
+        "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{0x18 + 0x11 * index:02X}:00.0"),
+        "nvmlDeviceGetUUID": f"GPU-8f2c000{index}-1d2e-4c3b-9a7f-0c5e2b7a000{index}",
+        "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetSerial": f"165212300000{index}",
+        "nvmlDeviceGetTemperature": per_arg({pynvml.NVML_TEMPERATURE_GPU: 33 + index}),
+        "nvmlDeviceGetPowerUsage": 71_500 + 1000 * index,  # mW
+        "nvmlDeviceGetEnforcedPowerLimit": 700_000,
+        "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlClocksEventReasonGpuIdle,
+        "nvmlDeviceGetEccMode": [1, 1],
+        "nvmlDeviceGetTotalEccErrors": per_arg({(1, 0): 0, (0, 0): 2, (1, 1): 0, (0, 1): 7}),
+        "nvmlDeviceGetRetiredPagesPendingStatus": NOT_SUPPORTED,  # Volta and older only
+        "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
+        "nvmlDeviceGetCurrPcieLinkGeneration": 1,  # idle GPUs train the link down
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+        "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        "nvmlDeviceGetPcieReplayCounter": 0,
+        # 18 links; the driver answers InvalidArgument for link 18 and up.
+        "nvmlDeviceGetNvLinkState": per_arg(dict.fromkeys(range(18), 1), err("INVALID_ARGUMENT")),
+        "nvmlDeviceGetNvLinkErrorCounter": per_arg(
+            {(link, c): 0 for link in range(18) for c in range(5)}, err("INVALID_ARGUMENT")
+        ),
+        "nvmlDeviceGetMemoryInfo": memory(total_mib=81559, used_mib=0, reserved_mib=536),
+        "nvmlDeviceGetComputeRunningProcesses": processes(),
+        "nvmlDeviceGetPersistenceMode": 1,
+        "nvmlDeviceGetGpuFabricInfoV": fabric(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED),
+        "nvmlDeviceGetFieldValues": fields({230: pynvml.NVML_GPU_RECOVERY_ACTION_NONE}),
+    }
+
+
+def node(changes: dict[int, dict] | None = None, count: int = 8) -> list[dict]:
+    """An HGX H100 node's tables; `changes={3: {call: answer}}` changes single GPUs."""
+    tables = [h100(i) for i in range(count)]
+    for index, table_changes in (changes or {}).items():
+        tables[index].update(table_changes)
+    return tables
+
+
+def read(fake: FakeNvml, config: object = None) -> dict:
+    return read_nvml(config or default_config(), nvml=fake)
+
+
+def healthy_gpu(index: int) -> dict:
+    """What read_nvml makes of `h100(index)`."""
+    return {
+        "index": index,
+        "uuid": f"GPU-8f2c000{index}-1d2e-4c3b-9a7f-0c5e2b7a000{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x18 + 0x11 * index:02X}:00.0",
+        "serial": f"165212300000{index}",
+        "error": None,
+        "temperature_c": 33.0 + index,
+        "power_draw_w": 71.5 + index,
+        "power_limit_w": 700.0,
+        "throttle_reasons": ["gpu_idle"],
+        "ecc_mode_enabled": True,
+        "ecc_volatile_uncorrected": 0,
+        "ecc_volatile_corrected": 2,
+        "ecc_aggregate_uncorrected": 0,
+        "ecc_aggregate_corrected": 7,
+        "retired_pages_pending": None,
+        "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+        "pcie": {"gen": 1, "max_gen": 5, "width": 16, "max_width": 16, "replay_errors": 0},
+        "nvlink_active": [True] * 18,
+        "nvlink_errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
+        "memory_used_mib": 0,
+        "memory_total_mib": 81559,
+        "processes": [],
+        "persistence_mode": True,
+        "fabric_state": "completed",
+        "fabric_status": "success",
+        "recovery_action": "none",
+    }
+
+
+# --- a healthy node ---------------------------------------------------------------------------
+
+
+def test_healthy_h100_node_reads_every_field_in_snapshot_units() -> None:
+    fake = FakeNvml(node())
+    data = read(fake)
+    assert data["driver_version"] == "550.54.15"
+    assert data["cuda_driver_version"] == "12.4"
+    assert data["gpus"] == [healthy_gpu(i) for i in range(8)]
+    assert set(data["gpus"][0]) == set(Gpu._fields)
+    # Every field of the facts model is read; only page retirement is pre-Ampere.
+    unread = {k for k, v in data["gpus"][0].items() if v is None} - {"error"}
+    assert unread == {"retired_pages_pending"}
+    assert fake.initialized == 0 and fake.shutdowns == 1
+
+
+def test_healthy_node_is_accepted_by_the_facts_model() -> None:
+    facts = facts_from_dict(read(FakeNvml(node())))
+    gpu = facts.gpus[3]
+    assert gpu.power_draw_w == 74.5 and gpu.memory_total_mib == 81559
+    assert gpu.remapped_rows.pending is False and gpu.pcie.max_width == 16
+    assert len(gpu.nvlink_active) == 18
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [(12040, "12.4"), (12020, "12.2"), (11080, "11.8"), (13000, "13.0"), (12090, "12.9")],
+)
+def test_cuda_driver_version_as_text(raw: int, expected: str) -> None:
+    fake = FakeNvml(node(count=1), system={"nvmlSystemGetCudaDriverVersion_v2": raw})
+    assert read(fake)["cuda_driver_version"] == expected
+
+
+def test_cuda_version_falls_back_to_the_unversioned_call() -> None:
+    fake = FakeNvml(
+        node(count=1),
+        system={
+            "nvmlSystemGetCudaDriverVersion_v2": err("FUNCTION_NOT_FOUND"),
+            "nvmlSystemGetCudaDriverVersion": 12020,
+        },
+    )
+    assert read(fake)["cuda_driver_version"] == "12.2"
+
+
+# --- optional features: NotSupported means absent, nothing else changes ---------------------
+
+FEATURES_ABSENT = {
+    # A consumer GPU has no ECC memory.
+    "ecc_on_consumer_gpu": (
+        {"nvmlDeviceGetEccMode": NOT_SUPPORTED, "nvmlDeviceGetTotalEccErrors": NOT_SUPPORTED},
+        {
+            "ecc_mode_enabled": None,
+            "ecc_volatile_uncorrected": None,
+            "ecc_volatile_corrected": None,
+            "ecc_aggregate_uncorrected": None,
+            "ecc_aggregate_corrected": None,
+        },
+    ),
+    # V100 retires pages and has no row remapper.
+    "remapped_rows_on_v100": (
+        {
+            "nvmlDeviceGetRemappedRows": NOT_SUPPORTED,
+            "nvmlDeviceGetRetiredPagesPendingStatus": 0,
+        },
+        {"remapped_rows": None, "retired_pages_pending": False},
+    ),
+    # A100 HGX: the fabric call is not supported.
+    "fabric_call_on_a100": (
+        {"nvmlDeviceGetGpuFabricInfoV": NOT_SUPPORTED, "nvmlDeviceGetGpuFabricInfo": NOT_SUPPORTED},
+        {"fabric_state": None, "fabric_status": None},
+    ),
+    # ... or it answers with the state NOT_SUPPORTED.
+    "fabric_state_not_supported": (
+        {"nvmlDeviceGetGpuFabricInfoV": fabric(pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED)},
+        {"fabric_state": None, "fabric_status": None},
+    ),
+    # A driver that predates the recovery-action field answers it NotSupported.
+    "recovery_action_field": (
+        {"nvmlDeviceGetFieldValues": fields({230: NOT_SUPPORTED})},
+        {"recovery_action": None},
+    ),
+    "recovery_action_field_unknown_to_driver": (
+        {"nvmlDeviceGetFieldValues": fields({230: err("INVALID_ARGUMENT")})},
+        {"recovery_action": None},
+    ),
+    # The binding is newer than the driver: the C symbol is missing.
+    "field_values_function_missing": (
+        {"nvmlDeviceGetFieldValues": err("FUNCTION_NOT_FOUND")},
+        {"recovery_action": None},
+    ),
+    "serial_pcie_replay_power": (
+        {
+            "nvmlDeviceGetSerial": NOT_SUPPORTED,
+            "nvmlDeviceGetPcieReplayCounter": NOT_SUPPORTED,
+            "nvmlDeviceGetPowerUsage": NOT_SUPPORTED,
+        },
+        {
+            "serial": None,
+            "pcie": {"gen": 1, "max_gen": 5, "width": 16, "max_width": 16, "replay_errors": None},
+            "power_draw_w": None,
+        },
+    ),
+    "no_processes_call": (
+        {"nvmlDeviceGetComputeRunningProcesses": NOT_SUPPORTED},
+        {"processes": None},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FEATURES_ABSENT, ids=list(FEATURES_ABSENT))
+def test_unsupported_feature_is_absent_and_nothing_else_changes(case: str) -> None:
+    table_changes, expected_changes = FEATURES_ABSENT[case]
+    gpus = read(FakeNvml(node({2: table_changes})))["gpus"]
+    assert gpus[2] == {**healthy_gpu(2), **expected_changes}
+    assert "read_errors" not in gpus[2]
+    assert all(gpus[i] == healthy_gpu(i) for i in range(8) if i != 2)
+
+
+def test_fabric_falls_back_to_the_deprecated_call_on_older_drivers() -> None:
+    changes = {
+        "nvmlDeviceGetGpuFabricInfoV": err("FUNCTION_NOT_FOUND"),
+        "nvmlDeviceGetGpuFabricInfo": fabric(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED),
+    }
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert (gpu["fabric_state"], gpu["fabric_status"]) == ("completed", "success")
+
+
+def test_fabric_manager_not_finished_is_reported_with_its_own_status() -> None:
+    changes = {
+        "nvmlDeviceGetGpuFabricInfoV": fabric(
+            pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, pynvml.NVML_ERROR_NOT_READY
+        )
+    }
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert (gpu["fabric_state"], gpu["fabric_status"]) == ("in_progress", "not_ready")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0, "none"), (1, "gpu_reset"), (2, "node_reboot"), (3, "drain_p2p"), (4, "drain_and_reset"),
+     (7, "system_reboot"), (42, "action_42")],
+)  # fmt: skip
+def test_recovery_action_names(value: int, expected: str) -> None:
+    changes = {"nvmlDeviceGetFieldValues": fields({230: value})}
+    assert read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]["recovery_action"] == expected
+
+
+def test_remapped_rows_pending_and_failure() -> None:
+    changes = {"nvmlDeviceGetRemappedRows": (3, 1, 1, 1)}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    expected = {"corrected": 3, "uncorrected": 1, "pending": True, "failure": True}
+    assert gpu["remapped_rows"] == expected
+
+
+# --- broken GPUs: listed with an error, never dropped, the others complete ------------------
+
+BROKEN = {
+    "lost_at_handle": ({"nvmlDeviceGetHandleByIndex": err("GPU_IS_LOST")}, "gpu_is_lost"),
+    "lost_at_name": ({"nvmlDeviceGetName": err("GPU_IS_LOST")}, "gpu_is_lost"),
+    "reset_required_at_handle": (
+        {"nvmlDeviceGetHandleByIndex": err("RESET_REQUIRED")},
+        "reset_required",
+    ),
+    "reset_required_at_uuid": ({"nvmlDeviceGetUUID": err("RESET_REQUIRED")}, "reset_required"),
+    "unknown_error": ({"nvmlDeviceGetHandleByIndex": err("UNKNOWN")}, "unknown"),
+    "gpu_not_found": ({"nvmlDeviceGetHandleByIndex": err("GPU_NOT_FOUND")}, "gpu_not_found"),
+    "invalid_state": ({"nvmlDeviceGetName": err("INVALID_STATE")}, "invalid_state"),
+    "irq_issue": ({"nvmlDeviceGetHandleByIndex": err("IRQ_ISSUE")}, "irq_issue"),
+    "no_permission_at_handle": (
+        {"nvmlDeviceGetHandleByIndex": err("NO_PERMISSION")},
+        "no_permission",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_broken_gpu_is_listed_with_its_error_and_the_others_are_complete(case: str) -> None:
+    table_changes, error = BROKEN[case]
+    gpus = read(FakeNvml(node({5: table_changes})))["gpus"]
+    assert [g["index"] for g in gpus] == list(range(8))
+    assert gpus[5]["error"] == error
+    assert gpus[5]["temperature_c"] is None and gpus[5]["nvlink_active"] is None
+    assert all(gpus[i] == healthy_gpu(i) for i in range(8) if i != 5)
+    facts = facts_from_dict({"gpus": gpus})
+    assert facts.gpus[5].error == error
+
+
+def test_lost_gpu_keeps_what_answered_before_and_is_not_read_further() -> None:
+    fake = FakeNvml(node({1: {"nvmlDeviceGetName": err("GPU_IS_LOST")}}, count=2))
+    gpu = read(fake)["gpus"][1]
+    assert gpu["pci_bus_id"] == "00000000:29:00.0"  # the bus id names it in the drain reason
+    assert gpu["uuid"].startswith("GPU-8f2c0001")
+    assert gpu["name"] is None
+    calls_after = [name for name, index, _ in fake.calls if index == 1]
+    assert calls_after[-1] == "nvmlDeviceGetName"
+
+
+def test_gpu_lost_in_the_middle_of_the_reading() -> None:
+    changes = {"nvmlDeviceGetTotalEccErrors": err("UNKNOWN")}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert gpu["error"] == "unknown"
+    assert gpu["temperature_c"] == 33.0  # read before the failure
+    assert gpu["ecc_volatile_uncorrected"] is None
+    assert gpu["memory_total_mib"] is None  # not read after it
+
+
+def test_lost_gpu_during_the_nvlink_walk_is_an_error_not_a_short_link_list() -> None:
+    states = per_arg({0: 1, 1: 1, 2: err("GPU_IS_LOST")})
+    gpu = read(FakeNvml(node({0: {"nvmlDeviceGetNvLinkState": states}}, count=1)))["gpus"][0]
+    assert gpu["error"] == "gpu_is_lost"
+    assert gpu["nvlink_active"] is None
+
+
+def test_other_error_on_one_call_leaves_that_key_unknown_and_is_noted() -> None:
+    changes = {
+        "nvmlDeviceGetSerial": err("NO_PERMISSION"),
+        "nvmlDeviceGetPowerUsage": err("TIMEOUT"),
+    }
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert gpu["error"] is None
+    assert gpu["serial"] is None and gpu["power_draw_w"] is None
+    assert gpu["read_errors"] == {
+        "nvmlDeviceGetSerial": "no_permission",
+        "nvmlDeviceGetPowerUsage": "timeout",
+    }
+    assert gpu["temperature_c"] == 33.0 and gpu["recovery_action"] == "none"
+    assert facts_from_dict({"gpus": [gpu]}).gpus[0].serial is None  # extra key is ignored
+
+
+def test_recovery_field_broken_code_marks_the_gpu() -> None:
+    changes = {"nvmlDeviceGetFieldValues": fields({230: err("GPU_IS_LOST")})}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert gpu["error"] == "gpu_is_lost" and gpu["recovery_action"] is None
+
+
+# --- NVML not there at all ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("LIBRARY_NOT_FOUND", "libnvidia-ml.so.1 not found"),
+        ("DRIVER_NOT_LOADED", "kernel module is not loaded"),
+        ("LIB_RM_VERSION_MISMATCH", "driver updated without a reboot"),
+        ("NO_PERMISSION", "/dev/nvidia"),
+        ("UNKNOWN", "unknown"),
+    ],
+)
+def test_init_failure_raises_a_clear_error(code: str, words: str) -> None:
+    fake = FakeNvml(node(), init_error=err(code))
+    with pytest.raises(NvmlUnavailable) as info:
+        read(fake)
+    message = str(info.value)
+    assert message.startswith(f"nvmlInit failed: {code.lower()}: ")
+    assert words in message
+    assert fake.calls == [] and fake.shutdowns == 0
+
+
+def test_count_failure_raises_and_still_shuts_down() -> None:
+    fake = FakeNvml(node(), system={"nvmlDeviceGetCount": err("UNKNOWN")})
+    with pytest.raises(NvmlUnavailable, match="nvmlDeviceGetCount failed: unknown"):
+        read(fake)
+    assert fake.shutdowns == 1
+
+
+def test_shutdown_even_when_reading_raises_something_unexpected() -> None:
+    fake = FakeNvml(node({0: {"nvmlDeviceGetRemappedRows": RuntimeError("binding bug")}}))
+    with pytest.raises(RuntimeError, match="binding bug"):
+        read(fake)
+    assert fake.shutdowns == 1
+
+
+def test_failing_shutdown_does_not_lose_the_facts() -> None:
+    fake = FakeNvml(node(count=2))
+
+    def failing_shutdown() -> None:
+        raise err("UNINITIALIZED")
+
+    fake.nvmlShutdown = failing_shutdown
+    assert len(read(fake)["gpus"]) == 2
+
+
+def test_missing_pynvml_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py"):
+        read_nvml(default_config())
+
+
+def test_zero_gpus_is_an_empty_list() -> None:
+    assert read(FakeNvml([]))["gpus"] == []
+
+
+# --- clock-event (throttle) reasons ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mask", "names"),
+    [
+        (0x0, []),
+        (0x1, ["gpu_idle"]),
+        (0x4, ["sw_power_cap"]),
+        (0x48, ["hw_slowdown", "hw_thermal_slowdown"]),
+        (0x88, ["hw_slowdown", "hw_power_brake_slowdown"]),
+        (0x122, ["applications_clocks_setting", "sw_thermal_slowdown", "display_clock_setting"]),
+        (0x10, ["sync_boost"]),
+        (0x1000, ["unknown_0x1000"]),
+    ],
+)
+def test_decode_throttle_reasons(mask: int, names: list[str]) -> None:
+    assert decode_throttle_reasons(mask) == names
+
+
+def test_every_named_bit_matches_the_binding() -> None:
+    for attr in dir(pynvml):
+        if attr.startswith("nvmlClocksEventReason") and attr[21:] not in ("None", "All"):
+            if attr.endswith("UserDefinedClocks"):  # deprecated alias of ApplicationsClocks
+                continue
+            assert len(decode_throttle_reasons(getattr(pynvml, attr))) == 1, attr
+
+
+def test_throttle_reasons_through_nvml() -> None:
+    changes = {"nvmlDeviceGetCurrentClocksEventReasons": 0x48}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert gpu["throttle_reasons"] == ["hw_slowdown", "hw_thermal_slowdown"]
+
+
+@pytest.mark.parametrize("how", ["binding_lacks_it", "driver_lacks_it"])
+def test_throttle_reasons_fall_back_to_the_deprecated_call(how: str) -> None:
+    changes: dict = {"nvmlDeviceGetCurrentClocksThrottleReasons": 0x40}
+    missing: tuple[str, ...] = ()
+    if how == "binding_lacks_it":
+        missing = ("nvmlDeviceGetCurrentClocksEventReasons",)
+    else:
+        changes["nvmlDeviceGetCurrentClocksEventReasons"] = err("FUNCTION_NOT_FOUND")
+    gpu = read(FakeNvml(node({0: changes}, count=1), missing=missing))["gpus"][0]
+    assert gpu["throttle_reasons"] == ["hw_thermal_slowdown"]
+
+
+# --- NVLink ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop", [NOT_SUPPORTED, err("INVALID_ARGUMENT")], ids=["ns", "inval"])
+def test_nvlink_counting_stops_at_the_first_link_nvml_refuses(stop: Exception) -> None:
+    states = per_arg({0: 1, 1: 1, 2: 0, 3: stop, 4: 1, 5: 1})
+    counters = per_arg({(0, 0): 2, (1, 0): 3, (2, 1): 1, (4, 0): 100}, default=0)
+    changes = {"nvmlDeviceGetNvLinkState": states, "nvmlDeviceGetNvLinkErrorCounter": counters}
+    fake = FakeNvml(node({0: changes}, count=1))
+    gpu = read(fake)["gpus"][0]
+    assert gpu["nvlink_active"] == [True, True, False]
+    assert gpu["nvlink_errors"] == {"replay": 5, "recovery": 1, "crc_flit": 0, "crc_data": 0}
+    asked = {args[0] for name, _, args in fake.calls if name == "nvmlDeviceGetNvLinkState"}
+    assert asked == {0, 1, 2, 3}  # not past the first refused link
+    assert "read_errors" not in gpu
+
+
+def test_pcie_gpu_without_nvlink_has_no_links() -> None:
+    gpu = read(FakeNvml(node({0: {"nvmlDeviceGetNvLinkState": NOT_SUPPORTED}}, count=1)))["gpus"][0]
+    assert gpu["nvlink_active"] == []
+    assert gpu["nvlink_errors"] is None
+
+
+def test_nvlink_counter_the_architecture_lacks_stays_out() -> None:
+    counters = per_arg({(link, c): 1 for link in range(18) for c in (0, 1, 2)})  # no CRC data
+    changes = {"nvmlDeviceGetNvLinkErrorCounter": counters}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert gpu["nvlink_errors"] == {"replay": 18, "recovery": 18, "crc_flit": 18}
+
+
+def test_nvlink_walk_is_bounded_by_the_binding() -> None:
+    always = {"nvmlDeviceGetNvLinkState": lambda link: 1}
+    gpu = read(FakeNvml(node({0: always}, count=1)))["gpus"][0]
+    assert len(gpu["nvlink_active"]) == pynvml.NVML_NVLINK_MAX_LINKS
+
+
+def test_one_inactive_link() -> None:
+    states = per_arg({**dict.fromkeys(range(18), 1), 7: 0}, err("INVALID_ARGUMENT"))
+    gpu = read(FakeNvml(node({0: {"nvmlDeviceGetNvLinkState": states}}, count=1)))["gpus"][0]
+    assert gpu["nvlink_active"].count(False) == 1 and len(gpu["nvlink_active"]) == 18
+
+
+# --- strings, memory, processes -------------------------------------------------------------
+
+
+def test_old_bindings_returning_bytes_are_decoded() -> None:
+    changes = {
+        "nvmlDeviceGetName": b"Tesla V100-SXM2-32GB",
+        "nvmlDeviceGetUUID": b"GPU-0d3c1f0e-aaaa-bbbb-cccc-000000000000",
+        "nvmlDeviceGetSerial": b"0323617000000\x00\x00",
+        "nvmlDeviceGetPciInfo": SimpleNamespace(busId=b"00000000:1A:00.0"),
+    }
+    fake = FakeNvml(
+        node({0: changes}, count=1), system={"nvmlSystemGetDriverVersion": b"470.82.01"}
+    )
+    data = read(fake)
+    gpu = data["gpus"][0]
+    assert data["driver_version"] == "470.82.01"
+    assert gpu["name"] == "Tesla V100-SXM2-32GB"
+    assert gpu["uuid"] == "GPU-0d3c1f0e-aaaa-bbbb-cccc-000000000000"
+    assert gpu["serial"] == "0323617000000"
+    assert gpu["pci_bus_id"] == "00000000:1A:00.0"
+    assert all(isinstance(gpu[k], str) for k in ("name", "uuid", "serial", "pci_bus_id"))
+
+
+def test_memory_prefers_v2_which_keeps_reserved_memory_apart() -> None:
+    changes = {"nvmlDeviceGetMemoryInfo": memory(total_mib=81559, used_mib=1200, reserved_mib=536)}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert (gpu["memory_used_mib"], gpu["memory_total_mib"]) == (1200, 81559)
+
+
+def test_memory_v1_on_bindings_without_the_versioned_struct() -> None:
+    changes = {"nvmlDeviceGetMemoryInfo": memory(total_mib=81559, used_mib=1200, reserved_mib=536)}
+    fake = FakeNvml(node({0: changes}, count=1), missing=("nvmlMemory_v2",))
+    assert read(fake)["gpus"][0]["memory_used_mib"] == 1736
+
+
+def test_processes_with_names_from_proc(tmp_path) -> None:
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "comm").write_bytes(b"python3\n")
+    config = default_config()
+    config = config.replace(sources=config.sources.replace(proc_root=str(tmp_path)))
+    changes = {"nvmlDeviceGetComputeRunningProcesses": processes((4242, 2048 * MIB), (77, None))}
+    gpu = read(FakeNvml(node({0: changes}, count=1)), config)["gpus"][0]
+    assert gpu["processes"] == [
+        {"pid": 4242, "name": "python3", "used_memory_mib": 2048},
+        {"pid": 77, "name": None, "used_memory_mib": None},  # gone, and memory not available
+    ]
+    assert facts_from_dict({"gpus": [gpu]}).gpus[0].processes[0].name == "python3"
+
+
+def test_processes_call_missing_from_the_driver_is_absent() -> None:
+    def mismatch() -> None:
+        raise pynvml.NVMLLibraryMismatchError("unversioned function")
+
+    fake = FakeNvml(node({0: {"nvmlDeviceGetComputeRunningProcesses": mismatch}}, count=1))
+    fake.NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
+    assert read(fake)["gpus"][0]["processes"] is None
+
+
+def test_persistence_mode_off() -> None:
+    gpu = read(FakeNvml(node({0: {"nvmlDeviceGetPersistenceMode": 0}}, count=1)))["gpus"][0]
+    assert gpu["persistence_mode"] is False
+
+
+def test_ecc_mode_off() -> None:
+    gpu = read(FakeNvml(node({0: {"nvmlDeviceGetEccMode": [0, 1]}}, count=1)))["gpus"][0]
+    assert gpu["ecc_mode_enabled"] is False
+
+
+# --- through the gatherer -------------------------------------------------------------------
+
+
+def test_lost_gpu_flows_through_gather_into_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(node({3: {"nvmlDeviceGetHandleByIndex": err("GPU_IS_LOST")}}))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)  # what read_nvml's lazy import finds
+    snapshot = gather_dict(default_config(), "gpu-node-01", only=["nvml"])
+    assert snapshot["source_errors"] == {}
+    assert [g["error"] for g in snapshot["gpus"]] == [None, None, None, "gpu_is_lost"] + [None] * 4
+    facts = facts_from_dict(snapshot)
+    assert facts.gpus[3].error == "gpu_is_lost" and facts.gpus[3].index == 3
+    assert facts.gpus[0] == facts_from_dict({"gpus": [healthy_gpu(0)]}).gpus[0]
+    assert facts.driver_version == "550.54.15"
+
+
+def test_missing_driver_is_a_source_error_in_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([], init_error=err("LIBRARY_NOT_FOUND")))
+    snapshot = gather_dict(default_config(), "gpu-node-01", only=["nvml"])
+    assert "library_not_found" in snapshot["source_errors"]["nvml"]
+    assert "NvmlUnavailable" in snapshot["source_errors"]["nvml"]
+    assert facts_from_dict(snapshot).gpus is None  # not known, not "zero GPUs"
+
+
+def test_importing_the_source_does_not_import_pynvml() -> None:
+    code = "import sys, gpugate.checks.sources.nvml; print('pynvml' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_fake_fills_real_ctypes_structs() -> None:
+    # The source passes ctypes.byref(struct); the fake must see the same object.
+    info = pynvml.c_nvmlGpuFabricInfoV_t()
+    fabric(3, 0)(ctypes.byref(info))
+    assert info.state == 3
+
+
+# --- the real thing -------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_real_nvml_on_this_node() -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        pytest.skip(f"no usable NVML here: {exc}")
+    try:
+        expected = pynvml.nvmlDeviceGetCount()
+    finally:
+        pynvml.nvmlShutdown()
+    data = read_nvml(default_config())
+    facts = facts_from_dict(data)
+    assert len(facts.gpus) == expected
+    assert facts.driver_version and facts.cuda_driver_version
+    for gpu in facts.gpus:
+        assert gpu.error or (gpu.uuid.startswith(("GPU-", "MIG-")) and gpu.memory_total_mib > 0)
