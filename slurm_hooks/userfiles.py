@@ -91,7 +91,7 @@ def as_user(uid: int | None, gid: int | None, fn: Callable[[], object], timeout:
             os.close(rfd)
             drop_to(uid, gid)
             payload = {"ok": fn()}
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        except BaseException as exc:
             payload = {"error": f"{type(exc).__name__}: {exc}"}
             code = 1
         try:

@@ -6,7 +6,6 @@ import os
 
 import pytest
 from factories import default_config
-
 from gpugate.slurm_hooks.task_prolog import exports, nccl_job_dir, prepare_nccl_dir, render
 
 

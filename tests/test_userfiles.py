@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-
 from gpugate.slurm_hooks.userfiles import UserFileError, as_user, read_tail
 
 

@@ -22,18 +22,23 @@ several clusters (and a site's real Slurm) can coexist on one host.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import hashlib
 import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable
 
 APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMON_BINARIES = ("slurmctld", "slurmd", "scontrol", "munged")
@@ -59,8 +64,12 @@ TERMINAL_JOB_STATES = frozenset(
         "SPECIAL_EXIT",
     }
 )
+# Job fields holding arbitrary text (gpugate writes its verdicts into comments).
+JOB_FREE_TEXT = ("AdminComment", "Comment", "SystemComment")
 # Unix socket paths (munged's, slurmstepd's in the spool dir) must fit in sun_path (108 bytes).
-MAX_SOCKET_PATH = 100
+MAX_SOCKET_PATH = 107
+# Where the sockets go instead when the base dir is too long for them.
+SHORT_DIR_ROOT = Path("/run/localslurm")
 
 NodePredicate = Callable[[dict], bool]
 
@@ -131,6 +140,7 @@ def slurm_version() -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+@functools.cache
 def cpu_layout() -> dict[str, int]:
     """Return this host's CPU layout as ``slurmd -C`` reports it (fallback: cpu_count)."""
     try:
@@ -153,23 +163,26 @@ def cpu_layout() -> dict[str, int]:
 _KEY_RE = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/().+-]*)=")
 
 
-def parse_kv(line: str, last_keys: Sequence[str] = ()) -> dict[str, str]:
+def parse_kv(line: str, free_text: Sequence[str] = ()) -> dict[str, str]:
     """Parse one ``scontrol show ... -o`` line into a dict of Key=Value strings.
 
-    Values may contain spaces (OS=Linux 6.1 #1 SMP, Reason=free text), so a new field starts
-    only at `` Key=`` with an upper-case key. A free-text key listed in ``last_keys`` that
-    scontrol prints last (the node Reason) takes the rest of the line, even if it contains
-    something that looks like ``Key=``.
+    Values may contain spaces (OS=Linux 6.1 #1 SMP), so a field starts only at `` Key=``
+    with an upper-case key. Free-text values (node Reason, job Comment) may even contain
+    ``Key=``: scontrol ends each of them with two spaces, so a key in ``free_text`` runs to
+    the next key preceded by two spaces, or to the end of the line.
     """
     matches = list(_KEY_RE.finditer(line))
     fields: dict[str, str] = {}
-    for index, match in enumerate(matches):
+    index = 0
+    while index < len(matches):
+        match = matches[index]
         key = match.group(1)
-        if key in last_keys:
-            fields[key] = line[match.end() :].strip()
-            break
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
+        following = matches[index + 1 :]
+        if key in free_text:
+            following = [m for m in following if line[m.start() - 1 : m.start() + 1] == "  "]
+        end = following[0].start() if following else len(line)
         fields[key] = line[match.end() : end].strip()
+        index = matches.index(following[0]) if following else len(matches)
     return fields
 
 
@@ -244,13 +257,25 @@ class LocalSlurm:
         return self.base / "work"
 
     @property
+    def socket_dir(self) -> Path:
+        """Parent of the munged socket and slurmd spool dirs: the base dir if short enough."""
+        # slurmstepd listens on SlurmdSpoolDir/<node>_<jobid>.<stepid>; a long base dir (deep
+        # pytest tmp paths) would overflow sun_path, so those go to a short private dir.
+        node = max(self.nodes, key=len)
+        longest = self.base / "spool" / node / f"{node}_1234567.4294967294"
+        if len(str(longest)) <= MAX_SOCKET_PATH:
+            return self.base
+        return SHORT_DIR_ROOT / _short_hash(str(self.base))
+
+    @property
     def munge_socket(self) -> Path:
         """The private munged socket (AuthInfo=socket=...)."""
-        path = self.base / "munge" / "munge.socket"
-        if len(str(path)) <= MAX_SOCKET_PATH:
-            return path
-        # A long base dir would overflow sun_path: fall back to a short, base-specific dir.
-        return Path("/run/localslurm") / _short_hash(str(self.base)) / "munge.socket"
+        return self.socket_dir / "munge" / "munge.socket"
+
+    @property
+    def spool_dir(self) -> Path:
+        """Parent of the per-node SlurmdSpoolDir (``spool/<node>``)."""
+        return self.socket_dir / "spool"
 
     def slurmd_log(self, node: str) -> Path:
         """The SlurmdLogFile of ``node`` (hook output lands here too)."""
@@ -301,26 +326,23 @@ class LocalSlurm:
             try:
                 self._cancel_all_jobs(timeout=timeout / 2)
                 self.run(["scontrol", "shutdown"], timeout=10, check=False)
-            except (subprocess.SubprocessError, OSError):
-                pass  # a broken controller: the kills below still clean up
+            except (LocalSlurmError, subprocess.SubprocessError, OSError):
+                pass  # a dead or broken controller: the kills below still clean up
             self._wait_gone(["slurmctld", *[f"slurmd-{n}" for n in self.nodes]], timeout=5)
         self._kill_leftovers()
 
     def _prepare_dirs(self) -> None:
         """Create the directory tree; wipe state and spool so no saved DRAIN survives."""
-        for sub in ("state", "spool"):
-            shutil.rmtree(self.base / sub, ignore_errors=True)
-        for sub in ("etc", "state", "spool", "run", "log", "dev", "munge", "work", "hooks"):
+        for old in (self.base / "state", self.spool_dir):
+            shutil.rmtree(old, ignore_errors=True)
+        for sub in ("etc", "state", "run", "log", "dev", "munge", "work", "hooks"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self.munge_socket.parent.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
-            (self.base / "spool" / node).mkdir(exist_ok=True)
+            (self.spool_dir / node).mkdir(parents=True, exist_ok=True)
         # Keep the previous run's logs for post-mortems, start each run with fresh ones.
         for log in self.log_dir.glob("*.log"):
             log.replace(log.with_suffix(".log.prev"))
-        longest = self.base / "spool" / max(self.nodes, key=len) / "x_1234567.4294967294"
-        if len(str(longest)) > MAX_SOCKET_PATH:
-            raise LocalSlurmError(f"base dir {self.base} is too long for slurmstepd sockets")
 
     def _pick_ports(self) -> None:
         """Choose free TCP ports for slurmctld and each slurmd."""
@@ -329,7 +351,7 @@ class LocalSlurm:
         self.node_ports = dict(zip(self.nodes, ports[1:]))
 
     def _write_munge_key(self) -> None:
-        """Create a private munge key (munged wants it 0400 and owned by its own user)."""
+        """Create a private munge key (munged wants it 0400, owned by the user it runs as)."""
         key = self.base / "munge" / "munge.key"
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
@@ -370,7 +392,7 @@ class LocalSlurm:
             "AuthType=auth/munge",
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={base}/state",
-            f"SlurmdSpoolDir={base}/spool/%n",
+            f"SlurmdSpoolDir={self.spool_dir}/%n",
             f"SlurmctldPidFile={base}/run/slurmctld.pid",
             f"SlurmdPidFile={base}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={base}/log/slurmctld.log",
@@ -403,8 +425,7 @@ class LocalSlurm:
             lines.append(f"PrologFlags={self.prolog_flags}")
         if self.prolog_epilog_timeout is not None:
             lines.append(f"PrologEpilogTimeout={int(self.prolog_epilog_timeout)}")
-        if self.scheduler_parameters:
-            lines.append(f"SchedulerParameters={self.scheduler_parameters}")
+        lines.append(f"SchedulerParameters={self.scheduler_parameters_text()}")
         if self.extra_conf:
             lines.append(self.extra_conf.strip())
         lines += [self._node_line(node) for node in self.nodes]
@@ -413,6 +434,17 @@ class LocalSlurm:
             "MaxTime=INFINITE State=UP"
         )
         return "\n".join(lines) + "\n"
+
+    def scheduler_parameters_text(self) -> str:
+        """SchedulerParameters: ours for fast job starts, then the caller's."""
+        # slurmctld starts batch jobs from a 1 s background tick, and by default only once
+        # batch_sched_delay (3 s) has passed since the last pass: submit->RUNNING took 2-3 s.
+        # With 0 it is the next tick (about 0.5 s). sched_interval, sched_min_interval and
+        # defer made no difference.
+        params = ["batch_sched_delay=0"]
+        if self.scheduler_parameters:
+            params.append(self.scheduler_parameters)
+        return ",".join(params)
 
     def _node_line(self, node: str) -> str:
         """One NodeName= line; every node is this host, on its own slurmd port."""
@@ -550,31 +582,31 @@ class LocalSlurm:
             return False
         return marker in environ.split(b"\0")
 
-    def _our_processes(self) -> list[int]:
+    def processes(self) -> list[int]:
         """Every process carrying our marker: daemons, slurmstepd, job processes."""
         spared = _self_and_ancestors()
         pids = []
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) not in spared:
-                if self._is_ours(int(entry.name)):
-                    pids.append(int(entry.name))
+            pid = int(entry.name) if entry.name.isdigit() else 0
+            if pid and pid not in spared and self._is_ours(pid):
+                pids.append(pid)
         return pids
 
     def _wait_gone(self, names: Iterable[str], timeout: float) -> None:
         """Wait (bounded) until none of the named daemons is running."""
         names = list(names)
-        try:
+        with contextlib.suppress(TimeoutError):  # _kill_leftovers() deals with the rest
             _poll(lambda: not any(self._alive(n) for n in names), timeout, "daemons to exit")
-        except TimeoutError:
-            pass  # _kill_leftovers() deals with them
 
     def _kill_leftovers(self) -> None:
         """SIGTERM then SIGKILL every process of this cluster; munged last (Slurm uses it)."""
         for group in (lambda pid: not self._is_munged(pid), lambda pid: True):
-            pids = [pid for pid in self._our_processes() if group(pid)]
+            pids = [pid for pid in self.processes() if group(pid)]
             _terminate(pids, grace=3.0)
         for pid_file in self._pid_files().values():
             pid_file.unlink(missing_ok=True)
+        if self.socket_dir != self.base:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def _is_munged(self, pid: int) -> bool:
         """Whether ``pid`` is our munged."""
@@ -622,9 +654,7 @@ class LocalSlurm:
             )
         return proc
 
-    def submit(
-        self, script: str | None = None, *, wrap: str | None = None, **options: Any
-    ) -> int:
+    def submit(self, script: str | None = None, *, wrap: str | None = None, **options: Any) -> int:
         """Submit a batch job (script text via stdin, or ``wrap``); return its job id.
 
         Options become sbatch flags: ``output="o.%j"`` -> ``--output=o.%j``,
@@ -645,14 +675,19 @@ class LocalSlurm:
         """Return ``scontrol show job -o`` of ``jobid`` as a dict (JobState, Reason, ...)."""
         proc = self.run(["scontrol", "show", "job", "-o", str(jobid)])
         line = proc.stdout.strip().splitlines()[0]
-        return parse_kv(line)
+        return parse_kv(line, free_text=JOB_FREE_TEXT)
 
     def wait_job(
-        self, jobid: int, states: str | Iterable[str], timeout: float = 30.0
+        self,
+        jobid: int,
+        states: str | Iterable[str],
+        timeout: float = 30.0,
+        reason: str | None = None,
     ) -> dict[str, str]:
-        """Poll until the job's JobState is one of ``states``; return its fields.
+        """Poll until the job's JobState is one of ``states`` (and, if given, its Reason
+        contains ``reason``, underscores read as spaces); return its fields.
 
-        Raises LocalSlurmError at once if the job ends in a terminal state not wanted, and
+        Raises LocalSlurmError at once if the job ends in an unwanted terminal state, and
         TimeoutError (with the last fields) when ``timeout`` passes.
         """
         wanted = {states} if isinstance(states, str) else set(states)
@@ -661,19 +696,20 @@ class LocalSlurm:
         while True:
             job = self.job_state(jobid)
             state = job.get("JobState", "")
-            if state in wanted:
+            # scontrol text says launch_failed_requeued_held, JSON and squeue use spaces.
+            job_reason = job.get("Reason", "").replace("_", " ")
+            if state in wanted and (reason is None or reason.replace("_", " ") in job_reason):
                 return job
-            if state in TERMINAL_JOB_STATES:
+            if state in TERMINAL_JOB_STATES and state not in wanted:
                 raise LocalSlurmError(f"job {jobid} ended {state}, wanted {sorted(wanted)}: {job}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"job {jobid} not in {sorted(wanted)} after {timeout} s: {job}")
+                raise TimeoutError(f"job {jobid} not {sorted(wanted)} after {timeout} s: {job}")
             time.sleep(0.05)
 
     def node(self, name: str) -> dict[str, str]:
         """Return ``scontrol show node -o NAME`` as a dict (State, Reason, Gres, ...)."""
         proc = self.run(["scontrol", "show", "node", "-o", name])
-        # Reason is printed last and is free text: it takes the rest of the line.
-        return parse_kv(proc.stdout.strip().splitlines()[0], last_keys=("Reason",))
+        return parse_kv(proc.stdout.strip().splitlines()[0], free_text=("Reason",))
 
     def is_drained(self, name: str) -> bool:
         """Whether the node carries the DRAIN flag (24.11 keeps Reason after a resume)."""
@@ -715,13 +751,17 @@ class LocalSlurm:
         """Wait until every node is exactly ``idle`` (``idle*`` = not responding yet)."""
         names = list(nodes) if nodes is not None else self.nodes
         last: dict[str, str] = {}
+        began = time.monotonic()
 
         def all_idle() -> bool:
             nonlocal last
             try:
                 last = self.sinfo_states()
             except (LocalSlurmError, subprocess.TimeoutExpired):
-                return False  # slurmctld still starting
+                # Still starting, unless slurmctld has died (it writes its pid file early).
+                if time.monotonic() - began > 2 and not self._alive("slurmctld"):
+                    raise LocalSlurmError("slurmctld is not running") from None
+                return False
             return all(last.get(name) == "idle" for name in names)
 
         _poll(all_idle, timeout, what=f"nodes {names} to be idle", detail=lambda: str(last))
@@ -754,10 +794,8 @@ class LocalSlurm:
         if not jobs:
             return
         self.run(["scancel", *map(str, jobs)], check=False)
-        try:
+        with contextlib.suppress(TimeoutError):  # stop() kills what is left
             _poll(lambda: not self.queue(), timeout, what="an empty queue")
-        except TimeoutError:
-            pass
 
     def log_tails(self, lines: int = 30) -> str:
         """The last lines of every daemon log, for error messages."""
@@ -810,8 +848,6 @@ def _hostname() -> str:
 
 def _short_hash(text: str) -> str:
     """A short stable hash, for per-base-dir names."""
-    import hashlib
-
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -843,8 +879,6 @@ def _sbatch_flags(options: Mapping[str, Any]) -> list[str]:
 
 def _sh_quote(value: str) -> str:
     """Quote a string for /bin/sh."""
-    import shlex
-
     return shlex.quote(str(value))
 
 
@@ -868,10 +902,8 @@ def _terminate(pids: list[int], grace: float) -> None:
     """SIGTERM the processes, then SIGKILL those still there after ``grace`` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         try:
             _poll(lambda: not any(_exists(pid) for pid in pids), grace, "processes to exit")
             return
