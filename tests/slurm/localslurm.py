@@ -989,7 +989,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "install":
             install()
-            print(f"Slurm {'.'.join(map(str, slurm_version()))} is installed")
+            major, minor = slurm_version()
+            print(f"Slurm {major}.{minor:02d} is installed")
         elif args.command == "start":
             cluster = LocalSlurm(
                 args.dir,
@@ -1007,6 +1008,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.start()
             print(cluster.conf_path)
         elif args.command == "stop":
+            if not (Path(args.dir) / STATE_FILE).exists():
+                print(f"localslurm: no cluster in {args.dir}, nothing to stop", file=sys.stderr)
+                return 0
             LocalSlurm.from_dir(args.dir).stop()
         else:
             print(LocalSlurm.from_dir(args.dir).status())
