@@ -132,6 +132,8 @@ class Facts(Record):
     pci_gpu_count: int | None = None  # NVIDIA GPUs on the PCI bus, whatever NVML says
     infiniband: tuple[IbPort, ...] | None = None
     kernel_log: tuple[str, ...] | None = None
+    kernel_log_seq: int | None = None  # /dev/kmsg sequence number reached (with boot_id)
+    boot_id: str | None = None
     kernel_modules: tuple[str, ...] | None = None
     limits: Limits | None = None
     memory: Memory | None = None
@@ -162,12 +164,12 @@ _INTS = {
     "uncorrected", "pid", "used_memory_mib", "ecc_volatile_uncorrected", "ecc_volatile_corrected",
     "ecc_aggregate_uncorrected", "ecc_aggregate_corrected", "memory_used_mib", "memory_total_mib",
     "pci_gpu_count", "nofile_soft", "nofile_hard", "total_mib", "available_mib", "swap_total_mib",
-    "swap_used_mib", "sent", "received",
+    "swap_used_mib", "sent", "received", "kernel_log_seq",
 }  # fmt: skip
 _FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",
          "pci_bus_id", "serial", "error", "fabric_state", "fabric_status", "recovery_action",
-         "device", "state", "phys_state", "link_layer", "path", "fstype"}  # fmt: skip
+         "device", "state", "phys_state", "link_layer", "path", "fstype", "boot_id"}  # fmt: skip
 _BOOLS = {"pending", "failure", "retired_pages_pending", "persistence_mode", "mounted",
           "writable", "ecc_mode_enabled"}  # fmt: skip
 

@@ -44,7 +44,10 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     if replay:
         facts = load_snapshot(replay)
     else:
-        facts = facts_from_dict(gather_dict(config, env.node or "", deadline_s=deadline_s))
+        since = kernel_log_since(config)
+        kwargs = {"kernel_log": {"since_seq": since}} if since is not None else {}
+        snapshot = gather_dict(config, env.node or "", deadline_s=deadline_s, source_kwargs=kwargs)
+        facts = facts_from_dict(snapshot)
     peers = job_peers(config, env)
     if peers:
         from gpugate.checks.sources.peers import probe_peers
@@ -53,6 +56,19 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
         probes = probe_peers(peers, config.prolog.peers, left)
         facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
     return facts
+
+
+def kernel_log_since(config: Config) -> int | None:
+    """Where the last check stopped reading the kernel log, if it was this boot.
+
+    Xids stay in the kernel log until the next boot; without this, one old Xid 79 would
+    refuse every job after an admin repaired the GPU and resumed the node.
+    """
+    from gpugate.checks.sources.kernel_log import boot_id
+    from gpugate.slurm_hooks.state import load_kernel_pos
+
+    boot, seq = load_kernel_pos(config.state_dir)
+    return seq if boot is not None and boot == boot_id(config) else None
 
 
 def job_peers(config: Config, env: HookEnv) -> list[str]:
@@ -96,6 +112,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     facts = gather_for_prolog(config, env, config.prolog.deadline_s)
     findings = run_checks(facts, config)
     decision = decide(findings, config.policy, phase="prolog")
+    remember_kernel_pos(config, facts)
     if env.job_id:
         prepare_job(config, env, facts)
     took = time.monotonic() - started
@@ -119,6 +136,16 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
         message=summary(decision),
         duration_s=time.monotonic() - started,
     )
+
+
+def remember_kernel_pos(config: Config, facts: Facts) -> None:
+    """The next check reads the kernel log from here on."""
+    from gpugate.slurm_hooks.state import save_kernel_pos
+
+    try:
+        save_kernel_pos(config.state_dir, facts.boot_id, facts.kernel_log_seq)
+    except Exception as exc:
+        note(f"could not save the kernel-log position: {exc}")
 
 
 def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:

@@ -2,6 +2,8 @@
 
 Layout under `state_dir` (root-owned, 0755; files 0644):
   jobs/<job id>/baseline.json   counters at prolog time (ECC, remapped rows, NVLink, PCIe, IB)
+  kernel-log.pos                the kernel-log position the last check reached (boot id, seq)
+  events.jsonl                  one line per hook run (gpugate.log)
 Several jobs share a node, so everything is keyed by job id and written atomically.
 """
 
@@ -64,7 +66,35 @@ def counters(facts: Facts) -> dict:
         f"{p.device}/{p.port}": dict(p.counters or {}, state=p.state)
         for p in facts.infiniband or ()
     }
-    return {"gpus": gpus, "infiniband": ib, "kernel_log_lines": len(facts.kernel_log or ())}
+    return {
+        "gpus": gpus,
+        "infiniband": ib,
+        "boot_id": facts.boot_id,
+        "kernel_log_seq": facts.kernel_log_seq,
+        # The last lines seen, so that a replayed or re-read log can be compared line by line.
+        "kernel_log_tail": list(facts.kernel_log or ())[-200:],
+    }
+
+
+def load_kernel_pos(state_dir: str) -> tuple[str | None, int | None]:
+    """(boot id, sequence number) the last check reached, or (None, None)."""
+    try:
+        fd = os.open(os.path.join(state_dir, "kernel-log.pos"), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data.get("boot_id"), int(data["seq"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, None
+
+
+def save_kernel_pos(state_dir: str, boot_id: str | None, seq: int | None) -> None:
+    """Remember how far the kernel log has been checked (atomically)."""
+    if seq is None:
+        return
+    ensure_dir(state_dir)
+    atomic_write(
+        os.path.join(state_dir, "kernel-log.pos"), json.dumps({"boot_id": boot_id, "seq": seq})
+    )
 
 
 def save_baseline(state_dir: str, job_id: str, facts: Facts, extra: dict | None = None) -> str:

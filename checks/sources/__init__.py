@@ -54,8 +54,12 @@ def gather_dict(
     node: str,
     only: list[str] | None = None,
     deadline_s: float | None = None,
+    source_kwargs: dict[str, dict] | None = None,
 ) -> dict:
-    """Run the sources concurrently; return the snapshot as a plain dict."""
+    """Run the sources concurrently; return the snapshot as a plain dict.
+
+    `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
+    """
     started = time.monotonic()
     names = [n for n in SOURCES if only is None or n in only]
     timeouts = config.sources.timeout_s
@@ -68,9 +72,13 @@ def gather_dict(
             errors[name] = f"cannot load source: {type(exc).__name__}: {exc}"
             continue
         result = _Result()
+        kwargs = (source_kwargs or {}).get(name, {})
         # Daemon threads: a call stuck in the kernel or the driver is abandoned at exit.
         t = threading.Thread(
-            target=_call, args=(lambda fn=fn: fn(config), result), name=name, daemon=True
+            target=_call,
+            args=(lambda fn=fn, kw=kwargs: fn(config, **kw), result),
+            name=name,
+            daemon=True,
         )
         t.start()
         threads[name] = (t, result, float(getattr(timeouts, name)))

@@ -77,10 +77,22 @@ def read_kernel_log(config: Config, since_seq: int | None = None, kmsg: str = KM
     if src.kernel_log_file:
         return {"kernel_log": read_log_file(src.kernel_log_file, src.kernel_log_max_lines)}
     try:
-        lines, _ = read_kmsg(kmsg, since_seq, src.kernel_log_max_lines)
+        lines, last_seq = read_kmsg(kmsg, since_seq, src.kernel_log_max_lines)
     except OSError as exc:  # no /dev/kmsg (containers) or not allowed: ask `dmesg`
         lines = read_dmesg(src.timeout_s.kernel_log, src.kernel_log_max_lines, why=str(exc))
-    return {"kernel_log": lines}
+        return {"kernel_log": lines}
+    # The position lets the next reader start after these records ("since the last check");
+    # a sequence number only means something within one boot.
+    return {"kernel_log": lines, "kernel_log_seq": last_seq, "boot_id": boot_id(config)}
+
+
+def boot_id(config: Config) -> str | None:
+    """This boot's random id (/proc/sys/kernel/random/boot_id), or None."""
+    try:
+        with open(os.path.join(config.sources.proc_root, "sys/kernel/random/boot_id")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def read_log_file(path: str, max_lines: int | None = None) -> list[str]:

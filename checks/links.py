@@ -1,0 +1,106 @@
+"""GPU link checks: the PCIe link to the host, NVLinks, and the NVSwitch fabric."""
+
+from __future__ import annotations
+
+from gpugate.checks import findings as F
+from gpugate.checks.gpu import not_reported, nvml_missing, per_gpu
+from gpugate.checks.registry import check
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.expect import Context
+    from gpugate.checks.facts import Facts, Gpu
+
+
+@check("pcie.link")
+def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
+    """Each GPU's PCIe link at full width and at the board's generation."""
+    if facts.gpus is None:  # the board is picked by GPU name: NVML is the root cause
+        return nvml_missing("pcie.link", facts)
+    want_width, want_gen = ctx.expected.pcie_width, ctx.expected.pcie_gen
+    # Idle GPUs drop the current generation to save power, so by default only the trained
+    # maximum is compared; a narrower link (x16 -> x8) is a fault at any load (reference 3.6).
+    current = ctx.config.checks.pcie.generation == "current"
+
+    def judge(g: Gpu) -> list[F.Finding]:
+        p = g.pcie
+        if p is None or p.width is None:
+            return [not_reported("pcie.link", g, "its PCIe link")]
+        out = []
+        full = max((w for w in (want_width, p.max_width) if w is not None), default=p.width)
+        if p.width < full:
+            detail = f"GPU{g.index} PCIe link x{p.width} < x{full} (degraded link)"
+            out.append(F.fail("pcie.link", detail, gpu=g.index, value=p.width, limit=full))
+        if want_gen is None:
+            return out
+        gens = [("max", p.max_gen)] + ([("current", p.gen)] if current else [])
+        for label, gen in gens:
+            if gen is None:
+                out.append(not_reported("pcie.link", g, f"its {label} PCIe generation"))
+            elif gen < want_gen:
+                detail = f"GPU{g.index} PCIe {label} generation Gen{gen} < Gen{want_gen}"
+                out.append(F.fail("pcie.link", detail, gpu=g.index, value=gen, limit=want_gen))
+        return out
+
+    gens = f", Gen{want_gen} {'current' if current else 'max'}" if want_gen else ""
+    out = per_gpu("pcie.link", facts, judge, f"at full width{gens}")
+    if want_gen is None:
+        why = "no expected PCIe generation (board unknown; set expect.pcie_gen)"
+        out.insert(0, F.unknown("pcie.link", why))
+    return out
+
+
+@check("nvlink.links")
+def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
+    """Every GPU has all of the board's NVLinks active (seed: `nvidia-smi topo -m` complete)."""
+    if facts.gpus is None:
+        return nvml_missing("nvlink.links", facts)
+    want = ctx.expected.nvlinks_per_gpu
+    if want is None:
+        why = "no expected NVLink count (board unknown; set expect.nvlinks_per_gpu)"
+        return [F.unknown("nvlink.links", why)]
+    if want == 0:
+        return [F.ok("nvlink.links", f"board {ctx.expected.board or '?'} has no NVLinks")]
+
+    def judge(g: Gpu) -> list[F.Finding]:
+        links = g.nvlink_active
+        if links is None:
+            return [not_reported("nvlink.links", g, "its NVLink states")]
+        active = sum(1 for up in links if up)
+        if active >= want:
+            return []
+        down = ", ".join(str(n) for n, up in enumerate(links) if not up)
+        detail = (
+            f"GPU{g.index} {active}/{want} NVLinks active (inactive links: {down or 'none listed'})"
+        )
+        return [F.fail("nvlink.links", detail, gpu=g.index, value=active, limit=want)]
+
+    return per_gpu("nvlink.links", facts, judge, f"with {want}/{want} NVLinks active")
+
+
+@check("nvlink.fabric")
+def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
+    """On NVSwitch boards, every GPU registered with the fabric (state completed, success)."""
+    if facts.gpus is None:
+        return nvml_missing("nvlink.fabric", facts)
+    nvswitch = ctx.expected.nvswitch
+    if nvswitch is None:
+        why = "not known whether the board has NVSwitches (set expect.nvswitch)"
+        return [F.unknown("nvlink.fabric", why)]
+    if not nvswitch:
+        return [F.ok("nvlink.fabric", f"board {ctx.expected.board or '?'} has no NVSwitch fabric")]
+
+    # Until Fabric Manager has registered a GPU, CUDA jobs fail to start or run without NVLink
+    # (reference 3.9): anything but completed/success is a failure.
+    def judge(g: Gpu) -> list[F.Finding]:
+        if g.fabric_state is None or g.fabric_status is None:
+            return [not_reported("nvlink.fabric", g, "its fabric state (Fabric Manager running?)")]
+        if g.fabric_state != "completed":
+            detail = f"GPU{g.index} NVSwitch fabric state {g.fabric_state}, not completed"
+            return [F.fail("nvlink.fabric", detail, gpu=g.index, value=g.fabric_state)]
+        if g.fabric_status != "success":
+            detail = f"GPU{g.index} NVSwitch fabric status {g.fabric_status}, not success"
+            return [F.fail("nvlink.fabric", detail, gpu=g.index, value=g.fabric_status)]
+        return []
+
+    return per_gpu("nvlink.fabric", facts, judge, "registered with the NVSwitch fabric")
