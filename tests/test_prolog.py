@@ -1,0 +1,170 @@
+"""The prolog's decisions, with Slurm faked at the adapter (the real Slurm runs in test_e2e_*)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from factories import default_config, make_facts
+from gpugate.slurm_hooks.hookenv import HookEnv
+from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.slurm_hooks.slurm import NodeChange, NotOurDrain
+
+from gpugate.yamlio import dump_yaml
+
+
+class FakeSlurm:
+    """Records drains and comments; `admin_drained` makes drain() refuse like the adapter."""
+
+    def __init__(self, admin_drained: bool = False) -> None:
+        self.drains: list[tuple[str, str]] = []
+        self.comments: list[tuple[str, str]] = []
+        self.admin_drained = admin_drained
+
+    def drain(self, node: str, reason: str) -> None:
+        if self.admin_drained:
+            raise NotOurDrain(NodeChange(node=node, action="refused", why="drained by an admin"))
+        self.drains.append((node, reason))
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self.comments.append((job_id, text))
+
+
+def setup(tmp_path, facts, **prolog):
+    snap = tmp_path / "node.yaml"
+    snap.write_text(dump_yaml(facts.to_dict()))
+    config = default_config()
+    config = config.replace(
+        facts_file=str(snap),
+        state_dir=str(tmp_path / "state"),
+        prolog=config.prolog.replace(**prolog),
+        task_prolog=config.task_prolog.replace(nccl_debug_dir=None),
+    )
+    return config
+
+
+def env(**changes) -> HookEnv:
+    values = {"node": "gpu-node-01", "job_id": "42", "uid": os.getuid(), "gid": os.getgid()}
+    values.update(changes)
+    return HookEnv(**values)
+
+
+def test_healthy_node_allows_and_saves_the_baseline(tmp_path):
+    slurm = FakeSlurm()
+    result = run_prolog(setup(tmp_path, make_facts()), env(), slurm)
+    assert (result.exit_code, result.action) == (0, "allow")
+    assert slurm.drains == []
+    baseline = json.loads((tmp_path / "state/jobs/42/baseline.json").read_text())
+    assert baseline["gpus"]["3"]["ecc_aggregate_uncorrected"] == 0
+
+
+def test_broken_gpu_of_the_job_drains_and_refuses(tmp_path):
+    slurm = FakeSlurm()
+    facts = make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}})
+    result = run_prolog(setup(tmp_path, facts), env(gpus=(2, 3)), slurm)
+    assert (result.exit_code, result.refused, result.drained) == (1, True, True)
+    assert slurm.drains == [("gpu-node-01", result.reason)]
+    assert result.reason.startswith("gpugate: gpu.ecc: GPU3 ")
+    assert slurm.comments[0][1].startswith("gpugate: node gpu-node-01 refused: gpu.ecc")
+
+
+def test_broken_gpu_outside_the_job_drains_but_lets_it_start(tmp_path):
+    slurm = FakeSlurm()
+    facts = make_facts(gpus={7: {"temperature_c": 95.0}})
+    result = run_prolog(setup(tmp_path, facts), env(gpus=(0, 1)), slurm)
+    assert (result.exit_code, result.drained, result.refused) == (0, True, False)
+    assert slurm.comments == []
+
+
+def test_site_can_refuse_for_other_gpus_too(tmp_path):
+    facts = make_facts(gpus={7: {"temperature_c": 95.0}})
+    result = run_prolog(
+        setup(tmp_path, facts, refuse_for_other_gpus=True), env(gpus=(0, 1)), FakeSlurm()
+    )
+    assert result.exit_code == 1
+
+
+def test_node_wide_failure_refuses_any_job(tmp_path):
+    from gpugate.checks.facts import Limits
+
+    facts = make_facts(limits=Limits(nofile_soft=1024, nofile_hard=1024))
+    result = run_prolog(setup(tmp_path, facts), env(gpus=(0,)), FakeSlurm())
+    assert result.exit_code == 1 and result.reason.startswith("gpugate: host.nofile: ")
+
+
+def test_admins_drain_is_kept_and_the_job_still_refused(tmp_path):
+    slurm = FakeSlurm(admin_drained=True)
+    facts = make_facts(gpus={0: {"error": "gpu_is_lost"}})
+    result = run_prolog(setup(tmp_path, facts), env(), slurm)
+    assert result.exit_code == 1 and not result.drained and slurm.drains == []
+
+
+def test_several_failures_name_the_first_and_count_the_rest(tmp_path):
+    facts = make_facts(gpus={1: {"error": "gpu_is_lost"}, 2: {"temperature_c": 99.0}})
+    result = run_prolog(setup(tmp_path, facts), env(), FakeSlurm())
+    assert "(+1 more)" in result.reason or "(+2 more)" in result.reason
+
+
+def test_report_only_never_drains(tmp_path):
+    config = setup(tmp_path, make_facts(gpus={3: {"error": "gpu_is_lost"}}))
+    config = config.replace(policy=config.policy.replace(report_only=True))
+    slurm = FakeSlurm()
+    result = run_prolog(config, env(), slurm)
+    assert result.exit_code == 0 and slurm.drains == [] and result.status == "fail"
+
+
+@pytest.mark.parametrize(("allowed", "expected_exit"), [(True, 0), (False, 1)])
+def test_user_skip_token_only_when_the_site_allows_it(tmp_path, allowed, expected_exit):
+    facts = make_facts(gpus={3: {"error": "gpu_is_lost"}})
+    config = setup(tmp_path, facts, allow_user_skip=allowed)
+    result = run_prolog(config, env(comment="run 7 gpugate:skip"), FakeSlurm())
+    assert result.exit_code == expected_exit
+
+
+def test_gpugates_own_crash_allows_the_job_by_default(tmp_path, monkeypatch, capsys):
+    from gpugate.cli import main
+
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        f"facts_file: {tmp_path / 'missing-snapshot.yaml'}\nstate_dir: {tmp_path / 'state'}\n"
+    )
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-01")
+    assert main(["prolog", "--config", str(site)]) == 0
+    assert "internal error" in capsys.readouterr().err
+    events = [json.loads(x) for x in (tmp_path / "state/events.jsonl").read_text().splitlines()]
+    assert events[-1]["outcome"] == "internal_error"
+
+
+def test_on_error_refuse_fails_the_prolog(tmp_path, monkeypatch):
+    from gpugate.cli import main
+
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        f"facts_file: {tmp_path / 'missing.yaml'}\nstate_dir: {tmp_path / 'state'}\nprolog:\n  on_error: refuse\n"
+    )
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert main(["prolog", "--config", str(site)]) == 1
+
+
+def test_broken_config_allows_the_job(tmp_path, monkeypatch):
+    from gpugate.cli import main
+
+    site = tmp_path / "site.yaml"
+    site.write_text("checks: [\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert main(["prolog", "--config", str(site)]) == 0
+
+
+def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path, monkeypatch):
+    from gpugate.slurm_hooks import prolog
+    from gpugate.slurm_hooks.state import load_kernel_pos, save_kernel_pos
+
+    config = default_config().replace(state_dir=str(tmp_path))
+    monkeypatch.setattr("gpugate.checks.sources.kernel_log.boot_id", lambda config: "boot-a")
+    save_kernel_pos(str(tmp_path), "boot-a", 1234)
+    assert prolog.kernel_log_since(config) == 1234
+    save_kernel_pos(str(tmp_path), "boot-b", 99)  # an earlier boot: read everything
+    assert prolog.kernel_log_since(config) is None
+    assert load_kernel_pos(str(tmp_path)) == ("boot-b", 99)
