@@ -1,83 +1,24 @@
-"""Helpers for the end-to-end tests: gpugate installed as the hooks of a real local Slurm.
-
-The hooks are the real wrapper scripts from slurm_hooks/, copied next to a `hook.env` that
-points them at this checkout's `gpugate` and at a private config whose `facts_file` replays one
-snapshot per node (`<dir>/snapshots/<node>.yaml`): the GPUs are the only simulated part.
-"""
+"""pytest glue for the end-to-end tests against the real local Slurm."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOTS = ROOT / "config" / "snapshots"
-HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+
+from gpugate_site import Site
+
+__all__ = ["Site", "slurm_or_skip"]
 
 
 def slurm_or_skip() -> None:
     """Skip the calling test module unless a real Slurm can be run here (root + apt)."""
-    sys.path.insert(0, str(ROOT / "tests" / "slurm"))
     from localslurm import SlurmUnavailable, ensure_available
 
     try:
         ensure_available()
     except SlurmUnavailable as exc:
-        pytest.skip(f"no local Slurm: {exc}")
-
-
-class Site:
-    """A private gpugate install for one test cluster: hooks, config, snapshots, state."""
-
-    def __init__(self, base: Path, config_extra: str = "") -> None:
-        self.base = base
-        self.hooks = base / "hooks-gpugate"
-        self.snapshots = base / "snapshots"
-        self.state = base / "state"
-        self.evidence = base / "evidence"
-        self.config = base / "gpugate.yaml"
-        for d in (self.hooks, self.snapshots, self.state, self.evidence):
-            d.mkdir(parents=True, exist_ok=True)
-        os.chmod(base, 0o755)  # the job user (root here) and hooks read below it
-        gpugate = Path(sys.executable).parent / "gpugate"
-        for hook in HOOKS:
-            shutil.copy(ROOT / "slurm_hooks" / f"gpugate-{hook}", self.hooks / f"gpugate-{hook}")
-        (self.hooks / "hook.env").write_text(
-            f"GPUGATE_BIN={gpugate}\nGPUGATE_CONFIG={self.config}\n"
-            f"export GPUGATE_CACHE_DIR={base / 'cache'}\n"
-        )
-        self.write_config(config_extra)
-
-    def hook(self, name: str) -> str:
-        """Absolute path of one wrapper, for slurm.conf."""
-        return str(self.hooks / f"gpugate-{name}")
-
-    def write_config(self, extra: str = "") -> None:
-        """The site config: replay per-node snapshots, private state and evidence."""
-        self.config.write_text(
-            f"facts_file: {self.snapshots}/{{node}}.yaml\n"
-            f"state_dir: {self.state}\n"
-            f"evidence_dir: {self.evidence}\n"
-            "task_prolog:\n"
-            f"  nccl_debug_dir: {self.base / 'nccl'}\n" + extra
-        )
-
-    def use_snapshot(self, node: str, name: str) -> None:
-        """Make `node` replay the bundled snapshot `name` (e.g. "h100-ecc")."""
-        text = (SNAPSHOTS / f"{name}.yaml").read_text().replace("gpu-node-01", node)
-        tmp = self.snapshots / f".{node}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, self.snapshots / f"{node}.yaml")
-
-    def events(self) -> list[dict]:
-        """The hook runs recorded in the state directory."""
-        import json
-
-        path = self.state / "events.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        pytest.skip(f"no local Slurm: {exc}", allow_module_level=True)
