@@ -42,7 +42,7 @@ def decide(findings: list[F.Finding], policy: Policy, phase: str = "check") -> D
         status = effective_status(f, policy)
         if status == F.FAIL:
             failing.append(f)
-        elif status == F.WARN or f.status == F.UNKNOWN:
+        elif status == F.WARN:
             warnings.append(f)
     if failing:
         status = F.FAIL
