@@ -160,6 +160,18 @@ class TaskProlog(Record):
     nccl_debug_dir: str | None
 
 
+class Epilog(Record):
+    """What the Epilog collects after an abnormal end, and what it may do."""
+
+    always_bundle: bool
+    read_timeout_s: float
+    log_tail_kib: int
+    max_log_files: int
+    kernel_lines_max: int
+    drain_on_hardware: bool
+    evidence_group: str | None
+
+
 class Slurm(Record):
     """How gpugate talks to Slurm."""
 
@@ -181,4 +193,5 @@ class Config(Record):
     policy: Policy
     prolog: Prolog
     task_prolog: TaskProlog
+    epilog: Epilog
     slurm: Slurm

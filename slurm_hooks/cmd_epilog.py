@@ -1,0 +1,51 @@
+"""`gpugate epilog`: the Slurm Epilog entry point (slurm_hooks/gpugate-epilog calls it)."""
+
+from __future__ import annotations
+
+from gpugate import log
+from gpugate.cli import make_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
+
+
+def parser() -> ArgumentParser:
+    """Options of `gpugate epilog`."""
+    p = make_parser(
+        "gpugate epilog",
+        "Slurm Epilog: after an abnormal end (exit code, signal, failed step, fresh kernel-log "
+        "errors) write an evidence bundle, name the cause, and drain the node when its own "
+        "evidence shows a hardware fault. Always exits 0: a failing epilog would make Slurm "
+        "drain the node with a meaningless 'Epilog error'.",
+    )
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run the epilog hook."""
+    args = parser().parse_args(argv)
+    from gpugate.slurm_hooks.guard import run_hook
+
+    run_hook("epilog", args.config, _body)
+    return 0
+
+
+def _body(config: object) -> int:
+    from gpugate.slurm_hooks.epilog import run_epilog
+    from gpugate.slurm_hooks.hookenv import from_environ
+
+    env = from_environ()
+    r = run_epilog(config, env)  # type: ignore[arg-type]
+    if r.abnormal or r.bundle:
+        text = f"epilog job {env.job_id} on {env.node}: {r.why}; cause {r.category}"
+        if r.xid is not None:
+            text += f" (Xid {r.xid})"
+        text += f"; bundle {r.bundle}" + (f"; drained: {r.reason}" if r.drained else "")
+        log.say(text)
+    log.event(config.state_dir, "epilog", job=env.job_id, node=env.node, abnormal=r.abnormal,  # type: ignore[attr-defined]
+              why=r.why, category=r.category, xid=r.xid, failing_rank=r.failing_rank,
+              hardware_fault=r.hardware_fault, drained=r.drained, reason=r.reason,
+              bundle=r.bundle, duration_s=round(r.duration_s, 4))  # fmt: skip
+    return 0

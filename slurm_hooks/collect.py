@@ -1,0 +1,221 @@
+"""The epilog's hands: read the job's files as its user, drain for hardware, write the bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gpugate import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.epilog import EpilogResult
+    from gpugate.slurm_hooks.hookenv import HookEnv
+
+
+def job_info(config: Config, env: HookEnv, slurm: object = None) -> dict:
+    """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
+    info: dict = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
+    try:
+        slurm = slurm or _slurm(config)
+        job = slurm.job(env.job_id)  # type: ignore[attr-defined]
+        info.update(
+            stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
+            nodes=list(job.nodes), state=job.state, exit_code=job.exit_code,
+            exit_signal=job.exit_signal, restarts=job.restarts, work_dir=job.work_dir,
+            comment=job.comment,
+        )  # fmt: skip
+    except Exception as exc:  # Slurm slow or the job gone: fall back to the environment
+        info["slurm_error"] = f"{type(exc).__name__}: {exc}"
+        info["stdout"] = _expand(env.stdout, env)
+    return info
+
+
+def _expand(path: str | None, env: HookEnv) -> str | None:
+    # SLURM_JOB_STDOUT is the pattern as given (`out.%j`), not expanded: do the common ones.
+    if not path:
+        return None
+    for key, value in (("%j", env.job_id), ("%u", env.user), ("%N", env.node), ("%%", "%")):
+        path = path.replace(key, value or "")
+    return path if os.path.isabs(path) else os.path.join(env.work_dir or "/", path)
+
+
+def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
+    """The job's logs this node should read: stdout/stderr on the batch host, NCCL files here."""
+    files: list[str] = []
+    if not job.get("batch_host") or job.get("batch_host") == env.node:
+        for key in ("stdout", "stderr"):
+            path = job.get(key)
+            if path and path not in files and path != "/dev/null":
+                files.append(path)
+    from gpugate.slurm_hooks.task_prolog import nccl_job_dir
+
+    nccl = nccl_job_dir(config, env.job_id)
+    if nccl:
+        files.append(nccl + "/")  # listed by the reader, as the user
+    return files
+
+
+def read_job_files(config: Config, env: HookEnv, job: dict, kernel_lines: list[str]) -> dict:
+    """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
+    from gpugate.slurm_hooks.userfiles import UserFileError, as_user
+
+    files = job_files(config, env, job)
+    cap = config.epilog.log_tail_kib * 1024
+    kernel_text = "\n".join(kernel_lines) + "\n" if kernel_lines else ""
+
+    def reader() -> dict:
+        return _read_and_diagnose(files, kernel_text, cap, config.epilog.max_log_files)
+
+    uid = env.uid if env.uid is not None else job.get("uid")
+    gid = env.gid if env.gid is not None else job.get("gid")
+    try:
+        return as_user(uid, gid, reader, config.epilog.read_timeout_s)  # type: ignore[return-value]
+    except UserFileError as exc:
+        log.say(f"epilog job {env.job_id}: could not read the job's files: {exc}")
+        # The kernel lines are root's own: diagnose them here even when the user's files fail.
+        return {"tails": {}, "errors": [str(exc)], "diagnosis": _diagnose([], kernel_text)}
+
+
+def _read_and_diagnose(files: list[str], kernel_text: str, cap: int, max_files: int) -> dict:
+    """In the child, as the user: safe tails of each file, then one diagnosis over all."""
+    from gpugate.slurm_hooks.userfiles import UserFileError, open_regular, read_tail
+
+    paths: list[str] = []
+    errors: list[str] = []
+    for entry in files:
+        if entry.endswith("/"):
+            try:
+                names = sorted(os.listdir(entry))[:max_files]
+            except OSError as exc:
+                errors.append(f"{entry}: {exc.strerror}")
+                continue
+            paths += [os.path.join(entry, n) for n in names]
+        else:
+            paths.append(entry)
+    tails: dict[str, str] = {}
+    readable: list[str] = []
+    for path in paths:
+        try:
+            os.close(open_regular(path))  # no symlink, no FIFO, a regular file
+            tails[path] = read_tail(path, cap).decode("utf-8", "replace")
+            readable.append(path)
+        except (UserFileError, OSError) as exc:
+            errors.append(str(exc))
+    return {"tails": tails, "errors": errors, "diagnosis": _diagnose(readable, kernel_text)}
+
+
+def _diagnose(paths: list[str], kernel_text: str) -> dict:
+    import io
+
+    from gpugate.checks.diagnosis import diagnose
+
+    inputs = [*paths, "-"] if kernel_text else paths
+    if not inputs:
+        return {"category": "no_failure", "xid": None, "failing_rank": None, "evidence": []}
+    result = diagnose(inputs, stdin=io.BytesIO(kernel_text.encode()))
+    out = result.to_json()
+    # The kernel lines come in on stdin; name them for what they are.
+    for loc in out.get("evidence_locations", []):
+        if loc.get("file") == "<stdin>":
+            loc["file"] = "kernel log"
+    return out
+
+
+def drain_for_hardware(
+    config: Config, env: HookEnv, hardware: list[Finding], slurm: object = None
+) -> tuple[str, bool]:
+    """Drain this node for its own hardware fault; the reason points at the bundle."""
+    from gpugate.slurm_hooks.evidence import bundle_name
+    from gpugate.slurm_hooks.prolog import drain_detail, drain_node
+
+    check_id, detail = drain_detail(hardware)
+    # The bundle goes first: Slurm reasons are read truncated (and gpugate caps them at 200).
+    where = f"{env.job_id}/{bundle_name(env.node or 'node', env.restart_count)}"
+    detail = f"evidence {where}: {detail}"
+    return drain_node(slurm or _slurm(config), env.node or "", check_id, detail)
+
+
+def write_evidence(
+    config: Config,
+    env: HookEnv,
+    job: dict,
+    facts: Facts,
+    fresh: list[str],
+    deltas: dict,
+    hardware: list[Finding],
+    logs: dict,
+    result: EpilogResult,
+) -> str | None:
+    """Write the bundle (atomically, admins only); returns its path or None on failure."""
+    from gpugate.slurm_hooks.deltas import describe
+    from gpugate.slurm_hooks.evidence import EvidenceError, write_bundle
+
+    from gpugate.yamlio import dump_yaml
+
+    ep = config.epilog
+    diagnosis = logs.get("diagnosis") or {}
+    kernel = fresh[-ep.kernel_lines_max :]
+    summary = {
+        "job_id": env.job_id,
+        "node": env.node,
+        "restart": env.restart_count,
+        "user": env.user,
+        "collected_at": facts.collected_at,
+        "why": result.why,
+        "exit_code2": env.exit_code2,
+        "category": diagnosis.get("category"),
+        "xid": diagnosis.get("xid"),
+        "failing_rank": diagnosis.get("failing_rank"),
+        "summary_text": diagnosis.get("summary"),
+        "hardware_fault": bool(hardware),
+        "hardware_findings": [f.message for f in hardware],
+        "first_hardware_error_at": _first_time(kernel) if hardware else None,
+        "suspected_node": env.node if hardware else None,
+        "counter_changes": describe(deltas),
+        "action": "drained"
+        if result.drained
+        else ("drain refused (not gpugate's)" if result.reason else "none"),
+        "drain_reason": result.reason,
+        "job": {k: v for k, v in job.items() if k not in ("comment",)},
+        "read_errors": logs.get("errors", []),
+    }
+    files: dict[str, str | bytes] = {
+        "kernel.log": "\n".join(kernel) + ("\n" if kernel else ""),
+        "counters.json": json.dumps(deltas, indent=1),
+        "snapshot.yaml": dump_yaml(facts.to_dict()),
+        "diagnosis.json": json.dumps(diagnosis, indent=1, default=str),
+        "decisive.txt": "\n".join(diagnosis.get("evidence") or []) + "\n",
+    }
+    for i, (path, tail) in enumerate(sorted((logs.get("tails") or {}).items())):
+        name = os.path.basename(path.rstrip("/")) or f"log{i}"
+        files[f"logs/{i:02d}-{_safe(name)}.tail"] = f"# tail of {path}\n{tail}"
+    try:
+        return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
+                            files, summary, group=ep.evidence_group)  # fmt: skip
+    except (EvidenceError, OSError) as exc:
+        log.error(
+            config.state_dir, f"epilog job {env.job_id}: could not write the evidence bundle", exc
+        )
+        return None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80] or "log"
+
+
+def _first_time(lines: list[str]) -> str | None:
+    # The bracketed dmesg time of the first fresh kernel line: enough to order nodes' faults.
+    for line in lines:
+        if line.startswith("["):
+            return line[1 : line.find("]")].strip()
+    return None
+
+
+def _slurm(config: Config) -> object:
+    from gpugate.slurm_hooks.slurm import backend
+
+    return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

@@ -1,0 +1,147 @@
+"""The Epilog: after an abnormal end, collect the evidence, name the cause, drain a bad node.
+
+Runs as root on every node of the job. What it reads from the node (NVML, kernel log, IB
+counters) is root's; what it reads from the job (stdout/stderr, NCCL debug files) belongs to
+the user and is read, and diagnosed, in a child process running as that user. It drains its
+own node only when the node's own evidence shows a hardware fault — never for the user's own
+errors (CUDA OOM, Python exceptions, Xid 13/31/43 alone).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.hookenv import HookEnv
+
+# Checks whose failure after a job is the node's fault (the hardware and its links), as
+# opposed to the host's limits or mounts, which do not change while a job runs.
+HARDWARE_CHECKS = (
+    "gpu.lost", "gpu.ecc", "gpu.memory_errors", "gpu.recovery_action", "gpu.temperature",
+    "gpu.throttle", "pcie.link", "nvlink.links", "nvlink.fabric", "ib.ports", "ib.rate",
+    "kernel.xid", "kernel.gpu_bus",
+)  # fmt: skip
+HARDWARE_CATEGORIES = frozenset({"ecc_error", "nvlink_error", "gpu_xid_hardware"})
+
+
+class EpilogResult(Record):
+    """What the epilog found and did."""
+
+    abnormal: bool
+    why: str
+    bundle: str | None = None
+    category: str | None = None
+    xid: int | None = None
+    failing_rank: int | None = None
+    hardware_fault: bool = False
+    drained: bool = False
+    reason: str | None = None
+    duration_s: float = 0.0
+
+
+def abnormal_end(env: HookEnv) -> str | None:
+    """Why the job's end looks abnormal (exit code, signal, failed step), or None."""
+    code2 = (env.exit_code2 or "").split(":")
+    exit_status = int(code2[0]) if code2[0].isdigit() else None
+    signal = int(code2[1]) if len(code2) > 1 and code2[1].isdigit() else None
+    if signal == 54:
+        return None  # 24.11: the job never started (its prolog failed): the prolog reported it
+    if exit_status:
+        return f"exit code {exit_status}"
+    if signal:
+        return f"killed by signal {signal}"
+    if env.exit_code:  # the raw wait status, where EXIT_CODE2 is missing
+        return f"wait status {env.exit_code}"
+    if env.derived_ec:
+        return f"a job step failed (derived exit code {env.derived_ec >> 8 or env.derived_ec})"
+    return None
+
+
+def gather_now(config: Config, env: HookEnv, baseline: dict | None) -> Facts:
+    """The node's facts now; the kernel log from where the job's prolog stopped."""
+    from gpugate.checks.facts import facts_from_dict, load_snapshot
+    from gpugate.checks.sources import gather_dict, replay_path
+
+    replay = replay_path(config, env.node or "")
+    if replay:
+        return load_snapshot(replay)
+    kwargs = {}
+    if baseline and baseline.get("kernel_log_seq") is not None:
+        from gpugate.checks.sources.kernel_log import boot_id
+
+        if baseline.get("boot_id") == boot_id(config):
+            kwargs = {"kernel_log": {"since_seq": baseline["kernel_log_seq"]}}
+    return facts_from_dict(gather_dict(config, env.node or "", source_kwargs=kwargs))
+
+
+def hardware_findings(facts: Facts, fresh_kernel: list[str], config: Config) -> list[Finding]:
+    """Failing hardware checks on the node now, judging only the kernel lines of this job."""
+    from gpugate.checks.run import run_checks
+    from gpugate.slurm_hooks.policy import effective_status
+
+    now = facts.replace(kernel_log=tuple(fresh_kernel))
+    found = run_checks(now, config, only=list(HARDWARE_CHECKS))
+    return [f for f in found if effective_status(f, config.policy) == "fail"]
+
+
+def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResult:
+    """Run the whole epilog for one job on this node."""
+    from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
+    from gpugate.slurm_hooks.state import counters, load_baseline
+
+    started = time.monotonic()
+    baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
+    facts = gather_now(config, env, baseline)
+    fresh = new_kernel_lines(baseline, facts.kernel_log or ())
+    deltas = counter_deltas(baseline, counters(facts))
+    hardware = hardware_findings(facts, fresh, config)
+    why = abnormal_end(env)
+    if why is None and hardware:
+        why = "hardware errors on the node since the job's prolog"
+    if why is None and not config.epilog.always_bundle:
+        cleanup(config, env)
+        return EpilogResult(abnormal=False, why="normal end", duration_s=time.monotonic() - started)
+    from gpugate.slurm_hooks import collect
+
+    job = collect.job_info(config, env, slurm)
+    logs = collect.read_job_files(config, env, job, fresh)
+    diagnosis = logs.get("diagnosis") or {}
+    result = EpilogResult(
+        abnormal=why is not None,
+        why=why or "always_bundle",
+        category=diagnosis.get("category"),
+        xid=diagnosis.get("xid"),
+        failing_rank=diagnosis.get("failing_rank"),
+        hardware_fault=bool(hardware),
+    )
+    reason = None
+    if hardware and config.epilog.drain_on_hardware and not config.policy.report_only:
+        reason, drained = collect.drain_for_hardware(config, env, hardware, slurm)
+        result = result.replace(drained=drained, reason=reason)
+    bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result)
+    cleanup(config, env)
+    return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
+
+
+def cleanup(config: Config, env: HookEnv) -> None:
+    """Drop the job's baseline (the bundle keeps what matters)."""
+    import shutil
+
+    from gpugate.slurm_hooks.state import job_dir
+
+    if env.job_id:
+        try:
+            shutil.rmtree(job_dir(config.state_dir, env.job_id), ignore_errors=True)
+        except Exception:
+            pass
+
+
+def is_hardware_category(category: str | None) -> bool:
+    """Whether a diagnosis category points at the GPU or its links rather than the user."""
+    return category in HARDWARE_CATEGORIES

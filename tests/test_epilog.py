@@ -1,0 +1,179 @@
+"""The epilog: bundles after abnormal ends, the cause named, hardware drains, users' files safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from factories import default_config, make_facts
+from gpugate.slurm_hooks.epilog import abnormal_end, run_epilog
+from gpugate.slurm_hooks.hookenv import HookEnv
+from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.slurm_hooks.slurm_parse import JobInfo
+
+from gpugate.yamlio import dump_yaml
+
+XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+NCCL_TIMEOUT = (
+    "[rank3]:[E1129 11:00:01.1 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7753, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600061 milliseconds before timing out.\n"
+)
+CUDA_OOM = (
+    "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 1 has a total "
+    "capacity of 79.10 GiB of which 12.73 GiB is free.\n"
+)
+
+
+class FakeSlurm:
+    """The adapter's job() and drain(), recorded."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+        self.drains: list[tuple[str, str]] = []
+
+    def job(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id=int(job_id), user="alice", uid=os.getuid(), state="FAILED", reason="",
+                       nodes=("gpu-node-01",), batch_host="gpu-node-01", stdout=self.stdout,
+                       stderr=self.stdout, work_dir="/", exit_code=1, exit_signal=0, restarts=0,
+                       comment="", admin_comment="", excluded_nodes=(), requeue=True, partition="gpu")  # fmt: skip
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drains.append((node, reason))
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        pass
+
+
+def setup(tmp_path, **epilog):
+    config = default_config()
+    return config.replace(
+        facts_file=str(tmp_path / "{node}.yaml"),
+        state_dir=str(tmp_path / "state"),
+        evidence_dir=str(tmp_path / "evidence"),
+        epilog=config.epilog.replace(**epilog),
+        task_prolog=config.task_prolog.replace(nccl_debug_dir=None),
+    )
+
+
+def snapshot(tmp_path, facts) -> None:
+    (tmp_path / "gpu-node-01.yaml").write_text(dump_yaml(facts.to_dict()))
+
+
+def env(**changes) -> HookEnv:
+    values = {"node": "gpu-node-01", "job_id": "77", "uid": os.getuid(), "gid": os.getgid(), "user": "alice",
+              "exit_code": 256, "exit_code2": "1:0", "derived_ec": 0}  # fmt: skip
+    values.update(changes)
+    return HookEnv(**values)
+
+
+def job_run(tmp_path, log_text: str, after=None, **env_changes):
+    """Prolog on a healthy node, the job writes its log, the node changes, then the epilog."""
+    config = setup(tmp_path)
+    snapshot(tmp_path, make_facts())
+    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    out = tmp_path / "job.out"
+    out.write_text(log_text)
+    snapshot(tmp_path, after or make_facts())
+    slurm = FakeSlurm(str(out))
+    return run_epilog(config, env(**env_changes), slurm), slurm, config
+
+
+def member(result, name: str) -> str:
+    with open(os.path.join(result.bundle, name)) as fh:
+        return fh.read()
+
+
+def summary(result) -> dict:
+    return json.loads(member(result, "summary.json"))
+
+
+def test_normal_end_leaves_no_bundle_and_no_baseline(tmp_path):
+    result, slurm, config = job_run(tmp_path, "done\n", exit_code=0, exit_code2="0:0")
+    assert not result.abnormal and result.bundle is None and slurm.drains == []
+    assert not os.path.exists(os.path.join(config.state_dir, "jobs", "77"))
+
+
+def test_nccl_timeout_gets_a_bundle_and_no_drain(tmp_path):
+    result, slurm, _ = job_run(tmp_path, "step 10\n" + NCCL_TIMEOUT)
+    assert result.abnormal and result.category == "nccl_timeout" and slurm.drains == []
+    s = summary(result)
+    assert (
+        s["category"] == "nccl_timeout" and s["action"] == "none" and s["hardware_fault"] is False
+    )
+    assert {
+        "summary.json",
+        "kernel.log",
+        "counters.json",
+        "snapshot.yaml",
+        "diagnosis.json",
+    } <= set(s["files"])
+    assert any(name.startswith("logs/") for name in s["files"])
+
+
+def test_hardware_xid_after_the_prolog_drains_with_the_bundle_in_the_reason(tmp_path):
+    broken = make_facts(kernel_log=(XID79,))
+    result, slurm, _ = job_run(tmp_path, NCCL_TIMEOUT, after=broken, exit_code=9, exit_code2="0:9")
+    assert result.hardware_fault and result.drained
+    node, reason = slurm.drains[0]
+    assert node == "gpu-node-01"
+    assert reason.startswith(
+        "gpugate: kernel.xid: evidence 77/gpu-node-01-r0: GPU4 (0000:58:00) Xid 79"
+    )
+    assert result.category == "gpu_xid_hardware" and result.xid == 79
+    s = summary(result)
+    assert s["suspected_node"] == "gpu-node-01" and s["action"] == "drained"
+    assert XID79 in member(result, "kernel.log")
+
+
+def test_ecc_counters_growing_during_the_job_drain(tmp_path):
+    broken = make_facts(gpus={2: {"ecc_volatile_uncorrected": 3}})
+    result, slurm, _ = job_run(
+        tmp_path, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n", after=broken
+    )
+    assert result.drained and slurm.drains[0][1].startswith("gpugate: gpu.ecc: evidence 77/gpu-node-01-r0: GPU2")
+    changes = summary(result)["counter_changes"]
+    assert any(line.startswith("GPU2: ecc_volatile_uncorrected +3") for line in changes)
+
+
+def test_users_own_oom_leaves_the_node_in_service(tmp_path):
+    result, slurm, _ = job_run(tmp_path, CUDA_OOM)
+    assert result.category == "cuda_oom" and result.failing_rank == 1
+    assert slurm.drains == [] and not result.hardware_fault
+
+
+def test_app_xid_alone_does_not_drain(tmp_path):
+    xid13 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:18:00): 13, Graphics SM Warp Exception on (GPC 1, TPC 1, SM 1): Out Of Range Address"
+    result, slurm, _ = job_run(tmp_path, "CUDA error: an illegal memory access was encountered\n",
+                               after=make_facts(kernel_log=(xid13,)))  # fmt: skip
+    assert slurm.drains == [] and not result.hardware_fault
+
+
+def test_a_symlinked_stdout_is_not_followed(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret\n")
+    config = setup(tmp_path)
+    snapshot(tmp_path, make_facts())
+    run_prolog(config, env(), FakeSlurm(""))
+    link = tmp_path / "job.out"
+    link.symlink_to(secret)
+    result = run_epilog(config, env(), FakeSlurm(str(link)))
+    s = summary(result)
+    assert any("symlink" in e for e in s["read_errors"])
+    assert all(
+        "root's secret" not in member(result, f) for f in s["files"] if f.startswith("logs/")
+    )
+
+
+def test_bundle_is_for_admins_only(tmp_path):
+    result, _, _ = job_run(tmp_path, NCCL_TIMEOUT)
+    assert stat.S_IMODE(os.stat(result.bundle).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(os.path.join(result.bundle, "summary.json")).st_mode) == 0o640
+
+
+def test_abnormal_end_from_the_epilog_environment():
+    assert abnormal_end(env(exit_code=768, exit_code2="3:0")) == "exit code 3"
+    assert abnormal_end(env(exit_code=9, exit_code2="0:9")) == "killed by signal 9"
+    assert abnormal_end(env(exit_code=0, exit_code2="0:0", derived_ec=1792)) is not None
+    assert abnormal_end(env(exit_code=0, exit_code2="0:0")) is None  # scancel looks like this
+    assert abnormal_end(env(exit_code=4022, exit_code2="0:54")) is None  # prolog refused it (24.11)
