@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 
-from gpugate_site import Site
+from gpugate_site import SNAPSHOTS, Site
 
-__all__ = ["Site", "slurm_or_skip"]
+__all__ = ["SNAPSHOTS", "Site", "slurm_or_skip"]
 
 
 def slurm_or_skip() -> None:

@@ -131,7 +131,9 @@ def test_ecc_counters_growing_during_the_job_drain(tmp_path):
     result, slurm, _ = job_run(
         tmp_path, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n", after=broken
     )
-    assert result.drained and slurm.drains[0][1].startswith("gpugate: gpu.ecc: evidence 77/gpu-node-01-r0: GPU2")
+    assert result.drained and slurm.drains[0][1].startswith(
+        "gpugate: gpu.ecc: evidence 77/gpu-node-01-r0: GPU2"
+    )
     changes = summary(result)["counter_changes"]
     assert any(line.startswith("GPU2: ecc_volatile_uncorrected +3") for line in changes)
 
@@ -177,3 +179,34 @@ def test_abnormal_end_from_the_epilog_environment():
     assert abnormal_end(env(exit_code=0, exit_code2="0:0", derived_ec=1792)) is not None
     assert abnormal_end(env(exit_code=0, exit_code2="0:0")) is None  # scancel looks like this
     assert abnormal_end(env(exit_code=4022, exit_code2="0:54")) is None  # prolog refused it (24.11)
+
+
+def test_the_suspect_is_the_node_with_the_first_hardware_error():
+    from gpugate.slurm_hooks.evidence import suspect_node
+
+    summaries = [
+        {"node": "n1", "hardware_fault": False, "category": "nccl_timeout"},
+        {
+            "node": "n3",
+            "hardware_fault": True,
+            "first_hardware_error_at": "2026-11-29T11:02:09.000000Z",
+        },
+        {
+            "node": "n2",
+            "hardware_fault": True,
+            "first_hardware_error_at": "2026-11-29T11:02:03.500000Z",
+        },
+    ]
+    assert suspect_node(summaries) == "n2"
+    assert suspect_node(summaries[:1]) is None
+
+
+def test_kernel_line_times_become_comparable_utc():
+    from gpugate.slurm_hooks.collect import kernel_line_time
+
+    assert (
+        kernel_line_time("[  100.250000] NVRM: Xid ...", boot_epoch=1_800_000_000.0)
+        == "2027-01-15T08:01:40.250000Z"
+    )
+    assert kernel_line_time("[Sun Nov 29 11:02:03 2026] NVRM: Xid").startswith("2026-11-29T")
+    assert kernel_line_time("no stamp") is None

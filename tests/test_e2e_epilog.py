@@ -1,0 +1,114 @@
+"""End to end: gpugate as Prolog and Epilog of a real Slurm; evidence, causes and drains.
+
+The job itself simulates what happens to a node during a run by swapping the node's replayed
+snapshot (the GPUs are the only simulated part): e.g. an Xid 79 appearing in the kernel log.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e import SNAPSHOTS, Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import LocalSlurm  # noqa: E402
+
+NODE = "gpu-node-01"
+NCCL_TIMEOUT = (
+    "[rank3]:[E1129 11:00:01.1 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=7753, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+    "600061 milliseconds before timing out."
+)
+CUDA_OOM = (
+    "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 1 has a total "
+    "capacity of 79.10 GiB of which 12.73 GiB is free."
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    return Site(tmp_path_factory.mktemp("e2e-epilog"))
+
+
+@pytest.fixture(scope="module")
+def cluster(site: Site):
+    site.use_snapshot(NODE, "h100-healthy")
+    with LocalSlurm(
+        site.base / "slurm",
+        nodes=[NODE],
+        prolog=site.hook("prolog"),
+        epilog=site.hook("epilog"),
+        prolog_epilog_timeout=60,
+        wrap_hooks=False,
+    ) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def healthy_start(site: Site, cluster: LocalSlurm):
+    site.use_snapshot(NODE, "h100-healthy")
+    if cluster.is_drained(NODE):
+        cluster.resume(NODE)
+    cluster.wait_idle()
+
+
+def run_job(cluster: LocalSlurm, site: Site, name: str, script: str) -> int:
+    out = site.base / f"{name}.out"
+    job = cluster.submit(script=f"#!/bin/sh\n{script}\n", output=str(out))
+    cluster.wait_job(job, ("COMPLETED", "FAILED"), timeout=60)
+    return job
+
+
+def epilog_event(site: Site, job: int) -> dict:
+    events = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+    assert events, f"no epilog event for job {job}: {site.events()[-3:]}"
+    return events[-1]
+
+
+def summary(event: dict) -> dict:
+    with open(f"{event['bundle']}/summary.json") as fh:
+        return json.load(fh)
+
+
+def test_successful_job_leaves_no_bundle(cluster: LocalSlurm, site: Site):
+    job = run_job(cluster, site, "ok", "echo fine")
+    event = epilog_event(site, job)
+    assert event["abnormal"] is False and event["bundle"] is None
+    assert not (site.evidence / str(job)).exists()
+
+
+def test_nccl_timeout_gets_a_bundle_with_its_category(cluster: LocalSlurm, site: Site):
+    job = run_job(cluster, site, "nccl", f"echo 'step 10'; echo '{NCCL_TIMEOUT}' >&2; exit 1")
+    event = epilog_event(site, job)
+    assert event["category"] == "nccl_timeout" and event["drained"] is False
+    s = summary(event)
+    assert s["job_id"] == str(job) and s["node"] == NODE and s["category"] == "nccl_timeout"
+    assert any("Watchdog caught collective operation timeout" in line for line in
+               open(f"{event['bundle']}/decisive.txt"))  # fmt: skip
+    assert not cluster.is_drained(NODE)
+
+
+def test_hardware_xid_during_the_job_drains_with_the_bundle_named(cluster: LocalSlurm, site: Site):
+    broken = site.snapshots / "xid79-during-job.yaml"
+    broken.write_text((SNAPSHOTS / "h100-xid79.yaml").read_text().replace("gpu-node-01", NODE))
+    target = site.snapshots / f"{NODE}.yaml"
+    job = run_job(cluster, site, "xid", f"echo '{NCCL_TIMEOUT}'; cp {broken} {target}; exit 1")
+    event = epilog_event(site, job)
+    assert event["hardware_fault"] is True and event["drained"] is True
+    node = cluster.wait_node(NODE, lambda n: "DRAIN" in n.get("State", ""), timeout=10)
+    assert node["Reason"].startswith(f"gpugate: kernel.xid: evidence {job}/{NODE}-r0: "), node[
+        "Reason"
+    ]
+    s = summary(event)
+    assert s["category"] == "gpu_xid_hardware" and s["xid"] == 79 and s["suspected_node"] == NODE
+
+
+def test_cuda_oom_leaves_the_node_in_service(cluster: LocalSlurm, site: Site):
+    job = run_job(cluster, site, "oom", f"echo '{CUDA_OOM}'; exit 1")
+    event = epilog_event(site, job)
+    assert event["category"] == "cuda_oom" and event["failing_rank"] == 1
+    assert event["drained"] is False and not cluster.is_drained(NODE)
