@@ -87,8 +87,8 @@ def test_nccl_timeout_gets_a_bundle_with_its_category(cluster: LocalSlurm, site:
     assert event["category"] == "nccl_timeout" and event["drained"] is False
     s = summary(event)
     assert s["job_id"] == str(job) and s["node"] == NODE and s["category"] == "nccl_timeout"
-    assert any("Watchdog caught collective operation timeout" in line for line in
-               open(f"{event['bundle']}/decisive.txt"))  # fmt: skip
+    with open(f"{event['bundle']}/decisive.txt") as fh:
+        assert "Watchdog caught collective operation timeout" in fh.read()
     assert not cluster.is_drained(NODE)
 
 
