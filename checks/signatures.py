@@ -1,0 +1,441 @@
+"""Job-log failure signatures: one table of what a dying training job prints, and line cleaning.
+
+Each `Signature` names a diagnosis category, a compiled pattern (searched in one cleaned line
+segment), the anchors that any matching line must contain (the scanner's cheap prefilter: only
+lines holding an anchor are ever decoded and matched), a specificity, a strength and an example
+line (the tests check that every example matches its pattern and passes the prefilter).
+
+Formats by era and framework are in section 6 of the project's GPU failure reference; kernel
+lines (Xid, SXid, OOM killer) in sections 1 and 2. Xid lines are classified with the Xid catalog.
+
+Strength says what one line proves:
+- ``fatal``: the job failed this way (at the category's rank, see `diagnosis.TIERS`).
+- ``minor``: an event that explains a failure only when nothing more specific is visible (a
+  non-fatal Xid such as 63, a SIGTERM notice): ranked just above the generic ``other``.
+- ``precursor``: counts only before the first fatal line of its file and only if the job failed
+  (NCCL WARN network errors: retried warnings in a healthy run must not trigger a failure).
+- ``context``: no category; feeds a detail (torchrun's "Root Cause" block names the rank).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpugate.checks import xid as X
+
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+FATAL, MINOR, PRECURSOR, CONTEXT = "fatal", "minor", "precursor", "context"
+
+# Per-segment work is capped: a progress bar can put megabytes on one "line".
+SEGMENT_MAX = 2000
+TEXT_MAX = 400  # characters of a line kept as evidence
+
+
+class Signature(Record):
+    """One failure signature: category, pattern, anchors, and how telling a match is."""
+
+    name: str
+    category: str | None  # None for context lines (torchrun summary fields)
+    anchors: tuple[str, ...]  # every line the pattern matches contains one of these
+    pattern: re.Pattern
+    example: str
+    # Among signatures matching the same line, the highest wins (a CUDA OOM inside a
+    # RuntimeError line is a CUDA OOM, not a generic exception).
+    specificity: int = 50
+    strength: str = FATAL
+    # Xid-like lines: (match, text) -> (category, strength, xid); the catalog decides.
+    resolve: Callable | None = None
+
+
+class Match(Record):
+    """What one line segment says: the winning signature and what it extracted."""
+
+    signature: str
+    category: str | None
+    strength: str
+    specificity: int
+    text: str  # cleaned (no ANSI, no rank prefix), capped
+    rank: int | None = None  # global rank named by a prefix or by the message
+    xid: int | None = None  # root Xid of this line (Xid 45 "caused by previous Xid N" gives N)
+    fields: dict = {}  # other named groups: gpu, exitcode, signal, ...
+
+
+def _xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
+    """Category, strength and root code of an `NVRM: Xid` line, from the catalog."""
+    event = X.parse_xid(text)
+    code = int(m.group("xid")) if event is None else event.code
+    caused_by = event.caused_by if event is not None else None
+    root = caused_by if caused_by is not None else code
+    info = X.lookup(root)
+    if event is not None and caused_by is None:
+        fatal = X.needs_drain(event) or info.action == "restart_app"
+    else:
+        fatal = info.action != "none"
+    return info.category, FATAL if fatal else MINOR, root
+
+
+def _sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
+    """NVSwitch SXid (or fabric manager line): NVLink fabric error, fatal when it says so."""
+    return "nvlink_error", FATAL if m.group("sev").lower() == "fatal" else MINOR, None
+
+
+def _sig(
+    name: str,
+    category: str | None,
+    anchors: str,
+    pattern: str,
+    example: str,
+    specificity: int = 50,
+    strength: str = FATAL,
+    resolve: Callable | None = None,
+) -> Signature:
+    """A table row: anchors as one `|`-separated string, the pattern compiled."""
+    return Signature(name=name, category=category, anchors=tuple(anchors.split("|")),
+                     pattern=re.compile(pattern), example=example,
+                     specificity=specificity, strength=strength, resolve=resolve)  # fmt: skip
+
+
+# The table. Patterns are searched (not matched) in a cleaned segment, so prefixes, timestamps
+# and glog headers in front do not matter. Examples are written for this table, not copied.
+SIGNATURES: tuple[Signature, ...] = (
+    # --- kernel and driver lines mixed into the input ---------------------------------------
+    _sig("kernel.xid", "gpu_xid_hardware", "Xid",
+         r"NVRM: Xid \([^)]*\): (?P<xid>\d+)",
+         "[ 9.1] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+         specificity=95, resolve=_xid_outcome),
+    _sig("kernel.xid_loose", "gpu_xid_hardware", "Xid",
+         r"(?<![\w-])Xid(?: error)?[ :=]+(?P<xid>[1-9]\d{0,2})\b(?!\.\d)",
+         "dcgm health: GPU 2 reported Xid 48 (double bit ECC error)",
+         specificity=85, resolve=_xid_outcome),
+    _sig("kernel.sxid", "nvlink_error", "Xid",
+         r"SXid \([^)]*\): (?P<sxid>\d+), (?P<sev>\w+)",
+         "nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Fatal, Link 02 egress non-posted PRIV error",
+         specificity=90, resolve=_sxid_outcome),
+    _sig("fabricmanager.nvswitch", "nvlink_error", "RROR",
+         r"detected NVSwitch (?P<sev>fatal|non-fatal) error",
+         "[Mar 02 2025 10:11:12] [ERROR] [tid 812] detected NVSwitch fatal error 20034 on fid 0 on "
+         "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61",
+         specificity=85, resolve=_sxid_outcome),
+    _sig("kernel.fallen_off_bus", "gpu_xid_hardware", "fallen off|NVRM",
+         r"fallen off the bus", "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+         specificity=80),
+    _sig("kernel.rm_init_failed", "gpu_xid_hardware", "NVRM",
+         r"RmInitAdapter failed|rm_init_adapter failed",
+         "NVRM: GPU 0000:1a:00.0: RmInitAdapter failed! (0x22:0x38:884)", specificity=70),
+    _sig("kernel.reset_required", "gpu_xid_hardware", "NVRM|RROR",
+         r"Reset required|NV_ERR_RESET_REQUIRED",
+         "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]",
+         specificity=70),
+    _sig("smi.gpu_lost", "gpu_xid_hardware", "GPU is lost|rror",
+         r"GPU is lost|Unable to determine the device handle for GPU ?\S*: Unknown Error",
+         "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
+         specificity=70),
+    _sig("kernel.oom_killer", "host_oom", "oom-kill",
+         r"invoked oom-killer|oom-kill:constraint=",
+         "[812.1] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+         specificity=85),
+    _sig("kernel.oom_killed", "host_oom", "of memory",
+         r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d+",
+         "Memory cgroup out of memory: Killed process 4242 (python) total-vm:912kB, anon-rss:80kB",
+         specificity=90),
+    # --- Slurm -----------------------------------------------------------------------------
+    _sig("slurm.oom_kill_event", "host_oom", "oom-kill|oom_kill",
+         r"Detected \d+ oom[-_]kill event",
+         "slurmstepd: error: Detected 3 oom_kill events in StepId=77.0. Some of the step tasks have been OOM Killed.",
+         specificity=95),
+    _sig("slurm.memory_limit", "host_oom", "memory limit",
+         r"exceeded (?:job |step )?memory limit",
+         "slurmstepd: error: StepId=77.batch exceeded memory limit (9000 > 8000), being killed",
+         specificity=90),
+    _sig("slurm.task_oom", "host_oom", "Of Memory|rror",
+         r"tasks? [\d,\-]+: Out Of Memory|\bOUT_OF_MEMORY\b",
+         "srun: error: node-a7: task 5: Out Of Memory", specificity=95),
+    _sig("slurm.time_limit", "slurm_time_limit", "CANCELLED|rror",
+         r"DUE TO TIME LIMIT",
+         "slurmstepd: error: *** JOB 77 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 DUE TO TIME LIMIT ***",
+         specificity=90),
+    _sig("slurm.node_failure", "slurm_node_failure", "CANCELLED|rror",
+         r"DUE TO NODE FAIL|Node failure on \S+",
+         "srun: error: Node failure on node-b3", specificity=90),
+    _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
+         r"DUE TO (?:PREEMPTION|JOB REQUEUE)",
+         "slurmstepd: error: *** STEP 77.0 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 DUE TO PREEMPTION ***",
+         specificity=85),
+    _sig("slurm.cancelled", "slurm_cancelled", "CANCELLED",
+         r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+(?: DUE [Tt][Oo] SIGNAL \w+)? \*\*\*"
+         r"|CANCELLED by \d+",
+         "slurmstepd: error: *** JOB 77 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 ***",
+         specificity=80),
+    _sig("slurm.uncorrectable_memory", "ecc_error", "RROR",
+         r"UNCORRECTABLE MEMORY ERROR",
+         "slurmstepd: error: *** JOB 77 ON node-a1 UNCORRECTABLE MEMORY ERROR AT 2024-02-01T10:00:00 ***",
+         specificity=85),
+    _sig("slurm.step_failed", "other", "rror",
+         r"\*\*\* (?:JOB|STEP) \S+ ON \S+ FAILED",
+         "slurmstepd: error: *** STEP 77.0 ON node-a1 FAILED (non-zero exit code or other failure mode) ***",
+         specificity=20),
+    _sig("srun.task_exit", "other", "rror",
+         r"srun: error: \S+: tasks? [\d,\-]+: (?P<how>Exited with exit code [1-9]\d*|Killed|"
+         r"Segmentation fault|Aborted|Bus error)",
+         "srun: error: node-a1: task 3: Exited with exit code 1", specificity=20),
+    # --- CUDA ------------------------------------------------------------------------------
+    _sig("cuda.ecc", "ecc_error", "rror",
+         r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE",
+         "RuntimeError: CUDA error: uncorrectable ECC error encountered", specificity=90),
+    _sig("cuda.nvlink", "nvlink_error", "rror",
+         r"uncorrectable NVLink error|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
+         "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
+         specificity=90),
+    _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
+         r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|"
+         r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+         r"RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor",
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB",
+         specificity=90),
+    _sig("cuda.oom_library", "cuda_oom", "rror",
+         r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
+         "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+         specificity=70),
+    _sig("cuda.illegal_address", "illegal_memory_access", "illegal memory|rror|RROR",
+         r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress",
+         "RuntimeError: CUDA error: an illegal memory access was encountered", specificity=85),
+    _sig("cuda.busy_unavailable", "gpu_xid_hardware", "rror",
+         r"CUDA-capable devices? (?:\(s\) )?(?:is|are|is/are) busy or unavailable|cudaErrorDevicesUnavailable",
+         "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
+         specificity=60),
+    _sig("cuda.launch_failure", "other", "rror",
+         r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
+         "RuntimeError: CUDA error: unspecified launch failure", specificity=80),
+    _sig("cuda.app_fault", "other", "rror",
+         r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
+         "RuntimeError: CUDA error: device-side assert triggered", specificity=70),
+    _sig("cuda.error", "other", "rror",
+         r"CUDA error: (?P<detail>[^\n]{1,80})", "  what():  CUDA error: unknown error",
+         specificity=30),
+    # --- NCCL / torch.distributed ------------------------------------------------------------
+    _sig("nccl.watchdog_timeout", "nccl_timeout", "atchdog",
+         r"(?:\[Rank (?P<rank>\d+)\]:? )?[Ww]atchdog caught collective operation timeout",
+         "[E ProcessGroupNCCL.cpp:455] [Rank 5] Watchdog caught collective operation timeout: "
+         "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600004 milliseconds before timing out.",
+         specificity=90),
+    _sig("nccl.watchdog_stuck", "nccl_timeout", "atchdog|imed out",
+         r"watchdog got stuck|Heartbeat monitor timed out",
+         "[PG 0 Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",
+         specificity=80),
+    _sig("gloo.timeout", "nccl_timeout", "imed out",
+         r"Timed out waiting \d+ms for (?:recv|send) operation",
+         "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:84] Timed out waiting 1800000ms for recv operation to complete",
+         specificity=70),
+    _sig("nccl.ops_failed", "nccl_timeout", "imed out",
+         r"Some NCCL operations have failed or timed out",
+         "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, ...",
+         specificity=20),
+    _sig("nccl.error", "nccl_error", "rror",
+         r"NCCL [Ee]rror(?: \d+)?(?: in: \S+)?:?,? (?P<detail>[^,\n]{1,80})",
+         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, "
+         "remote process exited or there was a network error, NCCL version 2.19.3",
+         specificity=80),
+    _sig("nccl.result", "nccl_error", "rror",
+         r"\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b",
+         "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+         specificity=75),
+    # Without a reason, the abort is the watchdog's doing (PyTorch 1.x prints the timeout apart).
+    _sig("nccl.comm_aborted", "nccl_timeout", "rror",
+         r"NCCL communicator was aborted(?: on rank (?P<rank>\d+))?(?!.*Original reason)",
+         "RuntimeError: NCCL communicator was aborted on rank 3.", specificity=30),
+    # Only the Python exception: `terminate called ... instance of 'c10::DistBackendError'` is
+    # the standard tear-down after a watchdog timeout on every rank.
+    _sig("nccl.dist_backend", "nccl_error", "rror",
+         r"^\s*(?:torch\.distributed\.)?DistBackendError:",
+         "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving "
+         "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
+         "Connection reset by peer",
+         specificity=40),
+    _sig("nccl.warn_network", "nccl_error", "NCCL WARN",
+         r"NCCL WARN (?!.*[Rr]etry)(?:.*(?:Got completion from peer .* with error|Connection reset by peer|"
+         r"Connection closed by|Broken pipe|UNDELIVERABLE|remote process exited|Connection refused))",
+         "gpu-b7:99:120 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+         "10.0.0.4<54321> with error 12, opcode 0, len 0, vendor err 129",
+         specificity=50, strength=PRECURSOR),
+    # --- host memory -----------------------------------------------------------------------
+    _sig("host.dataloader_killed", "host_oom", "rror|Killed",
+         r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
+         "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", specificity=70),
+    _sig("host.cpu_alloc", "host_oom", "allocate memory|not enough memory|bad_alloc|rror",
+         r"DefaultCPUAllocator: (?:can't|not enough memory)|Cannot allocate memory|std::bad_alloc|"
+         r"^(?:[A-Za-z_]\w*\.)*MemoryError\b",
+         "RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate memory: "
+         "you tried to allocate 3221225472 bytes.",
+         specificity=60),
+    # --- launchers and signals -----------------------------------------------------------------
+    # A crash inside NCCL itself (kernel line) is an NCCL failure, not an anonymous segfault.
+    _sig("kernel.nccl_segfault", "nccl_error", "rror",
+         r"segfault at \S+ ip \S+ sp \S+ error \d+ in libnccl",
+         "kern  :warn  : 2025-03-01T10:11:12,000000+00:00 pt_main_thread[4242]: segfault at 7f00 ip "
+         "00007f11 sp 00007f22 error 4 in libnccl.so.2[7f7c+d3d3000]",
+         specificity=65),
+    _sig("signal.sigsegv", "other", "SIG|egmentation|rror|xitcode",
+         r"SIGSEGV|Segmentation fault|segfault at|Signal 11\b|exitcode\s*: -11\b",
+         "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Segmentation fault (core dumped) python train.py",
+         specificity=60),
+    _sig("signal.shell_killed", "other", "Killed|rror",
+         r"line \d+: +\d+ (?:Killed|Bus error)\b|^Killed$|\bBus error \(core dumped\)|"
+         r"Unexpected bus error encountered",
+         "/var/spool/slurmd/job77/slurm_script: line 12: 4242 Killed                  python train.py",
+         specificity=20),
+    _sig("signal.lightning_sigterm", "slurm_cancelled", "SIG",
+         r"(?:Received|Bypassing) SIGTERM", "[rank: 0] Received SIGTERM: 15", specificity=30,
+         strength=MINOR),
+    _sig("signal.child", "other", "SIG",
+         r"Signal (?P<signal>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID|"
+         r"died with <Signals\.SIG[A-Z]+: \d+>|interrupted by signal \d+: ?SIG[A-Z]+",
+         "  traceback : Signal 9 (SIGKILL) received by PID 4242", specificity=35),
+    _sig("torchrun.agent_failed", "other", "xitcode",
+         r"failed \(exitcode: (?P<exitcode>-?[1-9]\d*)\) local_rank: \d+",
+         "E0102 03:04:05.000000 4242 torch/distributed/elastic/multiprocessing/api.py:881] failed "
+         "(exitcode: -6) local_rank: 1 (pid: 4243) of binary: /usr/bin/python3",
+         specificity=25),
+    _sig("torchrun.child_failed", "other", "rror", r"ChildFailedError",
+         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", specificity=25),
+    _sig("deepspeed.exit", "other", "RROR|rror",
+         r"exits with return code = (?P<exitcode>-?[1-9]\d*)|returned non-zero exit status (?P<status>\d+)",
+         "[2024-01-02 03:04:05,678] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] "
+         "exits with return code = 1",
+         specificity=20),
+    _sig("python.exception", "other", "rror",
+         r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error)(?::\s|:?$)(?!.*[Rr]etry)",
+         "ValueError: too many values to unpack (expected 2)", specificity=10),
+    # --- context: torchrun's ChildFailedError summary ------------------------------------------
+    _sig("torchrun.root_cause", None, "Root Cause", r"Root Cause \(first observed failure\)",
+         "Root Cause (first observed failure):", strength=CONTEXT),
+    _sig("torchrun.rank_field", None, "local_rank",
+         r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)", "  rank      : 5 (local_rank: 1)",
+         strength=CONTEXT),
+    _sig("torchrun.exitcode_field", None, "xitcode",
+         r"^\s*exitcode\s*:\s*(?P<exitcode>-?\d+)", "  exitcode  : -9 (pid: 4242)",
+         strength=CONTEXT),
+    # --- context: the run went on to finish (a generic error before it was handled) ---------
+    _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
+         r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
+         "{'train_runtime': 812.4, 'train_samples_per_second': 3.2, 'epoch': 3.0}",
+         strength=CONTEXT),
+)  # fmt: skip
+
+ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for s in SIGNATURES for a in s.anchors))
+# The prefilter as one alternation (for `grep -E` and for documentation). Anchors are plain
+# words so that the same text is valid in Python and POSIX ERE without escaping.
+ALTERNATION = "|".join(ANCHORS)
+ANCHOR_BYTES: tuple[bytes, ...] = tuple(a.encode() for a in ANCHORS)
+_ANCHOR_RE = re.compile(ALTERNATION)
+_BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
+    a: tuple(s for s in SIGNATURES if a in s.anchors) for a in ANCHORS
+}
+
+# ANSI/VT100 escapes: CSI sequences (colours, cursor moves), OSC titles, two-byte escapes.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
+# Prefixes launchers put in front of every line (reference section 6), peeled off one by one.
+# `[rankN]:`, `[rank: N]`, mpirun's `[job,N]<stderr>:` and torchrun's `[defaultN]:` name a rank.
+_PREFIX_RE = re.compile(
+    r"""\s*(?:
+      \[rank(?P<rank>\d+)\]:\s?                      # [rank3]:  (PyTorch >= 2.2)
+    | \[rank:\ (?P<rank_l>\d+)\]\s?                   # [rank: 0] (Lightning)
+    | \[\d+,(?P<rank_m>\d+)\]<std(?:out|err)>:\s?      # [1,3]<stderr>: (mpirun --tag-output)
+    | \[[A-Za-z_]+(?P<rank_t>\d+)\]:\s?                # [default3]: torchrun --tee (local rank:
+                                                      # the global one on the usual single node)
+    | (?:\d{1,3}\.){3}\d{1,3}:\s                      # 192.168.1.2: (pdsh / DeepSpeed)
+    | \([\w.-]*\s?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?       # (pid=42) (RayWorker pid=42, ip=1.2.3.4)
+    | \d{1,5}:\s                                      # srun --label task number
+    | \[[0-9;]*m                                      # a colour code whose ESC got lost
+    )""",
+    re.X,
+)
+
+
+def segments(raw: bytes) -> list[bytes]:
+    """The parts of one raw line worth matching: `\\r`-separated, with an anchor, capped."""
+    parts = raw.split(b"\r") if b"\r" in raw else [raw]
+    out = []
+    for part in parts:
+        if len(part) > SEGMENT_MAX:
+            part = _window(part)
+        if part and any(a in part for a in ANCHOR_BYTES):
+            out.append(part)
+    return out
+
+
+def _window(part: bytes) -> bytes:
+    """A long segment cut around its first anchor (the error text sits right after it)."""
+    first = min((i for i in (part.find(a) for a in ANCHOR_BYTES) if i >= 0), default=0)
+    start = max(0, first - SEGMENT_MAX // 4)
+    return part[start : start + SEGMENT_MAX]
+
+
+def clean(segment: bytes) -> tuple[str, int | None]:
+    """Decoded text without ANSI codes, control bytes and launcher prefixes; and the rank."""
+    text = segment.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    text = _CONTROL_RE.sub("", text).rstrip()
+    rank = None
+    while True:
+        m = _PREFIX_RE.match(text)
+        if not m or m.end() == 0:
+            break
+        found = m.group("rank") or m.group("rank_l") or m.group("rank_m") or m.group("rank_t")
+        if found is not None and rank is None:
+            rank = int(found)
+        text = text[m.end() :]
+    return text, rank
+
+
+def match_segment(segment: bytes) -> Match | None:
+    """The most specific signature matching one line segment, or None."""
+    text, prefix_rank = clean(segment)
+    best: tuple[int, Signature, re.Match] | None = None
+    for anchor in set(_ANCHOR_RE.findall(text)):
+        for sig in _BY_ANCHOR[anchor]:
+            if best is not None and sig.specificity <= best[0]:
+                continue
+            m = sig.pattern.search(text)
+            if m is not None:
+                best = (sig.specificity, sig, m)
+    if best is None:
+        return None
+    _, sig, m = best
+    return _to_match(sig, m, text, prefix_rank)
+
+
+def _to_match(sig: Signature, m: re.Match, text: str, prefix_rank: int | None) -> Match:
+    category, strength, code = sig.category, sig.strength, None
+    if sig.resolve is not None:
+        category, strength, code = sig.resolve(m, text)
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    named = groups.pop("rank", None)
+    rank = prefix_rank if prefix_rank is not None else (int(named) if named else None)
+    groups.pop("xid", None)
+    return Match(
+        signature=sig.name,
+        category=category,
+        strength=strength,
+        specificity=sig.specificity,
+        text=text[:TEXT_MAX],
+        rank=rank,
+        xid=code,
+        fields=groups,
+    )
+
+
+def match_line(raw: bytes) -> list[Match]:
+    """Every signature match in one raw line (one per `\\r` segment at most)."""
+    out = []
+    for seg in segments(raw):
+        m = match_segment(seg)
+        if m is not None:
+            out.append(m)
+    return out

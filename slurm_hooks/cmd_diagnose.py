@@ -1,0 +1,65 @@
+"""`gpugate diagnose`: name why a job died from its logs (report for people, --json for scripts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gpugate.cli import EXIT_OK, EXIT_USAGE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.diagnosis import Diagnosis
+
+
+def parser() -> argparse.ArgumentParser:
+    """Options of `gpugate diagnose`."""
+    p = argparse.ArgumentParser(
+        prog="gpugate diagnose",
+        description="Name why a training job died from its logs (job stdout/stderr, with kernel "
+        "log lines mixed in or as another file). Plain, gzip'd, or `-` for stdin. Exit 0 when a "
+        "diagnosis was made (no_failure included), 2 on a usage error or an unreadable log (the "
+        "others are still read).",
+    )
+    p.add_argument("logs", nargs="+", metavar="LOG", help="log file, .gz, or - for stdin")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "grep", "python"),
+        default="auto",
+        help="line prefilter: grep for large files when available (default), or Python",
+    )
+    return p  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpugate diagnose`."""
+    args = parser().parse_args(argv)
+    from gpugate.checks.diagnosis import diagnose
+
+    result = diagnose(args.logs, engine=args.engine)
+    failed = [f for f in result.files if f.error]
+    for f in failed:
+        print(f"gpugate diagnose: cannot read {f.path}: {f.error}", file=sys.stderr)
+    if len(failed) < len(result.files):
+        if args.json:
+            sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        else:
+            sys.stdout.write(render(result))
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def render(d: Diagnosis) -> str:
+    """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
+    lines = [
+        f"diagnosis: {d.category}",
+        f"  {d.summary}",
+        f"  what to do: {d.advice}",
+        f"  xid: {'-' if d.xid is None else d.xid}    "
+        f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}",
+    ]
+    if d.evidence:
+        lines.append("  evidence:")
+        lines += [f"    {e.file}:{e.line}: {e.text}" for e in d.evidence]
+    return "\n".join(lines) + "\n"
