@@ -28,7 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": ("cmd_nodes", "drained nodes, reasons and evidence at a glance"),
     "evidence": ("cmd_evidence", "evidence bundles of a node or a job"),
     "resume": ("cmd_resume", "check a node, then resume it (audited)"),
-    "report": ("cmd_report", "one self-contained HTML page of drains, evidence and repeat offenders"),
+    "report": (
+        "cmd_report",
+        "one self-contained HTML page of drains, evidence and repeat offenders",
+    ),
 }
 
 # Exit codes (the CLI contract): 0 healthy, 1 unhealthy, 2 usage or configuration error,
