@@ -165,6 +165,8 @@ def write_evidence(
         "restart": env.restart_count,
         "user": env.user,
         "collected_at": facts.collected_at,
+        "job_start": _iso(env.start_time),
+        "job_end": _iso(env.end_time),
         "why": result.why,
         "exit_code2": env.exit_code2,
         "category": diagnosis.get("category"),
@@ -201,6 +203,12 @@ def write_evidence(
             config.state_dir, f"epilog job {env.job_id}: could not write the evidence bundle", exc
         )
         return None
+
+
+def _iso(epoch: int | None) -> str | None:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)) if epoch else None
 
 
 def _safe(name: str) -> str:

@@ -27,6 +27,8 @@ class HookEnv(Record):
     exit_code2: str | None = None  # SLURM_JOB_EXIT_CODE2: "exit:signal"
     derived_ec: int | None = None  # SLURM_JOB_DERIVED_EC: raw, highest of the steps
     context: str | None = None  # prolog_slurmd, epilog_slurmd, prolog_task, epilog_slurmctld
+    start_time: int | None = None  # epoch; Slurm 23.x+ only (SLURM_JOB_START_TIME)
+    end_time: int | None = None  # epoch; the real end in the epilog (SLURM_JOB_END_TIME)
 
 
 def _int(value: str | None) -> int | None:
@@ -67,6 +69,8 @@ def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
         exit_code2=e.get("SLURM_JOB_EXIT_CODE2"),
         derived_ec=_int(e.get("SLURM_JOB_DERIVED_EC")),
         context=e.get("SLURM_SCRIPT_CONTEXT"),
+        start_time=_int(e.get("SLURM_JOB_START_TIME")),
+        end_time=_int(e.get("SLURM_JOB_END_TIME")),
     )
 
 
