@@ -172,11 +172,33 @@ class Epilog(Record):
     evidence_group: str | None
 
 
+class Requeue(Record):
+    """Automatic requeue after infrastructure failures (EpilogSlurmctld)."""
+
+    opt_in: bool
+    max_restarts: int
+    max_restarts_limit: int
+    wait_for_bundles_s: float
+    exclude_suspects: bool
+    start_now: bool
+
+
 class Slurm(Record):
     """How gpugate talks to Slurm."""
 
     backend: str  # auto / cli / pyslurm
     timeout_s: float
+
+
+class Admin(Record):
+    """Admin review: the drain history, repeat offenders, the metrics textfile."""
+
+    history_dir: str | None
+    history_window_days: float
+    history_max_per_node: int
+    history_max_entries: int
+    rma_after_drains: int
+    metrics_file: str | None
 
 
 class Config(Record):
@@ -194,4 +216,6 @@ class Config(Record):
     prolog: Prolog
     task_prolog: TaskProlog
     epilog: Epilog
+    requeue: Requeue
     slurm: Slurm
+    admin: Admin

@@ -150,11 +150,16 @@ def remember_kernel_pos(config: Config, facts: Facts) -> None:
 
 def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
     """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
+    from gpugate.slurm_hooks.hookenv import comment_tokens
     from gpugate.slurm_hooks.state import save_baseline
     from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
 
+    tokens = comment_tokens(env.comment)
+    # The checkpoint directory a job declared in --comment: the TaskProlog (which cannot see
+    # the comment) reads it from here to export GPUGATE_RESUME_FROM.
+    extra = {"ckpt_dir": tokens.get("ckpt") or None, "restart_count": env.restart_count}
     try:
-        save_baseline(config.state_dir, env.job_id or "", facts)
+        save_baseline(config.state_dir, env.job_id or "", facts, extra=extra)
     except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job
         note(f"could not save the job's baseline: {exc}")
     try:

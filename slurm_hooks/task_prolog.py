@@ -42,7 +42,40 @@ def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list
         wanted.append(("NCCL_DEBUG_FILE", os.path.join(job_dir, "nccl.%h.%p.log")))
     if job_id:
         wanted.append(("GPUGATE_JOB_ID", job_id))
+    wanted += resume_exports(config, environ, job_id)
     return [(k, v) for k, v in wanted if k not in environ]
+
+
+def resume_exports(
+    config: Config, environ: dict[str, str], job_id: str | None
+) -> list[tuple[str, str]]:
+    """GPUGATE_CKPT_DIR and GPUGATE_RESUME_FROM (the newest complete checkpoint), if declared.
+
+    The directory comes from the job's environment (GPUGATE_CKPT_DIR) or from its
+    `--comment gpugate:ckpt=DIR`, which the prolog saved beside the job's baseline. The
+    TaskProlog runs as the job's user, so the directory is read with the user's rights.
+    """
+    ckpt_dir = environ.get("GPUGATE_CKPT_DIR")
+    if not ckpt_dir and job_id:
+        from gpugate.slurm_hooks.state import StateError, load_baseline
+
+        try:
+            ckpt_dir = (load_baseline(config.state_dir, job_id) or {}).get("ckpt_dir")
+        except StateError:
+            ckpt_dir = None
+    if not ckpt_dir:
+        return []
+    from gpugate.slurm_hooks.checkpoints import latest_complete
+
+    out = [("GPUGATE_CKPT_DIR", ckpt_dir)]
+    try:
+        # The job is only starting: nothing of its own is being written yet, so no settling time.
+        found = latest_complete(ckpt_dir, settle_s=0)
+    except OSError:
+        found = None
+    if found is not None:
+        out.append(("GPUGATE_RESUME_FROM", found.path))
+    return out
 
 
 def render(pairs: list[tuple[str, str]]) -> str:

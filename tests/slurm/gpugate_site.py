@@ -39,6 +39,11 @@ class Site:
         )
         self.write_config(config_extra)
 
+    def use_slurm_conf(self, path: str | os.PathLike) -> None:
+        """Point the hooks at a private slurm.conf (EpilogSlurmctld gets no SLURM_CONF)."""
+        with open(self.hooks / "hook.env", "a") as fh:
+            fh.write(f"export SLURM_CONF={path}\n")
+
     def hook(self, name: str) -> str:
         """Absolute path of one wrapper, for slurm.conf."""
         return str(self.hooks / f"gpugate-{name}")

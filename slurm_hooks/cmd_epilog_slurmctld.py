@@ -1,0 +1,94 @@
+"""`gpugate epilog-slurmctld` (EpilogSlurmctld) and the shared requeue flow."""
+
+from __future__ import annotations
+
+import os
+
+from gpugate import log
+from gpugate.cli import make_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.requeue import JobEnd
+
+
+def parser() -> ArgumentParser:
+    """Options of `gpugate epilog-slurmctld`."""
+    p = make_parser(
+        "gpugate epilog-slurmctld",
+        "Slurm EpilogSlurmctld (runs once per job on the controller): when a job that opted in "
+        "(--comment gpugate:ckpt=DIR or gpugate:requeue) ended through an infrastructure cause "
+        "and has restarts left, requeue it off the suspected nodes and record the checkpoint it "
+        "resumes from. Always exits 0.",
+    )
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run the controller epilog."""
+    args = parser().parse_args(argv)
+    from gpugate.slurm_hooks.guard import run_hook
+
+    run_hook("epilog-slurmctld", args.config, _body)
+    return 0
+
+
+def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
+    """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
+    from gpugate.slurm_hooks.hookenv import from_environ
+    from gpugate.slurm_hooks.requeue import JobEnd
+    from gpugate.slurm_hooks.slurm import expand_hostlist
+
+    env = from_environ(environ)
+    return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
+                  restarts=env.restart_count, exit_code2=env.exit_code2,
+                  nodes=tuple(expand_hostlist(env.nodelist)) if env.nodelist else ())  # fmt: skip
+
+
+def run_requeue(
+    config: Config, job: JobEnd, slurm: object, wait_s: float, dry_run: bool = False
+) -> tuple:
+    """Gather the evidence, decide, act; returns (decision, steps done)."""
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+    from gpugate.slurm_hooks.requeue import (
+        apply,
+        decide_requeue,
+        requested,
+        resume_point,
+        wait_for_summaries,
+    )
+
+    summaries = wait_for_summaries(config, job, wait_s)
+    decision = decide_requeue(job, summaries, config)
+    if decision.requeue:
+        _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
+        decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir))
+    return decision, apply(decision, slurm, job, config, dry_run=dry_run)
+
+
+def _body(config: Config) -> int:
+    from gpugate.slurm_hooks.slurm import backend
+
+    job = job_from_env()
+    if not job.job_id:
+        return 0
+    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    try:
+        info = slurm.job(job.job_id)  # type: ignore[attr-defined]
+        job = job.replace(
+            state=info.state,
+            restarts=info.restarts,
+            uid=job.uid if job.uid is not None else info.uid,
+        )
+    except Exception as exc:  # decide from the environment alone
+        log.say(f"epilog-slurmctld job {job.job_id}: cannot read the job from Slurm: {exc}")
+    decision, done = run_requeue(config, job, slurm, config.requeue.wait_for_bundles_s)
+    log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
+    log.event(config.state_dir, "epilog-slurmctld", job=job.job_id, requeue=decision.requeue,
+              why=decision.why, category=decision.category, suspects=list(decision.suspects),
+              checkpoint=decision.checkpoint, steps=done, pid=os.getpid())  # fmt: skip
+    return 0

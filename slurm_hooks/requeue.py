@@ -1,0 +1,222 @@
+"""Requeue after an infrastructure failure, from the newest complete checkpoint, off bad nodes.
+
+The decision (pure, `decide_requeue`) takes what the controller knows: the job's request
+(`--comment` tokens), its end (exit code, Slurm's job state), its restart count, and the node
+epilogs' evidence summaries. User errors are never requeued; neither is a job out of restarts.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+
+# Causes that are the cluster's fault, whatever the job did.
+INFRASTRUCTURE = frozenset({"gpu_xid_hardware", "ecc_error", "nvlink_error", "slurm_node_failure"})
+# Symptoms that are infrastructure only when a node's own evidence shows the fault.
+SYMPTOMS = frozenset({"nccl_timeout", "nccl_error"})
+# Slurm's own verdicts on the job (JobState) that settle the question without logs.
+USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
+INFRA_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+
+class JobEnd(Record):
+    """What the controller knows about a finished job."""
+
+    job_id: str
+    uid: int | None = None
+    gid: int | None = None
+    comment: str = ""
+    restarts: int = 0
+    state: str | None = None  # Slurm's JobState: FAILED, NODE_FAIL, TIMEOUT, CANCELLED, ...
+    exit_code2: str | None = None
+    nodes: tuple[str, ...] = ()
+
+
+class RequeueDecision(Record):
+    """Whether to requeue, why, where not to run, and where to resume."""
+
+    requeue: bool
+    why: str
+    category: str | None = None
+    suspects: tuple[str, ...] = ()
+    checkpoint: str | None = None
+    restarts: int = 0
+    max_restarts: int = 0
+
+    def describe(self) -> str:
+        """One line for logs and the job's AdminComment."""
+        verb = "requeue" if self.requeue else "no requeue"
+        text = f"{verb}: {self.why}"
+        if self.requeue:
+            text += f"; restart {self.restarts + 1}/{self.max_restarts}"
+            if self.suspects:
+                text += f"; excluded {','.join(self.suspects)}"
+            if self.checkpoint:
+                text += f"; resume from {self.checkpoint}"
+        return text
+
+
+def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | None]:
+    """(opted in, max restarts, checkpoint dir) from the job's `gpugate:` comment tokens."""
+    rq = config.requeue
+    opted = ("requeue" in tokens or "ckpt" in tokens) or not rq.opt_in
+    wanted = tokens.get("restarts", "")
+    limit = int(wanted) if wanted.isdigit() else rq.max_restarts
+    return opted, min(limit, rq.max_restarts_limit), tokens.get("ckpt") or None
+
+
+def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ...], bool]:
+    """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
+    from gpugate.slurm_hooks.evidence import suspect_node
+
+    hardware = tuple(
+        sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
+    )
+    first = suspect_node(summaries)
+    suspects = (first, *(n for n in hardware if n != first)) if first else ()
+    categories = [s.get("category") for s in summaries if s.get("category")]
+    state = (job.state or "").upper()
+    if state in INFRA_STATES:
+        return "slurm_node_failure", suspects, True
+    if state in USER_STATES:
+        return state.lower(), suspects, False
+    if hardware:
+        hw = [c for c in categories if c in INFRASTRUCTURE]
+        return (hw[0] if hw else "gpu_xid_hardware"), suspects, True
+    infra = [c for c in categories if c in INFRASTRUCTURE]
+    if infra:
+        return infra[0], suspects, True
+    return (categories[0] if categories else None), suspects, False
+
+
+def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> RequeueDecision:
+    """The decision for one finished job (no I/O)."""
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+
+    opted, limit, _ = requested(comment_tokens(job.comment), config)
+    category, suspects, infra = cause(job, summaries)
+    base = {
+        "category": category,
+        "suspects": suspects,
+        "restarts": job.restarts,
+        "max_restarts": limit,
+    }
+    if not opted:
+        return RequeueDecision(
+            requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
+        )
+    if not infra:
+        what = category or "no evidence of an infrastructure fault"
+        return RequeueDecision(requeue=False, why=f"not an infrastructure failure ({what})", **base)
+    if job.restarts >= limit:
+        return RequeueDecision(
+            requeue=False, why=f"{category}, but no restarts left ({job.restarts}/{limit})", **base
+        )
+    return RequeueDecision(requeue=True, why=f"infrastructure failure ({category})", **base)
+
+
+def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]:
+    """The node epilogs' summaries for this run of the job, waiting up to `wait_s` for all."""
+    import os
+
+    from gpugate.slurm_hooks.evidence import bundle_name, read_summary
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for node in job.nodes:
+            summary = read_summary(
+                os.path.join(config.evidence_dir, job.job_id, bundle_name(node, job.restarts))
+            )
+            if summary is not None:
+                found.append(summary)
+        if len(found) == len(job.nodes) or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.5)
+
+
+def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | None:
+    """The newest complete checkpoint, looked up as the job's user (None when unknown)."""
+    if not ckpt_dir:
+        return None
+    from gpugate.slurm_hooks.userfiles import as_user
+
+    def look() -> str | None:
+        from gpugate.slurm_hooks.checkpoints import latest_complete
+
+        found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
+        return found.path if found else None
+
+    try:
+        return as_user(job.uid, job.gid, look, timeout=30)  # type: ignore[return-value]
+    except Exception as exc:  # not mounted on the controller, say: the TaskProlog looks again
+        return f"(not visible here: {exc})"
+
+
+def apply(
+    decision: RequeueDecision, slurm: object, job: JobEnd, config: Config, dry_run: bool = False
+) -> list[str]:
+    """Carry the decision out; returns what was done (or would be, with dry_run)."""
+    done: list[str] = []
+    steps = []
+    if decision.requeue:
+        steps.append((f"scontrol requeue {job.job_id}", lambda: slurm.requeue(job.job_id)))  # type: ignore[attr-defined]
+        if decision.suspects and config.requeue.exclude_suspects:
+            steps.append((f"exclude {','.join(decision.suspects)}",
+                          lambda: slurm.set_excluded(job.job_id, list(decision.suspects))))  # type: ignore[attr-defined]  # fmt: skip
+        if config.requeue.start_now:
+            steps.append(
+                ("start now (once pending)", lambda: start_when_pending(slurm, job.job_id))
+            )
+    steps.append(
+        (
+            "admin comment",
+            lambda: slurm.set_admin_comment(job.job_id, f"gpugate: {decision.describe()}"),
+        )
+    )  # type: ignore[attr-defined]
+    for what, step in steps:
+        if dry_run:
+            done.append(f"would {what}")
+            continue
+        try:
+            step()
+            done.append(what)
+        except Exception as exc:  # each step is independent; report, carry on
+            done.append(f"{what} failed: {exc}")
+    return done
+
+
+def start_when_pending(slurm: object, job_id: str, wait_s: float = 120.0) -> None:
+    """Clear the requeue's +120 s BeginTime once the requeue has happened, in the background.
+
+    A requeue asked for from EpilogSlurmctld takes effect after the hook returns, and it sets
+    BeginTime then: a `StartTime=now` sent right away is overwritten. A detached grandchild
+    (own session, so the hook does not wait for it) polls the job until it is pending.
+    """
+    import os
+
+    child = os.fork()
+    if child != 0:
+        os.waitpid(child, 0)  # the child exits at once; the grandchild does the waiting
+        return
+    try:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                info = slurm.job(job_id)  # type: ignore[attr-defined]
+                if info.state == "PENDING":
+                    slurm.cli.start_now(job_id)  # type: ignore[attr-defined]
+                    break
+            except Exception:
+                pass
+            time.sleep(1)
+    finally:
+        os._exit(0)

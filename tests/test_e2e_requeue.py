@@ -1,0 +1,167 @@
+"""End to end: automatic requeue from the newest complete checkpoint, on a healthy node.
+
+Two slurmd on one host. The job's first run fails on its node with a hardware fault (an Xid 79
+appears in that node's replayed kernel log); EpilogSlurmctld requeues it off that node, and the
+second run sees GPUGATE_RESUME_FROM pointing at the newest *complete* checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from e2e import SNAPSHOTS, Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import LocalSlurm  # noqa: E402
+
+NODES = ["n1", "n2"]
+NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
+
+
+def torch_zip(path: Path, truncate: bool = False) -> None:
+    """A torch.save-like zip (archive/data.pkl, data/0, version); truncated = cut before its end."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/data/0", b"\x00" * 4096)
+        z.writestr("archive/version", b"3\n")
+    if truncate:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    site = Site(tmp_path_factory.mktemp("e2e-requeue"), "requeue:\n  wait_for_bundles_s: 15\n")
+    for node in NODES:
+        site.use_snapshot(node, "h100-healthy")
+    broken = site.snapshots / "broken-template.yaml"
+    broken.write_text((SNAPSHOTS / "h100-xid79.yaml").read_text())
+    return site
+
+
+@pytest.fixture(scope="module")
+def cluster(site: Site):
+    c = LocalSlurm(
+        site.base / "slurm",
+        nodes=NODES,
+        prolog=site.hook("prolog"),
+        epilog=site.hook("epilog"),
+        task_prolog=site.hook("task-prolog"),
+        epilog_slurmctld=site.hook("epilog-slurmctld"),
+        prolog_epilog_timeout=60,
+        wrap_hooks=False,
+    )
+    site.use_slurm_conf(c.conf_path)
+    with c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def healthy_nodes(site: Site, cluster: LocalSlurm):
+    for node in NODES:
+        site.use_snapshot(node, "h100-healthy")
+        if cluster.is_drained(node):
+            cluster.resume(node)
+    cluster.wait_idle()
+
+
+def job_script(site: Site, name: str, fail_with: str) -> tuple[str, Path]:
+    """Run 1 fails (hardware: the node's snapshot gets an Xid 79; or the user's own OOM)."""
+    log = site.base / f"{name}.runs"
+    snapshots = site.snapshots
+    if fail_with == "hardware":
+        failure = (
+            f'sed "s/gpu-node-01/$SLURMD_NODENAME/" {snapshots}/broken-template.yaml > {snapshots}/.t.$SLURMD_NODENAME; '
+            f"mv {snapshots}/.t.$SLURMD_NODENAME {snapshots}/$SLURMD_NODENAME.yaml; echo '{NCCL_TIMEOUT}'; exit 1"
+        )
+    else:
+        failure = (
+            "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.'; exit 1"
+        )
+    script = f"""#!/bin/sh
+echo "run=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME resume=$GPUGATE_RESUME_FROM" >> {log}
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+    {failure}
+fi
+exit 0
+"""
+    return script, log
+
+
+def checkpoints(site: Site, name: str) -> Path:
+    ckpt = site.base / f"ckpt-{name}"
+    ckpt.mkdir()
+    torch_zip(ckpt / "ckpt_100.pt")
+    torch_zip(ckpt / "ckpt_200.pt")
+    torch_zip(ckpt / "ckpt_300.pt", truncate=True)  # the node died while it was being written
+    return ckpt
+
+
+def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
+    cluster: LocalSlurm, site: Site
+):
+    ckpt = checkpoints(site, "hw")
+    script, log = job_script(site, "hw", "hardware")
+    job = cluster.submit(
+        script=script, output=str(site.base / "hw.out"), comment=f"gpugate:ckpt={ckpt}"
+    )
+    state = cluster.wait_job(job, "COMPLETED", timeout=90)
+    runs = log.read_text().splitlines()
+    assert len(runs) == 2, runs
+    first_node = runs[0].split()[1].split("=")[1]
+    second_node = runs[1].split()[1].split("=")[1]
+    assert first_node != second_node and state["Restarts"] == "1"
+    assert runs[1].endswith(f"resume={ckpt}/ckpt_200.pt"), runs[1]
+    assert cluster.is_drained(first_node)
+    assert cluster.node(first_node)["Reason"].startswith("gpugate: kernel.xid: evidence")
+    assert "requeue: infrastructure failure" in state["AdminComment"]
+    assert first_node in state["ExcNodeList"]
+
+
+def test_the_users_own_error_is_not_requeued(cluster: LocalSlurm, site: Site):
+    ckpt = checkpoints(site, "oom")
+    script, log = job_script(site, "oom", "user")
+    job = cluster.submit(
+        script=script, output=str(site.base / "oom.out"), comment=f"gpugate:ckpt={ckpt}"
+    )
+    state = cluster.wait_job(job, "FAILED", timeout=60)
+    cluster.wait_job(job, "FAILED", timeout=5)
+    assert state["Restarts"] == "0" and len(log.read_text().splitlines()) == 1
+    assert decision(site, job)["why"] == "not an infrastructure failure (cuda_oom)"
+
+
+def test_a_job_past_its_restart_limit_is_not_requeued(cluster: LocalSlurm, site: Site):
+    ckpt = checkpoints(site, "limit")
+    script, log = job_script(site, "limit", "hardware")
+    job = cluster.submit(script=script, output=str(site.base / "limit.out"),
+                         comment=f"gpugate:ckpt={ckpt} gpugate:restarts=0")  # fmt: skip
+    state = cluster.wait_job(job, "FAILED", timeout=60)
+    assert state["Restarts"] == "0" and len(log.read_text().splitlines()) == 1
+    assert decision(site, job)["why"] == "gpu_xid_hardware, but no restarts left (0/0)"
+
+
+def decision(site: Site, job: int, timeout: float = 40) -> dict:
+    """The controller epilog's decision for `job`, from its event line (a finished job takes
+    no AdminComment)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [
+            e for e in site.events() if e["hook"] == "epilog-slurmctld" and e.get("job") == str(job)
+        ]
+        if found:
+            assert found[-1]["requeue"] is False
+            return found[-1]
+        time.sleep(0.5)
+    raise AssertionError(f"no epilog-slurmctld decision for job {job}")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
