@@ -1,0 +1,138 @@
+"""The controller's requeue decision: infrastructure faults only, opted in, restarts left."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pytest
+from factories import default_config
+from gpugate.slurm_hooks.cmd_epilog_slurmctld import job_from_env, run_requeue
+from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
+
+HW = {
+    "node": "n1",
+    "hardware_fault": True,
+    "category": "gpu_xid_hardware",
+    "first_hardware_error_at": "2026-11-29T10:00:00.000000Z",
+}
+TIMEOUT = {"node": "n2", "hardware_fault": False, "category": "nccl_timeout"}
+
+
+def job(**changes) -> JobEnd:
+    values = {"job_id": "5", "uid": os.getuid(), "gid": os.getgid(), "comment": "gpugate:ckpt=/ckpt",
+              "restarts": 0, "state": "FAILED", "nodes": ("n1", "n2")}  # fmt: skip
+    values.update(changes)
+    return JobEnd(**values)
+
+
+@pytest.mark.parametrize(
+    ("changes", "summaries", "requeue", "why"),
+    [
+        ({}, [HW, TIMEOUT], True, "infrastructure failure (gpu_xid_hardware)"),
+        (
+            {},
+            [TIMEOUT, {"node": "n1", "category": "ecc_error"}],
+            True,
+            "infrastructure failure (ecc_error)",
+        ),
+        ({"state": "NODE_FAIL"}, [], True, "infrastructure failure (slurm_node_failure)"),
+        (
+            {},
+            [TIMEOUT, {"node": "n1", "category": "nccl_timeout"}],
+            False,
+            "not an infrastructure failure (nccl_timeout)",
+        ),
+        (
+            {},
+            [{"node": "n1", "category": "cuda_oom"}],
+            False,
+            "not an infrastructure failure (cuda_oom)",
+        ),
+        ({"state": "TIMEOUT"}, [HW], False, "not an infrastructure failure (timeout)"),
+        ({"state": "CANCELLED"}, [HW], False, "not an infrastructure failure (cancelled)"),
+        (
+            {"comment": "my run"},
+            [HW],
+            False,
+            "the job did not opt in (gpugate:ckpt= or gpugate:requeue)",
+        ),
+        ({"restarts": 3}, [HW], False, "gpu_xid_hardware, but no restarts left (3/3)"),
+        (
+            {"comment": "gpugate:requeue gpugate:restarts=5", "restarts": 4},
+            [HW],
+            True,
+            "infrastructure failure (gpu_xid_hardware)",
+        ),
+        ({}, [], False, "not an infrastructure failure (no evidence of an infrastructure fault)"),
+    ],
+)
+def test_decisions(changes, summaries, requeue, why):
+    decision = decide_requeue(job(**changes), summaries, default_config())
+    assert (decision.requeue, decision.why) == (requeue, why)
+
+
+def test_suspects_are_the_nodes_with_hardware_evidence_first_fault_first():
+    later = dict(HW, node="n3", first_hardware_error_at="2026-11-29T10:00:05.000000Z")
+    decision = decide_requeue(job(nodes=("n1", "n2", "n3")), [later, TIMEOUT, HW], default_config())
+    assert decision.suspects == ("n1", "n3")
+
+
+def test_restart_request_is_capped_by_the_site():
+    config = default_config()
+    assert requested({"restarts": "99"}, config)[1] == config.requeue.max_restarts_limit
+    assert requested({}, config) == (False, config.requeue.max_restarts, None)
+    assert requested({}, config.replace(requeue=config.requeue.replace(opt_in=False)))[0] is True
+
+
+def test_controller_environment_gives_the_job():
+    end = job_from_env({"SLURM_JOB_ID": "9", "SLURM_JOB_COMMENT": "gpugate:requeue", "SLURM_JOB_NODELIST": "n[1-2]",
+                        "SLURM_JOB_RESTART_COUNT": "1", "SLURM_JOB_UID": "1000"})  # fmt: skip
+    assert (end.job_id, end.nodes, end.restarts, end.uid) == ("9", ("n1", "n2"), 1, 1000)
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def requeue(self, job_id: str) -> None:
+        self.calls.append(("requeue", job_id))
+
+    def set_excluded(self, job_id: str, nodes: list[str]) -> None:
+        self.calls.append(("exclude", job_id, tuple(nodes)))
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self.calls.append(("comment", job_id, text))
+
+
+def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
+    from gpugate.slurm_hooks.evidence import write_bundle
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for step in (100, 200):
+        with zipfile.ZipFile(ckpt / f"ckpt_{step}.pt", "w") as z:
+            z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+    (ckpt / "ckpt_300.pt").write_bytes(b"PK\x03\x04 cut short")
+    config = default_config().replace(evidence_dir=str(tmp_path / "ev"))
+    config = config.replace(requeue=config.requeue.replace(start_now=False))
+    write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
+    write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
+    slurm = FakeSlurm()
+    decision, done = run_requeue(config, job(comment=f"gpugate:ckpt={ckpt}"), slurm, wait_s=0)
+    assert decision.requeue and decision.checkpoint == str(ckpt / "ckpt_200.pt")
+    assert slurm.calls[:2] == [("requeue", "5"), ("exclude", "5", ("n1",))]
+    assert "resume from" in slurm.calls[2][2] and done == [
+        "scontrol requeue 5",
+        "exclude n1",
+        "admin comment",
+    ]
+
+
+def test_dry_run_changes_nothing(tmp_path):
+    config = default_config().replace(evidence_dir=str(tmp_path))
+    slurm = FakeSlurm()
+    decision, done = run_requeue(
+        config, job(state="NODE_FAIL", comment="gpugate:requeue"), slurm, wait_s=0, dry_run=True
+    )
+    assert decision.requeue and slurm.calls == [] and all(d.startswith("would ") for d in done)
