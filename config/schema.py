@@ -138,6 +138,15 @@ class Peers(Record):
     max_loss_pct: float
 
 
+class Budget(Record):
+    """How much of the cluster gpugate may drain on its own."""
+
+    max_drained_share: float
+    min_drains_allowed: int
+    max_drains_per_window: int
+    window_s: float
+
+
 class Prolog(Record):
     """How the Prolog gates a node."""
 
@@ -213,6 +222,7 @@ class Config(Record):
     sources: Sources
     checks: Checks
     policy: Policy
+    budget: Budget
     prolog: Prolog
     task_prolog: TaskProlog
     epilog: Epilog

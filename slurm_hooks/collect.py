@@ -136,7 +136,8 @@ def drain_for_hardware(
     # The bundle goes first: Slurm reasons are read truncated (and gpugate caps them at 200).
     where = f"{env.job_id}/{bundle_name(env.node or 'node', env.restart_count)}"
     detail = f"evidence {where}: {detail}"
-    return drain_node(slurm or _slurm(config), env.node or "", check_id, detail)
+    outcome = drain_node(slurm or _slurm(config), env.node or "", check_id, detail, config)
+    return outcome.reason, outcome.drained
 
 
 def write_evidence(

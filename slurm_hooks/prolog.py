@@ -30,6 +30,7 @@ class PrologResult(Record):
     reason: str | None = None  # the drain reason, when one was set
     drained: bool = False
     refused: bool = False
+    blocked_by: str | None = None  # the drain was not done: "admin" or "budget"
     message: str = ""
     duration_s: float = 0.0
 
@@ -122,17 +123,21 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     failing = list(decision.failing)
     check_id, detail = drain_detail(failing)
     slurm = slurm or _slurm(config)
-    reason, drained = drain_node(slurm, env.node or "", check_id, detail)
-    refuse = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
+    outcome = drain_node(slurm, env.node or "", check_id, detail, config)
+    # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
+    refuse = outcome.blocked_by != "budget" and (
+        config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
+    )
     if refuse and env.job_id and config.prolog.admin_comment:
         explain_refusal(slurm, env, check_id, detail)
     return PrologResult(
         exit_code=1 if refuse else 0,
         status="fail",
         action=DRAIN,
-        reason=reason,
-        drained=drained,
+        reason=outcome.reason,
+        drained=outcome.drained,
         refused=refuse,
+        blocked_by=outcome.blocked_by,
         message=summary(decision),
         duration_s=time.monotonic() - started,
     )
@@ -168,17 +173,65 @@ def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
         note(f"could not prepare the job's NCCL debug directory: {exc}")
 
 
-def drain_node(slurm: object, node: str, check_id: str, detail: str) -> tuple[str, bool]:
-    """Drain with gpugate's reason; an admin's existing drain is left as it is."""
+class DrainOutcome(Record):
+    """What became of a drain gpugate wanted."""
+
+    reason: str
+    drained: bool
+    blocked_by: str | None = None  # "admin" (not our drain) or "budget" (too many drains)
+    why: str = ""
+
+
+def drain_node(
+    slurm: object, node: str, check_id: str, detail: str, config: Config | None = None
+) -> DrainOutcome:
+    """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
     from gpugate.slurm_hooks.slurm import NotOurDrain, drain_reason
 
     reason = drain_reason(check_id, detail)
+    if config is not None:
+        blocked = over_budget(slurm, node, reason, config)
+        if blocked:
+            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
     try:
         slurm.drain(node, reason)  # type: ignore[attr-defined]
     except NotOurDrain as exc:
         note(f"not draining {node}: {exc}")
-        return reason, False
-    return reason, True
+        return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
+    return DrainOutcome(reason=reason, drained=True)
+
+
+def over_budget(slurm: object, node: str, reason: str, config: Config) -> str | None:
+    """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
+    from gpugate.slurm_hooks.budget import check_budget
+
+    from gpugate import log
+
+    try:
+        nodes = slurm.nodes()  # type: ignore[attr-defined]
+    except Exception as exc:  # cannot count: the normal action (drain this one node) stands
+        note(f"drain budget unknown ({exc}); draining {node}")
+        return None
+    verdict = check_budget(nodes, node, config.budget, time.time())
+    if verdict.allowed:
+        return None
+    log.error(
+        config.state_dir,
+        f"DRAIN BUDGET EXCEEDED: not draining {node}: {verdict.why}; wanted: {reason}",
+    )
+    log.event(
+        config.state_dir,
+        "budget",
+        node=node,
+        outcome="budget_exceeded",
+        why=verdict.why,
+        reason=reason,
+    )
+    try:
+        slurm.set_node_comment(node, f"would drain (budget exceeded: {verdict.why}): {reason}")  # type: ignore[attr-defined]
+    except Exception as exc:
+        note(f"could not write the node comment: {exc}")
+    return verdict.why
 
 
 def explain_refusal(slurm: object, env: HookEnv, check_id: str, detail: str) -> None:

@@ -193,6 +193,12 @@ class SlurmControl:
         """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
         raise NotImplementedError
 
+    def set_node_comment(self, node: str, text: str) -> None:
+        """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change)."""
+        self.cli.scontrol(
+            "update", f"NodeName={_node_name(node)}", f"Comment={admin_comment(text)}"
+        )
+
     def _write_drain(self, node: str, reason: str) -> None:
         raise NotImplementedError
 
@@ -525,6 +531,7 @@ def _node_from_pyslurm(n: object) -> NodeInfo:
         reason=(getattr(n, "reason", None) or "").strip(),
         reason_user=getattr(n, "reason_user", None) or "",
         reason_time=getattr(n, "reason_time", None) or None,
+        partitions=tuple(getattr(n, "partitions", None) or ()),
     )
 
 

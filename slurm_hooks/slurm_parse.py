@@ -57,6 +57,7 @@ class NodeInfo(Record):
     reason: str = ""  # without the `[user@time]` that `scontrol show node` appends
     reason_user: str = ""
     reason_time: int | None = None  # epoch seconds
+    partitions: tuple = ()  # the partitions the node is in (the drain budget counts per partition)
 
     @property
     def drained(self) -> bool:
@@ -262,6 +263,7 @@ def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
         reason=reason,
         reason_user=user,
         reason_time=when,
+        partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p and p not in _NULLS),
     )
 
 
@@ -377,8 +379,9 @@ def _dedupe(groups: Iterable[list[NodeInfo]]) -> list[NodeInfo]:
 def _node_from_record(rec: dict) -> NodeInfo:
     state, flags = split_state(rec.get("state"), rec.get("state_flags") or ())
     reason = rec.get("reason") or ""
+    partitions = tuple(p for p in rec.get("partitions") or () if isinstance(p, str))
     if isinstance(reason, dict):  # defensive: the sinfo-record shape
-        return _with_reason_object(rec["name"], state, flags, reason)
+        return _with_reason_object(rec["name"], state, flags, reason, partitions)
     return NodeInfo(
         name=rec["name"],
         state=state,
@@ -386,6 +389,7 @@ def _node_from_record(rec: dict) -> NodeInfo:
         reason=reason.strip(),
         reason_user=rec.get("reason_set_by_user") or "",
         reason_time=_epoch(rec.get("reason_changed_at")),
+        partitions=partitions,
     )
 
 
@@ -395,10 +399,14 @@ def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
     reason = rec.get("reason") or {}
     if isinstance(reason, str):
         reason = {"description": reason}
-    return [_with_reason_object(name, state, flags, reason) for name in names]
+    partition = (rec.get("partition") or {}).get("name")
+    partitions = (partition,) if isinstance(partition, str) and partition else ()
+    return [_with_reason_object(name, state, flags, reason, partitions) for name in names]
 
 
-def _with_reason_object(name: str, state: str, flags: tuple, reason: dict) -> NodeInfo:
+def _with_reason_object(
+    name: str, state: str, flags: tuple, reason: dict, partitions: tuple = ()
+) -> NodeInfo:
     return NodeInfo(
         name=name,
         state=state,
@@ -406,6 +414,7 @@ def _with_reason_object(name: str, state: str, flags: tuple, reason: dict) -> No
         reason=(reason.get("description") or "").strip(),
         reason_user=reason.get("user") or "",
         reason_time=_epoch(reason.get("time")),
+        partitions=partitions,
     )
 
 

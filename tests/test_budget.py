@@ -1,0 +1,93 @@
+"""The drain budget: gpugate never drains more than its share of a partition on its own."""
+
+from __future__ import annotations
+
+from factories import default_config, make_facts
+from gpugate.slurm_hooks.budget import check_budget
+from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.slurm_hooks.slurm_parse import NodeInfo
+from test_prolog import FakeSlurm, env, setup
+
+NOW = 1_800_000_000.0
+
+
+def node(
+    name: str, ours: bool = False, admin: bool = False, age_s: float = 60, parts: tuple = ("gpu",)
+) -> NodeInfo:
+    if ours:
+        return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason="gpugate: gpu.ecc: x",
+                        reason_time=int(NOW - age_s), partitions=parts)  # fmt: skip
+    if admin:
+        return NodeInfo(
+            name=name, state="IDLE", flags=("DRAIN",), reason="fan swap", partitions=parts
+        )
+    return NodeInfo(name=name, state="IDLE", partitions=parts)
+
+
+def cluster(n: int, ours: int = 0, admin: int = 0, **kw) -> dict[str, NodeInfo]:
+    nodes = [
+        node(f"n{i:02d}", ours=i < ours, admin=ours <= i < ours + admin, **kw) for i in range(n)
+    ]
+    return {x.name: x for x in nodes}
+
+
+def test_share_of_the_partition():
+    cfg = default_config().budget  # 10 %, at least 1
+    assert check_budget(cluster(20, ours=1), "n19", cfg, NOW).allowed  # 2 of 20 = 10 %
+    verdict = check_budget(cluster(20, ours=2), "n19", cfg, NOW)
+    assert not verdict.allowed and "already drained 2 of 20" in verdict.why
+
+
+def test_small_partitions_may_always_lose_one_node():
+    cfg = default_config().budget
+    assert check_budget(cluster(2), "n01", cfg, NOW).allowed
+    assert not check_budget(cluster(2, ours=1), "n01", cfg, NOW).allowed
+
+
+def test_admins_drains_do_not_count_against_gpugate():
+    assert check_budget(cluster(20, ours=1, admin=10), "n19", default_config().budget, NOW).allowed
+
+
+def test_redraining_the_same_node_is_free():
+    nodes = cluster(20, ours=2)
+    assert check_budget(nodes, "n01", default_config().budget, NOW).allowed
+
+
+def test_drains_per_window_across_partitions():
+    cfg = default_config().budget.replace(max_drains_per_window=3, max_drained_share=1.0)
+    nodes = {
+        **cluster(10, ours=3, parts=("a",)),
+        **{f"m{i}": node(f"m{i}", parts=("b",)) for i in range(10)},
+    }
+    verdict = check_budget(nodes, "m1", cfg, NOW)
+    assert not verdict.allowed and "3 gpugate drains in the last 3600 s" in verdict.why
+    old = {**cluster(10, ours=3, age_s=7200, parts=("a",)), "m1": node("m1", parts=("b",))}
+    assert check_budget(old, "m1", cfg, NOW).allowed
+
+
+class BusySlurm(FakeSlurm):
+    """A cluster where gpugate has drained most of the partition already."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.node_comments: list[tuple[str, str]] = []
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        nodes = cluster(10, ours=5)
+        nodes["gpu-node-01"] = node("gpu-node-01")
+        return nodes
+
+    def set_node_comment(self, name: str, text: str) -> None:
+        self.node_comments.append((name, text))
+
+
+def test_over_budget_the_prolog_comments_logs_and_lets_the_job_run(tmp_path):
+    slurm = BusySlurm()
+    facts = make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}})
+    result = run_prolog(setup(tmp_path, facts), env(), slurm)
+    assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
+    assert slurm.drains == []
+    name, text = slurm.node_comments[0]
+    assert name == "gpu-node-01" and "would drain (budget exceeded" in text and "gpu.ecc" in text
+    events = (tmp_path / "state" / "events.jsonl").read_text()
+    assert '"outcome":"budget_exceeded"' in events
