@@ -173,6 +173,7 @@ class Epilog(Record):
     """What the Epilog collects after an abnormal end, and what it may do."""
 
     always_bundle: bool
+    deadline_s: float
     read_timeout_s: float
     log_tail_kib: int
     max_log_files: int

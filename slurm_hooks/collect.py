@@ -59,7 +59,9 @@ def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
     return files
 
 
-def read_job_files(config: Config, env: HookEnv, job: dict, kernel_lines: list[str]) -> dict:
+def read_job_files(
+    config: Config, env: HookEnv, job: dict, kernel_lines: list[str], timeout: float | None = None
+) -> dict:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
     from gpugate.slurm_hooks.userfiles import UserFileError, as_user
 
@@ -73,7 +75,7 @@ def read_job_files(config: Config, env: HookEnv, job: dict, kernel_lines: list[s
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(uid, gid, reader, config.epilog.read_timeout_s)  # type: ignore[return-value]
+        return as_user(uid, gid, reader, timeout or config.epilog.read_timeout_s)  # type: ignore[return-value]
     except UserFileError as exc:
         log.say(f"epilog job {env.job_id}: could not read the job's files: {exc}")
         # The kernel lines are root's own: diagnose them here even when the user's files fail.

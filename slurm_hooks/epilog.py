@@ -63,7 +63,9 @@ def abnormal_end(env: HookEnv) -> str | None:
     return None
 
 
-def gather_now(config: Config, env: HookEnv, baseline: dict | None) -> Facts:
+def gather_now(
+    config: Config, env: HookEnv, baseline: dict | None, deadline_s: float | None = None
+) -> Facts:
     """The node's facts now; the kernel log from where the job's prolog stopped."""
     from gpugate.checks.facts import facts_from_dict, load_snapshot
     from gpugate.checks.sources import gather_dict, replay_path
@@ -77,7 +79,9 @@ def gather_now(config: Config, env: HookEnv, baseline: dict | None) -> Facts:
 
         if baseline.get("boot_id") == boot_id(config):
             kwargs = {"kernel_log": {"since_seq": baseline["kernel_log_seq"]}}
-    return facts_from_dict(gather_dict(config, env.node or "", source_kwargs=kwargs))
+    return facts_from_dict(
+        gather_dict(config, env.node or "", deadline_s=deadline_s, source_kwargs=kwargs)
+    )
 
 
 def hardware_findings(facts: Facts, fresh_kernel: list[str], config: Config) -> list[Finding]:
@@ -97,7 +101,8 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
 
     started = time.monotonic()
     baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
-    facts = gather_now(config, env, baseline)
+    # Half the deadline at most for the node's facts; the job's files and the bundle get the rest.
+    facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
     hardware = hardware_findings(facts, fresh, config)
@@ -110,7 +115,10 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
     from gpugate.slurm_hooks import collect
 
     job = collect.job_info(config, env, slurm)
-    logs = collect.read_job_files(config, env, job, fresh)
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5  # keep time to write
+    logs = collect.read_job_files(
+        config, env, job, fresh, timeout=max(1.0, min(left, config.epilog.read_timeout_s))
+    )
     diagnosis = logs.get("diagnosis") or {}
     result = EpilogResult(
         abnormal=why is not None,
