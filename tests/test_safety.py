@@ -132,7 +132,7 @@ def test_concurrent_prologs_and_epilogs_keep_their_state_apart(hook_env):
                 env=dict(base, SLURM_JOB_ID=str(100 + i)),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-            )  # fmt: skip
+            )
             for i in range(8)
         ]
         for p in procs:
