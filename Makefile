@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench clean rpm
 
 venv: $(STAMP)
 
@@ -29,6 +29,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_check.py
+
+# The RPM for the cluster's nodes (README, "Installing on a cluster"): dist/gpugate-<version>-1.noarch.rpm.
+# Needs rpmbuild (Debian: apt-get install rpm) and PyPI for the bundled dependencies.
+rpm: $(STAMP)
+	PYTHON=$(BIN)/python packaging/rpm/build.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/out
