@@ -1,0 +1,368 @@
+"""Admin review: one row per node (state, reason, evidence, repeat count, what to do), most
+urgent first. `gpugate nodes` prints the rows; `gpugate report` renders them as HTML.
+
+One Slurm call reads every node (`sinfo --json`, or `scontrol -o show node` where JSON is
+missing), one file read gives the whole drain history, and only drained gpugate nodes cost a
+bundle's `summary.json` read, so the table stays cheap on a 10,000-node cluster. Rows are plain
+dicts (they are printed as JSON as they are), not records: a record per node costs more than
+the JSON parsing on large clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from gpugate.slurm_hooks import history
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.slurm import CliBackend
+    from gpugate.slurm_hooks.slurm_parse import NodeInfo
+
+    Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
+
+# Suggested actions, most urgent first: the index is the row's urgency.
+RMA = "RMA candidate"
+REBOOT = "reboot"
+RESET = "reset GPU"
+RESEAT = "reseat/check cables"
+COOLING = "check cooling/power"
+HOST = "fix host setup"
+NOT_RESPONDING = "check node: not responding"
+HOOK_ERROR = "read slurmd log: hook failed"
+ADMIN = "admin's drain: see reason"
+NONE = ""
+ACTIONS = (RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN, NONE)
+URGENCY = {a: i for i, a in enumerate(ACTIONS)}
+
+# What each failing check asks for. Checks not named here are the host's setup (limits,
+# mounts, driver version, persistence mode, peermem, leftover processes).
+CHECK_ACTION = {
+    "gpu.lost": REBOOT,  # NVML lost the GPU; reseat it if it does not come back
+    "gpu.count": REBOOT,
+    "kernel.gpu_bus": REBOOT,
+    "gpu.ecc": RESET,
+    "gpu.memory_errors": RESET,  # a pending row remap takes effect at the next reset
+    "gpu.recovery_action": RESET,
+    "kernel.xid": RESET,  # refined by the Xid catalog below
+    "nvlink.links": RESET,
+    "nvlink.fabric": RESET,
+    "pcie.link": RESEAT,  # a link trained below x16 or below its generation
+    "ib.ports": RESEAT,
+    "ib.rate": RESEAT,
+    "net.peers": RESEAT,
+    "gpu.temperature": COOLING,
+    "gpu.throttle": COOLING,
+}
+# Diagnosis categories of an epilog bundle that name the hardware.
+CATEGORY_ACTION = {"ecc_error": RESET, "nvlink_error": RESET, "gpu_xid_hardware": RESET}
+_XID = re.compile(r"\bXid (\d+)")
+# Texts in a reason that decide by themselves: gpu.memory_errors says "RMA candidate" for a
+# failed row remap; a lifetime (aggregate) uncorrected ECC count never goes down with a reset.
+_RMA_TEXT = re.compile(r"RMA candidate|aggregate uncorrected ECC", re.I)
+_REBOOT_TEXT = re.compile(r"reboot the node|node_reboot", re.I)
+
+
+class NodesUnavailable(RuntimeError):
+    """Slurm could not be asked for its nodes (the message says why)."""
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
+    """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
+    from gpugate.slurm_hooks.slurm import DEFAULT_TIMEOUT, CliBackend
+
+    timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
+    return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
+
+
+def as_groups(nodes: Iterable[NodeInfo]) -> list[Group]:
+    """Each node as its own group (what `scontrol` text and the `nodes` JSON shape give)."""
+    return [(n, [n.name]) for n in nodes]
+
+
+def parse_node_groups(text: str) -> list[Group]:
+    """The adapter's parse_nodes_json(), keeping each aggregated 23.02+ `sinfo` record as one
+    NodeInfo with its list of names: one record per node is most of the cost of a listing on
+    a large cluster, and those names share state and reason by definition."""
+    from gpugate.slurm_hooks import slurm_parse as P
+
+    doc = json.loads(text)
+    if not isinstance(doc.get("sinfo"), list):
+        # One record per node already; sinfo repeats a node per partition: first one wins.
+        return as_groups(P._dedupe([P._node_from_record(r)] for r in doc.get("nodes") or []))
+    groups, seen = [], set()
+    for rec in doc["sinfo"]:
+        names = [n for n in (rec.get("nodes") or {}).get("nodes") or [] if n not in seen]
+        if names:
+            seen.update(names)
+            first = P._nodes_from_sinfo_record({**rec, "nodes": {"nodes": names[:1]}})[0]
+            groups.append((first, names))
+    return groups
+
+
+def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = None) -> list[Group]:
+    """Every node: from a saved `sinfo --json` file, else one `sinfo --json` call, else the
+    `scontrol -o show node` text (where sinfo has no JSON)."""
+    if sinfo_json:
+        with open(sinfo_json, encoding="utf-8") as fh:
+            return parse_node_groups(fh.read())
+    from gpugate.slurm_hooks import slurm as S  # the runner and subprocess: only to call Slurm
+    from gpugate.slurm_hooks.slurm_parse import parse_show_node_text
+
+    slurm = slurm or cli_backend()
+    try:
+        try:
+            return parse_node_groups(slurm.call("sinfo", "--json"))
+        except S.SlurmTimeout:
+            raise  # a second slow call would only double the wait
+        except (S.SlurmCommandError, ValueError, KeyError, TypeError, AttributeError):
+            # No JSON support (no data_parser plugin) or a shape we do not know.
+            return as_groups(parse_show_node_text(slurm.scontrol("-o", "show", "node")))
+    except S.SlurmError as exc:
+        raise NodesUnavailable(f"cannot list Slurm's nodes: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------- deciding
+
+
+def suggest_action(
+    check: str | None,
+    reason: str = "",
+    category: str | None = None,
+    xid: int | None = None,
+    same_check_drains: int = 0,
+    rma_after: int = 3,
+) -> str:
+    """What to do about a node gpugate drained: from the check, the Xid catalog, the count."""
+    from gpugate.slurm_hooks.epilog import HARDWARE_CHECKS
+
+    hardware = check in HARDWARE_CHECKS or (check is None and category in CATEGORY_ACTION)
+    if _RMA_TEXT.search(reason) or (hardware and rma_after and same_check_drains >= rma_after):
+        return RMA
+    if xid is None:
+        m = _XID.search(reason)
+        xid = int(m.group(1)) if m else None
+    if xid is not None and check in (None, "kernel.xid"):
+        from gpugate.checks.xid import lookup
+
+        return REBOOT if lookup(xid).action == "reboot" else RESET
+    if _REBOOT_TEXT.search(reason):
+        return REBOOT
+    if check is None:
+        return CATEGORY_ACTION.get(category or "", HOST)
+    return CHECK_ACTION.get(check, HOST)
+
+
+def _foreign_action(node: NodeInfo) -> str:
+    """For a node drained or down by someone else: who to ask."""
+    text = node.reason.lower()
+    if "NOT_RESPONDING" in node.flags or "not responding" in text:
+        return NOT_RESPONDING
+    if text in ("prolog error", "epilog error") or "batch job complete failure" in text:
+        return HOOK_ERROR
+    return ADMIN
+
+
+def _bundle_facts(bundle: str | None) -> dict:
+    """Category, Xid and failing rank from a bundle's summary.json ({} when unreadable)."""
+    if not bundle:
+        return {}
+    from gpugate.slurm_hooks.evidence import read_summary
+
+    return read_summary(bundle) or {}
+
+
+def _latest_evidence(
+    node: NodeInfo, check: str | None, past: list[dict], evidence_dir: str
+) -> tuple[str | None, dict]:
+    """(bundle path, what it says) for a gpugate drain: the bundle the reason names, else the
+    one of the newest drain for the same check in the history. The history entry's category
+    is used when it is about that bundle: summary.json is read only when it is not (bundles
+    are usually on shared storage, a round trip each)."""
+    rel = history.reason_bundle(node.reason)
+    named = os.path.join(evidence_dir, rel) if rel else None
+    entry = next((e for e in reversed(past) if e.get("check") == check), None) or {}
+    bundle = named or entry.get("bundle")
+    if entry.get("category") and (named is None or entry.get("bundle") == named):
+        return bundle, entry
+    return bundle, _bundle_facts(bundle) or entry
+
+
+def node_row(
+    node: NodeInfo,
+    past: list[dict],
+    evidence_dir: str,
+    since: float,
+    rma_after: int,
+    drained: bool | None = None,
+) -> dict:
+    """One node's row: state, reason, who/when, evidence, drains in the window, action."""
+    drained = node.drained if drained is None else drained
+    # A literal, not a loop over field names: this runs once per node of the cluster.
+    row = {
+        "node": node.name,
+        "state": "+".join((node.state, *node.flags)) if node.flags else node.state,
+        "drained": drained,
+        "reason": node.reason,
+        "set_by": node.reason_user,
+        "since": history.iso(node.reason_time) if node.reason_time else "",
+        "gpugate": node.gpugate_owned if node.reason else False,
+        "check": None,
+        "category": None,
+        "xid": None,
+        "bundle": None,
+        "drains": sum(1 for e in past if e.get("when", 0) >= since) if past else 0,
+        "same_check_drains": 0,
+        "action": NONE,
+    }
+    if not drained:
+        return row
+    if not row["gpugate"]:
+        row["action"] = _foreign_action(node)
+        return row
+    check = history.reason_check(node.reason)
+    bundle, facts = _latest_evidence(node, check, past, evidence_dir)
+    same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check)
+    row.update(
+        check=check,
+        category=facts.get("category"),
+        xid=facts.get("xid"),
+        bundle=bundle,
+        same_check_drains=same,
+    )
+    row["action"] = suggest_action(check, node.reason, row["category"], row["xid"], same, rma_after)
+    return row
+
+
+def urgency_key(row: dict) -> tuple:
+    """Sort key, most urgent first: action, repeats, then the longest-waiting drain."""
+    return (
+        URGENCY[row["action"]] if row["drained"] else len(ACTIONS),
+        -row["same_check_drains"],
+        -row["drains"],
+        row["since"] or "~",
+        row["node"],
+    )
+
+
+def node_rows(
+    groups: list[Group],
+    drains: list[dict],
+    evidence_dir: str,
+    window_days: float = 30,
+    rma_after: int = 3,
+    now: float | None = None,
+    drained_only: bool = False,
+) -> list[dict]:
+    """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
+    order, last."""
+    since = history.window_start(window_days, now)
+    past = history.by_node(drains)
+    urgent: list[dict] = []
+    rest: list[dict] = []
+    for first, names in groups:
+        drained = first.drained
+        if drained_only and not drained:
+            continue
+        out = urgent if drained else rest
+        shared = None  # the row of the group's nodes without history, made once
+        for name in names:
+            if name in past:
+                node = first.replace(name=name) if name != first.name else first
+                out.append(node_row(node, past[name], evidence_dir, since, rma_after, drained))
+                continue
+            if shared is None:
+                shared = node_row(first, [], evidence_dir, since, rma_after, drained)
+            out.append(dict(shared, node=name))  # same state and reason as the group's
+    urgent.sort(key=urgency_key)
+    return urgent + rest
+
+
+def rows_for(
+    config: Config,
+    groups: list[Group],
+    now: float | None = None,
+    drained_only: bool = False,
+    window_days: float | None = None,
+    drains: list[dict] | None = None,
+) -> list[dict]:
+    """node_rows() with the configured history, evidence root, window and RMA threshold."""
+    adm = config.admin
+    return node_rows(
+        groups,
+        history.drains(history.history_dir(config)) if drains is None else drains,
+        config.evidence_dir,
+        adm.history_window_days if window_days is None else window_days,
+        adm.rma_after_drains,
+        now,
+        drained_only,
+    )
+
+
+# ----------------------------------------------------------------------------- printing
+
+COLUMNS = (
+    ("NODE", "node"), ("STATE", "state"), ("CHECK", "check"), ("CATEGORY", "category"),
+    ("DRAINS", "drains"), ("ACTION", "action"), ("SET BY", "set_by"), ("SINCE", "since"),
+    ("REASON", "reason"),
+)  # fmt: skip
+
+
+def render_table(rows: list[dict]) -> str:
+    """A fixed-width table, one line per node; the reason last, uncut."""
+    cells = [[h for h, _ in COLUMNS]]
+    cells += [[_cell(r[k]) for _, k in COLUMNS] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
+    lines = []
+    for c in cells:
+        head = "  ".join(v.ljust(w) for v, w in zip(c, widths))
+        lines.append(f"{head}  {c[-1]}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: object) -> str:
+    """One printable ASCII line: reasons come from anyone who can drain a node."""
+    text = "" if value is None else str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    from gpugate.slurm_hooks.slurm import clean_text
+
+    return clean_text(text, 400)
+
+
+def rows_json(rows: list[dict]) -> str:
+    """The rows as a compact JSON array, equal to json.dumps(rows).
+
+    Most nodes of a cluster differ only in their name, and encoding 10,000 rows costs more
+    than parsing Slurm's listing: rows equal but for their first key (`node`) share the
+    encoding of the rest.
+    """
+    from json.encoder import encode_basestring_ascii as quote
+
+    rests: dict[tuple, str] = {}
+    parts = []
+    for row in rows:
+        items = iter(row.items())
+        first, name = next(items)
+        key = tuple(items)
+        rest = rests.get(key)
+        if rest is None:
+            rest = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
+        parts.append(
+            f"{{{quote(first)}:{quote(name)},{rest}" if key else f"{{{quote(first)}:{quote(name)}}}"
+        )
+    return "[" + ",".join(parts) + "]"
+
+
+def now_iso(now: float | None = None) -> str:
+    """The time a listing was made, for its header."""
+    return history.iso(time.time() if now is None else now)

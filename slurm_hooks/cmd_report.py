@@ -1,0 +1,69 @@
+"""`gpugate report --html FILE`: drains, evidence and repeat offenders as one HTML page."""
+
+from __future__ import annotations
+
+import sys
+
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser
+
+
+def parser() -> ArgumentParser:
+    """Options of `gpugate report`."""
+    p = make_parser(
+        "gpugate report",
+        "Write one self-contained HTML page (inline CSS, no script, no external asset): the "
+        "drained nodes with reasons, suggested actions and evidence paths, the nodes drained "
+        "repeatedly in the history window, and a timeline of drains and resumes (the drain "
+        "history and the audit log). Exit 0; 1 when Slurm could not be read (the page is still "
+        "written, from the history alone, and says so).",
+    )
+    p.add_argument("--html", metavar="FILE", required=True, help="write the page here")
+    p.add_argument("--sinfo-json", metavar="FILE", help="read this saved `sinfo --json` output")
+    p.add_argument(
+        "--window-days",
+        type=float,
+        metavar="DAYS",
+        help="history window (default: admin.history_window_days)",
+    )
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpugate report`."""
+    args = parser().parse_args(argv)
+    from gpugate.config import load_config
+    from gpugate.slurm_hooks import admin, history, report
+
+    config = load_config(args.config)
+    window = config.admin.history_window_days if args.window_days is None else args.window_days
+    notice, groups = None, []
+    try:
+        slurm = None if args.sinfo_json else admin.cli_backend(config)
+        groups = admin.read_node_groups(slurm, args.sinfo_json)
+    except admin.NodesUnavailable as exc:
+        notice = f"{exc}. Drained nodes are missing; the history below is complete."
+    except (OSError, ValueError) as exc:
+        print(f"gpugate report: {args.sinfo_json}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    where = history.history_dir(config)
+    drains = history.drains(where)
+    rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
+    page = report.render_html(
+        rows,
+        drains,
+        history.resumes(where),
+        window_days=window,
+        total_nodes=sum(len(names) for _, names in groups) if groups else None,
+        notice=notice,
+    )
+    report.write_report(args.html, page)
+    print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s)")
+    if notice:
+        print(f"gpugate report: {notice}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    return EXIT_OK

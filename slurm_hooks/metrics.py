@@ -1,0 +1,227 @@
+"""Prometheus metrics as a node_exporter textfile (`admin.metrics_file`), written atomically.
+
+Series (every one labelled with the Slurm `node`):
+
+- `gpugate_node_healthy` gauge: 1 when the last checks passed and this run drained nothing.
+- `gpugate_check_status{check}` gauge, one per check: 0 ok, 1 warn, 2 fail, 3 unknown (could
+  not be evaluated). One series per check rather than one per (check, status): alerts read
+  `== 2`, and a status change never leaves a stale series behind.
+- `gpugate_prolog_duration_seconds` gauge: the last prolog's own run time.
+- `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}`,
+  `gpugate_internal_errors_total` counters.
+- `gpugate_last_run_timestamp_seconds{hook}` gauge.
+
+The file is the only state: each update reads the previous file back, so counters keep
+counting across runs (a lost file restarts them at 0, which Prometheus reads as a counter
+reset). Prologs and epilogs of several jobs can run at once, so the read-modify-write holds an
+flock on a hidden lock file beside it; the new file is written to a hidden temporary name in
+the same directory and renamed over the old one (node_exporter reads only `*.prom`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from gpugate.fsutil import atomic_write
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from gpugate.config.schema import Config
+
+STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "unknown": 3}
+# Folding several findings of one check (one per GPU): the worst wins, and "could not
+# evaluate" is worse than a warning (it could be hiding a failure).
+_WORST_FIRST = ("fail", "unknown", "warn", "ok")
+
+# name -> (type, help, the labels after `node`). Also the order of the file.
+FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "gpugate_node_healthy": (
+        "gauge", "1 when the node passed gpugate's last checks and was not drained, else 0.", ()),
+    "gpugate_check_status": (
+        "gauge", "Last status of each check: 0 ok, 1 warn, 2 fail, 3 unknown (not evaluated).",
+        ("check",)),
+    "gpugate_prolog_duration_seconds": (
+        "gauge", "Run time of the last gpugate prolog on this node.", ()),
+    "gpugate_drains_total": (
+        "counter", "Drains gpugate set on this node, by the check that failed.", ("check",)),
+    "gpugate_diagnoses_total": (
+        "counter", "Abnormal job ends diagnosed by the epilog, by failure category.",
+        ("category",)),
+    "gpugate_internal_errors_total": (
+        "counter", "Runs in which gpugate itself failed (logged in the state directory).", ()),
+    "gpugate_last_run_timestamp_seconds": (
+        "gauge", "Unix time of the last run of each gpugate hook.", ("hook",)),
+}  # fmt: skip
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+Samples = dict  # {(name, ((label, value), ...)): float}
+
+
+def escape_label(value: str) -> str:
+    """A label value as the exposition format wants it: `\\`, `"` and newlines escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def parse_samples(text: str) -> Samples:
+    """Read the samples of gpugate's families back from a textfile (others are ignored)."""
+    out: Samples = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) not in FAMILIES:
+            continue
+        labels = tuple(
+            (k, re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], v))
+            for k, v in _LABEL.findall(m.group(2) or "")
+        )
+        try:
+            out[(m.group(1), labels)] = float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def render(samples: Samples) -> str:
+    """The textfile: HELP and TYPE lines, then the family's samples, sorted."""
+    lines = []
+    for name, (kind, text, _) in FAMILIES.items():
+        rows = sorted((labels, v) for (n, labels), v in samples.items() if n == name)
+        if not rows:
+            continue
+        lines += [f"# HELP {name} {_escape_help(text)}", f"# TYPE {name} {kind}"]
+        for labels, value in rows:
+            body = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels)
+            lines.append(f"{name}{{{body}}} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def check_statuses(findings: Iterable[object] | Mapping[str, str] | None) -> dict[str, str]:
+    """{check: worst status} from findings (objects or dicts with check/status) or a mapping."""
+    if findings is None:
+        return {}
+    if hasattr(findings, "items"):
+        return dict(findings.items())  # type: ignore[union-attr]
+    worst: dict[str, str] = {}
+    for f in findings:
+        check = f["check"] if isinstance(f, dict) else f.check  # type: ignore[attr-defined]
+        status = f["status"] if isinstance(f, dict) else f.status  # type: ignore[attr-defined]
+        old = worst.get(check)
+        if old is None or _rank(status) < _rank(old):
+            worst[check] = status
+    return worst
+
+
+def _rank(status: str) -> int:
+    return _WORST_FIRST.index(status) if status in _WORST_FIRST else 1
+
+
+def apply_run(
+    samples: Samples,
+    node: str,
+    hook: str,
+    findings: Iterable[object] | Mapping[str, str] | None = None,
+    duration_s: float | None = None,
+    drained_check: str | None = None,
+    category: str | None = None,
+    internal_error: bool = False,
+    now: float | None = None,
+) -> Samples:
+    """The samples after one hook run (pure: the file handling is in update_metrics)."""
+    # Only this node's series: a renamed node must not keep reporting under its old name.
+    out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
+    n = (("node", node),)
+    statuses = check_statuses(findings)
+    if statuses and hook == "prolog":
+        # The prolog runs the whole checklist: a check that no longer runs (disabled) goes.
+        out = {k: v for k, v in out.items() if k[0] != "gpugate_check_status"}
+    for check, status in statuses.items():
+        out[("gpugate_check_status", (*n, ("check", check)))] = STATUS_VALUE.get(status, 3)
+    if drained_check:
+        key = ("gpugate_drains_total", (*n, ("check", drained_check)))
+        out[key] = out.get(key, 0) + 1
+    if category:
+        key = ("gpugate_diagnoses_total", (*n, ("category", category)))
+        out[key] = out.get(key, 0) + 1
+    key = ("gpugate_internal_errors_total", n)
+    out[key] = out.get(key, 0) + (1 if internal_error else 0)
+    if duration_s is not None and hook == "prolog":
+        out[("gpugate_prolog_duration_seconds", n)] = round(float(duration_s), 6)
+    out[("gpugate_last_run_timestamp_seconds", (*n, ("hook", hook)))] = round(
+        time.time() if now is None else now, 3
+    )
+    if drained_check:
+        out[("gpugate_node_healthy", n)] = 0
+    elif statuses:
+        fails = any(v == 2 for (name, _), v in out.items() if name == "gpugate_check_status")
+        out[("gpugate_node_healthy", n)] = 0 if fails else 1
+    else:
+        out.setdefault(("gpugate_node_healthy", n), 1)
+    return out
+
+
+def update_metrics(
+    path: str,
+    node: str,
+    hook: str,
+    findings: Iterable[object] | Mapping[str, str] | None = None,
+    duration_s: float | None = None,
+    drained_check: str | None = None,
+    category: str | None = None,
+    internal_error: bool = False,
+    now: float | None = None,
+) -> None:
+    """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure.
+
+    `findings` are this run's (with the policy's effective status where it differs): the
+    prolog's replace every check's status, other hooks' update only the checks they name.
+    """
+    import fcntl
+
+    directory = os.path.dirname(path) or "."
+    lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                previous = parse_samples(fh.read())
+        except (OSError, UnicodeDecodeError):
+            previous = {}
+        samples = apply_run(previous, node, hook, findings, duration_s, drained_check,
+                            category, internal_error, now)  # fmt: skip
+        atomic_write(path, render(samples), mode=0o644)
+    finally:
+        os.close(fd)
+
+
+def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
+    """For the hooks: update_metrics() at `admin.metrics_file`, never raising; True if written.
+
+    Nothing is written when the setting is null or its directory is missing (no
+    node_exporter on this node): creating /var/lib/node_exporter would only hide that.
+    """
+    path = config.admin.metrics_file
+    if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
+        return False
+    try:
+        update_metrics(path, node, hook, **run)  # type: ignore[arg-type]
+    except (OSError, ValueError) as exc:  # metrics must never fail a hook
+        from gpugate import log
+
+        log.error(config.state_dir, f"{hook}: could not update {path}", exc)
+        return False
+    return True

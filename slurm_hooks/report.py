@@ -1,0 +1,205 @@
+"""`gpugate report`: one self-contained HTML page for admins (inline CSS, no script, no
+external asset): drained nodes with reasons and evidence, repeat offenders, and a timeline of
+drains and resumes from the history and the audit log.
+
+Every value is escaped: drain reasons, resume notes and node names can come from anyone able
+to write a job log or run `scontrol update`, and the page must show them as text.
+"""
+
+from __future__ import annotations
+
+import time
+from html import escape
+
+from gpugate.slurm_hooks import history
+
+TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d2430}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
+.meta{color:#5b6472;margin:0 0 16px}
+.cards{display:flex;flex-wrap:wrap;gap:12px}
+.card{border:1px solid #d7dce3;border-radius:6px;padding:8px 14px;min-width:120px}
+.card b{display:block;font-size:22px}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e3e7ec;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f3f5f8;font-weight:600}
+td.node,td.time{white-space:nowrap;font-weight:600}td.time{font-weight:400}
+td.reason{word-break:break-word;max-width:40em}
+code{font-size:12px;word-break:break-all}
+.a{display:inline-block;border-radius:4px;padding:0 6px;font-size:12px;white-space:nowrap}
+.u0{background:#b42318;color:#fff}.u1{background:#d9480f;color:#fff}.u2{background:#f59f00}
+.u3{background:#ffd43b}.u4,.u5{background:#e9ecef}.u6,.u7,.u8{background:#dbe4ff}
+.drain{color:#b42318}.resume{color:#2b8a3e}.refused{color:#5b6472}
+.notice{border:1px solid #f59f00;background:#fff9db;padding:8px 12px;border-radius:6px}
+.empty{color:#5b6472;font-style:italic}
+"""
+
+
+def esc(value: object) -> str:
+    """Any value as HTML text: None as a dash, everything else escaped (quotes too)."""
+    return "-" if value is None or value == "" else escape(str(value), quote=True)
+
+
+def repeat_offenders(drains: list[dict], since: float, min_drains: int = 2) -> list[dict]:
+    """Nodes drained at least `min_drains` times since `since`: count, by check, last drain."""
+    out = []
+    for node, entries in history.by_node(e for e in drains if e.get("when", 0) >= since).items():
+        if len(entries) < min_drains:
+            continue
+        checks: dict[str, int] = {}
+        for e in entries:
+            checks[e.get("check") or "?"] = checks.get(e.get("check") or "?", 0) + 1
+        out.append({"node": node, "drains": len(entries), "checks": checks,
+                    "last": entries[-1].get("when"), "last_reason": entries[-1].get("reason")})  # fmt: skip
+    return sorted(out, key=lambda o: (-o["drains"], -max(o["checks"].values()), o["node"]))
+
+
+def timeline(
+    drains: list[dict], resumes: list[dict], since: float, limit: int = TIMELINE_MAX
+) -> list[dict]:
+    """Drains and resumes since `since`, newest first, at most `limit`."""
+    events = [dict(e, event="drain") for e in drains if e.get("when", 0) >= since]
+    events += [dict(e, event=resume_event(e)) for e in resumes if e.get("when", 0) >= since]
+    events.sort(key=lambda e: e.get("when", 0), reverse=True)
+    return events[:limit]
+
+
+_LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused"}
+
+
+def resume_event(entry: dict) -> str:
+    """`resume`, or `refused` for an audit entry of a resume that did not happen."""
+    refused = entry.get("resumed") is False or str(entry.get("result")).startswith("refused")
+    return "refused" if refused else "resume"
+
+
+def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
+    if not body:
+        return f'<p class="empty">{esc(empty)}</p>'
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _action(row: dict) -> str:
+    from gpugate.slurm_hooks.admin import URGENCY
+
+    return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
+
+
+def drained_section(rows: list[dict]) -> str:
+    """The drained nodes, most urgent first, with reason, evidence and suggested action."""
+    body = []
+    for r in rows:
+        owner = "gpugate" if r["gpugate"] else "other"
+        body.append(
+            "<tr>"
+            f'<td class="node">{esc(r["node"])}</td><td>{esc(r["state"])}</td>'
+            f"<td>{_action(r)}</td><td>{esc(r['check'])}</td><td>{esc(r['category'])}</td>"
+            f'<td class="drains">{esc(r["drains"])}</td>'
+            f'<td>{esc(r["set_by"])} ({owner})</td><td class="time">{esc(r["since"])}</td>'
+            f'<td class="reason">{esc(r["reason"])}</td><td><code>{esc(r["bundle"])}</code></td>'
+            "</tr>"
+        )
+    headers = ("Node", "State", "Suggested action", "Check", "Category", "Drains",
+               "Set by", "Since", "Reason", "Evidence")  # fmt: skip
+    return _table(headers, body, "No drained nodes.")
+
+
+def offenders_section(offenders: list[dict], window_days: float) -> str:
+    """Nodes drained repeatedly within the window."""
+    body = []
+    for o in offenders:
+        checks = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(o["checks"].items()))
+        body.append(
+            f'<tr><td class="node">{esc(o["node"])}</td><td class="drains">{esc(o["drains"])}</td>'
+            f'<td>{esc(checks)}</td><td class="time">{esc(history.iso(o["last"]))}</td>'
+            f'<td class="reason">{esc(o["last_reason"])}</td></tr>'
+        )
+    headers = ("Node", f"Drains in {window_days:g} days", "By check", "Last drain", "Last reason")
+    return _table(headers, body, "No node was drained more than once in the window.")
+
+
+def timeline_section(events: list[dict]) -> str:
+    """Drains and resumes, newest first."""
+    body = []
+    for e in events:
+        if e["event"] == "drain":
+            what = esc(e.get("reason") or e.get("check"))  # the reason starts with the check
+            if e.get("bundle"):
+                what += f" <code>{esc(e['bundle'])}</code>"
+        else:
+            forced = " (forced)" if e.get("forced") else ""
+            what = (f"by {esc(e.get('who'))}{forced}: {esc(e.get('why'))}; "
+                    f"check result: {esc(_result(e.get('result')))}")  # fmt: skip
+        body.append(
+            f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
+            f'<td class="node">{esc(e["node"])}</td>'
+            f'<td class="{e["event"]}">{_LABELS[e["event"]]}</td><td class="reason">{what}</td></tr>'
+        )
+    return _table(("Time", "Node", "Event", "Detail"), body, "No drains or resumes in the window.")
+
+
+def _result(result: object) -> object:
+    if isinstance(result, dict):
+        return result.get("status") or ", ".join(f"{k}={v}" for k, v in result.items())
+    return result
+
+
+def render_html(
+    rows: list[dict],
+    drains: list[dict],
+    resumes: list[dict],
+    window_days: float = 30,
+    now: float | None = None,
+    total_nodes: int | None = None,
+    notice: str | None = None,
+) -> str:
+    """The whole page. `rows` are admin.node_rows() of the drained nodes."""
+    now = time.time() if now is None else now
+    since = history.window_start(window_days, now)
+    offenders = repeat_offenders(drains, since)
+    events = timeline(drains, resumes, since)
+    from gpugate.slurm_hooks.admin import RMA
+
+    cards = [
+        ("nodes", "-" if total_nodes is None else total_nodes),
+        ("drained", len(rows)),
+        ("drained by gpugate", sum(1 for r in rows if r["gpugate"])),
+        ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
+        (f"drains in {window_days:g} days", sum(1 for e in events if e["event"] == "drain")),
+        (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
+    ]
+    card_html = "".join(
+        f'<div class="card" id="{esc(k.split()[0])}-card"><b>{esc(v)}</b>{esc(k)}</div>'
+        for k, v in cards
+    )
+    more = len(events) == TIMELINE_MAX
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>gpugate report</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>gpugate: drained nodes and repeat offenders</h1>",
+        f'<p class="meta">Generated {esc(history.iso(now))}; history window {window_days:g} days.</p>',
+        f'<p class="notice">{esc(notice)}</p>' if notice else "",
+        f'<div class="cards">{card_html}</div>',
+        '<h2 id="drained">Drained nodes</h2>',
+        drained_section(rows),
+        '<h2 id="offenders">Repeat offenders</h2>',
+        offenders_section(offenders, window_days),
+        '<h2 id="timeline">Timeline</h2>',
+        f'<p class="meta">Newest {TIMELINE_MAX} events shown.</p>' if more else "",
+        timeline_section(events),
+        "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p) + "\n"
+
+
+def write_report(path: str, page: str) -> None:
+    """Write the page atomically (a browser or a web server never reads half of it)."""
+    from gpugate.fsutil import atomic_write
+
+    atomic_write(path, page, mode=0o644)
