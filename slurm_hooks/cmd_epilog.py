@@ -9,6 +9,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
 
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.epilog import EpilogResult
+    from gpugate.slurm_hooks.hookenv import HookEnv
+
 
 def parser() -> ArgumentParser:
     """Options of `gpugate epilog`."""
@@ -44,8 +48,21 @@ def _body(config: object) -> int:
             text += f" (Xid {r.xid})"
         text += f"; bundle {r.bundle}" + (f"; drained: {r.reason}" if r.drained else "")
         log.say(text)
+    record(config, env, r)  # type: ignore[arg-type]
     log.event(config.state_dir, "epilog", job=env.job_id, node=env.node, abnormal=r.abnormal,  # type: ignore[attr-defined]
               why=r.why, category=r.category, xid=r.xid, failing_rank=r.failing_rank,
               hardware_fault=r.hardware_fault, drained=r.drained, reason=r.reason,
               bundle=r.bundle, duration_s=round(r.duration_s, 4))  # fmt: skip
     return 0
+
+
+def record(config: Config, env: HookEnv, r: EpilogResult) -> None:
+    """The drain history and the metrics textfile (both best effort, never failing the hook)."""
+    from gpugate.slurm_hooks import history, metrics
+
+    if r.drained and r.reason:
+        history.note_drain(config, env.node or "", r.reason, category=r.category, xid=r.xid,
+                           bundle=r.bundle, job=env.job_id, hook="epilog")  # fmt: skip
+    metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
+                     drained_check=history.reason_check(r.reason) if r.drained else None,
+                     category=r.category if r.abnormal else None)  # fmt: skip

@@ -9,6 +9,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
 
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.hookenv import HookEnv
+    from gpugate.slurm_hooks.prolog import PrologResult
+
 
 def parser() -> ArgumentParser:
     """Options of `gpugate prolog`."""
@@ -42,7 +46,19 @@ def _body(config: object) -> int:
     if result.refused:
         verdict += "; job refused (Slurm requeues it)"
     log.say(verdict)
+    record(config, env, result)  # type: ignore[arg-type]
     log.event(config.state_dir, "prolog", job=env.job_id, node=env.node, status=result.status,  # type: ignore[attr-defined]
               action=result.action, reason=result.reason, drained=result.drained,
               refused=result.refused, duration_s=round(result.duration_s, 4))  # fmt: skip
     return result.exit_code
+
+
+def record(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """The drain history and the metrics textfile (both best effort, never failing the hook)."""
+    from gpugate.slurm_hooks import history, metrics
+
+    if result.drained and result.reason:
+        history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
+    metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
+                     drained_check=history.reason_check(result.reason) if result.drained else None,
+                     budget_exceeded=result.blocked_by == "budget")  # fmt: skip

@@ -141,7 +141,7 @@ def _refuse(config: Config, args: object, reason: str, why: str, result: str | N
 
     try:
         record_resume(_audit_dir(config), args.node, why=args.why, result=f"refused: {why}" + (f"; checks {result}" if result else ""),  # type: ignore[attr-defined]
-                      forced=args.force, reason=reason)  # type: ignore[attr-defined]  # fmt: skip
+                      forced=args.force, reason=reason, resumed=False)  # type: ignore[attr-defined]  # fmt: skip
     except OSError:
         pass
     print(f"gpugate resume: refused: {why}", file=sys.stderr)
@@ -149,10 +149,6 @@ def _refuse(config: Config, args: object, reason: str, why: str, result: str | N
 
 
 def _audit_dir(config: Config) -> str:
-    import os
-
     from gpugate.slurm_hooks.history import history_dir
 
-    path = history_dir(config)
-    os.makedirs(path, mode=0o755, exist_ok=True)
-    return path
+    return history_dir(config)

@@ -40,6 +40,7 @@ class EpilogResult(Record):
     xid: int | None = None
     failing_rank: int | None = None
     hardware_fault: bool = False
+    hardware_checks: tuple = ()  # the failing hardware check ids (for the metrics)
     drained: bool = False
     reason: str | None = None
     duration_s: float = 0.0
@@ -127,6 +128,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
         xid=diagnosis.get("xid"),
         failing_rank=diagnosis.get("failing_rank"),
         hardware_fault=bool(hardware),
+        hardware_checks=tuple(sorted({f.check for f in hardware})),
     )
     reason = None
     if hardware and config.epilog.drain_on_hardware and not config.policy.report_only:

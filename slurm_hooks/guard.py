@@ -38,4 +38,16 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
         )
         log.event(config.state_dir, hook, outcome="internal_error", error=f"{type(exc).__name__}: {exc}"[:500],
                   duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+        _count_internal_error(config, hook)
         return code
+
+
+def _count_internal_error(config: Config, hook: str) -> None:
+    try:
+        from gpugate.slurm_hooks.metrics import note_run
+
+        from gpugate.node import node_name
+
+        note_run(config, node_name(), hook, internal_error=True)
+    except Exception:  # the metrics module itself may be what broke
+        pass

@@ -8,7 +8,7 @@ Series (every one labelled with the Slurm `node`):
   `== 2`, and a status change never leaves a stale series behind.
 - `gpugate_prolog_duration_seconds` gauge: the last prolog's own run time.
 - `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}`,
-  `gpugate_internal_errors_total` counters.
+  `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 
 The file is the only state: each update reads the previous file back, so counters keep
@@ -53,6 +53,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("category",)),
     "gpugate_internal_errors_total": (
         "counter", "Runs in which gpugate itself failed (logged in the state directory).", ()),
+    "gpugate_drain_budget_exceeded_total": (
+        "counter", "Drains gpugate did not do because the drain budget was spent.", ()),
     "gpugate_last_run_timestamp_seconds": (
         "gauge", "Unix time of the last run of each gpugate hook.", ("hook",)),
 }  # fmt: skip
@@ -139,6 +141,7 @@ def apply_run(
     category: str | None = None,
     internal_error: bool = False,
     now: float | None = None,
+    budget_exceeded: bool = False,
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
@@ -158,6 +161,8 @@ def apply_run(
         out[key] = out.get(key, 0) + 1
     key = ("gpugate_internal_errors_total", n)
     out[key] = out.get(key, 0) + (1 if internal_error else 0)
+    key = ("gpugate_drain_budget_exceeded_total", n)
+    out[key] = out.get(key, 0) + (1 if budget_exceeded else 0)
     if duration_s is not None and hook == "prolog":
         out[("gpugate_prolog_duration_seconds", n)] = round(float(duration_s), 6)
     out[("gpugate_last_run_timestamp_seconds", (*n, ("hook", hook)))] = round(
@@ -183,6 +188,7 @@ def update_metrics(
     category: str | None = None,
     internal_error: bool = False,
     now: float | None = None,
+    budget_exceeded: bool = False,
 ) -> None:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure.
 
@@ -202,7 +208,7 @@ def update_metrics(
         except (OSError, UnicodeDecodeError):
             previous = {}
         samples = apply_run(previous, node, hook, findings, duration_s, drained_check,
-                            category, internal_error, now)  # fmt: skip
+                            category, internal_error, now, budget_exceeded)  # fmt: skip
         atomic_write(path, render(samples), mode=0o644)
     finally:
         os.close(fd)

@@ -31,6 +31,7 @@ class PrologResult(Record):
     drained: bool = False
     refused: bool = False
     blocked_by: str | None = None  # the drain was not done: "admin" or "budget"
+    statuses: dict = {}  # check id -> status after the policy (for the metrics)
     message: str = ""
     duration_s: float = 0.0
 
@@ -81,6 +82,19 @@ def job_peers(config: Config, env: HookEnv) -> list[str]:
     return [n for n in expand_hostlist(env.nodelist) if n != env.node]
 
 
+def check_statuses(findings: list[Finding], config: Config) -> dict[str, str]:
+    """Each check's worst status after the policy (what the metrics and events report)."""
+    from gpugate.checks.findings import SEVERITY
+    from gpugate.slurm_hooks.policy import effective_status
+
+    out: dict[str, str] = {}
+    for f in findings:
+        status = effective_status(f, config.policy)
+        if f.check not in out or SEVERITY.get(status, 9) < SEVERITY.get(out[f.check], 9):
+            out[f.check] = status
+    return out
+
+
 def concerns_job(f: Finding, env: HookEnv) -> bool:
     """A node-wide finding, or one about a GPU the job was given."""
     return f.gpu is None or env.gpus is None or f.gpu in env.gpus
@@ -113,13 +127,14 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     facts = gather_for_prolog(config, env, config.prolog.deadline_s)
     findings = run_checks(facts, config)
     decision = decide(findings, config.policy, phase="prolog")
+    statuses = check_statuses(findings, config)
     remember_kernel_pos(config, facts)
     if env.job_id:
         prepare_job(config, env, facts)
     took = time.monotonic() - started
     if decision.action != DRAIN:
         return PrologResult(exit_code=0, status=decision.status, action=decision.action,
-                            message=summary(decision), duration_s=took)  # fmt: skip
+                            message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
     failing = list(decision.failing)
     check_id, detail = drain_detail(failing)
     slurm = slurm or _slurm(config)
@@ -138,6 +153,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
         drained=outcome.drained,
         refused=refuse,
         blocked_by=outcome.blocked_by,
+        statuses=statuses,
         message=summary(decision),
         duration_s=time.monotonic() - started,
     )

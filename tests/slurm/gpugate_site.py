@@ -27,7 +27,8 @@ class Site:
         self.state = base / "state"
         self.evidence = base / "evidence"
         self.config = base / "gpugate.yaml"
-        for d in (self.hooks, self.snapshots, self.state, self.evidence):
+        self.metrics = base / "metrics" / "gpugate.prom"
+        for d in (self.hooks, self.snapshots, self.state, self.evidence, self.metrics.parent):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(base, 0o755)  # the job user (root here) and hooks read below it
         gpugate = Path(sys.executable).parent / "gpugate"
@@ -55,7 +56,9 @@ class Site:
             f"state_dir: {self.state}\n"
             f"evidence_dir: {self.evidence}\n"
             "task_prolog:\n"
-            f"  nccl_debug_dir: {self.base / 'nccl'}\n" + extra
+            f"  nccl_debug_dir: {self.base / 'nccl'}\n"
+            "admin:\n"
+            f"  metrics_file: {self.metrics}\n" + extra
         )
 
     def use_snapshot(self, node: str, name: str) -> None:

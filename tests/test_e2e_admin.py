@@ -1,0 +1,95 @@
+"""End to end: admins review drains and resume nodes through gpugate, on a real Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from e2e import Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import LocalSlurm  # noqa: E402
+
+NODES = ["gpu-a", "gpu-b"]
+GPUGATE = str(Path(sys.executable).parent / "gpugate")
+
+
+@pytest.fixture(scope="module")
+def env_cluster(tmp_path_factory: pytest.TempPathFactory):
+    site = Site(tmp_path_factory.mktemp("e2e-admin"))
+    for node in NODES:
+        site.use_snapshot(node, "h100-healthy")
+    with LocalSlurm(site.base / "slurm", nodes=NODES, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
+                    wrap_hooks=False) as cluster:  # fmt: skip
+        env = dict(
+            cluster.env(),
+            GPUGATE_CONFIG=str(site.config),
+            GPUGATE_CACHE_DIR=str(site.base / "cache"),
+        )
+        yield site, cluster, env
+
+
+def gpugate(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([GPUGATE, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_drained_node_is_shown_refused_while_broken_resumed_when_fixed(env_cluster):
+    site, cluster, env = env_cluster
+    site.use_snapshot("gpu-a", "h100-ecc")
+    job = cluster.submit(wrap="true", output="/dev/null", nodelist="gpu-a")
+    cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=30)
+    cluster.run(["scancel", str(job)])
+
+    listed = gpugate(env, "nodes", "--drained", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["node"]: r for r in json.loads(listed.stdout)["nodes"]}
+    row = rows["gpu-a"]
+    assert row["reason"].startswith("gpugate: gpu.ecc: ") and row["gpugate"] is True
+    assert row["check"] == "gpu.ecc" and row["drains"] == 1 and row["action"]
+    assert "gpu-b" not in rows
+
+    refused = gpugate(env, "resume", "gpu-a", "--why", "test")
+    assert refused.returncode == 1 and "still fails its checks" in refused.stderr
+    assert cluster.is_drained("gpu-a")
+
+    site.use_snapshot("gpu-a", "h100-healthy")
+    resumed = gpugate(env, "resume", "gpu-a", "--why", "GPU3 replaced")
+    assert resumed.returncode == 0, resumed.stderr
+    cluster.wait_idle(["gpu-a"])
+    audit = [json.loads(x) for x in (site.state / "audit.jsonl").read_text().splitlines()]
+    assert [a["resumed"] for a in audit[-2:]] == [False, True] and audit[-1][
+        "why"
+    ] == "GPU3 replaced"
+    prom = site.metrics.read_text()
+    assert 'gpugate_drains_total{node="gpu-a",check="gpu.ecc"} 1' in prom
+
+
+def test_an_admins_drain_is_not_gpugates_and_needs_force(env_cluster):
+    _site, cluster, env = env_cluster
+    cluster.drain("gpu-b", "admin: PSU swap")
+    listed = gpugate(env, "nodes", "--drained", "--json")
+    row = {r["node"]: r for r in json.loads(listed.stdout)["nodes"]}["gpu-b"]
+    assert row["gpugate"] is False and row["reason"].startswith("admin: PSU swap")
+    refused = gpugate(env, "resume", "gpu-b")
+    assert refused.returncode == 1 and "drained by someone else" in refused.stderr
+    assert cluster.node("gpu-b")["Reason"].startswith("admin: PSU swap")
+    forced = gpugate(env, "resume", "gpu-b", "--force", "--why", "PSU replaced")
+    assert forced.returncode == 0, forced.stderr
+    cluster.wait_idle(["gpu-b"])
+
+
+def test_html_report_names_the_drains(env_cluster, tmp_path):
+    _site, _cluster, env = env_cluster
+    out = tmp_path / "report.html"
+    res = gpugate(env, "report", "--html", str(out))
+    assert res.returncode == 0, res.stderr
+    html = out.read_text()
+    assert "gpu-a" in html and "gpu.ecc" in html and "<script" not in html
+    assert os.path.getsize(out) > 1000
