@@ -914,14 +914,9 @@ def _read_tag(directory: str, name: str) -> tuple[str | None, str | None]:
 
 def _read_capped(fd: int, limit: int) -> bytes:
     """Up to `limit` + 1 bytes from `fd` (one more than allowed tells "too large")."""
-    chunks, left = [], limit + 1
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    from gpugate.slurm_hooks.userfiles import read_fd
+
+    return read_fd(fd, limit + 1)
 
 
 def _kind_ok(entry: os.DirEntry, kind: str) -> bool:

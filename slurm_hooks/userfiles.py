@@ -48,16 +48,21 @@ def read_tail(path: str, max_bytes: int) -> bytes:
     try:
         size = os.fstat(fd).st_size
         os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
-        chunks, left = [], max_bytes
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, max_bytes)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from an open file, in 1 MiB reads (never more in memory)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def drop_to(uid: int, gid: int | None) -> None:

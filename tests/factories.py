@@ -101,3 +101,17 @@ def findings_of(check_id: str, facts: Facts, config: object = None) -> list:
 def statuses(findings: list) -> list[str]:
     """The statuses of findings, in order."""
     return [f.status for f in findings]
+
+
+def site(tmp_path, text: str):
+    """The packaged defaults under a site file holding `text`."""
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+def only(check_id: str, facts: Facts, config: object = None):
+    """The single finding `check_id` gives for `facts`."""
+    found = findings_of(check_id, facts, config)
+    assert len(found) == 1, found
+    return found[0]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from factories import findings_of, make_facts, make_gpu, statuses
+from factories import findings_of, make_facts, make_gpu, only, site, statuses
 from gpugate.checks.facts import Gpu, GpuProcess, RemappedRows
-from gpugate.config import load_config
 
 GPU_CHECKS = [
     "gpu.count",
@@ -23,20 +22,6 @@ GPU_CHECKS = [
 PER_GPU = [
     c for c in GPU_CHECKS if c not in ("gpu.count", "gpu.lost", "gpu.driver", "gpu.power_limit")
 ]
-
-
-def site(tmp_path, text: str):
-    """The packaged defaults under a site file holding `text`."""
-    path = tmp_path / "site.yaml"
-    path.write_text(text)
-    return load_config(str(path))
-
-
-def only(check_id: str, facts, config=None):
-    """The single finding `check_id` gives for `facts`."""
-    found = findings_of(check_id, facts, config)
-    assert len(found) == 1, found
-    return found[0]
 
 
 @pytest.mark.parametrize("check_id", GPU_CHECKS)

@@ -3,25 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from factories import findings_of, make_facts, statuses
+from factories import findings_of, make_facts, only, site, statuses
 from gpugate.checks.facts import Limits, Memory, Mount
-from gpugate.config import load_config
 
 HOST_CHECKS = ["host.nofile", "host.memory", "host.mounts"]
-
-
-def site(tmp_path, text: str):
-    """The packaged defaults under a site file holding `text`."""
-    path = tmp_path / "site.yaml"
-    path.write_text(text)
-    return load_config(str(path))
-
-
-def only(check_id: str, facts, config=None):
-    """The single finding `check_id` gives for `facts`."""
-    found = findings_of(check_id, facts, config)
-    assert len(found) == 1, found
-    return found[0]
 
 
 def mounts(*changed: dict):

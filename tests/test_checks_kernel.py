@@ -6,26 +6,11 @@ The lines are written from the formats in the GPU failure reference (section 2).
 from __future__ import annotations
 
 import pytest
-from factories import findings_of, make_facts, statuses
-from gpugate.config import load_config
+from factories import findings_of, make_facts, only, site, statuses
 
 KERNEL_CHECKS = ["kernel.xid", "kernel.gpu_bus", "kernel.oom"]
 # make_gpu(i) sits at bus 0x18 + 0x10 * i: GPU2 at 0000:38:00, GPU5 at 0000:68:00.
 GPU2, GPU5 = "0000:38:00", "0000:68:00"
-
-
-def site(tmp_path, text: str):
-    """The packaged defaults under a site file holding `text`."""
-    path = tmp_path / "site.yaml"
-    path.write_text(text)
-    return load_config(str(path))
-
-
-def only(check_id: str, facts, config=None):
-    """The single finding `check_id` gives for `facts`."""
-    found = findings_of(check_id, facts, config)
-    assert len(found) == 1, found
-    return found[0]
 
 
 def log(*lines: str):
