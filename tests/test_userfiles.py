@@ -82,3 +82,20 @@ def _check_drop(tmp_path):
 def test_unknown_user_is_refused():
     with pytest.raises(UserFileError, match="unknown"):
         as_user(None, None, lambda: 1, 1)
+
+
+def test_a_huge_file_costs_only_its_tail(tmp_path):
+    huge = tmp_path / "out.log"
+    with open(huge, "wb") as fh:
+        fh.truncate(50 << 30)  # 50 GiB, sparse: a runaway job's stdout
+        fh.seek((50 << 30) - 9)
+        fh.write(b"last line")
+    started = time.monotonic()
+    assert read_tail(str(huge), 9) == b"last line"
+    assert len(read_tail(str(huge), 1 << 20)) == 1 << 20
+    assert time.monotonic() - started < 2
+
+
+def test_a_directory_in_place_of_a_log_is_refused(tmp_path):
+    with pytest.raises(UserFileError, match="not a regular file"):
+        read_tail(str(tmp_path), 100)
