@@ -159,6 +159,7 @@ _NESTED: dict[str, tuple[type[Record], bool]] = {
     "peers": (PeerProbe, True),
 }
 _LISTS = {"throttle_reasons", "nvlink_active", "kernel_log", "kernel_modules"}
+_STR_LISTS = {"throttle_reasons", "kernel_log", "kernel_modules"}  # the checks match text in them
 _INTS = {
     "index", "port", "gen", "max_gen", "width", "max_width", "replay_errors", "corrected",
     "uncorrected", "pid", "used_memory_mib", "ecc_volatile_uncorrected", "ecc_volatile_corrected",
@@ -206,6 +207,8 @@ def _convert(key: str, value: object, path: str) -> object:
     if key in _LISTS:
         if not isinstance(value, list):
             raise SnapshotError(f"{path}: expected a list")
+        if key in _STR_LISTS and not all(isinstance(v, str) for v in value):
+            raise SnapshotError(f"{path}: expected a list of strings")
         return tuple(value)
     if key in _BOOLS and not isinstance(value, bool):
         raise SnapshotError(f"{path}: expected true or false, got {value!r}")

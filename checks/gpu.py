@@ -99,7 +99,8 @@ def check_gpu_lost(facts: Facts, ctx: Context) -> list[F.Finding]:
 def _version(text: str | None) -> tuple[int, ...] | None:
     """ "12.10" -> (12, 10), so versions compare numerically; None when unreadable."""
     parts = (text or "").strip().split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+    ok = all(p.isdecimal() and len(p) <= 20 for p in parts)  # int() refuses "²", 5000 digits
+    return tuple(int(p) for p in parts) if ok else None
 
 
 @check("gpu.driver")

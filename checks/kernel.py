@@ -51,7 +51,8 @@ MULTILINE_OPENER = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
 # Host OOM killer (mm/oom_kill.c, reference 2.5): the victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
 OOM_KILLED = re.compile(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
-OOM_INVOKED = re.compile(r"(\S+) invoked oom-killer")
+# `(?<!\S)`: tried from word starts only; else a long word costs its length squared.
+OOM_INVOKED = re.compile(r"(?<!\S)(\S+) invoked oom-killer")
 
 # Timestamps as the tools print them (reference section 2); only the gaps between lines matter.
 _TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
@@ -86,10 +87,10 @@ def _clock(*parts: str | int) -> float | None:
     """(year, month, day, hour, minute, second) -> seconds; None for an impossible date."""
     from datetime import date
 
-    year, month, day, hh, mm, ss = (int(p) for p in parts)
     try:
+        year, month, day, hh, mm, ss = (int(p) for p in parts)
         return date(year, month, day).toordinal() * 86400.0 + hh * 3600 + mm * 60 + ss
-    except ValueError:
+    except (ValueError, OverflowError):  # a 20-digit day overflows date(), 5000 digits int()
         return None
 
 

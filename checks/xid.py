@@ -119,10 +119,11 @@ class XidEvent(Record):
 
 
 # `NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., text`. Some drivers omit "PCI:", some
-# posters redact the address, so anything inside the parentheses is accepted.
-_XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+),?\s*(.*)")
+# posters redact the address, so anything inside the parentheses is accepted. A code of ten
+# digits or more is no Xid (and int() refuses numbers past 4300 digits).
+_XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
 _PCI_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
-_CAUSED_RE = re.compile(r"caused by previous Xid (\d+)")
+_CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,9})(?!\d)")
 
 
 def parse_xid(line: str) -> XidEvent | None:

@@ -62,6 +62,8 @@ def parse_yaml(text: str, name: str = "<string>") -> object:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise YamlError(f"{name}: not valid YAML{where}: {problem}") from None
+    except Exception as exc:  # constructors raise plain errors: `2020-13-45`, `0b_`, 5000 digits
+        raise YamlError(f"{name}: not valid YAML: {type(exc).__name__}: {exc}") from None
 
 
 def dump_yaml(data: object) -> str:

@@ -187,7 +187,9 @@ def _evaluate(ctx: _Ctx, layout: str, name: str, step: int | None, check: Check)
         why = str(exc).replace(ctx.root + os.sep, "")
     except OSError as exc:
         why = f"{os.path.relpath(exc.filename or path, ctx.root)}: {exc.strerror or exc}"
-    except (ValueError, struct.error) as exc:  # a malformed file we did not foresee
+    # A malformed file we did not foresee: offsets past 2**63 (OverflowError in pread), a ZIP64
+    # extra field shorter than it says (StopIteration), JSON nested 100k deep (RecursionError).
+    except (ValueError, struct.error, OverflowError, StopIteration, RecursionError) as exc:
         why = f"not understood: {exc}"
     else:
         step = found.step if step is None else step
@@ -313,7 +315,7 @@ def _find_megatron(ctx: _Ctx) -> Iterator[Candidate]:
         text, problem = _read_tag(ctx.root, _MEGATRON_TRACKER)
         if text == "release":
             tag = "release"
-        elif text is not None and text.isdigit():
+        elif text is not None and text.isdecimal():  # what int() takes ("²" is a digit)
             tag_step = int(text)
             tag = next((n for n, s in dirs.items() if s == tag_step), f"iter_{tag_step:07d}")
         elif text is not None:

@@ -121,7 +121,7 @@ def read_summary(bundle: str) -> dict | None:
         fd = os.open(os.path.join(bundle, "summary.json"), os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, encoding="utf-8") as fh:
             data = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
     return data if isinstance(data, dict) else None
 

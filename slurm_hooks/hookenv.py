@@ -42,7 +42,10 @@ def _gpus(value: str | None) -> tuple[int, ...] | None:
     # SLURM_JOB_GPUS is "0,1" (indices of this node's GPUs); absent for jobs without GPUs.
     if not value:
         return None
-    out = [int(v) for v in re.findall(r"\d+", value)]
+    try:
+        out = [int(v) for v in re.findall(r"\d+", value)]
+    except ValueError:  # thousands of digits are no GPU index (and int() refuses them)
+        return None
     return tuple(out) or None
 
 

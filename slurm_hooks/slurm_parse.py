@@ -100,7 +100,11 @@ class HostlistError(ValueError):
     """A hostlist expression the pure parser does not understand."""
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")
+# More names than any cluster has, or more bracket groups than any naming scheme: a typo or
+# hostile input, refused before it costs memory (or recursion depth).
+_MAX_HOSTS = 100_000
+_MAX_GROUPS = 8
 
 
 def hostlist_expand(expr: str) -> list[str]:
@@ -110,7 +114,11 @@ def hostlist_expand(expr: str) -> list[str]:
         return []
     names: list[str] = []
     for item in _split_top_level(expr):
+        if item.count("[") > _MAX_GROUPS:
+            raise HostlistError(f"more than {_MAX_GROUPS} bracket groups in {item!r}")
         names.extend(_expand_item(item))
+        if len(names) > _MAX_HOSTS:
+            raise HostlistError(f"more than {_MAX_HOSTS} names in {expr!r}")
     return names
 
 
@@ -145,7 +153,10 @@ def _expand_item(item: str) -> list[str]:
     if not closing:
         raise HostlistError(f"unbalanced '[' in {item!r}")
     tails = _expand_item(tail)
-    return [f"{head}{n}{t}" for n in _expand_ranges(body, item) for t in tails]
+    numbers = _expand_ranges(body, item)
+    if len(numbers) * len(tails) > _MAX_HOSTS:
+        raise HostlistError(f"more than {_MAX_HOSTS} names in {item!r}")
+    return [f"{head}{n}{t}" for n in numbers for t in tails]
 
 
 def _expand_ranges(body: str, item: str) -> list[str]:
@@ -155,7 +166,7 @@ def _expand_ranges(body: str, item: str) -> list[str]:
         if not m:
             raise HostlistError(f"cannot read range {part!r} in {item!r}")
         lo, hi = m.group(1), m.group(2) or m.group(1)
-        if int(hi) < int(lo) or int(hi) - int(lo) > 100_000:
+        if int(hi) < int(lo) or len(out) + int(hi) - int(lo) > _MAX_HOSTS:
             raise HostlistError(f"bad range {part!r} in {item!r}")
         # Slurm pads to the width of the lower bound: [08-10] -> 08 09 10.
         out.extend(f"{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
@@ -353,6 +364,20 @@ def split_state(
 # ------------------------------------------------------------------------------------- JSON
 
 
+def _json_shape(parse: Callable) -> Callable:
+    """`parse`, raising ValueError (as for text that is not JSON) on JSON of another shape."""
+
+    def wrapped(text: str, *args: object, **kwargs: object) -> list:
+        try:
+            return parse(text, *args, **kwargs)
+        except (AttributeError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+            raise ValueError(f"not Slurm's JSON: {type(exc).__name__}: {exc}") from None
+
+    wrapped.__doc__ = parse.__doc__
+    return wrapped
+
+
+@_json_shape
 def parse_nodes_json(text: str) -> list[NodeInfo]:
     """Parse any JSON with node records: `nodes` (scontrol/slurmrestd, 21.08-22.05 sinfo) or
     `sinfo` (23.02+ sinfo)."""
@@ -418,6 +443,7 @@ def _with_reason_object(
     )
 
 
+@_json_shape
 def parse_jobs_json(text: str, expand: Callable[[str], list[str]] | None = None) -> list[JobInfo]:
     """Parse `squeue --json`, `scontrol show job --json` or slurmrestd `/jobs` (22.05-25.11)."""
     expand = expand or _expand_lenient

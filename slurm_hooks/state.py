@@ -83,7 +83,16 @@ def load_kernel_pos(state_dir: str) -> tuple[str | None, int | None]:
         with os.fdopen(fd, encoding="utf-8") as fh:
             data = json.load(fh)
         return data.get("boot_id"), int(data["seq"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    # OverflowError: `"seq": Infinity`; RecursionError: `[[[[...` 100k deep.
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+    ):
         return None, None
 
 
@@ -115,6 +124,6 @@ def load_baseline(state_dir: str, job_id: str) -> dict | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, encoding="utf-8") as fh:
             data = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
     return data if isinstance(data, dict) else None

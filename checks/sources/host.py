@@ -66,7 +66,8 @@ def parse_meminfo(text: str) -> dict:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         fields = rest.split()
-        if fields and fields[0].isdigit():
+        # int() refuses "²" (a digit, not a decimal) and 5000 digits; 20 hold any 64-bit value.
+        if fields and fields[0].isdecimal() and len(fields[0]) <= 20:
             kib[key.strip()] = int(fields[0])
     memory = {snap: kib[key] // 1024 for key, snap in _MEMINFO.items() if key in kib}
     if "SwapTotal" in kib and "SwapFree" in kib:

@@ -68,7 +68,8 @@ def read_counters(counters_dir: str) -> dict[str, int]:
     counters = {}
     for name in sorted(_listdir(counters_dir)):
         value = _strip(read_text(os.path.join(counters_dir, name)))
-        if value is not None and value.isdigit():
+        # int() refuses "²" (a digit, not a decimal) and 5000 digits; 20 hold any 64-bit value.
+        if value is not None and value.isdecimal() and len(value) <= 20:
             counters[name] = int(value)
     return counters
 

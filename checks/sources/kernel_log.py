@@ -36,6 +36,9 @@ _READ_SIZE = 16384
 # The ring buffer holds at most a few hundred thousand records (log_buf_len <= 2^25 bytes);
 # past this many reads the log is growing as fast as we read it, so stop.
 _MAX_READS = 1 << 21
+# A longer line is not one the kernel printed (its records are at most 8 KiB): only its start
+# is kept, so that the patterns here and in the checks never scan megabytes per line.
+_LINE_MAX = 8192
 
 _RELEVANT = re.compile(
     "|".join(
@@ -208,7 +211,7 @@ def filter_lines(lines: Iterable[str], max_lines: int | None = None) -> list[str
 def _messages(lines: Iterable[str]) -> Iterator[list[str]]:
     message: list[str] = []
     for raw in lines:
-        line = raw.rstrip("\r\n")
+        line = raw[:_LINE_MAX].rstrip("\r\n")
         if message and line[:1] in (" ", "\t"):
             message.append(line)
             continue

@@ -14,8 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Peers
 
-_SENT = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
-_RTT = re.compile(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/([\d.]+)/")
+_SENT = re.compile(r"(?<!\d)(\d{1,20}) packets transmitted, (\d{1,20}) (?:packets )?received")
+_RTT = re.compile(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/(\d+(?:\.\d+)?)/")
 
 
 def parse_ping(text: str) -> dict:
