@@ -196,7 +196,10 @@ def start_when_pending(slurm: object, job_id: str, wait_s: float = 120.0) -> Non
 
     A requeue asked for from EpilogSlurmctld takes effect after the hook returns, and it sets
     BeginTime then: a `StartTime=now` sent right away is overwritten. A detached grandchild
-    (own session, so the hook does not wait for it) polls the job until it is pending.
+    (own session, and stdin/stdout/stderr on /dev/null) polls the job until it is pending.
+    slurmscriptd (22.05 and 24.11) waits for EOF on the hook's output pipe, not for the
+    hook's exit: a grandchild that kept that pipe would hold EpilogSlurmctld, and with it the
+    job in COMPLETING, until the hook timed out (PrologEpilogTimeout).
     """
     import os
 
@@ -208,6 +211,11 @@ def start_when_pending(slurm: object, job_id: str, wait_s: float = 120.0) -> Non
         os.setsid()
         if os.fork() != 0:
             os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        if devnull > 2:
+            os.close(devnull)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:

@@ -136,3 +136,37 @@ def test_dry_run_changes_nothing(tmp_path):
         config, job(state="NODE_FAIL", comment="gpugate:requeue"), slurm, wait_s=0, dry_run=True
     )
     assert decision.requeue and slurm.calls == [] and all(d.startswith("would ") for d in done)
+
+
+def test_the_background_start_now_does_not_hold_the_hooks_output(tmp_path):
+    # slurmscriptd waits for EOF on EpilogSlurmctld's output pipe, not for its exit: the
+    # detached grandchild must not keep that pipe, or the job stays COMPLETING until the
+    # hook times out (seen on Slurm 22.05 and 24.11: 60 s per requeue).
+    import subprocess
+    import sys
+
+    release = tmp_path / "release"
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import os, time, types\n"
+        "from gpugate.slurm_hooks.requeue import start_when_pending\n"
+        "class Slurm:\n"
+        "    cli = types.SimpleNamespace(start_now=lambda job_id: None)\n"
+        "    def job(self, job_id):  # pending once the test says so\n"
+        f"        while not os.path.exists({str(release)!r}):\n"
+        "            time.sleep(0.05)\n"
+        "        return types.SimpleNamespace(state='PENDING')\n"
+        "start_when_pending(Slurm(), '5', wait_s=60)\n"
+        "print('hook done', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=20)  # EOF only once nothing holds the pipe
+    except subprocess.TimeoutExpired:
+        out = None
+    finally:
+        release.touch()  # the grandchild finds the job pending and exits
+    if out is None:
+        proc.communicate(timeout=20)  # the grandchild has let go of the pipe by now
+    assert out == "hook done\n", "the detached grandchild kept the hook's output pipe open"
