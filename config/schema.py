@@ -145,6 +145,7 @@ class Budget(Record):
     min_drains_allowed: int
     max_drains_per_window: int
     window_s: float
+    settle_s: float
 
 
 class Prolog(Record):

@@ -44,3 +44,31 @@ def check_budget(nodes: dict[str, NodeInfo], node: str, cfg: Budget, now: float)
             why=f"{recent} gpugate drains in the last {cfg.window_s:g} s (limit {cfg.max_drains_per_window})",
         )
     return BudgetVerdict(allowed=True, why="within the drain budget")
+
+
+def keeps_drain(nodes: dict[str, NodeInfo], node: str, cfg: Budget, now: float) -> BudgetVerdict:
+    """After draining: does `node` rank within the budget among gpugate's drains?
+
+    Prologs on many nodes can check the budget in the same instant and all see room. So each
+    drains, waits for the others, reads Slurm again and ranks gpugate's drains by (when set,
+    node name): every node sees the same ranking, and exactly the first `limit` keep theirs.
+    """
+    ours = [n for n in nodes.values() if n.drained and n.gpugate_owned]
+    order = sorted(
+        ours, key=lambda n: (n.reason_time if n.reason_time is not None else float("inf"), n.name)
+    )
+    me = nodes.get(node)
+    for partition in me.partitions if me else ():
+        members = [n for n in nodes.values() if partition in n.partitions]
+        limit = max(cfg.min_drains_allowed, int(cfg.max_drained_share * len(members)))
+        ranked = [n.name for n in order if partition in n.partitions]
+        if node in ranked and ranked.index(node) >= limit:
+            return BudgetVerdict(allowed=False, why=f"partition {partition}: {len(ranked)} of {len(members)} nodes "
+                                 f"drained by gpugate at once (limit {limit})")  # fmt: skip
+    recent = [
+        n.name for n in order if n.reason_time is not None and now - n.reason_time < cfg.window_s
+    ]
+    if node in recent and recent.index(node) >= cfg.max_drains_per_window:
+        return BudgetVerdict(allowed=False, why=f"{len(recent)} gpugate drains in the last {cfg.window_s:g} s "
+                             f"(limit {cfg.max_drains_per_window})")  # fmt: skip
+    return BudgetVerdict(allowed=True, why="within the drain budget")

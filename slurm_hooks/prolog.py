@@ -214,14 +214,37 @@ def drain_node(
     except NotOurDrain as exc:
         note(f"not draining {node}: {exc}")
         return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
+    if config is not None:
+        undone = settle_budget(slurm, node, reason, config)
+        if undone:
+            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
     return DrainOutcome(reason=reason, drained=True)
+
+
+def settle_budget(slurm: object, node: str, reason: str, config: Config) -> str | None:
+    """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
+    from gpugate.slurm_hooks.budget import keeps_drain
+
+    time.sleep(config.budget.settle_s)
+    try:
+        nodes = slurm.nodes()  # type: ignore[attr-defined]
+    except Exception:
+        return None  # cannot tell: keep the drain (the normal action)
+    verdict = keeps_drain(nodes, node, config.budget, time.time())
+    if verdict.allowed:
+        return None
+    try:
+        slurm.resume(node)  # type: ignore[attr-defined]
+    except Exception as exc:
+        note(f"could not undo the drain of {node} beyond the budget: {exc}")
+        return None
+    _over_budget_actions(slurm, node, reason, verdict.why, config)
+    return verdict.why
 
 
 def over_budget(slurm: object, node: str, reason: str, config: Config) -> str | None:
     """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
     from gpugate.slurm_hooks.budget import check_budget
-
-    from gpugate import log
 
     try:
         nodes = slurm.nodes()  # type: ignore[attr-defined]
@@ -231,23 +254,24 @@ def over_budget(slurm: object, node: str, reason: str, config: Config) -> str | 
     verdict = check_budget(nodes, node, config.budget, time.time())
     if verdict.allowed:
         return None
+    _over_budget_actions(slurm, node, reason, verdict.why, config)
+    return verdict.why
+
+
+def _over_budget_actions(slurm: object, node: str, reason: str, why: str, config: Config) -> None:
+    """A node comment saying what gpugate would have done, a loud log line, an event."""
+    from gpugate import log
+
     log.error(
-        config.state_dir,
-        f"DRAIN BUDGET EXCEEDED: not draining {node}: {verdict.why}; wanted: {reason}",
+        config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
     )
     log.event(
-        config.state_dir,
-        "budget",
-        node=node,
-        outcome="budget_exceeded",
-        why=verdict.why,
-        reason=reason,
+        config.state_dir, "budget", node=node, outcome="budget_exceeded", why=why, reason=reason
     )
     try:
-        slurm.set_node_comment(node, f"would drain (budget exceeded: {verdict.why}): {reason}")  # type: ignore[attr-defined]
+        slurm.set_node_comment(node, f"would drain (budget exceeded: {why}): {reason}")  # type: ignore[attr-defined]
     except Exception as exc:
         note(f"could not write the node comment: {exc}")
-    return verdict.why
 
 
 def explain_refusal(slurm: object, env: HookEnv, check_id: str, detail: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from factories import default_config, make_facts
-from gpugate.slurm_hooks.budget import check_budget
+from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.prolog import run_prolog
 from gpugate.slurm_hooks.slurm_parse import NodeInfo
 from test_prolog import FakeSlurm, env, setup
@@ -91,3 +91,45 @@ def test_over_budget_the_prolog_comments_logs_and_lets_the_job_run(tmp_path):
     assert name == "gpu-node-01" and "would drain (budget exceeded" in text and "gpu.ecc" in text
     events = (tmp_path / "state" / "events.jsonl").read_text()
     assert '"outcome":"budget_exceeded"' in events
+
+
+def test_simultaneous_drains_settle_to_the_budget():
+    """Two prologs saw room at once and both drained: the ranking keeps exactly one."""
+    cfg = default_config().budget  # 4 nodes: limit 1
+    nodes = cluster(4)
+    for name in ("n01", "n02"):
+        nodes[name] = node(name, ours=True, age_s=1)  # the same second
+    assert keeps_drain(nodes, "n01", cfg, NOW).allowed
+    verdict = keeps_drain(nodes, "n02", cfg, NOW)
+    assert not verdict.allowed and "2 of 4 nodes drained by gpugate at once" in verdict.why
+    nodes["n00"] = node("n00", ours=True, age_s=30)  # an older drain outranks both
+    assert not keeps_drain(nodes, "n01", cfg, NOW).allowed
+
+
+class RacingSlurm(BusySlurm):
+    """Another node drained in the same instant; ours sorts after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumed: list[str] = []
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        nodes = cluster(4)
+        nodes["gpu-node-01"] = node(
+            "gpu-node-01", ours=bool(self.drains) and not self.resumed, age_s=1
+        )
+        # The other prolog's drain lands at the same time as ours: the pre-check saw neither.
+        nodes["a-node"] = node("a-node", ours=bool(self.drains), age_s=1)
+        return nodes
+
+    def resume(self, name: str) -> None:
+        self.resumed.append(name)
+
+
+def test_a_drain_beyond_the_budget_is_undone(tmp_path):
+    slurm = RacingSlurm()
+    config = setup(tmp_path, make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
+    result = run_prolog(config, env(), slurm)
+    assert slurm.drains and slurm.resumed == ["gpu-node-01"]
+    assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
+    assert "would drain (budget exceeded" in slurm.node_comments[0][1]

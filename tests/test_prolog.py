@@ -40,6 +40,7 @@ def setup(tmp_path, facts, **prolog):
         state_dir=str(tmp_path / "state"),
         prolog=config.prolog.replace(**prolog),
         task_prolog=config.task_prolog.replace(nccl_debug_dir=None),
+        budget=config.budget.replace(settle_s=0),
     )
     return config
 
