@@ -57,12 +57,13 @@ def run_requeue(
     from gpugate.slurm_hooks.requeue import (
         apply,
         decide_requeue,
+        needs_evidence,
         requested,
         resume_point,
         wait_for_summaries,
     )
 
-    summaries = wait_for_summaries(config, job, wait_s)
+    summaries = wait_for_summaries(config, job, wait_s if needs_evidence(job, config) else 0)
     decision = decide_requeue(job, summaries, config)
     if decision.requeue:
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)

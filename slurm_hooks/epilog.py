@@ -101,6 +101,9 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
     from gpugate.slurm_hooks.state import counters, load_baseline
 
     started = time.monotonic()
+    if env.job_id and refused_here(config, env.job_id):
+        cleanup(config, env)
+        return EpilogResult(abnormal=False, why="the prolog refused the job here: it never ran")
     baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
     # Half the deadline at most for the node's facts; the job's files and the bundle get the rest.
     facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
@@ -137,6 +140,18 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result)
     cleanup(config, env)
     return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
+
+
+def refused_here(config: Config, job_id: str) -> bool:
+    """Whether this node's prolog refused the job (see prolog.mark_refused)."""
+    import os
+
+    from gpugate.slurm_hooks.state import StateError, job_dir
+
+    try:
+        return os.path.isfile(os.path.join(job_dir(config.state_dir, job_id), "refused.json"))
+    except StateError:
+        return False
 
 
 def cleanup(config: Config, env: HookEnv) -> None:

@@ -143,8 +143,10 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     refuse = outcome.blocked_by != "budget" and (
         config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
     )
-    if refuse and env.job_id and config.prolog.admin_comment:
-        explain_refusal(slurm, env, check_id, detail)
+    if refuse and env.job_id:
+        mark_refused(config, env, outcome.reason)
+        if config.prolog.admin_comment:
+            explain_refusal(slurm, env, check_id, detail)
     return PrologResult(
         exit_code=1 if refuse else 0,
         status="fail",
@@ -272,6 +274,26 @@ def _over_budget_actions(slurm: object, node: str, reason: str, why: str, config
         slurm.set_node_comment(node, f"would drain (budget exceeded: {why}): {reason}")  # type: ignore[attr-defined]
     except Exception as exc:
         note(f"could not write the node comment: {exc}")
+
+
+def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
+    """Leave a note for this job's epilog: the job never ran here, there is nothing to collect.
+
+    Slurm runs the Epilog after a failed Prolog too; without the note it would collect
+    "evidence" of the fault the prolog already reported, for a job that never started.
+    """
+    import json
+    import os
+
+    from gpugate.slurm_hooks.state import ensure_dir, job_dir
+
+    from gpugate.fsutil import atomic_write
+
+    try:
+        directory = ensure_dir(job_dir(config.state_dir, env.job_id or ""))
+        atomic_write(os.path.join(directory, "refused.json"), json.dumps({"reason": reason}))
+    except Exception as exc:
+        note(f"could not mark job {env.job_id} as refused: {exc}")
 
 
 def explain_refusal(slurm: object, env: HookEnv, check_id: str, detail: str) -> None:

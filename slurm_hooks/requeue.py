@@ -106,6 +106,10 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
         "restarts": job.restarts,
         "max_restarts": limit,
     }
+    if (job.state or "").upper() == "PENDING":
+        # EpilogSlurmctld also runs after a failed prolog, when Slurm has requeued the job itself.
+        why = "Slurm requeued the job already (its prolog refused a node)"
+        return RequeueDecision(requeue=False, why=why, **base)
     if not opted:
         return RequeueDecision(
             requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
@@ -118,6 +122,20 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
             requeue=False, why=f"{category}, but no restarts left ({job.restarts}/{limit})", **base
         )
     return RequeueDecision(requeue=True, why=f"infrastructure failure ({category})", **base)
+
+
+def needs_evidence(job: JobEnd, config: Config) -> bool:
+    """Whether to wait for the node epilogs' bundles, or decide at once.
+
+    Waiting keeps the job COMPLETING: never for jobs that did not opt in, ended well, or were
+    already requeued by Slurm.
+    """
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+
+    state = (job.state or "").upper()
+    if not requested(comment_tokens(job.comment), config)[0] or state in ("PENDING", "COMPLETED"):
+        return False
+    return state in INFRA_STATES or job.exit_code2 != "0:0"
 
 
 def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]:

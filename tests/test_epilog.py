@@ -211,3 +211,14 @@ def test_kernel_line_times_become_comparable_utc():
     )
     assert kernel_line_time("[Sun Nov 29 11:02:03 2026] NVRM: Xid").startswith("2026-11-29T")
     assert kernel_line_time("no stamp") is None
+
+
+def test_the_epilog_after_a_refused_prolog_collects_nothing(tmp_path):
+    config = setup(tmp_path)
+    snapshot(tmp_path, make_facts(gpus={3: {"error": "gpu_is_lost"}}))
+    slurm = FakeSlurm("")
+    assert run_prolog(config, env(), slurm).exit_code == 1
+    result = run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm)
+    assert result.bundle is None and "never ran" in result.why
+    assert len(slurm.drains) == 1  # the prolog's; the epilog did not rewrite it
+    assert not os.path.exists(os.path.join(config.state_dir, "jobs", "77"))

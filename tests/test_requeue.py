@@ -72,6 +72,28 @@ def test_decisions(changes, summaries, requeue, why):
     assert (decision.requeue, decision.why) == (requeue, why)
 
 
+def test_a_job_slurm_already_requeued_is_left_alone():
+    decision = decide_requeue(job(state="PENDING"), [HW], default_config())
+    assert not decision.requeue and "Slurm requeued the job already" in decision.why
+
+
+@pytest.mark.parametrize(
+    ("changes", "wait"),
+    [
+        ({"exit_code2": "1:0"}, True),
+        ({"exit_code2": "0:9"}, True),
+        ({"exit_code2": "0:0", "state": "NODE_FAIL"}, True),
+        ({"exit_code2": "0:0", "state": "COMPLETING"}, False),
+        ({"exit_code2": "1:0", "comment": "no tokens"}, False),
+        ({"exit_code2": "1:0", "state": "PENDING"}, False),
+    ],
+)
+def test_the_controller_waits_for_bundles_only_when_they_can_matter(changes, wait):
+    from gpugate.slurm_hooks.requeue import needs_evidence
+
+    assert needs_evidence(job(**changes), default_config()) is wait
+
+
 def test_suspects_are_the_nodes_with_hardware_evidence_first_fault_first():
     later = dict(HW, node="n3", first_hardware_error_at="2026-11-29T10:00:05.000000Z")
     decision = decide_requeue(job(nodes=("n1", "n2", "n3")), [later, TIMEOUT, HW], default_config())
