@@ -50,10 +50,8 @@ def cluster(site: Site):
 
 @pytest.fixture(autouse=True)
 def healthy_start(site: Site, cluster: LocalSlurm):
-    site.use_snapshot(NODE, "h100-healthy")
-    if cluster.is_drained(NODE):
-        cluster.resume(NODE)
-    cluster.wait_idle()
+    """Every test starts from healthy, idle nodes and an empty queue."""
+    site.restore(cluster, [NODE])
 
 
 def run_job(cluster: LocalSlurm, site: Site, name: str, script: str) -> int:

@@ -58,14 +58,8 @@ def cluster(site: Site):
 
 @pytest.fixture(autouse=True)
 def healthy_start(site: Site, cluster: LocalSlurm):
-    """Every test starts from a healthy, idle node and an empty queue."""
-    site.use_snapshot(NODE, "h100-healthy")
-    for job in cluster.queue():
-        cluster.run(["scancel", str(job)], check=False)
-    if cluster.is_drained(NODE):
-        cluster.resume(NODE)
-    cluster.wait_idle()
-    yield
+    """Every test starts from healthy, idle nodes and an empty queue."""
+    site.restore(cluster, [NODE])
 
 
 def submit_marker(cluster: LocalSlurm, site: Site, name: str) -> tuple[int, str]:

@@ -64,11 +64,8 @@ def cluster(site: Site):
 
 @pytest.fixture(autouse=True)
 def healthy_nodes(site: Site, cluster: LocalSlurm):
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-        if cluster.is_drained(node):
-            cluster.resume(node)
-    cluster.wait_idle()
+    """Every test starts from healthy, idle nodes and an empty queue."""
+    site.restore(cluster, NODES)
 
 
 def job_script(site: Site, name: str, fail_with: str) -> tuple[str, Path]:

@@ -68,6 +68,17 @@ class Site:
         tmp.write_text(text)
         os.replace(tmp, self.snapshots / f"{node}.yaml")
 
+    def restore(self, cluster: object, nodes: list[str]) -> None:
+        """Healthy snapshots, an empty queue, every node resumed and idle: a test's start."""
+        for node in nodes:
+            self.use_snapshot(node, "h100-healthy")
+        for job in cluster.queue():  # type: ignore[attr-defined]
+            cluster.run(["scancel", str(job)], check=False)  # type: ignore[attr-defined]
+        for node in nodes:
+            if cluster.is_drained(node):  # type: ignore[attr-defined]
+                cluster.resume(node)  # type: ignore[attr-defined]
+        cluster.wait_idle()  # type: ignore[attr-defined]
+
     def events(self) -> list[dict]:
         """The hook runs recorded in the state directory."""
         import json
