@@ -37,7 +37,16 @@ def main(argv: list[str]) -> int:
         if not config.task_prolog.enabled:
             return 0
         job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-        sys.stdout.write(render(exports(config, dict(os.environ), job_id)))
+        out = render(exports(config, dict(os.environ), job_id))
+        # A path that is not UTF-8 reached us as lone surrogates (surrogateescape): write its
+        # original bytes back, as slurmstepd will setenv() them, instead of failing the write.
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(out.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        else:
+            sys.stdout.flush()
+            buffer.write(out.encode("utf-8", "surrogateescape"))
+            buffer.flush()
     except Exception as exc:  # a job step must never fail because of us
         log.say(f"task-prolog: {type(exc).__name__}: {exc}")
     return 0

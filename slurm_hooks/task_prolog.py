@@ -11,6 +11,8 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpugate.config.schema import Config
 
 
@@ -78,9 +80,51 @@ def resume_exports(
     return out
 
 
-def render(pairs: list[tuple[str, str]]) -> str:
-    """The TaskProlog output: one `export NAME=value` line per pair."""
-    return "".join(f"export {name}={value}\n" for name, value in pairs)
+def render(pairs: list[tuple[str, str]], note: Callable[[str], None] | None = None) -> str:
+    """The TaskProlog output: one `export NAME=value` line per well-formed pair, others noted.
+
+    slurmstepd reads this itself, no shell (src/slurmd/slurmstepd/task.c, `_proc_stdout`): a
+    line starting `export ` is split at its first `=`, the value is everything up to the
+    newline and is passed to setenv() as it is. So quotes would be kept literally and none are
+    added; a value with a newline would start a line of its own (`export LD_PRELOAD=...` from a
+    checkpoint directory's name), a NUL would cut it, a CR or other control character has no
+    place in a path or setting. Such pairs, and names that are not `[A-Za-z_][A-Za-z0-9_]*`,
+    are dropped with a note (stderr: slurmd's log), never repaired into another value.
+    """
+    if note is None:
+        note = _note_to_stderr
+    lines = []
+    for name, value in pairs:
+        problem = _export_problem(name, value)
+        if problem:
+            from gpugate.text import printable
+
+            note(f"task-prolog: not exporting {printable(name)}={printable(value)}: {problem}")
+        else:
+            lines.append(f"export {name}={value}\n")
+    return "".join(lines)
+
+
+def _export_problem(name: str, value: str) -> str | None:
+    """Why `export name=value` would not reach the job as exactly that variable, or None."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+        return "not a valid variable name"
+    # Cc: C0 controls (LF, CR, NUL, ESC ...), DEL and C1 controls. Lone surrogates stand for
+    # bytes that are not UTF-8; they are written back as those bytes (surrogateescape), so a
+    # non-UTF-8 path still arrives intact.
+    bad = next((c for c in value if c < " " or "\x7f" <= c <= "\x9f"), None)
+    if bad is not None:
+        what = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL"}.get(bad)
+        return f"the value holds {what or f'the control character U+{ord(bad):04X}'}"
+    return None
+
+
+def _note_to_stderr(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr)
 
 
 def prepare_nccl_dir(

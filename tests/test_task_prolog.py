@@ -82,3 +82,129 @@ def test_cli_never_fails_the_step_even_with_a_broken_config(tmp_path, capsys):
     site.write_text("task_prolog: [\n")
     assert main(["task-prolog", "--config", str(site)]) == 0
     assert capsys.readouterr().out == ""
+
+
+# --- only well-formed export lines (issue 11, point 6) ----------------------------------------
+
+EVIL_DIR = "/tmp/x\nexport LD_PRELOAD=/tmp/evil.so"  # the path the issue names, exactly
+
+
+@pytest.fixture
+def evil_dir():
+    """EVIL_DIR holding one complete, hour-old checkpoint; removed afterwards."""
+    import shutil
+    from pathlib import Path
+
+    top = EVIL_DIR.split("/")[2]
+    assert not os.path.lexists(f"/tmp/{top}"), "left over from an earlier run"
+    try:
+        yield _checkpoint_dir(Path("/"), EVIL_DIR)
+    finally:
+        shutil.rmtree(f"/tmp/{top}", ignore_errors=True)
+
+
+def _checkpoint_dir(tmp_path, name):
+    """A directory `name` under tmp_path holding one complete, hour-old checkpoint."""
+    import time
+    import zipfile
+
+    d = tmp_path / name.lstrip("/")
+    d.mkdir(parents=True)
+    with zipfile.ZipFile(d / "ckpt_100.pt", "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/version", b"3\n")
+    old = time.time() - 3600
+    os.utime(d / "ckpt_100.pt", (old, old))
+    return d
+
+
+def _run_task_prolog(tmp_path, monkeypatch, capsysbinary, env):
+    from gpugate.cli import main
+
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        f"state_dir: {tmp_path / 'state'}\ntask_prolog:\n  nccl_debug_dir: {tmp_path / 'nccl'}\n"
+    )
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.delenv("GPUGATE_CKPT_DIR", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["task-prolog", "--config", str(site)]) == 0
+    captured = capsysbinary.readouterr()
+    return captured.out.decode("utf-8", "surrogateescape"), captured.err.decode()
+
+
+def _assert_only_well_formed(out):
+    import re
+
+    assert out.endswith("\n")
+    for line in out.splitlines():
+        assert re.fullmatch(r"export [A-Za-z_][A-Za-z0-9_]*=[^\x00-\x1f\x7f]*", line), line
+    assert "LD_PRELOAD" not in out
+
+
+def test_a_newline_in_the_checkpoint_dir_from_the_environment_injects_nothing(
+    tmp_path, monkeypatch, capsysbinary, evil_dir
+):
+    d = evil_dir
+    out, err = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {"GPUGATE_CKPT_DIR": str(d)})
+    _assert_only_well_formed(out)
+    assert "GPUGATE_RESUME_FROM" not in out
+    assert "export NCCL_DEBUG=WARN" in out.splitlines()  # the rest still arrives
+    assert "not exporting GPUGATE_RESUME_FROM=" in err and "a newline" in err
+    assert "\\n" in err and "\nexport LD_PRELOAD" not in err  # the note shows it escaped
+
+
+def test_a_newline_in_the_checkpoint_dir_from_the_comment_injects_nothing(
+    tmp_path, monkeypatch, capsysbinary
+):
+    import json
+
+    d = _checkpoint_dir(tmp_path, "x\nexport LD_PRELOAD=/tmp/evil.so")
+    job = tmp_path / "state" / "jobs" / "7"
+    job.mkdir(parents=True)
+    (job / "baseline.json").write_text(json.dumps({"job_id": "7", "ckpt_dir": str(d)}))
+    from gpugate.slurm_hooks.state import load_baseline
+
+    assert load_baseline(str(tmp_path / "state"), "7")["ckpt_dir"] == str(d)
+    out, err = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {})
+    _assert_only_well_formed(out)
+    assert "GPUGATE_CKPT_DIR" not in out and "GPUGATE_RESUME_FROM" not in out
+    assert "not exporting GPUGATE_CKPT_DIR=" in err
+
+
+def test_a_plain_checkpoint_dir_is_still_exported_as_it_is(tmp_path, monkeypatch, capsysbinary):
+    d = _checkpoint_dir(tmp_path, "run 1 'best' ü")  # spaces, quotes, UTF-8: kept literally
+    out, _ = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {"GPUGATE_CKPT_DIR": str(d)})
+    assert f"export GPUGATE_RESUME_FROM={d / 'ckpt_100.pt'}" in out.splitlines()
+
+
+def test_a_path_that_is_not_utf8_arrives_as_its_bytes(tmp_path, monkeypatch, capsysbinary):
+    name = os.fsdecode(b"run\xff")
+    d = _checkpoint_dir(tmp_path, name)
+    out, _ = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {"GPUGATE_CKPT_DIR": str(d)})
+    raw = out.encode("utf-8", "surrogateescape")
+    assert b"export GPUGATE_RESUME_FROM=" + os.fsencode(str(d / "ckpt_100.pt")) + b"\n" in raw
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("A", "1\nexport LD_PRELOAD=/x.so", "a newline"),
+        ("A", "1\r", "a carriage return"),
+        ("A", "a\0b", "a NUL"),
+        ("A", "\x1b[2J", "U+001B"),
+        ("A", "x\x7f", "U+007F"),
+        ("A", "x\x9by", "U+009B"),
+        ("LD_PRELOAD=/x.so A", "1", "not a valid variable name"),
+        ("1A", "1", "not a valid variable name"),
+        ("", "1", "not a valid variable name"),
+        ("A\nB", "1", "not a valid variable name"),
+    ],
+)
+def test_render_refuses_what_slurm_would_read_differently(name, value, why):
+    notes = []
+    out = render([("GOOD", "1"), (name, value), ("ALSO_GOOD", "a b=c 'd'")], notes.append)
+    assert out == "export GOOD=1\nexport ALSO_GOOD=a b=c 'd'\n"
+    assert len(notes) == 1 and why in notes[0]
+    assert "\x1b" not in notes[0] and "\n" not in notes[0]
