@@ -217,6 +217,7 @@ class Config(Record):
 
     facts_file: str | None
     state_dir: str
+    admin_group: str | None  # may read state_dir's files (0640 root:<group>); None: root only
     evidence_dir: str
     board: str
     boards: dict[str, BoardProfile]
