@@ -12,6 +12,12 @@ Both feed the same per-line matching (`signatures.match_line`) and give identica
 Ranking is data: `TIERS` orders the categories from the most specific root cause to the most
 generic symptom, `FALLOUT` says which categories are mere fallout once Slurm killed the job,
 and each signature's strength says whether a line proves a failure (see `signatures`).
+
+Every input has a source (`KERNEL_LOG`, `JOB_FILE`, `LOG_FILE`). Only what root read itself
+is hardware evidence (DESIGN.md): a line in a job's own file that claims a hardware fault (an
+`NVRM: Xid 79` line, an SXid, "uncorrectable ECC error") is text the job printed. Such lines
+are set aside as `untrusted` claims and the category comes from what remains; a log handed to
+`gpugate diagnose` by an admin (`LOG_FILE`) is taken at its word, as before.
 """
 
 from __future__ import annotations
@@ -67,6 +73,14 @@ MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
 FALLOUT = frozenset({"nccl_timeout", "nccl_error", "cuda_oom", "illegal_memory_access", "other"})
 KILLS = frozenset({"slurm_time_limit", "slurm_cancelled"})
+HARDWARE_CATEGORIES = frozenset(c for c, tier in TIERS.items() if tier == _HARDWARE)
+
+# Where an input came from. Root read the kernel log itself; a job file is the job's own output
+# (stdout, NCCL debug files: the user controls every byte); a log file is one an admin handed to
+# `gpugate diagnose` without saying, taken at its word (the corpus labels rely on that).
+KERNEL_LOG, JOB_FILE, LOG_FILE = "kernel log", "job file", "log file"
+SOURCES = (KERNEL_LOG, JOB_FILE, LOG_FILE)
+TRUSTED_SOURCES = frozenset({KERNEL_LOG, LOG_FILE})
 
 # category -> (what it is, what to do): one sentence each, for people.
 EXPLAIN: dict[str, tuple[str, str]] = {
@@ -121,6 +135,14 @@ class Evidence(Record):
     text: str
     signature: str
     category: str | None
+    source: str = LOG_FILE
+    xid: int | None = None  # the line's root Xid, if it names one
+
+    def location(self) -> dict:
+        """Where the line was and whether its source can be hardware evidence."""
+        return {"file": self.file, "line": self.line, "signature": self.signature,
+                "category": self.category, "source": self.source,
+                "trusted": self.source in TRUSTED_SOURCES}  # fmt: skip
 
 
 class FileScan(Record):
@@ -131,6 +153,9 @@ class FileScan(Record):
     hit_lines: int = 0
     engine: str | None = None
     error: str | None = None
+    source: str = LOG_FILE
+    offset: int = 0  # where the reading started (a tail: line numbers count from there)
+    stopped: str | None = None  # "byte budget" / "time budget": the rest was not read
 
 
 class Diagnosis(Record):
@@ -144,20 +169,36 @@ class Diagnosis(Record):
     evidence: tuple = ()  # of Evidence
     signals: dict = {}  # category -> matching lines
     files: tuple = ()  # of FileScan
+    # The source of the line that decided the category (None for no_failure).
+    decided_by: str | None = None
+    # Lines of a job's own files that claim a hardware fault: reported, never ranked.
+    untrusted: tuple = ()  # of Evidence
+    # What the job's output says when taken at its word (set only when it claimed something).
+    job_output_category: str | None = None
+    job_output_xid: int | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the deciding line came from a source root read (or an admin vouched for)."""
+        return self.decided_by in TRUSTED_SOURCES
 
     def to_json(self) -> dict:
-        """The `--json` object (evidence as plain lines, their places beside them)."""
+        """The `--json` object (evidence as plain lines, their places and sources beside them)."""
         out = {
             "category": self.category,
             "xid": self.xid,
             "failing_rank": self.failing_rank,
             "summary": self.summary,
             "advice": self.advice,
+            "decided_by": self.decided_by,
+            "trusted": self.trusted,
             "evidence": [e.text for e in self.evidence],
-            "evidence_locations": [
-                {"file": e.file, "line": e.line, "signature": e.signature, "category": e.category}
-                for e in self.evidence
+            "evidence_locations": [e.location() for e in self.evidence],
+            "untrusted": [
+                dict(e.location(), text=e.text, claim=claim_text(e)) for e in self.untrusted
             ],
+            "job_output_category": self.job_output_category or self.category,
+            "job_output_xid": self.job_output_xid if self.untrusted else self.xid,
             "signals": dict(self.signals),
             "files": [f.to_dict() for f in self.files],
             "bytes_scanned": sum(f.bytes or 0 for f in self.files),
@@ -284,10 +325,27 @@ class Signal(Record):
         return TIERS.get(self.match.category or "other", 0)
 
 
-class Collector:
-    """Keeps a bounded sample of signals and the torchrun "Root Cause" ranks."""
+def is_claim(m: S.Match) -> bool:
+    """Whether a line claims a hardware fault (an Xid, SXid, ECC or NVLink error, a lost GPU)."""
+    return m.xid is not None or m.category in HARDWARE_CATEGORIES
 
-    def __init__(self) -> None:
+
+def claim_text(e: Evidence) -> str:
+    """What a claim is, in the words the reports use."""
+    what = f"Xid {e.xid}" if e.xid is not None else (e.category or "a hardware fault")
+    return f"job output claiming {what} (not trusted)"
+
+
+class Collector:
+    """Keeps a bounded sample of signals and the torchrun "Root Cause" ranks.
+
+    Signals from the files in `untrusted` that claim a hardware fault are kept apart in
+    `claims`: they are never ranked as evidence (see is_claim).
+    """
+
+    def __init__(self, untrusted: frozenset | set = frozenset()) -> None:
+        self.untrusted = frozenset(untrusted)
+        self.claims: list[Signal] = []
         self.signals: list[Signal] = []
         self.counts: dict[str, int] = {}
         self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
@@ -305,12 +363,21 @@ class Collector:
         if m.strength == S.CONTEXT:
             self._context(file, line, m)
             return
-        cat = m.category or "other"
-        self.counts[cat] = self.counts.get(cat, 0) + 1
+        claim = file in self.untrusted and is_claim(m)
+        if not claim:
+            cat = m.category or "other"
+            self.counts[cat] = self.counts.get(cat, 0) + 1
         group = (file, m.signature)
         if self._kept.get(group, 0) < KEEP_PER_GROUP:
             self._kept[group] = self._kept.get(group, 0) + 1
-            self.signals.append(Signal(file=file, line=line, match=m))
+            (self.claims if claim else self.signals).append(Signal(file=file, line=line, match=m))
+
+    def face_value(self) -> Collector:
+        """The same signals with the claims taken at their word (what the job's output says)."""
+        view = Collector()
+        view.signals = self.signals + self.claims
+        view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
+        return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
         # torchrun prints "Root Cause (first observed failure):" and, a few lines below,
@@ -324,8 +391,32 @@ class Collector:
             self.completed[file] = line
 
 
-def rank_signals(col: Collector, names: list[str], files: tuple = ()) -> Diagnosis:
-    """Pick the root cause from the collected signals (see TIERS, FALLOUT, strengths)."""
+def rank_signals(
+    col: Collector, names: list[str], files: tuple = (), sources: list[str] | None = None
+) -> Diagnosis:
+    """Pick the root cause from the collected signals (see TIERS, FALLOUT, strengths).
+
+    `sources` names each input's source (default: all LOG_FILE); the claims that untrusted
+    inputs made are reported beside the verdict, with what the verdict would be at their word.
+    """
+    sources = list(sources) if sources is not None else [LOG_FILE] * len(names)
+    verdict = _rank(col, names, files, sources)
+    if not col.claims:
+        return verdict
+    said = _rank(col.face_value(), names, files, sources)
+    claims = [_to_evidence(s, names, sources)
+              for s in sorted(col.claims, key=lambda s: (s.file, s.line))[:EVIDENCE_MAX]]  # fmt: skip
+    said_what = sorted({claim_text(e) for e in claims})
+    note = f" The job's own output has {len(col.claims)} line(s) that are not trusted: "
+    return verdict.replace(
+        summary=verdict.summary + note + "; ".join(said_what) + ".",
+        untrusted=tuple(claims),
+        job_output_category=said.category,
+        job_output_xid=said.xid,
+    )
+
+
+def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) -> Diagnosis:
     kill = _first_line(col.signals, lambda s: s.match.category in KILLS and _fatal(s))
     live = [s for s in col.signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
     roots = [r for r in col.roots if not _is_fallout(r[0], r[1], "other", kill)]
@@ -345,7 +436,7 @@ def rank_signals(col: Collector, names: list[str], files: tuple = ()) -> Diagnos
     winners = [s for s in tier if s.match.category == primary.match.category]
     xid, xid_signal = _root_xid(live)
     rank, root_line = _failing_rank(winners, roots)
-    evidence = _evidence(winners, xid_signal, root_line, names)
+    evidence = _evidence(winners, xid_signal, root_line, names, sources)
     return Diagnosis(
         category=category,
         xid=xid,
@@ -355,6 +446,7 @@ def rank_signals(col: Collector, names: list[str], files: tuple = ()) -> Diagnos
         evidence=tuple(evidence),
         signals=dict(col.counts),
         files=files,
+        decided_by=sources[primary.file],
     )
 
 
@@ -402,8 +494,14 @@ def _failing_rank(winners: list[Signal], roots: list) -> tuple[int | None, tuple
     return None, None
 
 
+def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:
+    return Evidence(file=names[s.file], line=s.line, text=s.match.text,
+                    signature=s.match.signature, category=s.match.category,
+                    source=sources[s.file], xid=s.match.xid)  # fmt: skip
+
+
 def _evidence(winners: list[Signal], xid_signal: Signal | None, root: tuple | None,
-              names: list[str]) -> list[Evidence]:  # fmt: skip
+              names: list[str], sources: list[str]) -> list[Evidence]:  # fmt: skip
     """Distinct decisive lines, most telling and earliest first, plus the root Xid; capped."""
     chosen: list[Signal] = []
     seen: set[str] = set()
@@ -413,14 +511,11 @@ def _evidence(winners: list[Signal], xid_signal: Signal | None, root: tuple | No
             chosen.append(s)
     if xid_signal is not None and xid_signal not in chosen:
         chosen.insert(0, xid_signal)
-    out = [
-        Evidence(file=names[s.file], line=s.line, text=s.match.text, signature=s.match.signature,
-                 category=s.match.category)
-        for s in chosen[:EVIDENCE_MAX]
-    ]  # fmt: skip
+    out = [_to_evidence(s, names, sources) for s in chosen[:EVIDENCE_MAX]]
     if root is not None:
         out.append(Evidence(file=names[root[0]], line=root[1], text=f"rank : {root[2]} (torchrun "
-                            "Root Cause)", signature="torchrun.rank_field", category=None))  # fmt: skip
+                            "Root Cause)", signature="torchrun.rank_field", category=None,
+                            source=sources[root[0]]))  # fmt: skip
     return out
 
 
@@ -466,12 +561,83 @@ def _feed(hits: Iterable[tuple[int, bytes]], file: int, col: Collector) -> int:
     return n
 
 
-def diagnose(paths: list[str], engine: str = "auto", stdin: BinaryIO | None = None) -> Diagnosis:
-    """Diagnose logs (`-` is stdin); unreadable inputs are reported in `files`, not raised."""
-    col = Collector()
+def diagnose(
+    paths: list[str],
+    engine: str = "auto",
+    stdin: BinaryIO | None = None,
+    sources: list[str] | None = None,
+) -> Diagnosis:
+    """Diagnose logs (`-` is stdin); unreadable inputs are reported in `files`, not raised.
+
+    `sources` gives each path's source (KERNEL_LOG, JOB_FILE, LOG_FILE; default LOG_FILE).
+    """
+    sources = list(sources) if sources is not None else [LOG_FILE] * len(paths)
+    if len(sources) != len(paths) or not set(sources) <= set(SOURCES):
+        raise ValueError(f"one source of {SOURCES} per input, got {sources!r}")
+    col = Collector(untrusted={i for i, s in enumerate(sources) if s not in TRUSTED_SOURCES})
     names = ["<stdin>" if p == "-" else p for p in paths]
-    scans = tuple(_scan_one(p, i, col, engine, stdin) for i, p in enumerate(paths))
-    return rank_signals(col, names, scans)
+    scans = tuple(
+        _scan_one(p, i, col, engine, stdin).replace(source=sources[i]) for i, p in enumerate(paths)
+    )
+    return rank_signals(col, names, scans, sources)
+
+
+class Input(Record):
+    """One input already open: its name, its source, and a stream whose limits bound the read."""
+
+    name: str
+    source: str
+    stream: object  # BinaryIO; a LimitedStream reports where it stopped
+    offset: int = 0
+
+
+def diagnose_streams(inputs: list[Input]) -> Diagnosis:
+    """Diagnose streams that are already open (the epilog's capped reads of the job's files).
+
+    Nothing here opens a path: what is diagnosed is exactly what the streams give, so each
+    input's byte and time budget is the stream's own (see LimitedStream).
+    """
+    col = Collector(untrusted={i for i, x in enumerate(inputs) if x.source not in TRUSTED_SOURCES})
+    scans = []
+    for i, x in enumerate(inputs):
+        counter = _Counting(x.stream)  # type: ignore[arg-type]
+        try:
+            n = scan_stream(counter, i, col)
+            error = None
+        except OSError as exc:
+            n, error = 0, exc.strerror or type(exc).__name__
+        scans.append(FileScan(path=x.name, bytes=counter.total, hit_lines=n, engine="python",
+                              error=error, source=x.source, offset=x.offset,
+                              stopped=getattr(x.stream, "stopped", None)))  # fmt: skip
+    return rank_signals(col, [x.name for x in inputs], tuple(scans), [x.source for x in inputs])
+
+
+class LimitedStream:
+    """Reads an open file descriptor from `offset`, at most `limit` bytes and until `deadline`.
+
+    The budget is per input: a 50 GB sparse file gives its budget's worth of zeros and stops,
+    and the next input still gets its own (`stopped` says which budget ended the reading).
+    """
+
+    def __init__(self, fd: int, offset: int, limit: int, deadline: float | None = None) -> None:
+        self._fd, self._pos, self._left, self._deadline = fd, offset, limit, deadline
+        self.stopped: str | None = None
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes, or b"" once a budget is spent."""
+        import time
+
+        if self._left <= 0:
+            if self.stopped is None and os.pread(self._fd, 1, self._pos):
+                self.stopped = "byte budget"  # more was there than the budget allowed
+            return b""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            self.stopped = "time budget"
+            return b""
+        data = os.pread(self._fd, min(n, self._left), self._pos)
+        self._pos += len(data)
+        self._left -= len(data)
+        return data
 
 
 def diagnose_bytes(data: bytes) -> Diagnosis:

@@ -22,8 +22,23 @@ def parser() -> argparse.ArgumentParser:
         "diagnosis was made (no_failure included), 2 on a usage error or an unreadable log (the "
         "others are still read).",
     )
-    p.add_argument("logs", nargs="+", metavar="LOG", help="log file, .gz, or - for stdin")
+    p.add_argument("logs", nargs="*", metavar="LOG", help="log file, .gz, or - for stdin")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--kernel-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the node's kernel log (dmesg output, as root read it): trusted hardware evidence; "
+        "may be given more than once",
+    )
+    p.add_argument(
+        "--job-output",
+        action="store_true",
+        help="the LOG files are a job's own output (the epilog's mode): a hardware fault they "
+        "claim (an Xid, ECC or NVLink line) is reported as not trusted and never decides the "
+        "category; only --kernel-log can",
+    )
     p.add_argument(
         "--engine",
         choices=("auto", "grep", "python"),
@@ -35,10 +50,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `gpugate diagnose`."""
-    args = parser().parse_args(argv)
-    from gpugate.checks.diagnosis import diagnose
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.logs and not args.kernel_log:
+        p.error("give at least one LOG or --kernel-log FILE")
+    from gpugate.checks.diagnosis import JOB_FILE, KERNEL_LOG, LOG_FILE, diagnose
 
-    result = diagnose(args.logs, engine=args.engine)
+    own = JOB_FILE if args.job_output else LOG_FILE
+    sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
+    result = diagnose([*args.logs, *args.kernel_log], engine=args.engine, sources=sources)
     failed = [f for f in result.files if f.error]
     for f in failed:
         print(f"gpugate diagnose: cannot read {f.path}: {f.error}", file=sys.stderr)
@@ -52,6 +72,8 @@ def main(argv: list[str]) -> int:
 
 def render(d: Diagnosis) -> str:
     """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
+    from gpugate.checks.diagnosis import LOG_FILE, claim_text
+
     lines = [
         f"diagnosis: {d.category}",
         f"  {d.summary}",
@@ -60,6 +82,11 @@ def render(d: Diagnosis) -> str:
         f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}",
     ]
     if d.evidence:
-        lines.append("  evidence:")
-        lines += [f"    {e.file}:{e.line}: {e.text}" for e in d.evidence]
+        lines.append(f"  evidence (decided by the {d.decided_by}):")
+        # An admin's own LOG needs no label; a kernel log or a job's file says which it is.
+        lines += [f"    {e.file}:{e.line}: {e.text}" + ("" if e.source == LOG_FILE else
+                  f"    [{e.source}]") for e in d.evidence]  # fmt: skip
+    if d.untrusted:
+        lines.append("  not trusted (printed by the job, never hardware evidence):")
+        lines += [f"    {e.file}:{e.line}: {claim_text(e)}: {e.text}" for e in d.untrusted]
     return "\n".join(lines) + "\n"

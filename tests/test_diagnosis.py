@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 
 import pytest
@@ -616,3 +617,130 @@ def test_cli_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         cmd_diagnose.main([])
     assert exc.value.code == 2
+
+
+# --- where each line came from: a job's own output is never hardware evidence ----------------
+
+FAKE_XID79 = "[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+REAL_XID48 = "[9.0] NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU.\n"
+
+
+def test_a_job_printing_xid_79_gets_its_other_lines_judged_and_the_claim_reported(tmp_path):
+    job = tmp_path / "job.out"
+    job.write_text(all_ranks(WATCHDOG_22) + FAKE_XID79 * 3)
+    d = D.diagnose([str(job)], sources=[D.JOB_FILE])
+    assert (d.category, d.xid, d.decided_by, d.trusted) == ("nccl_timeout", None, "job file", False)
+    assert "gpu_xid_hardware" not in d.signals
+    assert [D.claim_text(e) for e in d.untrusted] == [
+        "job output claiming Xid 79 (not trusted)"
+    ] * 3
+    assert (d.job_output_category, d.job_output_xid) == ("gpu_xid_hardware", 79)
+    out = d.to_json()
+    assert out["untrusted"][0]["source"] == "job file" and out["untrusted"][0]["trusted"] is False
+    assert out["job_output_category"] == "gpu_xid_hardware"
+    assert "not trusted" in d.summary
+
+
+def test_only_fake_hardware_lines_make_no_failure_not_a_hardware_verdict():
+    job = (FAKE_XID79 + "RuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
+    d = D.diagnose_streams([D.Input(name="job.out", source=D.JOB_FILE, stream=io.BytesIO(job))])
+    assert (d.category, d.xid) == ("no_failure", None)
+    assert len(d.untrusted) == 2 and d.job_output_category == "gpu_xid_hardware"
+
+
+def test_the_kernel_log_decides_beside_a_job_file_that_lies(tmp_path):
+    job = tmp_path / "job.out"
+    job.write_text(FAKE_XID79 + CUDA_OOM_LINE)
+    kern = tmp_path / "dmesg.txt"
+    kern.write_text(REAL_XID48)
+    d = D.diagnose([str(job), str(kern)], sources=[D.JOB_FILE, D.KERNEL_LOG])
+    assert (d.category, d.xid, d.decided_by, d.trusted) == ("ecc_error", 48, "kernel log", True)
+    where = d.to_json()["evidence_locations"][0]
+    assert (where["file"], where["source"], where["trusted"]) == (str(kern), "kernel log", True)
+
+
+def test_an_admins_log_keeps_todays_verdict(tmp_path):
+    job = tmp_path / "job.out"
+    job.write_text(all_ranks(WATCHDOG_22) + FAKE_XID79)
+    d = D.diagnose([str(job)])
+    assert (d.category, d.xid, d.decided_by, d.untrusted) == (
+        "gpu_xid_hardware",
+        79,
+        "log file",
+        (),
+    )
+    assert d.to_json()["evidence_locations"][0]["source"] == "log file"
+
+
+def test_sources_must_be_known_and_one_per_input(tmp_path):
+    with pytest.raises(ValueError, match="one source"):
+        D.diagnose([str(tmp_path / "a")], sources=["stdout"])
+    with pytest.raises(ValueError, match="one source"):
+        D.diagnose([str(tmp_path / "a")], sources=[])
+
+
+CUDA_OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+
+
+def test_cli_job_output_with_a_kernel_log(tmp_path, capsys):
+    job = tmp_path / "job.out"
+    job.write_text(CUDA_OOM_LINE + FAKE_XID79)
+    kern = tmp_path / "dmesg.txt"
+    kern.write_text("[1.0] kernel: nothing here\n")
+    rc, out, _ = run_cli(capsys, ["--json", "--job-output", "--kernel-log", str(kern), str(job)])
+    d = json.loads(out)
+    assert (rc, d["category"], d["xid"], d["decided_by"]) == (0, "cuda_oom", None, "job file")
+    assert d["untrusted"][0]["claim"] == "job output claiming Xid 79 (not trusted)"
+    assert [f["source"] for f in d["files"]] == ["job file", "kernel log"]
+    rc, out, _ = run_cli(capsys, ["--job-output", str(job)])
+    assert "not trusted (printed by the job" in out and "claiming Xid 79" in out
+
+
+def test_cli_kernel_log_alone_is_enough(tmp_path, capsys):
+    kern = tmp_path / "dmesg.txt"
+    kern.write_text(REAL_XID48)
+    rc, out, _ = run_cli(capsys, ["--json", "--kernel-log", str(kern)])
+    d = json.loads(out)
+    assert (rc, d["category"], d["xid"], d["trusted"]) == (0, "ecc_error", 48, True)
+    rc, out, _ = run_cli(capsys, ["--kernel-log", str(kern)])
+    assert "[kernel log]" in out
+
+
+# --- per-input budgets: only what the stream gives is diagnosed -------------------------------
+
+
+def test_a_limited_stream_stops_at_its_byte_budget_on_a_sparse_file(tmp_path):
+    sparse = tmp_path / "nccl.bin"
+    with open(sparse, "wb") as fh:
+        fh.truncate(50 * 10**9)  # 50 GB of nothing, as a job can leave it
+    fd = os.open(sparse, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        stream = D.LimitedStream(fd, size - (1 << 20), 1 << 20)
+        d = D.diagnose_streams([D.Input(name=str(sparse), source=D.JOB_FILE, stream=stream,
+                                        offset=size - (1 << 20))])  # fmt: skip
+    finally:
+        os.close(fd)
+    assert d.category == "no_failure"
+    assert (d.files[0].bytes, d.files[0].stopped) == (1 << 20, None)  # the tail, to its end
+    fd = os.open(sparse, os.O_RDONLY)
+    try:
+        stream = D.LimitedStream(fd, 0, 1 << 20)
+        assert len(stream.read(2 << 20)) == 1 << 20 and stream.read(10) == b""
+        assert stream.stopped == "byte budget"
+    finally:
+        os.close(fd)
+
+
+def test_a_limited_stream_stops_at_its_deadline(tmp_path):
+    import time
+
+    log = tmp_path / "job.out"
+    log.write_text(CUDA_OOM_LINE)
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        stream = D.LimitedStream(fd, 0, 1 << 20, deadline=time.monotonic() - 1)
+        d = D.diagnose_streams([D.Input(name="job.out", source=D.JOB_FILE, stream=stream)])
+    finally:
+        os.close(fd)
+    assert (d.category, d.files[0].bytes, d.files[0].stopped) == ("no_failure", 0, "time budget")
