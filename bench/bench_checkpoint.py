@@ -13,7 +13,10 @@ Timed, median of `--runs`, interleaved:
 - bytes read per call (the process's `rchar` from /proc/self/io);
 - `zipfile.ZipFile(path).namelist()`, for comparison (it too reads only the end);
 - `gpugate checkpoint latest DIR` end to end, once each (a fresh process, after one
-  warm-up run).
+  warm-up run);
+- whether `latest_complete()` with the default settle time finds the checkpoint right after
+  it was written (a complete torch ZIP proves itself by its end record: it should, at once;
+  before issue 11 it was "may still be being written" for SETTLE_S seconds).
 
     python bench/bench_checkpoint.py [--runs 20] [--big-mb 2048] [--keep]
 """
@@ -30,7 +33,7 @@ import sys
 import time
 import zipfile
 
-from gpugate.slurm_hooks.checkpoints import latest_complete
+from gpugate.slurm_hooks.checkpoints import SETTLE_S, latest_complete
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "checkpoints")
 CHUNK = 8 << 20
@@ -105,10 +108,12 @@ def main() -> None:
     cases = [(f"{args.big_mb} MiB", args.big_mb), (f"{args.small_mb} MiB", args.small_mb)]
     dirs = {label: os.path.join(OUT, label.replace(" ", "")) for label, _ in cases}
     try:
+        fresh = {}
         for label, mb in cases:
             started = time.perf_counter()
             write_checkpoint(os.path.join(dirs[label], "ckpt_1.pt"), mb << 20)
             print(f"wrote {label} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            fresh[label] = latest_complete(dirs[label]) is not None  # default settle time
         results = {
             label: {k: [] for k in ("warm", "cold", "zipfile", "bytes")} for label, _ in cases
         }
@@ -122,14 +127,16 @@ def main() -> None:
               f"Python {sys.version.split()[0]}\n")  # fmt: skip
         print("| checkpoint | file size | `latest_complete` warm, median ms | cold (evicted), "
               "median ms | bytes read per call | `zipfile.ZipFile` median ms | "
-              "`gpugate checkpoint latest` ms (once) |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
+              "`gpugate checkpoint latest` ms (once) | found just after writing "
+              f"(settle {SETTLE_S:g} s) |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
         for label, _ in cases:
             r = results[label]
             size = os.path.getsize(os.path.join(dirs[label], "ckpt_1.pt"))
             print(f"| {label} | {size:,} B | {statistics.median(r['warm']):.3f} | "
                   f"{statistics.median(r['cold']):.3f} | {statistics.median(r['bytes']):,.0f} | "
-                  f"{statistics.median(r['zipfile']):.3f} | {cli[label]:.0f} |")  # fmt: skip
+                  f"{statistics.median(r['zipfile']):.3f} | {cli[label]:.0f} | "
+                  f"{'yes' if fresh[label] else 'no'} |")  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(OUT, ignore_errors=True)

@@ -7,6 +7,11 @@ commit artefact, the thing written last (reference section 7): the ZIP central d
 Trainer's `trainer_state.json`. Only metadata and file ends are read: the time does not grow
 with the size of the checkpoint.
 
+A checkpoint whose format proves it complete is taken at once, however recently written: the
+commit artefact cannot exist before the data it commits. The settle time (SETTLE_S) holds back
+only what no format proves: a plain pickle judged by its last byte, or a directory whose
+files cannot tell their own end.
+
 The directory belongs to the job's user and this may run as root: a symlink that leaves the
 directory is refused, files are opened with `open_regular` (no symlinks, no FIFOs), listings
 are capped, and nothing is read deeper than the layout needs. Where a path component could be
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     Check = Callable[["_Ctx", str, "int | None"], "_Found"]
     Candidate = tuple[str, "int | None", Check]
 
-SETTLE_S = 60.0  # a checkpoint touched more recently than this may still be being written
+SETTLE_S = 60.0  # an unproven checkpoint touched more recently than this may still be being written
 MAX_ENTRIES = 10_000  # entries read from any one directory (and for spotting DCP directories)
 _TAIL = 64 * 1024 + 22  # the ZIP end record (22 bytes) plus the longest possible comment
 _MAX_CENTRAL_DIR = 64 << 20  # ~100 bytes per tensor: room for 600k tensors
@@ -71,11 +76,13 @@ class _Incomplete(Exception):
 
 
 class _Found(Record):
-    """What a layout's check proved, the newest mtime among the files, and a step it read."""
+    """What a layout's check found, the newest mtime among the files, a step it read, and
+    whether the format proves the save finished (else the settle time decides)."""
 
     why: str
     mtime: float
     step: int | None = None
+    proven: bool = False
 
 
 class _Ctx:
@@ -180,7 +187,7 @@ def _evaluate(ctx: _Ctx, layout: str, name: str, step: int | None, check: Check)
             path = _inside(ctx, path)
             shown = os.path.join(ctx.shown, os.path.relpath(path, ctx.root))
         found = check(ctx, path, step)
-        _settled(ctx, name, found.mtime)
+        _settled(ctx, name, found)
     except _Incomplete as exc:
         why = str(exc)
     except UserFileError as exc:
@@ -207,12 +214,14 @@ def _inside(ctx: _Ctx, path: str) -> str:
     return real
 
 
-def _settled(ctx: _Ctx, name: str, mtime: float) -> None:
+def _settled(ctx: _Ctx, name: str, found: _Found) -> None:
     """Refuse a complete-looking checkpoint that a writer may still be working on."""
     for suffix in _PARTIAL:
         if name + suffix in ctx.entries:
             raise _Incomplete(f"{name}{suffix} exists: a save is in progress or was interrupted")
-    age = ctx.now - mtime
+    if found.proven:
+        return  # its commit artefact is written last: nothing of it is still being written
+    age = ctx.now - found.mtime
     if age < ctx.settle_s:
         raise _Incomplete(
             f"modified {age:.0f} s ago (settle time {ctx.settle_s:g} s): may still be being written"
@@ -234,15 +243,16 @@ def _never(why: str) -> Check:
     return check
 
 
-def _prefixed(prefix: str, check: Check) -> Check:
-    """`check`, with `prefix` in front of its reason either way."""
+def _prefixed(prefix: str, check: Check, proves: bool = False) -> Check:
+    """`check`, with `prefix` in front of its reason either way; `proves`: the tracker that
+    names this candidate is written after all its files, so their being there is proof."""
 
     def wrapped(ctx: _Ctx, path: str, step: int | None) -> _Found:
         try:
             found = check(ctx, path, step)
         except _Incomplete as exc:
             raise _Incomplete(f"{prefix}; {exc}") from None
-        return found.replace(why=f"{prefix}; {found.why}")
+        return found.replace(why=f"{prefix}; {found.why}", proven=found.proven or proves)
 
     return wrapped
 
@@ -267,7 +277,7 @@ def _tracked(
         yield tracker, tag_step, _never(f"{tracker} names {tag}, which does not exist")
     for name, step in dirs.items():
         if name == tag:
-            yield name, step, _prefixed(f"named in {tracker}", check)
+            yield name, step, _prefixed(f"named in {tracker}", check, proves=True)
         elif tag is None:
             yield name, step, _never(f"no {tracker} names it (it is written after the files)")
         elif step is not None and tag_step is not None and step > tag_step:
@@ -408,15 +418,16 @@ def _find_files(
 def _check_torch_file(ctx: _Ctx, path: str, step: int | None) -> _Found:
     """A plain `torch.save` file; a step missing from the name is looked up in its pickle."""
     keys = ("global_step", "step", "iteration") if step is None else ()
-    mtime, ints, what = _read_torch(path, keys)
-    return _Found(why=what, mtime=mtime, step=next((ints[k] for k in keys if k in ints), None))
+    mtime, ints, what, proven = _read_torch(path, keys)
+    found = next((ints[k] for k in keys if k in ints), None)
+    return _Found(why=what, mtime=mtime, step=found, proven=proven)
 
 
 def _check_lightning(ctx: _Ctx, path: str, step: int | None) -> _Found:
     """A Lightning `.ckpt`: a torch ZIP file, or a directory in DeepSpeed or DCP layout."""
     if not stat.S_ISDIR(os.lstat(path).st_mode):
-        mtime, ints, what = _read_torch(path, ("global_step",) if step is None else ())
-        return _Found(why=what, mtime=mtime, step=ints.get("global_step"))
+        mtime, ints, what, proven = _read_torch(path, ("global_step",) if step is None else ())
+        return _Found(why=what, mtime=mtime, step=ints.get("global_step"), proven=proven)
     names = _entries(ctx, path)
     if "latest" in names:  # Lightning's DeepSpeed strategy: save_checkpoint(path, tag="checkpoint")
         tag, problem = _read_tag(path, "latest")
@@ -448,7 +459,9 @@ def _check_dcp(ctx: _Ctx, path: str, step: int | None) -> _Found:
         os.close(fd)
     if last != b".":
         raise _Incomplete(".metadata does not end with the pickle STOP opcode: cut short")
-    return _Found(why="DCP .metadata present (written after every rank's data)", mtime=st.st_mtime)
+    # The rename is atomic and comes last: `.metadata` proves the save finished.
+    why = "DCP .metadata present (written after every rank's data)"
+    return _Found(why=why, mtime=st.st_mtime, proven=True)
 
 
 def _check_huggingface(ctx: _Ctx, path: str, step: int | None) -> _Found:
@@ -470,9 +483,17 @@ def _check_huggingface(ctx: _Ctx, path: str, step: int | None) -> _Found:
     global_step = state.get("global_step") if isinstance(state, dict) else None
     if global_step is not None and global_step != step:
         raise _Incomplete(f"trainer_state.json says global_step {global_step}, not {step}")
-    # Older Trainers wrote rng_state*.pth after trainer_state.json: the settle time covers all.
+    # The Trainer writes weights, optimizer and scheduler before trainer_state.json; older
+    # Trainers (before 4.36) wrote the rng_state*.pth files after it, one per process. So every
+    # rng state that is there must be a whole torch.save file (its ZIP end record read); one
+    # not created yet is no harm (the Trainer resumes without it, with a warning).
+    rng = [n for n in sorted(names) if n.startswith("rng_state") and n.endswith(".pth")]
+    proven = True
+    for name in rng:
+        proven = _torch_in(path, name)[3] and proven
     mtime = max(_entry_mtime(e) for e in names.values())
-    return _Found(why=f"trainer_state.json parses (global_step {global_step})", mtime=mtime)
+    why = f"trainer_state.json parses (global_step {global_step}); {len(rng)} rng states whole"
+    return _Found(why=why, mtime=mtime, proven=proven)
 
 
 _DS_STATES = re.compile(r"(?:bf16_)?(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_(model|optim)_states\.pt")
@@ -485,10 +506,13 @@ def _check_deepspeed_dir(ctx: _Ctx, path: str, step: int | None) -> _Found:
     model = [n for n, m in parsed.items() if m and m[3] == "model"]
     if not model:
         raise _Incomplete("no *mp_rank_*_model_states.pt (DeepSpeed writes the model states first)")
-    mtime, world = 0.0, None
+    mtime, world, proven = 0.0, None, True
     for name in parsed:  # every *_states.pt, layer_* and expert files included
-        m_time, ints, _ = _torch_in(path, name, ("dp_world_size",) if name == model[0] else ())
+        m_time, ints, _, whole = _torch_in(
+            path, name, ("dp_world_size",) if name == model[0] else ()
+        )
         mtime, world = max(mtime, m_time), world or ints.get("dp_world_size")
+        proven = proven and whole
     n_mp = 1 + max(int(m[2]) for m in parsed.values() if m)
     shards = 0
     for kind in ("model", "optim"):
@@ -504,7 +528,10 @@ def _check_deepspeed_dir(ctx: _Ctx, path: str, step: int | None) -> _Found:
             _require_grid(plain, [n_mp], lambda i: f"mp_rank_{i[0]:02d}_model_states.pt")
     source = f"dp_world_size {world} from {model[0]}" if world else "dp ranks counted"
     why = f"{len(parsed)} *_states.pt files complete, {shards} ZeRO shards ({source})"
-    return _Found(why=why, mtime=mtime)
+    # Each file proves its own end; the set is proven whole only when dp_world_size says how
+    # many there must be (counted ranks miss a last rank that has not created its file yet).
+    # The directory `latest` names is proven by `latest` itself (see _tracked).
+    return _Found(why=why, mtime=mtime, proven=proven and world is not None)
 
 
 _MEGATRON_RANK = re.compile(r"mp_rank_(\d+)((?:_\d+){0,2})")
@@ -521,17 +548,18 @@ def _check_megatron_dir(ctx: _Ctx, path: str, step: int | None) -> _Found:
             ranks[tuple(int(x) for x in name[len("mp_rank_") :].split("_"))] = name
     if not ranks:
         raise _Incomplete("no mp_rank_* directories and no torch_dist .metadata")
-    mtime, tp = 0.0, None
+    mtime, tp, proven = 0.0, None, True
     for _, name in sorted(ranks.items()):
         if not names[name].is_dir(follow_symlinks=False):
             raise _Incomplete(f"{name} is not a directory (symlinks are not followed)")
         # `args` is the first key of the state dict: the tensor-parallel size is near the start.
         keys = ("tensor_model_parallel_size",) if tp is None else ()
-        m_time, ints, _ = _torch_in(path, f"{name}/model_optim_rng.pt", keys)
+        m_time, ints, _, whole = _torch_in(path, f"{name}/model_optim_rng.pt", keys)
         tp = tp or ints.get("tensor_model_parallel_size") or 0
-        mtime = max(mtime, m_time)
+        mtime, proven = max(mtime, m_time), proven and whole
         if os.path.lexists(os.path.join(path, name, "distrib_optim.pt")):
-            mtime = max(mtime, _torch_in(path, f"{name}/distrib_optim.pt")[0])
+            m_time, _, _, whole = _torch_in(path, f"{name}/distrib_optim.pt")
+            mtime, proven = max(mtime, m_time), proven and whole
     lengths = {len(i) for i in ranks}
     if len(lengths) > 1:
         raise _Incomplete("mp_rank_* directories are named inconsistently")
@@ -543,7 +571,10 @@ def _check_megatron_dir(ctx: _Ctx, path: str, step: int | None) -> _Found:
         set(ranks), sizes, lambda i: f"mp_rank_{i[0]:02d}" + "".join(f"_{x:03d}" for x in i[1:])
     )
     why = f"{len(ranks)} mp_rank_* directories with complete model_optim_rng.pt"
-    return _Found(why=why, mtime=mtime)
+    # As for DeepSpeed: proven whole when every file proves its end and the tensor-parallel
+    # size read from the files fixes how many there must be (pipeline ranks are counted, so
+    # only the tracker proves a pipeline-parallel directory).
+    return _Found(why=why, mtime=mtime, proven=proven and bool(tp) and len(sizes) == 1)
 
 
 def _require_grid(present: set[tuple[int, ...]], sizes: list[int], name: Callable) -> None:
@@ -572,21 +603,27 @@ _CENTRAL = struct.Struct("<4s6H3L5H2L")  # one central directory header: 46 byte
 _LEGACY_MAGIC = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19."
 
 
-def _read_torch(path: str, keys: tuple[str, ...] = ()) -> tuple[float, dict[str, int], str]:
-    """Check a `torch.save` file by its end: (mtime, ints found for `keys` in its pickle, what)."""
+def _read_torch(path: str, keys: tuple[str, ...] = ()) -> tuple[float, dict[str, int], str, bool]:
+    """Check a `torch.save` file by its end: (mtime, ints for `keys` in its pickle, what, proven).
+
+    Proven: a ZIP's central directory and end record are written last, after every member; a
+    legacy file whose storages fill it to the byte has nothing left to write. A plain pickle's
+    STOP byte is only a heuristic.
+    """
     fd = open_regular(path)
     try:
         st = os.fstat(fd)
         head = os.pread(fd, len(_LEGACY_MAGIC), 0)
+        proven = True
         if head.startswith(_ZIP_LOCAL):
             what, ints = _check_zip(fd, st.st_size, keys)
         elif head.startswith(_LEGACY_MAGIC):
             what, ints = _check_legacy(fd, st.st_size, keys)
         elif head.startswith(b"\x80"):
-            what, ints = _check_pickle_end(fd, st.st_size), {}
+            what, ints, proven = _check_pickle_end(fd, st.st_size), {}, False
         else:
             raise _Incomplete("empty file" if not head else "neither a torch ZIP nor a pickle")
-        return st.st_mtime, ints, what
+        return st.st_mtime, ints, what, proven
     finally:
         os.close(fd)
 

@@ -53,8 +53,11 @@ def parser() -> ArgumentParser:
             type=float,
             default=SETTLE_S,
             metavar="N",
-            help=f"a checkpoint modified less than N seconds ago may still be being written "
-            f"and is skipped (default {SETTLE_S:g}; 0 turns this off)",
+            help=f"a checkpoint whose format cannot prove it complete (a plain pickle) and "
+            f"that was modified less than N seconds ago may still be being written and is "
+            f"skipped (default {SETTLE_S:g}; 0 turns this off). A torch ZIP's end record, "
+            f"DCP's .metadata, DeepSpeed's latest, Megatron's tracker and HF's "
+            f"trainer_state.json prove it at once",
         )
     return p
 
@@ -62,9 +65,19 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate checkpoint`."""
     args = parser().parse_args(argv)
-    if args.settle_s < 0:
-        print("gpugate checkpoint: --settle-s must be 0 or more", file=sys.stderr)
-        return EXIT_USAGE
+    from gpugate.names import refuse, show
+
+    if not args.settle_s >= 0:  # also NaN, which compares false with everything
+        return refuse("gpugate checkpoint", "--settle-s must be 0 or more", EXIT_USAGE)
+    if not args.directory:
+        # An empty DIR would be read as the current directory: say so instead.
+        return refuse("gpugate checkpoint", "DIR is empty: name the job's checkpoint directory",
+                      EXIT_USAGE)  # fmt: skip
+    if not args.directory.isprintable():
+        # A newline or terminal control in DIR would break the one-path-per-line output that
+        # job scripts read (and forge lines in it): refuse it whole.
+        return refuse("gpugate checkpoint", f"DIR {show(args.directory)} holds control "
+                      "characters (newline, escape, ...); refused", EXIT_USAGE)  # fmt: skip
     try:
         result = scan(args.directory, args.settle_s, stop_at_complete=args.action == "latest")
     except CheckpointDirError as exc:

@@ -187,15 +187,75 @@ def test_in_progress_falls_back_to_the_older_one(tmp_path, layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_just_written_counts_as_in_progress(tmp_path, layout):
+def test_just_written_and_proven_by_its_format_is_taken_at_once(tmp_path, layout):
+    # Each layout's commit artefact (ZIP end record, .metadata, latest, tracker,
+    # trainer_state.json) is written after the data: no settle time needed.
     build = LAYOUTS[layout][0]
     build(tmp_path, 10)
     newest = build(tmp_path, 20)
     set_age(tmp_path)
     touch_tree(newest)
+    best = latest_complete(str(tmp_path))  # the default settle time
+    assert best is not None and (best.step, best.path) == (20, str(newest))
+    assert "may still be being written" not in best.why
+
+
+def test_a_complete_torch_file_written_a_minute_ago_is_the_latest(tmp_path, capsys):
+    # The example: `ckpt_200.pt` complete, written under a minute ago.
+    build_torch(tmp_path, 100)
+    set_age(tmp_path)
+    newest = build_torch(tmp_path, 200)
+    when = time.time() - 50
+    os.utime(newest, (when, when))
+    assert main(["checkpoint", "latest", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{newest}\n"
+
+
+def test_just_written_plain_pickle_still_waits_for_the_settle_time(tmp_path):
+    # A plain pickle is judged by its last byte only (a heuristic): that proves nothing.
+    (tmp_path / "ckpt_10.pt").write_bytes(pickle.dumps({"w": [1] * 50}, protocol=2))
+    set_age(tmp_path)
+    (tmp_path / "ckpt_20.pt").write_bytes(pickle.dumps({"w": [2] * 50}, protocol=2))
     assert latest_complete(str(tmp_path)).step == 10
     assert "may still be being written" in by_step(find_checkpoints(str(tmp_path)), 20).why
     assert latest_complete(str(tmp_path), settle_s=0).step == 20
+
+
+def test_just_written_legacy_torch_file_is_proven_by_its_sizes(tmp_path, monkeypatch):
+    legacy_torch(tmp_path / "old_5.pt", monkeypatch, [("FloatStorage", 50)], 5)
+    assert latest_complete(str(tmp_path)).step == 5  # just written, default settle time
+
+
+def test_just_written_tmp_sibling_still_means_in_progress(tmp_path):
+    build_torch(tmp_path, 10)
+    set_age(tmp_path)
+    build_torch(tmp_path, 20)
+    torch_zip(tmp_path / "ckpt_20.pt.tmp")
+    assert latest_complete(str(tmp_path)).step == 10
+
+
+def test_deepspeed_dir_not_named_in_latest_is_proven_only_with_dp_world_size(tmp_path):
+    older = build_deepspeed(tmp_path, 10)
+    build_deepspeed(tmp_path, 20)  # `latest` names global_step20
+    set_age(tmp_path)
+    (tmp_path / "global_step20" / "mp_rank_00_model_states.pt").unlink()  # 20 incomplete
+    touch_tree(older)
+    cp = latest_complete(str(tmp_path))  # dp_world_size 2 read: both shards there, proven
+    assert cp is not None and cp.step == 10
+    torch_zip(older / "mp_rank_00_model_states.pt", {"module": {"w": 1}})  # ranks only counted
+    found = by_step(find_checkpoints(str(tmp_path)), 10)
+    assert not found.complete and "may still be being written" in found.why
+
+
+def test_huggingface_rng_state_cut_short_is_incomplete(tmp_path):
+    # Trainers before 4.36 wrote rng_state*.pth after trainer_state.json.
+    build_huggingface(tmp_path, 10)
+    d = build_huggingface(tmp_path, 20)
+    torch_zip(d / "rng_state_1.pth")
+    cut(d / "rng_state_1.pth")
+    set_age(tmp_path)
+    assert latest_complete(str(tmp_path)).step == 10
+    assert "rng_state_1.pth: truncated" in by_step(find_checkpoints(str(tmp_path)), 20).why
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
