@@ -23,6 +23,8 @@ _CHOICES = {
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "prolog.on_error": ("allow", "refuse"),
 }
+# Shares of a whole (non-negative is checked for every number).
+_AT_MOST = {"epilog.evidence_user_share": 1.0}
 
 
 class ConfigError(ValueError):
@@ -157,6 +159,8 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
         value = float(value)
     if isinstance(value, (int, float)) and value < 0 and not path.endswith("_c"):
         raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
+    if path in _AT_MOST and value > _AT_MOST[path]:
+        raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")
     return value
 
 

@@ -181,6 +181,9 @@ class Epilog(Record):
     kernel_lines_max: int
     drain_on_hardware: bool
     evidence_group: str | None
+    retention_days: float | None
+    evidence_max_mib: float | None
+    evidence_user_share: float | None
 
 
 class Requeue(Record):

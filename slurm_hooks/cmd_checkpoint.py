@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from gpugate.slurm_hooks.checkpoints import SETTLE_S, CheckpointDirError, scan
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
+from gpugate.text import dumps, is_printable, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,10 +81,10 @@ def main(argv: list[str]) -> int:
     try:
         result = scan(args.directory, args.settle_s, stop_at_complete=args.action == "latest")
     except CheckpointDirError as exc:
-        print(f"gpugate checkpoint: {exc}", file=sys.stderr)
+        print(f"gpugate checkpoint: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     for note in result.notes:
-        print(f"gpugate checkpoint: note: {note}", file=sys.stderr)
+        print(f"gpugate checkpoint: note: {printable(note)}", file=sys.stderr)
     return latest(args, result) if args.action == "latest" else show(args, result)
 
 
@@ -98,15 +98,21 @@ def latest(args: Namespace, result: Scan) -> int:
             out.update(best.to_dict())
             del out["complete"]
         out["skipped"] = [_brief(cp) for cp in skipped]
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(dumps(out, indent=2) + "\n")
     elif best:
-        sys.stdout.write(best.path + "\n")
+        # The user named the directories: a control or bidi character is printed escaped, and
+        # said so, since a script reading this line would get another path (--json is exact).
+        sys.stdout.write(printable(best.path) + "\n")
+        if not is_printable(best.path):
+            print("gpugate checkpoint: the path holds control or bidi characters, shown escaped; "
+                  "--json gives it exactly", file=sys.stderr)  # fmt: skip
     if best is None:
         what = f"{len(skipped)} skipped:" if skipped else "nothing there looks like a checkpoint"
-        print(f"gpugate checkpoint: no complete checkpoint under {result.directory}; {what}",
+        print(f"gpugate checkpoint: no complete checkpoint under {printable(result.directory)}; {what}",
               file=sys.stderr)  # fmt: skip
     for cp in skipped:
-        print(f"gpugate checkpoint: skipped {cp.path}: {cp.why}", file=sys.stderr)
+        print(f"gpugate checkpoint: skipped {printable(cp.path)}: {printable(cp.why)}",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK if best else EXIT_NONE
 
 
@@ -115,15 +121,15 @@ def show(args: Namespace, result: Scan) -> int:
     if args.json:
         out = {"directory": result.directory, "notes": list(result.notes)}
         out["checkpoints"] = [cp.to_dict() for cp in result.checkpoints]
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(dumps(out, indent=2) + "\n")
         return EXIT_OK
     if not result.checkpoints:
-        sys.stdout.write(f"{result.directory}: nothing here looks like a checkpoint\n")
+        sys.stdout.write(f"{printable(result.directory)}: nothing here looks like a checkpoint\n")
         return EXIT_OK
     now = time.time()
     rows = [
         ("OK" if cp.complete else "SKIPPED", cp.layout, "-" if cp.step is None else str(cp.step),
-         _age(now - cp.mtime), cp.path, cp.why)
+         _age(now - cp.mtime), printable(cp.path), printable(cp.why))
         for cp in result.checkpoints
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

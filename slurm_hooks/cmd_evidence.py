@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import re
 import sys
 
-from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,8 +13,6 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
 
-_JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
-_NODE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # What a bundle's summary says, in the order shown.
 FIELDS = ("job_id", "node", "restart", "collected_at", "category", "xid", "failing_rank",
           "suspected_node", "action", "drain_reason", "why", "summary_text")  # fmt: skip
@@ -27,27 +22,35 @@ def parser() -> ArgumentParser:
     """Options of `gpugate evidence`."""
     p = make_parser(
         "gpugate evidence",
-        "The evidence bundles the epilog wrote for a node (found through the drain history and "
-        "by scanning EVIDENCE_DIR/*/NODE-r*) or for a job, newest first: category, Xid, failing "
-        "rank, action taken, why, and the directory holding the raw files. An argument of "
-        "digits is a job id (use --node for a node named by digits). Exit 1 when there are none.",
+        "The evidence bundles the epilog wrote for a node (found through the node's index, "
+        "EVIDENCE_DIR/.index/NODE.jsonl, and the drain history; by scanning EVIDENCE_DIR/*/NODE-r* "
+        "where the node has no index) or for a job, newest first: category, Xid, failing rank, "
+        "action taken, why, and the directory holding the raw files. An argument of digits is a "
+        "job id (use --node for a node named by digits). Exit 1 when there are none, 2 when "
+        "NODE|JOBID is neither one node name nor one job id.",
     )
     p.add_argument("target", metavar="NODE|JOBID", help="a node name or a Slurm job id")
     p.add_argument("--node", action="store_true", help="TARGET is a node name, even if numeric")
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="also list every job directory (finds a node's bundles written before its index)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--config", metavar="FILE", help="site config")
     return p
 
 
-def node_bundles(config: Config, node: str) -> list[str]:
-    """Bundle directories of one node: those the history names plus a scan of the root."""
+def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[str], list[str]]:
+    """Bundle directories of one node (its index, or a scan without one, plus those the
+    history names), and notes on how they were found."""
     from gpugate.slurm_hooks import history
+    from gpugate.slurm_hooks.evidence import node_bundle_paths
 
+    found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
     named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
-    pattern = os.path.join(glob.escape(config.evidence_dir), "*", f"{glob.escape(node)}-r*")
-    found = {p for p in glob.glob(pattern) if ".old-" not in p and os.path.isdir(p)}
-    found.update(p for p in named if p and os.path.isdir(p))
-    return list(found)
+    more = {p for p in named if isinstance(p, str) and p and os.path.isdir(p)}
+    return sorted(set(found) | more), notes
 
 
 def job_bundles(config: Config, job: str) -> list[str]:
@@ -105,12 +108,16 @@ def render(target: str, items: list[dict]) -> str:
 
 
 def _line(value: object) -> object:
-    # Summaries quote logs: keep escape sequences and newlines out of the admin's terminal.
+    # Summaries quote logs and name users' files: escape sequences, bidi overrides and
+    # newlines are shown escaped (`\x1b`), never sent to the admin's terminal.
+    from gpugate.text import printable
+
+    if isinstance(value, (list, tuple)):
+        return [_line(v) for v in value]
     if not isinstance(value, str):
         return value
-    from gpugate.slurm_hooks.slurm import clean_text
-
-    return clean_text(value, 2000)
+    text = printable(value)
+    return text if len(text) <= 2000 else text[:1997] + "..."
 
 
 def main(argv: list[str]) -> int:
@@ -118,21 +125,37 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from gpugate.config import load_config
 
-    config = load_config(args.config)
+    from gpugate import names
+
     target = args.target
-    is_job = not args.node and bool(_JOB.match(target))
-    if not is_job and not _NODE.match(target):
-        parser().error(f"not a node name or job id: {target!r}")
-    bundles = job_bundles(config, target) if is_job else node_bundles(config, target)
+    # Digits (and '_') without --node mean a job id: `1_2_3` is a bad one, not a node name.
+    is_job = not args.node and bool(target) and not target.strip("0123456789_")
+    try:
+        (names.job_id if is_job else names.node_name)(target)
+    except names.BadName as exc:
+        return names.refuse(
+            "gpugate evidence", f"{exc}; give one node name or one job id", EXIT_USAGE
+        )
+    config = load_config(args.config)
+    notes: list[str] = []
+    if is_job:
+        bundles = job_bundles(config, target)
+    else:
+        bundles, notes = node_bundles(config, target, scan=args.scan)
+    what = "job" if is_job else "node"
     if not bundles:
-        what = "job" if is_job else "node"
-        print(f"gpugate evidence: no evidence bundles for {what} {target} under "
-              f"{config.evidence_dir}", file=sys.stderr)  # fmt: skip
-        return EXIT_UNHEALTHY
+        # Not found is one line, whatever was noticed on the way.
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        return names.refuse("gpugate evidence", f"no evidence bundles for {what} {target} under "
+                            f"{config.evidence_dir}{extra}", EXIT_UNHEALTHY)  # fmt: skip
+    for note in notes:
+        names.refuse("gpugate evidence: note", note, 0)
     items = newest_first([describe(b) for b in bundles])
     if args.json:
-        out = {"target": target, "kind": "job" if is_job else "node", "bundles": items}
-        sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+        out = {"target": target, "kind": what, "bundles": items}
+        from gpugate.text import dumps
+
+        sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render(target, items))
     return EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpugate.cli import make_parser
+from gpugate.cli import EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,7 +18,8 @@ def parser() -> ArgumentParser:
         "gpugate requeue",
         "Decide, as EpilogSlurmctld would, whether a finished job is requeued (infrastructure "
         "cause, opted in, restarts left), and do it: requeue, exclude the suspected nodes, "
-        "record the checkpoint it resumes from. Exit 0 when requeued (or would be), 1 when not.",
+        "record the checkpoint it resumes from. Exit 0 when requeued (or would be), 1 when not "
+        "(or when Slurm does not know the job), 2 when JOBID is not one job id (123 or 123_4).",
     )
     p.add_argument("job_id", metavar="JOBID")
     p.add_argument("--dry-run", action="store_true", help="decide and print, change nothing")
@@ -33,11 +34,25 @@ def main(argv: list[str]) -> int:
     from gpugate.config import load_config
     from gpugate.slurm_hooks.cmd_epilog_slurmctld import run_requeue
     from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm import backend
+    from gpugate.slurm_hooks.slurm import JobNotFound, SlurmError, backend
 
+    from gpugate import names
+
+    try:
+        names.job_id(args.job_id)
+    except names.BadName as exc:
+        return names.refuse("gpugate requeue", exc, EXIT_USAGE)
     config = load_config(args.config)
-    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-    info = slurm.job(args.job_id)
+    try:
+        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+        info = slurm.job(args.job_id)
+    except JobNotFound:
+        return names.refuse(
+            "gpugate requeue", f"Slurm does not know job {args.job_id}", EXIT_UNHEALTHY
+        )
+    except (SlurmError, ValueError) as exc:  # slurmctld unreachable, no scontrol, bad backend
+        return names.refuse("gpugate requeue", f"cannot read job {args.job_id} from Slurm: {exc}",
+                            EXIT_UNHEALTHY)  # fmt: skip
     job = JobEnd(job_id=str(info.job_id), uid=info.uid, comment=info.comment or "", restarts=info.restarts,
                  state=info.state, nodes=tuple(info.nodes))  # fmt: skip
     decision, done = run_requeue(config, job, slurm, wait_s=0, dry_run=args.dry_run)

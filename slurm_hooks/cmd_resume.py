@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
-from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,7 +24,8 @@ def parser() -> ArgumentParser:
         "Run the checklist for NODE (on the node itself, from --facts taken there, or from the "
         "configured replay) and resume it only if it passes and only if gpugate drained it "
         "(--force for an admin's drain or a failing check). Every attempt is appended to the "
-        "audit log with who, when, why and the check result. Exit 0 resumed, 1 refused.",
+        "audit log with who, when, why and the check result. Exit 0 resumed, 1 refused (or "
+        "Slurm does not know NODE), 2 when NODE is not one plain node name.",
     )
     p.add_argument("node", metavar="NODE")
     p.add_argument(
@@ -93,11 +93,25 @@ def main(argv: list[str]) -> int:
     from gpugate.config import load_config
     from gpugate.slurm_hooks.history import record_resume
     from gpugate.slurm_hooks.policy import decide
-    from gpugate.slurm_hooks.slurm import NotOurDrain, backend
+    from gpugate.slurm_hooks.slurm import NodeNotFound, NotOurDrain, SlurmError, backend
 
+    from gpugate import names
+
+    try:
+        names.node_name(args.node)
+    except names.BadName as exc:
+        return names.refuse("gpugate resume", exc, EXIT_USAGE)
     config = load_config(args.config)
-    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-    info = slurm.node(args.node)
+    try:
+        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+        info = slurm.node(args.node)
+    except NodeNotFound:
+        return names.refuse(
+            "gpugate resume", f"Slurm does not know node {args.node}", EXIT_UNHEALTHY
+        )
+    except (SlurmError, ValueError) as exc:  # slurmctld unreachable, no scontrol, bad backend
+        return names.refuse("gpugate resume", f"cannot read node {args.node} from Slurm: {exc}",
+                            EXIT_UNHEALTHY)  # fmt: skip
     if not info.drained:
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
@@ -124,6 +138,8 @@ def main(argv: list[str]) -> int:
         slurm.resume(args.node, force=args.force)
     except NotOurDrain as exc:
         return _refuse(config, args, info.reason, str(exc), result)
+    except SlurmError as exc:
+        return _refuse(config, args, info.reason, f"scontrol could not resume it: {exc}", result)
     record_resume(
         _audit_dir(config),
         args.node,
@@ -144,8 +160,9 @@ def _refuse(config: Config, args: object, reason: str, why: str, result: str | N
                       forced=args.force, reason=reason, resumed=False)  # type: ignore[attr-defined]  # fmt: skip
     except OSError:
         pass
-    print(f"gpugate resume: refused: {why}", file=sys.stderr)
-    return EXIT_UNHEALTHY
+    from gpugate.names import refuse
+
+    return refuse("gpugate resume", f"refused: {why}", EXIT_UNHEALTHY)
 
 
 def _audit_dir(config: Config) -> str:

@@ -155,7 +155,7 @@ def write_evidence(
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure."""
     from gpugate.slurm_hooks.deltas import describe
-    from gpugate.slurm_hooks.evidence import EvidenceError, write_bundle
+    from gpugate.slurm_hooks.evidence import EvidenceError, retention_for, write_bundle
 
     from gpugate.yamlio import dump_yaml
 
@@ -200,7 +200,8 @@ def write_evidence(
         files[f"logs/{i:02d}-{_safe(name)}.tail"] = f"# tail of {path}\n{tail}"
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
-                            files, summary, group=ep.evidence_group)  # fmt: skip
+                            files, summary, group=ep.evidence_group,
+                            retention=retention_for(config))  # fmt: skip
     except (EvidenceError, OSError) as exc:
         log.error(
             config.state_dir, f"epilog job {env.job_id}: could not write the evidence bundle", exc

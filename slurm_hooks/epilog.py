@@ -155,7 +155,7 @@ def refused_here(config: Config, job_id: str) -> bool:
 
 
 def cleanup(config: Config, env: HookEnv) -> None:
-    """Drop the job's baseline (the bundle keeps what matters)."""
+    """Drop the job's baseline and its NCCL directory (the bundle keeps what matters)."""
     import shutil
 
     from gpugate.slurm_hooks.state import job_dir
@@ -165,6 +165,9 @@ def cleanup(config: Config, env: HookEnv) -> None:
             shutil.rmtree(job_dir(config.state_dir, env.job_id), ignore_errors=True)
         except Exception:
             pass
+        from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
+
+        remove_nccl_dir(config, env.job_id)  # its files are in the bundle now (or never mattered)
 
 
 def is_hardware_category(category: str | None) -> bool:

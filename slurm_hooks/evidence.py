@@ -5,6 +5,13 @@ times, category, xid, failing rank, suspected node, action taken) and the raw ev
 bundle is assembled in a hidden temporary directory and renamed into place, so a reader never
 sees half of one. Directories are 0750 and files 0640, owned by root and by the configured
 admin group: readable by admins, not by other users (logs can hold secrets).
+
+Each node also keeps an index of its own bundles, `<evidence_dir>/.index/<node>.jsonl`: one
+line appended (one O_APPEND write) per bundle, so `gpugate evidence NODE` reads that node's
+lines instead of listing every job directory, and retention knows each bundle's size, age and
+user without walking the tree. Only the node writes its index, under a lock in its own local
+`state_dir` (flock on NFS or Lustre is slow or unreliable, DESIGN.md), and only the node
+prunes its own bundles: oldest first, by age, by one user's share and by the node's total.
 """
 
 from __future__ import annotations
@@ -14,11 +21,22 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 from gpugate.fsutil import atomic_write
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+INDEX_DIR = ".index"  # job directories are digits: no job can be named this
+LOCK = "evidence.lock"  # in the node's local state_dir
+# What an index line may name: `<job>/<node>-r<n>`, or an older copy kept beside it.
+_ENTRY_PATH = re.compile(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
+LOCK_WAIT_S = 10.0  # past this, the bundle is indexed without the lock and pruning waits a run
 
 
 class EvidenceError(OSError):
@@ -52,6 +70,27 @@ def _private_dir(path: str, gid: int) -> None:
         os.chown(path, -1, gid)
 
 
+class Retention(Record):
+    """How much evidence one node keeps of its own (None: no limit of that kind)."""
+
+    days: float | None = None  # bundles older than this go
+    max_bytes: int | None = None  # the node's bundles together
+    user_share: float | None = None  # of max_bytes, for one user's bundles on this node
+    lock_dir: str | None = None  # node-local directory for the lock (state_dir)
+
+
+def retention_for(config: Config) -> Retention:
+    """The configured retention (`epilog.retention_days`, `evidence_max_mib`, `evidence_user_share`)."""
+    ep = config.epilog
+    mib = ep.evidence_max_mib
+    return Retention(
+        days=ep.retention_days,
+        max_bytes=None if mib is None else int(mib * 1024 * 1024),
+        user_share=ep.evidence_user_share,
+        lock_dir=config.state_dir,
+    )
+
+
 def write_bundle(
     evidence_dir: str,
     job_id: str,
@@ -60,37 +99,77 @@ def write_bundle(
     files: dict[str, str | bytes],
     summary: dict,
     group: str | None = None,
+    retention: Retention | None = None,
+    now: float | None = None,
 ) -> str:
-    """Write the bundle atomically; return its final path."""
+    """Write the bundle atomically, index it, prune this node's old ones; return its path.
+
+    The index line is written after the rename, so the index never names a bundle that is not
+    there; pruning never removes the bundle just written (a drain reason may name it).
+    """
     if not _JOB.match(job_id or ""):
         raise EvidenceError(f"not a Slurm job id: {job_id!r}")
     gid = _group_id(group)
     job_dir = os.path.join(evidence_dir, job_id)
     _private_dir(evidence_dir, gid)
     _private_dir(job_dir, gid)
-    final = os.path.join(job_dir, bundle_name(node, restart))
-    tmp = tempfile.mkdtemp(prefix=f".{bundle_name(node, restart)}.", dir=job_dir)
+    name = bundle_name(node, restart)
+    final = os.path.join(job_dir, name)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir)
+    older = None
     try:
         os.chmod(tmp, 0o750)  # noqa: S103 - as above
         if gid >= 0:
             os.chown(tmp, -1, gid)
         summary = dict(summary, bundle=final, files=sorted([*files, "summary.json"]))
-        for name, content in {
+        size = 0
+        for member, content in {
             **files,
             "summary.json": json.dumps(summary, indent=1, default=str),
         }.items():
-            _write_member(tmp, name, content, gid)
+            size += _write_member(tmp, member, content, gid)
         if os.path.isdir(final):
             # An epilog that runs twice for the same run keeps the older bundle beside.
-            os.replace(final, final + f".old-{os.getpid()}")
+            older = f"{name}.old-{os.getpid()}"
+            os.replace(final, os.path.join(job_dir, older))
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    at = round(time.time() if now is None else now, 3)
+    entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
+             "user": summary.get("user"), "at": at, "bytes": size}  # fmt: skip
+    _index_and_prune(evidence_dir, node, entry, older, gid, retention)
     return final
 
 
-def _write_member(directory: str, name: str, content: str | bytes, gid: int) -> None:
+def _index_and_prune(
+    evidence_dir: str,
+    node: str,
+    entry: dict,
+    older: str | None,
+    gid: int,
+    retention: Retention | None,
+) -> None:
+    # The bundle is written: nothing here may turn that into a failure (the epilog's drain
+    # reason names it). Index and retention problems are said and left for the next run.
+    from gpugate.fstree import tree_bytes
+    from gpugate.log import say
+
+    try:
+        with _NodeLock(retention.lock_dir if retention else None) as lock:
+            if older:
+                old_path = f"{entry['job']}/{older}"
+                old_bytes = tree_bytes(os.path.join(evidence_dir, old_path))
+                append_index(evidence_dir, node, dict(entry, path=old_path, bytes=old_bytes), gid)
+            append_index(evidence_dir, node, entry, gid)
+            if retention and lock.held:
+                prune(evidence_dir, node, retention, keep={entry["path"]}, now=entry["at"], gid=gid)
+    except (OSError, ValueError, RecursionError) as exc:
+        say(f"evidence {entry['path']}: written, but indexing or pruning failed: {exc}")
+
+
+def _write_member(directory: str, name: str, content: str | bytes, gid: int) -> int:
     parts = name.split("/")
     if any(not _NAME.match(p) or p in (".", "..") for p in parts):
         raise EvidenceError(f"unsafe bundle member name: {name!r}")
@@ -98,9 +177,251 @@ def _write_member(directory: str, name: str, content: str | bytes, gid: int) -> 
         sub = os.path.join(directory, *parts[:-1])
         _private_dir(sub, gid)
     path = os.path.join(directory, *parts)
-    atomic_write(path, content, mode=0o640)
+    data = content.encode() if isinstance(content, str) else content
+    atomic_write(path, data, mode=0o640)
     if gid >= 0:
         os.chown(path, -1, gid)
+    return len(data)
+
+
+# ------------------------------------------------------------------------------ the index
+
+
+def index_path(evidence_dir: str, node: str) -> str:
+    """The node's index file, `<evidence_dir>/.index/<node>.jsonl`."""
+    if not _NAME.match(node) or node.startswith("."):
+        raise EvidenceError(f"unsafe node name for a path: {node!r}")
+    return os.path.join(evidence_dir, INDEX_DIR, f"{node}.jsonl")
+
+
+def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> None:
+    """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
+    path = index_path(evidence_dir, node)
+    _private_dir(os.path.dirname(path), gid)
+    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+    try:
+        if gid >= 0:
+            os.fchown(fd, -1, gid)
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class IndexRead(Record):
+    """What a node's index holds: valid entries (newest line per bundle), warnings, line count."""
+
+    entries: list
+    warnings: list
+    lines: int
+
+
+def read_index(evidence_dir: str, node: str) -> IndexRead | None:
+    """The node's index, validated (bad lines are skipped with a warning); None if it has none."""
+    path = index_path(evidence_dir, node)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return IndexRead(
+            entries=[], warnings=[f"{path}: unreadable ({exc.strerror or exc})"], lines=0
+        )
+    found: dict[str, dict] = {}
+    bad: list[str] = []
+    lines = data.splitlines()
+    for number, raw in enumerate(lines, 1):
+        got = _entry_problem(raw, node)
+        if isinstance(got, str):
+            bad.append(f"line {number}: {got}")
+            continue
+        found.pop(got["path"], None)  # a later line about the same bundle wins
+        found[got["path"]] = got
+    warnings = [f"{path}: {b}; skipped" for b in bad[:5]]
+    if len(bad) > 5:
+        warnings.append(f"{path}: {len(bad) - 5} more bad line(s) skipped")
+    return IndexRead(entries=list(found.values()), warnings=warnings, lines=len(lines))
+
+
+def _entry_problem(raw: bytes, node: str) -> dict | str:
+    # The entry when the line is a well-formed entry of this node, else what is wrong with it.
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        return "not JSON (torn or foreign line)"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    path = entry.get("path")
+    if not isinstance(path, str) or not _ENTRY_PATH.fullmatch(path):
+        return "no valid bundle path"
+    if not path.split("/", 1)[1].startswith(f"{node}-r"):
+        return f"names another node's bundle ({path})"
+    size, at = entry.get("bytes"), entry.get("at")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return "bytes is not a size"
+    if not isinstance(at, (int, float)) or isinstance(at, bool) or at != at:
+        return "at is not a time"
+    user = entry.get("user")
+    if user is not None and not isinstance(user, str):
+        return "user is not a name"
+    return entry
+
+
+def _is_bundle(path: str) -> bool:
+    # A real directory, not a symlink someone put in its place.
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def scan_node(evidence_dir: str, node: str) -> list[str]:
+    """The node's bundles found by listing every job directory (slow: for unindexed bundles)."""
+    import glob
+
+    pattern = os.path.join(glob.escape(evidence_dir), "*", f"{glob.escape(node)}-r*")
+    return [p for p in glob.glob(pattern) if ".old-" not in p and _is_bundle(p)]
+
+
+def node_bundle_paths(
+    evidence_dir: str, node: str, scan: bool = False
+) -> tuple[list[str], list[str]]:
+    """The node's bundles (from its index; by a scan where it has none, or also when asked), and notes."""
+    read = read_index(evidence_dir, node)
+    notes = list(read.warnings) if read else []
+    paths: set[str] = set()
+    if read is not None:
+        for e in read.entries:
+            full = os.path.join(evidence_dir, e["path"])
+            if ".old-" not in e["path"] and _is_bundle(full):
+                paths.add(full)  # an entry whose bundle is gone (pruned, removed) is skipped
+    if read is None or scan:
+        if read is None:
+            notes.append(f"no index for {node} ({index_path(evidence_dir, node)}): listed every "
+                         f"job directory under {evidence_dir} instead (bundles written before "
+                         "the index existed)")  # fmt: skip
+        paths.update(scan_node(evidence_dir, node))
+    return sorted(paths), notes
+
+
+# ------------------------------------------------------------------------------ retention
+
+
+class _NodeLock:
+    """flock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
+
+    def __init__(self, lock_dir: str | None) -> None:
+        self.lock_dir = lock_dir
+        self.fd = -1
+        self.held = False
+
+    def __enter__(self) -> _NodeLock:
+        if not self.lock_dir:
+            return self
+        import fcntl
+
+        os.makedirs(self.lock_dir, mode=0o700, exist_ok=True)
+        self.fd = os.open(
+            os.path.join(self.lock_dir, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.held = True
+                return self
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return self  # another epilog is pruning; this one indexes and goes on
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the lock
+
+
+def prune(
+    evidence_dir: str,
+    node: str,
+    retention: Retention,
+    keep: set[str] | frozenset[str] = frozenset(),
+    now: float | None = None,
+    gid: int = -1,
+) -> list[str]:
+    """Remove this node's bundles beyond the retention, oldest first; return what was removed.
+
+    Three limits, each oldest first: age, then each user's share of the node's total (so one
+    user's failing jobs cannot push everyone else's evidence out), then the node's total.
+    Bundles in `keep` stay. The index is rewritten without what is gone. Call under the lock.
+    """
+    read = read_index(evidence_dir, node)
+    if read is None:
+        return []
+    live = sorted(
+        (e for e in read.entries if _is_bundle(os.path.join(evidence_dir, e["path"]))),
+        key=lambda e: (e["at"], e["path"]),
+    )
+    now = time.time() if now is None else now
+    drop: set[str] = set()
+    if retention.days is not None:
+        cutoff = now - retention.days * 86400
+        drop.update(e["path"] for e in live if e["at"] < cutoff and e["path"] not in keep)
+    if retention.max_bytes is not None and retention.user_share is not None:
+        share = int(retention.max_bytes * min(1.0, retention.user_share))
+        users: dict[str, list[dict]] = {}
+        for e in live:
+            users.setdefault(e.get("user") or "?", []).append(e)
+        for mine in users.values():
+            _drop_oldest(mine, share, drop, keep)
+    if retention.max_bytes is not None:
+        _drop_oldest(live, retention.max_bytes, drop, keep)
+    removed = []
+    for e in live:
+        if e["path"] in drop and _remove_bundle(evidence_dir, e["path"]):
+            removed.append(e["path"])
+    kept = [e for e in live if e["path"] not in removed]
+    if removed or read.lines != len(kept):
+        # Compact: gone bundles, superseded and bad lines out (atomic: readers see old or new).
+        path = index_path(evidence_dir, node)
+        text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in kept)
+        atomic_write(path, text, mode=0o640)
+        if gid >= 0:
+            os.chown(path, -1, gid)
+    return removed
+
+
+def _drop_oldest(
+    entries: list[dict], limit: int, drop: set[str], keep: set[str] | frozenset[str]
+) -> None:
+    # entries: oldest first. Mark the oldest for removal until what is left fits in `limit`.
+    total = sum(e["bytes"] for e in entries if e["path"] not in drop)
+    for e in entries:
+        if total <= limit:
+            return
+        if e["path"] in drop or e["path"] in keep:
+            continue
+        drop.add(e["path"])
+        total -= e["bytes"]
+
+
+def _remove_bundle(evidence_dir: str, rel: str) -> bool:
+    from gpugate.fstree import remove_tree
+
+    full = os.path.join(evidence_dir, rel)
+    if not remove_tree(full):
+        return False
+    try:
+        os.rmdir(os.path.dirname(full))  # the job's directory, once no node's bundle is left
+    except OSError:
+        pass
+    return True
+
+
+# ------------------------------------------------------------------------------ reading
 
 
 def list_bundles(evidence_dir: str, job_id: str) -> list[str]:

@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 def nccl_job_dir(config: Config, job_id: str | None) -> str | None:
     """Where this job's NCCL debug files go (created by the prolog), or None."""
     base = config.task_prolog.nccl_debug_dir
-    if not base or not job_id or not job_id.replace("_", "").isdigit():
+    if not base or not job_id:
         return None
-    return os.path.join(base, job_id)
+    from gpugate.names import is_job_id
+
+    return os.path.join(base, job_id) if is_job_id(job_id) else None
 
 
 def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list[tuple[str, str]]:
@@ -130,25 +132,20 @@ def _note_to_stderr(text: str) -> None:
 def prepare_nccl_dir(
     config: Config, job_id: str | None, uid: int | None, gid: int | None
 ) -> str | None:
-    """Prolog side (root): create the job's NCCL directory, owned by the job's user, 0700.
+    """Prolog side (root): create the job's NCCL directory afresh, owned by the job's user, 0700.
 
     The base directory lives in a world-writable place, so it is checked to be root's own real
-    directory (not a user's symlink) before anything is created inside it.
+    directory (not a user's symlink) before anything is created inside it. Whatever an earlier
+    job of the same id left there (a reused id, an epilog that never ran) is moved away and
+    removed first: one user's files are never handed to another.
     """
     job_dir = nccl_job_dir(config, job_id)
     if not job_dir or uid is None:
         return None
-    base = os.path.dirname(job_dir)
-    from gpugate.slurm_hooks.state import StateError, ensure_dir
-
-    ensure_dir(base, 0o755)
-    st = os.lstat(base)
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise StateError(f"{base}: not owned by root or writable by others; not using it")
-    try:
-        os.mkdir(job_dir, 0o700)
-    except FileExistsError:
-        pass
+    base = _safe_nccl_base(job_dir, create=True)
+    _discard(base, job_dir)
+    # No one else can create job_dir in between: base is root's and not writable by others.
+    os.mkdir(job_dir, 0o700)
     fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         os.fchown(fd, uid, gid if gid is not None else -1)
@@ -156,3 +153,58 @@ def prepare_nccl_dir(
     finally:
         os.close(fd)
     return job_dir
+
+
+def remove_nccl_dir(config: Config, job_id: str | None) -> bool:
+    """Epilog side (root): remove the job's NCCL directory once its files were collected.
+
+    Returns whether it is gone (True also when there was none); never raises (the epilog's
+    cleanup must go on), says what went wrong instead. The user's files are removed without
+    following any symlink the user put there.
+    """
+    job_dir = nccl_job_dir(config, job_id)
+    try:
+        if not job_dir or not os.path.lexists(job_dir):
+            return True
+        if _discard(_safe_nccl_base(job_dir, create=False), job_dir):
+            return True
+        why = "left under a hidden name (too deep, or no symlink-safe removal here)"
+    except (OSError, RuntimeError) as exc:  # StateError: an unsafe base is not touched
+        why = str(exc)
+    from gpugate.log import say
+
+    say(f"job {job_id}: NCCL directory {job_dir} not removed: {why}")
+    return False
+
+
+def _safe_nccl_base(job_dir: str, create: bool) -> str:
+    import stat
+
+    from gpugate.slurm_hooks.state import StateError, ensure_dir
+
+    base = os.path.dirname(job_dir)
+    if create:
+        ensure_dir(base, 0o755)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"{base}: not a plain directory")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise StateError(f"{base}: not owned by root or writable by others; not using it")
+    return base
+
+
+def _discard(base: str, job_dir: str) -> bool:
+    # Rename first, so the job's name is free at once even if removing the tree fails (a tree
+    # deeper than Python's recursion limit); what is left is a hidden, unused name.
+    if not os.path.lexists(job_dir):
+        return True
+    import time
+
+    from gpugate.fstree import remove_tree
+
+    gone = os.path.join(base, f".gone-{os.path.basename(job_dir)}-{os.getpid()}-{time.time_ns()}")
+    os.rename(job_dir, gone)
+    try:
+        return remove_tree(gone)
+    except (OSError, RecursionError):
+        return False
