@@ -4,6 +4,10 @@ Every hook run appends one JSON line to `<state_dir>/events.jsonl` (the drain hi
 metrics read it) and prints one line to stderr, which slurmd writes to its log. Errors with
 their tracebacks go through loguru to `<state_dir>/gpugate.log` (rotated); loguru is imported
 only then, because importing it costs more than a healthy prolog's whole checklist.
+
+Both files are root's and the admin group's only (0640, see fsutil): an error can quote a
+user's file or path. The traceback is a plain one: loguru's `diagnose` would print the value
+of every local variable of every frame (a user's log line, a token in an environment copy).
 """
 
 from __future__ import annotations
@@ -24,21 +28,30 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
     line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
     if not state_dir:
         return
+    from gpugate.fsutil import open_private
+
+    path = os.path.join(state_dir, _EVENTS)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     try:
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        fd = os.open(
-            os.path.join(state_dir, _EVENTS),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-            0o644,
-        )
+        try:
+            fd = open_private(path, flags)
+        except FileNotFoundError:  # the first run on this node
+            _ensure_state_dir(state_dir)
+            fd = open_private(path, flags)
         try:
             os.write(
                 fd, line.encode()
             )  # one write() with O_APPEND: concurrent hooks don't interleave
         finally:
             os.close(fd)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the configured path
         pass
+
+
+def _ensure_state_dir(state_dir: str) -> None:
+    from gpugate.fsutil import STATE_DIR_MODE, private_dir
+
+    private_dir(state_dir, STATE_DIR_MODE)
 
 
 def say(message: str) -> None:
@@ -58,9 +71,24 @@ def error(state_dir: str | None, message: str, exc: BaseException | None = None)
     try:
         from loguru import logger
 
+        from gpugate.fsutil import open_private
+
         logger.remove()
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        logger.add(os.path.join(state_dir, _LOG), rotation="10 MB", retention=5, level="INFO")
+        if not os.path.isdir(state_dir):
+            _ensure_state_dir(state_dir)
+        # diagnose/backtrace off: no frame locals, no frames above the catch (user data can be
+        # in any of them). catch off: a failing sink raises here, into the except below, instead
+        # of loguru printing the record and its own traceback to slurmd's log.
+        logger.add(
+            os.path.join(state_dir, _LOG),
+            rotation="10 MB",
+            retention=5,
+            level="INFO",
+            diagnose=False,
+            backtrace=False,
+            catch=False,
+            opener=lambda path, flags: open_private(path, flags),
+        )
         if exc is not None:
             logger.opt(exception=exc).error(message)
         else:

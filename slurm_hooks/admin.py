@@ -114,7 +114,12 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
     `scontrol -o show node` text (where sinfo has no JSON)."""
     if sinfo_json:
         with open(sinfo_json, encoding="utf-8") as fh:
-            return parse_node_groups(fh.read())
+            text = fh.read()
+        try:
+            return parse_node_groups(text)
+        except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+            # Valid JSON of another shape (`[]`, a record without its fields): say so, once.
+            raise ValueError(f"not `sinfo --json` output ({type(exc).__name__}: {exc})") from None
     from gpugate.slurm_hooks import slurm as S  # the runner and subprocess: only to call Slurm
     from gpugate.slurm_hooks.slurm_parse import parse_show_node_text
 
@@ -124,7 +129,8 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
             return parse_node_groups(slurm.call("sinfo", "--json"))
         except S.SlurmTimeout:
             raise  # a second slow call would only double the wait
-        except (S.SlurmCommandError, ValueError, KeyError, TypeError, AttributeError):
+        except (S.SlurmCommandError, ValueError, KeyError, TypeError, AttributeError,
+                IndexError, RecursionError):  # fmt: skip
             # No JSON support (no data_parser plugin) or a shape we do not know.
             return as_groups(parse_show_node_text(slurm.scontrol("-o", "show", "node")))
     except S.SlurmError as exc:
@@ -173,12 +179,29 @@ def _foreign_action(node: NodeInfo) -> str:
 
 
 def _bundle_facts(bundle: str | None) -> dict:
-    """Category, Xid and failing rank from a bundle's summary.json ({} when unreadable)."""
-    if not bundle:
+    """Category, Xid and failing rank from a bundle's summary.json ({} when unreadable).
+
+    Only fields of the types the table relies on: a summary is on shared storage and a bad
+    one must cost its node's row a blank, not the whole listing.
+    """
+    if not bundle or type(bundle) is not str:
         return {}
     from gpugate.slurm_hooks.evidence import read_summary
 
-    return read_summary(bundle) or {}
+    try:
+        summary = read_summary(bundle)
+    except Exception:  # any unreadable summary is "no facts"
+        return {}
+    if not isinstance(summary, dict):
+        return {}
+    out: dict = {}
+    if type(summary.get("category")) is str:
+        out["category"] = summary["category"]
+    if type(summary.get("xid")) is int:
+        out["xid"] = summary["xid"]
+    if type(summary.get("failing_rank")) is int:
+        out["failing_rank"] = summary["failing_rank"]
+    return out
 
 
 def _latest_evidence(
@@ -334,9 +357,11 @@ def _cell(value: object) -> str:
     text = "" if value is None else str(value)
     if text.isascii() and text.isprintable():
         return text
-    from gpugate.slurm_hooks.slurm import clean_text
+    from gpugate.text import printable
 
-    return clean_text(text, 400)
+    # Controls and bidi overrides shown as `\x1b`, `\u202e`: the admin sees what was there.
+    text = printable(text)
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def rows_json(rows: list[dict]) -> str:

@@ -36,33 +36,52 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _body(config: object) -> int:
+def _body(config: Config) -> int:
     from gpugate.slurm_hooks.epilog import run_epilog
     from gpugate.slurm_hooks.hookenv import from_environ
 
     env = from_environ()
-    r = run_epilog(config, env)  # type: ignore[arg-type]
+    r = run_epilog(config, env)
+    # The drain (if any) is done: each bookkeeping step below is on its own, best effort.
+    for step in (say_verdict, note_history, note_metrics, note_event):
+        try:
+            step(config, env, r)
+        except Exception as exc:
+            log.say(f"epilog: {step.__name__} failed ({type(exc).__name__}: {exc}); drain kept")
+    return 0
+
+
+def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> None:
+    """One line for slurmd's log after an abnormal end (or a bundle)."""
     if r.abnormal or r.bundle:
         text = f"epilog job {env.job_id} on {env.node}: {r.why}; cause {r.category}"
         if r.xid is not None:
             text += f" (Xid {r.xid})"
         text += f"; bundle {r.bundle}" + (f"; drained: {r.reason}" if r.drained else "")
         log.say(text)
-    record(config, env, r)  # type: ignore[arg-type]
-    log.event(config.state_dir, "epilog", job=env.job_id, node=env.node, abnormal=r.abnormal,  # type: ignore[attr-defined]
-              why=r.why, category=r.category, xid=r.xid, failing_rank=r.failing_rank,
-              hardware_fault=r.hardware_fault, drained=r.drained, reason=r.reason,
-              bundle=r.bundle, duration_s=round(r.duration_s, 4))  # fmt: skip
-    return 0
 
 
-def record(config: Config, env: HookEnv, r: EpilogResult) -> None:
-    """The drain history and the metrics textfile (both best effort, never failing the hook)."""
-    from gpugate.slurm_hooks import history, metrics
+def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
+    """The drain history (after a drain the epilog set)."""
+    from gpugate.slurm_hooks import history
 
     if r.drained and r.reason:
         history.note_drain(config, env.node or "", r.reason, category=r.category, xid=r.xid,
                            bundle=r.bundle, job=env.job_id, hook="epilog")  # fmt: skip
+
+
+def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
+    """The metrics textfile."""
+    from gpugate.slurm_hooks import history, metrics
+
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,
                      category=r.category if r.abnormal else None)  # fmt: skip
+
+
+def note_event(config: Config, env: HookEnv, r: EpilogResult) -> None:
+    """The hook's line in events.jsonl."""
+    log.event(config.state_dir, "epilog", job=env.job_id, node=env.node, abnormal=r.abnormal,
+              why=r.why, category=r.category, xid=r.xid, failing_rank=r.failing_rank,
+              hardware_fault=r.hardware_fault, drained=r.drained, reason=r.reason,
+              bundle=r.bundle, duration_s=round(r.duration_s, 4))  # fmt: skip

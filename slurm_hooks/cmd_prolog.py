@@ -34,31 +34,58 @@ def main(argv: list[str]) -> int:
     return run_hook("prolog", args.config, _body)
 
 
-def _body(config: object) -> int:
+def _body(config: Config) -> int:
     from gpugate.slurm_hooks.hookenv import from_environ
     from gpugate.slurm_hooks.prolog import run_prolog
 
     env = from_environ()
-    result = run_prolog(config, env)  # type: ignore[arg-type]
+    result = run_prolog(config, env)
+    # The decision is made: nothing below (the history, the metrics, the events, a full or
+    # read-only disk, a hostile drains.jsonl) may change the exit code or undo the drain.
+    code = result.exit_code
+    bookkeeping(config, env, result)
+    return code
+
+
+def bookkeeping(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """slurmd's log line, the drain history, the metrics, the event: each on its own."""
+    for step in (say_verdict, note_history, note_metrics, note_event):
+        try:
+            step(config, env, result)
+        except Exception as exc:  # MemoryError and RecursionError included: bookkeeping only
+            log.say(f"prolog: {step.__name__} failed ({type(exc).__name__}: {exc}); decision kept")
+
+
+def say_verdict(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """One line for slurmd's log: what was decided and done."""
     verdict = f"prolog job {env.job_id} on {env.node}: {result.message} ({result.duration_s * 1000:.0f} ms)"
     if result.drained:
         verdict += f"; drained: {result.reason}"
     if result.refused:
         verdict += "; job refused (Slurm requeues it)"
     log.say(verdict)
-    record(config, env, result)  # type: ignore[arg-type]
-    log.event(config.state_dir, "prolog", job=env.job_id, node=env.node, status=result.status,  # type: ignore[attr-defined]
-              action=result.action, reason=result.reason, drained=result.drained,
-              refused=result.refused, duration_s=round(result.duration_s, 4))  # fmt: skip
-    return result.exit_code
 
 
-def record(config: Config, env: HookEnv, result: PrologResult) -> None:
-    """The drain history and the metrics textfile (both best effort, never failing the hook)."""
-    from gpugate.slurm_hooks import history, metrics
+def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """The drain history (after a drain gpugate set)."""
+    from gpugate.slurm_hooks import history
 
     if result.drained and result.reason:
         history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
+
+
+def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """The metrics textfile."""
+    from gpugate.slurm_hooks import history, metrics
+
     metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
                      drained_check=history.reason_check(result.reason) if result.drained else None,
                      budget_exceeded=result.blocked_by == "budget")  # fmt: skip
+
+
+def note_event(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """The hook's line in events.jsonl."""
+    log.event(config.state_dir, "prolog", job=env.job_id, node=env.node, status=result.status,
+              action=result.action, reason=result.reason, drained=result.drained,
+              refused=result.refused, blocked_by=result.blocked_by,
+              duration_s=round(result.duration_s, 4))  # fmt: skip

@@ -61,7 +61,11 @@ def main(argv: list[str]) -> int:
         total_nodes=sum(len(names) for _, names in groups) if groups else None,
         notice=notice,
     )
-    report.write_report(args.html, page)
+    try:
+        report.write_report(args.html, page)
+    except OSError as exc:  # a missing directory, no permission, a full disk
+        print(f"gpugate report: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s)")
     if notice:
         print(f"gpugate report: {notice}", file=sys.stderr)

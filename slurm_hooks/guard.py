@@ -18,8 +18,23 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 
+# No world bits on anything a hook creates, including what libraries create without asking
+# for a mode (loguru's rotated logs, temporary files): state can quote users' files.
+HOOK_UMASK = 0o027
+
+
 def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
     """Load the config and run `body`; map any failure of gpugate itself to the set outcome."""
+    import os
+
+    old_umask = os.umask(HOOK_UMASK)
+    try:
+        return _run(hook, config_path, body)
+    finally:
+        os.umask(old_umask)
+
+
+def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
     from gpugate.config import load_config
 
     started = time.monotonic()
@@ -29,6 +44,7 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
         log.error("/var/lib/gpugate", f"{hook}: configuration unusable, allowing the job", exc)
         log.event("/var/lib/gpugate", hook, outcome="internal_error", error=str(exc)[:500])
         return 0
+    _secure(config)
     try:
         return body(config)
     except BaseException as exc:
@@ -40,6 +56,17 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
                   duration_s=round(time.monotonic() - started, 3))  # fmt: skip
         _count_internal_error(config, hook)
         return code
+
+
+def _secure(config: Config) -> None:
+    """The state directory's modes and group (best effort: it must not change the decision)."""
+    try:
+        from gpugate.slurm_hooks.state import secure_state_dir
+
+        for problem in secure_state_dir(config):
+            log.say(problem)
+    except Exception as exc:
+        log.say(f"could not check the state directory's permissions: {exc}")
 
 
 def _count_internal_error(config: Config, hook: str) -> None:

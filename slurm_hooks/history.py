@@ -12,6 +12,11 @@ Two files, both JSON lines (one object per line, oldest first):
 Writers (prologs and epilogs of many jobs, on many nodes when the directory is shared) take an
 exclusive `fcntl.flock` on `.history.lock` for the read-modify-write. Drains are rare, so a
 whole rewrite is cheap next to the Slurm call that caused it.
+
+Both files are 0640, root and the admin group's (fsutil). Readers trust neither: an entry
+that is not what gpugate writes (a torn line, `[]`, `{"node": 5}`, `{"when": "x"}`, binary,
+a line of a gigabyte) is skipped with one warning per read, and only the newest READ_MAX
+bytes are read, so a bad file can neither crash a hook or a listing nor stall them.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from gpugate.config.schema import Config
 
@@ -32,6 +37,13 @@ AUDIT = "audit.jsonl"
 LOCK = ".history.lock"
 MAX_PER_NODE = 50
 MAX_ENTRIES = 20000
+# 20,000 entries of a few hundred bytes: a few MB. Beyond READ_MAX only the newest part is
+# read (the older entries are the first dropped anyway); a line longer than LINE_MAX is not
+# one gpugate wrote (Slurm cuts drain reasons far shorter).
+READ_MAX = 32 * 1024 * 1024
+LINE_MAX = 64 * 1024
+# time.gmtime() fails past year 9999; a time before 1970 is not a drain gpugate saw.
+_WHEN_MAX = 253402300799.0
 # A second drain of the same node for the same check this soon after the first, with no
 # resume in between, is the same event seen twice (the prologs of two jobs starting together
 # on one node both find the fault).
@@ -77,8 +89,12 @@ class _Lock:
     def __enter__(self) -> _Lock:
         import fcntl
 
-        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
+
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            private_dir(directory, STATE_DIR_MODE)
+        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -86,27 +102,88 @@ class _Lock:
         os.close(self.fd)  # closing releases the lock
 
 
-def _read_lines(path: str) -> list[dict]:
-    """The JSON objects of a JSON-lines file; a torn or foreign line is skipped, not fatal."""
+def _read_tail(path: str) -> bytes:
+    """The file's bytes, or its newest READ_MAX bytes from the first whole line on."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return []
-    lines = data.splitlines()
+        return b""
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            size = os.fstat(fd).st_size
+            if size <= READ_MAX:
+                return fh.read(READ_MAX + 1)[-READ_MAX:]
+            fh.seek(size - READ_MAX)
+            data = fh.read(READ_MAX)
+        except OSError:
+            return b""
+    # The cut lands inside a line: drop it (an older entry, or the tail of a giant line).
+    return data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+
+
+def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
+    """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
+    warning for the whole file (never an exception: the file may be hostile or torn)."""
+    valid = valid or valid_drain
+    data = _read_tail(path)
+    lines = [line for line in data.splitlines() if line.strip()]
+    skipped = 0
+    if any(len(line) > LINE_MAX for line in lines):
+        skipped = len(lines)
+        lines = [line for line in lines if len(line) <= LINE_MAX]
+        skipped -= len(lines)
     try:
         # One parse for the whole file (20,000 entries take a tenth of the time of 20,000
-        # parses); line by line only when some line is torn.
-        entries = json.loads(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
-    except ValueError:
+        # parses); line by line only when some line is torn or foreign.
+        entries = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(entries) != len(lines):  # `1,2` on one line parses as two
+            raise ValueError("lines and entries differ")
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." deep
         entries = []
         for line in lines:
             try:
                 entries.append(json.loads(line))
-            except ValueError:
-                continue
-    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("node"), str)]
+            except (ValueError, RecursionError):
+                entries.append(None)
+    kept = [e for e in entries if valid(e)]
+    skipped += len(entries) - len(kept)
+    if skipped:
+        from gpugate import log
+
+        log.say(f"{path}: skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}")
+    return kept
+
+
+def _when_ok(when: object) -> bool:
+    # bool is an int: `"when": true` is not a time. NaN fails both comparisons.
+    return type(when) in (int, float) and 0 <= when <= _WHEN_MAX  # type: ignore[operator]
+
+
+_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook")
+_RESUME_TEXT = ("at", "who", "why", "reason")
+
+
+def _common_ok(e: object, texts: tuple[str, ...]) -> bool:
+    if type(e) is not dict:
+        return False
+    node = e.get("node")
+    if type(node) is not str or not 0 < len(node) <= 255 or not _when_ok(e.get("when")):
+        return False
+    return all(type(e.get(k)) in (str, type(None)) for k in texts)
+
+
+def valid_drain(e: object) -> bool:
+    """Whether `e` is a drain entry as record_drain() writes it (the types readers rely on)."""
+    if not _common_ok(e, _DRAIN_TEXT):
+        return False
+    return type(e.get("xid")) in (int, type(None))  # type: ignore[union-attr]
+
+
+def valid_resume(e: object) -> bool:
+    """Whether `e` is an audit entry as record_resume() writes it."""
+    if not _common_ok(e, _RESUME_TEXT):
+        return False
+    return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))  # type: ignore[union-attr]
 
 
 def _dump(entries: Iterable[dict]) -> str:
@@ -156,7 +233,7 @@ def record_drain(
         "job": job,
         "hook": hook,
     }
-    from gpugate.fsutil import atomic_write  # only writers pay for tempfile's import
+    from gpugate.fsutil import PRIVATE_FILE, atomic_write, dir_group
 
     path = os.path.join(state_dir, DRAINS)
     with _Lock(state_dir):
@@ -165,7 +242,8 @@ def record_drain(
         if last and _same_event(state_dir, last, entry):
             return None
         entries.append(entry)
-        atomic_write(path, _dump(_trim(entries, max_per_node, max_entries)))
+        text = _dump(_trim(entries, max_per_node, max_entries))
+        atomic_write(path, text, PRIVATE_FILE, gid=dir_group(state_dir))
     return entry
 
 
@@ -207,12 +285,10 @@ def record_resume(
         "reason": reason,  # the drain reason the node had before
     }
     line = _dump([entry]).encode()
+    from gpugate.fsutil import open_private
+
     with _Lock(state_dir):
-        fd = os.open(
-            os.path.join(state_dir, AUDIT),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-            0o644,
-        )
+        fd = open_private(os.path.join(state_dir, AUDIT), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line)
             os.fsync(fd)
@@ -249,7 +325,7 @@ def drains(state_dir: str, node: str | None = None, since: float | None = None) 
 
 def resumes(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
     """Resume entries of the audit log (of one node, or all; since a time), oldest first."""
-    return _select(_read_lines(os.path.join(state_dir, AUDIT)), node, since)
+    return _select(_read_lines(os.path.join(state_dir, AUDIT), valid_resume), node, since)
 
 
 def window_start(window_days: float, now: float | None = None) -> float:
@@ -291,6 +367,6 @@ def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict
             max_entries=adm.history_max_entries,
             **fields,  # type: ignore[arg-type]
         )
-    except (OSError, ValueError) as exc:  # the drain itself already happened
+    except Exception as exc:  # the drain itself already happened: nothing here may undo it
         log.error(config.state_dir, f"could not record the drain of {node} in the history", exc)
         return None

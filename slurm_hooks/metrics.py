@@ -64,6 +64,7 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 Samples = dict  # {(name, ((label, value), ...)): float}
+READ_MAX = 4 * 1024 * 1024
 
 
 def escape_label(value: str) -> str:
@@ -203,8 +204,9 @@ def update_metrics(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            # gpugate's series are a few KB; a bigger file is not ours to parse whole.
             with open(path, encoding="utf-8") as fh:
-                previous = parse_samples(fh.read())
+                previous = parse_samples(fh.read(READ_MAX))
         except (OSError, UnicodeDecodeError):
             previous = {}
         samples = apply_run(previous, node, hook, findings, duration_s, drained_check,
@@ -225,7 +227,7 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
         return False
     try:
         update_metrics(path, node, hook, **run)  # type: ignore[arg-type]
-    except (OSError, ValueError) as exc:  # metrics must never fail a hook
+    except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         from gpugate import log
 
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)

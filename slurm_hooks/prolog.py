@@ -30,7 +30,7 @@ class PrologResult(Record):
     reason: str | None = None  # the drain reason, when one was set
     drained: bool = False
     refused: bool = False
-    blocked_by: str | None = None  # the drain was not done: "admin" or "budget"
+    blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     statuses: dict = {}  # check id -> status after the policy (for the metrics)
     message: str = ""
     duration_s: float = 0.0
@@ -127,26 +127,64 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
     facts = gather_for_prolog(config, env, config.prolog.deadline_s)
     findings = run_checks(facts, config)
     decision = decide(findings, config.policy, phase="prolog")
-    statuses = check_statuses(findings, config)
-    remember_kernel_pos(config, facts)
-    if env.job_id:
-        prepare_job(config, env, facts)
+    # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
+    # best effort, and on a drain every step is guarded (see act_on_failure).
+    try:
+        statuses = check_statuses(findings, config)
+    except Exception as exc:
+        note(f"could not fold the findings for the metrics: {exc}")
+        statuses = {}
+    try:
+        remember_kernel_pos(config, facts)
+        if env.job_id:
+            prepare_job(config, env, facts)
+    except Exception as exc:  # each step catches its own; this is for what they did not foresee
+        note(f"could not prepare the job's state: {exc}")
     took = time.monotonic() - started
     if decision.action != DRAIN:
         return PrologResult(exit_code=0, status=decision.status, action=decision.action,
                             message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
-    failing = list(decision.failing)
-    check_id, detail = drain_detail(failing)
-    slurm = slurm or _slurm(config)
-    outcome = drain_node(slurm, env.node or "", check_id, detail, config)
+    return act_on_failure(config, env, decision, slurm, statuses, started)
+
+
+def act_on_failure(
+    config: Config, env: HookEnv, decision: object, slurm: object, statuses: dict, started: float
+) -> PrologResult:
+    """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
+
+    A job never runs where a failing check concerns its GPUs: when the drain cannot be done
+    (slurmctld unreachable, the adapter raising) the prolog still exits 1, and Slurm drains
+    the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
+    a wrong threshold must not empty the cluster).
+    """
+    from gpugate.slurm_hooks.policy import DRAIN
+
+    failing = list(decision.failing)  # type: ignore[attr-defined]
+    try:
+        concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
+    except Exception:  # cannot tell which GPUs: the failure may be the job's
+        concerns = True
+    try:
+        check_id, detail = drain_detail(failing)
+    except Exception:
+        check_id, detail = (getattr(failing[0], "check", "?") if failing else "?"), "check failed"
+    try:
+        slurm = slurm or _slurm(config)
+        outcome = drain_node(slurm, env.node or "", check_id, detail, config)
+    except Exception as exc:  # the adapter's SlurmError (controller down), or any other
+        outcome = drain_failed(env, check_id, detail, exc)
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
-    refuse = outcome.blocked_by != "budget" and (
-        config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
-    )
+    refuse = concerns and outcome.blocked_by != "budget"
     if refuse and env.job_id:
         mark_refused(config, env, outcome.reason)
-        if config.prolog.admin_comment:
+        if config.prolog.admin_comment and slurm is not None:
             explain_refusal(slurm, env, check_id, detail)
+    try:
+        message = summary(decision)
+    except Exception:
+        message = f"fail: {check_id}: {detail}"
+    if outcome.blocked_by == "error":
+        message += f"; {outcome.why}"
     return PrologResult(
         exit_code=1 if refuse else 0,
         status="fail",
@@ -156,9 +194,25 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
         refused=refuse,
         blocked_by=outcome.blocked_by,
         statuses=statuses,
-        message=summary(decision),
+        message=message,
         duration_s=time.monotonic() - started,
     )
+
+
+def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
+    """The outcome of a drain that raised: not drained; the job is refused all the same."""
+    try:
+        from gpugate.slurm_hooks.slurm import drain_reason
+
+        reason = drain_reason(check_id, detail)
+    except Exception:
+        reason = f"gpugate: {check_id}"
+    why = (
+        f"could not drain {env.node} ({type(exc).__name__}: {exc}); refusing the job anyway, "
+        "so Slurm drains the node itself"
+    )
+    note(why)
+    return DrainOutcome(reason=reason, drained=False, blocked_by="error", why=why)
 
 
 def remember_kernel_pos(config: Config, facts: Facts) -> None:
@@ -173,22 +227,41 @@ def remember_kernel_pos(config: Config, facts: Facts) -> None:
 
 def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
     """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
-    from gpugate.slurm_hooks.hookenv import comment_tokens
     from gpugate.slurm_hooks.state import save_baseline
     from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
 
-    tokens = comment_tokens(env.comment)
-    # The checkpoint directory a job declared in --comment: the TaskProlog (which cannot see
-    # the comment) reads it from here to export GPUGATE_RESUME_FROM.
-    extra = {"ckpt_dir": tokens.get("ckpt") or None, "restart_count": env.restart_count}
+    extra = {"restart_count": env.restart_count}
     try:
         save_baseline(config.state_dir, env.job_id or "", facts, extra=extra)
     except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job
         note(f"could not save the job's baseline: {exc}")
     try:
+        prepare_task_file(config, env)
+    except Exception as exc:
+        note(f"could not write the job's TaskProlog file: {exc}")
+    try:
         prepare_nccl_dir(config, env.job_id, env.uid, env.gid)
     except Exception as exc:
         note(f"could not prepare the job's NCCL debug directory: {exc}")
+
+
+def prepare_task_file(config: Config, env: HookEnv) -> str | None:
+    """What the TaskProlog needs from the job's comment, in a file only the job's user reads.
+
+    The TaskProlog runs as the job's user and cannot see `--comment gpugate:ckpt=DIR`; the
+    directory is the user's own business, so it goes into `task/<job id>.json` (0400, the
+    user's) and not into the root-only baseline. No checkpoint named: no file (and none left
+    from an earlier job with the same id).
+    """
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+    from gpugate.slurm_hooks.state import remove_task_file, save_task_file
+
+    ckpt = comment_tokens(env.comment).get("ckpt") or None
+    if not ckpt or env.uid is None:
+        remove_task_file(config.state_dir, env.job_id or "")
+        return None
+    data = {"job_id": env.job_id, "ckpt_dir": ckpt}
+    return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
 
 
 class DrainOutcome(Record):
@@ -196,7 +269,8 @@ class DrainOutcome(Record):
 
     reason: str
     drained: bool
-    blocked_by: str | None = None  # "admin" (not our drain) or "budget" (too many drains)
+    # "admin" (not our drain), "budget" (too many drains), "error" (the drain itself failed)
+    blocked_by: str | None = None
     why: str = ""
 
 
@@ -208,7 +282,11 @@ def drain_node(
 
     reason = drain_reason(check_id, detail)
     if config is not None:
-        blocked = over_budget(slurm, node, reason, config)
+        try:
+            blocked = over_budget(slurm, node, reason, config)
+        except Exception as exc:  # cannot count: the normal action (drain this one node) stands
+            note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
+            blocked = None
         if blocked:
             return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
     try:
@@ -217,7 +295,11 @@ def drain_node(
         note(f"not draining {node}: {exc}")
         return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
     if config is not None:
-        undone = settle_budget(slurm, node, reason, config)
+        try:
+            undone = settle_budget(slurm, node, reason, config)
+        except Exception as exc:  # the drain is done; keep it
+            note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
+            undone = None
         if undone:
             return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
     return DrainOutcome(reason=reason, drained=True)
@@ -285,13 +367,11 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
     import json
     import os
 
-    from gpugate.slurm_hooks.state import ensure_dir, job_dir
-
-    from gpugate.fsutil import atomic_write
+    from gpugate.slurm_hooks.state import ensure_job_dir, write_private
 
     try:
-        directory = ensure_dir(job_dir(config.state_dir, env.job_id or ""))
-        atomic_write(os.path.join(directory, "refused.json"), json.dumps({"reason": reason}))
+        directory = ensure_job_dir(config.state_dir, env.job_id or "")
+        write_private(os.path.join(directory, "refused.json"), json.dumps({"reason": reason}))
     except Exception as exc:
         note(f"could not mark job {env.job_id} as refused: {exc}")
 

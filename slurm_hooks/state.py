@@ -1,9 +1,14 @@
 """The node-local state directory: per-job baselines of the counters the epilog compares.
 
-Layout under `state_dir` (root-owned, 0755; files 0644):
+Layout under `state_dir` (root:<admin_group>, 0751; files 0640 unless said):
+  jobs/                         0700: root's only
   jobs/<job id>/baseline.json   counters at prolog time (ECC, remapped rows, NVLink, PCIe, IB)
+                                and the kernel lines seen (dmesg_restrict=1 hides them)
+  task/                         0711 root: each user can open their own job's file, list none
+  task/<job id>.json            0400, owned by the job's user: what the TaskProlog (running as
+                                that user) needs from the prolog, e.g. the checkpoint directory
   kernel-log.pos                the kernel-log position the last check reached (boot id, seq)
-  events.jsonl                  one line per hook run (gpugate.log)
+  events.jsonl, gpugate.log     one line per hook run; errors (gpugate.log)
 Several jobs share a node, so everything is keyed by job id and written atomically.
 """
 
@@ -13,11 +18,12 @@ import json
 import os
 import re
 
-from gpugate.fsutil import atomic_write
+from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, dir_group, private_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
+    from gpugate.config.schema import Config
 
 _JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
 
@@ -39,6 +45,115 @@ def ensure_dir(path: str, mode: int = 0o755) -> str:
     if os.path.islink(path) or not os.path.isdir(path):
         raise StateError(f"{path}: not a plain directory")
     return path
+
+
+JOBS_MODE = 0o700
+TASK_DIR_MODE = 0o711
+TASK_FILE_MODE = 0o400
+_TASK_MAX = 64 * 1024  # the task file holds a path or two; anything bigger is not ours
+
+
+def _private(path: str, mode: int) -> str:
+    try:
+        return private_dir(path, mode)
+    except OSError as exc:
+        raise StateError(str(exc)) from None
+
+
+def ensure_state_dir(state_dir: str) -> str:
+    """The state directory itself, 0751 (root:<admin group>, see secure_state_dir)."""
+    return _private(state_dir, STATE_DIR_MODE)
+
+
+def ensure_job_dir(state_dir: str, job_id: str) -> str:
+    """jobs/<job id>, root's only (0700, as jobs/ is)."""
+    path = job_dir(state_dir, job_id)  # checks the id first
+    ensure_state_dir(state_dir)
+    _private(os.path.dirname(path), JOBS_MODE)
+    return _private(path, JOBS_MODE)
+
+
+def admin_gid(group: str | None) -> int:
+    """The admin group's id; -1 for none. StateError when the group does not exist."""
+    if not group:
+        return -1
+    import grp
+
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise StateError(f"admin_group {group!r} does not exist; state stays root's only") from None
+
+
+def secure_state_dir(config: Config) -> list[str]:
+    """Give the state (and history) directory its mode and the admin group; the problems.
+
+    Run at each hook's start. Files take their group from their directory (fsutil.dir_group).
+    A directory found readable by others (an older release wrote 0755/0644) has its files
+    tightened once. Never raises: a problem here must not change what the hook decides.
+    """
+    if os.geteuid() != 0:
+        return []  # a non-root hook (TaskProlog, EpilogSlurmctld as SlurmUser) changes nothing
+    problems = []
+    try:
+        gid = admin_gid(config.admin_group)
+    except StateError as exc:
+        problems.append(str(exc))
+        gid = -1
+    gid = gid if gid >= 0 else 0
+    places = [config.state_dir]
+    history = config.admin.history_dir
+    if history and history != config.state_dir:
+        places.append(history)
+    for place in places:
+        try:
+            before = os.lstat(place).st_mode & 0o7777
+        except OSError:
+            before = STATE_DIR_MODE
+        try:
+            private_dir(place, STATE_DIR_MODE, gid)
+        except (OSError, ValueError) as exc:
+            problems.append(f"state directory unusable: {exc}")
+            continue
+        if before & 0o006:  # others could read or write: an older release's modes
+            tighten_tree(place, gid)
+    return problems
+
+
+def tighten_tree(state_dir: str, gid: int = -1) -> None:
+    """Files directly in `state_dir` to 0640 and group `gid`; jobs/ and its contents to 0700/0640.
+
+    Never follows a symlink; leaves other directories (an evidence_dir inside) to their owners.
+    """
+    from gpugate.fsutil import tighten
+
+    def fix(path: str, mode: int) -> None:
+        try:  # O_NONBLOCK: a FIFO someone left here must not hang the hook
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if os.fstat(fd).st_uid == 0:
+                tighten(fd, mode, gid)
+        finally:
+            os.close(fd)
+
+    def walk(directory: str, depth: int) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for e in entries:
+            if e.is_symlink():
+                continue
+            if e.is_file():
+                fix(e.path, PRIVATE_FILE)
+            elif e.is_dir() and (depth > 0 or e.name == "jobs"):
+                fix(e.path, JOBS_MODE)
+                if depth < 2:
+                    walk(e.path, depth + 1)
+
+    walk(state_dir, 0)
 
 
 def counters(facts: Facts) -> dict:
@@ -100,20 +215,24 @@ def save_kernel_pos(state_dir: str, boot_id: str | None, seq: int | None) -> Non
     """Remember how far the kernel log has been checked (atomically)."""
     if seq is None:
         return
-    ensure_dir(state_dir)
-    atomic_write(
-        os.path.join(state_dir, "kernel-log.pos"), json.dumps({"boot_id": boot_id, "seq": seq})
-    )
+    ensure_state_dir(state_dir)
+    text = json.dumps({"boot_id": boot_id, "seq": seq})
+    write_private(os.path.join(state_dir, "kernel-log.pos"), text)
+
+
+def write_private(path: str, text: str) -> None:
+    """atomic_write() as 0640 with the group of the file's directory (the admin group)."""
+    atomic_write(path, text, PRIVATE_FILE, gid=dir_group(os.path.dirname(path)))
 
 
 def save_baseline(state_dir: str, job_id: str, facts: Facts, extra: dict | None = None) -> str:
     """Write the job's baseline atomically; returns its path."""
-    directory = ensure_dir(job_dir(state_dir, job_id))
+    directory = ensure_job_dir(state_dir, job_id)
     data = {"job_id": job_id, "node": facts.node, "collected_at": facts.collected_at}
     data.update(counters(facts))
     data.update(extra or {})
     path = os.path.join(directory, "baseline.json")
-    atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
+    write_private(path, json.dumps(data, indent=1, sort_keys=True))
     return path
 
 
@@ -127,3 +246,66 @@ def load_baseline(state_dir: str, job_id: str) -> dict | None:
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
     return data if isinstance(data, dict) else None
+
+
+def task_file(state_dir: str, job_id: str) -> str:
+    """`task/<job id>.json`: the TaskProlog's own file for one job (the id is checked)."""
+    job_dir(state_dir, job_id)  # the same check: the id becomes a path
+    return os.path.join(state_dir, "task", job_id + ".json")
+
+
+def save_task_file(state_dir: str, job_id: str, uid: int, data: dict) -> str:
+    """Write the job's task file, readable by the job's user only (0400, theirs); its path.
+
+    The directory is root's 0711: a user can open a file whose name they know, list none, and
+    create nothing (so no symlink of theirs can be where root writes). Owner and mode are set
+    before the name appears.
+    """
+    if not isinstance(uid, int) or uid < 0:
+        raise StateError(f"not a user id: {uid!r}")
+    path = task_file(state_dir, job_id)
+    ensure_state_dir(state_dir)
+    _private(os.path.dirname(path), TASK_DIR_MODE)
+    atomic_write(path, json.dumps(data, sort_keys=True), TASK_FILE_MODE, uid=uid)
+    return path
+
+
+def load_task_file(state_dir: str, job_id: str) -> dict | None:
+    """The job's task file (read as the job's user), or None when missing or unusable."""
+    try:
+        path = task_file(state_dir, job_id)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(_TASK_MAX + 1)
+        data = json.loads(raw) if len(raw) <= _TASK_MAX else None
+    except (OSError, ValueError, RecursionError, StateError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def remove_task_file(state_dir: str, job_id: str) -> None:
+    """Drop the job's task file, if any (a reused job id must not find the last one's)."""
+    try:
+        os.unlink(task_file(state_dir, job_id))
+    except (FileNotFoundError, StateError):
+        pass
+
+
+def remove_job_state(state_dir: str, job_id: str) -> None:
+    """Drop everything the prolog kept for one job (baseline, refusal note, task file).
+
+    For the epilog's cleanup: the evidence bundle keeps what matters. Never raises for a
+    missing or already removed state.
+    """
+    import shutil
+
+    try:
+        path = job_dir(state_dir, job_id)
+    except StateError:
+        return
+    if not os.path.islink(path):  # rmtree refuses a symlink anyway; do not even try
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        remove_task_file(state_dir, job_id)
+    except OSError:
+        pass

@@ -56,16 +56,22 @@ def resume_exports(
     """GPUGATE_CKPT_DIR and GPUGATE_RESUME_FROM (the newest complete checkpoint), if declared.
 
     The directory comes from the job's environment (GPUGATE_CKPT_DIR) or from its
-    `--comment gpugate:ckpt=DIR`, which the prolog saved beside the job's baseline. The
-    TaskProlog runs as the job's user, so the directory is read with the user's rights.
+    `--comment gpugate:ckpt=DIR`, which the prolog saved in the job's own task file (only the
+    job's user can read it: state.save_task_file). The TaskProlog runs as the job's user, so
+    the directory is read with the user's rights.
     """
     ckpt_dir = environ.get("GPUGATE_CKPT_DIR")
     if not ckpt_dir and job_id:
-        from gpugate.slurm_hooks.state import StateError, load_baseline
+        from gpugate.slurm_hooks.state import StateError, load_baseline, load_task_file
 
         try:
-            ckpt_dir = (load_baseline(config.state_dir, job_id) or {}).get("ckpt_dir")
+            # The baseline: jobs whose prolog ran under a release without task files.
+            state = config.state_dir
+            saved = load_task_file(state, job_id) or load_baseline(state, job_id)
+            ckpt_dir = (saved or {}).get("ckpt_dir")
         except StateError:
+            ckpt_dir = None
+        if ckpt_dir is not None and not isinstance(ckpt_dir, str):
             ckpt_dir = None
     if not ckpt_dir:
         return []
