@@ -613,25 +613,29 @@ def diagnose_streams(inputs: list[Input]) -> Diagnosis:
 
 
 class LimitedStream:
-    """Reads an open file descriptor from `offset`, at most `limit` bytes and until `deadline`.
+    """Reads an open file descriptor from `offset`: at most `limit` bytes, for `seconds` at most.
 
     The budget is per input: a 50 GB sparse file gives its budget's worth of zeros and stops,
     and the next input still gets its own (`stopped` says which budget ended the reading).
     """
 
-    def __init__(self, fd: int, offset: int, limit: int, deadline: float | None = None) -> None:
-        self._fd, self._pos, self._left, self._deadline = fd, offset, limit, deadline
+    def __init__(self, fd: int, offset: int, limit: int, seconds: float | None = None) -> None:
+        self._fd, self._pos, self._left, self._seconds = fd, offset, limit, seconds
+        self._deadline: float | None = None  # the clock starts at the first read
         self.stopped: str | None = None
 
     def read(self, n: int) -> bytes:
         """Up to n bytes, or b"" once a budget is spent."""
         import time
 
+        now = time.monotonic()
+        if self._deadline is None and self._seconds is not None:
+            self._deadline = now + self._seconds
         if self._left <= 0:
             if self.stopped is None and os.pread(self._fd, 1, self._pos):
                 self.stopped = "byte budget"  # more was there than the budget allowed
             return b""
-        if self._deadline is not None and time.monotonic() > self._deadline:
+        if self._deadline is not None and now >= self._deadline:
             self.stopped = "time budget"
             return b""
         data = os.pread(self._fd, min(n, self._left), self._pos)

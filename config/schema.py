@@ -178,6 +178,7 @@ class Epilog(Record):
     read_timeout_s: float
     log_tail_kib: int
     max_log_files: int
+    diagnose_max_mib: float
     kernel_lines_max: int
     drain_on_hardware: bool
     evidence_group: str | None

@@ -7,6 +7,8 @@ import os
 
 from gpugate import log
 
+DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
@@ -68,23 +70,46 @@ def read_job_files(
     files = job_files(config, env, job)
     cap = config.epilog.log_tail_kib * 1024
     kernel_text = "\n".join(kernel_lines) + "\n" if kernel_lines else ""
+    diag_cap = int(config.epilog.diagnose_max_mib * 1024 * 1024)
+    # Most of the reader's time goes to the diagnosis; the rest keeps the answer in time.
+    budget_s = DIAGNOSE_SHARE * (timeout or config.epilog.read_timeout_s)
 
-    def reader() -> dict:
-        return _read_and_diagnose(files, kernel_text, cap, config.epilog.max_log_files)
+    # _read_and_diagnose's keyword arguments, sent as JSON to the reader child (userfiles).
+    reader_kwargs = {
+        "files": files, "kernel_text": kernel_text, "cap": cap,
+        "max_files": config.epilog.max_log_files, "diag_cap": diag_cap, "budget_s": budget_s,
+    }  # fmt: skip
 
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(uid, gid, reader, timeout or config.epilog.read_timeout_s)  # type: ignore[return-value]
+        return as_user(  # type: ignore[return-value]
+            uid, gid, "gpugate.slurm_hooks.collect:_read_and_diagnose", reader_kwargs,
+            timeout or config.epilog.read_timeout_s,
+        )  # fmt: skip
     except UserFileError as exc:
         log.say(f"epilog job {env.job_id}: could not read the job's files: {exc}")
         # The kernel lines are root's own: diagnose them here even when the user's files fail.
-        return {"tails": {}, "errors": [str(exc)], "diagnosis": _diagnose([], kernel_text)}
+        return {"tails": {}, "errors": [str(exc)], "diagnosis": _diagnose([], kernel_text, 0, 0)}
 
 
-def _read_and_diagnose(files: list[str], kernel_text: str, cap: int, max_files: int) -> dict:
-    """In the child, as the user: safe tails of each file, then one diagnosis over all."""
-    from gpugate.slurm_hooks.userfiles import UserFileError, open_regular, read_tail
+def _read_and_diagnose(
+    files: list[str],
+    kernel_text: str,
+    cap: int,
+    max_files: int,
+    diag_cap: int = 64 << 20,
+    budget_s: float | None = None,
+) -> dict:
+    """In the child, as the user: safe tails of each file, then one diagnosis over all.
+
+    Each file is opened once (no symlink, no FIFO, a regular file); its tail for the bundle
+    and the bytes the diagnosis reads both come from that descriptor: the last `diag_cap`
+    bytes at most, within an equal share of `budget_s`. A huge or sparse file costs its
+    budget, never the others' (the tails are all read first). JSON in, JSON out: this may run
+    in a separate child process.
+    """
+    from gpugate.slurm_hooks.userfiles import UserFileError, open_regular, read_fd
 
     paths: list[str] = []
     errors: list[str] = []
@@ -99,47 +124,106 @@ def _read_and_diagnose(files: list[str], kernel_text: str, cap: int, max_files: 
         else:
             paths.append(entry)
     tails: dict[str, str] = {}
-    readable: list[str] = []
-    for path in paths:
-        try:
-            os.close(open_regular(path))  # no symlink, no FIFO, a regular file
-            tails[path] = read_tail(path, cap).decode("utf-8", "replace")
-            readable.append(path)
-        except (UserFileError, OSError) as exc:
-            errors.append(str(exc))
-    return {"tails": tails, "errors": errors, "diagnosis": _diagnose(readable, kernel_text)}
+    opened: list[tuple[str, int, int]] = []  # (path, fd, size)
+    try:
+        for path in paths:
+            try:
+                fd = open_regular(path)
+            except (UserFileError, OSError) as exc:
+                errors.append(str(exc))
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                os.lseek(fd, max(0, size - cap), os.SEEK_SET)
+                tails[path] = read_fd(fd, cap).decode("utf-8", "replace")
+                opened.append((path, fd, size))
+            except OSError as exc:
+                errors.append(f"{path}: {exc.strerror}")
+                os.close(fd)
+        diagnosis = _diagnose(opened, kernel_text, diag_cap, budget_s)
+    finally:
+        for _, fd, _ in opened:
+            os.close(fd)
+    return {"tails": tails, "errors": errors, "diagnosis": diagnosis}
 
 
-def _diagnose(paths: list[str], kernel_text: str) -> dict:
+def _diagnose(
+    opened: list[tuple[str, int, int]], kernel_text: str, diag_cap: int, budget_s: float | None
+) -> dict:
+    """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
-    from gpugate.checks.diagnosis import diagnose
+    from gpugate.checks.diagnosis import (
+        JOB_FILE,
+        KERNEL_LOG,
+        Input,
+        LimitedStream,
+        diagnose_streams,
+    )
 
-    inputs = [*paths, "-"] if kernel_text else paths
-    if not inputs:
-        return {"category": "no_failure", "xid": None, "failing_rank": None, "evidence": []}
-    result = diagnose(inputs, stdin=io.BytesIO(kernel_text.encode()))
-    out = result.to_json()
-    # The kernel lines come in on stdin; name them for what they are.
-    for loc in out.get("evidence_locations", []):
-        if loc.get("file") == "<stdin>":
-            loc["file"] = "kernel log"
-    return out
+    share = budget_s / len(opened) if budget_s and opened else None
+    inputs = [
+        Input(name=path, source=JOB_FILE, offset=max(0, size - diag_cap),
+              stream=LimitedStream(fd, max(0, size - diag_cap), diag_cap, seconds=share))
+        for path, fd, size in opened
+    ]  # fmt: skip
+    if kernel_text:
+        inputs.append(Input(name="kernel log", source=KERNEL_LOG,
+                            stream=io.BytesIO(kernel_text.encode())))  # fmt: skip
+    return diagnose_streams(inputs).to_json()
 
 
 def drain_for_hardware(
-    config: Config, env: HookEnv, hardware: list[Finding], slurm: object = None
+    config: Config,
+    env: HookEnv,
+    hardware: list[Finding],
+    slurm: object = None,
+    bundle: str | None = None,
 ) -> tuple[str, bool]:
-    """Drain this node for its own hardware fault; the reason points at the bundle."""
-    from gpugate.slurm_hooks.evidence import bundle_name
+    """Drain this node for its own hardware fault; the reason names the bundle if one was written."""
     from gpugate.slurm_hooks.prolog import drain_detail, drain_node
 
     check_id, detail = drain_detail(hardware)
-    # The bundle goes first: Slurm reasons are read truncated (and gpugate caps them at 200).
-    where = f"{env.job_id}/{bundle_name(env.node or 'node', env.restart_count)}"
-    detail = f"evidence {where}: {detail}"
+    if bundle:
+        # `<job>/<node>-r<n>`, as written (history.py reads it back). It goes first: Slurm
+        # reasons are read truncated (and gpugate caps them at 200).
+        where = f"{os.path.basename(os.path.dirname(bundle))}/{os.path.basename(bundle)}"
+        detail = f"evidence {where}: {detail}"
     outcome = drain_node(slurm or _slurm(config), env.node or "", check_id, detail, config)
     return outcome.reason, outcome.drained
+
+
+def _action(result: EpilogResult, pending_drain: bool) -> str:
+    if result.drained:
+        return "drained"
+    if result.reason:
+        return "drain refused (not gpugate's)"
+    return "drain pending" if pending_drain else "none"
+
+
+def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
+    """After the drain, say in the bundle's summary.json what it did (atomic rewrite); True if so."""
+    from gpugate.fsutil import atomic_write
+
+    path = os.path.join(bundle, "summary.json")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as fh:
+            st = os.fstat(fh.fileno())
+            summary = json.load(fh)
+        summary.update(action=_action(result, False), drain_reason=result.reason)
+        atomic_write(path, json.dumps(summary, indent=1, default=str), mode=st.st_mode & 0o777)
+        os.chown(path, -1, st.st_gid)  # the admins' group, as write_bundle set it
+        return True
+    except (OSError, ValueError) as exc:
+        log.error(config.state_dir, f"epilog job {_job_of(bundle)}: could not record the drain "
+                  "in the bundle", exc)  # fmt: skip
+        return False
+
+
+def _job_of(bundle: str) -> str:
+    """The job id a bundle path names (`<evidence_dir>/<job>/<node>-r<n>`)."""
+    return os.path.basename(os.path.dirname(bundle))
 
 
 def write_evidence(
@@ -152,11 +236,18 @@ def write_evidence(
     hardware: list[Finding],
     logs: dict,
     result: EpilogResult,
+    pending_drain: bool = False,
 ) -> str | None:
-    """Write the bundle (atomically, admins only); returns its path or None on failure."""
+    """Write the bundle (atomically, admins only); returns its path or None on failure.
+
+    The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
+    aside (only root's kernel lines can make one); `job_output_category` is what the job's
+    output says at its word, and `untrusted_claims` the lines that claimed it.
+    """
     from gpugate.slurm_hooks.deltas import describe
     from gpugate.slurm_hooks.evidence import EvidenceError, retention_for, write_bundle
 
+    from gpugate.text import printable
     from gpugate.yamlio import dump_yaml
 
     ep = config.epilog
@@ -173,17 +264,20 @@ def write_evidence(
         "why": result.why,
         "exit_code2": env.exit_code2,
         "category": diagnosis.get("category"),
+        "category_source": diagnosis.get("decided_by"),
+        "category_trusted": diagnosis.get("trusted") is True,
         "xid": diagnosis.get("xid"),
         "failing_rank": diagnosis.get("failing_rank"),
         "summary_text": diagnosis.get("summary"),
+        "job_output_category": diagnosis.get("job_output_category"),
+        "job_output_xid": diagnosis.get("job_output_xid"),
+        "untrusted_claims": [c.get("claim") for c in diagnosis.get("untrusted") or []],
         "hardware_fault": bool(hardware),
         "hardware_findings": [f.message for f in hardware],
         "first_hardware_error_at": _first_time(kernel) if hardware else None,
         "suspected_node": env.node if hardware else None,
         "counter_changes": describe(deltas),
-        "action": "drained"
-        if result.drained
-        else ("drain refused (not gpugate's)" if result.reason else "none"),
+        "action": _action(result, pending_drain),
         "drain_reason": result.reason,
         "job": {k: v for k, v in job.items() if k not in ("comment",)},
         "read_errors": logs.get("errors", []),
@@ -193,7 +287,8 @@ def write_evidence(
         "counters.json": json.dumps(deltas, indent=1),
         "snapshot.yaml": dump_yaml(facts.to_dict()),
         "diagnosis.json": json.dumps(diagnosis, indent=1, default=str),
-        "decisive.txt": "\n".join(diagnosis.get("evidence") or []) + "\n",
+        # The lines quote the job's logs: an admin will `cat` this file (gpugate.text).
+        "decisive.txt": "\n".join(map(printable, diagnosis.get("evidence") or [])) + "\n",
     }
     for i, (path, tail) in enumerate(sorted((logs.get("tails") or {}).items())):
         name = os.path.basename(path.rstrip("/")) or f"log{i}"

@@ -133,11 +133,16 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
     )
-    reason = None
-    if hardware and config.epilog.drain_on_hardware and not config.policy.report_only:
-        reason, drained = collect.drain_for_hardware(config, env, hardware, slurm)
+    drain = bool(hardware) and config.epilog.drain_on_hardware and not config.policy.report_only
+    # The bundle first, then the drain naming it: a reason never points at a bundle that could
+    # not be written. The drain's outcome is then added to the bundle's summary.
+    bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
+                                    pending_drain=drain)  # fmt: skip
+    if drain:
+        reason, drained = collect.drain_for_hardware(config, env, hardware, slurm, bundle=bundle)
         result = result.replace(drained=drained, reason=reason)
-    bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result)
+        if bundle:
+            collect.record_outcome(config, bundle, result)
     cleanup(config, env)
     return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
 
@@ -156,13 +161,11 @@ def refused_here(config: Config, job_id: str) -> bool:
 
 def cleanup(config: Config, env: HookEnv) -> None:
     """Drop the job's baseline and its NCCL directory (the bundle keeps what matters)."""
-    import shutil
-
-    from gpugate.slurm_hooks.state import job_dir
+    from gpugate.slurm_hooks.state import remove_job_state
 
     if env.job_id:
         try:
-            shutil.rmtree(job_dir(config.state_dir, env.job_id), ignore_errors=True)
+            remove_job_state(config.state_dir, env.job_id)  # baseline, refusal note, task file
         except Exception:
             pass
         from gpugate.slurm_hooks.task_prolog import remove_nccl_dir

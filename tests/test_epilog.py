@@ -222,3 +222,109 @@ def test_the_epilog_after_a_refused_prolog_collects_nothing(tmp_path):
     assert result.bundle is None and "never ran" in result.why
     assert len(slurm.drains) == 1  # the prolog's; the epilog did not rewrite it
     assert not os.path.exists(os.path.join(config.state_dir, "jobs", "77"))
+
+
+# --- what counts as evidence: root's kernel lines, never the job's own output ---------------
+
+FAKE_XID79 = "[rank0]: NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+
+
+def test_a_fake_xid_79_in_stdout_is_reported_not_trusted(tmp_path):
+    result, slurm, _ = job_run(tmp_path, NCCL_TIMEOUT + FAKE_XID79 * 5)
+    assert slurm.drains == [] and not result.hardware_fault
+    assert (result.category, result.xid) == ("nccl_timeout", None)
+    s = summary(result)
+    assert (s["category"], s["xid"], s["hardware_fault"]) == ("nccl_timeout", None, False)
+    assert (s["category_source"], s["category_trusted"]) == ("job file", False)
+    assert (s["job_output_category"], s["job_output_xid"]) == ("gpu_xid_hardware", 79)
+    assert s["untrusted_claims"] == ["job output claiming Xid 79 (not trusted)"] * 5
+    d = json.loads(member(result, "diagnosis.json"))
+    assert {u["source"] for u in d["untrusted"]} == {"job file"}
+    assert "Xid" not in member(result, "decisive.txt")
+
+
+def test_root_s_kernel_line_is_the_trusted_verdict(tmp_path):
+    broken = make_facts(kernel_log=(XID79,))
+    result, _, _ = job_run(tmp_path, NCCL_TIMEOUT, after=broken, exit_code=9, exit_code2="0:9")
+    s = summary(result)
+    assert (s["category"], s["xid"], s["category_source"], s["category_trusted"]) == (
+        "gpu_xid_hardware", 79, "kernel log", True)  # fmt: skip
+    d = json.loads(member(result, "diagnosis.json"))
+    assert d["evidence_locations"][0]["source"] == "kernel log"
+
+
+# --- the bundle first, then the drain naming it ----------------------------------------------
+
+
+class BundleWatchingSlurm(FakeSlurm):
+    """Records, at drain time, which bundles exist."""
+
+    def __init__(self, stdout: str, evidence_dir: str) -> None:
+        super().__init__(stdout)
+        self.evidence_dir = evidence_dir
+        self.seen: list[bool] = []
+
+    def drain(self, node: str, reason: str) -> None:
+        self.seen.append(os.path.isfile(os.path.join(self.evidence_dir, "77", "gpu-node-01-r0",
+                                                     "summary.json")))  # fmt: skip
+        super().drain(node, reason)
+
+
+def hardware_run(tmp_path, config):
+    snapshot(tmp_path, make_facts())
+    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    out = tmp_path / "job.out"
+    out.write_text(NCCL_TIMEOUT)
+    snapshot(tmp_path, make_facts(kernel_log=(XID79,)))
+    slurm = BundleWatchingSlurm(str(out), config.evidence_dir)
+    return run_epilog(config, env(exit_code=9, exit_code2="0:9"), slurm), slurm
+
+
+def test_the_bundle_is_written_before_the_drain_and_records_its_outcome(tmp_path):
+    result, slurm = hardware_run(tmp_path, setup(tmp_path))
+    assert slurm.seen == [True] and result.drained
+    s = summary(result)
+    assert (s["action"], s["drain_reason"]) == ("drained", slurm.drains[0][1])
+    assert "evidence 77/gpu-node-01-r0:" in s["drain_reason"]
+    mode = stat.S_IMODE(os.stat(os.path.join(result.bundle, "summary.json")).st_mode)
+    assert mode == 0o640
+
+
+def test_a_drain_reason_names_no_bundle_that_was_not_written(tmp_path):
+    config = setup(tmp_path)
+    (tmp_path / "evidence").write_text("not a directory\n")  # the bundle cannot be written
+    result, slurm = hardware_run(tmp_path, config)
+    assert result.bundle is None and result.drained
+    _, reason = slurm.drains[0]
+    assert "evidence" not in reason and reason.startswith("gpugate: kernel.xid: GPU4")
+
+
+# --- each of the job's files within its own budget --------------------------------------------
+
+
+def test_a_50_gb_sparse_nccl_file_does_not_cost_the_jobs_stdout(tmp_path):
+    import time
+
+    config = setup(tmp_path, read_timeout_s=5)
+    config = config.replace(task_prolog=config.task_prolog.replace(
+        nccl_debug_dir=str(tmp_path / "nccl")))  # fmt: skip
+    snapshot(tmp_path, make_facts())
+    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    nccl = tmp_path / "nccl" / "77"
+    nccl.mkdir(parents=True, exist_ok=True)
+    with open(nccl / "gpu-node-01.1234.nccl", "wb") as fh:
+        fh.truncate(50 * 10**9)
+    out = tmp_path / "job.out"
+    out.write_text("step 1\n" + CUDA_OOM)
+    started = time.monotonic()
+    result = run_epilog(config, env(), FakeSlurm(str(out)))
+    assert time.monotonic() - started < 5
+    assert result.category == "cuda_oom"
+    s = summary(result)
+    tails = [f for f in s["files"] if f.startswith("logs/")]
+    assert any("job.out" in f for f in tails)
+    assert any(CUDA_OOM.strip() in member(result, f) for f in tails)
+    d = json.loads(member(result, "diagnosis.json"))
+    sparse = next(f for f in d["files"] if f["path"].endswith(".nccl"))
+    assert sparse["bytes"] <= config.epilog.diagnose_max_mib * 1024 * 1024
+    assert sparse["offset"] == 50 * 10**9 - sparse["bytes"]
