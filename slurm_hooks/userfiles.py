@@ -2,25 +2,21 @@
 
 A job's stdout, its NCCL debug files and its checkpoint directory belong to the user: a
 symlink there could point root at /etc/shadow, a FIFO could block the epilog forever, a file
-could be 50 GB. So the reading happens in a forked child that first drops to the job's user
-(groups, gid, uid) — it can then read exactly what the user could read, nothing more — opens
-with O_NOFOLLOW|O_NONBLOCK, refuses anything but a regular file, and sends back only what was
-asked for (a capped tail, or the result of a function run over the file). The parent waits
-with a timeout and kills the child if it hangs (a stale NFS mount).
+could be 50 GB. So the reading happens in a child process (`gpugate.child`: a fresh
+interpreter, not a fork of this threaded one) that runs as the job's user (groups, gid, uid,
+set before its exec) — it can then read exactly what the user could read, nothing more —
+opens with O_NOFOLLOW|O_NONBLOCK, refuses anything but a regular file, and sends back only
+what was asked for (a capped tail, or the result of an allow-listed function run over the
+files), at most ANSWER_MAX bytes. The parent waits with a timeout and kills the child if it
+hangs (a stale NFS mount); the child also dies with its parent and holds none of its
+descriptors, so a killed epilog never leaves slurmd waiting on its pipes. Where gpugate
+cannot become the user (not root), it does not read with its own rights: it says so.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import signal
 import stat
-import time
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 class UserFileError(OSError):
@@ -65,77 +61,67 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def drop_to(uid: int, gid: int | None) -> None:
-    """Become the job's user for good (in a child): groups first, then gid, then uid."""
+# What the reader may send back: 64 MiB holds the epilog's default caps (32 NCCL files and two
+# logs of 256 KiB each, JSON-escaped) many times over; more is a runaway or a forged answer.
+ANSWER_MAX = 64 << 20
+
+
+def credentials(uid: int, gid: int | None) -> dict:
+    """subprocess's `user`/`group`/`extra_groups` for reading as `uid` (empty: no drop needed).
+
+    Raises UserFileError where this process cannot become `uid`: EpilogSlurmctld runs as a
+    non-root SlurmUser, and reading the user's files with its own rights would let the user
+    name files only the SlurmUser may read.
+    """
     import pwd
 
-    if os.geteuid() != 0 or uid == os.geteuid():
-        return
+    euid = os.geteuid()
+    if uid == euid:
+        return {}  # the user's own rights are ours already
+    if euid != 0:
+        raise UserFileError(
+            f"running as uid {euid}, not root: cannot read as user {uid}; not reading"
+        )
     try:
-        user = pwd.getpwuid(uid)
-        gid = user.pw_gid if gid is None else gid
-        os.initgroups(user.pw_name, gid)
-    except KeyError:
-        os.setgroups([])
-    os.setgid(gid if gid is not None else uid)
-    os.setuid(uid)
+        entry = pwd.getpwuid(uid)
+    except KeyError:  # no passwd entry (a deleted user): no supplementary groups at all
+        return {"user": uid, "group": uid if gid is None else gid, "extra_groups": []}
+    gid = entry.pw_gid if gid is None else gid
+    return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(entry.pw_name, gid)}
 
 
-def as_user(uid: int | None, gid: int | None, fn: Callable[[], object], timeout: float) -> object:
-    """Run `fn` in a child process that runs as `uid`; return its JSON-able result.
+def as_user(
+    uid: int | None,
+    gid: int | None,
+    task: str,
+    kwargs: dict,
+    timeout: float,
+    max_bytes: int = ANSWER_MAX,
+) -> object:
+    """Run the allow-listed `task(**kwargs)` in a child running as `uid`; return its result.
 
-    Raises UserFileError with the child's error, or on timeout (the child is killed).
+    The child is a fresh interpreter (`gpugate.child`), never a fork of this process: the
+    drop to the user (groups, gid, uid) happens before its exec, it holds none of our
+    descriptors and dies with us. Raises UserFileError with the child's error, when `uid`
+    cannot be become, or on timeout (the child is killed).
     """
+    from gpugate import child
+
     if uid is None:
         raise UserFileError("the job's user is unknown; not reading its files as root")
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller's code
-        code = 0
-        try:
-            os.close(rfd)
-            drop_to(uid, gid)
-            payload = {"ok": fn()}
-        except BaseException as exc:
-            payload = {"error": f"{type(exc).__name__}: {exc}"}
-            code = 1
-        try:
-            data = json.dumps(payload, default=str).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(wfd, view) :]
-        finally:
-            os._exit(code)
-    os.close(wfd)
+    creds = credentials(uid, gid)
     try:
-        data = _read_all(rfd, timeout, pid)
-    finally:
-        os.close(rfd)
-    try:
-        payload = json.loads(data or b"{}")
-    except ValueError:
-        raise UserFileError("the reader sent garbage") from None
-    if "error" in payload:
-        raise UserFileError(payload["error"])
-    if "ok" not in payload:
-        raise UserFileError("the reader died without an answer")
-    return payload["ok"]
+        return child.call(task, kwargs, timeout, max_bytes, **creds)
+    except child.ChildError as exc:
+        message = str(exc)
+        if message.startswith("timed out"):
+            message = f"reading the user's files {message}"
+        raise UserFileError(message) from None
 
 
-def _read_all(fd: int, timeout: float, pid: int) -> bytes:
-    deadline = time.monotonic() + timeout
-    chunks = []
-    while True:
-        left = deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(0.0, left))
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            # Reap if it is already gone; a child stuck in the kernel is left to init.
-            os.waitpid(pid, os.WNOHANG)
-            raise UserFileError(f"reading the user's files timed out after {timeout:g} s")
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.waitpid(pid, 0)
-    return b"".join(chunks)
+def latest_checkpoint_path(ckpt_dir: str) -> str | None:
+    """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
+    from gpugate.slurm_hooks.checkpoints import latest_complete
+
+    found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
+    return found.path if found else None

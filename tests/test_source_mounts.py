@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gpugate.checks.sources import mounts as m
 from gpugate.config.schema import RequiredMount
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SELFTEST = "gpugate.child:selftest"  # a test-only child task: sleep, exit, fail, list fds
 
 
 def mountinfo_line(path: str, options: str = "rw,relatime", fstype: str = "nfs4",
@@ -86,9 +88,10 @@ def test_writable_mount_is_probed(share):
 
 def test_read_only_mount_is_not_probed(share):
     cfg = config(share.parent, [str(share)], [mountinfo_line(str(share), options="ro,relatime")])
-    (found,) = mounts_of(cfg, probe=lambda path: Path(path).write_text("x"))
+    (found,) = mounts_of(cfg, probe=m.probe_task)
     assert (found["mounted"], found["writable"], found["fsync_ms"]) == (True, False, None)
     assert found["error"] == "mounted read-only"
+    assert list(share.iterdir()) == []
     assert list(share.iterdir()) == []
 
 
@@ -101,8 +104,8 @@ def test_path_not_mounted(share):
 
 
 def test_failing_probe(share):
-    def probe(path: str) -> None:
-        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+    def probe(path: str) -> tuple[str, dict]:
+        return SELFTEST, {"action": "oserror", "errno": errno.EROFS, "path": path}
 
     cfg = config(share.parent, [str(share)], [mountinfo_line(str(share))])
     (found,) = mounts_of(cfg, probe=probe)
@@ -116,11 +119,10 @@ def test_hanging_probe_times_out_in_time(share, tmp_path):
     lines = [mountinfo_line(str(share)), mountinfo_line(str(other))]
     cfg = config(tmp_path, [str(share), str(other)], lines, timeout=1.0)
 
-    def probe(path: str) -> None:
-        if "check points" in path:
-            time.sleep(60)  # stands in for a write stuck on a dead NFS server
-        else:
-            m.write_probe(path)
+    def probe(path: str) -> tuple[str, dict]:
+        if "check points" in path:  # stands in for a write stuck on a dead NFS server
+            return SELFTEST, {"action": "sleep", "seconds": 60}
+        return m.probe_task(path)
 
     started = time.monotonic()
     hung, fast = mounts_of(cfg, probe=probe)
@@ -133,29 +135,52 @@ def test_hanging_probe_times_out_in_time(share, tmp_path):
 
 def test_probe_that_dies_without_a_result(share):
     cfg = config(share.parent, [str(share)], [mountinfo_line(str(share))])
-    (found,) = mounts_of(cfg, probe=lambda path: os._exit(3))
+    (found,) = mounts_of(cfg, probe=lambda path: (SELFTEST, {"action": "exit"}))
     assert found["error"] == "probe process exited without a result"
+
+
+def test_probes_never_fork_this_process(share, tmp_path, monkeypatch):
+    # The gatherer runs this source in a thread: fork() there can deadlock the child (Python
+    # 3.12 warns). The probes are fresh interpreters started by subprocess instead.
+    def no_fork() -> int:
+        raise AssertionError("os.fork() called from a threaded process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    cfg = config(tmp_path, [str(share)], [mountinfo_line(str(share))])
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(mounts_of(cfg)))
+    worker.start()
+    worker.join(10)
+    ((found,),) = result
+    assert (found["writable"], found["error"]) == (True, None)
+    assert found["fsync_ms"] >= 0
+    assert list(share.iterdir()) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_probe_child_holds_none_of_the_parent_descriptors(share):
     # A child stuck in the kernel must not keep slurmd's pipes (or ours) open.
+    from gpugate import child
+
     keep_r, keep_w = os.pipe()
-
-    def probe(path: str) -> None:
-        fds = os.listdir("/proc/self/fd")  # the pipe to the parent and this listing's own fd
-        fd = os.open(path + ".fds", os.O_WRONLY | os.O_CREAT)
-        os.write(fd, " ".join(fds).encode())
-        os.close(fd)
-
-    cfg = config(share.parent, [str(share)], [mountinfo_line(str(share))])
+    os.set_inheritable(keep_w, True)  # even one marked inheritable stays behind
     try:
-        mounts_of(cfg, probe=probe)
+        c = child.start(SELFTEST, {"action": "fds"}, 5)
+        child.wait([c], time.monotonic() + 5, 4096)
+        fds = child.answer(c)
     finally:
         os.close(keep_r)
         os.close(keep_w)
-    (report,) = share.iterdir()
-    assert len(report.read_text().split()) == 2
+    # stdin, stdout, stderr (/dev/null) and the listing's own descriptor: nothing else.
+    assert fds == ["0", "1", "2", "3"]
+
+
+def test_a_probe_that_cannot_start_is_reported(share, monkeypatch):
+    monkeypatch.setattr("sys.executable", "/nonexistent/python3")
+    cfg = config(share.parent, [str(share)], [mountinfo_line(str(share))])
+    (found,) = mounts_of(cfg)
+    assert found["writable"] is False
+    assert found["error"].startswith("cannot start probe: cannot start a child:")
 
 
 def test_parse_mountinfo_skips_what_is_not_a_mount_line():

@@ -2,18 +2,17 @@
 
 A stale NFS (or Lustre, GPFS...) mount can leave open(), write() or fsync() stuck in the kernel,
 in a state no signal ends until the server answers. So the probe never runs in this process:
-each one runs in a forked child that only creates, writes, fsyncs, closes and unlinks a hidden
-file and reports the time through a pipe. The parent waits on the pipes (all probes at once,
-so the limit holds however many mounts there are), SIGKILLs the children still out at the
-limit and leaves them behind instead of waiting on them.
+each one runs in a child process (`gpugate.child`: a fresh interpreter, never a fork of this
+threaded one) that only creates, writes, fsyncs, closes and unlinks a hidden file and reports
+the time. The parent waits on all probes at once (so the limit holds however many mounts
+there are), SIGKILLs the children still out at the limit and leaves them behind instead of
+waiting on them; they hold none of the hook's descriptors.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import select
-import signal
 import time
 
 from gpugate.checks.sources import proc_path
@@ -25,16 +24,18 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
 
+    from gpugate.child import Child
+
 PROBE_SIZE = 4096
 # The probes get this share of the source's timeout, so that the source answers with its
 # per-mount "probe timed out" before the gatherer gives up on the whole source.
 _PROBE_SHARE = 0.8
-_REAP_GRACE_S = 0.05
+_ANSWER_MAX = 4096  # a probe answers a number or one error line
 _OCTAL_RE = re.compile(r"\\([0-7]{3})")
 
 
-def read_mounts(config: Config, probe: Callable[[str], None] | None = None) -> dict:
-    """Status of each `sources.required_mounts` entry; `probe` replaces the write (tests)."""
+def read_mounts(config: Config, probe: Callable[[str], tuple[str, dict]] | None = None) -> dict:
+    """Status of each `sources.required_mounts` entry; `probe` names another child task (tests)."""
     required = config.sources.required_mounts
     if not required:
         return {"mounts": []}
@@ -46,7 +47,7 @@ def read_mounts(config: Config, probe: Callable[[str], None] | None = None) -> d
     mounts = [mount_status(m.path, table) for m in required]
     todo = [m for m in mounts if m["mounted"] and m["writable"] is None]
     limit = config.sources.timeout_s.mounts * _PROBE_SHARE
-    results = run_probes([m["path"] for m in todo], limit, probe or write_probe)
+    results = run_probes([m["path"] for m in todo], limit, probe or probe_task)
     for mount, (fsync_ms, error) in zip(todo, results):
         mount.update(writable=error is None, fsync_ms=fsync_ms, error=error)
     return {"mounts": mounts}
@@ -107,107 +108,62 @@ def write_probe(path: str) -> None:
         os.unlink(path)
 
 
+def timed_probe(path: str) -> int:
+    """The write probe, timed: nanoseconds (a child's task; see `gpugate.child`)."""
+    started = time.monotonic_ns()
+    write_probe(path)
+    return time.monotonic_ns() - started
+
+
+def probe_task(path: str) -> tuple[str, dict]:
+    """The child task that probes `path`: the real write probe."""
+    return "gpugate.checks.sources.mounts:timed_probe", {"path": path}
+
+
 def run_probes(
-    dirs: list[str], limit_s: float, probe: Callable[[str], None] = write_probe
+    dirs: list[str], limit_s: float, probe: Callable[[str], tuple[str, dict]] = probe_task
 ) -> list[tuple[float | None, str | None]]:
-    """Probe each directory in a child process, all at once: (fsync_ms, error) for each."""
-    children = [_start(d, probe) for d in dirs]
+    """Probe each directory in a child process, all at once: (fsync_ms, error) for each.
+
+    `probe` names the child's task for a probe file's path (tests replace it).
+    """
+    from gpugate import child
+
     deadline = time.monotonic() + limit_s
+    started: list[tuple[int, child.Child]] = []
     results: dict[int, tuple[float | None, str | None]] = {}
-    poller = select.poll()  # poll, not select(): fd numbers may pass FD_SETSIZE (1024)
-    waiting: dict[int, int] = {}
-    for i, (_pid, fd, error) in enumerate(children):
-        if error:
-            results[i] = (None, error)
-        else:
-            poller.register(fd, select.POLLIN)
-            waiting[fd] = i
-    while waiting:
-        left_ms = (deadline - time.monotonic()) * 1000
-        if left_ms <= 0:
-            break
-        for fd, _ in poller.poll(left_ms):
-            poller.unregister(fd)
-            i = waiting.pop(fd)
-            results[i] = _result(os.read(fd, 512))
-    for i, (pid, fd, _) in enumerate(children):
-        if pid:
-            _finish(pid, deadline)
-            os.close(fd)
-        results.setdefault(i, (None, f"probe timed out after {limit_s:g} s"))
-    return [results[i] for i in range(len(children))]
+    for i, directory in enumerate(dirs):
+        task, kwargs = probe(_probe_path(directory))
+        try:
+            started.append((i, child.start(task, kwargs, limit_s)))
+        except child.ChildError as exc:
+            results[i] = (None, f"cannot start probe: {exc}")
+    child.wait([c for _, c in started], deadline, _ANSWER_MAX)
+    for i, c in started:
+        results[i] = _result(c, limit_s)
+    return [results[i] for i in range(len(dirs))]
 
 
-def _start(directory: str, probe: Callable[[str], None]) -> tuple[int, int, str | None]:
-    """Fork one probe child: (pid, read end of its pipe, None), or (0, -1, why not)."""
+def _probe_path(directory: str) -> str:
     # Unique and hidden; the host name tells whose file it is if a killed probe leaves it.
     name = f".gpugate-probe.{os.uname().nodename}.{os.getpid()}.{os.urandom(4).hex()}"
-    target = os.path.join(directory, name)
-    max_fd = os.sysconf("SC_OPEN_MAX")
+    return os.path.join(directory, name)
+
+
+def _result(c: Child, limit_s: float) -> tuple[float | None, str | None]:
+    from gpugate import child
+
+    if c.failure == "timed out":
+        return None, f"probe timed out after {limit_s:g} s"
     try:
-        rfd, wfd = os.pipe()
-    except OSError as exc:
-        return 0, -1, f"cannot start probe: {exc}"
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        os.close(rfd)
-        os.close(wfd)
-        return 0, -1, f"cannot start probe: {exc}"
-    if pid == 0:
-        _child(wfd, target, probe, max_fd)  # never returns
-    os.close(wfd)
-    return pid, rfd, None
-
-
-def _child(wfd: int, target: str, probe: Callable[[str], None], max_fd: int) -> None:
-    try:
-        # Hold none of the parent's descriptors: a child stuck in the kernel must not keep
-        # slurmd's pipes (or anything else) open after the prolog has exited.
-        os.closerange(0, wfd)
-        os.closerange(wfd + 1, max_fd)
-        started = time.monotonic_ns()
-        try:
-            probe(target)
-            message = f"ok {time.monotonic_ns() - started}"
-        except OSError as exc:
-            message = f"err {exc.strerror or exc}"
-        except BaseException as exc:
-            message = f"err {type(exc).__name__}: {exc}"
-        os.write(wfd, message.encode("utf-8", "replace")[:512])
-    finally:
-        os._exit(0)
-
-
-def _result(data: bytes) -> tuple[float | None, str | None]:
-    status, _, detail = data.decode("utf-8", "replace").partition(" ")
-    if status == "ok" and detail.isdigit():
-        return round(int(detail) / 1e6, 3), None
-    if status == "err":
-        return None, f"probe failed: {detail}"
-    return None, "probe process exited without a result"
-
-
-def _finish(pid: int, deadline: float) -> None:
-    """Reap a child that is done; SIGKILL one that is not and leave it (never block on it)."""
-    if _reaped(pid, deadline):
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _reaped(pid, time.monotonic() + _REAP_GRACE_S)  # a child in D state stays; init reaps it
-
-
-def _reaped(pid: int, until: float) -> bool:
-    while True:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if done or time.monotonic() >= until:
-            return bool(done)
-        time.sleep(0.002)
+        ns = child.answer(c)
+    except child.ChildError as exc:
+        if str(exc).startswith("the child died without an answer"):
+            return None, "probe process exited without a result"
+        return None, f"probe failed: {exc.strerror or exc}"
+    if isinstance(ns, int) and not isinstance(ns, bool) and ns >= 0:
+        return round(ns / 1e6, 3), None
+    return None, "probe process sent no time"
 
 
 def _inside(path: str, table: dict[str, dict]) -> str:

@@ -1,0 +1,349 @@
+"""A clean child process that runs one allow-listed gpugate function: no fork of this process.
+
+gpugate's hooks run threads (the gatherer runs each source in one), and fork() of a process
+that runs threads can deadlock the child on a lock another thread held (Python 3.12 warns of
+it: https://docs.python.org/3.12/library/os.html#os.fork). So work that must run apart (a write
+probe that may hang in the kernel, reading a user's files with the user's rights) runs in a
+fresh interpreter: `subprocess` forks and execs in C, and drops to the job's user
+(`user=`/`group=`/`extra_groups=`) before the exec.
+
+The protocol: the child gets one JSON request on stdin, `{"task": "module:function", "kwargs":
+{...}, "parent": pid, "timeout": s}`, and answers one JSON object on stdout, `{"ok": result}`
+or `{"error": "Type: message", "strerror": ...}`. Only the tasks in TASKS run. The parent reads
+back at most `max_bytes` and kills the child's process group at the deadline. The child holds
+nothing of its parent's (stdin/stdout are our pipes, stderr is /dev/null, every other fd
+closed, its own session), so a child that outlives a killed hook never keeps slurmd's pipes
+open; it also dies with its parent (PR_SET_PDEATHSIG) and on its own alarm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+
+# The only functions a child runs ("module:function"); each takes JSON kwargs, returns JSON.
+TASKS = frozenset(
+    {
+        "gpugate.checks.sources.mounts:timed_probe",
+        "gpugate.slurm_hooks.collect:_read_and_diagnose",
+        "gpugate.slurm_hooks.userfiles:latest_checkpoint_path",
+        "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
+    }
+)
+
+# The child finds gpugate exactly where this process did (the RPM's launcher runs python with
+# -Es and puts /opt/gpugate/lib on sys.path by hand; -E makes PYTHONPATH useless for that),
+# so the parent's own sys.path is passed in argv and replaces the child's.
+_BOOT = "import sys; sys.path[:] = sys.argv[1:]; from gpugate.child import main; main()"
+_READ = 1 << 16
+_REAP_GRACE_S = 0.5
+
+
+class ChildError(Exception):
+    """The child could not be started, timed out, died or answered badly; the message says which."""
+
+    def __init__(self, message: str, strerror: str | None = None) -> None:
+        super().__init__(message)
+        self.strerror = strerror
+
+
+class Child:
+    """One started child: its process, our ends of its pipes, what it has sent so far."""
+
+    def __init__(self, proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, request: bytes):
+        self.proc = proc
+        self.stdin_fd: int | None = stdin_fd
+        self.stdout_fd: int | None = stdout_fd
+        self.pending = memoryview(request)
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.eof = False
+        self.failure: str | None = None
+
+
+def command() -> list[str]:
+    """The child's argv: this interpreter, isolated, with this process's module path."""
+    if not sys.executable:
+        raise ChildError("cannot start a child: sys.executable is unknown")
+    flags = ["-I"]  # no PYTHON* variables, no user site, no script directory on the path
+    if _self_contained():
+        flags.append("-S")  # no site: ~15 ms less per child, and sys.path comes from us anyway
+    paths = [p for p in sys.path if os.path.isabs(p)]
+    return [sys.executable, *flags, "-c", _BOOT, *paths]
+
+
+def _self_contained() -> bool:
+    """True when gpugate's subpackages sit inside its own directory (a wheel, the RPM).
+
+    A development install maps `checks/` and `slurm_hooks/` into the package with a finder
+    that `site` installs, so there the child needs `site`.
+    """
+    import gpugate
+
+    root = gpugate.__path__[0]
+    return all(os.path.isdir(os.path.join(root, sub)) for sub in ("checks", "slurm_hooks"))
+
+
+def start(
+    task: str,
+    kwargs: dict,
+    timeout: float,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: list[int] | None = None,
+) -> Child:
+    """Start a child running `task(**kwargs)`, as `user` when given (needs root)."""
+    import subprocess
+
+    if task not in TASKS:
+        raise ChildError(f"{task}: not a task a gpugate child runs")
+    from gpugate.runner import SAFE_PATH
+
+    request = json.dumps(
+        {"task": task, "kwargs": kwargs, "parent": os.getpid(), "timeout": timeout}
+    ).encode()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    creds: dict = {}
+    if user is not None:
+        # Always pass extra_groups with a user: without it the child keeps root's groups.
+        creds = {"user": user, "group": group, "extra_groups": list(extra_groups or [])}
+    try:
+        proc = subprocess.Popen(
+            command(),
+            stdin=in_r,
+            stdout=out_w,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,  # its own session and process group, killed whole
+            cwd="/",
+            # Nothing of the hook's environment (a job's variables in the epilog).
+            env={"PATH": SAFE_PATH, "LC_ALL": "C"},
+            **creds,
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        for fd in (in_r, in_w, out_r, out_w):
+            os.close(fd)
+        raise ChildError(f"cannot start a child: {exc}") from None
+    os.close(in_r)
+    os.close(out_w)
+    os.set_blocking(in_w, False)
+    return Child(proc, in_w, out_r, request)
+
+
+def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
+    """Feed each child its request and read its answer until it closes, or until `deadline`.
+
+    A child that sends more than `max_bytes` or is still out at the deadline is killed.
+    """
+    import select
+    import time
+
+    poller = select.poll()  # poll, not select(): fd numbers may pass FD_SETSIZE (1024)
+    owner: dict[int, Child] = {}
+    for child in children:
+        poller.register(child.stdout_fd, select.POLLIN)
+        owner[child.stdout_fd] = child  # type: ignore[index]
+        if child.pending:
+            poller.register(child.stdin_fd, select.POLLOUT)
+            owner[child.stdin_fd] = child  # type: ignore[index]
+        else:
+            _close_stdin(child)
+    reading = len(children)
+    while reading:
+        left_ms = (deadline - time.monotonic()) * 1000
+        if left_ms <= 0:
+            break
+        for fd, _events in poller.poll(left_ms):
+            child = owner.get(fd)
+            if child is None:
+                continue
+            if fd == child.stdin_fd:
+                if _feed(child):
+                    poller.unregister(fd)
+                    del owner[fd]
+                    _close_stdin(child)
+                continue
+            chunk = os.read(fd, _READ)
+            if chunk:
+                child.chunks.append(chunk)
+                child.size += len(chunk)
+                if child.size <= max_bytes:
+                    continue
+                child.failure = f"the child's answer is larger than {max_bytes} bytes"
+            else:
+                child.eof = True
+            poller.unregister(fd)
+            del owner[fd]
+            reading -= 1
+    for child in children:
+        _finish(child, deadline)
+
+
+def _feed(child: Child) -> bool:
+    """Write what the pipe takes of the request; True when it is all written (or unwanted)."""
+    try:
+        written = os.write(child.stdin_fd, child.pending[:_READ])  # type: ignore[arg-type]
+    except BlockingIOError:
+        return False
+    except OSError:  # EPIPE: the child is gone; its (missing) answer tells the rest
+        return True
+    child.pending = child.pending[written:]
+    return not child.pending
+
+
+def _close_stdin(child: Child) -> None:
+    if child.stdin_fd is not None:
+        os.close(child.stdin_fd)
+        child.stdin_fd = None
+
+
+def _finish(child: Child, deadline: float) -> None:
+    """Close our ends; reap the child, killing its group if it is not done."""
+    import subprocess
+
+    _close_stdin(child)
+    if child.stdout_fd is not None:
+        os.close(child.stdout_fd)
+        child.stdout_fd = None
+    if child.eof and child.failure is None:
+        try:
+            child.proc.wait(_REAP_GRACE_S)  # it exits right after its answer
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    elif child.failure is None:
+        child.failure = "timed out"
+    try:
+        os.killpg(child.proc.pid, 9)  # SIGKILL; the pid is not reaped yet, so not reused
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        child.proc.wait(0.05)
+    except subprocess.TimeoutExpired:
+        pass  # stuck in the kernel (a dead NFS server): left for init, never waited on
+
+
+def answer(child: Child) -> object:
+    """The child's result, or ChildError with its error, its failure or its silence."""
+    if child.failure:
+        raise ChildError(child.failure)
+    try:
+        payload = json.loads(b"".join(child.chunks) or b"null")
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and "ok" in payload:
+        return payload["ok"]
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        strerror = payload.get("strerror")
+        raise ChildError(payload["error"], strerror if isinstance(strerror, str) else None)
+    if child.chunks:
+        raise ChildError("the child sent garbage")
+    rc = child.proc.returncode
+    how = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exit {rc}"
+    raise ChildError(f"the child died without an answer ({how})")
+
+
+def call(
+    task: str,
+    kwargs: dict,
+    timeout: float,
+    max_bytes: int,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: list[int] | None = None,
+) -> object:
+    """Run `task(**kwargs)` in a child and return its result; ChildError on any failure."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    child = start(task, kwargs, timeout, user, group, extra_groups)
+    wait([child], deadline, max_bytes)
+    if child.failure == "timed out":
+        raise ChildError(f"timed out after {timeout:g} s")
+    return answer(child)
+
+
+# ---- the child's side -------------------------------------------------------------------
+
+
+def main() -> None:
+    """The child: die with the parent, read the request, run the task, answer, exit."""
+    _die_with_parent()
+    try:
+        request = json.loads(sys.stdin.buffer.read())
+        # The parent may have died before the prctl above: then nobody waits for an answer.
+        if os.getppid() != request["parent"]:
+            os._exit(70)
+        import signal
+
+        # Backstop should the parent's kill never come: our own alarm, a little later.
+        signal.alarm(int(float(request["timeout"])) + 2)
+        payload: dict = {"ok": run_task(request["task"], request.get("kwargs") or {})}
+    except BaseException as exc:  # the answer says what went wrong; nothing on stderr
+        payload = {"error": f"{type(exc).__name__}: {exc}"}
+        if isinstance(exc, OSError) and exc.strerror:
+            payload["strerror"] = exc.strerror
+    try:
+        data = json.dumps(payload, default=str).encode()
+    except (TypeError, ValueError) as exc:
+        data = json.dumps({"error": f"the answer is not JSON: {exc}"}).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view) :]
+    finally:
+        os._exit(0)
+
+
+def run_task(task: str, kwargs: dict) -> object:
+    """Import and call one allow-listed task."""
+    import importlib
+
+    if task not in TASKS:
+        raise PermissionError(f"{task}: not a task a gpugate child runs")
+    module, _, name = task.partition(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG(SIGKILL) and PR_SET_DUMPABLE(0), set after the exec.
+
+    The kernel clears the parent-death signal when the credentials change, so it is set here,
+    after subprocess dropped to the user (man7.org/linux/man-pages/man2/pr_set_pdeathsig.2const
+    .html); it fires when the thread that started us ends, and every caller waits on us in
+    that thread. Not dumpable: the job's user, whose uid we now run as, cannot ptrace us to
+    forge the answer (the exec made us dumpable again after the drop).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def selftest(action: str, seconds: float = 0.0, errno: int = 0, path: str = "") -> object:
+    """Test-only behaviours: sleep, exit without an answer, fail, list fds, say who we are."""
+    import time
+
+    if action == "sleep":
+        time.sleep(seconds)
+        return "slept"
+    if action == "exit":
+        os._exit(3)
+    if action == "oserror":
+        raise OSError(errno, os.strerror(errno), path or None)
+    if action == "fds":
+        return sorted(os.listdir("/proc/self/fd"))
+    if action == "ids":
+        return {"uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups())}
+    if action == "flood":
+        return "x" * int(seconds)
+    raise ValueError(f"unknown selftest action {action!r}")
