@@ -104,7 +104,9 @@ def run_guarded(fn: object, argv: list[str], name: str) -> int:
     try:
         return fn(argv)  # type: ignore[operator]
     except (ConfigError, SnapshotError, YamlError) as exc:
-        print(f"gpugate {name}: {exc}", file=sys.stderr)
+        from gpugate.text import printable  # a message may quote the file's bytes
+
+        print(f"gpugate {name}: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -69,7 +68,9 @@ def main(argv: list[str]) -> int:
             "source_errors": facts.source_errors or {},
             "duration_s": round(duration, 6),
         }
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        from gpugate.text import dumps
+
+        sys.stdout.write(dumps(out, indent=2) + "\n")
     else:
         sys.stdout.write(render_table(facts.node, decision, findings, duration))
     return EXIT_UNHEALTHY if decision.status == "fail" else EXIT_OK
@@ -77,11 +78,13 @@ def main(argv: list[str]) -> int:
 
 def render_table(node: str | None, decision: object, findings: list, duration: float) -> str:
     """One line per finding, problems first, under a one-line verdict."""
+    from gpugate.text import printable  # messages quote process names and kernel lines
+
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.status] = counts.get(f.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-    head = f"{node or '?'}: {decision.status.upper()} ({summary}) in {duration * 1000:.0f} ms"
+    head = f"{printable(node or '?')}: {decision.status.upper()} ({summary}) in {duration * 1000:.0f} ms"
     lines = [head]
-    lines += [f"  {f.status.upper():<7} {f.message}" for f in findings]
+    lines += [f"  {f.status.upper():<7} {printable(f.message)}" for f in findings]
     return "\n".join(lines) + "\n"

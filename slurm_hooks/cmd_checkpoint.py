@@ -65,7 +65,8 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate checkpoint`."""
     args = parser().parse_args(argv)
-    from gpugate.names import refuse, show
+    from gpugate.names import refuse
+    from gpugate.names import show as quoted  # `show` is this module's `list` printer
 
     if not args.settle_s >= 0:  # also NaN, which compares false with everything
         return refuse("gpugate checkpoint", "--settle-s must be 0 or more", EXIT_USAGE)
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
     if not args.directory.isprintable():
         # A newline or terminal control in DIR would break the one-path-per-line output that
         # job scripts read (and forge lines in it): refuse it whole.
-        return refuse("gpugate checkpoint", f"DIR {show(args.directory)} holds control "
+        return refuse("gpugate checkpoint", f"DIR {quoted(args.directory)} holds control "
                       "characters (newline, escape, ...); refused", EXIT_USAGE)  # fmt: skip
     try:
         result = scan(args.directory, args.settle_s, stop_at_complete=args.action == "latest")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE
@@ -59,12 +58,15 @@ def main(argv: list[str]) -> int:
     own = JOB_FILE if args.job_output else LOG_FILE
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
     result = diagnose([*args.logs, *args.kernel_log], engine=args.engine, sources=sources)
+    from gpugate.text import dumps, printable
+
     failed = [f for f in result.files if f.error]
     for f in failed:
-        print(f"gpugate diagnose: cannot read {f.path}: {f.error}", file=sys.stderr)
+        print(f"gpugate diagnose: cannot read {printable(f.path)}: {printable(f.error)}",
+              file=sys.stderr)  # fmt: skip
     if len(failed) < len(result.files):
         if args.json:
-            sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+            sys.stdout.write(dumps(result.to_json(), indent=2) + "\n")
         else:
             sys.stdout.write(render(result))
     return EXIT_USAGE if failed else EXIT_OK
@@ -74,19 +76,22 @@ def render(d: Diagnosis) -> str:
     """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
     from gpugate.checks.diagnosis import LOG_FILE, claim_text
 
+    from gpugate.text import printable  # evidence lines are logs, often the job's own output
+
     lines = [
         f"diagnosis: {d.category}",
-        f"  {d.summary}",
-        f"  what to do: {d.advice}",
+        f"  {printable(d.summary)}",
+        f"  what to do: {printable(d.advice)}",
         f"  xid: {'-' if d.xid is None else d.xid}    "
         f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}",
     ]
     if d.evidence:
         lines.append(f"  evidence (decided by the {d.decided_by}):")
         # An admin's own LOG needs no label; a kernel log or a job's file says which it is.
-        lines += [f"    {e.file}:{e.line}: {e.text}" + ("" if e.source == LOG_FILE else
+        lines += [f"    {printable(e.file)}:{e.line}: {printable(e.text)}" + ("" if e.source == LOG_FILE else
                   f"    [{e.source}]") for e in d.evidence]  # fmt: skip
     if d.untrusted:
         lines.append("  not trusted (printed by the job, never hardware evidence):")
-        lines += [f"    {e.file}:{e.line}: {claim_text(e)}: {e.text}" for e in d.untrusted]
+        lines += [f"    {printable(e.file)}:{e.line}: {printable(claim_text(e))}: {printable(e.text)}"
+                  for e in d.untrusted]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -39,7 +39,12 @@ code{font-size:12px;word-break:break-all}
 
 def esc(value: object) -> str:
     """Any value as HTML text: None as a dash, everything else escaped (quotes too)."""
-    return "-" if value is None or value == "" else escape(str(value), quote=True)
+    if value is None or value == "":
+        return "-"
+    from gpugate.text import printable
+
+    # html.escape leaves controls and bidi overrides (U+202E shows a reason reversed) alone.
+    return escape(printable(value), quote=True)
 
 
 def repeat_offenders(drains: list[dict], since: float, min_drains: int = 2) -> list[dict]:
