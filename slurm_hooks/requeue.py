@@ -164,14 +164,11 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
         return None
     from gpugate.slurm_hooks.userfiles import as_user
 
-    def look() -> str | None:
-        from gpugate.slurm_hooks.checkpoints import latest_complete
-
-        found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
-        return found.path if found else None
-
+    task = "gpugate.slurm_hooks.userfiles:latest_checkpoint_path"
     try:
-        return as_user(job.uid, job.gid, look, timeout=30)  # type: ignore[return-value]
+        found = as_user(job.uid, job.gid, task, {"ckpt_dir": ckpt_dir}, timeout=30)
+        # The child runs as the user: take only what a path can be from its answer.
+        return found if found is None or isinstance(found, str) else None
     except Exception as exc:  # not mounted on the controller, say: the TaskProlog looks again
         return f"(not visible here: {exc})"
 
