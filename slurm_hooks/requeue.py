@@ -79,7 +79,12 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
     )
     first = suspect_node(summaries)
     suspects = (first, *(n for n in hardware if n != first)) if first else ()
-    categories = [s.get("category") for s in summaries if s.get("category")]
+    # Only root's evidence can make a cause the cluster's: a node's own failing checks
+    # (hardware_fault), or a category decided by a line root read itself (category_trusted,
+    # written by the epilog). A bundle whose infrastructure category has no such mark (a job
+    # that printed Xid 79, an older bundle) is no evidence of anything.
+    categories = [s.get("category") for s in summaries if s.get("category")
+                  and (s.get("category") not in INFRASTRUCTURE or s.get("category_trusted") is True)]  # fmt: skip
     state = (job.state or "").upper()
     if state in INFRA_STATES:
         return "slurm_node_failure", suspects, True

@@ -32,9 +32,22 @@ def job(**changes) -> JobEnd:
         ({}, [HW, TIMEOUT], True, "infrastructure failure (gpu_xid_hardware)"),
         (
             {},
-            [TIMEOUT, {"node": "n1", "category": "ecc_error"}],
+            [TIMEOUT, {"node": "n1", "category": "ecc_error", "category_trusted": True}],
             True,
             "infrastructure failure (ecc_error)",
+        ),
+        # A job that printed an Xid 79 line: its bundle's category is not root's verdict.
+        (
+            {},
+            [TIMEOUT, {"node": "n1", "category": "gpu_xid_hardware", "category_trusted": False}],
+            False,
+            "not an infrastructure failure (nccl_timeout)",
+        ),
+        (
+            {},
+            [{"node": "n1", "category": "ecc_error"}],
+            False,
+            "not an infrastructure failure (no evidence of an infrastructure fault)",
         ),
         ({"state": "NODE_FAIL"}, [], True, "infrastructure failure (slurm_node_failure)"),
         (
