@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from factories import default_config, make_facts
 from gpugate.checks import findings as F
 from gpugate.slurm_hooks.policy import decide
@@ -88,3 +89,116 @@ def test_check_table_puts_problems_first(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("gpu-node-01: FAIL")
     assert lines[1].split()[0] == "FAIL" and "GPU6" in lines[1]
+
+
+# ------------------------------------------------------- bad names and ids: one line, exit 2
+
+BAD_NODES = ["a,b", "../../etc", "a[1-100000000]", "", "-5", "gpu\n01", "x" * 300, "\x1b[2Jn",
+             "a\u202eb", ".hidden", "a b"]  # fmt: skip
+BAD_JOBS = ["abc", "-5", "1_2_3", "", "../../etc", "a,b", "a[1-100000000]", "0", "99999999999",
+            "12\n", "1_"]  # fmt: skip
+
+
+def said_once(capsys, argv: list[str], code: int) -> str:
+    """Run the CLI; exactly one line on stderr, the exit code, no traceback."""
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err and "\x1b" not in err and "\u202e" not in err
+    return err
+
+
+def fake_slurm(monkeypatch, runner) -> None:
+    from gpugate.slurm_hooks import slurm
+    from gpugate.slurm_hooks.slurm import CliBackend
+
+    monkeypatch.setattr(slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
+
+
+@pytest.fixture
+def site_dirs(tmp_path, monkeypatch):
+    cfg = tmp_path / "gpugate.yaml"
+    cfg.write_text(f"state_dir: {tmp_path / 'state'}\nevidence_dir: {tmp_path / 'ev'}\n")
+    monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
+    return tmp_path
+
+
+@pytest.mark.parametrize("node", BAD_NODES)
+def test_bad_node_names_are_refused_in_one_line(node, site_dirs, capsys, monkeypatch):
+    from test_slurm_adapter import FakeRunner
+
+    fake_slurm(monkeypatch, FakeRunner())  # any call to Slurm would fail the test
+    if node != "-5":  # a job id's shape for `evidence`: tested below
+        assert "not a node name" in said_once(capsys, ["evidence", node], 2) or node == ""
+    assert "node name" in said_once(capsys, ["resume", node], 2)
+    assert "node name" in said_once(capsys, ["evidence", "--node", node], 2)
+
+
+@pytest.mark.parametrize("job", BAD_JOBS)
+def test_bad_job_ids_are_refused_in_one_line(job, site_dirs, capsys, monkeypatch):
+    from test_slurm_adapter import FakeRunner
+
+    fake_slurm(monkeypatch, FakeRunner())
+    assert "job id" in said_once(capsys, ["requeue", job], 2)
+    # `evidence` takes a node too: digits and '_' are a job id, a plain word a node.
+    code = 1 if job == "abc" else 2
+    said_once(capsys, ["evidence", job], code)
+
+
+def test_unknown_node_and_job_are_one_line_and_exit_1(site_dirs, capsys, monkeypatch):
+    from test_slurm_adapter import FakeRunner
+
+    runner = FakeRunner()
+    runner.fail(("scontrol", "-o", "show", "node", "gpu-77"), stderr="Node gpu-77 not found\n")
+    runner.fail(("scontrol", "-o", "show", "job", "4242"),
+                stderr="slurm_load_jobs error: Invalid job id specified\n")  # fmt: skip
+    runner.fail(("scontrol", "-o", "show", "node", "gpu-78"), status="timeout", rc=None,
+                stderr="Unable to contact slurm controller\n(connect failure)\n")  # fmt: skip
+    fake_slurm(monkeypatch, runner)
+    assert "does not know node gpu-77" in said_once(capsys, ["resume", "gpu-77"], 1)
+    assert "does not know job 4242" in said_once(capsys, ["requeue", "4242"], 1)
+    assert "cannot read node gpu-78" in said_once(capsys, ["resume", "gpu-78"], 1)
+    assert "no evidence bundles for node gpu-77" in said_once(capsys, ["evidence", "gpu-77"], 1)
+    assert "no evidence bundles for job 4242" in said_once(capsys, ["evidence", "4242"], 1)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["latest", ""], ["latest", "/tmp/a\nb"], ["list", "/tmp/\x1b[2Ja"], ["latest", "/nonexistent"],
+     ["latest", "/tmp", "--settle-s", "nan"], ["latest", "/tmp", "--settle-s", "-1"]],
+)  # fmt: skip
+def test_checkpoint_bad_arguments_are_one_line_and_exit_2(argv, capsys):
+    said_once(capsys, ["checkpoint", *argv], 2)
+
+
+def test_evidence_of_a_node_reads_its_index_not_every_job(site_dirs, capsys, monkeypatch):
+    import glob
+
+    from gpugate.slurm_hooks.evidence import write_bundle
+
+    ev = str(site_dirs / "ev")
+    mine = [write_bundle(ev, str(j), "gpu-07", 0, {}, {"node": "gpu-07"}) for j in (5, 6)]
+    for j in range(7, 40):
+        write_bundle(ev, str(j), "gpu-08", 0, {}, {"node": "gpu-08"})
+
+    def no_listing(*a, **k):
+        raise AssertionError("listed every job directory")
+
+    monkeypatch.setattr(glob, "glob", no_listing)
+    monkeypatch.setattr(os, "listdir", no_listing)
+    monkeypatch.setattr(os, "scandir", no_listing)
+    assert main(["evidence", "gpu-07", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(b["path"] for b in out["bundles"]) == sorted(mine)
+
+
+def test_evidence_without_an_index_scans_and_says_so(site_dirs, capsys):
+    from gpugate.slurm_hooks.evidence import index_path, write_bundle
+
+    ev = str(site_dirs / "ev")
+    path = write_bundle(ev, "5", "gpu-07", 0, {}, {"node": "gpu-07"})
+    os.unlink(index_path(ev, "gpu-07"))
+    assert main(["evidence", "gpu-07", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [b["path"] for b in json.loads(captured.out)["bundles"]] == [path]
+    assert "no index for gpu-07" in captured.err and captured.err.count("\n") == 1

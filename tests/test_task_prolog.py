@@ -6,7 +6,13 @@ import os
 
 import pytest
 from factories import default_config
-from gpugate.slurm_hooks.task_prolog import exports, nccl_job_dir, prepare_nccl_dir, render
+from gpugate.slurm_hooks.task_prolog import (
+    exports,
+    nccl_job_dir,
+    prepare_nccl_dir,
+    remove_nccl_dir,
+    render,
+)
 
 
 def config_with(tmp_path, **task_prolog):
@@ -208,3 +214,59 @@ def test_render_refuses_what_slurm_would_read_differently(name, value, why):
     assert out == "export GOOD=1\nexport ALSO_GOOD=a b=c 'd'\n"
     assert len(notes) == 1 and why in notes[0]
     assert "\x1b" not in notes[0] and "\n" not in notes[0]
+
+
+def test_a_reused_job_id_gets_a_fresh_empty_directory(tmp_path):
+    config = config_with(tmp_path)
+    first = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    (tmp_path / "precious").write_text("another user's")
+    with open(os.path.join(first, "nccl.host.1.log"), "w") as fh:
+        fh.write("the first user's secrets")
+    os.symlink(tmp_path / "precious", os.path.join(first, "link"))
+    again = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    assert again == first and os.listdir(again) == []  # nothing of the first job is handed on
+    assert (tmp_path / "precious").read_text() == "another user's"  # the link was not followed
+    assert [n for n in os.listdir(tmp_path / "nccl") if n.startswith(".gone-")] == []
+
+
+def test_a_symlink_in_place_of_the_job_directory_is_replaced_not_followed(tmp_path):
+    config = config_with(tmp_path)
+    os.makedirs(tmp_path / "nccl")
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "nccl" / "42")
+    made = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    assert not os.path.islink(made) and os.path.isdir(made)
+    assert (tmp_path / "target").is_dir()
+
+
+def test_the_epilog_removes_the_jobs_nccl_directory(tmp_path):
+    from types import SimpleNamespace
+
+    from gpugate.slurm_hooks.epilog import cleanup
+
+    config = config_with(tmp_path).replace(state_dir=str(tmp_path / "state"))
+    made = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    os.makedirs(os.path.join(made, "deep", "er"))
+    (tmp_path / "keep").write_text("x")
+    os.symlink(tmp_path / "keep", os.path.join(made, "deep", "er", "link"))
+    with open(os.path.join(made, "huge"), "wb") as fh:
+        fh.truncate(50 << 30)  # 50 GB sparse: removal costs an unlink, not a read
+    cleanup(config, SimpleNamespace(job_id="42"))
+    assert not os.path.lexists(made) and (tmp_path / "keep").read_text() == "x"
+    assert os.listdir(tmp_path / "nccl") == []
+    assert remove_nccl_dir(config, "42") is True  # nothing there: nothing to do
+
+
+def test_an_unsafe_base_is_never_touched(tmp_path, capsys):
+    config = config_with(tmp_path)
+    made = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    os.chmod(tmp_path / "nccl", 0o777)  # someone opened the base to everyone: not ours to trust
+    assert remove_nccl_dir(config, "42") is False
+    assert os.path.isdir(made)
+    assert "not removed" in capsys.readouterr().err
+
+
+def test_only_a_job_id_makes_an_nccl_path(tmp_path):
+    config = config_with(tmp_path)
+    assert nccl_job_dir(config, "1_2_3") is None and nccl_job_dir(config, "\u0663") is None
+    assert nccl_job_dir(config, "12_3") == str(tmp_path / "nccl" / "12_3")
