@@ -324,7 +324,9 @@ def test_evidence_none_and_hostile_text(site, capsys):
     bundle(site, "10", "gpu-99", why="\x1b[2J\x1b[31mboom\nsecond", category="other")
     assert cli.main(["evidence", "gpu-99"]) == 0
     text = capsys.readouterr().out
-    assert "\x1b" not in text and "boom second" in text and text.count("job 10 ") == 1
+    # Shown escaped, one line: the admin sees what the text tried (gpugate.text.printable).
+    assert "\x1b" not in text and "\\x1b[2J\\x1b[31mboom\\nsecond" in text
+    assert text.count("job 10 ") == 1
     assert cli.main(["evidence", "../etc"]) == 2  # one line, no argparse usage block
     assert capsys.readouterr().err.count("\n") == 1
 
