@@ -23,6 +23,7 @@ from gpugate.slurm_hooks.slurm_parse import (
     HostlistError,
     JobInfo,
     NodeInfo,
+    ended_at,
     hostlist_expand,
     job_reason,
     parse_show_jobs_text,
@@ -43,7 +44,12 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 10.0  # seconds per scontrol call
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
 REASON_MAX = 200
-COMMENT_MAX = 400
+COMMENT_MAX = 400  # one piece of gpugate's text
+# The whole AdminComment gpugate leaves (others' text and its own pieces): Slurm caps a
+# job's --comment at 1024 (job_mgr.c `_test_strlen(job_desc->comment, "comment", 1024)`)
+# and checks no length on an AdminComment update; stay within the comment's bound.
+ADMIN_COMMENT_MAX = 1024
+COMMENT_SEPARATOR = " | "
 ENV_BACKEND = "GPUGATE_SLURM_BACKEND"
 KINDS = ("auto", "cli", "pyslurm")
 
@@ -54,6 +60,7 @@ DRAINED, RESUMED, REFUSED, UNCHANGED = "drained", "resumed", "refused", "unchang
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CHECK_ID = re.compile(r"[^A-Za-z0-9_.\-]")
+_KEY_START = re.compile(r"[A-Z]")  # Slurm's keys (and localslurm's test parser) start so
 
 
 def clean_text(text: object, limit: int) -> str:
@@ -61,13 +68,20 @@ def clean_text(text: object, limit: int) -> str:
     # Non-ASCII becomes "?": no bidi overrides or zero-width tricks in an admin's terminal.
     out = str(text).encode("ascii", "replace").decode("ascii")
     out = _CONTROL.sub(" ", out)
-    # scontrol strips a leading/trailing `"` from Reason=; `=` would let a value read back
-    # from `scontrol show -o` look like another Key= to parsers (ours and admins' awk).
-    out = out.replace('"', "'").replace("`", "'").replace("=", ":")
-    out = " ".join(out.split())
+    # scontrol strips a leading/trailing `"` from Reason=.
+    out = out.replace('"', "'").replace("`", "'")
+    # A word like ` StdOut=/x` would read back from `scontrol show -o` as another Key= (ours
+    # and admins' awk): its `=` becomes `:`. Only there: gpugate's own syntax
+    # (`gpugate:ckpt=DIR`, `k=v`, paths with `=`) keeps its `=`, since no Slurm key starts
+    # with a lower-case letter, `/` or `(`.
+    out = " ".join(_key_like(word) for word in out.split())
     if len(out) > limit:
         out = out[: limit - 3].rstrip() + "..."
     return out
+
+
+def _key_like(word: str) -> str:
+    return word.replace("=", ":") if _KEY_START.match(word) and "=" in word else word
 
 
 def drain_reason(check_id: str, detail: str) -> str:
@@ -91,6 +105,36 @@ def _own_reason(reason: str) -> str:
     if not text.startswith(GPUGATE_PREFIX):
         raise ValueError(f"drain reasons must come from drain_reason(), got {text!r}")
     return text
+
+
+def merge_admin_comment(existing: str, piece: str, limit: int = ADMIN_COMMENT_MAX) -> str | None:
+    """`existing` with gpugate's `piece` appended (None: nothing to write).
+
+    What others wrote is kept as it is. Past `limit`, gpugate's own oldest pieces go first,
+    then the new piece is cut; with no room left (others' text fills it) nothing is written.
+    A piece that is already there is not written twice.
+    """
+    existing = (existing or "").strip()
+    piece = admin_comment(piece)
+    pieces = [p for p in existing.split(COMMENT_SEPARATOR) if p.strip()] if existing else []
+    if piece in pieces:
+        return None
+    sep = len(COMMENT_SEPARATOR)
+
+    def size(items: list[str]) -> int:
+        return sum(len(i) for i in items) + sep * max(len(items) - 1, 0)
+
+    while size([*pieces, piece]) > limit:
+        ours = next((i for i, p in enumerate(pieces) if p.startswith(GPUGATE_PREFIX)), None)
+        if ours is None:
+            break
+        del pieces[ours]
+    room = limit - size(pieces) - (sep if pieces else 0)
+    if room < len(GPUGATE_PREFIX) + 20:  # not even a useful line fits
+        return None
+    if len(piece) > room:
+        piece = piece[: room - 3].rstrip() + "..."
+    return COMMENT_SEPARATOR.join([*pieces, piece])
 
 
 # ---------------------------------------------------------------------------------- errors
@@ -191,7 +235,38 @@ class SlurmControl:
 
     def set_admin_comment(self, job_id: int | str, text: str) -> None:
         """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
+        self._write_admin_comment(job_id, admin_comment(text))
+
+    def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
         raise NotImplementedError
+
+    def add_admin_comment(self, job_id: int | str, text: str) -> str:
+        """Append `gpugate: <text>` to the job's AdminComment, keeping what is there (the
+        prolog's refusal, an admin's note); returns what was written, "" for nothing."""
+        merged = merge_admin_comment(self.job(job_id).admin_comment, text)
+        if merged is None:
+            return ""
+        self._write_admin_comment(job_id, merged)
+        return merged
+
+    def exclude_nodes(
+        self, job_id: int | str, nodes: Iterable[str]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Add `nodes` to the job's own ExcNodeList; returns (now excluded, left alone).
+
+        A node the job asks for by name (`-w`, ReqNodeList) is left alone: excluding it too
+        would leave the job pending for good (Slurm accepts ReqNodeList=n1 ExcNodeList=n1 and
+        never runs the job). The pin is the user's choice; the job waits for that node.
+        """
+        job = self.job(job_id)
+        wanted = [_node_name(n) for n in nodes]
+        pinned = tuple(n for n in wanted if n in job.required_nodes)
+        merged = tuple(
+            dict.fromkeys([*job.excluded_nodes, *(n for n in wanted if n not in pinned)])
+        )
+        if merged != tuple(job.excluded_nodes):
+            self.set_excluded(job_id, merged)
+        return merged, pinned
 
     def set_node_comment(self, node: str, text: str) -> None:
         """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change)."""
@@ -382,9 +457,7 @@ class CliBackend(SlurmControl):
         names = ",".join(_node_name(n) for n in nodes)
         self.scontrol("update", f"JobId={_job_id(job_id)}", f"ExcNodeList={names}")
 
-    def set_admin_comment(self, job_id: int | str, text: str) -> None:
-        """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
-        comment = admin_comment(text)
+    def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
         self.scontrol("update", f"JobId={_job_id(job_id)}", f"AdminComment={comment}")
 
 
@@ -482,6 +555,8 @@ class PyslurmBackend(SlurmControl):
             excluded_nodes=tuple(self.expand_hostlist(j.excluded_nodes or "")),
             requeue=bool(j.is_requeueable),
             partition=j.partition or "",
+            required_nodes=tuple(self.expand_hostlist(getattr(j, "required_nodes", None) or "")),
+            end_time=ended_at(_pyslurm_epoch(getattr(j, "end_time", None))),
         )
 
     def _job(self, job_id: int | str) -> object:
@@ -517,9 +592,16 @@ class PyslurmBackend(SlurmControl):
             return
         self._modify_job(job_id, excluded_nodes=names)
 
-    def set_admin_comment(self, job_id: int | str, text: str) -> None:
-        """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
-        self._modify_job(job_id, admin_comment=admin_comment(text))
+    def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
+        self._modify_job(job_id, admin_comment=comment)
+
+
+def _pyslurm_epoch(value: object) -> int | None:
+    # pyslurm's Job.end_time is epoch seconds; be lenient with None or odd types.
+    try:
+        return int(value) if value else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
 
 
 def _node_from_pyslurm(n: object) -> NodeInfo:

@@ -46,6 +46,13 @@ _STATE_SUFFIX = {
     "-": "PLANNED",
 }
 _NULLS = frozenset({"", "(null)", "None"})
+# The job reason after a failed prolog when Slurm holds the job (the default; job_mgr.c
+# `_job_requeue_op`, JOB_LAUNCH_FAILED): "launch failed requeued held", as scontrol prints it.
+LAUNCH_FAILED_REASONS = frozenset({"launch_failed_requeued_held"})
+# 24.11 stores the prolog's failure as the job's exit code (job_mgr.c `prolog_complete`:
+# exit_code = prolog_rc = ESLURMD_PROLOG_FAILED, 4022 in slurm_errno.h), which scontrol and
+# SLURM_JOB_EXIT_CODE2 print as `0:54` (4022 & 0x7f). 22.05 leaves `0:0`.
+PROLOG_FAILED_SIGNAL = 54
 
 
 class NodeInfo(Record):
@@ -91,6 +98,30 @@ class JobInfo(Record):
     excluded_nodes: tuple = ()  # expanded host names
     requeue: bool = False
     partition: str = ""
+    required_nodes: tuple = ()  # `-w`/ReqNodeList, expanded host names
+    end_time: int | None = None  # epoch; None while the job has not ended (or was requeued)
+
+    @property
+    def back_in_queue(self) -> bool:
+        """Slurm has put the job back in the queue itself (a failed prolog or launch, a node
+        failure with --requeue, an admin's requeue).
+
+        Seen on 22.05 from EpilogSlurmctld: such a job prints JobState=COMPLETING (the
+        PENDING|COMPLETING bits; the PENDING comes once the hook is done) and EndTime=Unknown,
+        where a job that ended prints COMPLETING with its EndTime.
+        """
+        state = self.state.upper()
+        return state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") or (
+            state == "COMPLETING" and self.end_time is None
+        )
+
+    @property
+    def launch_failed(self) -> bool:
+        """Slurm's own word that the job's prolog (or launch) failed on a node."""
+        return self.reason in LAUNCH_FAILED_REASONS or (self.exit_code, self.exit_signal) == (
+            0,
+            PROLOG_FAILED_SIGNAL,
+        )
 
 
 # ---------------------------------------------------------------------------------- hostlists
@@ -336,6 +367,8 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
         excluded_nodes=tuple(expand(_text(kv.get("ExcNodeList")))),
         requeue=kv.get("Requeue") == "1",
         partition=_text(kv.get("Partition")),
+        required_nodes=tuple(expand(_text(kv.get("ReqNodeList")))),
+        end_time=_text_time(kv.get("EndTime") or ""),
     )
 
 
@@ -475,7 +508,20 @@ def _job_from_record(rec: dict, expand: Callable[[str], list[str]]) -> JobInfo:
         excluded_nodes=tuple(expand(rec.get("excluded_nodes") or "")),
         requeue=bool(rec.get("requeue")),
         partition=rec.get("partition") or "",
+        required_nodes=tuple(expand(rec.get("required_nodes") or "")),
+        end_time=ended_at(_epoch(rec.get("end_time"))),
     )
+
+
+def ended_at(epoch: int | None) -> int | None:
+    """A job's end time, None while it has not ended.
+
+    JSON and pyslurm give a pending or running job its expected end (start + time limit);
+    scontrol prints `EndTime=Unknown` for it, and 0 for a job put back in the queue.
+    """
+    import time
+
+    return epoch if epoch and epoch <= time.time() else None
 
 
 def job_reason(text: str | None) -> str:

@@ -204,6 +204,8 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
                 excluded_nodes=",".join(j.excluded_nodes) or None,
                 is_requeueable=j.requeue,
                 partition=j.partition,
+                required_nodes=",".join(j.required_nodes) or None,
+                end_time=j.end_time,
             )
             return job
 
@@ -342,15 +344,39 @@ JOB_FILES = {
         4: dict(state="PENDING", reason="launch_failed_requeued_held", nodes=(), restarts=1,
                 exit_code=0, exit_signal=0, requeue=True),
     }),
+    # What EpilogSlurmctld sees (scontrol show job from inside the hook, 22.05.8, two slurmd):
+    # a prolog refused the job on n1 (held, then nohold_on_prolog_fail); jobs that ended.
+    "22.05/scontrol-show-job.epilog-slurmctld.prolog-refused-held.txt": (parse_show_jobs_text, 1, {
+        1: dict(state="COMPLETING", reason="launch_failed_requeued_held", end_time=None,
+                restarts=1, exit_code=0, exit_signal=0, back_in_queue=True, launch_failed=True,
+                admin_comment="gpugate: node n1 refused: gpu.ecc: test", batch_host="n1"),
+    }),
+    "22.05/scontrol-show-job.epilog-slurmctld.prolog-refused-nohold.txt": (parse_show_jobs_text, 1, {
+        1: dict(state="COMPLETING", reason="", end_time=None, restarts=1,
+                back_in_queue=True, launch_failed=False,
+                admin_comment="gpugate: node n1 refused: gpu.ecc: test"),
+    }),
+    "22.05/scontrol-show-job.epilog-slurmctld.ended-ok.txt": (parse_show_jobs_text, 1, {
+        1: dict(state="COMPLETING", exit_code=0, end_time=utc("2026-12-01T06:54:39"),
+                back_in_queue=False, launch_failed=False, required_nodes=("n2",),
+                admin_comment=""),
+    }),
+    "22.05/scontrol-show-job.epilog-slurmctld.ended-exit3.txt": (parse_show_jobs_text, 1, {
+        2: dict(state="COMPLETING", reason="NonZeroExitCode", exit_code=3,
+                end_time=utc("2026-12-01T06:54:39"), back_in_queue=False, launch_failed=False,
+                required_nodes=("n2",), excluded_nodes=()),
+    }),
     "24.11-debian13/scontrol-show-job.held.txt": (parse_show_jobs_text, 1, {
         1: dict(state="PENDING", reason="launch_failed_requeued_held", exit_code=0,
-                exit_signal=54, restarts=1, stderr="/tmp/slurm-ci/out/slurm-1.out"),
+                exit_signal=54, restarts=1, stderr="/tmp/slurm-ci/out/slurm-1.out",
+                back_in_queue=True, launch_failed=True),
     }),
     "24.11-debian13/scontrol-show-job.held.json": (parse_jobs_json, 1, {
         1: dict(state="PENDING", reason="launch_failed_requeued_held", exit_signal=54),
     }),
     "24.11-debian13/squeue.held-job.json": (parse_jobs_json, 1, {
-        1: dict(state="PENDING", exit_signal=54, stdout="/tmp/slurm-ci/out/slurm-1.out"),
+        1: dict(state="PENDING", exit_signal=54, stdout="/tmp/slurm-ci/out/slurm-1.out",
+                launch_failed=True),  # 0:54: ESLURMD_PROLOG_FAILED (4022)
     }),
     "24.11/slurmrestd-job.gpu-pending.json": (parse_jobs_json, 1, {
         6376: dict(user="progers", uid=10002, state="PENDING", reason="BeginTime",
@@ -551,7 +577,7 @@ def test_drain_reason_format() -> None:
 def test_drain_reason_sanitises_hostile_detail() -> None:
     hostile = 'line one\nline two\r\n\x1b[31mred\x00\x07 "quoted" `tick` k=v \u202eevil\u200b'
     reason = S.drain_reason("kernel.xid", hostile)
-    assert reason == "gpugate: kernel.xid: line one line two [31mred 'quoted' 'tick' k:v ?evil?"
+    assert reason == "gpugate: kernel.xid: line one line two [31mred 'quoted' 'tick' k=v ?evil?"
     assert reason.isascii() and reason.isprintable()
 
 
@@ -568,6 +594,92 @@ def test_admin_comment_gets_the_prefix_once() -> None:
     )
     assert S.admin_comment("gpugate: x\ny") == "gpugate: x y"
     assert len(S.admin_comment("z" * 10_000)) == S.COMMENT_MAX
+
+
+def test_gpugate_syntax_keeps_its_equals_sign() -> None:
+    # The sanitiser turned `gpugate:ckpt=DIR` into `gpugate:ckpt:DIR`, which no parser reads.
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+
+    text = "no requeue: the job did not opt in (gpugate:ckpt= or gpugate:requeue)"
+    assert "(gpugate:ckpt= or gpugate:requeue)" in S.admin_comment(text)
+    tokens = "gpugate:ckpt=/data/run=1/ckpt gpugate:restarts=2 gpugate:requeue"
+    assert (
+        comment_tokens(S.admin_comment(tokens))
+        == comment_tokens(tokens)
+        == {
+            "ckpt": "/data/run=1/ckpt",
+            "restarts": "2",
+            "requeue": "",
+        }
+    )
+
+
+def test_key_lookalikes_lose_their_equals_sign() -> None:
+    # ` StdOut=/etc/shadow` in a log line must not read back as the job's StdOut.
+    comment = S.admin_comment("x StdOut=/etc/shadow Reason=a=b ok=1")
+    assert comment == "gpugate: x StdOut:/etc/shadow Reason:a:b ok=1"
+    line = JOB_4_TEXT_ONE_LINE.replace("Command=(null)", f"AdminComment={comment} Command=(null)")
+    job = parse_show_job_text(line)
+    assert (job.admin_comment, job.stdout) == (comment, "/tmp/slurm-ci/out/slurm-4.out")
+
+
+@pytest.mark.parametrize(
+    ("existing", "piece", "merged"),
+    [
+        ("", "requeue: x", "gpugate: requeue: x"),
+        ("gpugate: node n1 refused: gpu.ecc: test", "requeue: x",
+         "gpugate: node n1 refused: gpu.ecc: test | gpugate: requeue: x"),
+        ("ticket 4711 (admin)", "gpugate: requeue: x", "ticket 4711 (admin) | gpugate: requeue: x"),
+        ("a | gpugate: requeue: x", "requeue: x", None),  # already there
+        ("ÿ odd=1 admin text", "y", "ÿ odd=1 admin text | gpugate: y"),  # others' text as is
+    ],
+)  # fmt: skip
+def test_admin_comment_is_appended_not_replaced(existing: str, piece: str, merged) -> None:
+    assert S.merge_admin_comment(existing, piece) == merged
+
+
+def test_admin_comment_stays_within_slurms_bound() -> None:
+    old = [f"gpugate: requeue: restart {i} " + "x" * 300 for i in range(3)]
+    merged = S.merge_admin_comment(" | ".join(["admin note", *old]), "requeue: restart 4")
+    # gpugate's oldest pieces go first; the admin's note and the newest pieces stay.
+    assert merged.split(" | ") == ["admin note", old[1], old[2], "gpugate: requeue: restart 4"]
+    assert len(merged) <= S.ADMIN_COMMENT_MAX
+    assert S.merge_admin_comment("a" * 1020, "requeue: x") is None  # no room: write nothing
+    cut = S.merge_admin_comment("a" * 900, "requeue: " + "y" * 300)
+    assert len(cut) == S.ADMIN_COMMENT_MAX and cut.startswith("a" * 900) and cut.endswith("...")
+
+
+REFUSED_HELD = fixture("22.05/scontrol-show-job.epilog-slurmctld.prolog-refused-held.txt")
+ENDED_EXIT3 = fixture("22.05/scontrol-show-job.epilog-slurmctld.ended-exit3.txt")
+
+
+def test_add_admin_comment_keeps_the_prologs_refusal() -> None:
+    kept = "gpugate: node n1 refused: gpu.ecc: test | gpugate: no requeue: x"
+    runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "1"), REFUSED_HELD)
+    runner.ok(("scontrol", "update", "JobId=1", f"AdminComment={kept}"))
+    assert S.CliBackend(runner=runner).add_admin_comment(1, "no requeue: x") == kept
+    assert runner.writes() == [("comment", "1", kept)]
+
+
+def test_exclude_nodes_adds_to_the_jobs_own_list() -> None:
+    text = ENDED_EXIT3.replace(
+        "ReqNodeList=n2 ExcNodeList=(null)", "ReqNodeList=(null) ExcNodeList=n[3-4]"
+    )
+    runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), text)
+    runner.ok(("scontrol", "update", "JobId=2", "ExcNodeList=n3,n4,n1"))
+    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n1", "n3"]) == (("n3", "n4", "n1"), ())
+    assert runner.writes() == [("exclude", "2", ("n3", "n4", "n1"))]  # fmt: skip
+
+
+def test_exclude_nodes_keeps_a_pin_rather_than_strand_the_job() -> None:
+    # Slurm takes ReqNodeList=n2 ExcNodeList=n2 and never runs the job (seen on 22.05.8).
+    runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), ENDED_EXIT3)
+    runner.ok(("scontrol", "update", "JobId=2", "ExcNodeList=n1"))
+    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n2", "n1"]) == (("n1",), ("n2",))
+    assert runner.writes() == [("exclude", "2", ("n1",))]
+    runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), ENDED_EXIT3)
+    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n2"]) == ((), ("n2",))
+    assert runner.writes() == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -730,6 +842,7 @@ def test_every_call_gets_the_timeout_iso_times_and_slurm_conf(
 
 SHOW_JOB_4 = ("scontrol", "-o", "show", "job", "4")
 JOB_4_TEXT = fixture("22.05/scontrol-show-job.held.txt")
+JOB_4_TEXT_ONE_LINE = " ".join(JOB_4_TEXT.split())
 
 
 def test_job_reads_scontrol_text() -> None:
@@ -756,7 +869,7 @@ def test_job_writes_issue_exactly_these_commands() -> None:
             "scontrol",
             "update",
             "JobId=4",
-            "AdminComment=gpugate: node gpu-node-17 refused: gpu.ecc: x:1 y",
+            "AdminComment=gpugate: node gpu-node-17 refused: gpu.ecc: x=1 y",
         ),
     ]
     for argv in expected:
@@ -809,6 +922,7 @@ def make_backend(kind: str, line: str) -> tuple[S.SlurmControl, callable]:
         ("scontrol", "requeuehold", "1"),
         ("scontrol", "release", "1"),
         ("scontrol", "update", "JobId=1", "StartTime=now"),
+        ("scontrol", "update", "JobId=1", "AdminComment=gpugate: requeue: x"),
     ]:
         runner.ok(argv)
     cli = S.CliBackend(runner=runner)
@@ -891,6 +1005,14 @@ def test_conformance_job_and_requeue_flow(kind: str) -> None:
         ("exclude", "1", ()),
     ]
     assert sorted(written()) == sorted(expected)
+
+
+@BOTH
+def test_conformance_exclusion_and_comment_keep_what_is_there(kind: str) -> None:
+    backend, written = make_backend(kind, IDLE_LINE)
+    assert backend.exclude_nodes(1, ["vm"]) == (("vm",), ())
+    assert backend.add_admin_comment(1, "requeue: x") == "gpugate: requeue: x"
+    assert written() == [("exclude", "1", ("vm",)), ("comment", "1", "gpugate: requeue: x")]
 
 
 @BOTH
