@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm.localslurm import (  # noqa: E402
+    JOB_USER,
     LocalSlurm,
     SlurmUnavailable,
     ensure_available,
+    open_path,
     slurm_version,
     state_flags,
 )
@@ -98,7 +100,24 @@ def test_node_is_idle_with_eight_gpus(one: LocalSlurm) -> None:
     assert one.sinfo_states() == {"gpu-node-01": "idle"}
 
 
-def test_wrap_job_runs_to_completion(one: LocalSlurm, tmp_path: Path) -> None:
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    """A directory the ordinary job user can write its output to."""
+    tmp_path.chmod(0o1777)
+    open_path(tmp_path)
+    return tmp_path
+
+
+def test_jobs_run_as_the_ordinary_user(one: LocalSlurm, job_dir: Path) -> None:
+    job = one.submit(wrap="id -un", output=str(job_dir / "who.out"))
+    done = one.wait_job(job, "COMPLETED", timeout=30)
+    assert done["UserId"].startswith(f"{JOB_USER}(")
+    assert (job_dir / "who.out").read_text().strip() == JOB_USER
+    assert (job_dir / "who.out").stat().st_uid == one.job_uid != 0
+
+
+def test_wrap_job_runs_to_completion(one: LocalSlurm, job_dir: Path) -> None:
+    tmp_path = job_dir
     job = one.submit(wrap="echo hi", output=str(tmp_path / "out.%j"))
     done = one.wait_job(job, "COMPLETED", timeout=30)
     assert done["ExitCode"] == "0:0"
@@ -107,7 +126,8 @@ def test_wrap_job_runs_to_completion(one: LocalSlurm, tmp_path: Path) -> None:
     assert Path(done["StdOut"]).read_text() == "hi\n"
 
 
-def test_script_job_gets_gpus(one: LocalSlurm, tmp_path: Path) -> None:
+def test_script_job_gets_gpus(one: LocalSlurm, job_dir: Path) -> None:
+    tmp_path = job_dir
     script = "#!/bin/sh\n#SBATCH --gres=gpu:2\necho $CUDA_VISIBLE_DEVICES\n"
     job = one.submit(script, output=str(tmp_path / "gpus.out"))
     one.wait_job(job, "COMPLETED", timeout=30)
@@ -168,8 +188,8 @@ def test_two_nodes_are_idle(two: LocalSlurm) -> None:
     assert two.node("n2")["Gres"] == "gpu:2"
 
 
-def test_job_spans_both_nodes(two: LocalSlurm, tmp_path: Path) -> None:
-    out = tmp_path / "n2.out"
+def test_job_spans_both_nodes(two: LocalSlurm, job_dir: Path) -> None:
+    out = job_dir / "n2.out"
     job = two.submit(wrap="srun sh -c 'echo $SLURMD_NODENAME'", nodes=2, output=str(out))
     done = two.wait_job(job, "COMPLETED", timeout=30)
     assert done["NodeList"] == "n[1-2]"

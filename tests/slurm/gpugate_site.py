@@ -12,6 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from localslurm import ensure_user, open_path
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
@@ -30,7 +32,17 @@ class Site:
         self.metrics = base / "metrics" / "gpugate.prom"
         for d in (self.hooks, self.snapshots, self.state, self.evidence, self.metrics.parent):
             d.mkdir(parents=True, exist_ok=True)
-        os.chmod(base, 0o755)  # the job user (root here) and hooks read below it
+        # Jobs run as an ordinary user (localslurm.JOB_USER) and write their output here, like
+        # users in a shared /tmp: sticky and world-writable; state and evidence stay root's.
+        os.chmod(base, 0o1777)
+        open_path(base)
+        # The snapshots stand for the GPUs. Jobs in these tests swap their node's snapshot to
+        # stand for hardware failing mid-run, so the job user may write there (tests only).
+        uid, gid = ensure_user()
+        os.chown(self.snapshots, uid, gid)
+        # The TaskProlog runs as the job user with this checkout's interpreter: it must be able
+        # to reach it (a pyenv under a 0700 /root, say). Traversal only, nothing listed.
+        open_path(Path(os.path.realpath(sys.executable)).parent)
         gpugate = Path(sys.executable).parent / "gpugate"
         for hook in HOOKS:
             shutil.copy(ROOT / "slurm_hooks" / f"gpugate-{hook}", self.hooks / f"gpugate-{hook}")
@@ -66,6 +78,7 @@ class Site:
         text = (SNAPSHOTS / f"{name}.yaml").read_text().replace("gpu-node-01", node)
         tmp = self.snapshots / f".{node}.tmp"
         tmp.write_text(text)
+        tmp.chmod(0o666)  # a job (the job user) may overwrite it: see __init__
         os.replace(tmp, self.snapshots / f"{node}.yaml")
 
     def restore(self, cluster: object, nodes: list[str]) -> None:

@@ -70,6 +70,9 @@ JOB_FREE_TEXT = ("AdminComment", "Comment", "SystemComment")
 MAX_SOCKET_PATH = 107
 # Where the sockets go instead when the base dir is too long for them.
 SHORT_DIR_ROOT = Path("/run/localslurm")
+# The ordinary user that submits the tests' jobs: hooks must be tried on a real user's job, not
+# only on root's (root's jobs hide every permission bug: reading as the user, file modes).
+JOB_USER = "gpugate-e2e"
 
 NodePredicate = Callable[[dict], bool]
 
@@ -129,6 +132,30 @@ def ensure_available() -> None:
     if os.geteuid() != 0:
         raise SlurmUnavailable("a local Slurm cluster needs root (SlurmUser=root, mknod)")
     install()
+
+
+def ensure_user(name: str = JOB_USER) -> tuple[int, int]:
+    """(uid, gid) of an ordinary local user for test jobs, created (no home, no login) if absent."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        _run_quiet(
+            [_need("useradd"), "--system", "--user-group", "--no-create-home",
+             "--home-dir", "/nonexistent", "--shell", "/bin/sh", name]
+        )  # fmt: skip
+        entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+def open_path(path: str | os.PathLike) -> None:
+    """Let other users traverse every directory down to ``path`` (pytest's tmp dirs are 0700)."""
+    current = Path(path).resolve()
+    for directory in (current, *current.parents):
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            directory.chmod((mode & 0o7777) | 0o001)
 
 
 def slurm_version() -> tuple[int, int]:
@@ -216,6 +243,7 @@ class LocalSlurm:
         extra_conf: str = "",
         cluster_name: str = "localslurm",
         start_timeout: float = 20.0,
+        job_user: str | None = JOB_USER,
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -236,6 +264,10 @@ class LocalSlurm:
         self.extra_conf = extra_conf
         self.cluster_name = cluster_name
         self.start_timeout = start_timeout
+        # submit() runs sbatch as this ordinary user (None: as the caller, root).
+        self.job_user = job_user
+        self.job_uid: int | None = None
+        self.job_gid: int | None = None
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
 
@@ -302,6 +334,7 @@ class LocalSlurm:
         ensure_available()
         self._kill_leftovers()  # a crashed earlier run of this base dir
         self._prepare_dirs()
+        self._prepare_job_user()
         self._pick_ports()
         self._write_munge_key()
         self._write_fake_gpus()
@@ -343,6 +376,15 @@ class LocalSlurm:
         # Keep the previous run's logs for post-mortems, start each run with fresh ones.
         for log in self.log_dir.glob("*.log"):
             log.replace(log.with_suffix(".log.prev"))
+
+    def _prepare_job_user(self) -> None:
+        """Create the job user; let it reach the config, munged's socket and its work dir."""
+        if not self.job_user:
+            return
+        self.job_uid, self.job_gid = ensure_user(self.job_user)
+        for path in (self.base / "etc", self.munge_socket.parent):
+            open_path(path)
+        os.chown(self.work_dir, self.job_uid, self.job_gid)
 
     def _pick_ports(self) -> None:
         """Choose free TCP ports for slurmctld and each slurmd."""
@@ -634,13 +676,24 @@ class LocalSlurm:
         timeout: float = 30.0,
         check: bool = True,
         input: str | None = None,
+        as_job_user: bool = False,
+        extra_env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
-        """Run a Slurm client command (argv list) against this cluster; text output."""
+        """Run a Slurm client command (argv list) against this cluster; text output.
+
+        ``as_job_user`` runs it as the cluster's ordinary job user instead of the caller.
+        """
         argv = list(argv)
         argv[0] = find_binary(argv[0]) or argv[0]
+        user: dict[str, Any] = {}
+        if as_job_user and self.job_user and self.job_uid is None:
+            self.job_uid, self.job_gid = ensure_user(self.job_user)  # from_dir(): look it up
+        if as_job_user and self.job_uid is not None:
+            user = {"user": self.job_uid, "group": self.job_gid, "extra_groups": []}
         proc = subprocess.run(
             argv,
-            env=self.env(),
+            env={**self.env(), **(extra_env or {})},
+            **user,
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
             capture_output=True,
@@ -654,12 +707,22 @@ class LocalSlurm:
             )
         return proc
 
-    def submit(self, script: str | None = None, *, wrap: str | None = None, **options: Any) -> int:
+    def submit(
+        self,
+        script: str | None = None,
+        *,
+        wrap: str | None = None,
+        as_root: bool = False,
+        env: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> int:
         """Submit a batch job (script text via stdin, or ``wrap``); return its job id.
 
         Options become sbatch flags: ``output="o.%j"`` -> ``--output=o.%j``,
         ``no_requeue=True`` -> ``--no-requeue``; False/None are left out. Jobs run in
-        ``work_dir`` unless ``chdir`` is given.
+        ``work_dir`` unless ``chdir`` is given, as the ordinary ``job_user`` unless ``as_root``
+        (or the cluster has no job user). ``env`` adds variables to the submitter's environment
+        (sbatch passes it on to the job).
         """
         if (script is None) == (wrap is None):
             raise ValueError("give exactly one of script and wrap")
@@ -667,7 +730,7 @@ class LocalSlurm:
         argv = ["sbatch", "--parsable", *_sbatch_flags(options)]
         if wrap is not None:
             argv.append(f"--wrap={wrap}")
-        proc = self.run(argv, input=script)
+        proc = self.run(argv, input=script, as_job_user=not as_root, extra_env=env)
         # --parsable prints "ID" or "ID;cluster".
         return int(proc.stdout.strip().split(";")[0])
 
