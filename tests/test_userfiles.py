@@ -204,6 +204,25 @@ def _check_drop(tmp_path, python, lib):
     assert any("Permission denied" in e for e in got["errors"])
 
 
+def test_the_child_imports_gpugate_as_its_parent_did(installed):
+    # The RPM's launcher runs `python3 -Es` and puts its lib first on sys.path by hand; -E
+    # ignores PYTHONPATH, so the child is given the parent's path, and runs without `site`.
+    python, lib = installed
+    code = (
+        f"import sys; sys.path.insert(0, {lib!r})\n"
+        "from gpugate import child\n"
+        "print(child.command()[1:3])\n"
+        f"print(child.call({SELFTEST!r}, {{'action': 'ids'}}, 10, 4096)['uid'])\n"
+        "import json; print(json.dumps(child.call('gpugate.child:selftest', {'action': 'fds'},"
+        " 10, 4096)))\n"
+    )
+    out = subprocess.run([python, "-Es", "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd="/")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    flags, uid, _fds = out.stdout.splitlines()
+    assert flags == "['-I', '-S']" and uid == str(os.getuid())
+
+
 def test_unknown_user_is_refused():
     with pytest.raises(UserFileError, match="unknown"):
         as_user(None, None, SELFTEST, {"action": "ids"}, 1)
@@ -255,7 +274,11 @@ def installed(tmp_path_factory):
 
 
 def _reachable_python() -> str | None:
-    for python in (sys.executable, "/usr/bin/python3"):
+    """A python3 >= 3.9 that nobody may run (any python3 when we are not root)."""
+    if os.geteuid() != 0:
+        return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    # The system python3 first: with the copied layout it is what the RPM's launcher runs.
+    for python in ("/usr/bin/python3", sys.executable):
         try:
             out = subprocess.run([python, "-c", "import sys; print(sys.version_info >= (3, 9))"],
                                  user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
