@@ -274,14 +274,15 @@ def call(
 
 def main() -> None:
     """The child: die with the parent, read the request, run the task, answer, exit."""
+    import signal
+
     _die_with_parent()
+    signal.alarm(300)  # until the request says how long we may take
     try:
         request = json.loads(sys.stdin.buffer.read())
         # The parent may have died before the prctl above: then nobody waits for an answer.
         if os.getppid() != request["parent"]:
             os._exit(70)
-        import signal
-
         # Backstop should the parent's kill never come: our own alarm, a little later.
         signal.alarm(int(float(request["timeout"])) + 2)
         payload: dict = {"ok": run_task(request["task"], request.get("kwargs") or {})}

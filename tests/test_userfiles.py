@@ -131,6 +131,25 @@ def test_the_reader_dies_with_its_parent(tmp_path):
             parent.kill()
 
 
+def test_a_child_left_alone_ends_on_its_own_alarm():
+    # The backstop when no kill comes (the parent stuck, or its kill lost): SIGALRM at the
+    # request's timeout plus 2 s.
+    import signal
+
+    from gpugate import child
+
+    c = child.start(SELFTEST, {"action": "sleep", "seconds": 60}, 0.1)
+    os.write(c.stdin_fd, c.pending)  # the request, then nobody reads the answer
+    os.close(c.stdin_fd)
+    c.stdin_fd = None
+    try:
+        assert c.proc.wait(10) == -signal.SIGALRM
+    finally:
+        os.close(c.stdout_fd)
+        if c.proc.poll() is None:
+            c.proc.kill()
+
+
 def test_a_non_root_reader_refuses_another_users_files(monkeypatch):
     # EpilogSlurmctld runs as the SlurmUser: it cannot become the job's user, and must not
     # read the user's files with its own rights instead.
