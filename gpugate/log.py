@@ -89,10 +89,12 @@ def error(state_dir: str | None, message: str, exc: BaseException | None = None)
             catch=False,
             opener=lambda path, flags: open_private(path, flags),
         )
-        if exc is not None:
-            logger.opt(exception=exc).error(message)
-        else:
-            logger.error(message)
-        logger.remove()
+        try:
+            if exc is not None:
+                logger.opt(exception=exc).error(message)
+            else:
+                logger.error(message)
+        finally:
+            logger.remove()  # closes the file, also after a failed write (a full disk)
     except Exception:  # a broken log must not turn into a failed prolog
         pass

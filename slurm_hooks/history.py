@@ -102,30 +102,35 @@ class _Lock:
         os.close(self.fd)  # closing releases the lock
 
 
-def _read_tail(path: str) -> bytes:
-    """The file's bytes, or its newest READ_MAX bytes from the first whole line on."""
+def _read_tail(path: str) -> tuple[bytes, int]:
+    """(the file's bytes, or its newest READ_MAX bytes from the first whole line on; its size)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return b""
+        return b"", 0
     with os.fdopen(fd, "rb") as fh:
         try:
             size = os.fstat(fd).st_size
             if size <= READ_MAX:
-                return fh.read(READ_MAX + 1)[-READ_MAX:]
+                return fh.read(READ_MAX + 1)[-READ_MAX:], size
             fh.seek(size - READ_MAX)
             data = fh.read(READ_MAX)
         except OSError:
-            return b""
+            return b"", 0
     # The cut lands inside a line: drop it (an older entry, or the tail of a giant line).
-    return data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+    return (data[data.find(b"\n") + 1 :] if b"\n" in data else b""), size
 
 
 def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
     """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
     warning for the whole file (never an exception: the file may be hostile or torn)."""
+    from gpugate import log
+
     valid = valid or valid_drain
-    data = _read_tail(path)
+    data, size = _read_tail(path)
+    if size > READ_MAX:
+        log.say(f"{path}: {size} bytes, more than gpugate writes: read only the newest "
+                f"{READ_MAX >> 20} MiB")  # fmt: skip
     lines = [line for line in data.splitlines() if line.strip()]
     skipped = 0
     if any(len(line) > LINE_MAX for line in lines):
@@ -148,8 +153,6 @@ def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> lis
     kept = [e for e in entries if valid(e)]
     skipped += len(entries) - len(kept)
     if skipped:
-        from gpugate import log
-
         log.say(f"{path}: skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}")
     return kept
 

@@ -176,9 +176,12 @@ def act_on_failure(
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
     refuse = concerns and outcome.blocked_by != "budget"
     if refuse and env.job_id:
-        mark_refused(config, env, outcome.reason)
-        if config.prolog.admin_comment and slurm is not None:
-            explain_refusal(slurm, env, check_id, detail)
+        try:  # both catch their own errors; this is for what they did not foresee
+            mark_refused(config, env, outcome.reason)
+            if config.prolog.admin_comment and slurm is not None:
+                explain_refusal(slurm, env, check_id, detail)
+        except Exception as exc:
+            note(f"could not record the refusal of job {env.job_id}: {exc}; refusing it")
     try:
         message = summary(decision)
     except Exception:
