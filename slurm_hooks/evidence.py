@@ -138,7 +138,8 @@ def write_bundle(
         raise
     at = round(time.time() if now is None else now, 3)
     entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
-             "user": summary.get("user"), "at": at, "bytes": size}  # fmt: skip
+             "user": summary.get("user"), "at": at, "bytes": size,
+             "hw": bool(summary.get("hardware_fault"))}  # fmt: skip
     _index_and_prune(evidence_dir, node, entry, older, gid, retention)
     return final
 
@@ -356,7 +357,9 @@ def prune(
 
     Three limits, each oldest first: age, then each user's share of the node's total (so one
     user's failing jobs cannot push everyone else's evidence out), then the node's total.
-    Bundles in `keep` stay. The index is rewritten without what is gone. Call under the lock.
+    Bundles in `keep` stay, and so does the node's newest bundle with a hardware fault (the
+    one a standing drain reason names, while the node's running jobs still end and write).
+    The index is rewritten without what is gone. Call under the lock.
     """
     read = read_index(evidence_dir, node)
     if read is None:
@@ -365,6 +368,8 @@ def prune(
         (e for e in read.entries if _is_bundle(os.path.join(evidence_dir, e["path"]))),
         key=lambda e: (e["at"], e["path"]),
     )
+    hardware = [e["path"] for e in live if e.get("hw") is True]
+    keep = set(keep) | set(hardware[-1:])
     now = time.time() if now is None else now
     drop: set[str] = set()
     if retention.days is not None:

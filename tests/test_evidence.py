@@ -236,3 +236,13 @@ def test_remove_tree_refuses_where_rmtree_is_not_symlink_safe(tmp_path, monkeypa
     monkeypatch.setattr(shutil, "rmtree", unsafe)
     assert fstree.remove_tree(str(tmp_path / "t")) is False
     assert (tmp_path / "t").is_dir()
+
+
+def test_the_newest_hardware_bundle_outlives_the_limits(tmp_path):
+    files = {"kernel.log": "Xid 79"}
+    hw = E.write_bundle(str(tmp_path), "1", "gpu-01", 0, files, {"hardware_fault": True}, now=T0)
+    later = [write(tmp_path, str(j), at=T0 + j) for j in range(2, 5)]
+    removed = E.prune(str(tmp_path), "gpu-01", keep(days=1, max_bytes=1), now=T0 + 9 * DAY)
+    assert os.path.isdir(hw)  # a standing drain reason names it
+    assert sorted(removed) == ["2/gpu-01-r0", "3/gpu-01-r0", "4/gpu-01-r0"]
+    assert all(gone(p) for p in later)
