@@ -58,6 +58,7 @@ def run_requeue(
         apply,
         decide_requeue,
         needs_evidence,
+        refusals,
         requested,
         resume_point,
         wait_for_summaries,
@@ -65,6 +66,8 @@ def run_requeue(
 
     summaries = wait_for_summaries(config, job, wait_s if needs_evidence(job, config) else 0)
     decision = decide_requeue(job, summaries, config)
+    if decision.slurm_requeued:
+        decision = decision.replace(refused_on=refusals(job, slurm))
     if decision.requeue:
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
         decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir))
@@ -84,6 +87,10 @@ def _body(config: Config) -> int:
             state=info.state,
             restarts=info.restarts,
             uid=job.uid if job.uid is not None else info.uid,
+            # Slurm's own word on a failed prolog (a state file on the node cannot reach here).
+            requeued=info.back_in_queue,
+            launch_failed=info.launch_failed,
+            admin_comment=info.admin_comment,
         )
     except Exception as exc:  # decide from the environment alone
         log.say(f"epilog-slurmctld job {job.job_id}: cannot read the job from Slurm: {exc}")
@@ -91,5 +98,6 @@ def _body(config: Config) -> int:
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
     log.event(config.state_dir, "epilog-slurmctld", job=job.job_id, requeue=decision.requeue,
               why=decision.why, category=decision.category, suspects=list(decision.suspects),
+              refused_on=list(decision.refused_on),
               checkpoint=decision.checkpoint, steps=done, pid=os.getpid())  # fmt: skip
     return 0

@@ -35,6 +35,11 @@ class JobEnd(Record):
     state: str | None = None  # Slurm's JobState: FAILED, NODE_FAIL, TIMEOUT, CANCELLED, ...
     exit_code2: str | None = None
     nodes: tuple[str, ...] = ()
+    # What Slurm itself says (scontrol show job, read by EpilogSlurmctld): the job is back in
+    # the queue already, its prolog or launch failed, and the AdminComment as it stands.
+    requeued: bool = False
+    launch_failed: bool = False
+    admin_comment: str = ""
 
 
 class RequeueDecision(Record):
@@ -47,6 +52,12 @@ class RequeueDecision(Record):
     checkpoint: str | None = None
     restarts: int = 0
     max_restarts: int = 0
+    # Whether the job's AdminComment gets this decision: never for a job that ended well, did
+    # not opt in or that Slurm requeued itself (the prolog's refusal stays the explanation).
+    tell: bool = False
+    slurm_requeued: bool = False
+    refused_on: tuple[str, ...] = ()  # nodes whose gpugate prolog refused the job, now drained
+    pinned: tuple[str, ...] = ()  # suspects the job asks for by name (-w): not excluded
 
     def describe(self) -> str:
         """One line for logs and the job's AdminComment."""
@@ -54,8 +65,12 @@ class RequeueDecision(Record):
         text = f"{verb}: {self.why}"
         if self.requeue:
             text += f"; restart {self.restarts + 1}/{self.max_restarts}"
-            if self.suspects:
-                text += f"; excluded {','.join(self.suspects)}"
+            excluded = [n for n in self.suspects if n not in self.pinned]
+            if excluded:
+                text += f"; excluded {','.join(excluded)}"
+            if self.pinned:
+                pins = ",".join(self.pinned)
+                text += f"; kept the -w pin on {pins} (not excluded: the job waits for {pins})"
             if self.checkpoint:
                 text += f"; resume from {self.checkpoint}"
         return text
@@ -111,22 +126,43 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
         "restarts": job.restarts,
         "max_restarts": limit,
     }
-    if (job.state or "").upper() == "PENDING":
+    if slurm_requeued(job):
         # EpilogSlurmctld also runs after a failed prolog, when Slurm has requeued the job itself.
-        why = "Slurm requeued the job already (its prolog refused a node)"
-        return RequeueDecision(requeue=False, why=why, **base)
+        why = "Slurm requeued the job already" + (
+            " (its prolog failed on a node)" if job.launch_failed else ""
+        )
+        return RequeueDecision(requeue=False, why=why, slurm_requeued=True, **base)
     if not opted:
         return RequeueDecision(
             requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
         )
+    # An opted-in job that failed hears why it was not requeued; one that ended well, nothing.
+    tell = ended_abnormally(job)
     if not infra:
         what = category or "no evidence of an infrastructure fault"
-        return RequeueDecision(requeue=False, why=f"not an infrastructure failure ({what})", **base)
+        why = f"not an infrastructure failure ({what})"
+        return RequeueDecision(requeue=False, why=why, tell=tell, **base)
     if job.restarts >= limit:
-        return RequeueDecision(
-            requeue=False, why=f"{category}, but no restarts left ({job.restarts}/{limit})", **base
-        )
-    return RequeueDecision(requeue=True, why=f"infrastructure failure ({category})", **base)
+        why = f"{category}, but no restarts left ({job.restarts}/{limit})"
+        return RequeueDecision(requeue=False, why=why, tell=tell, **base)
+    return RequeueDecision(
+        requeue=True, why=f"infrastructure failure ({category})", tell=True, **base
+    )
+
+
+def slurm_requeued(job: JobEnd) -> bool:
+    """Whether Slurm put the job back in the queue itself before this hook ran."""
+    from gpugate.slurm_hooks.slurm_parse import PROLOG_FAILED_SIGNAL
+
+    state = (job.state or "").upper()
+    # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
+    prolog_code = job.exit_code2 == f"0:{PROLOG_FAILED_SIGNAL}"
+    return state == "PENDING" or job.requeued or job.launch_failed or prolog_code
+
+
+def ended_abnormally(job: JobEnd) -> bool:
+    """A node failure or a non-zero exit (the env's SLURM_JOB_EXIT_CODE2; unknown counts)."""
+    return (job.state or "").upper() in INFRA_STATES or job.exit_code2 != "0:0"
 
 
 def needs_evidence(job: JobEnd, config: Config) -> bool:
@@ -138,9 +174,9 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
     from gpugate.slurm_hooks.hookenv import comment_tokens
 
     state = (job.state or "").upper()
-    if not requested(comment_tokens(job.comment), config)[0] or state in ("PENDING", "COMPLETED"):
+    if not requested(comment_tokens(job.comment), config)[0] or state == "COMPLETED":
         return False
-    return state in INFRA_STATES or job.exit_code2 != "0:0"
+    return not slurm_requeued(job) and ended_abnormally(job)
 
 
 def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]:
@@ -184,31 +220,66 @@ def apply(
     """Carry the decision out; returns what was done (or would be, with dry_run)."""
     done: list[str] = []
     steps = []
+    told = {"decision": decision}  # the exclusion step learns which suspects are pinned
+
+    def exclude() -> str:
+        excluded, pinned = slurm.exclude_nodes(job.job_id, decision.suspects)  # type: ignore[attr-defined]
+        told["decision"] = told["decision"].replace(pinned=pinned)
+        kept = f"; kept the -w pin on {','.join(pinned)}" if pinned else ""
+        return f"ExcNodeList now {','.join(excluded) or '(none)'}{kept}"
+
     if decision.requeue:
         steps.append((f"scontrol requeue {job.job_id}", lambda: slurm.requeue(job.job_id)))  # type: ignore[attr-defined]
         if decision.suspects and config.requeue.exclude_suspects:
-            steps.append((f"exclude {','.join(decision.suspects)}",
-                          lambda: slurm.set_excluded(job.job_id, list(decision.suspects))))  # type: ignore[attr-defined]  # fmt: skip
-        if config.requeue.start_now:
-            steps.append(
-                ("start now (once pending)", lambda: start_when_pending(slurm, job.job_id))
-            )
-    steps.append(
-        (
-            "admin comment",
-            lambda: slurm.set_admin_comment(job.job_id, f"gpugate: {decision.describe()}"),
-        )
-    )  # type: ignore[attr-defined]
+            steps.append((f"exclude {','.join(decision.suspects)}", exclude))
+    if (decision.requeue or decision.refused_on) and config.requeue.start_now:
+        # After gpugate's own requeue, or Slurm's after gpugate's prolog refused the job on a
+        # node that is now drained: the +120 s delay only protects a relaunch on the node
+        # that revoked the job's credential (job_mgr.c batch_requeue_fini), and that node is
+        # out of service or excluded.
+        steps.append(("start now (once pending)", lambda: start_when_pending(slurm, job.job_id)))
+
+    def comment() -> str:
+        written = slurm.add_admin_comment(job.job_id, told["decision"].describe())  # type: ignore[attr-defined]
+        return "" if written else "unchanged: already there, or no room"
+
+    if decision.tell:
+        steps.append(("admin comment", comment))
     for what, step in steps:
         if dry_run:
             done.append(f"would {what}")
             continue
         try:
-            step()
-            done.append(what)
+            said = step()
+            done.append(f"{what} ({said})" if isinstance(said, str) and said else what)
         except Exception as exc:  # each step is independent; report, carry on
             done.append(f"{what} failed: {exc}")
     return done
+
+
+def refusals(job: JobEnd, slurm: object) -> tuple[str, ...]:
+    """The job's nodes whose gpugate prolog refused it and that are drained now.
+
+    From the prolog's AdminComment (`gpugate: node N refused: ...`) when it is there, else
+    from Slurm: a job Slurm requeued itself on a node drained with a gpugate reason. A node
+    that refused without being drained (the drain failed) is left out: the job could land
+    on it again at once, so Slurm's delay stays.
+    """
+    import re
+
+    named = re.findall(r"(?:^|\| )gpugate: node (\S+) refused", job.admin_comment or "")
+    candidates = list(dict.fromkeys(named)) or list(job.nodes)
+    if not candidates or len(candidates) > 64:  # a refusal is one or a few nodes
+        return ()
+    found = []
+    for name in candidates:
+        try:
+            node = slurm.node(name)  # type: ignore[attr-defined]
+        except Exception:  # unknown or unreachable: not known to be drained
+            node = None
+        if node is not None and node.drained and node.gpugate_owned:
+            found.append(name)
+    return tuple(found)
 
 
 def start_when_pending(slurm: object, job_id: str, wait_s: float = 120.0) -> None:

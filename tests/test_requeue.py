@@ -127,17 +127,31 @@ def test_controller_environment_gives_the_job():
 
 
 class FakeSlurm:
-    def __init__(self) -> None:
+    """The adapter's job writes, recorded; `pinned` nodes are the job's ReqNodeList."""
+
+    def __init__(self, nodes: dict | None = None, pinned: tuple = ()) -> None:
         self.calls: list[tuple] = []
+        self.nodes = nodes or {}
+        self.pinned = pinned
 
     def requeue(self, job_id: str) -> None:
         self.calls.append(("requeue", job_id))
 
-    def set_excluded(self, job_id: str, nodes: list[str]) -> None:
-        self.calls.append(("exclude", job_id, tuple(nodes)))
+    def exclude_nodes(self, job_id: str, nodes) -> tuple:
+        added = tuple(n for n in nodes if n not in self.pinned)
+        self.calls.append(("exclude", job_id, added))
+        return added, tuple(n for n in nodes if n in self.pinned)
 
-    def set_admin_comment(self, job_id: str, text: str) -> None:
+    def add_admin_comment(self, job_id: str, text: str) -> str:
         self.calls.append(("comment", job_id, text))
+        return f"gpugate: {text}"
+
+    def node(self, name: str):
+        from gpugate.slurm_hooks.slurm import NodeNotFound
+
+        if name not in self.nodes:
+            raise NodeNotFound(name)
+        return self.nodes[name]
 
 
 def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
@@ -159,7 +173,7 @@ def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
     assert slurm.calls[:2] == [("requeue", "5"), ("exclude", "5", ("n1",))]
     assert "resume from" in slurm.calls[2][2] and done == [
         "scontrol requeue 5",
-        "exclude n1",
+        "exclude n1 (ExcNodeList now n1)",
         "admin comment",
     ]
 
@@ -205,3 +219,168 @@ def test_the_background_start_now_does_not_hold_the_hooks_output(tmp_path):
     if out is None:
         proc.communicate(timeout=20)  # the grandchild has let go of the pipe by now
     assert out == "hook done\n", "the detached grandchild kept the hook's output pipe open"
+
+
+# ------------------------------------------------- what Slurm says; what others wrote
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"state": "PENDING"},
+        {"state": "COMPLETING", "requeued": True},  # 22.05, nohold_on_prolog_fail
+        {"state": "COMPLETING", "requeued": True, "launch_failed": True},  # 22.05, held
+        {"state": "COMPLETING", "exit_code2": "0:54"},  # 24.11: ESLURMD_PROLOG_FAILED
+    ],
+)
+def test_a_job_slurm_requeued_itself_is_left_alone_and_told_nothing(changes):
+    decision = decide_requeue(job(**changes), [HW], default_config())
+    assert not decision.requeue and decision.slurm_requeued and not decision.tell
+    assert decision.why.startswith("Slurm requeued the job already")
+
+
+@pytest.mark.parametrize(
+    ("changes", "tell"),
+    [
+        ({"exit_code2": "0:0", "state": "COMPLETED"}, False),  # ended well
+        ({"exit_code2": "0:0", "state": "COMPLETING"}, False),
+        ({"exit_code2": "1:0", "comment": "my run"}, False),  # did not opt in
+        ({"exit_code2": "1:0"}, True),  # opted in, failed, not requeued: says why
+        ({"exit_code2": "1:0", "restarts": 3}, True),
+    ],
+)
+def test_the_admin_comment_is_written_only_where_it_tells_something(changes, tell):
+    summaries = [HW] if changes.get("restarts") else []
+    decision = decide_requeue(job(**changes), summaries, default_config())
+    assert not decision.requeue and decision.tell is tell
+
+
+def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
+    config = default_config().replace(evidence_dir=str(tmp_path))
+    for end in (job(exit_code2="0:0", state="COMPLETING"), job(exit_code2="1:0", comment="x")):
+        slurm = FakeSlurm()
+        _, done = run_requeue(config, end, slurm, wait_s=0)
+        assert slurm.calls == [] and done == []
+
+
+def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
+    from gpugate.slurm_hooks.evidence import write_bundle
+
+    config = default_config().replace(evidence_dir=str(tmp_path))
+    config = config.replace(requeue=config.requeue.replace(start_now=False))
+    write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
+    write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
+    slurm = FakeSlurm(pinned=("n1",))  # sbatch -w n1
+    decision, done = run_requeue(config, job(comment="gpugate:requeue"), slurm, wait_s=0)
+    assert decision.requeue and decision.suspects == ("n1",)
+    assert done[1] == "exclude n1 (ExcNodeList now (none); kept the -w pin on n1)"
+    (comment,) = [c[2] for c in slurm.calls if c[0] == "comment"]
+    assert "kept the -w pin on n1 (not excluded: the job waits for n1)" in comment
+    assert "excluded n1" not in comment.replace("not excluded", "")
+
+
+def test_pinned_suspects_are_named_in_the_description():
+    from gpugate.slurm_hooks.requeue import RequeueDecision
+
+    d = RequeueDecision(
+        requeue=True, why="x", suspects=("n1", "n2"), pinned=("n1",), max_restarts=3
+    )
+    text = d.describe()
+    assert "; excluded n2;" in text + ";" and "kept the -w pin on n1 (not excluded" in text
+
+
+def drained(name: str, reason: str = "gpugate: gpu.ecc: test"):
+    from gpugate.slurm_hooks.slurm_parse import NodeInfo
+
+    return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason=reason)
+
+
+REFUSAL = "gpugate: node n1 refused: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
+
+
+@pytest.mark.parametrize(
+    ("changes", "nodes", "refused_on"),
+    [
+        ({"admin_comment": REFUSAL}, {"n1": drained("n1")}, ("n1",)),
+        ({"admin_comment": f"ticket 7 | {REFUSAL}"}, {"n1": drained("n1")}, ("n1",)),
+        # Not told by the AdminComment (the prolog could not write it): Slurm's requeue and
+        # gpugate's drain reason on the job's node say the same.
+        ({}, {"n1": drained("n1"), "n2": drained("n2", "admin: fan")}, ("n1",)),
+        # The prolog refused but its drain failed: the job could land there again at once.
+        ({"admin_comment": REFUSAL}, {"n1": drained("n1").replace(flags=())}, ()),
+        ({"admin_comment": REFUSAL}, {}, ()),  # the node cannot be read
+    ],
+)
+def test_a_job_gpugate_refused_skips_the_requeue_delay(
+    monkeypatch, tmp_path, changes, nodes, refused_on
+):
+    from gpugate.slurm_hooks import requeue
+
+    started = []
+    monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, job_id: started.append(job_id))
+    config = default_config().replace(evidence_dir=str(tmp_path))
+    end = job(state="COMPLETING", requeued=True, exit_code2="0:0", **changes)
+    slurm = FakeSlurm(nodes=nodes)
+    decision, _ = run_requeue(config, end, slurm, wait_s=0)
+    assert decision.refused_on == refused_on and not decision.requeue
+    assert started == (["5"] if refused_on else [])
+    assert not [c for c in slurm.calls if c[0] == "comment"], "the prolog's refusal was replaced"
+
+
+class Runner:
+    """gpugate.runner.run answering from recorded scontrol output (argv -> stdout)."""
+
+    def __init__(self, answers: dict) -> None:
+        self.answers, self.argvs = answers, []
+
+    def __call__(self, argv, timeout, env=None, stdin=None):
+        from gpugate.runner import CommandResult
+
+        self.argvs.append(tuple(argv))
+        out = self.answers.get(tuple(argv))
+        if out is None:
+            raise AssertionError(f"unexpected command: {argv}")
+        return CommandResult(argv=tuple(argv), status="ok", returncode=0, stdout=out,
+                             stderr="", duration_s=0.01)  # fmt: skip
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "22.05")
+NODE_N1 = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=2 State=IDLE+DRAIN Partitions=debug "
+    "Reason=gpugate: gpu.ecc: test [root@2026-12-01T06:51:22]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "env", "started"),
+    [
+        ("prolog-refused-held", {"SLURM_JOB_COMMENT": "gpugate:requeue"}, True),
+        ("prolog-refused-nohold", {}, True),
+        ("ended-ok", {"SLURM_JOB_COMMENT": "gpugate:requeue"}, False),
+    ],
+)
+def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
+    monkeypatch, tmp_path, recorded, env, started
+):
+    # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
+    # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
+    from gpugate.slurm_hooks import cmd_epilog_slurmctld, requeue
+    from gpugate.slurm_hooks import slurm as S
+
+    with open(os.path.join(FIXTURES, f"scontrol-show-job.epilog-slurmctld.{recorded}.txt")) as fh:
+        text = fh.read()
+    job_id = text.split()[0].split("=")[1]
+    runner = Runner({("scontrol", "-o", "show", "job", job_id): text,
+                     ("scontrol", "-o", "show", "node", "n1"): NODE_N1})  # fmt: skip
+    monkeypatch.setattr(S, "backend", lambda *a, **k: S.CliBackend(runner=runner))
+    begun = []
+    monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, j: begun.append(j))
+    nodes = "n1" if "refused" in recorded else "n2"
+    monkeypatch.delenv("SLURM_JOB_COMMENT", raising=False)
+    for name, value in {"SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": nodes,
+                        "SLURM_JOB_EXIT_CODE2": "0:0", **env}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    config = default_config().replace(evidence_dir=str(tmp_path / "ev"), state_dir=str(tmp_path))
+    assert cmd_epilog_slurmctld._body(config) == 0
+    assert [a for a in runner.argvs if a[1] == "update"] == []
+    assert begun == ([job_id] if started else [])
