@@ -28,6 +28,9 @@ class Context(Record):
 
     config: object  # gpugate.config.schema.Config
     expected: Expected
+    # Application-class Xids this node recorded per job, within the window (the hooks load
+    # them: slurm_hooks/xid_history.py); kernel.xid's cross-job rule reads them.
+    app_xids: tuple = ()
 
 
 def pick_board(facts: Facts, config: Config) -> tuple[str | None, BoardProfile | None]:
@@ -51,6 +54,6 @@ def expectations(facts: Facts, config: Config) -> Expected:
     return Expected(**values)
 
 
-def make_context(facts: Facts, config: Config) -> Context:
+def make_context(facts: Facts, config: Config, app_xids: tuple = ()) -> Context:
     """The context the checks run with."""
-    return Context(config=config, expected=expectations(facts, config))
+    return Context(config=config, expected=expectations(facts, config), app_xids=tuple(app_xids))

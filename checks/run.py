@@ -12,9 +12,11 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 
-def run_checks(facts: Facts, config: Config, only: list[str] | None = None) -> list[F.Finding]:
+def run_checks(
+    facts: Facts, config: Config, only: list[str] | None = None, app_xids: tuple = ()
+) -> list[F.Finding]:
     """Every enabled check over `facts`, findings sorted problems first."""
-    ctx = make_context(facts, config)
+    ctx = make_context(facts, config, app_xids)
     disabled = set(config.checks.disabled)
     out: list[F.Finding] = []
     for check_id, fn in registered().items():

@@ -116,6 +116,8 @@ class XidEvent(Record):
     text: str  # the message after the code
     line: str  # the whole line as read
     caused_by: int | None = None  # Xid 45 "caused by previous Xid N"
+    pid: int | None = None  # the process that raised it (`pid=1234`); None when `<unknown>`
+    process: str | None = None  # its name (`name=python`)
 
 
 # `NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., text`. Some drivers omit "PCI:", some
@@ -124,6 +126,8 @@ class XidEvent(Record):
 _XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
 _PCI_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
 _CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,9})(?!\d)")
+# `pid=1234, name=python, ` after the code (R470+ drivers; `pid='<unknown>'` when none).
+_PROCESS_RE = re.compile(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
 
 
 def parse_xid(line: str) -> XidEvent | None:
@@ -134,12 +138,17 @@ def parse_xid(line: str) -> XidEvent | None:
     if not m:
         return None
     caused = _CAUSED_RE.search(m.group(3))
+    proc = _PROCESS_RE.match(m.group(3))
+    pid = proc.group(1) if proc else None
+    name = proc.group(2) if proc else None
     return XidEvent(
         code=int(m.group(2)),
         pci=normalize_pci(m.group(1)),
         text=m.group(3).strip(),
         line=line.rstrip("\n"),
         caused_by=int(caused.group(1)) if caused else None,
+        pid=int(pid) if pid and pid.isdigit() else None,
+        process=name if name and name != "<unknown>" else None,
     )
 
 

@@ -96,7 +96,10 @@ class IbChecks(Record):
 class KernelChecks(Record):
     """Kernel-log thresholds."""
 
-    app_xid_repeat_max: int
+    app_xid_repeat_max: int  # no longer drains by itself (kept so site files stay valid)
+    app_xid_jobs_min: int
+    app_xid_users_min: int
+    app_xid_window_h: float
 
 
 class HostChecks(Record):

@@ -85,13 +85,19 @@ def gather_now(
     )
 
 
-def hardware_findings(facts: Facts, fresh_kernel: list[str], config: Config) -> list[Finding]:
-    """Failing hardware checks on the node now, judging only the kernel lines of this job."""
+def hardware_findings(
+    facts: Facts, fresh_kernel: list[str], config: Config, app_xids: tuple = ()
+) -> list[Finding]:
+    """Failing hardware checks on the node now, judging only the kernel lines of this job.
+
+    `app_xids` is the node's per-job record of application-class Xids (this job's included):
+    kernel.xid fails on them only by the cross-job rule, never for one job's own.
+    """
     from gpugate.checks.run import run_checks
     from gpugate.slurm_hooks.policy import effective_status
 
     now = facts.replace(kernel_log=tuple(fresh_kernel))
-    found = run_checks(now, config, only=list(HARDWARE_CHECKS))
+    found = run_checks(now, config, only=list(HARDWARE_CHECKS), app_xids=app_xids)
     return [f for f in found if effective_status(f, config.policy) == "fail"]
 
 
@@ -109,7 +115,9 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
     facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
-    hardware = hardware_findings(facts, fresh, config)
+    hardware = hardware_findings(
+        facts, fresh, config, app_xids=note_app_xids(config, env, facts, fresh)
+    )
     why = abnormal_end(env)
     if why is None and hardware:
         why = "hardware errors on the node since the job's prolog"
@@ -145,6 +153,17 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
             collect.record_outcome(config, bundle, result)
     cleanup(config, env)
     return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
+
+
+def note_app_xids(config: Config, env: HookEnv, facts: Facts, fresh: list[str]) -> tuple:
+    """Record this job's application-class Xids; the node's record within the window, with them."""
+    from gpugate.slurm_hooks import xid_history
+
+    now = time.time()
+    mine = xid_history.job_events(fresh, env, facts, now)
+    known = xid_history.load(config, now)
+    xid_history.record(config, mine, now)  # best effort: never fails the epilog
+    return (*known, *mine)
 
 
 def refused_here(config: Config, job_id: str) -> bool:

@@ -125,14 +125,54 @@ def test_app_xid_warns_for_one_fault_however_many_lines_it_logs():
     f = only("kernel.xid", log(*_xid13_bursts(1)))
     assert (f.status, f.gpu, f.value, f.limit) == ("warn", 2, 1, 3)
     assert "GPU2 (0000:38:00) Xid 13 GR_EXCEPTION x15" in f.message and "1 burst(s)" in f.message
+    assert "application's own fault" in f.message
 
 
-def test_app_xid_fails_when_the_same_gpu_repeats_more_than_the_limit(tmp_path):
-    facts = log(*_xid13_bursts(4))
+def test_one_jobs_app_xid_bursts_never_fail_however_many(tmp_path):
+    # Five faults an hour apart from one job's own process: the job's fault, not the node's.
+    facts = log(*_xid13_bursts(5))
     f = only("kernel.xid", facts)
-    assert (f.status, f.gpu, f.value) == ("fail", 2, 4)
-    config = site(tmp_path, "checks:\n  kernel:\n    app_xid_repeat_max: 5\n")
-    assert only("kernel.xid", facts, config).status == "warn"
+    assert (f.status, f.gpu, f.value) == ("warn", 2, 5)
+    same_job = tuple({"gpu": GPU2, "xid": 13, "job": "77", "uid": 1000} for _ in range(5))
+    assert app_finding(facts, same_job).status == "warn"
+    config = site(tmp_path, "checks:\n  kernel:\n    app_xid_repeat_max: 1\n")
+    assert only("kernel.xid", facts, config).status == "warn"  # the old key drains no more
+
+
+def app_finding(facts, app_xids, config=None):
+    from factories import default_config
+    from gpugate.checks.run import run_checks
+
+    found = run_checks(facts, config or default_config(), only=["kernel.xid"], app_xids=app_xids)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def jobs_on(pci: str, *pairs) -> tuple:
+    return tuple({"gpu": pci, "xid": 31, "job": job, "uid": uid} for job, uid in pairs)
+
+
+def test_app_xids_fail_when_one_gpu_repeats_them_across_jobs_of_different_users(tmp_path):
+    facts = log(*_xid13_bursts(1))
+    f = app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001), ("3", 1000)))
+    assert (f.status, f.gpu, f.value, f.limit) == ("fail", 2, 3, 3)
+    assert "application Xids in 3 jobs of 2 users within 168 h" in f.message
+    # One user's three jobs, two jobs, or other GPUs' history: still the application's fault.
+    assert app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000))).status == "warn"
+    assert app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001))).status == "warn"
+    assert app_finding(facts, jobs_on(GPU5, ("1", 1000), ("2", 1001), ("3", 1002))).status == "warn"
+    config = site(tmp_path, "checks:\n  kernel:\n    app_xid_users_min: 1\n")
+    same_user = jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000))
+    assert app_finding(facts, same_user, config).status == "fail"
+
+
+def test_xid_lines_name_the_process_that_raised_them():
+    from gpugate.checks.xid import parse_xid
+
+    e = parse_xid(f"NVRM: Xid (PCI:{GPU2}): 31, pid=1234, name=python, channel 0x0000000c")
+    assert (e.code, e.pid, e.process) == (31, 1234, "python")
+    e = parse_xid(xid(79, "GPU has fallen off the bus."))
+    assert (e.pid, e.process) == (None, None)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,158 @@
+"""The node's record of application-class Xids per job: what kernel.xid's cross-job rule reads.
+
+One JSON object a line in `<state_dir>/app_xids.jsonl` (root only, 0600): `{"t": epoch,
+"gpu": "0000:38:00", "xid": 31, "job": "77", "uid": 1000, "pid": 1234, "name": "python"}`.
+The epilog appends the application-class Xids (xid.APP_XIDS) seen on the job's GPUs while the
+job ran, one O_APPEND write per job under an flock (the file is node-local). Readers validate
+every line and skip bad ones; the file is kept to the window and to MAX_ENTRIES lines, so a
+job raising a million Xids costs one bounded file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+NAME = "app_xids.jsonl"
+MAX_ENTRIES = 2000  # lines kept; per job at most PER_JOB_MAX
+PER_JOB_MAX = 16  # one line per (GPU, Xid) is all the rule needs
+MAX_LINE = 1024
+_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
+_JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.hookenv import HookEnv
+
+
+def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[dict]:
+    """One entry per (GPU, Xid) of the application-class Xids on the job's GPUs in `lines`.
+
+    `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
+    job's GPUs (the line names the process, `pid=..., name=...`) is the job's.
+    """
+    from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
+
+    if not env.job_id or not _JOB.match(env.job_id):
+        return []
+    mine = {
+        normalize_pci(g.pci_bus_id)
+        for g in facts.gpus or ()
+        if g.pci_bus_id and (env.gpus is None or g.index in env.gpus)
+    }
+    seen: dict[tuple, dict] = {}
+    for line in lines:
+        event = parse_xid(line)
+        if event is None or event.code not in APP_XIDS or event.pci not in mine:
+            continue
+        key = (event.pci, event.code)
+        if key not in seen and len(seen) < PER_JOB_MAX:
+            seen[key] = {"t": round(now, 3), "gpu": event.pci, "xid": event.code,
+                         "job": env.job_id, "uid": env.uid, "pid": event.pid,
+                         "name": event.process}  # fmt: skip
+    return list(seen.values())
+
+
+def valid(entry: object) -> bool:
+    """Whether one parsed line is a well-formed entry."""
+    if not isinstance(entry, dict):
+        return False
+    t, gpu, xid, job, uid = (entry.get(k) for k in ("t", "gpu", "xid", "job", "uid"))
+    return (
+        isinstance(t, (int, float)) and not isinstance(t, bool)
+        and isinstance(gpu, str) and bool(_PCI.match(gpu))
+        and isinstance(xid, int) and not isinstance(xid, bool) and 0 < xid < 10**6
+        and isinstance(job, str) and bool(_JOB.match(job))
+        and (uid is None or (isinstance(uid, int) and not isinstance(uid, bool) and uid >= 0))
+    )  # fmt: skip
+
+
+def parse(text: str, since: float) -> tuple[list[dict], int]:
+    """(valid entries newer than `since`, number of bad lines skipped)."""
+    out, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line) if len(line) <= MAX_LINE else None
+        except ValueError:
+            entry = None
+        if not valid(entry):
+            bad += 1
+        elif entry["t"] >= since:  # type: ignore[index]
+            out.append(entry)
+    return out[-MAX_ENTRIES:], bad
+
+
+def load(config: Config, now: float) -> list[dict]:
+    """The entries within `checks.kernel.app_xid_window_h` of `now`; [] when there is no file."""
+    from gpugate import log
+
+    path = os.path.join(config.state_dir, NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.say(f"app-Xid history {path}: not read: {exc.strerror}")
+        return []
+    try:
+        from gpugate.slurm_hooks.userfiles import read_fd
+
+        text = read_fd(fd, MAX_ENTRIES * MAX_LINE * 2).decode("utf-8", "replace")
+    except OSError as exc:
+        log.say(f"app-Xid history {path}: not read: {exc.strerror}")
+        return []
+    finally:
+        os.close(fd)
+    entries, bad = parse(text, now - config.checks.kernel.app_xid_window_h * 3600)
+    if bad:
+        log.say(f"app-Xid history {path}: {bad} bad line(s) skipped")
+    return entries
+
+
+def record(config: Config, entries: list[dict], now: float) -> bool:
+    """Append this job's entries (root only), then keep the file to the window; True if written."""
+    import fcntl
+
+    from gpugate import log
+
+    if not entries:
+        return True
+    path = os.path.join(config.state_dir, NAME)
+    data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries if valid(e))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+        # A lock file apart from the data: pruning replaces the data file's inode.
+        lock = os.open(path + ".lock", flags, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fd = os.open(path, flags | os.O_APPEND, 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+                os.write(fd, data.encode())
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if size > MAX_ENTRIES * MAX_LINE // 4:
+                _prune(path, config, now)
+        finally:
+            os.close(lock)  # releases the lock
+        return True
+    except OSError as exc:  # bookkeeping never fails the hook
+        log.say(f"app-Xid history {path}: not written: {exc.strerror}")
+        return False
+
+
+def _prune(path: str, config: Config, now: float) -> None:
+    """Rewrite the file with its valid entries within the window (the caller holds the lock)."""
+    from gpugate.fsutil import atomic_write
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        entries, _ = parse(fh.read(), now - config.checks.kernel.app_xid_window_h * 3600)
+    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
+    atomic_write(path, text, mode=0o600)

@@ -1,0 +1,112 @@
+"""Application-class Xids per job: one job's own never drain; the same GPU across users may."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+from factories import make_facts
+from gpugate.slurm_hooks import xid_history as H
+from gpugate.slurm_hooks.epilog import run_epilog
+from gpugate.slurm_hooks.prolog import run_prolog
+from test_epilog import FakeSlurm, env, setup, snapshot
+
+GPU2 = "0000:38:00"  # make_gpu(2)
+
+
+def xid31_bursts(n: int, pci: str = GPU2) -> tuple[str, ...]:
+    """`n` faults ten minutes apart from the job's own process (three lines each)."""
+    return tuple(
+        f"[Sun Nov 29 1{hour // 6}:{hour % 6}0:0{i} 2026] NVRM: Xid (PCI:{pci}): 31, pid=1234, "
+        "name=python, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2"
+        for hour in range(n)
+        for i in range(3)
+    )
+
+
+def epilog_after(tmp_path, config, kernel_lines, job_id="77", **env_changes):
+    snapshot(tmp_path, make_facts())
+    assert run_prolog(config, env(job_id=job_id), FakeSlurm("")).exit_code == 0
+    out = tmp_path / "job.out"
+    out.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    snapshot(tmp_path, make_facts(kernel_log=kernel_lines))
+    slurm = FakeSlurm(str(out))
+    return run_epilog(config, env(job_id=job_id, **env_changes), slurm), slurm
+
+
+def history_file(config) -> str:
+    return os.path.join(config.state_dir, H.NAME)
+
+
+def test_five_bursts_of_xid_31_from_one_jobs_process_never_drain(tmp_path):
+    config = setup(tmp_path)
+    result, slurm = epilog_after(tmp_path, config, xid31_bursts(5))
+    assert slurm.drains == [] and not result.hardware_fault and not result.drained
+    with open(history_file(config)) as fh:
+        entries, bad = H.parse(fh.read(), 0)
+    assert bad == 0 and [(e["gpu"], e["xid"], e["job"], e["pid"], e["name"]) for e in entries] == [
+        (GPU2, 31, "77", 1234, "python")
+    ]
+    assert stat.S_IMODE(os.stat(history_file(config)).st_mode) == 0o600
+    # The next job's prolog sees the same lines in the kernel log: still no drain.
+    assert run_prolog(config, env(job_id="78"), FakeSlurm("")).exit_code == 0
+
+
+def test_the_same_gpu_in_jobs_of_two_other_users_drains_on_the_third(tmp_path):
+    config = setup(tmp_path)
+    now = time.time()
+    H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
+                      {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    result, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
+    assert result.drained and result.hardware_checks == ("kernel.xid",)
+    assert "in 3 jobs of 3 users" in slurm.drains[0][1]
+
+
+def test_old_entries_and_other_gpus_do_not_count(tmp_path):
+    config = setup(tmp_path)
+    now = time.time()
+    H.record(config, [{"t": now - 200 * 3600, "gpu": GPU2, "xid": 31, "job": "70", "uid": 5001},
+                      {"t": now - 60, "gpu": "0000:68:00", "xid": 31, "job": "71", "uid": 5002}],
+             now)  # fmt: skip
+    result, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
+    assert slurm.drains == [] and not result.hardware_fault
+
+
+def test_only_the_jobs_own_gpus_are_recorded():
+    facts = make_facts()
+    lines = list(xid31_bursts(1)) + list(xid31_bursts(1, "0000:68:00"))  # GPU2 and GPU5
+    events = H.job_events(lines, env(gpus=(5,)), facts, 1.0)
+    assert [(e["gpu"], e["job"]) for e in events] == [("0000:68:00", "77")]
+    assert H.job_events(lines, env(job_id="../x"), facts, 1.0) == []
+
+
+def test_bad_lines_are_skipped_and_the_file_stays_bounded(tmp_path):
+    config = setup(tmp_path)
+    os.makedirs(config.state_dir)
+    good = {"t": time.time(), "gpu": GPU2, "xid": 31, "job": "9", "uid": 1}
+    with open(history_file(config), "w") as fh:
+        fh.write("not json\n" + json.dumps(dict(good, gpu="../../etc")) + "\n")
+        fh.write(json.dumps(dict(good, uid=True)) + "\n" + "[1, 2]\n" + "x" * 5000 + "\n")
+        fh.write(json.dumps(good) + "\n")
+    assert H.load(config, time.time()) == [good]
+    now = time.time()
+    for i in range(3000):
+        H.record(config, [dict(good, job=str(i), t=now)], now)
+    entries = H.load(config, now)
+    assert len(entries) <= H.MAX_ENTRIES and entries[-1]["job"] == "2999"
+    assert os.path.getsize(history_file(config)) < H.MAX_ENTRIES * H.MAX_LINE
+
+
+def test_a_symlink_in_place_of_the_history_is_not_followed(tmp_path):
+    config = setup(tmp_path)
+    os.makedirs(config.state_dir)
+    target = tmp_path / "elsewhere"
+    target.write_text(json.dumps({"t": time.time(), "gpu": GPU2, "xid": 31, "job": "9", "uid": 1}))
+    os.symlink(target, history_file(config))
+    assert H.load(config, time.time()) == []
+    assert (
+        H.record(config, [{"t": 1.0, "gpu": GPU2, "xid": 31, "job": "9", "uid": 1}], 1.0) is False
+    )
+    assert "xid" in target.read_text() and target.read_text().count("\n") == 0
