@@ -196,6 +196,14 @@ def _safe_nccl_base(job_dir: str, create: bool) -> str:
         raise StateError(f"{base}: not a plain directory")
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise StateError(f"{base}: not owned by root or writable by others; not using it")
+    if create and st.st_mode & 0o111 != 0o111:
+        # The hooks run with a private umask (027): the job's user must still get through the
+        # base to reach its own 0700 directory, or NCCL_DEBUG_FILE is never exported.
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o111)
+        finally:
+            os.close(fd)
     return base
 
 

@@ -270,3 +270,13 @@ def test_only_a_job_id_makes_an_nccl_path(tmp_path):
     config = config_with(tmp_path)
     assert nccl_job_dir(config, "1_2_3") is None and nccl_job_dir(config, "\u0663") is None
     assert nccl_job_dir(config, "12_3") == str(tmp_path / "nccl" / "12_3")
+
+
+def test_the_base_is_traversable_whatever_the_hooks_umask(tmp_path):
+    old = os.umask(0o027)  # the hooks' private umask
+    try:
+        made = prepare_nccl_dir(config_with(tmp_path), "42", os.getuid(), os.getgid())
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "nccl").st_mode & 0o111 == 0o111  # the user reaches its own dir
+    assert oct(os.stat(made).st_mode & 0o777) == "0o700"
