@@ -51,7 +51,7 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
 def _ensure_state_dir(state_dir: str) -> None:
     from gpugate.fsutil import STATE_DIR_MODE, private_dir
 
-    private_dir(state_dir, STATE_DIR_MODE)
+    private_dir(state_dir, STATE_DIR_MODE, gid=-1)  # its group is set by secure_state_dir
 
 
 def say(message: str) -> None:

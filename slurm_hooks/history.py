@@ -93,7 +93,7 @@ class _Lock:
 
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
-            private_dir(directory, STATE_DIR_MODE)
+            private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
         self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self

@@ -53,16 +53,16 @@ TASK_FILE_MODE = 0o400
 _TASK_MAX = 64 * 1024  # the task file holds a path or two; anything bigger is not ours
 
 
-def _private(path: str, mode: int) -> str:
+def _private(path: str, mode: int, gid: int | None = None) -> str:
     try:
-        return private_dir(path, mode)
+        return private_dir(path, mode, gid)
     except OSError as exc:
         raise StateError(str(exc)) from None
 
 
 def ensure_state_dir(state_dir: str) -> str:
     """The state directory itself, 0751 (root:<admin group>, see secure_state_dir)."""
-    return _private(state_dir, STATE_DIR_MODE)
+    return _private(state_dir, STATE_DIR_MODE, -1)  # its group is secure_state_dir's to set
 
 
 def ensure_job_dir(state_dir: str, job_id: str) -> str:
