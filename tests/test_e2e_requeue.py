@@ -1,13 +1,16 @@
 """End to end: automatic requeue from the newest complete checkpoint, on a healthy node.
 
-Two slurmd on one host. The job's first run fails on its node with a hardware fault (an Xid 79
-appears in that node's replayed kernel log); EpilogSlurmctld requeues it off that node, and the
-second run sees GPUGATE_RESUME_FROM pointing at the newest *complete* checkpoint.
+Three slurmd on one host. The job's first run fails on its node with a hardware fault (an Xid
+79 appears in that node's replayed kernel log); EpilogSlurmctld requeues it off that node (added
+to the job's own ExcNodeList), and the second run sees GPUGATE_RESUME_FROM pointing at the
+newest *complete* checkpoint. A job the prolog refuses keeps the prolog's AdminComment and
+starts on a free node without Slurm's 120 s requeue delay.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -18,9 +21,10 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
+from gpugate.slurm_hooks.slurm_parse import hostlist_expand  # noqa: E402
 from localslurm import LocalSlurm  # noqa: E402
 
-NODES = ["n1", "n2"]
+NODES = ["n1", "n2", "n3"]
 NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
 
 
@@ -55,6 +59,8 @@ def cluster(site: Site):
         task_prolog=site.hook("task-prolog"),
         epilog_slurmctld=site.hook("epilog-slurmctld"),
         prolog_epilog_timeout=60,
+        # The install docs' recommendation: a refused job goes back to the queue, not held.
+        scheduler_parameters="nohold_on_prolog_fail",
         wrap_hooks=False,
     )
     site.use_slurm_conf(c.conf_path)
@@ -105,9 +111,8 @@ def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
 ):
     ckpt = checkpoints(site, "hw")
     script, log = job_script(site, "hw", "hardware")
-    job = cluster.submit(
-        script=script, output=str(site.base / "hw.out"), comment=f"gpugate:ckpt={ckpt}"
-    )
+    job = cluster.submit(script=script, output=str(site.base / "hw.out"),
+                         comment=f"gpugate:ckpt={ckpt}", exclude="n3")  # fmt: skip
     state = cluster.wait_job(job, "COMPLETED", timeout=90)
     runs = log.read_text().splitlines()
     assert len(runs) == 2, runs
@@ -118,7 +123,35 @@ def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
     assert cluster.is_drained(first_node)
     assert cluster.node(first_node)["Reason"].startswith("gpugate: kernel.xid: evidence")
     assert "requeue: infrastructure failure" in state["AdminComment"]
-    assert first_node in state["ExcNodeList"]
+    # The suspect is added to the user's own exclusion, not put in its place.
+    assert set(hostlist_expand(state["ExcNodeList"])) == {first_node, "n3"}, state["ExcNodeList"]
+
+
+def test_a_refused_job_keeps_the_prologs_comment_and_starts_elsewhere_at_once(
+    cluster: LocalSlurm, site: Site
+):
+    site.use_snapshot("n1", "h100-ecc")
+    started = time.monotonic()
+    job = cluster.submit(wrap="true", output=str(site.base / "refused.out"),
+                         comment="gpugate:requeue")  # fmt: skip
+    state = cluster.wait_job(job, "COMPLETED", timeout=90)
+    took = time.monotonic() - started
+    # Slurm tried n1 first; its prolog refused and drained it; without gpugate the rerun
+    # would wait out BeginTime (+120 s) with n2 and n3 idle.
+    assert cluster.is_drained("n1") and state["NodeList"] in ("n2", "n3"), state
+    print(f"refused on n1, ran on {state['NodeList']} {took:.1f} s after submit")
+    assert took < 60, f"the refused job took {took:.0f} s to run elsewhere"
+    decision(site, job, runs=2)  # both EpilogSlurmctld runs are over
+    comment = cluster.job_state(job).get("AdminComment", "")
+    assert comment.startswith("gpugate: node n1 refused: gpu.ecc"), comment
+    assert "no requeue" not in comment, comment
+
+
+def test_a_job_that_ends_well_gets_no_admin_comment(cluster: LocalSlurm, site: Site):
+    job = cluster.submit(wrap="true", output=str(site.base / "ok.out"), comment="gpugate:requeue")
+    cluster.wait_job(job, "COMPLETED", timeout=30)
+    decision(site, job)
+    assert cluster.job_state(job).get("AdminComment", "") == ""
 
 
 def test_the_users_own_error_is_not_requeued(cluster: LocalSlurm, site: Site):
@@ -143,17 +176,15 @@ def test_a_job_past_its_restart_limit_is_not_requeued(cluster: LocalSlurm, site:
     assert decision(site, job)["why"] == "gpu_xid_hardware, but no restarts left (0/0)"
 
 
-def decision(site: Site, job: int, timeout: float = 40) -> dict:
+def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:
     """The controller epilog's decision for `job`, from its event line (a finished job takes
-    no AdminComment)."""
-    import time
-
+    no AdminComment), once it has run `runs` times."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = [
             e for e in site.events() if e["hook"] == "epilog-slurmctld" and e.get("job") == str(job)
         ]
-        if found:
+        if len(found) >= runs:
             assert found[-1]["requeue"] is False
             return found[-1]
         time.sleep(0.5)
