@@ -113,7 +113,7 @@ def secure_state_dir(config: Config) -> list[str]:
         try:
             private_dir(place, STATE_DIR_MODE, gid)
         except (OSError, ValueError) as exc:
-            problems.append(f"state directory unusable: {exc}")
+            problems.append(f"state directory not secured: {exc}")
             continue
         if before & 0o006:  # others could read or write: an older release's modes
             tighten_tree(place, gid)

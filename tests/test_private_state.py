@@ -293,3 +293,13 @@ def test_the_taskprolog_as_the_job_user_exports_the_checkpoint_dir(world, monkey
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"export GPUGATE_CKPT_DIR={world / 'ckpts'}" in done.stdout.splitlines()
+
+
+def test_a_state_dir_owned_by_a_user_gets_no_job_state_from_root(world, monkeypatch, capsys):
+    """A user who made the directory first could read and replace what root writes there."""
+    (world / "state").mkdir()
+    os.chown(world / "state", JOB_UID, JOB_UID)
+    site = make_site(world, monkeypatch, broken=True)
+    assert main(["prolog", "--config", str(site)]) == 1  # the decision stands
+    assert not (world / "state" / "jobs").exists() and not (world / "state" / "task").exists()
+    assert f"owned by uid {JOB_UID}, not root" in capsys.readouterr().err
