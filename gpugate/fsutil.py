@@ -88,7 +88,9 @@ def private_dir(path: str, mode: int, gid: int | None = None) -> str:
         owner = os.fstat(fd).st_uid
         if owner != euid:
             if euid == 0:
-                raise PermissionError(f"{path}: owned by uid {owner}, not root: no job state kept there")
+                raise PermissionError(
+                    f"{path}: owned by uid {owner}, not root: no job state kept there"
+                )
             return path  # not ours to change (a non-root hook in root's directory)
         if gid is None:
             gid = dir_group(os.path.dirname(path) or ".")

@@ -10,6 +10,10 @@ from __future__ import annotations
 import re
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 # Slurm's plain node names: letters, digits, '-', '_', '.', not starting with '-' or '.'
 # (an scontrol option, a relative path). 255: hostnames are at most 253 characters.
 _NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
@@ -76,3 +80,19 @@ def refuse(prog: str, problem: object, code: int) -> int:
     """Print `prog: problem` as one line on stderr and return `code`."""
     print(f"{prog}: {one_line(problem)}", file=sys.stderr)
     return code
+
+
+def ask_slurm(
+    prog: str,
+    what: str,
+    fetch: Callable[[], object],
+    not_found: type[BaseException],
+    unreachable: tuple[type[BaseException], ...],
+) -> tuple[object, int | None]:
+    """(fetch(), None), or (None, 1) after one line saying Slurm does not know `what` or failed."""
+    try:
+        return fetch(), None
+    except not_found:
+        return None, refuse(prog, f"Slurm does not know {what}", 1)
+    except unreachable as exc:  # slurmctld unreachable, no scontrol, a bad backend name
+        return None, refuse(prog, f"cannot read {what} from Slurm: {exc}", 1)

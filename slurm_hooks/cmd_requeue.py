@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpugate.cli import EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.cli import EXIT_USAGE, make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,16 +43,18 @@ def main(argv: list[str]) -> int:
     except names.BadName as exc:
         return names.refuse("gpugate requeue", exc, EXIT_USAGE)
     config = load_config(args.config)
-    try:
+    slurm = None
+
+    def fetch() -> object:
+        nonlocal slurm
         slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-        info = slurm.job(args.job_id)
-    except JobNotFound:
-        return names.refuse(
-            "gpugate requeue", f"Slurm does not know job {args.job_id}", EXIT_UNHEALTHY
-        )
-    except (SlurmError, ValueError) as exc:  # slurmctld unreachable, no scontrol, bad backend
-        return names.refuse("gpugate requeue", f"cannot read job {args.job_id} from Slurm: {exc}",
-                            EXIT_UNHEALTHY)  # fmt: skip
+        return slurm.job(args.job_id)
+
+    info, code = names.ask_slurm(
+        "gpugate requeue", f"job {args.job_id}", fetch, JobNotFound, (SlurmError, ValueError)
+    )
+    if code is not None:
+        return code
     job = JobEnd(job_id=str(info.job_id), uid=info.uid, comment=info.comment or "", restarts=info.restarts,
                  state=info.state, nodes=tuple(info.nodes))  # fmt: skip
     decision, done = run_requeue(config, job, slurm, wait_s=0, dry_run=args.dry_run)

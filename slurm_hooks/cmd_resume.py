@@ -102,16 +102,18 @@ def main(argv: list[str]) -> int:
     except names.BadName as exc:
         return names.refuse("gpugate resume", exc, EXIT_USAGE)
     config = load_config(args.config)
-    try:
+    slurm = None
+
+    def fetch() -> object:
+        nonlocal slurm
         slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-        info = slurm.node(args.node)
-    except NodeNotFound:
-        return names.refuse(
-            "gpugate resume", f"Slurm does not know node {args.node}", EXIT_UNHEALTHY
-        )
-    except (SlurmError, ValueError) as exc:  # slurmctld unreachable, no scontrol, bad backend
-        return names.refuse("gpugate resume", f"cannot read node {args.node} from Slurm: {exc}",
-                            EXIT_UNHEALTHY)  # fmt: skip
+        return slurm.node(args.node)
+
+    info, code = names.ask_slurm(
+        "gpugate resume", f"node {args.node}", fetch, NodeNotFound, (SlurmError, ValueError)
+    )
+    if code is not None:
+        return code
     if not info.drained:
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK

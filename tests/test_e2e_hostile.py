@@ -94,7 +94,7 @@ sed "s/pid=PID/pid=$$/" {snapshots}/xid31-template.yaml > {snapshots}/.t.$$
 mv {snapshots}/.t.$$ {snapshots}/{NODE}.yaml
 # A 50 GB sparse file where NCCL writes its debug files.
 truncate -s 50G "${{NCCL_DEBUG_FILE%/*}}/nccl.huge.log"
-env > {site.base}/hostile.env
+env -0 > {site.base}/hostile.env
 echo "step 2 loss 2.30 NORMAL-STDOUT-END"
 exit 1
 """
@@ -177,9 +177,14 @@ def test_a_hostile_job_drains_nothing_wins_no_requeue_and_leaks_nothing(
     assert "job" in diagnosis and "79" in diagnosis
 
     # No export was injected through the checkpoint directory's name.
-    env = (site.base / "hostile.env").read_text()
+    # (`env -0`: the job's own GPUGATE_CKPT_DIR holds a newline, so split at NULs.)
+    env = dict(
+        item.split("=", 1) for item in (site.base / "hostile.env").read_text().split("\0") if item
+    )
     assert "LD_PRELOAD" not in env
-    assert not any(line.startswith("LD_PRELOAD=") for line in env.splitlines())
+    assert env["GPUGATE_CKPT_DIR"] == str(ckpt)  # the job's own variable, as it set it
+    assert "GPUGATE_RESUME_FROM" not in env  # refused: a newline in the value
+    assert env["GPUGATE_JOB_ID"] == str(job)  # the TaskProlog ran and printed the rest
 
     # The secret is nowhere another user could read it (the job's own files aside).
     holders = files_holding(site.base, secret.encode(), skip_uid=cluster.job_uid or -1)
