@@ -32,6 +32,7 @@ TASKS = frozenset(
         "gpugate.checks.sources.mounts:timed_probe",
         "gpugate.slurm_hooks.collect:_read_and_diagnose",
         "gpugate.slurm_hooks.userfiles:latest_checkpoint_path",
+        "gpugate.slurm_hooks.requeue:start_now_when_pending",
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }
 )
@@ -42,6 +43,11 @@ TASKS = frozenset(
 _BOOT = "import sys; sys.path[:] = sys.argv[1:]; from gpugate.child import main; main()"
 _READ = 1 << 16
 _REAP_GRACE_S = 0.5
+# In the environment of a child meant to outlive its parent (detach()): no parent-death signal.
+_DETACHED = "GPUGATE_CHILD_DETACHED"
+# What a detached Slurm poller needs from the hook's environment (EpilogSlurmctld gets no
+# SLURM_CONF from slurmctld's own; a site sets it in hook.env).
+_PASSED_ON = ("SLURM_CONF",)
 
 
 class ChildError(Exception):
@@ -134,6 +140,44 @@ def start(
     os.close(out_w)
     os.set_blocking(in_w, False)
     return Child(proc, in_w, out_r, request)
+
+
+def detach(task: str, kwargs: dict, timeout: float) -> int:
+    """Start `task(**kwargs)` in a child that outlives this process; returns its pid.
+
+    For work a hook must leave running after it exits (EpilogSlurmctld's "start the requeued
+    job once it is pending"). The child holds none of our file descriptors: slurmscriptd
+    waits for EOF on a hook's output pipe, not for its exit (22.05 and 24.11), so a child that
+    kept that pipe would hold the hook until PrologEpilogTimeout. It ends on its own alarm.
+    """
+    import subprocess
+
+    if task not in TASKS:
+        raise ChildError(f"{task}: not a task a gpugate child runs")
+    from gpugate.runner import SAFE_PATH
+
+    env = {"PATH": SAFE_PATH, "LC_ALL": "C", _DETACHED: "1"}
+    env.update({k: os.environ[k] for k in _PASSED_ON if k in os.environ})
+    request = json.dumps(
+        {"task": task, "kwargs": kwargs, "parent": os.getpid(), "timeout": timeout}
+    )
+    try:
+        proc = subprocess.Popen(
+            command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+            cwd="/",
+            env=env,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(request.encode())  # small: fits the pipe, never blocks
+        proc.stdin.close()
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        raise ChildError(f"cannot start a child: {exc}") from None
+    return proc.pid
 
 
 def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
@@ -276,12 +320,14 @@ def main() -> None:
     """The child: die with the parent, read the request, run the task, answer, exit."""
     import signal
 
-    _die_with_parent()
+    detached = os.environ.get(_DETACHED) == "1"
+    if not detached:
+        _die_with_parent()
     signal.alarm(300)  # until the request says how long we may take
     try:
         request = json.loads(sys.stdin.buffer.read())
         # The parent may have died before the prctl above: then nobody waits for an answer.
-        if os.getppid() != request["parent"]:
+        if not detached and os.getppid() != request["parent"]:
             os._exit(70)
         # Backstop should the parent's kill never come: our own alarm, a little later.
         signal.alarm(int(float(request["timeout"])) + 2)

@@ -237,7 +237,7 @@ def apply(
         # node that is now drained: the +120 s delay only protects a relaunch on the node
         # that revoked the job's credential (job_mgr.c batch_requeue_fini), and that node is
         # out of service or excluded.
-        steps.append(("start now (once pending)", lambda: start_when_pending(slurm, job.job_id)))
+        steps.append(("start now (once pending)", lambda: start_when_pending(config, job.job_id)))
 
     def comment() -> str:
         written = slurm.add_admin_comment(job.job_id, told["decision"].describe())  # type: ignore[attr-defined]
@@ -282,40 +282,34 @@ def refusals(job: JobEnd, slurm: object) -> tuple[str, ...]:
     return tuple(found)
 
 
-def start_when_pending(slurm: object, job_id: str, wait_s: float = 120.0) -> None:
+def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> None:
     """Clear the requeue's +120 s BeginTime once the requeue has happened, in the background.
 
     A requeue asked for from EpilogSlurmctld takes effect after the hook returns, and it sets
-    BeginTime then: a `StartTime=now` sent right away is overwritten. A detached grandchild
-    (own session, and stdin/stdout/stderr on /dev/null) polls the job until it is pending.
-    slurmscriptd (22.05 and 24.11) waits for EOF on the hook's output pipe, not for the
-    hook's exit: a grandchild that kept that pipe would hold EpilogSlurmctld, and with it the
-    job in COMPLETING, until the hook timed out (PrologEpilogTimeout).
+    BeginTime then: a `StartTime=now` sent right away is overwritten. So a detached clean child
+    (gpugate.child.detach: a fresh interpreter, not a fork of this process, holding none of its
+    descriptors: slurmscriptd waits for EOF on the hook's output pipe) polls the job until it
+    is pending.
     """
-    import os
+    from gpugate.child import detach
 
-    child = os.fork()
-    if child != 0:
-        os.waitpid(child, 0)  # the child exits at once; the grandchild does the waiting
-        return
-    try:
-        os.setsid()
-        if os.fork() != 0:
-            os._exit(0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        if devnull > 2:
-            os.close(devnull)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                info = slurm.job(job_id)  # type: ignore[attr-defined]
-                if info.state == "PENDING":
-                    slurm.cli.start_now(job_id)  # type: ignore[attr-defined]
-                    break
-            except Exception:
-                pass
-            time.sleep(1)
-    finally:
-        os._exit(0)
+    kwargs = {"job_id": job_id, "backend": config.slurm.backend,
+              "timeout": config.slurm.timeout_s, "wait_s": wait_s}  # fmt: skip
+    detach("gpugate.slurm_hooks.requeue:start_now_when_pending", kwargs, timeout=wait_s + 30)
+
+
+def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
+    """In the detached child: poll the job until Slurm has it pending, then start it now."""
+    from gpugate.slurm_hooks.slurm import backend as slurm_backend
+
+    slurm = slurm_backend(backend, timeout=timeout)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if slurm.job(job_id).state == "PENDING":
+                slurm.cli.start_now(job_id)  # type: ignore[attr-defined]
+                return True
+        except Exception:  # slurmctld busy or the job between states: ask again
+            pass
+        time.sleep(1)
+    return False

@@ -187,38 +187,69 @@ def test_dry_run_changes_nothing(tmp_path):
     assert decision.requeue and slurm.calls == [] and all(d.startswith("would ") for d in done)
 
 
-def test_the_background_start_now_does_not_hold_the_hooks_output(tmp_path):
+def test_the_background_start_now_does_not_hold_the_hooks_output():
     # slurmscriptd waits for EOF on EpilogSlurmctld's output pipe, not for its exit: the
-    # detached grandchild must not keep that pipe, or the job stays COMPLETING until the
-    # hook times out (seen on Slurm 22.05 and 24.11: 60 s per requeue).
+    # detached child must not keep that pipe, or the job stays COMPLETING until the hook
+    # times out (seen on Slurm 22.05 and 24.11: 60 s per requeue). It must outlive the hook.
+    import signal
     import subprocess
     import sys
+    import time
 
-    release = tmp_path / "release"
-    script = tmp_path / "hook.py"
-    script.write_text(
-        "import os, time, types\n"
-        "from gpugate.slurm_hooks.requeue import start_when_pending\n"
-        "class Slurm:\n"
-        "    cli = types.SimpleNamespace(start_now=lambda job_id: None)\n"
-        "    def job(self, job_id):  # pending once the test says so\n"
-        f"        while not os.path.exists({str(release)!r}):\n"
-        "            time.sleep(0.05)\n"
-        "        return types.SimpleNamespace(state='PENDING')\n"
-        "start_when_pending(Slurm(), '5', wait_s=60)\n"
-        "print('hook done', flush=True)\n"
+    script = (
+        "from gpugate.child import detach\n"
+        "pid = detach('gpugate.child:selftest', {'action': 'sleep', 'seconds': 30}, timeout=40)\n"
+        "print(pid, flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=20)  # fmt: skip  # EOF only once nothing holds the pipe
+    took = time.monotonic() - started
+    pid = int(proc.stdout.strip())
     try:
-        out, _ = proc.communicate(timeout=20)  # EOF only once nothing holds the pipe
-    except subprocess.TimeoutExpired:
-        out = None
+        assert took < 10, "the detached child kept the hook's output pipe open"
+        os.kill(pid, 0)  # still running after its parent is gone: no parent-death signal
     finally:
-        release.touch()  # the grandchild finds the job pending and exits
-    if out is None:
-        proc.communicate(timeout=20)  # the grandchild has let go of the pipe by now
-    assert out == "hook done\n", "the detached grandchild kept the hook's output pipe open"
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
+    from gpugate.slurm_hooks import requeue
+
+    from gpugate import child
+
+    config = default_config()
+
+    def no_fork():
+        raise AssertionError("os.fork() in the hook process")
+
+    detached = []
+    monkeypatch.setattr(os, "fork", no_fork)
+    monkeypatch.setattr(
+        child, "detach", lambda task, kwargs, timeout: detached.append((task, kwargs))
+    )
+    requeue.start_when_pending(config, "42", wait_s=5)
+    assert detached == [("gpugate.slurm_hooks.requeue:start_now_when_pending",
+                         {"job_id": "42", "backend": config.slurm.backend,
+                          "timeout": config.slurm.timeout_s, "wait_s": 5})]  # fmt: skip
+
+
+def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
+    import types
+
+    from gpugate.slurm_hooks import requeue
+    from gpugate.slurm_hooks import slurm as slurm_mod
+
+    states = iter(["COMPLETING", "PENDING"])
+    started = []
+    fake = types.SimpleNamespace(
+        job=lambda job_id: types.SimpleNamespace(state=next(states)),
+        cli=types.SimpleNamespace(start_now=started.append),
+    )
+    monkeypatch.setattr(slurm_mod, "backend", lambda kind, timeout: fake)
+    monkeypatch.setattr(requeue.time, "sleep", lambda s: None)
+    assert requeue.start_now_when_pending("7", "cli", 5.0, wait_s=30) is True
+    assert started == ["7"]
 
 
 # ------------------------------------------------- what Slurm says; what others wrote
