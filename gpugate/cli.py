@@ -112,3 +112,11 @@ def run_guarded(fn: object, argv: list[str], name: str) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # gpugate's own bug: one line for the admin, the traceback on request
+        if os.environ.get("GPUGATE_TRACEBACK"):
+            raise
+        from gpugate.text import printable
+
+        print(f"gpugate {name}: internal error: {type(exc).__name__}: {printable(exc)} "
+              "(GPUGATE_TRACEBACK=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL

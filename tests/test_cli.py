@@ -202,3 +202,18 @@ def test_evidence_without_an_index_scans_and_says_so(site_dirs, capsys):
     captured = capsys.readouterr()
     assert [b["path"] for b in json.loads(captured.out)["bundles"]] == [path]
     assert "no index for gpu-07" in captured.err and captured.err.count("\n") == 1
+
+
+def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, capsys):
+    from gpugate import cli
+
+    def broken(argv):
+        raise KeyError("\x1b[2Jbug")
+
+    assert cli.run_guarded(broken, [], "nodes") == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: KeyError" in err
+    assert "Traceback" not in err and "\x1b" not in err
+    monkeypatch.setenv("GPUGATE_TRACEBACK", "1")
+    with pytest.raises(KeyError):
+        cli.run_guarded(broken, [], "nodes")
