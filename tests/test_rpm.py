@@ -152,7 +152,7 @@ def test_modes_owners_and_the_relative_symlink(rpm_file):
     for hook in HOOKS:
         assert entries[f"/usr/libexec/gpugate/{hook}"][0] == "-rwxr-xr-x"
     assert entries["/opt/gpugate/bin/gpugate"][0] == "-rwxr-xr-x"
-    assert entries["/var/lib/gpugate"][0] == "drwxr-xr-x"
+    assert entries["/var/lib/gpugate"][0] == "drwxr-x--x"  # others only pass through to task/
     assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x---"
     assert entries["/etc/gpugate/hook.env"][0] == "-rw-r--r--"  # sourced by root
     # Relative, so it also resolves inside an unpacked or image root.
