@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "slurm"))
 
 from gpugate_site import Site  # noqa: E402
-from localslurm import LocalSlurm, ensure_available  # noqa: E402
+from localslurm import LocalSlurm, ensure_available, open_path  # noqa: E402
 
 NODE = "gpu-node-01"
 
@@ -67,6 +67,8 @@ def main() -> None:
     prolog_runs: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        base.chmod(0o1777)  # the jobs (an ordinary user's) write their start stamps here
+        open_path(base)
         with LocalSlurm(base / "plain", nodes=[NODE]) as cluster:
             results["no Prolog"] = latencies(cluster, base, args.jobs)
         site = Site(base / "site")
