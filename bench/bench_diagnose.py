@@ -164,7 +164,7 @@ def main() -> None:
         "--no-python-engine", action="store_true", help="skip the slow Python engine row"
     )
     args = ap.parse_args()
-    from gpugate.checks.signatures import ALTERNATION
+    from gpugate.diagnosis.signatures import ALTERNATION
 
     size = args.size_mb * 1024 * 1024
     path = os.path.join(OUT, f"train-{args.size_mb}mb.log")

@@ -29,7 +29,7 @@ class Context(Record):
     config: object  # gpugate.config.schema.Config
     expected: Expected
     # Application-class Xids this node recorded per job, within the window (the hooks load
-    # them: slurm_hooks/xid_history.py); kernel.xid's cross-job rule reads them.
+    # them: gpugate/store/app_xids.py); kernel.xid's cross-job rule reads them.
     app_xids: tuple = ()
 
 

@@ -31,7 +31,7 @@ TASKS = frozenset(
     {
         "gpugate.checks.sources.mounts:timed_probe",
         "gpugate.slurm_hooks.collect:_read_and_diagnose",
-        "gpugate.slurm_hooks.userfiles:latest_checkpoint_path",
+        "gpugate.userfiles:latest_checkpoint_path",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }

@@ -1,6 +1,6 @@
 """The `gpugate` command: a table of subcommands, each imported only when it runs.
 
-Every subcommand lives in `gpugate.slurm_hooks.cmd_<name>` with `main(argv) -> int` and its own
+Every subcommand lives in `gpugate.commands.<name>` with `main(argv) -> int` and its own
 argparse parser (so `--help` works everywhere). Importing only the one that runs keeps the
 prolog's start-up cost to what it uses.
 """
@@ -16,20 +16,20 @@ if TYPE_CHECKING:
 
 # name -> (module, one-line help). Order is the order of `gpugate --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("cmd_check", "run the preflight checklist on this node or a replayed snapshot"),
-    "facts": ("cmd_facts", "gather this node's facts and write them as a YAML snapshot"),
-    "diagnose": ("cmd_diagnose", "name why a job died from its logs (and kernel-log lines)"),
-    "prolog": ("cmd_prolog", "Slurm Prolog: gate the node before the job starts"),
-    "task-prolog": ("cmd_task_prolog", "Slurm TaskProlog: export NCCL settings into the job"),
-    "epilog": ("cmd_epilog", "Slurm Epilog: collect evidence after an abnormal end"),
-    "epilog-slurmctld": ("cmd_epilog_slurmctld", "Slurm EpilogSlurmctld: requeue decision"),
-    "checkpoint": ("cmd_checkpoint", "find the newest complete checkpoint under a directory"),
-    "requeue": ("cmd_requeue", "requeue a job from its latest complete checkpoint"),
-    "nodes": ("cmd_nodes", "drained nodes, reasons and evidence at a glance"),
-    "evidence": ("cmd_evidence", "evidence bundles of a node or a job"),
-    "resume": ("cmd_resume", "check a node, then resume it (audited)"),
+    "check": ("check", "run the preflight checklist on this node or a replayed snapshot"),
+    "facts": ("facts", "gather this node's facts and write them as a YAML snapshot"),
+    "diagnose": ("diagnose", "name why a job died from its logs (and kernel-log lines)"),
+    "prolog": ("prolog", "Slurm Prolog: gate the node before the job starts"),
+    "task-prolog": ("task_prolog", "Slurm TaskProlog: export NCCL settings into the job"),
+    "epilog": ("epilog", "Slurm Epilog: collect evidence after an abnormal end"),
+    "epilog-slurmctld": ("epilog_slurmctld", "Slurm EpilogSlurmctld: requeue decision"),
+    "checkpoint": ("checkpoint", "find the newest complete checkpoint under a directory"),
+    "requeue": ("requeue", "requeue a job from its latest complete checkpoint"),
+    "nodes": ("nodes", "drained nodes, reasons and evidence at a glance"),
+    "evidence": ("evidence", "evidence bundles of a node or a job"),
+    "resume": ("resume", "check a node, then resume it (audited)"),
     "report": (
-        "cmd_report",
+        "report",
         "one self-contained HTML page of drains, evidence and repeat offenders",
     ),
 }
@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     try:
-        module = importlib.import_module(f"gpugate.slurm_hooks.{COMMANDS[name][0]}")
+        module = importlib.import_module(f"gpugate.commands.{COMMANDS[name][0]}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"gpugate.slurm_hooks.{COMMANDS[name][0]}":
+        if exc.name != f"gpugate.commands.{COMMANDS[name][0]}":
             raise
         print(f"gpugate {name}: not available in this version", file=sys.stderr)
         return EXIT_USAGE

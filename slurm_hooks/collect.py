@@ -65,7 +65,7 @@ def read_job_files(
     config: Config, env: HookEnv, job: dict, kernel_lines: list[str], timeout: float | None = None
 ) -> dict:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
-    from gpugate.slurm_hooks.userfiles import UserFileError, as_user
+    from gpugate.userfiles import UserFileError, as_user
 
     files = job_files(config, env, job)
     cap = config.epilog.log_tail_kib * 1024
@@ -109,7 +109,7 @@ def _read_and_diagnose(
     budget, never the others' (the tails are all read first). JSON in, JSON out: this may run
     in a separate child process.
     """
-    from gpugate.slurm_hooks.userfiles import UserFileError, open_regular, read_fd
+    from gpugate.userfiles import UserFileError, open_regular, read_fd
 
     paths: list[str] = []
     errors: list[str] = []
@@ -153,7 +153,7 @@ def _diagnose(
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
-    from gpugate.checks.diagnosis import (
+    from gpugate.diagnosis.engine import (
         JOB_FILE,
         KERNEL_LOG,
         Input,
@@ -245,8 +245,8 @@ def write_evidence(
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
     from gpugate.slurm_hooks.deltas import describe
-    from gpugate.slurm_hooks.evidence import EvidenceError, retention_for, write_bundle
 
+    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
     from gpugate.text import printable
     from gpugate.yamlio import dump_yaml
 
@@ -355,6 +355,6 @@ def _boot_epoch() -> float:
 
 
 def _slurm(config: Config) -> object:
-    from gpugate.slurm_hooks.slurm import backend
+    from gpugate.slurm_hooks.slurm.control import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

@@ -157,7 +157,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
 
 def note_app_xids(config: Config, env: HookEnv, facts: Facts, fresh: list[str]) -> tuple:
     """Record this job's application-class Xids; the node's record within the window, with them."""
-    from gpugate.slurm_hooks import xid_history
+    from gpugate.store import app_xids as xid_history
 
     now = time.time()
     mine = xid_history.job_events(fresh, env, facts, now)

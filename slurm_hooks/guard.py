@@ -71,9 +71,8 @@ def _secure(config: Config) -> None:
 
 def _count_internal_error(config: Config, hook: str) -> None:
     try:
-        from gpugate.slurm_hooks.metrics import note_run
-
         from gpugate.node import node_name
+        from gpugate.store.metrics import note_run
 
         note_run(config, node_name(), hook, internal_error=True)
     except Exception:  # the metrics module itself may be what broke

@@ -77,7 +77,7 @@ def job_peers(config: Config, env: HookEnv) -> list[str]:
     """The job's other nodes, when the peer probe is on and the job spans several nodes."""
     if not config.prolog.peers.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
         return []
-    from gpugate.slurm_hooks.slurm import expand_hostlist
+    from gpugate.slurm_hooks.slurm.control import expand_hostlist
 
     return [n for n in expand_hostlist(env.nodelist) if n != env.node]
 
@@ -205,7 +205,7 @@ def act_on_failure(
 def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
     """The outcome of a drain that raised: not drained; the job is refused all the same."""
     try:
-        from gpugate.slurm_hooks.slurm import drain_reason
+        from gpugate.slurm_hooks.slurm.control import drain_reason
 
         reason = drain_reason(check_id, detail)
     except Exception:
@@ -281,7 +281,7 @@ def drain_node(
     slurm: object, node: str, check_id: str, detail: str, config: Config | None = None
 ) -> DrainOutcome:
     """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
-    from gpugate.slurm_hooks.slurm import NotOurDrain, drain_reason
+    from gpugate.slurm_hooks.slurm.control import NotOurDrain, drain_reason
 
     reason = drain_reason(check_id, detail)
     if config is not None:
@@ -395,7 +395,7 @@ def summary(decision: object) -> str:
 
 
 def _slurm(config: Config) -> object:
-    from gpugate.slurm_hooks.slurm import backend
+    from gpugate.slurm_hooks.slurm.control import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 

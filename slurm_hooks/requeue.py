@@ -87,7 +87,7 @@ def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | 
 
 def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ...], bool]:
     """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
-    from gpugate.slurm_hooks.evidence import suspect_node
+    from gpugate.store.evidence import suspect_node
 
     hardware = tuple(
         sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
@@ -152,7 +152,7 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
 
 def slurm_requeued(job: JobEnd) -> bool:
     """Whether Slurm put the job back in the queue itself before this hook ran."""
-    from gpugate.slurm_hooks.slurm_parse import PROLOG_FAILED_SIGNAL
+    from gpugate.slurm_hooks.slurm.parse import PROLOG_FAILED_SIGNAL
 
     state = (job.state or "").upper()
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
@@ -183,7 +183,7 @@ def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]
     """The node epilogs' summaries for this run of the job, waiting up to `wait_s` for all."""
     import os
 
-    from gpugate.slurm_hooks.evidence import bundle_name, read_summary
+    from gpugate.store.evidence import bundle_name, read_summary
 
     deadline = time.monotonic() + wait_s
     while True:
@@ -203,9 +203,9 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
     """The newest complete checkpoint, looked up as the job's user (None when unknown)."""
     if not ckpt_dir:
         return None
-    from gpugate.slurm_hooks.userfiles import as_user
+    from gpugate.userfiles import as_user
 
-    task = "gpugate.slurm_hooks.userfiles:latest_checkpoint_path"
+    task = "gpugate.userfiles:latest_checkpoint_path"
     try:
         found = as_user(job.uid, job.gid, task, {"ckpt_dir": ckpt_dir}, timeout=30)
         # The child runs as the user: take only what a path can be from its answer.
@@ -300,7 +300,7 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
 
 def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
     """In the detached child: poll the job until Slurm has it pending, then start it now."""
-    from gpugate.slurm_hooks.slurm import backend as slurm_backend
+    from gpugate.slurm_hooks.slurm.control import backend as slurm_backend
 
     slurm = slurm_backend(backend, timeout=timeout)
     deadline = time.monotonic() + wait_s

@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks import admin as A
-from gpugate.slurm_hooks import history as H
-from gpugate.slurm_hooks.evidence import write_bundle
-from gpugate.slurm_hooks.slurm import CliBackend
-from gpugate.slurm_hooks.slurm_parse import NodeInfo, parse_nodes_json
+from gpugate.slurm_hooks.slurm.control import CliBackend
+from gpugate.slurm_hooks.slurm.parse import NodeInfo, parse_nodes_json
 from test_slurm_adapter import FIXTURES, FakeRunner, fixture
 
 from gpugate import cli
+from gpugate.admin import nodes as A
+from gpugate.store import history as H
+from gpugate.store.evidence import write_bundle
 
 DAY = 86400.0
 NOW = 1_790_000_000.0

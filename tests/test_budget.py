@@ -5,7 +5,7 @@ from __future__ import annotations
 from factories import default_config, make_facts
 from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm_parse import NodeInfo
+from gpugate.slurm_hooks.slurm.parse import NodeInfo
 from test_prolog import FakeSlurm, env, setup
 
 NOW = 1_800_000_000.0

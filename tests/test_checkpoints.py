@@ -19,9 +19,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks import checkpoints as C
-from gpugate.slurm_hooks.checkpoints import find_checkpoints, latest_complete, scan
 
+from gpugate.checkpoints import layouts as C
+from gpugate.checkpoints.layouts import find_checkpoints, latest_complete, scan
 from gpugate.cli import main
 
 HOUR = 3600.0

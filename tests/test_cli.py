@@ -109,8 +109,8 @@ def said_once(capsys, argv: list[str], code: int) -> str:
 
 
 def fake_slurm(monkeypatch, runner) -> None:
-    from gpugate.slurm_hooks import slurm
-    from gpugate.slurm_hooks.slurm import CliBackend
+    from gpugate.slurm_hooks.slurm import control as slurm
+    from gpugate.slurm_hooks.slurm.control import CliBackend
 
     monkeypatch.setattr(slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
 
@@ -174,7 +174,7 @@ def test_checkpoint_bad_arguments_are_one_line_and_exit_2(argv, capsys):
 def test_evidence_of_a_node_reads_its_index_not_every_job(site_dirs, capsys, monkeypatch):
     import glob
 
-    from gpugate.slurm_hooks.evidence import write_bundle
+    from gpugate.store.evidence import write_bundle
 
     ev = str(site_dirs / "ev")
     mine = [write_bundle(ev, str(j), "gpu-07", 0, {}, {"node": "gpu-07"}) for j in (5, 6)]
@@ -193,7 +193,7 @@ def test_evidence_of_a_node_reads_its_index_not_every_job(site_dirs, capsys, mon
 
 
 def test_evidence_without_an_index_scans_and_says_so(site_dirs, capsys):
-    from gpugate.slurm_hooks.evidence import index_path, write_bundle
+    from gpugate.store.evidence import index_path, write_bundle
 
     ev = str(site_dirs / "ev")
     path = write_bundle(ev, "5", "gpu-07", 0, {}, {"node": "gpu-07"})

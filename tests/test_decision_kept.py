@@ -15,9 +15,9 @@ import subprocess
 
 import pytest
 from factories import make_facts
-from gpugate.slurm_hooks import history as H
 
 from gpugate.cli import main
+from gpugate.store import history as H
 from gpugate.yamlio import dump_yaml
 
 NODE = "gpu-node-01"
@@ -39,7 +39,7 @@ class FakeSlurm:
 
     def nodes(self) -> dict:
         # Nothing else drained: the budget allows this drain (and the settle keeps it).
-        from gpugate.slurm_hooks.slurm_parse import NodeInfo
+        from gpugate.slurm_hooks.slurm.parse import NodeInfo
 
         me = NodeInfo(name=NODE, state="IDLE", partitions=("gpu",))
         if self.drains:
@@ -124,7 +124,7 @@ def test_a_gigabyte_line_in_drains_is_skipped_quickly(broken_node, capsys):
 
 
 def test_a_drain_that_raises_still_refuses_the_job(broken_node, monkeypatch, capsys):
-    from gpugate.slurm_hooks.slurm import SlurmError
+    from gpugate.slurm_hooks.slurm.control import SlurmError
 
     site, state, slurm = broken_node
     slurm.fail = SlurmError("scontrol: error: Unable to contact slurm controller")
@@ -162,9 +162,9 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
 @pytest.mark.parametrize(
     "target",
     [
-        "gpugate.slurm_hooks.history.record_drain",
-        "gpugate.slurm_hooks.metrics.update_metrics",
-        "gpugate.slurm_hooks.cmd_prolog.say_verdict",
+        "gpugate.store.history.record_drain",
+        "gpugate.store.metrics.update_metrics",
+        "gpugate.commands.prolog.say_verdict",
         "gpugate.log.event",
     ],
 )
@@ -234,9 +234,10 @@ def test_a_real_read_only_or_full_state_dir_changes_nothing(broken_node, kind):
 def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     """A history that raises after an epilog drain still leaves the event line."""
     from gpugate.config import load_config
-    from gpugate.slurm_hooks import cmd_epilog
     from gpugate.slurm_hooks.epilog import EpilogResult
     from gpugate.slurm_hooks.hookenv import HookEnv
+
+    from gpugate.commands import epilog as cmd_epilog
 
     config = load_config("/dev/null").replace(state_dir=str(tmp_path))
     result = EpilogResult(abnormal=True, why="exit code 1", drained=True,

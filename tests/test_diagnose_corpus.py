@@ -11,7 +11,8 @@ import os
 import shutil
 
 import pytest
-from gpugate.checks import diagnosis as D
+
+from gpugate.diagnosis import engine as D
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "corpus")  # fmt: skip

@@ -13,9 +13,10 @@ import os
 import shutil
 
 import pytest
-from gpugate.checks import diagnosis as D
-from gpugate.checks import signatures as S
-from gpugate.slurm_hooks import cmd_diagnose
+
+from gpugate.commands import diagnose as cmd_diagnose
+from gpugate.diagnosis import engine as D
+from gpugate.diagnosis import signatures as S
 
 HAS_GREP = shutil.which("grep") is not None
 ENGINES = ["python", pytest.param("grep", marks=pytest.mark.skipif(not HAS_GREP, reason="no grep"))]

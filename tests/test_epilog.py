@@ -10,7 +10,7 @@ from factories import default_config, make_facts
 from gpugate.slurm_hooks.epilog import abnormal_end, run_epilog
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm_parse import JobInfo
+from gpugate.slurm_hooks.slurm.parse import JobInfo
 
 from gpugate.yamlio import dump_yaml
 
@@ -183,7 +183,7 @@ def test_abnormal_end_from_the_epilog_environment():
 
 
 def test_the_suspect_is_the_node_with_the_first_hardware_error():
-    from gpugate.slurm_hooks.evidence import suspect_node
+    from gpugate.store.evidence import suspect_node
 
     summaries = [
         {"node": "n1", "hardware_fault": False, "category": "nccl_timeout"},

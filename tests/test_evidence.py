@@ -11,9 +11,9 @@ import shutil
 import pytest
 from factories import site
 from gpugate.config import ConfigError
-from gpugate.slurm_hooks import evidence as E
 
 from gpugate import fstree
+from gpugate.store import evidence as E
 
 DAY = 86400.0
 T0 = 1_790_000_000.0

@@ -10,7 +10,8 @@ import time
 
 import pytest
 from gpugate.config import load_config
-from gpugate.slurm_hooks import history as H
+
+from gpugate.store import history as H
 
 DAY = 86400.0
 T0 = 1_790_000_000.0

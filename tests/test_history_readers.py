@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks import history as H
 
 from gpugate import cli
+from gpugate.store import history as H
 
 NOW = 1_790_000_000.0
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gpugate.checks.findings import Finding
 from gpugate.config import load_config
-from gpugate.slurm_hooks import metrics as M
 
+from gpugate.store import metrics as M
 from gpugate.yamlio import parse_yaml
 
 ALERTS = Path(__file__).resolve().parent.parent / "config" / "gpugate-alerts.yml"

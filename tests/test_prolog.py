@@ -9,7 +9,7 @@ import pytest
 from factories import default_config, make_facts
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm import NodeChange, NotOurDrain
+from gpugate.slurm_hooks.slurm.control import NodeChange, NotOurDrain
 
 from gpugate.yamlio import dump_yaml
 

@@ -48,10 +48,8 @@ import pytest
 import yaml
 from factories import make_facts, make_gpu, make_ib
 from gpugate.checks import findings as F
-from gpugate.checks.diagnosis import CATEGORIES, Diagnosis, diagnose_bytes
 from gpugate.checks.facts import Facts, SnapshotError, facts_from_dict
 from gpugate.checks.run import run_checks
-from gpugate.checks.signatures import SIGNATURES
 from gpugate.checks.sources.host import parse_meminfo, parse_modules
 from gpugate.checks.sources.infiniband import parse_rate, parse_state, read_counters
 from gpugate.checks.sources.kernel_log import (
@@ -66,17 +64,15 @@ from gpugate.checks.sources.peers import parse_ping
 from gpugate.checks.xid import needs_drain, normalize_pci, parse_xid
 from gpugate.config import PACKAGED_FILE, ConfigError, load_config
 from gpugate.config.schema import Config
-from gpugate.slurm_hooks.checkpoints import CheckpointDirError, find_checkpoints, latest_complete
-from gpugate.slurm_hooks.evidence import read_summary
 from gpugate.slurm_hooks.hookenv import HookEnv, comment_tokens, from_environ
-from gpugate.slurm_hooks.slurm import (
+from gpugate.slurm_hooks.slurm.control import (
     COMMENT_MAX,
     REASON_MAX,
     admin_comment,
     clean_text,
     drain_reason,
 )
-from gpugate.slurm_hooks.slurm_parse import (
+from gpugate.slurm_hooks.slurm.parse import (
     GPUGATE_PREFIX,
     HostlistError,
     JobInfo,
@@ -92,6 +88,10 @@ from gpugate.slurm_hooks.state import load_baseline, load_kernel_pos
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpugate.checkpoints.layouts import CheckpointDirError, find_checkpoints, latest_complete
+from gpugate.diagnosis.engine import CATEGORIES, Diagnosis, diagnose_bytes
+from gpugate.diagnosis.signatures import SIGNATURES
+from gpugate.store.evidence import read_summary
 from gpugate.yamlio import YamlError, parse_yaml
 
 if TYPE_CHECKING:

@@ -14,14 +14,14 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from gpugate.slurm_hooks import admin as A
-from gpugate.slurm_hooks import history as H
-from gpugate.slurm_hooks import report as R
-from gpugate.slurm_hooks.slurm import CliBackend
-from gpugate.slurm_hooks.slurm_parse import NodeInfo
+from gpugate.slurm_hooks.slurm.control import CliBackend
+from gpugate.slurm_hooks.slurm.parse import NodeInfo
 from test_slurm_adapter import FakeRunner, fixture
 
 from gpugate import cli
+from gpugate.admin import nodes as A
+from gpugate.admin import report as R
+from gpugate.store import history as H
 
 DAY = 86400.0
 NOW = 1_790_000_000.0

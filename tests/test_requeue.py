@@ -7,8 +7,9 @@ import zipfile
 
 import pytest
 from factories import default_config
-from gpugate.slurm_hooks.cmd_epilog_slurmctld import job_from_env, run_requeue
 from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
+
+from gpugate.commands.epilog_slurmctld import job_from_env, run_requeue
 
 HW = {
     "node": "n1",
@@ -147,7 +148,7 @@ class FakeSlurm:
         return f"gpugate: {text}"
 
     def node(self, name: str):
-        from gpugate.slurm_hooks.slurm import NodeNotFound
+        from gpugate.slurm_hooks.slurm.control import NodeNotFound
 
         if name not in self.nodes:
             raise NodeNotFound(name)
@@ -155,7 +156,7 @@ class FakeSlurm:
 
 
 def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
-    from gpugate.slurm_hooks.evidence import write_bundle
+    from gpugate.store.evidence import write_bundle
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -238,7 +239,7 @@ def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
     import types
 
     from gpugate.slurm_hooks import requeue
-    from gpugate.slurm_hooks import slurm as slurm_mod
+    from gpugate.slurm_hooks.slurm import control as slurm_mod
 
     states = iter(["COMPLETING", "PENDING"])
     started = []
@@ -295,7 +296,7 @@ def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
 
 
 def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
-    from gpugate.slurm_hooks.evidence import write_bundle
+    from gpugate.store.evidence import write_bundle
 
     config = default_config().replace(evidence_dir=str(tmp_path))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
@@ -321,7 +322,7 @@ def test_pinned_suspects_are_named_in_the_description():
 
 
 def drained(name: str, reason: str = "gpugate: gpu.ecc: test"):
-    from gpugate.slurm_hooks.slurm_parse import NodeInfo
+    from gpugate.slurm_hooks.slurm.parse import NodeInfo
 
     return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason=reason)
 
@@ -395,8 +396,10 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
 ):
     # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
     # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
-    from gpugate.slurm_hooks import cmd_epilog_slurmctld, requeue
-    from gpugate.slurm_hooks import slurm as S
+    from gpugate.slurm_hooks import requeue
+    from gpugate.slurm_hooks.slurm import control as S
+
+    from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
 
     with open(os.path.join(FIXTURES, f"scontrol-show-job.epilog-slurmctld.{recorded}.txt")) as fh:
         text = fh.read()

@@ -24,7 +24,7 @@ HOOKS = ["prolog", "epilog", "task-prolog", "epilog-slurmctld"]
 BODIES = {
     "prolog": "gpugate.slurm_hooks.prolog.run_prolog",
     "epilog": "gpugate.slurm_hooks.epilog.run_epilog",
-    "epilog-slurmctld": "gpugate.slurm_hooks.cmd_epilog_slurmctld.run_requeue",
+    "epilog-slurmctld": "gpugate.commands.epilog_slurmctld.run_requeue",
     "task-prolog": "gpugate.slurm_hooks.task_prolog.exports",
 }
 

@@ -15,8 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks import slurm as S
-from gpugate.slurm_hooks.slurm_parse import (
+from gpugate.slurm_hooks.slurm import control as S
+from gpugate.slurm_hooks.slurm.parse import (
     HostlistError,
     JobInfo,
     NodeInfo,

@@ -127,9 +127,10 @@ def test_nodes_table_and_json_with_a_hostile_reason(tmp_path, monkeypatch, capsy
 
 
 def test_report_html_with_a_hostile_reason():
-    from gpugate.slurm_hooks import admin as A
-    from gpugate.slurm_hooks import report as R
-    from gpugate.slurm_hooks.slurm_parse import NodeInfo
+    from gpugate.slurm_hooks.slurm.parse import NodeInfo
+
+    from gpugate.admin import nodes as A
+    from gpugate.admin import report as R
 
     now = 1_790_000_000.0
     reason = f"gpugate: gpu.ecc: {EVIL} <b>"
@@ -155,7 +156,7 @@ def test_decisive_txt_in_the_bundle_holds_no_raw_controls(tmp_path):
 
 
 def test_evidence_text_with_hostile_summary_and_file_names():
-    from gpugate.slurm_hooks.cmd_evidence import FIELDS, render
+    from gpugate.commands.evidence import FIELDS, render
 
     item = dict.fromkeys(FIELDS)
     item.update(job_id="9", node="gpu-01", why=f"exit {EVIL}\nsecond", summary_text=EVIL,

@@ -11,7 +11,8 @@ import sys
 import time
 
 import pytest
-from gpugate.slurm_hooks.userfiles import UserFileError, as_user, read_tail
+
+from gpugate.userfiles import UserFileError, as_user, read_tail
 
 
 def test_tail_of_a_regular_file(tmp_path):
@@ -113,7 +114,7 @@ def test_the_reader_dies_with_its_parent(tmp_path):
     # A parent (an epilog) that starts a reader which hangs, then is killed (slurmd's
     # EpilogTimeout): the reader must not outlive it.
     code = (
-        "from gpugate.slurm_hooks.userfiles import as_user\n"
+        "from gpugate.userfiles import as_user\n"
         f"as_user({os.getuid()}, {os.getgid()}, {SELFTEST!r}, "
         "{'action': 'sleep', 'seconds': 60}, 60)\n"
     )
@@ -170,7 +171,7 @@ def test_a_real_non_root_process_refuses(installed):
     python, lib = installed
     code = (
         f"import sys; sys.path.insert(0, {lib!r})\n"
-        "from gpugate.slurm_hooks.userfiles import UserFileError, as_user\n"
+        "from gpugate.userfiles import UserFileError, as_user\n"
         "try:\n"
         f"    as_user(0, 0, {SELFTEST!r}, {{'action': 'ids'}}, 5)\n"
         "except UserFileError as exc:\n"
@@ -207,7 +208,7 @@ def _check_drop(tmp_path, python, lib):
     # The parent runs as root with the installed layout (an interpreter nobody may run).
     code = (
         f"import json, sys; sys.path.insert(0, {lib!r})\n"
-        "from gpugate.slurm_hooks.userfiles import as_user\n"
+        "from gpugate.userfiles import as_user\n"
         f"ids = as_user({NOBODY}, {NOBODY}, {SELFTEST!r}, {{'action': 'ids'}}, 10)\n"
         f"kw = {{'files': [{str(private)!r}, {str(public)!r}], 'kernel_text': '', 'cap': 100,"
         " 'max_files': 4}\n"
@@ -253,7 +254,7 @@ def test_latest_checkpoint_task(tmp_path):
     ckpt = tmp_path / "ckpt_100.pt"
     with zipfile.ZipFile(ckpt, "w") as z:
         z.writestr("archive/data.pkl", b"x")
-    task = "gpugate.slurm_hooks.userfiles:latest_checkpoint_path"
+    task = "gpugate.userfiles:latest_checkpoint_path"
     assert as_user(*ME, task, {"ckpt_dir": str(tmp_path)}, 10) == str(ckpt)
 
 

@@ -8,10 +8,11 @@ import stat
 import time
 
 from factories import make_facts
-from gpugate.slurm_hooks import xid_history as H
 from gpugate.slurm_hooks.epilog import run_epilog
 from gpugate.slurm_hooks.prolog import run_prolog
 from test_epilog import FakeSlurm, env, setup, snapshot
+
+from gpugate.store import app_xids as H
 
 GPU2 = "0000:38:00"  # make_gpu(2)
 

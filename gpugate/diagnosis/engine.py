@@ -25,9 +25,8 @@ from __future__ import annotations
 import os
 import sys
 
-from gpugate.checks import signatures as S
 from gpugate.checks import xid as X
-
+from gpugate.diagnosis import signatures as S
 from gpugate.record import Record
 
 TYPE_CHECKING = False

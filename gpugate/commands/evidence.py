@@ -44,8 +44,8 @@ def parser() -> ArgumentParser:
 def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[str], list[str]]:
     """Bundle directories of one node (its index, or a scan without one, plus those the
     history names), and notes on how they were found."""
-    from gpugate.slurm_hooks import history
-    from gpugate.slurm_hooks.evidence import node_bundle_paths
+    from gpugate.store import history
+    from gpugate.store.evidence import node_bundle_paths
 
     found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
     named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
@@ -55,14 +55,14 @@ def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[st
 
 def job_bundles(config: Config, job: str) -> list[str]:
     """Bundle directories of one job (every node and run)."""
-    from gpugate.slurm_hooks.evidence import list_bundles
+    from gpugate.store.evidence import list_bundles
 
     return list_bundles(config.evidence_dir, job)
 
 
 def describe(bundle: str) -> dict:
     """A bundle's summary fields, its path and the raw files in it."""
-    from gpugate.slurm_hooks.evidence import read_summary
+    from gpugate.store.evidence import read_summary
 
     summary = read_summary(bundle) or {}
     out = {k: summary.get(k) for k in FIELDS}
@@ -123,9 +123,8 @@ def _line(value: object) -> object:
 def main(argv: list[str]) -> int:
     """Run `gpugate evidence`."""
     args = parser().parse_args(argv)
-    from gpugate.config import load_config
-
     from gpugate import names
+    from gpugate.config import load_config
 
     target = args.target
     # Digits (and '_') without --node mean a job id: `1_2_3` is a bad one, not a node name.

@@ -27,9 +27,8 @@ import stat
 import struct
 import time
 
-from gpugate.slurm_hooks.userfiles import UserFileError, open_regular
-
 from gpugate.record import Record
+from gpugate.userfiles import UserFileError, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -953,7 +952,7 @@ def _read_tag(directory: str, name: str) -> tuple[str | None, str | None]:
 
 def _read_capped(fd: int, limit: int) -> bytes:
     """Up to `limit` + 1 bytes from `fd` (one more than allowed tells "too large")."""
-    from gpugate.slurm_hooks.userfiles import read_fd
+    from gpugate.userfiles import read_fd
 
     return read_fd(fd, limit + 1)
 

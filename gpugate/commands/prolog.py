@@ -68,7 +68,7 @@ def say_verdict(config: Config, env: HookEnv, result: PrologResult) -> None:
 
 def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The drain history (after a drain gpugate set)."""
-    from gpugate.slurm_hooks import history
+    from gpugate.store import history
 
     if result.drained and result.reason:
         history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
@@ -76,7 +76,7 @@ def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The metrics textfile."""
-    from gpugate.slurm_hooks import history, metrics
+    from gpugate.store import history, metrics
 
     metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
                      drained_check=history.reason_check(result.reason) if result.drained else None,

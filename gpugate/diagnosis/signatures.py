@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 
 from gpugate.checks import xid as X
-
 from gpugate.record import Record
 
 TYPE_CHECKING = False

@@ -34,7 +34,6 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from gpugate.checks.sources import gather_dict
     from gpugate.config import load_config
-
     from gpugate.fsutil import atomic_write
     from gpugate.node import node_name
     from gpugate.yamlio import dump_yaml

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from gpugate.slurm_hooks import history
+from gpugate.store import history
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
 
@@ -88,7 +88,7 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
 
 
 def _action(row: dict) -> str:
-    from gpugate.slurm_hooks.admin import URGENCY
+    from gpugate.admin.nodes import URGENCY
 
     return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
@@ -166,7 +166,7 @@ def render_html(
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
     events = timeline(drains, resumes, since)
-    from gpugate.slurm_hooks.admin import RMA
+    from gpugate.admin.nodes import RMA
 
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),

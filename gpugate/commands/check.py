@@ -42,9 +42,8 @@ def main(argv: list[str]) -> int:
     from gpugate.checks.run import run_checks
     from gpugate.checks.sources import gather
     from gpugate.config import load_config
-    from gpugate.slurm_hooks.policy import decide, effective_status
-
     from gpugate.node import node_name
+    from gpugate.slurm_hooks.policy import decide, effective_status
 
     config = load_config(args.config)
     if args.facts:

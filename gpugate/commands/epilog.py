@@ -63,7 +63,7 @@ def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The drain history (after a drain the epilog set)."""
-    from gpugate.slurm_hooks import history
+    from gpugate.store import history
 
     if r.drained and r.reason:
         history.note_drain(config, env.node or "", r.reason, category=r.category, xid=r.xid,
@@ -72,7 +72,7 @@ def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The metrics textfile."""
-    from gpugate.slurm_hooks import history, metrics
+    from gpugate.store import history, metrics
 
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,

@@ -36,8 +36,10 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate report`."""
     args = parser().parse_args(argv)
+    from gpugate.admin import nodes as admin
+    from gpugate.admin import report
     from gpugate.config import load_config
-    from gpugate.slurm_hooks import admin, history, report
+    from gpugate.store import history
 
     config = load_config(args.config)
     window = config.admin.history_window_days if args.window_days is None else args.window_days

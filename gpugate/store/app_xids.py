@@ -100,7 +100,7 @@ def load(config: Config, now: float) -> list[dict]:
         log.say(f"app-Xid history {path}: not read: {exc.strerror}")
         return []
     try:
-        from gpugate.slurm_hooks.userfiles import read_fd
+        from gpugate.userfiles import read_fd
 
         text = read_fd(fd, MAX_ENTRIES * MAX_LINE * 2).decode("utf-8", "replace")
     except OSError as exc:

@@ -53,8 +53,8 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: Namespace) -> int:
+    from gpugate.admin import nodes as admin
     from gpugate.config import load_config
-    from gpugate.slurm_hooks import admin
 
     config = load_config(args.config)
     try:

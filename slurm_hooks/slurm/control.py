@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 
-from gpugate.slurm_hooks.slurm_parse import (
+from gpugate.slurm_hooks.slurm.parse import (
     GPUGATE_PREFIX,
     HostlistError,
     JobInfo,

@@ -27,10 +27,9 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
     args = parser().parse_args(argv)
+    from gpugate import log
     from gpugate.config import load_config
     from gpugate.slurm_hooks.task_prolog import exports, render
-
-    from gpugate import log
 
     try:
         config = load_config(args.config)

@@ -49,7 +49,6 @@ def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts
     """The node's facts, and where they came from (or None and why not)."""
     from gpugate.checks.facts import load_snapshot
     from gpugate.checks.sources import replay_path
-
     from gpugate.node import node_name
 
     if facts_file:
@@ -89,13 +88,12 @@ def _age(collected_at: str | None) -> float | None:
 def main(argv: list[str]) -> int:
     """Run `gpugate resume`."""
     args = parser().parse_args(argv)
+    from gpugate import names
     from gpugate.checks.run import run_checks
     from gpugate.config import load_config
-    from gpugate.slurm_hooks.history import record_resume
     from gpugate.slurm_hooks.policy import decide
-    from gpugate.slurm_hooks.slurm import NodeNotFound, NotOurDrain, SlurmError, backend
-
-    from gpugate import names
+    from gpugate.slurm_hooks.slurm.control import NodeNotFound, NotOurDrain, SlurmError, backend
+    from gpugate.store.history import record_resume
 
     try:
         names.node_name(args.node)
@@ -155,7 +153,7 @@ def main(argv: list[str]) -> int:
 
 
 def _refuse(config: Config, args: object, reason: str, why: str, result: str | None = None) -> int:
-    from gpugate.slurm_hooks.history import record_resume
+    from gpugate.store.history import record_resume
 
     try:
         record_resume(_audit_dir(config), args.node, why=args.why, result=f"refused: {why}" + (f"; checks {result}" if result else ""),  # type: ignore[attr-defined]
@@ -168,6 +166,6 @@ def _refuse(config: Config, args: object, reason: str, why: str, result: str | N
 
 
 def _audit_dir(config: Config) -> str:
-    from gpugate.slurm_hooks.history import history_dir
+    from gpugate.store.history import history_dir
 
     return history_dir(config)

@@ -31,12 +31,11 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate requeue`."""
     args = parser().parse_args(argv)
-    from gpugate.config import load_config
-    from gpugate.slurm_hooks.cmd_epilog_slurmctld import run_requeue
-    from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm import JobNotFound, SlurmError, backend
-
     from gpugate import names
+    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.config import load_config
+    from gpugate.slurm_hooks.requeue import JobEnd
+    from gpugate.slurm_hooks.slurm.control import JobNotFound, SlurmError, backend
 
     try:
         names.job_id(args.job_id)

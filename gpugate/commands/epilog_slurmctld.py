@@ -41,7 +41,7 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
     """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
     from gpugate.slurm_hooks.hookenv import from_environ
     from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm import expand_hostlist
+    from gpugate.slurm_hooks.slurm.control import expand_hostlist
 
     env = from_environ(environ)
     return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
@@ -75,7 +75,7 @@ def run_requeue(
 
 
 def _body(config: Config) -> int:
-    from gpugate.slurm_hooks.slurm import backend
+    from gpugate.slurm_hooks.slurm.control import backend
 
     job = job_from_env()
     if not job.job_id:

@@ -1,0 +1,1 @@
+"""The admins' view: drained nodes with their evidence, the HTML report, resuming."""

@@ -1,0 +1,1 @@
+"""The thin subcommands: parse the arguments, call the code that does the work, print."""

@@ -1,0 +1,1 @@
+"""Why a job died: the failure categories, the log signatures, the scanners and the ranking."""

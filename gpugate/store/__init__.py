@@ -1,0 +1,1 @@
+"""What gpugate keeps: drain history, evidence bundles, metrics, application-Xid memory."""
