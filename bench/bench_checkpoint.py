@@ -33,7 +33,7 @@ import sys
 import time
 import zipfile
 
-from gpugate.checkpoints.layouts import SETTLE_S, latest_complete
+from gpugate.checkpoints.discover import SETTLE_S, latest_complete
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "checkpoints")
 CHUNK = 8 << 20

@@ -121,7 +121,7 @@ def as_user(
 
 def latest_checkpoint_path(ckpt_dir: str) -> str | None:
     """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
-    from gpugate.checkpoints.layouts import latest_complete
+    from gpugate.checkpoints.discover import latest_complete
 
     found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
     return found.path if found else None

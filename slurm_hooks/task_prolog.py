@@ -75,7 +75,7 @@ def resume_exports(
             ckpt_dir = None
     if not ckpt_dir:
         return []
-    from gpugate.checkpoints.layouts import latest_complete
+    from gpugate.checkpoints.discover import latest_complete
 
     out = [("GPUGATE_CKPT_DIR", ckpt_dir)]
     try:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gpugate.checkpoints import layouts as C
-from gpugate.checkpoints.layouts import find_checkpoints, latest_complete, scan
+from gpugate.checkpoints import discover as C
+from gpugate.checkpoints.discover import find_checkpoints, latest_complete, scan
 from gpugate.cli import main
 
 HOUR = 3600.0

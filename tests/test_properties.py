@@ -88,7 +88,7 @@ from gpugate.slurm_hooks.state import load_baseline, load_kernel_pos
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpugate.checkpoints.layouts import CheckpointDirError, find_checkpoints, latest_complete
+from gpugate.checkpoints.discover import CheckpointDirError, find_checkpoints, latest_complete
 from gpugate.diagnosis.engine import CATEGORIES, Diagnosis, diagnose_bytes
 from gpugate.diagnosis.signatures import SIGNATURES
 from gpugate.store.evidence import read_summary

@@ -1,1 +1,1 @@
-"""Which checkpoint is complete: each framework's layout and the torch file reader."""
+"""Which checkpoint is complete: discover.py (the API), layouts.py, torchfile.py, listing.py."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gpugate.checkpoints.layouts import SETTLE_S, CheckpointDirError, scan
+from gpugate.checkpoints.discover import SETTLE_S, CheckpointDirError, scan
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
 from gpugate.text import dumps, is_printable, printable
 
@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
 
-    from gpugate.checkpoints.layouts import Checkpoint, Scan
+    from gpugate.checkpoints.discover import Checkpoint, Scan
 
 EXIT_NONE = 1  # the contract: `latest` exits 1 when no checkpoint under DIR is complete
 
