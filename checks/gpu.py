@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.registry import check
+from gpugate.checks.registry import COOLING, REBOOT, RESET, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def per_gpu(
     return [F.ok(check_id, f"all {len(readable)} GPUs {passed}")]
 
 
-@check("gpu.count")
+@check("gpu.count", action=REBOOT)
 def check_gpu_count(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPUs NVML sees against the board's expected count (and the PCI bus's count)."""
     if facts.gpus is None:
@@ -78,7 +78,7 @@ def check_gpu_count(facts: Facts, ctx: Context) -> list[F.Finding]:
     return [F.ok("gpu.count", f"{seen} GPUs (expected {expected})", value=seen, limit=expected)]
 
 
-@check("gpu.lost")
+@check("gpu.lost", hardware=True, action=REBOOT)  # reseat it if it does not come back
 def check_gpu_lost(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU that NVML reports lost, needing reset, or unreachable."""
     if facts.gpus is None:
@@ -131,7 +131,7 @@ def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out or [F.ok("gpu.driver", f"driver {have}, CUDA {cuda or '?'}")]
 
 
-@check("gpu.temperature")
+@check("gpu.temperature", hardware=True, action=COOLING)
 def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPU temperature below the warning and failure limits (seed: below 85 C before a job)."""
     cfg = ctx.config.checks.gpu
@@ -149,7 +149,7 @@ def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.temperature", facts, judge, f"below {cfg.temperature_warn_c:g}C")
 
 
-@check("gpu.throttle")
+@check("gpu.throttle", hardware=True, action=COOLING)
 def check_throttle(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No hardware clock slowdown (thermal, power brake); idle and power-cap reasons are fine."""
     cfg = ctx.config.checks.gpu
@@ -168,7 +168,7 @@ def check_throttle(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.throttle", facts, judge, "free of hardware clock slowdown")
 
 
-@check("gpu.ecc")
+@check("gpu.ecc", hardware=True, action=RESET)
 def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     """ECC on, no volatile uncorrected errors, lifetime uncorrected errors under the limit."""
     cfg = ctx.config.checks.gpu
@@ -200,7 +200,7 @@ def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.ecc", facts, judge, "within the uncorrected ECC limits")
 
 
-@check("gpu.memory_errors")
+@check("gpu.memory_errors", hardware=True, action=RESET)  # a pending remap needs a reset
 def check_memory_errors(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No pending page retirement or row remap (needs a GPU reset), no remap failure (RMA)."""
 
@@ -235,7 +235,7 @@ _RECOVERY = {
 }
 
 
-@check("gpu.recovery_action")
+@check("gpu.recovery_action", hardware=True, action=RESET)
 def check_recovery_action(facts: Facts, ctx: Context) -> list[F.Finding]:
     """The driver's own verdict: no GPU asks for a reset, reboot or drain (NVML field 230)."""
 

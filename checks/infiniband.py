@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import check
+from gpugate.checks.registry import RESEAT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _active(p: IbPort) -> bool:
     return (p.state or "").upper() == "ACTIVE" and (p.phys_state or "").lower() == "linkup"
 
 
-@check("ib.ports")
+@check("ib.ports", hardware=True, action=RESEAT)
 def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
     """The board's count of fabric ports, each ACTIVE and LinkUp (seed: `ibstat` Active)."""
     if facts.infiniband is None:
@@ -53,7 +53,7 @@ def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out or [F.ok("ib.ports", f"{len(ports)} {layers} ports ACTIVE/LinkUp (expected {want})")]
 
 
-@check("ib.rate")
+@check("ib.rate", hardware=True, action=RESEAT)
 def check_ib_rate(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every active fabric port at the board's rate (seed: Active but slow is a fault too)."""
     if facts.infiniband is None:

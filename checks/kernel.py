@@ -10,7 +10,7 @@ import re
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import check
+from gpugate.checks.registry import REBOOT, RESET, check
 from gpugate.checks.xid import APP_XIDS, lookup, needs_drain, normalize_pci, parse_xid
 
 TYPE_CHECKING = False
@@ -141,7 +141,7 @@ def _xid_verdict(event: XidEvent) -> str:
     return "warn" if lookup(event.code).action == "restart_app" else "info"
 
 
-@check("kernel.xid")
+@check("kernel.xid", hardware=True, action=RESET)  # refined by the Xid catalog (admin)
 def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No Xid in the kernel log that needs a GPU reset or reboot (NVIDIA Xid catalog)."""
     if facts.kernel_log is None:
@@ -205,7 +205,7 @@ def _app_xid(head: str, lines: list[str], pci: str | None, gpu: int | None,
     return F.warn("kernel.xid", detail, gpu=gpu, value=bursts, limit=k.app_xid_jobs_min)
 
 
-@check("kernel.gpu_bus")
+@check("kernel.gpu_bus", hardware=True, action=REBOOT)
 def check_kernel_gpu_bus(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU fallen off the bus, failed to initialise or needing a reset, without an Xid."""
     if facts.kernel_log is None:

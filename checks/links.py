@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import not_reported, nvml_missing, per_gpu
-from gpugate.checks.registry import check
+from gpugate.checks.registry import RESEAT, RESET, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts, Gpu
 
 
-@check("pcie.link")
+@check("pcie.link", hardware=True, action=RESEAT)  # trained below x16 or its generation
 def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Each GPU's PCIe link at full width and at the board's generation."""
     if facts.gpus is None:  # the board is picked by GPU name: NVML is the root cause
@@ -50,7 +50,7 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out
 
 
-@check("nvlink.links")
+@check("nvlink.links", hardware=True, action=RESET)
 def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every GPU has all of the board's NVLinks active (seed: `nvidia-smi topo -m` complete)."""
     if facts.gpus is None:
@@ -78,7 +78,7 @@ def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("nvlink.links", facts, judge, f"with {want}/{want} NVLinks active")
 
 
-@check("nvlink.fabric")
+@check("nvlink.fabric", hardware=True, action=RESET)
 def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
     """On NVSwitch boards, every GPU registered with the fabric (state completed, success)."""
     if facts.gpus is None:

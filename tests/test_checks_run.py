@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from factories import default_config, make_facts, make_gpu
+from gpugate.checks import registry as R
 from gpugate.checks.registry import describe
 from gpugate.checks.run import run_checks
 from gpugate.config import load_config
@@ -48,3 +50,33 @@ def test_a_check_that_raises_becomes_unknown_and_the_others_still_run():
     assert [f.status for f in crashed] == ["unknown"]
     assert "check crashed: TypeError" in crashed[0].message
     assert {f.status for f in findings if f.check != "gpu.temperature"} == {"ok"}
+
+
+# The membership the epilog's list and the admin's table had before they moved to @check.
+HARDWARE = {
+    "gpu.lost", "gpu.ecc", "gpu.memory_errors", "gpu.recovery_action", "gpu.temperature",
+    "gpu.throttle", "pcie.link", "nvlink.links", "nvlink.fabric", "ib.ports", "ib.rate",
+    "kernel.xid", "kernel.gpu_bus",
+}  # fmt: skip
+ACTIONS = {
+    "gpu.lost": R.REBOOT, "gpu.count": R.REBOOT, "kernel.gpu_bus": R.REBOOT,
+    "gpu.ecc": R.RESET, "gpu.memory_errors": R.RESET, "gpu.recovery_action": R.RESET,
+    "kernel.xid": R.RESET, "nvlink.links": R.RESET, "nvlink.fabric": R.RESET,
+    "pcie.link": R.RESEAT, "ib.ports": R.RESEAT, "ib.rate": R.RESEAT, "net.peers": R.RESEAT,
+    "gpu.temperature": R.COOLING, "gpu.throttle": R.COOLING,
+}  # fmt: skip
+
+
+def test_each_check_says_whether_it_is_hardware_and_what_an_admin_does():
+    assert set(R.hardware_checks()) == HARDWARE
+    for check_id in R.registered():
+        assert R.is_hardware(check_id) == (check_id in HARDWARE), check_id
+        assert R.suggested_action(check_id) == ACTIONS.get(check_id, R.HOST), check_id
+    assert not R.is_hardware("no.such") and R.suggested_action(None) == R.HOST
+
+
+def test_the_registry_refuses_a_duplicate_id_and_an_unknown_action():
+    with pytest.raises(ValueError, match="registered twice"):
+        R.check("gpu.ecc")(lambda facts, ctx: [])
+    with pytest.raises(ValueError, match="action"):
+        R.check("test.odd", action="pray")
