@@ -1,6 +1,6 @@
 """The node-facts snapshot: one immutable value gathered once, read by every check.
 
-Field names and units are the snapshot contract in DESIGN.md. `None` means "not known" (the
+Field names and units are the snapshot contract in docs/snapshot.md. `None` means "not known" (the
 key was absent or the source could not say), never zero: a check treats it as unknown.
 """
 

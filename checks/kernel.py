@@ -1,6 +1,6 @@
 """Kernel-log checks: Xid errors, GPUs lost without an Xid, and the host OOM killer.
 
-The line patterns are all here, written from the formats in the GPU failure reference
+The line patterns are all here, written from the formats in docs/gpu-facts.md
 (section 2). They match the payload of a line; the timestamp prefix differs by tool.
 """
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _PCI = r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
 
-# A GPU lost or unusable, reported without an Xid number (reference 2.2):
+# A GPU lost or unusable, reported without an Xid number (docs/gpu-facts.md 2.2):
 #   NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.
 #   NVRM: GPU at 0000:01:00.0 has fallen off the bus.                      (old drivers)
 #   NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: ...) installed in this system has /
@@ -48,13 +48,13 @@ BUS_PATTERNS = (
 GPU_ADDRESS = re.compile(r"NVRM: GPU (?:at )?" + _PCI)
 MULTILINE_OPENER = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
 
-# Host OOM killer (mm/oom_kill.c, reference 2.5): the victim line, current and 4.x forms, and
+# Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
 OOM_KILLED = re.compile(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
 # `(?<!\S)`: tried from word starts only; else a long word costs its length squared.
 OOM_INVOKED = re.compile(r"(?<!\S)(\S+) invoked oom-killer")
 
-# Timestamps as the tools print them (reference section 2); only the gaps between lines matter.
+# Timestamps as the tools print them (docs/gpu-facts.md 2); only the gaps between lines matter.
 _TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
 _TS_CTIME = re.compile(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
 _TS_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso

@@ -19,7 +19,8 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
         return nvml_missing("pcie.link", facts)
     want_width, want_gen = ctx.expected.pcie_width, ctx.expected.pcie_gen
     # Idle GPUs drop the current generation to save power, so by default only the trained
-    # maximum is compared; a narrower link (x16 -> x8) is a fault at any load (reference 3.6).
+    # maximum is compared; a narrower link (x16 -> x8) is a fault at any load
+    # (docs/gpu-facts.md 3.6).
     current = ctx.config.checks.pcie.generation == "current"
 
     def judge(g: Gpu) -> list[F.Finding]:
@@ -91,7 +92,7 @@ def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
         return [F.ok("nvlink.fabric", f"board {ctx.expected.board or '?'} has no NVSwitch fabric")]
 
     # Until Fabric Manager has registered a GPU, CUDA jobs fail to start or run without NVLink
-    # (reference 3.9): anything but completed/success is a failure.
+    # (docs/gpu-facts.md 3.9): anything but completed/success is a failure.
     def judge(g: Gpu) -> list[F.Finding]:
         if g.fabric_state is None or g.fabric_status is None:
             return [not_reported("nvlink.fabric", g, "its fabric state (Fabric Manager running?)")]

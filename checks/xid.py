@@ -1,7 +1,7 @@
 """The Xid catalog: what each NVIDIA Xid means and what gpugate does about it.
 
 Source: NVIDIA "Analyzing Xid Errors with the Xid Catalog" (Ampere and newer) and the legacy
-per-cause table, as summarised in section 1 of the project's GPU failure reference. Actions:
+per-cause table, as summarised in section 1 of docs/gpu-facts.md. Actions:
 - ``none``: informational; log it.
 - ``restart_app``: the application's own fault or a job-level error; the node stays in service
   (unless the same GPU repeats it, see ``kernel.app_xid_repeat_max``).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# IB counters whose growth means a flapping link or a bad cable (reference section 5).
+# IB counters whose growth means a flapping link or a bad cable (docs/gpu-facts.md section 5).
 IB_ERROR_COUNTERS = (
     "link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
     "local_link_integrity_errors", "excessive_buffer_overrun_errors",

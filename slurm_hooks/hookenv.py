@@ -1,4 +1,4 @@
-"""What Slurm tells a hook through its environment (see reference/slurm-in-ci.md)."""
+"""What Slurm tells a hook through its environment (see docs/slurm-facts.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Kernel-log checks (checks/kernel.py): Xids, GPUs lost without an Xid, the OOM killer.
 
-The lines are written from the formats in the GPU failure reference (section 2).
+The lines are written from the formats in docs/gpu-facts.md (section 2).
 """
 
 from __future__ import annotations

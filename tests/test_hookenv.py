@@ -1,4 +1,4 @@
-"""The hook environment Slurm gives, from real dumps (reference/slurm-samples/hook-env)."""
+"""The hook environment Slurm gives, from real dumps (docs/slurm-facts.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Only relevant lines are kept (Xid, SXid, fallen off the bus, GPU init failures, reset
 required, OOM killer, mlx5 link changes, PCIe AER errors, nvidia-peermem), printed the way
 `dmesg` prints them: `[seconds.micro] message`, with the further lines of a multi-line message
-indented below the first. Checks parse the message, not the prefix (reference section 2).
+indented below the first. Checks parse the message, not the prefix (docs/gpu-facts.md section 2).
 
 /dev/kmsg (Documentation/ABI/testing/dev-kmsg) hands out one record per read():
 `prio,seq,usec,flags[,...];message` and then zero or more dictionary lines that start with a

@@ -5,7 +5,7 @@
 fake module as `nvml=`, and the real one is imported only inside `read_nvml`, because importing
 it costs about 40 ms, more than the whole checklist.
 
-NVML errors become values here (gpu-failure-reference.md, section 3.12):
+NVML errors become values here (docs/gpu-facts.md, section 3.12):
 - NotSupported / FunctionNotFound, or a call the binding lacks: that key is None ("absent").
 - A code meaning the GPU itself is broken (GpuIsLost, ResetRequired, Unknown, ...): the GPU stays
   in the list with `error` set to the code's snake_case name (`gpu_is_lost`) and is not read
@@ -41,7 +41,7 @@ _LIB_RM_VERSION_MISMATCH = 18
 _ARGUMENT_VERSION_MISMATCH = 25  # a versioned struct the driver does not know yet
 
 _ABSENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND})
-# The GPU itself is unusable (reference 3.12: each of these means "drain"):
+# The GPU itself is unusable (docs/gpu-facts.md 3.12: each of these means "drain"):
 # INSUFFICIENT_POWER 8, DRIVER_NOT_LOADED 9, IRQ_ISSUE 11, CORRUPTED_INFOROM 14, GPU_IS_LOST 15,
 # RESET_REQUIRED 16, LIB_RM_VERSION_MISMATCH 18, GPU_NOT_FOUND 28, INVALID_STATE 29, UNKNOWN 999
 # (what a dead GPU most often answers: "Unknown Error" in nvidia-smi).
@@ -104,7 +104,7 @@ _DEFAULT_MAX_LINKS = 18  # bindings without NVML_NVLINK_MAX_LINKS; H100/H200 SXM
 _FABRIC_NOT_SUPPORTED = 0
 _FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
 
-_FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (reference 3.10)
+_FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (docs/gpu-facts.md 3.10)
 # Drivers that predate a field id answer it, in the field's own return code, with NotSupported
 # or InvalidArgument.
 _FIELD_ABSENT = _ABSENT | {_INVALID_ARGUMENT}

@@ -2,7 +2,7 @@
 
 A job that died is requeued from its latest checkpoint, and the newest checkpoint is often the
 one that was being written when the job died. So each candidate is judged by its framework's
-commit artefact, the thing written last (reference section 7): the ZIP central directory of a
+commit artefact, the thing written last (docs/gpu-facts.md 7): the ZIP central directory of a
 `torch.save` file, DCP's `.metadata`, DeepSpeed's `latest`, Megatron's tracker file, the HF
 Trainer's `trainer_state.json`. Only metadata and file ends are read: the time does not grow
 with the size of the checkpoint.

@@ -13,7 +13,7 @@ Usage from a shell (what ``make demo`` does)::
     export SLURM_CONF=$(python3 tests/slurm/localslurm.py start --dir /tmp/demo --nodes a,b)
     python3 tests/slurm/localslurm.py stop --dir /tmp/demo
 
-The recipe follows the project reference `shared/reference/slurm-in-ci.md` (Debian 12 / Slurm 22.05 and
+The recipe follows `docs/slurm-facts.md` (Debian 12 / Slurm 22.05 and
 Debian 13 / Slurm 24.11, root, no systemd, no GPU). Everything the cluster writes lives under
 the base directory; it runs its own munged on a private socket and picks free TCP ports, so
 several clusters (and a site's real Slurm) can coexist on one host.
