@@ -1,4 +1,4 @@
-"""File helpers: atomic replace, private state files, safe reads of files that other users control.
+"""File helpers: atomic replace, private state files, lock files, fresh temporary names.
 
 gpugate's state (per-job baselines, events, its log, the drain history) holds kernel lines and
 users' paths, so it is readable by root and the site's admin group only: files 0640 owned by
@@ -8,7 +8,15 @@ here create them that way and tighten what an older release left world-readable.
 
 from __future__ import annotations
 
+import errno
 import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 PRIVATE_FILE = 0o640
 # The state directory itself: others may pass through it (to their own job's file under
@@ -16,6 +24,7 @@ PRIVATE_FILE = 0o640
 STATE_DIR_MODE = 0o751
 # O_CLOEXEC: the hooks start children (scontrol, the as-user reader); they get no state fds.
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FRESH_TRIES = 32
 
 
 def dir_group(directory: str) -> int:
@@ -100,18 +109,38 @@ def private_dir(path: str, mode: int, gid: int | None = None) -> str:
     return path
 
 
+def _fresh(directory: str, prefix: str, create: Callable[[str], T]) -> tuple[str, T]:
+    """A new name in `directory` made by `create` (os.open with O_EXCL, os.mkdir), and its result.
+
+    The name is unpredictable (48 random bits) as well as unique, so nobody can place a file
+    or a symlink there first; on the rare clash another name is drawn.
+    """
+    for _ in range(_FRESH_TRIES):
+        name = os.path.join(directory, f"{prefix}{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            return name, create(name)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", directory)
+
+
+def fresh_dir(directory: str, prefix: str, mode: int = 0o700) -> str:
+    """Create a new, empty directory with a unique hidden name in `directory`; its path."""
+    return _fresh(directory, prefix, lambda name: os.mkdir(name, mode))[0]
+
+
 def atomic_write(
     path: str, text: str | bytes, mode: int = 0o644, uid: int = -1, gid: int = -1
 ) -> None:
     """Write a file so that readers see the old or the new content, never half of one.
 
-    The file has `mode` and owner uid/gid (-1: root's default) before its name appears, so
-    there is no moment in which it is readable by anyone else.
+    The content goes to a new file (O_EXCL, 0600, never through a symlink) beside `path`,
+    which gets `mode` and owner uid/gid (-1: root's default) and reaches the disk before it is
+    renamed over `path`: there is no moment in which it is readable by anyone else.
     """
-    import tempfile  # only writers pay for the import
-
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    tmp, fd = _fresh(directory, ".tmp-", lambda name: os.open(name, flags, 0o600))
     try:
         data = text.encode() if isinstance(text, str) else text
         view = memoryview(data)
@@ -124,8 +153,61 @@ def atomic_write(
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
+        tmp = ""
     finally:
         if fd >= 0:
             os.close(fd)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+class FileLock:
+    """An exclusive flock on a lock file of its own, for one `with` block (closing releases it).
+
+    A lock file apart from the data, because the data files are replaced by rename. `wait_s`
+    None waits as long as it takes; otherwise `held` says whether the lock came within
+    `wait_s` (the caller then goes on without it). `path` None: no lock, `held` stays False.
+    The lock file is opened as open_private() does (`mode`, group `gid`).
+    Node-local files only: flock on NFS or Lustre is slow or unreliable.
+    """
+
+    def __init__(
+        self,
+        path: str | None,
+        mode: int = PRIVATE_FILE,
+        wait_s: float | None = None,
+        gid: int | None = None,
+    ) -> None:
+        self.path, self.mode, self.wait_s, self.gid = path, mode, wait_s, gid
+        self.fd = -1
+        self.held = False
+
+    def __enter__(self) -> FileLock:
+        if self.path is None:
+            return self
+        import fcntl
+        import time
+
+        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, self.mode, self.gid)
+        if self.wait_s is None:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            self.held = True
+            return self
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.held = True
+                return self
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return self
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -12,10 +12,8 @@ of every local variable of every frame (a user's log line, a token in an environ
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 
 _EVENTS = "events.jsonl"
 _LOG = "gpugate.log"
@@ -23,27 +21,21 @@ _LOG = "gpugate.log"
 
 def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hook": hook}
+    from gpugate.clock import utc
+
+    record = {"time": utc(), "hook": hook}
     record.update(fields)
-    line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
     if not state_dir:
         return
-    from gpugate.fsutil import open_private
+    from gpugate.jsonl import append
 
     path = os.path.join(state_dir, _EVENTS)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     try:
         try:
-            fd = open_private(path, flags)
+            append(path, [record])
         except FileNotFoundError:  # the first run on this node
             _ensure_state_dir(state_dir)
-            fd = open_private(path, flags)
-        try:
-            os.write(
-                fd, line.encode()
-            )  # one write() with O_APPEND: concurrent hooks don't interleave
-        finally:
-            os.close(fd)
+            append(path, [record])
     except (OSError, ValueError):  # ValueError: a NUL in the configured path
         pass
 

@@ -297,14 +297,17 @@ def remove_job_state(state_dir: str, job_id: str) -> None:
     For the epilog's cleanup: the evidence bundle keeps what matters. Never raises for a
     missing or already removed state.
     """
-    import shutil
+    from gpugate.fstree import remove_tree
 
     try:
         path = job_dir(state_dir, job_id)
     except StateError:
         return
-    if not os.path.islink(path):  # rmtree refuses a symlink anyway; do not even try
-        shutil.rmtree(path, ignore_errors=True)
+    if not os.path.islink(path):  # a symlink here is not ours: leave it, and what it names
+        try:
+            remove_tree(path)
+        except OSError:
+            pass
     try:
         remove_task_file(state_dir, job_id)
     except OSError:

@@ -10,7 +10,6 @@ job raising a million Xids costs one bounded file.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -72,19 +71,24 @@ def valid(entry: object) -> bool:
 
 def parse(text: str, since: float) -> tuple[list[dict], int]:
     """(valid entries newer than `since`, number of bad lines skipped)."""
-    out, bad = [], 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line) if len(line) <= MAX_LINE else None
-        except ValueError:
-            entry = None
-        if not valid(entry):
-            bad += 1
-        elif entry["t"] >= since:  # type: ignore[index]
-            out.append(entry)
-    return out[-MAX_ENTRIES:], bad
+    from gpugate.jsonl import parse as parse_lines
+
+    return _select(parse_lines(text.encode(), MAX_LINE), since)
+
+
+def _select(values: list[object], since: float) -> tuple[list[dict], int]:
+    good = [v for v in values if valid(v)]
+    newer = [e for e in good if e["t"] >= since]  # type: ignore[index]
+    return newer[-MAX_ENTRIES:], len(values) - len(good)
+
+
+def _read(path: str, since: float) -> tuple[list[dict], int]:
+    """parse() of the file's newest part (OSError as jsonl.read_tail raises it)."""
+    from gpugate.jsonl import parse as parse_lines
+    from gpugate.jsonl import read_tail
+
+    data, _size = read_tail(path, MAX_ENTRIES * MAX_LINE * 2)
+    return _select(parse_lines(data, MAX_LINE), since)
 
 
 def load(config: Config, now: float) -> list[dict]:
@@ -93,22 +97,12 @@ def load(config: Config, now: float) -> list[dict]:
 
     path = os.path.join(config.state_dir, NAME)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        entries, bad = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
     except FileNotFoundError:
         return []
     except OSError as exc:
         log.say(f"app-Xid history {path}: not read: {exc.strerror}")
         return []
-    try:
-        from gpugate.userfiles import read_fd
-
-        text = read_fd(fd, MAX_ENTRIES * MAX_LINE * 2).decode("utf-8", "replace")
-    except OSError as exc:
-        log.say(f"app-Xid history {path}: not read: {exc.strerror}")
-        return []
-    finally:
-        os.close(fd)
-    entries, bad = parse(text, now - config.checks.kernel.app_xid_window_h * 3600)
     if bad:
         log.say(f"app-Xid history {path}: {bad} bad line(s) skipped")
     return entries
@@ -116,32 +110,20 @@ def load(config: Config, now: float) -> list[dict]:
 
 def record(config: Config, entries: list[dict], now: float) -> bool:
     """Append this job's entries (root only), then keep the file to the window; True if written."""
-    import fcntl
-
     from gpugate import log
+    from gpugate.fsutil import FileLock
+    from gpugate.jsonl import append
 
     if not entries:
         return True
     path = os.path.join(config.state_dir, NAME)
-    data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries if valid(e))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
         # A lock file apart from the data: pruning replaces the data file's inode.
-        lock = os.open(path + ".lock", flags, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            fd = os.open(path, flags | os.O_APPEND, 0o600)
-            try:
-                os.fchmod(fd, 0o600)
-                os.write(fd, data.encode())
-                size = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
+        with FileLock(path + ".lock", 0o600):
+            size = append(path, [e for e in entries if valid(e)], 0o600, gid=-1)
             if size > MAX_ENTRIES * MAX_LINE // 4:
                 _prune(path, config, now)
-        finally:
-            os.close(lock)  # releases the lock
         return True
     except OSError as exc:  # bookkeeping never fails the hook
         log.say(f"app-Xid history {path}: not written: {exc.strerror}")
@@ -151,8 +133,7 @@ def record(config: Config, entries: list[dict], now: float) -> bool:
 def _prune(path: str, config: Config, now: float) -> None:
     """Rewrite the file with its valid entries within the window (the caller holds the lock)."""
     from gpugate.fsutil import atomic_write
+    from gpugate.jsonl import dumps
 
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        entries, _ = parse(fh.read(), now - config.checks.kernel.app_xid_window_h * 3600)
-    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
-    atomic_write(path, text, mode=0o600)
+    entries, _ = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
+    atomic_write(path, dumps(entries), mode=0o600)

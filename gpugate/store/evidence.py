@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 
 from gpugate.fsutil import atomic_write
@@ -29,6 +27,7 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
+    from gpugate.fsutil import FileLock
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
@@ -115,7 +114,9 @@ def write_bundle(
     _private_dir(job_dir, gid)
     name = bundle_name(node, restart)
     final = os.path.join(job_dir, name)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir)
+    from gpugate.fsutil import fresh_dir
+
+    tmp = fresh_dir(job_dir, f".{name}.")
     older = None
     try:
         os.chmod(tmp, 0o750)  # noqa: S103 - as above
@@ -134,7 +135,12 @@ def write_bundle(
             os.replace(final, os.path.join(job_dir, older))
         os.rename(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        from gpugate.fstree import remove_tree
+
+        try:
+            remove_tree(tmp)
+        except OSError:
+            pass
         raise
     at = round(time.time() if now is None else now, 3)
     entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
@@ -158,7 +164,7 @@ def _index_and_prune(
     from gpugate.log import say
 
     try:
-        with _NodeLock(retention.lock_dir if retention else None) as lock:
+        with _node_lock(retention.lock_dir if retention else None) as lock:
             if older:
                 old_path = f"{entry['job']}/{older}"
                 old_bytes = tree_bytes(os.path.join(evidence_dir, old_path))
@@ -197,16 +203,11 @@ def index_path(evidence_dir: str, node: str) -> str:
 
 def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> None:
     """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
+    from gpugate.jsonl import append
+
     path = index_path(evidence_dir, node)
     _private_dir(os.path.dirname(path), gid)
-    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
-    try:
-        if gid >= 0:
-            os.fchown(fd, -1, gid)
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append(path, [entry], 0o640, gid)
 
 
 class IndexRead(Record):
@@ -219,11 +220,11 @@ class IndexRead(Record):
 
 def read_index(evidence_dir: str, node: str) -> IndexRead | None:
     """The node's index, validated (bad lines are skipped with a warning); None if it has none."""
+    from gpugate import jsonl
+
     path = index_path(evidence_dir, node)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read()
+        data, _size = jsonl.read_tail(path)  # the newest 32 MiB: some 100,000 bundles
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -232,9 +233,9 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
         )
     found: dict[str, dict] = {}
     bad: list[str] = []
-    lines = data.splitlines()
-    for number, raw in enumerate(lines, 1):
-        got = _entry_problem(raw, node)
+    lines = jsonl.parse(data)
+    for number, value in enumerate(lines, 1):
+        got = _entry_problem(value, node)
         if isinstance(got, str):
             bad.append(f"line {number}: {got}")
             continue
@@ -246,11 +247,11 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
     return IndexRead(entries=list(found.values()), warnings=warnings, lines=len(lines))
 
 
-def _entry_problem(raw: bytes, node: str) -> dict | str:
+def _entry_problem(entry: object, node: str) -> dict | str:
     # The entry when the line is a well-formed entry of this node, else what is wrong with it.
-    try:
-        entry = json.loads(raw)
-    except (ValueError, RecursionError):
+    from gpugate.jsonl import NOT_JSON
+
+    if entry is NOT_JSON:
         return "not JSON (torn or foreign line)"
     if not isinstance(entry, dict):
         return "not a JSON object"
@@ -312,37 +313,14 @@ def node_bundle_paths(
 # ------------------------------------------------------------------------------ retention
 
 
-class _NodeLock:
-    """flock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
+def _node_lock(lock_dir: str | None) -> FileLock:
+    """The lock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
+    from gpugate.fsutil import FileLock
 
-    def __init__(self, lock_dir: str | None) -> None:
-        self.lock_dir = lock_dir
-        self.fd = -1
-        self.held = False
-
-    def __enter__(self) -> _NodeLock:
-        if not self.lock_dir:
-            return self
-        import fcntl
-
-        os.makedirs(self.lock_dir, mode=0o700, exist_ok=True)
-        self.fd = os.open(
-            os.path.join(self.lock_dir, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
-        )
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.held = True
-                return self
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return self  # another epilog is pruning; this one indexes and goes on
-                time.sleep(0.05)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing releases the lock
+    if lock_dir:
+        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    # Past the wait, another epilog is pruning: this one indexes and goes on.
+    return FileLock(os.path.join(lock_dir, LOCK) if lock_dir else None, 0o600, LOCK_WAIT_S)
 
 
 def prune(
@@ -392,8 +370,9 @@ def prune(
     if removed or read.lines != len(kept):
         # Compact: gone bundles, superseded and bad lines out (atomic: readers see old or new).
         path = index_path(evidence_dir, node)
-        text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in kept)
-        atomic_write(path, text, mode=0o640)
+        from gpugate.jsonl import dumps
+
+        atomic_write(path, dumps(kept), mode=0o640)
         if gid >= 0:
             os.chown(path, -1, gid)
     return removed

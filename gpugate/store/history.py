@@ -21,7 +21,6 @@ bytes are read, so a bad file can neither crash a hook or a listing nor stall th
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 DRAINS = "drains.jsonl"
+    from gpugate.fsutil import FileLock
 AUDIT = "audit.jsonl"
 LOCK = ".history.lock"
 MAX_PER_NODE = 50
@@ -74,84 +74,32 @@ def reason_bundle(reason: str | None) -> str | None:
 
 def iso(when: float | None) -> str:
     """Epoch seconds as `2026-11-29T10:00:00Z` (empty for None)."""
-    if when is None:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+    from gpugate.clock import utc
+
+    return "" if when is None else utc(when)
 
 
-class _Lock:
-    """An exclusive flock on the directory's lock file, for one read-modify-write."""
+def _lock(directory: str) -> FileLock:
+    """The exclusive lock on the directory's lock file, for one read-modify-write."""
+    from gpugate.fsutil import STATE_DIR_MODE, FileLock, private_dir
 
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, LOCK)
-        self.fd = -1
-
-    def __enter__(self) -> _Lock:
-        import fcntl
-
-        from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
-
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
-        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # closing releases the lock
-
-
-def _read_tail(path: str) -> tuple[bytes, int]:
-    """(the file's bytes, or its newest READ_MAX bytes from the first whole line on; its size)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b"", 0
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            size = os.fstat(fd).st_size
-            if size <= READ_MAX:
-                return fh.read(READ_MAX + 1)[-READ_MAX:], size
-            fh.seek(size - READ_MAX)
-            data = fh.read(READ_MAX)
-        except OSError:
-            return b"", 0
-    # The cut lands inside a line: drop it (an older entry, or the tail of a giant line).
-    return (data[data.find(b"\n") + 1 :] if b"\n" in data else b""), size
+    if not os.path.isdir(directory):
+        private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
+    return FileLock(os.path.join(directory, LOCK))
 
 
 def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
     """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
     warning for the whole file (never an exception: the file may be hostile or torn)."""
-    from gpugate import log
+    from gpugate import jsonl, log
 
-    valid = valid or valid_drain
-    data, size = _read_tail(path)
+    try:
+        kept, skipped, size = jsonl.load(path, valid or valid_drain, READ_MAX, LINE_MAX)
+    except OSError:
+        return []
     if size > READ_MAX:
         log.say(f"{path}: {size} bytes, more than gpugate writes: read only the newest "
                 f"{READ_MAX >> 20} MiB")  # fmt: skip
-    lines = [line for line in data.splitlines() if line.strip()]
-    skipped = 0
-    if any(len(line) > LINE_MAX for line in lines):
-        skipped = len(lines)
-        lines = [line for line in lines if len(line) <= LINE_MAX]
-        skipped -= len(lines)
-    try:
-        # One parse for the whole file (20,000 entries take a tenth of the time of 20,000
-        # parses); line by line only when some line is torn or foreign.
-        entries = json.loads(b"[" + b",".join(lines) + b"]")
-        if len(entries) != len(lines):  # `1,2` on one line parses as two
-            raise ValueError("lines and entries differ")
-    except (ValueError, RecursionError):  # RecursionError: "[[[[..." deep
-        entries = []
-        for line in lines:
-            try:
-                entries.append(json.loads(line))
-            except (ValueError, RecursionError):
-                entries.append(None)
-    kept = [e for e in entries if valid(e)]
-    skipped += len(entries) - len(kept)
     if skipped:
         log.say(f"{path}: skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}")
     return kept
@@ -189,10 +137,6 @@ def valid_resume(e: object) -> bool:
     return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))  # type: ignore[union-attr]
 
 
-def _dump(entries: Iterable[dict]) -> str:
-    return "".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in entries)
-
-
 def _trim(entries: list[dict], max_per_node: int, max_entries: int) -> list[dict]:
     """Keep the newest `max_per_node` of each node, then the newest `max_entries` in all."""
     seen: dict[str, int] = {}
@@ -222,6 +166,7 @@ def record_drain(
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
 ) -> dict | None:
+    from gpugate.jsonl import dumps
     """Add one drain to the node's history; the entry, or None when it repeats the last one."""
     when = time.time() if when is None else float(when)
     entry = {
@@ -239,13 +184,13 @@ def record_drain(
     from gpugate.fsutil import PRIVATE_FILE, atomic_write, dir_group
 
     path = os.path.join(state_dir, DRAINS)
-    with _Lock(state_dir):
+    with _lock(state_dir):
         entries = _read_lines(path)
         last = next((e for e in reversed(entries) if e["node"] == node), None)
         if last and _same_event(state_dir, last, entry):
             return None
         entries.append(entry)
-        text = _dump(_trim(entries, max_per_node, max_entries))
+        text = dumps(_trim(entries, max_per_node, max_entries))
         atomic_write(path, text, PRIVATE_FILE, gid=dir_group(state_dir))
     return entry
 
@@ -287,16 +232,10 @@ def record_resume(
         "resumed": bool(resumed),
         "reason": reason,  # the drain reason the node had before
     }
-    line = _dump([entry]).encode()
-    from gpugate.fsutil import open_private
+    from gpugate.jsonl import append
 
-    with _Lock(state_dir):
-        fd = open_private(os.path.join(state_dir, AUDIT), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with _lock(state_dir):
+        append(os.path.join(state_dir, AUDIT), [entry], sync=True)
     return entry
 
 

@@ -196,13 +196,11 @@ def update_metrics(
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
     """
-    import fcntl
+    from gpugate.fsutil import FileLock
 
     directory = os.path.dirname(path) or "."
     lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with FileLock(lock, 0o644, gid=-1):  # node_exporter's directory: its group stays
         try:
             # gpugate's series are a few KB; a bigger file is not ours to parse whole.
             with open(path, encoding="utf-8") as fh:
@@ -212,8 +210,6 @@ def update_metrics(
         samples = apply_run(previous, node, hook, findings, duration_s, drained_check,
                             category, internal_error, now, budget_exceeded)  # fmt: skip
         atomic_write(path, render(samples), mode=0o644)
-    finally:
-        os.close(fd)
 
 
 def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
