@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from gpugate.config.schema import Config
+    from gpugate.fsutil import FileLock
 
 DRAINS = "drains.jsonl"
-    from gpugate.fsutil import FileLock
 AUDIT = "audit.jsonl"
 LOCK = ".history.lock"
 MAX_PER_NODE = 50
@@ -166,7 +166,6 @@ def record_drain(
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
 ) -> dict | None:
-    from gpugate.jsonl import dumps
     """Add one drain to the node's history; the entry, or None when it repeats the last one."""
     when = time.time() if when is None else float(when)
     entry = {
@@ -182,6 +181,7 @@ def record_drain(
         "hook": hook,
     }
     from gpugate.fsutil import PRIVATE_FILE, atomic_write, dir_group
+    from gpugate.jsonl import dumps
 
     path = os.path.join(state_dir, DRAINS)
     with _lock(state_dir):
