@@ -153,13 +153,9 @@ def _diagnose(
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
-    from gpugate.diagnosis.engine import (
-        JOB_FILE,
-        KERNEL_LOG,
-        Input,
-        LimitedStream,
-        diagnose_streams,
-    )
+    from gpugate.diagnosis.engine import Input, diagnose_streams
+    from gpugate.diagnosis.scan import LimitedStream
+    from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 
     share = budget_s / len(opened) if budget_s and opened else None
     inputs = [

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import time
 
+from gpugate.diagnosis.categories import is_infrastructure
 from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
-# Causes that are the cluster's fault, whatever the job did.
-INFRASTRUCTURE = frozenset({"gpu_xid_hardware", "ecc_error", "nvlink_error", "slurm_node_failure"})
-# Symptoms that are infrastructure only when a node's own evidence shows the fault.
-SYMPTOMS = frozenset({"nccl_timeout", "nccl_error"})
 # Slurm's own verdicts on the job (JobState) that settle the question without logs.
 USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
 INFRA_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
@@ -99,16 +96,16 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
     # written by the epilog). A bundle whose infrastructure category has no such mark (a job
     # that printed Xid 79, an older bundle) is no evidence of anything.
     categories = [s.get("category") for s in summaries if s.get("category")
-                  and (s.get("category") not in INFRASTRUCTURE or s.get("category_trusted") is True)]  # fmt: skip
+                  and (not is_infrastructure(s.get("category")) or s.get("category_trusted") is True)]  # fmt: skip
     state = (job.state or "").upper()
     if state in INFRA_STATES:
         return "slurm_node_failure", suspects, True
     if state in USER_STATES:
         return state.lower(), suspects, False
     if hardware:
-        hw = [c for c in categories if c in INFRASTRUCTURE]
+        hw = [c for c in categories if is_infrastructure(c)]
         return (hw[0] if hw else "gpu_xid_hardware"), suspects, True
-    infra = [c for c in categories if c in INFRASTRUCTURE]
+    infra = [c for c in categories if is_infrastructure(c)]
     if infra:
         return infra[0], suspects, True
     return (categories[0] if categories else None), suspects, False

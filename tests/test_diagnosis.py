@@ -1,7 +1,7 @@
 """`gpugate diagnose`: signatures, ranking, failing rank, noise, engines and the CLI.
 
 Every log snippet here was written for these tests from the formats in section 6 (and 1-2) of
-the GPU failure reference; none is copied from the corpus.
+docs/gpu-facts.md; none is copied from the corpus.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ import shutil
 import pytest
 
 from gpugate.commands import diagnose as cmd_diagnose
+from gpugate.diagnosis import categories as C
 from gpugate.diagnosis import engine as D
+from gpugate.diagnosis import rank as R
+from gpugate.diagnosis import scan as SC
 from gpugate.diagnosis import signatures as S
+from gpugate.diagnosis import verdict as V
 
 HAS_GREP = shutil.which("grep") is not None
 ENGINES = ["python", pytest.param("grep", marks=pytest.mark.skipif(not HAS_GREP, reason="no grep"))]
@@ -327,7 +331,7 @@ def test_case(tmp_path, engine, text, category, xid, rank):
     assert d.evidence, "a failure needs evidence"
 
 
-def diagnose_text(tmp_path, text: str | bytes, engine: str = "python") -> D.Diagnosis:
+def diagnose_text(tmp_path, text: str | bytes, engine: str = "python") -> V.Diagnosis:
     """Write the log to a file and diagnose it with one engine."""
     log = tmp_path / "job.log"
     log.write_bytes(text.encode() if isinstance(text, str) else text)
@@ -336,8 +340,28 @@ def diagnose_text(tmp_path, text: str | bytes, engine: str = "python") -> D.Diag
 
 def test_every_category_has_a_case():
     covered = {c[2] for c in CASES} | {"no_failure"}
-    assert covered == set(D.CATEGORIES)
-    assert set(D.TIERS) | {"no_failure"} == set(D.CATEGORIES) == set(D.EXPLAIN)
+    assert covered == set(C.CATEGORIES)
+    assert set(R.TIERS) | {"no_failure"} == set(C.CATEGORIES) == set(C.EXPLAIN)
+
+
+# The closed set of categories (docs/interfaces.md), in its order.
+DESIGN_CATEGORIES = (
+    "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_xid_hardware", "gpu_xid_user_app",
+    "ecc_error", "nvlink_error", "illegal_memory_access", "slurm_time_limit",
+    "slurm_node_failure", "slurm_cancelled", "no_failure", "other",
+)  # fmt: skip
+
+
+def test_one_table_says_whose_fault_each_category_is():
+    assert C.CATEGORIES == DESIGN_CATEGORIES
+    hardware = {"ecc_error", "nvlink_error", "gpu_xid_hardware"}
+    assert hardware == C.HARDWARE_CATEGORIES
+    assert hardware | {"slurm_node_failure"} == C.INFRASTRUCTURE_CATEGORIES
+    assert {"nccl_timeout", "nccl_error"} == C.SYMPTOM_CATEGORIES
+    assert C.kind("cuda_oom") == C.USER and C.kind("nope") is None
+    # Hardware outranks everything a job prints after it: the top tier is the hardware kind.
+    top = max(R.TIERS.values())
+    assert {c for c, t in R.TIERS.items() if t == top} == C.HARDWARE_CATEGORIES
 
 
 # --- the signature table itself ---------------------------------------------------------------
@@ -355,7 +379,7 @@ def test_signature_example_matches_and_passes_prefilter(sig):
 def test_signature_names_unique_and_categories_closed():
     names = [s.name for s in S.SIGNATURES]
     assert len(names) == len(set(names))
-    assert {s.category for s in S.SIGNATURES} - {None} <= set(D.CATEGORIES)
+    assert {s.category for s in S.SIGNATURES} - {None} <= set(C.CATEGORIES)
 
 
 def test_alternation_is_plain_words():
@@ -487,7 +511,7 @@ def test_ansi_progress_bars_binary_junk_and_long_lines(tmp_path, engine):
 
 def test_error_inside_a_giant_line_without_newline(tmp_path):
     # Longer than LINE_MAX: matched in fragments, never held whole.
-    bar = b"0%|          | 0/9 [00:00<?, ?it/s]\r" * (D.LINE_MAX // 36 + 1000)
+    bar = b"0%|          | 0/9 [00:00<?, ?it/s]\r" * (SC.LINE_MAX // 36 + 1000)
     text = (
         b"ok\n"
         + bar
@@ -500,7 +524,7 @@ def test_error_inside_a_giant_line_without_newline(tmp_path):
 
 
 def test_line_numbers_count_across_chunks(tmp_path):
-    filler = b"iteration 1 | loss 2.0\n" * (3 * D.CHUNK // 23)
+    filler = b"iteration 1 | loss 2.0\n" * (3 * SC.CHUNK // 23)
     text = filler + b"srun: error: Node failure on gpu-q1\n"
     d = diagnose_text(tmp_path, text)
     assert (d.category, d.evidence[0].line) == ("slurm_node_failure", filler.count(b"\n") + 1)
@@ -521,7 +545,7 @@ def test_engines_agree_on_every_case(tmp_path):
 
 
 def test_missing_grep_falls_back_to_python(tmp_path, monkeypatch):
-    monkeypatch.setattr(D, "_find_grep", lambda: None)
+    monkeypatch.setattr(SC, "_find_grep", lambda: None)
     d = diagnose_text(tmp_path, WATCHDOG_22.format(r=1), "auto")
     assert d.category == "nccl_timeout"
     assert d.files[0].engine == "python"
@@ -629,10 +653,10 @@ REAL_XID48 = "[9.0] NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unkno
 def test_a_job_printing_xid_79_gets_its_other_lines_judged_and_the_claim_reported(tmp_path):
     job = tmp_path / "job.out"
     job.write_text(all_ranks(WATCHDOG_22) + FAKE_XID79 * 3)
-    d = D.diagnose([str(job)], sources=[D.JOB_FILE])
+    d = D.diagnose([str(job)], sources=[V.JOB_FILE])
     assert (d.category, d.xid, d.decided_by, d.trusted) == ("nccl_timeout", None, "job file", False)
     assert "gpu_xid_hardware" not in d.signals
-    assert [D.claim_text(e) for e in d.untrusted] == [
+    assert [V.claim_text(e) for e in d.untrusted] == [
         "job output claiming Xid 79 (not trusted)"
     ] * 3
     assert (d.job_output_category, d.job_output_xid) == ("gpu_xid_hardware", 79)
@@ -644,7 +668,7 @@ def test_a_job_printing_xid_79_gets_its_other_lines_judged_and_the_claim_reporte
 
 def test_only_fake_hardware_lines_make_no_failure_not_a_hardware_verdict():
     job = (FAKE_XID79 + "RuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
-    d = D.diagnose_streams([D.Input(name="job.out", source=D.JOB_FILE, stream=io.BytesIO(job))])
+    d = D.diagnose_streams([D.Input(name="job.out", source=V.JOB_FILE, stream=io.BytesIO(job))])
     assert (d.category, d.xid) == ("no_failure", None)
     assert len(d.untrusted) == 2 and d.job_output_category == "gpu_xid_hardware"
 
@@ -654,7 +678,7 @@ def test_the_kernel_log_decides_beside_a_job_file_that_lies(tmp_path):
     job.write_text(FAKE_XID79 + CUDA_OOM_LINE)
     kern = tmp_path / "dmesg.txt"
     kern.write_text(REAL_XID48)
-    d = D.diagnose([str(job), str(kern)], sources=[D.JOB_FILE, D.KERNEL_LOG])
+    d = D.diagnose([str(job), str(kern)], sources=[V.JOB_FILE, V.KERNEL_LOG])
     assert (d.category, d.xid, d.decided_by, d.trusted) == ("ecc_error", 48, "kernel log", True)
     where = d.to_json()["evidence_locations"][0]
     assert (where["file"], where["source"], where["trusted"]) == (str(kern), "kernel log", True)
@@ -717,8 +741,8 @@ def test_a_limited_stream_stops_at_its_byte_budget_on_a_sparse_file(tmp_path):
     fd = os.open(sparse, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        stream = D.LimitedStream(fd, size - (1 << 20), 1 << 20)
-        d = D.diagnose_streams([D.Input(name=str(sparse), source=D.JOB_FILE, stream=stream,
+        stream = SC.LimitedStream(fd, size - (1 << 20), 1 << 20)
+        d = D.diagnose_streams([D.Input(name=str(sparse), source=V.JOB_FILE, stream=stream,
                                         offset=size - (1 << 20))])  # fmt: skip
     finally:
         os.close(fd)
@@ -726,7 +750,7 @@ def test_a_limited_stream_stops_at_its_byte_budget_on_a_sparse_file(tmp_path):
     assert (d.files[0].bytes, d.files[0].stopped) == (1 << 20, None)  # the tail, to its end
     fd = os.open(sparse, os.O_RDONLY)
     try:
-        stream = D.LimitedStream(fd, 0, 1 << 20)
+        stream = SC.LimitedStream(fd, 0, 1 << 20)
         assert len(stream.read(2 << 20)) == 1 << 20 and stream.read(10) == b""
         assert stream.stopped == "byte budget"
     finally:
@@ -738,8 +762,8 @@ def test_a_limited_stream_stops_at_its_deadline(tmp_path):
     log.write_text(CUDA_OOM_LINE)
     fd = os.open(log, os.O_RDONLY)
     try:
-        stream = D.LimitedStream(fd, 0, 1 << 20, seconds=0)
-        d = D.diagnose_streams([D.Input(name="job.out", source=D.JOB_FILE, stream=stream)])
+        stream = SC.LimitedStream(fd, 0, 1 << 20, seconds=0)
+        d = D.diagnose_streams([D.Input(name="job.out", source=V.JOB_FILE, stream=stream)])
     finally:
         os.close(fd)
     assert (d.category, d.files[0].bytes, d.files[0].stopped) == ("no_failure", 0, "time budget")

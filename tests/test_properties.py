@@ -89,8 +89,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpugate.checkpoints.discover import CheckpointDirError, find_checkpoints, latest_complete
-from gpugate.diagnosis.engine import CATEGORIES, Diagnosis, diagnose_bytes
+from gpugate.diagnosis.categories import CATEGORIES
+from gpugate.diagnosis.engine import diagnose_bytes
 from gpugate.diagnosis.signatures import SIGNATURES
+from gpugate.diagnosis.verdict import Diagnosis
 from gpugate.store.evidence import read_summary
 from gpugate.yamlio import YamlError, parse_yaml
 

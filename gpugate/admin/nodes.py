@@ -15,6 +15,7 @@ import os
 import re
 import time
 
+from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.store import history
 
 TYPE_CHECKING = False
@@ -28,12 +29,8 @@ if TYPE_CHECKING:
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
 
 # Suggested actions, most urgent first: the index is the row's urgency.
+# A check's own action (REBOOT, RESET, RESEAT, COOLING, HOST) is on its @check line.
 RMA = "RMA candidate"
-REBOOT = "reboot"
-RESET = "reset GPU"
-RESEAT = "reseat/check cables"
-COOLING = "check cooling/power"
-HOST = "fix host setup"
 NOT_RESPONDING = "check node: not responding"
 HOOK_ERROR = "read slurmd log: hook failed"
 ADMIN = "admin's drain: see reason"
@@ -41,27 +38,6 @@ NONE = ""
 ACTIONS = (RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN, NONE)
 URGENCY = {a: i for i, a in enumerate(ACTIONS)}
 
-# What each failing check asks for. Checks not named here are the host's setup (limits,
-# mounts, driver version, persistence mode, peermem, leftover processes).
-CHECK_ACTION = {
-    "gpu.lost": REBOOT,  # NVML lost the GPU; reseat it if it does not come back
-    "gpu.count": REBOOT,
-    "kernel.gpu_bus": REBOOT,
-    "gpu.ecc": RESET,
-    "gpu.memory_errors": RESET,  # a pending row remap takes effect at the next reset
-    "gpu.recovery_action": RESET,
-    "kernel.xid": RESET,  # refined by the Xid catalog below
-    "nvlink.links": RESET,
-    "nvlink.fabric": RESET,
-    "pcie.link": RESEAT,  # a link trained below x16 or below its generation
-    "ib.ports": RESEAT,
-    "ib.rate": RESEAT,
-    "net.peers": RESEAT,
-    "gpu.temperature": COOLING,
-    "gpu.throttle": COOLING,
-}
-# Diagnosis categories of an epilog bundle that name the hardware.
-CATEGORY_ACTION = {"ecc_error": RESET, "nvlink_error": RESET, "gpu_xid_hardware": RESET}
 _XID = re.compile(r"\bXid (\d+)")
 # Texts in a reason that decide by themselves: gpu.memory_errors says "RMA candidate" for a
 # failed row remap; a lifetime (aggregate) uncorrected ECC count never goes down with a reset.
@@ -149,9 +125,11 @@ def suggest_action(
     rma_after: int = 3,
 ) -> str:
     """What to do about a node gpugate drained: from the check, the Xid catalog, the count."""
-    from gpugate.slurm_hooks.epilog import HARDWARE_CHECKS
+    from gpugate.checks import registry
+    from gpugate.diagnosis.categories import is_hardware
 
-    hardware = check in HARDWARE_CHECKS or (check is None and category in CATEGORY_ACTION)
+    # A drain without a check id is the epilog's: its bundle's category says what it was.
+    hardware = registry.is_hardware(check) if check is not None else is_hardware(category)
     if _RMA_TEXT.search(reason) or (hardware and rma_after and same_check_drains >= rma_after):
         return RMA
     if xid is None:
@@ -164,8 +142,8 @@ def suggest_action(
     if _REBOOT_TEXT.search(reason):
         return REBOOT
     if check is None:
-        return CATEGORY_ACTION.get(category or "", HOST)
-    return CHECK_ACTION.get(check, HOST)
+        return RESET if is_hardware(category) else HOST
+    return registry.suggested_action(check)
 
 
 def _foreign_action(node: NodeInfo) -> str:

@@ -9,7 +9,7 @@ from gpugate.cli import EXIT_OK, EXIT_USAGE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpugate.diagnosis.engine import Diagnosis
+    from gpugate.diagnosis.verdict import Diagnosis
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,7 +53,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not args.logs and not args.kernel_log:
         p.error("give at least one LOG or --kernel-log FILE")
-    from gpugate.diagnosis.engine import JOB_FILE, KERNEL_LOG, LOG_FILE, diagnose
+    from gpugate.diagnosis.engine import diagnose
+    from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE
 
     own = JOB_FILE if args.job_output else LOG_FILE
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
 
 def render(d: Diagnosis) -> str:
     """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
-    from gpugate.diagnosis.engine import LOG_FILE, claim_text
+    from gpugate.diagnosis.verdict import LOG_FILE, claim_text
     from gpugate.text import printable  # evidence lines are logs, often the job's own output
 
     lines = [

@@ -1,0 +1,281 @@
+"""Ranking: from the signals collected over the logs to one root cause.
+
+Ranking is data: `TIERS` orders the categories from the most specific root cause to the most
+generic symptom, `FALLOUT` says which categories are mere fallout once Slurm killed the job,
+and each signature's strength says whether a line proves a failure (see `signatures`). Lines of
+a job's own files that claim a hardware fault are kept apart as claims, never ranked.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpugate.checks import xid as X
+from gpugate.diagnosis import signatures as S
+from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES
+from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, claim_text
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+# Root-cause order, most specific first (higher wins). Why this order:
+# - GPU hardware (ECC, NVLink, hardware Xids) explains everything a job prints after it, node
+#   failures included; the three share a tier and the *first* fatal one wins (Xid 79 before the
+#   NVSwitch SXids it triggers is an Xid 79).
+# - A node failure outranks the CUDA/NCCL errors that the dying node causes.
+# - Host and GPU OOM, application Xids and illegal memory accesses happen on one rank; the other
+#   ranks then fail their collectives, so they outrank every NCCL symptom.
+# - An NCCL error is more specific than a timeout; a timeout is the most generic NCCL symptom.
+# - Slurm's own kill lines (time limit, scancel, preemption) explain a job that hung quietly;
+#   errors printed before them still win, errors after them are fallout (FALLOUT below).
+# - MINOR_TIER: events that explain a failure only when nothing above is visible (a lone Xid 63,
+#   a Lightning SIGTERM notice), then `other` (generic exceptions, signals, launcher summaries).
+TIERS: dict[str, int] = {
+    **dict.fromkeys(sorted(HARDWARE_CATEGORIES), 100),  # the categories table's hardware kind
+    "slurm_node_failure": 90,
+    "host_oom": 80,
+    "cuda_oom": 70,
+    "gpu_xid_user_app": 60,
+    "illegal_memory_access": 50,
+    "nccl_error": 40,
+    "nccl_timeout": 30,
+    "slurm_time_limit": 20,
+    "slurm_cancelled": 15,
+    "other": 5,
+}
+MINOR_TIER = 10
+# Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
+FALLOUT = frozenset({"nccl_timeout", "nccl_error", "cuda_oom", "illegal_memory_access", "other"})
+KILLS = frozenset({"slurm_time_limit", "slurm_cancelled"})
+KEEP_PER_GROUP = 200  # signals kept per (file, signature): enough for ranks, bounded memory
+EVIDENCE_MAX = 8
+
+
+class Signal(Record):
+    """A match at a place: (file index, line) plus what the line said."""
+
+    file: int
+    line: int
+    match: S.Match
+
+    @property
+    def tier(self) -> int:
+        """Where this signal ranks (see TIERS)."""
+        if self.match.strength == S.MINOR:
+            return MINOR_TIER
+        return TIERS.get(self.match.category or "other", 0)
+
+
+def is_claim(m: S.Match) -> bool:
+    """Whether a line claims a hardware fault (an Xid, SXid, ECC or NVLink error, a lost GPU)."""
+    return m.xid is not None or m.category in HARDWARE_CATEGORIES
+
+
+class Collector:
+    """Keeps a bounded sample of signals and the torchrun "Root Cause" ranks.
+
+    Signals from the files in `untrusted` that claim a hardware fault are kept apart in
+    `claims`: they are never ranked as evidence (see is_claim).
+    """
+
+    def __init__(self, untrusted: frozenset | set = frozenset()) -> None:
+        self.untrusted = frozenset(untrusted)
+        self.claims: list[Signal] = []
+        self.signals: list[Signal] = []
+        self.counts: dict[str, int] = {}
+        self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
+        self.completed: dict[int, int] = {}  # file -> last line saying the run finished
+        self._kept: dict[tuple[int, str], int] = {}
+        self._root_pending: set[int] = set()
+        self._last: tuple[int, int, str] | None = None
+
+    def add(self, file: int, line: int, m: S.Match) -> None:
+        """Record one match (fragments of the same line repeating a match are ignored)."""
+        key = (file, line, m.signature)
+        if key == self._last:
+            return
+        self._last = key
+        if m.strength == S.CONTEXT:
+            self._context(file, line, m)
+            return
+        claim = file in self.untrusted and is_claim(m)
+        if not claim:
+            cat = m.category or "other"
+            self.counts[cat] = self.counts.get(cat, 0) + 1
+        group = (file, m.signature)
+        if self._kept.get(group, 0) < KEEP_PER_GROUP:
+            self._kept[group] = self._kept.get(group, 0) + 1
+            (self.claims if claim else self.signals).append(Signal(file=file, line=line, match=m))
+
+    def face_value(self) -> Collector:
+        """The same signals with the claims taken at their word (what the job's output says)."""
+        view = Collector()
+        view.signals = self.signals + self.claims
+        view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
+        return view
+
+    def _context(self, file: int, line: int, m: S.Match) -> None:
+        # torchrun prints "Root Cause (first observed failure):" and, a few lines below,
+        # "rank : N (local_rank: M)" of that failure.
+        if m.signature == "torchrun.root_cause":
+            self._root_pending.add(file)
+        elif m.signature == "torchrun.rank_field" and file in self._root_pending:
+            self._root_pending.discard(file)
+            self.roots.append((file, line, m.rank))
+        elif m.signature == "run.completed":
+            self.completed[file] = line
+
+
+def rank_signals(
+    col: Collector, names: list[str], files: tuple = (), sources: list[str] | None = None
+) -> Diagnosis:
+    """Pick the root cause from the collected signals (see TIERS, FALLOUT, strengths).
+
+    `sources` names each input's source (default: all LOG_FILE); the claims that untrusted
+    inputs made are reported beside the verdict, with what the verdict would be at their word.
+    """
+    sources = list(sources) if sources is not None else [LOG_FILE] * len(names)
+    verdict = _rank(col, names, files, sources)
+    if not col.claims:
+        return verdict
+    said = _rank(col.face_value(), names, files, sources)
+    claims = [_to_evidence(s, names, sources)
+              for s in sorted(col.claims, key=lambda s: (s.file, s.line))[:EVIDENCE_MAX]]  # fmt: skip
+    said_what = sorted({claim_text(e) for e in claims})
+    note = f" The job's own output has {len(col.claims)} line(s) that are not trusted: "
+    return verdict.replace(
+        summary=verdict.summary + note + "; ".join(said_what) + ".",
+        untrusted=tuple(claims),
+        job_output_category=said.category,
+        job_output_xid=said.xid,
+    )
+
+
+def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) -> Diagnosis:
+    kill = _first_line(col.signals, lambda s: s.match.category in KILLS and _fatal(s))
+    live = [s for s in col.signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
+    roots = [r for r in col.roots if not _is_fallout(r[0], r[1], "other", kill)]
+    decisive = [s for s in live if s.match.strength in (S.FATAL, S.MINOR)]
+    if not decisive:
+        return _no_failure(col, files)
+    first_fatal = _first_line(decisive, _fatal)
+    live = [s for s in live if s.match.strength != S.PRECURSOR or _before(s, first_fatal)]
+    top = max(s.tier for s in live)
+    if top <= MINOR_TIER and all(s.line < col.completed.get(s.file, 0) for s in live):
+        return _no_failure(col, files)  # generic errors, then the run finished: handled
+    tier = sorted(
+        (s for s in live if s.tier == top), key=lambda s: (s.match.xid is None, s.file, s.line)
+    )
+    primary = tier[0]
+    category = primary.match.category or "other"
+    winners = [s for s in tier if s.match.category == primary.match.category]
+    xid, xid_signal = _root_xid(live)
+    rank, root_line = _failing_rank(winners, roots)
+    evidence = _evidence(winners, xid_signal, root_line, names, sources)
+    return Diagnosis(
+        category=category,
+        xid=xid,
+        failing_rank=rank,
+        summary=_summary(category, primary, winners, xid, rank),
+        advice=EXPLAIN[category][1],
+        evidence=tuple(evidence),
+        signals=dict(col.counts),
+        files=files,
+        decided_by=sources[primary.file],
+    )
+
+
+def _fatal(s: Signal) -> bool:
+    return s.match.strength == S.FATAL
+
+
+def _first_line(signals: Iterable[Signal], pred: object) -> dict[int, int]:
+    """file -> first line where pred(signal) holds."""
+    out: dict[int, int] = {}
+    for s in signals:
+        if pred(s) and s.line < out.get(s.file, sys.maxsize):  # type: ignore[operator]
+            out[s.file] = s.line
+    return out
+
+
+def _is_fallout(file: int, line: int, category: str | None, kill: dict[int, int]) -> bool:
+    return (category or "other") in FALLOUT and line > kill.get(file, sys.maxsize)
+
+
+def _before(s: Signal, first_fatal: dict[int, int]) -> bool:
+    return s.line < first_fatal.get(s.file, sys.maxsize)
+
+
+def _root_xid(live: list[Signal]) -> tuple[int | None, Signal | None]:
+    """The first fatal Xid (by place), else the first Xid of any strength."""
+    with_xid = sorted((s for s in live if s.match.xid is not None), key=lambda s: (s.file, s.line))
+    for s in with_xid:
+        if _fatal(s):
+            return s.match.xid, s
+    if with_xid:
+        return with_xid[0].match.xid, with_xid[0]
+    return None, None
+
+
+def _failing_rank(winners: list[Signal], roots: list) -> tuple[int | None, tuple | None]:
+    """The one rank the decisive lines name; if they name none, torchrun's Root Cause rank."""
+    named = {s.match.rank for s in winners if s.match.rank is not None}
+    if len(named) == 1:
+        return named.pop(), None
+    # Several ranks reporting the same thing (every rank's timeout): no origin is named, and
+    # torchrun's Root Cause is then just the first victim its agent saw.
+    if not named and len({r[2] for r in roots}) == 1:
+        return roots[0][2], roots[0]
+    return None, None
+
+
+def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:
+    return Evidence(file=names[s.file], line=s.line, text=s.match.text,
+                    signature=s.match.signature, category=s.match.category,
+                    source=sources[s.file], xid=s.match.xid)  # fmt: skip
+
+
+def _evidence(winners: list[Signal], xid_signal: Signal | None, root: tuple | None,
+              names: list[str], sources: list[str]) -> list[Evidence]:  # fmt: skip
+    """Distinct decisive lines, most telling and earliest first, plus the root Xid; capped."""
+    chosen: list[Signal] = []
+    seen: set[str] = set()
+    for s in sorted(winners, key=lambda s: (-s.match.specificity, s.file, s.line)):
+        if s.match.text not in seen:
+            seen.add(s.match.text)
+            chosen.append(s)
+    if xid_signal is not None and xid_signal not in chosen:
+        chosen.insert(0, xid_signal)
+    out = [_to_evidence(s, names, sources) for s in chosen[:EVIDENCE_MAX]]
+    if root is not None:
+        out.append(Evidence(file=names[root[0]], line=root[1], text=f"rank : {root[2]} (torchrun "
+                            "Root Cause)", signature="torchrun.rank_field", category=None,
+                            source=sources[root[0]]))  # fmt: skip
+    return out
+
+
+def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | None,
+             rank: int | None) -> str:  # fmt: skip
+    """One sentence: what happened, where, how often."""
+    text = EXPLAIN[category][0]
+    if xid is not None:
+        text += f"; root Xid {xid} ({X.lookup(xid).meaning})"
+    if rank is not None:
+        text += f"; failing rank {rank}"
+    else:
+        ranks = {s.match.rank for s in winners if s.match.rank is not None}
+        if len(ranks) > 1:
+            text += f"; reported by {len(ranks)} ranks"
+    return text[0].upper() + text[1:] + "."
+
+
+def _no_failure(col: Collector, files: tuple) -> Diagnosis:
+    return Diagnosis(
+        category="no_failure",
+        summary=EXPLAIN["no_failure"][0].capitalize() + ".",
+        advice=EXPLAIN["no_failure"][1],
+        signals=dict(col.counts),
+        files=files,
+    )

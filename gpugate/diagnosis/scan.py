@@ -1,0 +1,245 @@
+"""Scanning logs: find the lines holding a signature's anchor word, within a byte and time budget.
+
+Scanning is the expensive part (logs of many GB are normal), so only lines containing one of
+the signatures' anchor words are ever decoded and matched. Two engines find those lines:
+- ``grep``: GNU grep over a regular file with the anchors as one `-E` alternation. It is the
+  fastest multi-word search on a node (the benchmark in `bench/` compares against it), streams
+  with a small fixed buffer, and its `-n` gives line numbers for free.
+- ``python``: 1 MiB binary chunks, one `bytes.find` pass per anchor, newline counting per chunk.
+  Used for stdin, gzip'd logs, small files, and wherever grep is missing or fails.
+Both feed the same per-line matching (`signatures.match_line`) into a `rank.Collector` and
+give identical results.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from gpugate.diagnosis import signatures as S
+from gpugate.diagnosis.verdict import LOG_FILE
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from typing import BinaryIO
+
+    from gpugate.diagnosis.rank import Collector
+
+CHUNK = 1 << 20  # Python engine read size
+LINE_MAX = 4 << 20  # a longer line is matched in fragments, never held whole
+GREP_MIN_BYTES = 1 << 20  # below this the Python engine is faster than starting grep
+GREP_PIECE = 64 << 10  # grep output is read in pieces: a matching line may be huge
+GREP_SECONDS_PER_GB = 120  # generous timeout: a healthy grep needs a few seconds per GB
+
+
+class ScanError(Exception):
+    """A log could not be read (missing, unreadable, or the scanner failed)."""
+
+
+class FileScan(Record):
+    """What was read from one input."""
+
+    path: str
+    bytes: int | None = None
+    hit_lines: int = 0
+    engine: str | None = None
+    error: str | None = None
+    source: str = LOG_FILE
+    offset: int = 0  # where the reading started (a tail: line numbers count from there)
+    stopped: str | None = None  # "byte budget" / "time budget": the rest was not read
+
+
+# --- engines: (line number, raw line or fragment) for every line holding an anchor -----------
+
+
+def python_hits(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """Lines of a binary stream that contain an anchor, read in chunks (bounded memory)."""
+    keep = max(len(a) for a in S.ANCHOR_BYTES) - 1
+    carry = b""
+    line_no = 1
+    while True:
+        data = stream.read(CHUNK)
+        if not data:
+            break
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            if len(buf) <= LINE_MAX:
+                carry = buf
+                continue
+            yield from _hit_lines(buf, len(buf), line_no)  # a fragment of one giant line
+            carry = buf[-keep:]
+            continue
+        yield from _hit_lines(buf, cut, line_no)
+        line_no += buf.count(b"\n", 0, cut)
+        carry = buf[cut:]
+    if carry:
+        yield from _hit_lines(carry, len(carry), line_no)
+
+
+def _hit_lines(buf: bytes, end: int, first_line: int) -> Iterator[tuple[int, bytes]]:
+    """Lines of buf[:end] holding an anchor: one find pass per anchor, then line numbers."""
+    spans: dict[int, int] = {}
+    for anchor in S.ANCHOR_BYTES:
+        i = buf.find(anchor, 0, end)
+        while i >= 0:
+            start = buf.rfind(b"\n", 0, i) + 1
+            stop = buf.find(b"\n", i, end)
+            stop = end if stop < 0 else stop
+            spans[start] = stop
+            i = buf.find(anchor, stop, end)
+    line_no, counted = first_line, 0
+    for start in sorted(spans):
+        line_no += buf.count(b"\n", counted, start)
+        counted = start
+        yield line_no, buf[start : spans[start]]
+
+
+def grep_hits(path: str, grep: str, size: int) -> Iterator[tuple[int, bytes]]:
+    """Lines of a file holding an anchor, found by `grep -a -n -E` (argument list, timeout)."""
+    import subprocess
+    import threading
+
+    argv = [grep, "-a", "-n", "-E", S.ALTERNATION, "--", path]
+    env = dict(os.environ, LC_ALL="C")
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    timer = threading.Timer(60 + GREP_SECONDS_PER_GB * size / 1e9, proc.kill)
+    timer.start()
+    try:
+        yield from _parse_grep(proc.stdout)
+        err = proc.stderr.read(4096).decode("utf-8", "replace").strip()
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    if rc not in (0, 1):  # 1: no line matched
+        raise ScanError(err or f"grep exited with {rc}")
+
+
+def _parse_grep(out: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """`N:text` lines; a line longer than one piece continues without the `N:` prefix."""
+    line_no, continued = 0, False
+    while True:
+        piece = out.readline(GREP_PIECE)
+        if not piece:
+            return
+        whole = piece.endswith(b"\n")
+        if not continued:
+            number, _, piece = piece.partition(b":")
+            line_no = int(number)
+        if whole:
+            piece = piece[:-1]
+        if not continued or any(a in piece for a in S.ANCHOR_BYTES):
+            yield line_no, piece
+        continued = not whole
+
+
+def _find_grep() -> str | None:
+    """GNU grep on PATH, or None (then the Python engine scans)."""
+    import shutil
+
+    return shutil.which("grep")
+
+
+def scan_stream(stream: BinaryIO, file: int, col: Collector) -> int:
+    """Feed one binary stream through the Python engine; returns the number of hit lines."""
+    return _feed(python_hits(stream), file, col)
+
+
+def _feed(hits: Iterable[tuple[int, bytes]], file: int, col: Collector) -> int:
+    n = 0
+    for line_no, raw in hits:
+        n += 1
+        for m in S.match_line(raw):
+            col.add(file, line_no, m)
+    return n
+
+
+class LimitedStream:
+    """Reads an open file descriptor from `offset`: at most `limit` bytes, for `seconds` at most.
+
+    The budget is per input: a 50 GB sparse file gives its budget's worth of zeros and stops,
+    and the next input still gets its own (`stopped` says which budget ended the reading).
+    """
+
+    def __init__(self, fd: int, offset: int, limit: int, seconds: float | None = None) -> None:
+        self._fd, self._pos, self._left, self._seconds = fd, offset, limit, seconds
+        self._deadline: float | None = None  # the clock starts at the first read
+        self.stopped: str | None = None
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes, or b"" once a budget is spent."""
+        import time
+
+        now = time.monotonic()
+        if self._deadline is None and self._seconds is not None:
+            self._deadline = now + self._seconds
+        if self._left <= 0:
+            if self.stopped is None and os.pread(self._fd, 1, self._pos):
+                self.stopped = "byte budget"  # more was there than the budget allowed
+            return b""
+        if self._deadline is not None and now >= self._deadline:
+            self.stopped = "time budget"
+            return b""
+        data = os.pread(self._fd, min(n, self._left), self._pos)
+        self._pos += len(data)
+        self._left -= len(data)
+        return data
+
+
+def scan_input(
+    path: str, file: int, col: Collector, engine: str, stdin: BinaryIO | None
+) -> FileScan:
+    """Scan one path (`-` is stdin) into `col`; an unreadable input is a FileScan with its error."""
+    if path == "-":
+        counter = Counting(stdin if stdin is not None else sys.stdin.buffer)
+        n = scan_stream(counter, file, col)
+        return FileScan(path="<stdin>", bytes=counter.total, hit_lines=n, engine="python")
+    try:
+        return _scan_path(path, file, col, engine)
+    except (OSError, ScanError, EOFError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return FileScan(path=path, error=reason or type(exc).__name__)
+
+
+def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+        if not gz:
+            grep = _find_grep() if engine != "python" else None
+            use_grep = grep is not None and (engine == "grep" or size >= GREP_MIN_BYTES)
+            if use_grep and os.path.isfile(path):
+                n = _feed(grep_hits(path, grep, size), file, col)  # type: ignore[arg-type]
+                return FileScan(path=path, bytes=size, hit_lines=n, engine="grep")
+            f.seek(0)
+            n = scan_stream(f, file, col)
+            return FileScan(path=path, bytes=size, hit_lines=n, engine="python")
+    import gzip
+
+    with gzip.open(path, "rb") as g:
+        counter = Counting(g)
+        n = scan_stream(counter, file, col)
+    return FileScan(path=path, bytes=counter.total, hit_lines=n, engine="python+gzip")
+
+
+class Counting:
+    """A read-only stream wrapper that counts the bytes read (stdin and gzip sizes)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.total = 0
+
+    def read(self, n: int) -> bytes:
+        """Read up to n bytes."""
+        data = self._stream.read(n)
+        self.total += len(data)
+        return data

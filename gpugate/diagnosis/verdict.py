@@ -1,0 +1,92 @@
+"""The verdict of a diagnosis: the category, the lines that decided it, and where each came from.
+
+Every input has a source (`KERNEL_LOG`, `JOB_FILE`, `LOG_FILE`). Only what root read itself
+is hardware evidence (docs/flow.md): a line in a job's own file that claims a hardware fault is
+text the job printed, reported beside the verdict as `untrusted`, never ranked.
+"""
+
+from __future__ import annotations
+
+from gpugate.record import Record
+
+# Where an input came from. Root read the kernel log itself; a job file is the job's own output
+# (stdout, NCCL debug files: the user controls every byte); a log file is one an admin handed to
+# `gpugate diagnose` without saying, taken at its word (the corpus labels rely on that).
+KERNEL_LOG, JOB_FILE, LOG_FILE = "kernel log", "job file", "log file"
+SOURCES = (KERNEL_LOG, JOB_FILE, LOG_FILE)
+TRUSTED_SOURCES = frozenset({KERNEL_LOG, LOG_FILE})
+
+
+class Evidence(Record):
+    """One decisive line and where it was."""
+
+    file: str
+    line: int
+    text: str
+    signature: str
+    category: str | None
+    source: str = LOG_FILE
+    xid: int | None = None  # the line's root Xid, if it names one
+
+    def location(self) -> dict:
+        """Where the line was and whether its source can be hardware evidence."""
+        return {"file": self.file, "line": self.line, "signature": self.signature,
+                "category": self.category, "source": self.source,
+                "trusted": self.source in TRUSTED_SOURCES}  # fmt: skip
+
+
+class Diagnosis(Record):
+    """The verdict: category, root Xid, failing rank, and the lines that decided it."""
+
+    category: str
+    xid: int | None = None
+    failing_rank: int | None = None
+    summary: str = ""
+    advice: str = ""
+    evidence: tuple = ()  # of Evidence
+    signals: dict = {}  # category -> matching lines
+    files: tuple = ()  # of FileScan
+    # The source of the line that decided the category (None for no_failure).
+    decided_by: str | None = None
+    # Lines of a job's own files that claim a hardware fault: reported, never ranked.
+    untrusted: tuple = ()  # of Evidence
+    # What the job's output says when taken at its word (set only when it claimed something).
+    job_output_category: str | None = None
+    job_output_xid: int | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the deciding line came from a source root read (or an admin vouched for)."""
+        return self.decided_by in TRUSTED_SOURCES
+
+    def to_json(self) -> dict:
+        """The `--json` object (evidence as plain lines, their places and sources beside them)."""
+        out = {
+            "category": self.category,
+            "xid": self.xid,
+            "failing_rank": self.failing_rank,
+            "summary": self.summary,
+            "advice": self.advice,
+            "decided_by": self.decided_by,
+            "trusted": self.trusted,
+            "evidence": [e.text for e in self.evidence],
+            "evidence_locations": [e.location() for e in self.evidence],
+            "untrusted": [
+                dict(e.location(), text=e.text, claim=claim_text(e)) for e in self.untrusted
+            ],
+            "job_output_category": self.job_output_category or self.category,
+            "job_output_xid": self.job_output_xid if self.untrusted else self.xid,
+            "signals": dict(self.signals),
+            "files": [f.to_dict() for f in self.files],
+            "bytes_scanned": sum(f.bytes or 0 for f in self.files),
+        }
+        errors = [f"{f.path}: {f.error}" for f in self.files if f.error]
+        if errors:
+            out["errors"] = errors
+        return out
+
+
+def claim_text(e: Evidence) -> str:
+    """What a claim is, in the words the reports use."""
+    what = f"Xid {e.xid}" if e.xid is not None else (e.category or "a hardware fault")
+    return f"job output claiming {what} (not trusted)"
