@@ -16,18 +16,9 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
-    from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.hookenv import HookEnv
-
-# Checks whose failure after a job is the node's fault (the hardware and its links), as
-# opposed to the host's limits or mounts, which do not change while a job runs.
-HARDWARE_CHECKS = (
-    "gpu.lost", "gpu.ecc", "gpu.memory_errors", "gpu.recovery_action", "gpu.temperature",
-    "gpu.throttle", "pcie.link", "nvlink.links", "nvlink.fabric", "ib.ports", "ib.rate",
-    "kernel.xid", "kernel.gpu_bus",
-)  # fmt: skip
-HARDWARE_CATEGORIES = frozenset({"ecc_error", "nvlink_error", "gpu_xid_hardware"})
+    from gpugate.slurm_hooks.policy import Decision
 
 
 class EpilogResult(Record):
@@ -85,25 +76,32 @@ def gather_now(
     )
 
 
-def hardware_findings(
+def hardware_decision(
     facts: Facts, fresh_kernel: list[str], config: Config, app_xids: tuple = ()
-) -> list[Finding]:
-    """Failing hardware checks on the node now, judging only the kernel lines of this job.
+) -> Decision:
+    """The policy's decision on the hardware checks now, judging only this job's kernel lines.
+
+    Its `failing` findings are the node's hardware faults; its action is a drain only where
+    the site lets the epilog drain (`epilog.drain_on_hardware`, not `policy.report_only`).
 
     `app_xids` is the node's per-job record of application-class Xids (this job's included):
     kernel.xid fails on them only by the cross-job rule, never for one job's own.
     """
+    from gpugate.checks.registry import hardware_checks
     from gpugate.checks.run import run_checks
-    from gpugate.slurm_hooks.policy import effective_status
+    from gpugate.slurm_hooks.policy import decide
 
+    # Only the checks marked `hardware` on their @check line (see checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
-    found = run_checks(now, config, only=list(HARDWARE_CHECKS), app_xids=app_xids)
-    return [f for f in found if effective_status(f, config.policy) == "fail"]
+    found = run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+    may_drain = config.epilog.drain_on_hardware
+    return decide(found, config.policy, phase="epilog", may_drain=may_drain)
 
 
 def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResult:
     """Run the whole epilog for one job on this node."""
     from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
+    from gpugate.slurm_hooks.policy import DRAIN
     from gpugate.slurm_hooks.state import counters, load_baseline
 
     started = time.monotonic()
@@ -115,9 +113,10 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
     facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
-    hardware = hardware_findings(
+    decision = hardware_decision(
         facts, fresh, config, app_xids=note_app_xids(config, env, facts, fresh)
     )
+    hardware = list(decision.failing)
     why = abnormal_end(env)
     if why is None and hardware:
         why = "hardware errors on the node since the job's prolog"
@@ -141,7 +140,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResu
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
     )
-    drain = bool(hardware) and config.epilog.drain_on_hardware and not config.policy.report_only
+    drain = decision.action == DRAIN
     # The bundle first, then the drain naming it: a reason never points at a bundle that could
     # not be written. The drain's outcome is then added to the bundle's summary.
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
@@ -190,8 +189,3 @@ def cleanup(config: Config, env: HookEnv) -> None:
         from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
 
         remove_nccl_dir(config, env.job_id)  # its files are in the bundle now (or never mattered)
-
-
-def is_hardware_category(category: str | None) -> bool:
-    """Whether a diagnosis category points at the GPU or its links rather than the user."""
-    return category in HARDWARE_CATEGORIES

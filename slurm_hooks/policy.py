@@ -35,8 +35,14 @@ def effective_status(f: F.Finding, policy: Policy) -> str:
     return status
 
 
-def decide(findings: list[F.Finding], policy: Policy, phase: str = "check") -> Decision:
-    """Fold findings into one decision for `phase` (check, prolog, epilog)."""
+def decide(
+    findings: list[F.Finding], policy: Policy, phase: str = "check", may_drain: bool = True
+) -> Decision:
+    """Fold findings into one decision for `phase` (check, prolog, epilog).
+
+    `may_drain` False caps a failure at warn (the epilog's `drain_on_hardware: false`), as
+    `report_only` does for every phase.
+    """
     failing, warnings = [], []
     for f in findings:
         status = effective_status(f, policy)
@@ -46,7 +52,7 @@ def decide(findings: list[F.Finding], policy: Policy, phase: str = "check") -> D
             warnings.append(f)
     if failing:
         status = F.FAIL
-        action = WARN if policy.report_only else DRAIN
+        action = DRAIN if may_drain and not policy.report_only else WARN
     elif warnings:
         status, action = F.WARN, WARN
     else:
