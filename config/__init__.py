@@ -25,6 +25,8 @@ _CHOICES = {
 }
 # Shares of a whole (non-negative is checked for every number).
 _AT_MOST = {"epilog.evidence_user_share": 1.0}
+# Lists of check ids: each must name a registered check (a typo would silently check nothing).
+_CHECK_IDS = ("checks.disabled", "policy.warn_only")
 
 
 class ConfigError(ValueError):
@@ -133,7 +135,10 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
         inner = ann[5:-1]
         if not isinstance(value, list):
             raise ConfigError(f"{source}: {path}: expected a list, got {_show(value)}")
-        return [_convert(inner, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+        items = [_convert(inner, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+        if path in _CHECK_IDS and items:
+            _check_ids(items, source, path)
+        return items
     if ann.startswith("dict[str,"):
         inner = ann[len("dict[str,") : -1]
         if not isinstance(value, dict):
@@ -162,6 +167,20 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     if path in _AT_MOST and value > _AT_MOST[path]:
         raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")
     return value
+
+
+def _check_ids(ids: list, source: str, path: str) -> None:
+    """Refuse an id that names no registered check, like an unknown key."""
+    # Only a non-empty list costs the registry's import: the prolog imports it anyway to run
+    # the checks, and the packaged defaults (empty lists) load without it.
+    from gpugate.checks.registry import registered
+
+    known = registered()
+    for i, check_id in enumerate(ids):
+        if check_id not in known:
+            raise ConfigError(
+                f"{source}: {path}[{i}]: unknown check {check_id!r} (known: {', '.join(known)})"
+            )
 
 
 def _show(value: object) -> str:

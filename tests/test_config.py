@@ -51,6 +51,14 @@ def test_site_board_is_added_next_to_packaged_ones(tmp_path):
         ),
         ("policy:\n  unknown: maybe\n", "policy.unknown: 'maybe' is not one of ok, warn, fail"),
         ("checks:\n  disabled: gpu.ecc\n", "checks.disabled: expected a list"),
+        (
+            "checks:\n  disabled: [gpu.eccc]\n",
+            "checks.disabled[0]: unknown check 'gpu.eccc' (known: gpu.count, gpu.lost,",
+        ),
+        (
+            "policy:\n  warn_only: [gpu.ecc, ib.port]\n",
+            "policy.warn_only[1]: unknown check 'ib.port' (known: ",
+        ),
         ("sources:\n  timeout_s:\n    nvml: -1\n", "sources.timeout_s.nvml: must not be negative"),
         ("checks:\n  host:\n    nofile_min: true\n", "checks.host.nofile_min: expected int"),
         ("- a list\n", "expected a mapping at the top"),

@@ -299,6 +299,17 @@ def test_a_drain_reason_names_no_bundle_that_was_not_written(tmp_path):
     assert "evidence" not in reason and reason.startswith("gpugate: kernel.xid: GPU4")
 
 
+def test_the_policy_keeps_a_hardware_fault_from_draining_where_the_site_says_so(tmp_path):
+    no_drain = setup(tmp_path / "a", drain_on_hardware=False)
+    report = setup(tmp_path / "b")
+    report = report.replace(policy=report.policy.replace(report_only=True))
+    for where, config in (("a", no_drain), ("b", report)):
+        (tmp_path / where).mkdir()
+        result, slurm = hardware_run(tmp_path / where, config)
+        assert result.hardware_fault and result.hardware_checks == ("kernel.xid",)
+        assert slurm.drains == [] and not result.drained
+
+
 # --- each of the job's files within its own budget --------------------------------------------
 
 
