@@ -234,7 +234,36 @@ def write_evidence(
     result: EpilogResult,
     pending_drain: bool = False,
 ) -> str | None:
-    """Write the bundle (atomically, admins only); returns its path or None on failure.
+    """Write the bundle (atomically, admins only); returns its path or None on failure."""
+    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+
+    ep = config.epilog
+    kernel = fresh[-ep.kernel_lines_max :]
+    summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
+    files = _bundle_files(facts, kernel, deltas, logs)
+    try:
+        return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
+                            files, summary, group=ep.evidence_group,
+                            retention=retention_for(config))  # fmt: skip
+    except (EvidenceError, OSError) as exc:
+        log.error(
+            config.state_dir, f"epilog job {env.job_id}: could not write the evidence bundle", exc
+        )
+        return None
+
+
+def _summary(
+    env: HookEnv,
+    job: dict,
+    facts: Facts,
+    kernel: list[str],
+    deltas: dict,
+    hardware: list[Finding],
+    logs: dict,
+    result: EpilogResult,
+    pending_drain: bool,
+) -> dict:
+    """The bundle's summary.json.
 
     The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
     aside (only root's kernel lines can make one); `job_output_category` is what the job's
@@ -242,14 +271,8 @@ def write_evidence(
     """
     from gpugate.slurm_hooks.deltas import describe
 
-    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
-    from gpugate.text import printable
-    from gpugate.yamlio import dump_yaml
-
-    ep = config.epilog
     diagnosis = logs.get("diagnosis") or {}
-    kernel = fresh[-ep.kernel_lines_max :]
-    summary = {
+    return {
         "job_id": env.job_id,
         "node": env.node,
         "restart": env.restart_count,
@@ -278,6 +301,16 @@ def write_evidence(
         "job": {k: v for k, v in job.items() if k not in ("comment",)},
         "read_errors": logs.get("errors", []),
     }
+
+
+def _bundle_files(
+    facts: Facts, kernel: list[str], deltas: dict, logs: dict
+) -> dict[str, str | bytes]:
+    """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
+    from gpugate.text import printable
+    from gpugate.yamlio import dump_yaml
+
+    diagnosis = logs.get("diagnosis") or {}
     files: dict[str, str | bytes] = {
         "kernel.log": "\n".join(kernel) + ("\n" if kernel else ""),
         "counters.json": json.dumps(deltas, indent=1),
@@ -289,15 +322,7 @@ def write_evidence(
     for i, (path, tail) in enumerate(sorted((logs.get("tails") or {}).items())):
         name = os.path.basename(path.rstrip("/")) or f"log{i}"
         files[f"logs/{i:02d}-{_safe(name)}.tail"] = f"# tail of {path}\n{tail}"
-    try:
-        return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
-                            files, summary, group=ep.evidence_group,
-                            retention=retention_for(config))  # fmt: skip
-    except (EvidenceError, OSError) as exc:
-        log.error(
-            config.state_dir, f"epilog job {env.job_id}: could not write the evidence bundle", exc
-        )
-        return None
+    return files
 
 
 def _iso(epoch: int | None) -> str | None:

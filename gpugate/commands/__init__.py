@@ -1,1 +1,106 @@
 """The thin subcommands: parse the arguments, call the code that does the work, print."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser, Namespace
+    from collections.abc import Callable, Iterable
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
+
+
+# What each Slurm hook does, for its `--help` (Slurm passes hooks no arguments).
+HOOK_HELP: dict[str, str] = {
+    "prolog": (
+        "Slurm Prolog: run the checklist before the job starts; on failure drain "
+        "the node with a `gpugate:` reason and exit 1 so Slurm requeues the job. Reads the job "
+        "from Slurm's environment (SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_GPUS, ...)."
+    ),
+    "task-prolog": (
+        "Slurm TaskProlog: print `export NAME=value` lines (NCCL_DEBUG=WARN, "
+        "NCCL_IB_TIMEOUT=22 with NCCL_IB_RETRY_CNT=7, NCCL_DEBUG_FILE, async error handling) "
+        "for every variable the job did not set itself."
+    ),
+    "epilog": (
+        "Slurm Epilog: after an abnormal end (exit code, signal, failed step, fresh kernel-log "
+        "errors) write an evidence bundle, name the cause, and drain the node when its own "
+        "evidence shows a hardware fault. Always exits 0: a failing epilog would make Slurm "
+        "drain the node with a meaningless 'Epilog error'."
+    ),
+    "epilog-slurmctld": (
+        "Slurm EpilogSlurmctld (runs once per job on the controller): when a job that opted in "
+        "(--comment gpugate:ckpt=DIR or gpugate:requeue) ended through an infrastructure cause "
+        "and has restarts left, requeue it off the suspected nodes and record the checkpoint it "
+        "resumes from. Always exits 0."
+    ),
+}
+
+
+def hook_args(hook: str, argv: list[str]) -> Namespace:
+    """A Slurm hook's arguments: only `--config FILE`."""
+    from gpugate.cli import make_parser
+
+    p = make_parser(f"gpugate {hook}", HOOK_HELP[hook])
+    p.add_argument("--config", metavar="FILE", help="site config")
+    return p.parse_args(argv)
+
+
+def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) -> int:
+    """Parse a hook's arguments and run `body` under the hook guard; the exit code for Slurm."""
+    args = hook_args(hook, argv)
+    from gpugate.slurm_hooks.guard import run_hook
+
+    code = run_hook(hook, args.config, body)
+    # Only the prolog may fail: Slurm drains a node whose epilog fails ("Epilog error").
+    return code if hook == "prolog" else 0
+
+
+def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:
+    """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
+    from gpugate import log
+
+    for step in steps:
+        try:
+            step(*args)
+        except Exception as exc:  # MemoryError and RecursionError included: bookkeeping only
+            log.say(f"{hook}: {step.__name__} failed ({type(exc).__name__}: {exc}); {kept} kept")
+
+
+def add_cluster_options(p: ArgumentParser, window: str) -> None:
+    """`--sinfo-json FILE`, `--window-days DAYS` (`window`: what it counts) and `--config`."""
+    p.add_argument("--sinfo-json", metavar="FILE", help="read this saved `sinfo --json` output")
+    p.add_argument("--window-days", type=float, metavar="DAYS",
+                   help=f"{window} (default: admin.history_window_days)")  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="site config")
+
+
+def ask_slurm_for(
+    prog: str, kind: str, ident: str, config_file: str | None
+) -> tuple[Config, SlurmControl, object] | int:
+    """(config, the Slurm backend, Slurm's record of the node or job `ident`), or the exit code
+    after one line: 2 when `ident` is not one node name / job id, 1 when Slurm cannot say."""
+    from gpugate import names
+    from gpugate.cli import EXIT_USAGE
+    from gpugate.config import load_config
+    from gpugate.slurm_hooks.slurm.choose import backend
+    from gpugate.slurm_hooks.slurm.control import JobNotFound, NodeNotFound, SlurmError
+
+    try:
+        (names.node_name if kind == "node" else names.job_id)(ident)
+    except names.BadName as exc:
+        return names.refuse(prog, exc, EXIT_USAGE)
+    config = load_config(config_file)
+    slurm = None
+
+    def fetch() -> object:
+        nonlocal slurm
+        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+        return slurm.node(ident) if kind == "node" else slurm.job(ident)
+
+    not_found = NodeNotFound if kind == "node" else JobNotFound
+    info, code = names.ask_slurm(
+        prog, f"{kind} {ident}", fetch, not_found, (SlurmError, ValueError)
+    )
+    return code if code is not None else (config, slurm, info)

@@ -3,51 +3,31 @@
 from __future__ import annotations
 
 from gpugate import log
-from gpugate.cli import make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from argparse import ArgumentParser
-
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.epilog import EpilogResult
     from gpugate.slurm_hooks.hookenv import HookEnv
 
 
-def parser() -> ArgumentParser:
-    """Options of `gpugate epilog`."""
-    p = make_parser(
-        "gpugate epilog",
-        "Slurm Epilog: after an abnormal end (exit code, signal, failed step, fresh kernel-log "
-        "errors) write an evidence bundle, name the cause, and drain the node when its own "
-        "evidence shows a hardware fault. Always exits 0: a failing epilog would make Slurm "
-        "drain the node with a meaningless 'Epilog error'.",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p
-
-
 def main(argv: list[str]) -> int:
     """Run the epilog hook."""
-    args = parser().parse_args(argv)
-    from gpugate.slurm_hooks.guard import run_hook
+    from gpugate.commands import run_hook_command
 
-    run_hook("epilog", args.config, _body)
-    return 0
+    return run_hook_command("epilog", argv, _body)
 
 
 def _body(config: Config) -> int:
+    from gpugate.commands import each_on_its_own
     from gpugate.slurm_hooks.epilog import run_epilog
     from gpugate.slurm_hooks.hookenv import from_environ
 
     env = from_environ()
     r = run_epilog(config, env)
     # The drain (if any) is done: each bookkeeping step below is on its own, best effort.
-    for step in (say_verdict, note_history, note_metrics, note_event):
-        try:
-            step(config, env, r)
-        except Exception as exc:
-            log.say(f"epilog: {step.__name__} failed ({type(exc).__name__}: {exc}); drain kept")
+    steps = (say_verdict, note_history, note_metrics, note_event)
+    each_on_its_own("epilog", steps, "drain", config, env, r)
     return 0
 
 

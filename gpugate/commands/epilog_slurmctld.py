@@ -5,43 +5,26 @@ from __future__ import annotations
 import os
 
 from gpugate import log
-from gpugate.cli import make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from argparse import ArgumentParser
-
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.requeue import JobEnd
-
-
-def parser() -> ArgumentParser:
-    """Options of `gpugate epilog-slurmctld`."""
-    p = make_parser(
-        "gpugate epilog-slurmctld",
-        "Slurm EpilogSlurmctld (runs once per job on the controller): when a job that opted in "
-        "(--comment gpugate:ckpt=DIR or gpugate:requeue) ended through an infrastructure cause "
-        "and has restarts left, requeue it off the suspected nodes and record the checkpoint it "
-        "resumes from. Always exits 0.",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 
 def main(argv: list[str]) -> int:
     """Run the controller epilog."""
-    args = parser().parse_args(argv)
-    from gpugate.slurm_hooks.guard import run_hook
+    from gpugate.commands import run_hook_command
 
-    run_hook("epilog-slurmctld", args.config, _body)
-    return 0
+    return run_hook_command("epilog-slurmctld", argv, _body)
 
 
 def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
     """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
     from gpugate.slurm_hooks.hookenv import from_environ
     from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.control import expand_hostlist
+    from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
     env = from_environ(environ)
     return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
@@ -50,7 +33,7 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
 
 
 def run_requeue(
-    config: Config, job: JobEnd, slurm: object, wait_s: float, dry_run: bool = False
+    config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
 ) -> tuple:
     """Gather the evidence, decide, act; returns (decision, steps done)."""
     from gpugate.slurm_hooks.hookenv import comment_tokens
@@ -75,14 +58,14 @@ def run_requeue(
 
 
 def _body(config: Config) -> int:
-    from gpugate.slurm_hooks.slurm.control import backend
+    from gpugate.slurm_hooks.slurm.choose import backend
 
     job = job_from_env()
     if not job.job_id:
         return 0
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
     try:
-        info = slurm.job(job.job_id)  # type: ignore[attr-defined]
+        info = slurm.job(job.job_id)
         job = job.replace(
             state=info.state,
             restarts=info.restarts,

@@ -6,6 +6,7 @@ import json
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.commands import add_cluster_options
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,15 +26,8 @@ def parser() -> ArgumentParser:
     )
     p.add_argument("--drained", action="store_true", help="only drained, down or failed nodes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--sinfo-json", metavar="FILE", help="read this saved `sinfo --json` output")
-    p.add_argument(
-        "--window-days",
-        type=float,
-        metavar="DAYS",
-        help="count drains over this many days (default: admin.history_window_days)",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p  # fmt: skip
+    add_cluster_options(p, "count drains over this many days")
+    return p
 
 
 def main(argv: list[str]) -> int:

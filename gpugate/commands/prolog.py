@@ -3,35 +3,19 @@
 from __future__ import annotations
 
 from gpugate import log
-from gpugate.cli import make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from argparse import ArgumentParser
-
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.hookenv import HookEnv
     from gpugate.slurm_hooks.prolog import PrologResult
 
 
-def parser() -> ArgumentParser:
-    """Options of `gpugate prolog`."""
-    p = make_parser(
-        "gpugate prolog",
-        "Slurm Prolog: run the checklist before the job starts; on failure drain "
-        "the node with a `gpugate:` reason and exit 1 so Slurm requeues the job. Reads the job "
-        "from Slurm's environment (SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_GPUS, ...).",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p
-
-
 def main(argv: list[str]) -> int:
     """Run the prolog hook."""
-    args = parser().parse_args(argv)
-    from gpugate.slurm_hooks.guard import run_hook
+    from gpugate.commands import run_hook_command
 
-    return run_hook("prolog", args.config, _body)
+    return run_hook_command("prolog", argv, _body)
 
 
 def _body(config: Config) -> int:
@@ -49,11 +33,10 @@ def _body(config: Config) -> int:
 
 def bookkeeping(config: Config, env: HookEnv, result: PrologResult) -> None:
     """slurmd's log line, the drain history, the metrics, the event: each on its own."""
-    for step in (say_verdict, note_history, note_metrics, note_event):
-        try:
-            step(config, env, result)
-        except Exception as exc:  # MemoryError and RecursionError included: bookkeeping only
-            log.say(f"prolog: {step.__name__} failed ({type(exc).__name__}: {exc}); decision kept")
+    from gpugate.commands import each_on_its_own
+
+    steps = (say_verdict, note_history, note_metrics, note_event)
+    each_on_its_own("prolog", steps, "decision", config, env, result)
 
 
 def say_verdict(config: Config, env: HookEnv, result: PrologResult) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.commands import add_cluster_options
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,15 +23,8 @@ def parser() -> ArgumentParser:
         "written, from the history alone, and says so).",
     )
     p.add_argument("--html", metavar="FILE", required=True, help="write the page here")
-    p.add_argument("--sinfo-json", metavar="FILE", help="read this saved `sinfo --json` output")
-    p.add_argument(
-        "--window-days",
-        type=float,
-        metavar="DAYS",
-        help="history window (default: admin.history_window_days)",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p  # fmt: skip
+    add_cluster_options(p, "history window")
+    return p
 
 
 def main(argv: list[str]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpugate.cli import EXIT_USAGE, make_parser
+from gpugate.cli import make_parser
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,29 +31,14 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate requeue`."""
     args = parser().parse_args(argv)
-    from gpugate import names
+    from gpugate.commands import ask_slurm_for
     from gpugate.commands.epilog_slurmctld import run_requeue
-    from gpugate.config import load_config
     from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.control import JobNotFound, SlurmError, backend
 
-    try:
-        names.job_id(args.job_id)
-    except names.BadName as exc:
-        return names.refuse("gpugate requeue", exc, EXIT_USAGE)
-    config = load_config(args.config)
-    slurm = None
-
-    def fetch() -> object:
-        nonlocal slurm
-        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-        return slurm.job(args.job_id)
-
-    info, code = names.ask_slurm(
-        "gpugate requeue", f"job {args.job_id}", fetch, JobNotFound, (SlurmError, ValueError)
-    )
-    if code is not None:
-        return code
+    found = ask_slurm_for("gpugate requeue", "job", args.job_id, args.config)
+    if isinstance(found, int):
+        return found
+    config, slurm, info = found
     job = JobEnd(job_id=str(info.job_id), uid=info.uid, comment=info.comment or "", restarts=info.restarts,
                  state=info.state, nodes=tuple(info.nodes))  # fmt: skip
     decision, done = run_requeue(config, job, slurm, wait_s=0, dry_run=args.dry_run)

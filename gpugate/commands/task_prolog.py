@@ -5,28 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-from gpugate.cli import make_parser
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from argparse import ArgumentParser
-
-
-def parser() -> ArgumentParser:
-    """Options of `gpugate task-prolog`."""
-    p = make_parser(
-        "gpugate task-prolog",
-        "Slurm TaskProlog: print `export NAME=value` lines (NCCL_DEBUG=WARN, "
-        "NCCL_IB_TIMEOUT=22 with NCCL_IB_RETRY_CNT=7, NCCL_DEBUG_FILE, async error handling) "
-        "for every variable the job did not set itself.",
-    )
-    p.add_argument("--config", metavar="FILE", help="site config")
-    return p
-
 
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
-    args = parser().parse_args(argv)
+    from gpugate.commands import hook_args
+
+    args = hook_args("task-prolog", argv)
     from gpugate import log
     from gpugate.config import load_config
     from gpugate.slurm_hooks.task_prolog import exports, render
