@@ -10,6 +10,7 @@ import re
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
+from gpugate.checks.kerneltime import line_seconds
 from gpugate.checks.registry import REBOOT, RESET, check
 from gpugate.checks.xid import APP_XIDS, lookup, needs_drain, normalize_pci, parse_xid
 
@@ -54,51 +55,15 @@ OOM_KILLED = re.compile(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process
 # `(?<!\S)`: tried from word starts only; else a long word costs its length squared.
 OOM_INVOKED = re.compile(r"(?<!\S)(\S+) invoked oom-killer")
 
-# Timestamps as the tools print them (docs/gpu-facts.md 2); only the gaps between lines matter.
-_TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
-_TS_CTIME = re.compile(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
-_TS_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso
-_TS_SYSLOG = re.compile(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) ")  # journalctl -k, no year
-_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 # NVIDIA groups Xids into one burst until there are 3 minutes of silence (Fleet Intelligence).
 BURST_GAP_S = 180.0
-
-
-def _seconds(line: str) -> float | None:
-    """The line's time in seconds on some fixed scale, or None without a readable stamp."""
-    m = _TS_BOOT.match(line)
-    if m:
-        return float(m.group(1))
-    m = _TS_CTIME.search(line)
-    if m and m.group(1) in _MONTHS:
-        month, day, hh, mm, ss, year = m.groups()
-        return _clock(year, _MONTHS.index(month) + 1, day, hh, mm, ss)
-    m = _TS_ISO.search(line)
-    if m:
-        return _clock(*m.groups())
-    m = _TS_SYSLOG.match(line)
-    if m and m.group(1) in _MONTHS:
-        month, day, hh, mm, ss = m.groups()
-        return _clock(2000, _MONTHS.index(month) + 1, day, hh, mm, ss)  # any leap year will do
-    return None
-
-
-def _clock(*parts: str | int) -> float | None:
-    """(year, month, day, hour, minute, second) -> seconds; None for an impossible date."""
-    from datetime import date
-
-    try:
-        year, month, day, hh, mm, ss = (int(p) for p in parts)
-        return date(year, month, day).toordinal() * 86400.0 + hh * 3600 + mm * 60 + ss
-    except (ValueError, OverflowError):  # a 20-digit day overflows date(), 5000 digits int()
-        return None
 
 
 def _bursts(lines: list[str]) -> int:
     """How many bursts these lines (one GPU, one Xid, log order) form; untimed lines join one."""
     count, last = 0, None
     for line in lines:
-        t = _seconds(line)
+        t = line_seconds(line)  # only the gaps between lines matter
         if count == 0 or (t is not None and last is not None and abs(t - last) > BURST_GAP_S):
             count += 1
         last = t if t is not None else last

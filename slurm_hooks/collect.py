@@ -326,9 +326,9 @@ def _bundle_files(
 
 
 def _iso(epoch: int | None) -> str | None:
-    import time
+    from gpugate.clock import utc
 
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)) if epoch else None
+    return utc(epoch) if epoch else None
 
 
 def _safe(name: str) -> str:
@@ -337,42 +337,13 @@ def _safe(name: str) -> str:
 
 def _first_time(lines: list[str]) -> str | None:
     """UTC time of the first fresh kernel line: what orders the nodes' faults in a job."""
+    from gpugate.checks.kerneltime import line_utc
+
     for line in lines:
-        when = kernel_line_time(line)
+        when = line_utc(line)
         if when:
             return when
     return None
-
-
-def kernel_line_time(line: str, boot_epoch: float | None = None) -> str | None:
-    """`[Sun Nov 29 11:02:03 2026] ...` or `[ 1843.308145] ...` (since boot) -> ISO UTC."""
-    import re
-    import time
-
-    m = re.match(r"\[\s*([^\]]+)\]", line)
-    if not m:
-        return None
-    stamp = m.group(1)
-    try:
-        if re.fullmatch(r"\d+\.\d+", stamp):
-            boot = boot_epoch if boot_epoch is not None else _boot_epoch()
-            epoch = boot + float(stamp)
-        else:
-            # dmesg -T prints local time; the nodes of one cluster share a time zone.
-            epoch = time.mktime(time.strptime(stamp, "%a %b %d %H:%M:%S %Y"))
-    except (ValueError, OSError):
-        return None
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
-        + f".{int(epoch * 1e6) % 1000000:06d}Z"
-    )
-
-
-def _boot_epoch() -> float:
-    import time
-
-    with open("/proc/uptime") as fh:
-        return time.time() - float(fh.read().split()[0])
 
 
 def _slurm(config: Config) -> object:

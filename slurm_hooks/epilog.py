@@ -58,22 +58,12 @@ def abnormal_end(env: HookEnv) -> str | None:
 def gather_now(
     config: Config, env: HookEnv, baseline: dict | None, deadline_s: float | None = None
 ) -> Facts:
-    """The node's facts now; the kernel log from where the job's prolog stopped."""
-    from gpugate.checks.facts import facts_from_dict, load_snapshot
-    from gpugate.checks.sources import gather_dict, replay_path
+    """The node's facts now (or the replayed snapshot); the kernel log from where the job's
+    prolog stopped."""
+    from gpugate.checks.sources import gather
 
-    replay = replay_path(config, env.node or "")
-    if replay:
-        return load_snapshot(replay)
-    kwargs = {}
-    if baseline and baseline.get("kernel_log_seq") is not None:
-        from gpugate.checks.sources.kernel_log import boot_id
-
-        if baseline.get("boot_id") == boot_id(config):
-            kwargs = {"kernel_log": {"since_seq": baseline["kernel_log_seq"]}}
-    return facts_from_dict(
-        gather_dict(config, env.node or "", deadline_s=deadline_s, source_kwargs=kwargs)
-    )
+    position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
+    return gather(config, env.node or "", position=position, deadline_s=deadline_s)
 
 
 def hardware_decision(

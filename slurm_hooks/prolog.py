@@ -37,19 +37,15 @@ class PrologResult(Record):
 
 
 def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
-    """The node's facts under the prolog's deadline (or the replayed snapshot)."""
-    from gpugate.checks.facts import facts_from_dict, load_snapshot
-    from gpugate.checks.sources import gather_dict, replay_path
+    """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
+    from where the last check stopped; the job's peers probed when it spans nodes."""
+    from gpugate.checks.facts import facts_from_dict
+    from gpugate.checks.sources import gather
+    from gpugate.slurm_hooks.state import load_kernel_pos
 
     started = time.monotonic()
-    replay = replay_path(config, env.node or "")
-    if replay:
-        facts = load_snapshot(replay)
-    else:
-        since = kernel_log_since(config)
-        kwargs = {"kernel_log": {"since_seq": since}} if since is not None else {}
-        snapshot = gather_dict(config, env.node or "", deadline_s=deadline_s, source_kwargs=kwargs)
-        facts = facts_from_dict(snapshot)
+    position = load_kernel_pos(config.state_dir)
+    facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
     peers = job_peers(config, env)
     if peers:
         from gpugate.checks.sources.peers import probe_peers
@@ -58,19 +54,6 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
         probes = probe_peers(peers, config.prolog.peers, left)
         facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
     return facts
-
-
-def kernel_log_since(config: Config) -> int | None:
-    """Where the last check stopped reading the kernel log, if it was this boot.
-
-    Xids stay in the kernel log until the next boot; without this, one old Xid 79 would
-    refuse every job after an admin repaired the GPU and resumed the node.
-    """
-    from gpugate.checks.sources.kernel_log import boot_id
-    from gpugate.slurm_hooks.state import load_kernel_pos
-
-    boot, seq = load_kernel_pos(config.state_dir)
-    return seq if boot is not None and boot == boot_id(config) else None
 
 
 def job_peers(config: Config, env: HookEnv) -> list[str]:

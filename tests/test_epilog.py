@@ -203,7 +203,7 @@ def test_the_suspect_is_the_node_with_the_first_hardware_error():
 
 
 def test_kernel_line_times_become_comparable_utc():
-    from gpugate.slurm_hooks.collect import kernel_line_time
+    from gpugate.checks.kerneltime import line_utc as kernel_line_time
 
     assert (
         kernel_line_time("[  100.250000] NVRM: Xid ...", boot_epoch=1_800_000_000.0)

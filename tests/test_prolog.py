@@ -159,13 +159,13 @@ def test_broken_config_allows_the_job(tmp_path, monkeypatch):
 
 
 def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path, monkeypatch):
-    from gpugate.slurm_hooks import prolog
+    from gpugate.checks.sources import since_seq
     from gpugate.slurm_hooks.state import load_kernel_pos, save_kernel_pos
 
     config = default_config().replace(state_dir=str(tmp_path))
     monkeypatch.setattr("gpugate.checks.sources.kernel_log.boot_id", lambda config: "boot-a")
     save_kernel_pos(str(tmp_path), "boot-a", 1234)
-    assert prolog.kernel_log_since(config) == 1234
+    assert since_seq(config, load_kernel_pos(config.state_dir)) == 1234
     save_kernel_pos(str(tmp_path), "boot-b", 99)  # an earlier boot: read everything
-    assert prolog.kernel_log_since(config) is None
+    assert since_seq(config, load_kernel_pos(config.state_dir)) is None
     assert load_kernel_pos(str(tmp_path)) == ("boot-b", 99)

@@ -1,8 +1,11 @@
 """Fact sources: the only code that touches the hardware and the OS.
 
 Each source is a function `read_*(config) -> dict` returning snapshot keys (the YAML contract).
-`gather()` runs them concurrently, each under its own timeout; a source that raises or hangs is
-recorded in `source_errors` and its keys stay absent ("not known"). Nothing is raised past here.
+`gather_dict()` runs them concurrently, each under its own timeout; a source that raises or
+hangs is recorded in `source_errors` and its keys stay absent ("not known"). Nothing is raised
+past here. `gather()` is the one entry point of the hooks and commands: replay or live, with the
+kernel-log position and the deadline (only `gpugate facts` calls gather_dict(): it writes the
+snapshot that others replay).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def gather_dict(
 
     `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
     """
+    from gpugate.clock import utc
+
     started = time.monotonic()
     names = [n for n in SOURCES if only is None or n in only]
     timeouts = config.sources.timeout_s
@@ -82,7 +87,7 @@ def gather_dict(
         )
         t.start()
         threads[name] = (t, result, float(getattr(timeouts, name)))
-    snapshot: dict = {"node": node, "collected_at": _now()}
+    snapshot: dict = {"node": node, "collected_at": utc()}
     for name, (t, result, timeout) in threads.items():
         remaining = timeout - (time.monotonic() - started)
         if deadline_s is not None:
@@ -98,14 +103,44 @@ def gather_dict(
     return snapshot
 
 
-def gather(config: Config, node: str, only: list[str] | None = None) -> Facts:
-    """Gather this node's facts (or replay `facts_file` when the config names one)."""
-    replay = replay_path(config, node)
-    if replay:
-        from gpugate.checks.facts import load_snapshot
+def gather(
+    config: Config,
+    node: str,
+    *,
+    position: tuple[str | None, int | None] | None = None,
+    deadline_s: float | None = None,
+    only: list[str] | None = None,
+    snapshot: str | None = None,
+) -> Facts:
+    """This node's facts: a replayed snapshot, else gathered live. The one way in for every caller.
 
+    `snapshot` (a --facts option) or the site's `facts_file` is replayed as it is. Live, the
+    sources run under `deadline_s`, and the kernel log is read from `position`, the (boot id,
+    sequence number) an earlier run reached, when that was this boot (see since_seq).
+    """
+    from gpugate.checks.facts import load_snapshot
+
+    replay = snapshot or replay_path(config, node)
+    if replay:
         return load_snapshot(replay)
-    return facts_from_dict(gather_dict(config, node, only))
+    seq = since_seq(config, position)
+    kwargs = {"kernel_log": {"since_seq": seq}} if seq is not None else {}
+    return facts_from_dict(gather_dict(config, node, only, deadline_s, kwargs))
+
+
+def since_seq(config: Config, position: tuple[str | None, int | None] | None) -> int | None:
+    """The kernel-log sequence number to read on from: `position`'s, if it was this boot.
+
+    Xids stay in the kernel log until the next boot; without this, one old Xid 79 would refuse
+    every job after an admin repaired the GPU and resumed the node. Sequence numbers start
+    again at each boot, so a position of another boot (or of an unknown one) counts for nothing.
+    """
+    boot, seq = position or (None, None)
+    if boot is None or seq is None:
+        return None
+    from gpugate.checks.sources.kernel_log import boot_id
+
+    return seq if boot == boot_id(config) else None
 
 
 def replay_path(config: Config, node: str) -> str | None:
@@ -113,10 +148,6 @@ def replay_path(config: Config, node: str) -> str | None:
     if not config.facts_file:
         return None
     return config.facts_file.replace("{node}", node)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def proc_path(config: Config, *parts: str) -> str:

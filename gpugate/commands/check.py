@@ -46,12 +46,7 @@ def main(argv: list[str]) -> int:
     from gpugate.slurm_hooks.policy import decide, effective_status
 
     config = load_config(args.config)
-    if args.facts:
-        from gpugate.checks.facts import load_snapshot
-
-        facts = load_snapshot(args.facts)
-    else:
-        facts = gather(config, node_name())
+    facts = gather(config, node_name(), snapshot=args.facts)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)
     duration = time.perf_counter() - started
