@@ -11,7 +11,7 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Budget
-    from gpugate.slurm_hooks.slurm.parse import NodeInfo
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
 
 class BudgetVerdict(Record):

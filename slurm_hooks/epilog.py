@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.hookenv import HookEnv
     from gpugate.slurm_hooks.policy import Decision
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 
 class EpilogResult(Record):
@@ -88,7 +89,7 @@ def hardware_decision(
     return decide(found, config.policy, phase="epilog", may_drain=may_drain)
 
 
-def run_epilog(config: Config, env: HookEnv, slurm: object = None) -> EpilogResult:
+def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
     """Run the whole epilog for one job on this node."""
     from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
     from gpugate.slurm_hooks.policy import DRAIN

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.drain import DrainOutcome
     from gpugate.slurm_hooks.hookenv import HookEnv
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 
 class PrologResult(Record):
@@ -60,7 +62,7 @@ def job_peers(config: Config, env: HookEnv) -> list[str]:
     """The job's other nodes, when the peer probe is on and the job spans several nodes."""
     if not config.prolog.peers.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
         return []
-    from gpugate.slurm_hooks.slurm.control import expand_hostlist
+    from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
     return [n for n in expand_hostlist(env.nodelist) if n != env.node]
 
@@ -83,19 +85,7 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
     return f.gpu is None or env.gpus is None or f.gpu in env.gpus
 
 
-def drain_detail(failing: list[Finding]) -> tuple[str, str]:
-    """(check id, detail) for the drain reason: the first failure, and how many more."""
-    first = failing[0]
-    detail = (
-        first.message.split(": ", 1)[-1] if first.message.startswith(first.check) else first.message
-    )
-    others = len(failing) - 1
-    if others:
-        detail += f" (+{others} more)"
-    return first.check, detail
-
-
-def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResult:
+def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
     """Run the whole prolog for one job on this node."""
     from gpugate.checks.run import run_checks
     from gpugate.slurm_hooks.hookenv import comment_tokens
@@ -131,7 +121,12 @@ def run_prolog(config: Config, env: HookEnv, slurm: object = None) -> PrologResu
 
 
 def act_on_failure(
-    config: Config, env: HookEnv, decision: object, slurm: object, statuses: dict, started: float
+    config: Config,
+    env: HookEnv,
+    decision: object,
+    slurm: SlurmControl | None,
+    statuses: dict,
+    started: float,
 ) -> PrologResult:
     """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
 
@@ -140,6 +135,7 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
+    from gpugate.slurm_hooks.drain import drain_detail, drain_node
     from gpugate.slurm_hooks.policy import DRAIN
 
     failing = list(decision.failing)  # type: ignore[attr-defined]
@@ -187,8 +183,10 @@ def act_on_failure(
 
 def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
     """The outcome of a drain that raised: not drained; the job is refused all the same."""
+    from gpugate.slurm_hooks.drain import DrainOutcome
+
     try:
-        from gpugate.slurm_hooks.slurm.control import drain_reason
+        from gpugate.slurm_hooks.reasons import drain_reason
 
         reason = drain_reason(check_id, detail)
     except Exception:
@@ -250,100 +248,6 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
 
 
-class DrainOutcome(Record):
-    """What became of a drain gpugate wanted."""
-
-    reason: str
-    drained: bool
-    # "admin" (not our drain), "budget" (too many drains), "error" (the drain itself failed)
-    blocked_by: str | None = None
-    why: str = ""
-
-
-def drain_node(
-    slurm: object, node: str, check_id: str, detail: str, config: Config | None = None
-) -> DrainOutcome:
-    """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
-    from gpugate.slurm_hooks.slurm.control import NotOurDrain, drain_reason
-
-    reason = drain_reason(check_id, detail)
-    if config is not None:
-        try:
-            blocked = over_budget(slurm, node, reason, config)
-        except Exception as exc:  # cannot count: the normal action (drain this one node) stands
-            note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
-            blocked = None
-        if blocked:
-            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
-    try:
-        slurm.drain(node, reason)  # type: ignore[attr-defined]
-    except NotOurDrain as exc:
-        note(f"not draining {node}: {exc}")
-        return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
-    if config is not None:
-        try:
-            undone = settle_budget(slurm, node, reason, config)
-        except Exception as exc:  # the drain is done; keep it
-            note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
-            undone = None
-        if undone:
-            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
-    return DrainOutcome(reason=reason, drained=True)
-
-
-def settle_budget(slurm: object, node: str, reason: str, config: Config) -> str | None:
-    """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
-    from gpugate.slurm_hooks.budget import keeps_drain
-
-    time.sleep(config.budget.settle_s)
-    try:
-        nodes = slurm.nodes()  # type: ignore[attr-defined]
-    except Exception:
-        return None  # cannot tell: keep the drain (the normal action)
-    verdict = keeps_drain(nodes, node, config.budget, time.time())
-    if verdict.allowed:
-        return None
-    try:
-        slurm.resume(node)  # type: ignore[attr-defined]
-    except Exception as exc:
-        note(f"could not undo the drain of {node} beyond the budget: {exc}")
-        return None
-    _over_budget_actions(slurm, node, reason, verdict.why, config)
-    return verdict.why
-
-
-def over_budget(slurm: object, node: str, reason: str, config: Config) -> str | None:
-    """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
-    from gpugate.slurm_hooks.budget import check_budget
-
-    try:
-        nodes = slurm.nodes()  # type: ignore[attr-defined]
-    except Exception as exc:  # cannot count: the normal action (drain this one node) stands
-        note(f"drain budget unknown ({exc}); draining {node}")
-        return None
-    verdict = check_budget(nodes, node, config.budget, time.time())
-    if verdict.allowed:
-        return None
-    _over_budget_actions(slurm, node, reason, verdict.why, config)
-    return verdict.why
-
-
-def _over_budget_actions(slurm: object, node: str, reason: str, why: str, config: Config) -> None:
-    """A node comment saying what gpugate would have done, a loud log line, an event."""
-    from gpugate import log
-
-    log.error(
-        config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
-    )
-    log.event(
-        config.state_dir, "budget", node=node, outcome="budget_exceeded", why=why, reason=reason
-    )
-    try:
-        slurm.set_node_comment(node, f"would drain (budget exceeded: {why}): {reason}")  # type: ignore[attr-defined]
-    except Exception as exc:
-        note(f"could not write the node comment: {exc}")
-
-
 def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
     """Leave a note for this job's epilog: the job never ran here, there is nothing to collect.
 
@@ -362,11 +266,13 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
         note(f"could not mark job {env.job_id} as refused: {exc}")
 
 
-def explain_refusal(slurm: object, env: HookEnv, check_id: str, detail: str) -> None:
+def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: str) -> None:
     """Put the refusal in the job's AdminComment, so `scontrol show job` says why."""
-    text = f"gpugate: node {env.node} refused: {check_id}: {detail}"
+    from gpugate.slurm_hooks.reasons import refusal_comment
+
+    text = refusal_comment(str(env.node), check_id, detail)
     try:
-        slurm.set_admin_comment(env.job_id, text)  # type: ignore[attr-defined]
+        slurm.set_admin_comment(env.job_id or "", text)
     except Exception as exc:  # best effort: the drain reason already says it
         note(f"could not set the job's AdminComment: {exc}")
 
@@ -377,8 +283,8 @@ def summary(decision: object) -> str:
     return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")  # type: ignore[attr-defined]
 
 
-def _slurm(config: Config) -> object:
-    from gpugate.slurm_hooks.slurm.control import backend
+def _slurm(config: Config) -> SlurmControl:
+    from gpugate.slurm_hooks.slurm.choose import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 

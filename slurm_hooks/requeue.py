@@ -15,6 +15,7 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 # Slurm's own verdicts on the job (JobState) that settle the question without logs.
 USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
@@ -149,7 +150,7 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
 
 def slurm_requeued(job: JobEnd) -> bool:
     """Whether Slurm put the job back in the queue itself before this hook ran."""
-    from gpugate.slurm_hooks.slurm.parse import PROLOG_FAILED_SIGNAL
+    from gpugate.slurm_hooks.slurm.records import PROLOG_FAILED_SIGNAL
 
     state = (job.state or "").upper()
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
@@ -212,7 +213,11 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
 
 
 def apply(
-    decision: RequeueDecision, slurm: object, job: JobEnd, config: Config, dry_run: bool = False
+    decision: RequeueDecision,
+    slurm: SlurmControl,
+    job: JobEnd,
+    config: Config,
+    dry_run: bool = False,
 ) -> list[str]:
     """Carry the decision out; returns what was done (or would be, with dry_run)."""
     done: list[str] = []
@@ -220,13 +225,13 @@ def apply(
     told = {"decision": decision}  # the exclusion step learns which suspects are pinned
 
     def exclude() -> str:
-        excluded, pinned = slurm.exclude_nodes(job.job_id, decision.suspects)  # type: ignore[attr-defined]
+        excluded, pinned = slurm.exclude_nodes(job.job_id, decision.suspects)
         told["decision"] = told["decision"].replace(pinned=pinned)
         kept = f"; kept the -w pin on {','.join(pinned)}" if pinned else ""
         return f"ExcNodeList now {','.join(excluded) or '(none)'}{kept}"
 
     if decision.requeue:
-        steps.append((f"scontrol requeue {job.job_id}", lambda: slurm.requeue(job.job_id)))  # type: ignore[attr-defined]
+        steps.append((f"scontrol requeue {job.job_id}", lambda: slurm.requeue(job.job_id)))
         if decision.suspects and config.requeue.exclude_suspects:
             steps.append((f"exclude {','.join(decision.suspects)}", exclude))
     if (decision.requeue or decision.refused_on) and config.requeue.start_now:
@@ -237,7 +242,7 @@ def apply(
         steps.append(("start now (once pending)", lambda: start_when_pending(config, job.job_id)))
 
     def comment() -> str:
-        written = slurm.add_admin_comment(job.job_id, told["decision"].describe())  # type: ignore[attr-defined]
+        written = slurm.add_admin_comment(job.job_id, told["decision"].describe())
         return "" if written else "unchanged: already there, or no room"
 
     if decision.tell:
@@ -254,7 +259,7 @@ def apply(
     return done
 
 
-def refusals(job: JobEnd, slurm: object) -> tuple[str, ...]:
+def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:
     """The job's nodes whose gpugate prolog refused it and that are drained now.
 
     From the prolog's AdminComment (`gpugate: node N refused: ...`) when it is there, else
@@ -262,16 +267,16 @@ def refusals(job: JobEnd, slurm: object) -> tuple[str, ...]:
     that refused without being drained (the drain failed) is left out: the job could land
     on it again at once, so Slurm's delay stays.
     """
-    import re
+    from gpugate.slurm_hooks.reasons import refused_nodes
 
-    named = re.findall(r"(?:^|\| )gpugate: node (\S+) refused", job.admin_comment or "")
+    named = refused_nodes(job.admin_comment)
     candidates = list(dict.fromkeys(named)) or list(job.nodes)
     if not candidates or len(candidates) > 64:  # a refusal is one or a few nodes
         return ()
     found = []
     for name in candidates:
         try:
-            node = slurm.node(name)  # type: ignore[attr-defined]
+            node = slurm.node(name)
         except Exception:  # unknown or unreachable: not known to be drained
             node = None
         if node is not None and node.drained and node.gpugate_owned:
@@ -297,14 +302,14 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
 
 def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
     """In the detached child: poll the job until Slurm has it pending, then start it now."""
-    from gpugate.slurm_hooks.slurm.control import backend as slurm_backend
+    from gpugate.slurm_hooks.slurm.choose import backend as slurm_backend
 
     slurm = slurm_backend(backend, timeout=timeout)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             if slurm.job(job_id).state == "PENDING":
-                slurm.cli.start_now(job_id)  # type: ignore[attr-defined]
+                slurm.cli.start_now(job_id)
                 return True
         except Exception:  # slurmctld busy or the job between states: ask again
             pass

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks.slurm.control import CliBackend
-from gpugate.slurm_hooks.slurm.parse import NodeInfo, parse_nodes_json
+from gpugate.slurm_hooks.slurm.cli import CliBackend
+from gpugate.slurm_hooks.slurm.parse_json import parse_nodes_json
+from gpugate.slurm_hooks.slurm.records import NodeInfo
 from test_slurm_adapter import FIXTURES, FakeRunner, fixture
 
 from gpugate import cli

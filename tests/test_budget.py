@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from factories import default_config, make_facts
+from fakes import NODE, FakeSlurm
 from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm.parse import NodeInfo
-from test_prolog import FakeSlurm, env, setup
+from gpugate.slurm_hooks.slurm.records import NodeInfo
+from test_prolog import env, setup
 
 NOW = 1_800_000_000.0
 
@@ -65,24 +66,13 @@ def test_drains_per_window_across_partitions():
     assert check_budget(old, "m1", cfg, NOW).allowed
 
 
-class BusySlurm(FakeSlurm):
+def busy_slurm() -> FakeSlurm:
     """A cluster where gpugate has drained most of the partition already."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.node_comments: list[tuple[str, str]] = []
-
-    def nodes(self) -> dict[str, NodeInfo]:
-        nodes = cluster(10, ours=5)
-        nodes["gpu-node-01"] = node("gpu-node-01")
-        return nodes
-
-    def set_node_comment(self, name: str, text: str) -> None:
-        self.node_comments.append((name, text))
+    return FakeSlurm(nodes=[*cluster(10, ours=5).values(), node(NODE)])
 
 
 def test_over_budget_the_prolog_comments_logs_and_lets_the_job_run(tmp_path):
-    slurm = BusySlurm()
+    slurm = busy_slurm()
     facts = make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}})
     result = run_prolog(setup(tmp_path, facts), env(), slurm)
     assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
@@ -106,24 +96,16 @@ def test_simultaneous_drains_settle_to_the_budget():
     assert not keeps_drain(nodes, "n01", cfg, NOW).allowed
 
 
-class RacingSlurm(BusySlurm):
+class RacingSlurm(FakeSlurm):
     """Another node drained in the same instant; ours sorts after it."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.resumed: list[str] = []
+        super().__init__(nodes=[*cluster(4).values(), node(NODE), node("a-node")])
 
-    def nodes(self) -> dict[str, NodeInfo]:
-        nodes = cluster(4)
-        nodes["gpu-node-01"] = node(
-            "gpu-node-01", ours=bool(self.drains) and not self.resumed, age_s=1
-        )
+    def _write_drain(self, name: str, reason: str) -> None:
+        super()._write_drain(name, reason)
         # The other prolog's drain lands at the same time as ours: the pre-check saw neither.
-        nodes["a-node"] = node("a-node", ours=bool(self.drains), age_s=1)
-        return nodes
-
-    def resume(self, name: str) -> None:
-        self.resumed.append(name)
+        self.infos["a-node"] = self.infos[name].replace(name="a-node")
 
 
 def test_a_drain_beyond_the_budget_is_undone(tmp_path):

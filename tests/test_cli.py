@@ -109,8 +109,8 @@ def said_once(capsys, argv: list[str], code: int) -> str:
 
 
 def fake_slurm(monkeypatch, runner) -> None:
-    from gpugate.slurm_hooks.slurm import control as slurm
-    from gpugate.slurm_hooks.slurm.control import CliBackend
+    from gpugate.slurm_hooks.slurm import choose as slurm
+    from gpugate.slurm_hooks.slurm.cli import CliBackend
 
     monkeypatch.setattr(slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
 

@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 from factories import make_facts
+from fakes import FakeSlurm
 
 from gpugate.cli import main
 from gpugate.store import history as H
@@ -22,38 +23,6 @@ from gpugate.yamlio import dump_yaml
 
 NODE = "gpu-node-01"
 T0 = 1_790_000_000.0
-
-
-class FakeSlurm:
-    """The adapter's calls the prolog makes; `fail` makes drain() raise like a dead slurmctld."""
-
-    def __init__(self, fail: BaseException | None = None) -> None:
-        self.drains: list[tuple[str, str]] = []
-        self.comments: list[tuple[str, str]] = []
-        self.fail = fail
-
-    def drain(self, node: str, reason: str) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.drains.append((node, reason))
-
-    def nodes(self) -> dict:
-        # Nothing else drained: the budget allows this drain (and the settle keeps it).
-        from gpugate.slurm_hooks.slurm.parse import NodeInfo
-
-        me = NodeInfo(name=NODE, state="IDLE", partitions=("gpu",))
-        if self.drains:
-            me = me.replace(flags=("DRAIN",), reason=self.drains[-1][1], reason_time=int(T0))
-        return {NODE: me}
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self.comments.append((job_id, text))
-
-    def set_node_comment(self, node: str, text: str) -> None:
-        pass
-
-    def resume(self, node: str) -> None:
-        pass
 
 
 @pytest.fixture
@@ -127,7 +96,7 @@ def test_a_drain_that_raises_still_refuses_the_job(broken_node, monkeypatch, cap
     from gpugate.slurm_hooks.slurm.control import SlurmError
 
     site, state, slurm = broken_node
-    slurm.fail = SlurmError("scontrol: error: Unable to contact slurm controller")
+    slurm.errors["drain"] = SlurmError("scontrol: error: Unable to contact slurm controller")
     assert prolog(site) == 1
     err = capsys.readouterr().err
     assert "could not drain gpu-node-01" in err and "refusing the job anyway" in err

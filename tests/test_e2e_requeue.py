@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from gpugate.slurm_hooks.slurm.parse import hostlist_expand  # noqa: E402
+from gpugate.slurm_hooks.slurm.hostlist import hostlist_expand  # noqa: E402
 from localslurm import LocalSlurm  # noqa: E402
 
 NODES = ["n1", "n2", "n3"]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_facts
+from fakes import FakeSlurm
 from gpugate.slurm_hooks import state as S
 
 from gpugate import log
@@ -61,16 +62,8 @@ def make_site(top: Path, monkeypatch, broken: bool = False, extra: str = "", **e
     values.update(env)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("gpugate.slurm_hooks.prolog._slurm", lambda config: _NoSlurm())
+    monkeypatch.setattr("gpugate.slurm_hooks.prolog._slurm", lambda config: FakeSlurm())
     return site
-
-
-class _NoSlurm:
-    def drain(self, node: str, reason: str) -> None:
-        pass
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        pass
 
 
 def modes(root: Path) -> dict[str, tuple[int, int, int]]:

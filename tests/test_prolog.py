@@ -7,28 +7,11 @@ import os
 
 import pytest
 from factories import default_config, make_facts
+from fakes import NODE, FakeSlurm, drained
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm.control import NodeChange, NotOurDrain
 
 from gpugate.yamlio import dump_yaml
-
-
-class FakeSlurm:
-    """Records drains and comments; `admin_drained` makes drain() refuse like the adapter."""
-
-    def __init__(self, admin_drained: bool = False) -> None:
-        self.drains: list[tuple[str, str]] = []
-        self.comments: list[tuple[str, str]] = []
-        self.admin_drained = admin_drained
-
-    def drain(self, node: str, reason: str) -> None:
-        if self.admin_drained:
-            raise NotOurDrain(NodeChange(node=node, action="refused", why="drained by an admin"))
-        self.drains.append((node, reason))
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self.comments.append((job_id, text))
 
 
 def setup(tmp_path, facts, **prolog):
@@ -95,10 +78,19 @@ def test_node_wide_failure_refuses_any_job(tmp_path):
 
 
 def test_admins_drain_is_kept_and_the_job_still_refused(tmp_path):
-    slurm = FakeSlurm(admin_drained=True)
+    slurm = FakeSlurm(nodes=[drained(NODE, "fan swap", user="admin")])
     facts = make_facts(gpus={0: {"error": "gpu_is_lost"}})
     result = run_prolog(setup(tmp_path, facts), env(), slurm)
     assert result.exit_code == 1 and not result.drained and slurm.drains == []
+
+
+def test_a_prolog_drain_runs_the_real_budget_count_and_settle(tmp_path):
+    slurm = FakeSlurm()
+    facts = make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}})
+    result = run_prolog(setup(tmp_path, facts), env(), slurm)
+    # One read to count before the drain, one to settle after it; the drain stands.
+    assert slurm.listings == 2 and result.drained and slurm.resumed == []
+    assert slurm.node(NODE).drained and slurm.node(NODE).reason == result.reason
 
 
 def test_several_failures_name_the_first_and_count_the_rest(tmp_path):

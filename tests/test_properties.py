@@ -65,25 +65,18 @@ from gpugate.checks.xid import needs_drain, normalize_pci, parse_xid
 from gpugate.config import PACKAGED_FILE, ConfigError, load_config
 from gpugate.config.schema import Config
 from gpugate.slurm_hooks.hookenv import HookEnv, comment_tokens, from_environ
-from gpugate.slurm_hooks.slurm.control import (
+from gpugate.slurm_hooks.reasons import (
     COMMENT_MAX,
+    GPUGATE_PREFIX,
     REASON_MAX,
     admin_comment,
     clean_text,
     drain_reason,
 )
-from gpugate.slurm_hooks.slurm.parse import (
-    GPUGATE_PREFIX,
-    HostlistError,
-    JobInfo,
-    NodeInfo,
-    hostlist_expand,
-    parse_jobs_json,
-    parse_nodes_json,
-    parse_show_job_text,
-    parse_show_node_text,
-    parse_sinfo_json,
-)
+from gpugate.slurm_hooks.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm_hooks.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
+from gpugate.slurm_hooks.slurm.parse_text import parse_show_job_text, parse_show_node_text
+from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo
 from gpugate.slurm_hooks.state import load_baseline, load_kernel_pos
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -14,8 +14,8 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from gpugate.slurm_hooks.slurm.control import CliBackend
-from gpugate.slurm_hooks.slurm.parse import NodeInfo
+from gpugate.slurm_hooks.slurm.cli import CliBackend
+from gpugate.slurm_hooks.slurm.records import NodeInfo
 from test_slurm_adapter import FakeRunner, fixture
 
 from gpugate import cli

@@ -7,6 +7,7 @@ import zipfile
 
 import pytest
 from factories import default_config
+from fakes import FakeSlurm
 from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
 
 from gpugate.commands.epilog_slurmctld import job_from_env, run_requeue
@@ -127,32 +128,11 @@ def test_controller_environment_gives_the_job():
     assert (end.job_id, end.nodes, end.restarts, end.uid) == ("9", ("n1", "n2"), 1, 1000)
 
 
-class FakeSlurm:
-    """The adapter's job writes, recorded; `pinned` nodes are the job's ReqNodeList."""
+def slurm_for(nodes: dict | None = None, pinned: tuple = ()) -> FakeSlurm:
+    """Slurm holding job 5 (`pinned`: its ReqNodeList, `-w`) and `nodes` (name -> NodeInfo)."""
+    from gpugate.slurm_hooks.slurm.records import JobInfo
 
-    def __init__(self, nodes: dict | None = None, pinned: tuple = ()) -> None:
-        self.calls: list[tuple] = []
-        self.nodes = nodes or {}
-        self.pinned = pinned
-
-    def requeue(self, job_id: str) -> None:
-        self.calls.append(("requeue", job_id))
-
-    def exclude_nodes(self, job_id: str, nodes) -> tuple:
-        added = tuple(n for n in nodes if n not in self.pinned)
-        self.calls.append(("exclude", job_id, added))
-        return added, tuple(n for n in nodes if n in self.pinned)
-
-    def add_admin_comment(self, job_id: str, text: str) -> str:
-        self.calls.append(("comment", job_id, text))
-        return f"gpugate: {text}"
-
-    def node(self, name: str):
-        from gpugate.slurm_hooks.slurm.control import NodeNotFound
-
-        if name not in self.nodes:
-            raise NodeNotFound(name)
-        return self.nodes[name]
+    return FakeSlurm(nodes=(nodes or {}).values(), jobs=[JobInfo(job_id=5, required_nodes=pinned)])
 
 
 def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
@@ -168,7 +148,7 @@ def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
     write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
-    slurm = FakeSlurm()
+    slurm = slurm_for()
     decision, done = run_requeue(config, job(comment=f"gpugate:ckpt={ckpt}"), slurm, wait_s=0)
     assert decision.requeue and decision.checkpoint == str(ckpt / "ckpt_200.pt")
     assert slurm.calls[:2] == [("requeue", "5"), ("exclude", "5", ("n1",))]
@@ -181,7 +161,7 @@ def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
 
 def test_dry_run_changes_nothing(tmp_path):
     config = default_config().replace(evidence_dir=str(tmp_path))
-    slurm = FakeSlurm()
+    slurm = slurm_for()
     decision, done = run_requeue(
         config, job(state="NODE_FAIL", comment="gpugate:requeue"), slurm, wait_s=0, dry_run=True
     )
@@ -239,7 +219,7 @@ def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
     import types
 
     from gpugate.slurm_hooks import requeue
-    from gpugate.slurm_hooks.slurm import control as slurm_mod
+    from gpugate.slurm_hooks.slurm import choose as slurm_mod
 
     states = iter(["COMPLETING", "PENDING"])
     started = []
@@ -290,7 +270,7 @@ def test_the_admin_comment_is_written_only_where_it_tells_something(changes, tel
 def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
     config = default_config().replace(evidence_dir=str(tmp_path))
     for end in (job(exit_code2="0:0", state="COMPLETING"), job(exit_code2="1:0", comment="x")):
-        slurm = FakeSlurm()
+        slurm = slurm_for()
         _, done = run_requeue(config, end, slurm, wait_s=0)
         assert slurm.calls == [] and done == []
 
@@ -302,7 +282,7 @@ def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
     write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
-    slurm = FakeSlurm(pinned=("n1",))  # sbatch -w n1
+    slurm = slurm_for(pinned=("n1",))  # sbatch -w n1
     decision, done = run_requeue(config, job(comment="gpugate:requeue"), slurm, wait_s=0)
     assert decision.requeue and decision.suspects == ("n1",)
     assert done[1] == "exclude n1 (ExcNodeList now (none); kept the -w pin on n1)"
@@ -322,7 +302,7 @@ def test_pinned_suspects_are_named_in_the_description():
 
 
 def drained(name: str, reason: str = "gpugate: gpu.ecc: test"):
-    from gpugate.slurm_hooks.slurm.parse import NodeInfo
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
     return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason=reason)
 
@@ -352,7 +332,7 @@ def test_a_job_gpugate_refused_skips_the_requeue_delay(
     monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, job_id: started.append(job_id))
     config = default_config().replace(evidence_dir=str(tmp_path))
     end = job(state="COMPLETING", requeued=True, exit_code2="0:0", **changes)
-    slurm = FakeSlurm(nodes=nodes)
+    slurm = slurm_for(nodes=nodes)
     decision, _ = run_requeue(config, end, slurm, wait_s=0)
     assert decision.refused_on == refused_on and not decision.requeue
     assert started == (["5"] if refused_on else [])
@@ -397,7 +377,8 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
     # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
     from gpugate.slurm_hooks import requeue
-    from gpugate.slurm_hooks.slurm import control as S
+    from gpugate.slurm_hooks.slurm import choose as S
+    from gpugate.slurm_hooks.slurm.cli import CliBackend
 
     from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
 
@@ -406,7 +387,7 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     job_id = text.split()[0].split("=")[1]
     runner = Runner({("scontrol", "-o", "show", "job", job_id): text,
                      ("scontrol", "-o", "show", "node", "n1"): NODE_N1})  # fmt: skip
-    monkeypatch.setattr(S, "backend", lambda *a, **k: S.CliBackend(runner=runner))
+    monkeypatch.setattr(S, "backend", lambda *a, **k: CliBackend(runner=runner))
     begun = []
     monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, j: begun.append(j))
     nodes = "n1" if "refused" in recorded else "n2"

@@ -15,21 +15,20 @@ import types
 from pathlib import Path
 
 import pytest
+from gpugate.slurm_hooks import reasons as R
+from gpugate.slurm_hooks.slurm import choose as C
+from gpugate.slurm_hooks.slurm import cli as slurm_cli
 from gpugate.slurm_hooks.slurm import control as S
-from gpugate.slurm_hooks.slurm.parse import (
-    HostlistError,
-    JobInfo,
-    NodeInfo,
-    hostlist_expand,
-    parse_jobs_json,
+from gpugate.slurm_hooks.slurm import pyslurm as pyslurm_backend
+from gpugate.slurm_hooks.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm_hooks.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
+from gpugate.slurm_hooks.slurm.parse_text import (
     parse_kv,
-    parse_nodes_json,
     parse_show_job_text,
     parse_show_jobs_text,
     parse_show_node_text,
-    parse_sinfo_json,
-    split_state,
 )
+from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, split_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,7 +51,7 @@ def _utc_and_clean_env(monkeypatch: pytest.MonkeyPatch):
     old = os.environ.get("TZ")
     os.environ["TZ"] = "UTC"
     time.tzset()
-    monkeypatch.delenv(S.ENV_BACKEND, raising=False)
+    monkeypatch.delenv(C.ENV_BACKEND, raising=False)
     monkeypatch.delenv("SLURM_CONF", raising=False)
     yield
     if old is None:
@@ -551,15 +550,15 @@ def test_hostlist_refuses_what_it_cannot_read_and_the_backend_asks_scontrol(expr
     with pytest.raises(HostlistError):
         hostlist_expand(expr)
     runner = FakeRunner().ok(("scontrol", "show", "hostnames", expr), "x1\nx2\n")
-    assert S.CliBackend(runner=runner).expand_hostlist(expr) == ["x1", "x2"]
+    assert slurm_cli.CliBackend(runner=runner).expand_hostlist(expr) == ["x1", "x2"]
 
 
 def test_pure_hostlists_never_call_scontrol() -> None:
-    assert S.CliBackend(runner=FakeRunner()).expand_hostlist("g[1-2]") == ["g1", "g2"]
-    assert S.expand_hostlist("gpu-node-[16-17]") == ["gpu-node-16", "gpu-node-17"]
+    assert slurm_cli.CliBackend(runner=FakeRunner()).expand_hostlist("g[1-2]") == ["g1", "g2"]
+    assert slurm_cli.expand_hostlist("gpu-node-[16-17]") == ["gpu-node-16", "gpu-node-17"]
     runner = FakeRunner()
     with pytest.raises(HostlistError):  # "-..." would be an scontrol option
-        S.CliBackend(runner=runner).expand_hostlist("--help[")
+        slurm_cli.CliBackend(runner=runner).expand_hostlist("--help[")
     assert runner.argvs == []
 
 
@@ -567,33 +566,33 @@ def test_pure_hostlists_never_call_scontrol() -> None:
 
 
 def test_drain_reason_format() -> None:
-    assert S.drain_reason("gpu.ecc", "GPU3 aggregate uncorrected ECC 120 > 100") == (
+    assert R.drain_reason("gpu.ecc", "GPU3 aggregate uncorrected ECC 120 > 100") == (
         "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
     )
-    assert S.drain_reason("gpu.count", "") == "gpugate: gpu.count"
-    assert S.drain_reason("bad id; rm", "x") == "gpugate: bad_id__rm: x"
+    assert R.drain_reason("gpu.count", "") == "gpugate: gpu.count"
+    assert R.drain_reason("bad id; rm", "x") == "gpugate: bad_id__rm: x"
 
 
 def test_drain_reason_sanitises_hostile_detail() -> None:
     hostile = 'line one\nline two\r\n\x1b[31mred\x00\x07 "quoted" `tick` k=v \u202eevil\u200b'
-    reason = S.drain_reason("kernel.xid", hostile)
+    reason = R.drain_reason("kernel.xid", hostile)
     assert reason == "gpugate: kernel.xid: line one line two [31mred 'quoted' 'tick' k=v ?evil?"
     assert reason.isascii() and reason.isprintable()
 
 
 def test_drain_reason_caps_a_10kb_detail() -> None:
-    reason = S.drain_reason("kernel.xid", "Xid 79 " * 1500)
-    assert len(reason) <= S.REASON_MAX and reason.endswith("...")
+    reason = R.drain_reason("kernel.xid", "Xid 79 " * 1500)
+    assert len(reason) <= R.REASON_MAX and reason.endswith("...")
     assert reason.startswith("gpugate: kernel.xid: Xid 79 Xid 79")
-    assert S.clean_text(reason, S.REASON_MAX) == reason  # idempotent: drain() may re-clean
+    assert R.clean_text(reason, R.REASON_MAX) == reason  # idempotent: drain() may re-clean
 
 
 def test_admin_comment_gets_the_prefix_once() -> None:
-    assert S.admin_comment("node gpu-node-17 refused: gpu.ecc") == (
+    assert R.admin_comment("node gpu-node-17 refused: gpu.ecc") == (
         "gpugate: node gpu-node-17 refused: gpu.ecc"
     )
-    assert S.admin_comment("gpugate: x\ny") == "gpugate: x y"
-    assert len(S.admin_comment("z" * 10_000)) == S.COMMENT_MAX
+    assert R.admin_comment("gpugate: x\ny") == "gpugate: x y"
+    assert len(R.admin_comment("z" * 10_000)) == R.COMMENT_MAX
 
 
 def test_gpugate_syntax_keeps_its_equals_sign() -> None:
@@ -601,10 +600,10 @@ def test_gpugate_syntax_keeps_its_equals_sign() -> None:
     from gpugate.slurm_hooks.hookenv import comment_tokens
 
     text = "no requeue: the job did not opt in (gpugate:ckpt= or gpugate:requeue)"
-    assert "(gpugate:ckpt= or gpugate:requeue)" in S.admin_comment(text)
+    assert "(gpugate:ckpt= or gpugate:requeue)" in R.admin_comment(text)
     tokens = "gpugate:ckpt=/data/run=1/ckpt gpugate:restarts=2 gpugate:requeue"
     assert (
-        comment_tokens(S.admin_comment(tokens))
+        comment_tokens(R.admin_comment(tokens))
         == comment_tokens(tokens)
         == {
             "ckpt": "/data/run=1/ckpt",
@@ -616,7 +615,7 @@ def test_gpugate_syntax_keeps_its_equals_sign() -> None:
 
 def test_key_lookalikes_lose_their_equals_sign() -> None:
     # ` StdOut=/etc/shadow` in a log line must not read back as the job's StdOut.
-    comment = S.admin_comment("x StdOut=/etc/shadow Reason=a=b ok=1")
+    comment = R.admin_comment("x StdOut=/etc/shadow Reason=a=b ok=1")
     assert comment == "gpugate: x StdOut:/etc/shadow Reason:a:b ok=1"
     line = JOB_4_TEXT_ONE_LINE.replace("Command=(null)", f"AdminComment={comment} Command=(null)")
     job = parse_show_job_text(line)
@@ -635,18 +634,18 @@ def test_key_lookalikes_lose_their_equals_sign() -> None:
     ],
 )  # fmt: skip
 def test_admin_comment_is_appended_not_replaced(existing: str, piece: str, merged) -> None:
-    assert S.merge_admin_comment(existing, piece) == merged
+    assert R.merge_admin_comment(existing, piece) == merged
 
 
 def test_admin_comment_stays_within_slurms_bound() -> None:
     old = [f"gpugate: requeue: restart {i} " + "x" * 300 for i in range(3)]
-    merged = S.merge_admin_comment(" | ".join(["admin note", *old]), "requeue: restart 4")
+    merged = R.merge_admin_comment(" | ".join(["admin note", *old]), "requeue: restart 4")
     # gpugate's oldest pieces go first; the admin's note and the newest pieces stay.
     assert merged.split(" | ") == ["admin note", old[1], old[2], "gpugate: requeue: restart 4"]
-    assert len(merged) <= S.ADMIN_COMMENT_MAX
-    assert S.merge_admin_comment("a" * 1020, "requeue: x") is None  # no room: write nothing
-    cut = S.merge_admin_comment("a" * 900, "requeue: " + "y" * 300)
-    assert len(cut) == S.ADMIN_COMMENT_MAX and cut.startswith("a" * 900) and cut.endswith("...")
+    assert len(merged) <= R.ADMIN_COMMENT_MAX
+    assert R.merge_admin_comment("a" * 1020, "requeue: x") is None  # no room: write nothing
+    cut = R.merge_admin_comment("a" * 900, "requeue: " + "y" * 300)
+    assert len(cut) == R.ADMIN_COMMENT_MAX and cut.startswith("a" * 900) and cut.endswith("...")
 
 
 REFUSED_HELD = fixture("22.05/scontrol-show-job.epilog-slurmctld.prolog-refused-held.txt")
@@ -657,7 +656,7 @@ def test_add_admin_comment_keeps_the_prologs_refusal() -> None:
     kept = "gpugate: node n1 refused: gpu.ecc: test | gpugate: no requeue: x"
     runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "1"), REFUSED_HELD)
     runner.ok(("scontrol", "update", "JobId=1", f"AdminComment={kept}"))
-    assert S.CliBackend(runner=runner).add_admin_comment(1, "no requeue: x") == kept
+    assert slurm_cli.CliBackend(runner=runner).add_admin_comment(1, "no requeue: x") == kept
     assert runner.writes() == [("comment", "1", kept)]
 
 
@@ -667,7 +666,10 @@ def test_exclude_nodes_adds_to_the_jobs_own_list() -> None:
     )
     runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), text)
     runner.ok(("scontrol", "update", "JobId=2", "ExcNodeList=n3,n4,n1"))
-    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n1", "n3"]) == (("n3", "n4", "n1"), ())
+    assert slurm_cli.CliBackend(runner=runner).exclude_nodes(2, ["n1", "n3"]) == (
+        ("n3", "n4", "n1"),
+        (),
+    )
     assert runner.writes() == [("exclude", "2", ("n3", "n4", "n1"))]  # fmt: skip
 
 
@@ -675,17 +677,17 @@ def test_exclude_nodes_keeps_a_pin_rather_than_strand_the_job() -> None:
     # Slurm takes ReqNodeList=n2 ExcNodeList=n2 and never runs the job (seen on 22.05.8).
     runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), ENDED_EXIT3)
     runner.ok(("scontrol", "update", "JobId=2", "ExcNodeList=n1"))
-    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n2", "n1"]) == (("n1",), ("n2",))
+    assert slurm_cli.CliBackend(runner=runner).exclude_nodes(2, ["n2", "n1"]) == (("n1",), ("n2",))
     assert runner.writes() == [("exclude", "2", ("n1",))]
     runner = FakeRunner().ok(("scontrol", "-o", "show", "job", "2"), ENDED_EXIT3)
-    assert S.CliBackend(runner=runner).exclude_nodes(2, ["n2"]) == ((), ("n2",))
+    assert slurm_cli.CliBackend(runner=runner).exclude_nodes(2, ["n2"]) == ((), ("n2",))
     assert runner.writes() == []
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_any_detail_reads_back_unchanged_from_scontrol_text(detail: str) -> None:
-    reason = S.drain_reason("gpu.ecc", detail)
+    reason = R.drain_reason("gpu.ecc", detail)
     (node,) = parse_show_node_text(with_reason(NODE_LINE_2511, reason))
     assert node.reason == reason and node.gpugate_owned
     assert parse_kv(with_reason(NODE_LINE_2511, reason))["ReservationName"] == "maintenance-2026"
@@ -702,14 +704,14 @@ IDLE_LINE = ADMIN_LINE.replace("State=IDLE+DRAIN", "State=IDLE").replace(
 # 24.11: the reason survives a resume on an idle node; that node is not drained.
 STALE_LINE = ADMIN_LINE.replace("State=IDLE+DRAIN", "State=IDLE")
 DOWN_NO_REASON = IDLE_LINE.replace("State=IDLE", "State=DOWN+NOT_RESPONDING")
-REASON = S.drain_reason("gpu.ecc", "GPU3 aggregate uncorrected ECC 120 > 100")
+REASON = R.drain_reason("gpu.ecc", "GPU3 aggregate uncorrected ECC 120 > 100")
 
 
-def cli_with(line: str, *extra: tuple) -> tuple[S.CliBackend, FakeRunner]:
+def cli_with(line: str, *extra: tuple) -> tuple[slurm_cli.CliBackend, FakeRunner]:
     runner = FakeRunner().ok(SHOW_VM, line)
     for argv in extra:
         runner.ok(argv)
-    return S.CliBackend(runner=runner), runner
+    return slurm_cli.CliBackend(runner=runner), runner
 
 
 def drain_argv(reason: str = REASON) -> tuple:
@@ -791,7 +793,7 @@ def test_resume_of_an_undrained_node_changes_nothing(line: str) -> None:
 def test_timeout_is_a_typed_error_naming_the_command() -> None:
     runner = FakeRunner().fail(SHOW_VM, status="timeout", rc=None)
     with pytest.raises(S.SlurmTimeout) as err:
-        S.CliBackend(runner=runner, timeout=3).node("vm")
+        slurm_cli.CliBackend(runner=runner, timeout=3).node("vm")
     assert "scontrol -o show node vm" in str(err.value) and "timed out" in str(err.value)
     assert isinstance(err.value, S.SlurmError) and err.value.result.status == "timeout"
     assert runner.calls[0][1] == 3
@@ -800,14 +802,14 @@ def test_timeout_is_a_typed_error_naming_the_command() -> None:
 def test_missing_scontrol_and_failures_are_typed() -> None:
     runner = FakeRunner().fail(SHOW_VM, status="missing", rc=None)
     with pytest.raises(S.SlurmMissing):
-        S.CliBackend(runner=runner).node("vm")
+        slurm_cli.CliBackend(runner=runner).node("vm")
     runner = (
         FakeRunner()
         .ok(SHOW_VM, IDLE_LINE)
         .fail(drain_argv(), stderr="slurm_update error: Access/permission denied")
     )
     with pytest.raises(S.SlurmCommandError, match="permission denied"):
-        S.CliBackend(runner=runner).drain("vm", REASON)
+        slurm_cli.CliBackend(runner=runner).drain("vm", REASON)
 
 
 def test_unknown_node_and_job() -> None:
@@ -818,7 +820,7 @@ def test_unknown_node_and_job() -> None:
         ("scontrol", "-o", "show", "job", "99"),
         stderr="slurm_load_jobs error: Invalid job id specified\n",
     )
-    cli = S.CliBackend(runner=runner)
+    cli = slurm_cli.CliBackend(runner=runner)
     with pytest.raises(S.NodeNotFound):
         cli.node("nosuch")
     with pytest.raises(S.JobNotFound):
@@ -834,7 +836,7 @@ def test_every_call_gets_the_timeout_iso_times_and_slurm_conf(
     (_, timeout, env) = runner.calls[0]
     assert timeout == S.DEFAULT_TIMEOUT == 10.0
     assert env == {"SLURM_TIME_FORMAT": "standard", "SLURM_CONF": "/etc/slurm-test/slurm.conf"}
-    explicit = S.CliBackend(runner=runner, slurm_conf="/other/slurm.conf")
+    explicit = slurm_cli.CliBackend(runner=runner, slurm_conf="/other/slurm.conf")
     assert explicit.env()["SLURM_CONF"] == "/other/slurm.conf"
 
 
@@ -846,7 +848,7 @@ JOB_4_TEXT_ONE_LINE = " ".join(JOB_4_TEXT.split())
 
 
 def test_job_reads_scontrol_text() -> None:
-    cli = S.CliBackend(runner=FakeRunner().ok(SHOW_JOB_4, JOB_4_TEXT))
+    cli = slurm_cli.CliBackend(runner=FakeRunner().ok(SHOW_JOB_4, JOB_4_TEXT))
     job = cli.job(4)
     assert (job.job_id, job.state, job.restarts, job.stdout) == (
         4,
@@ -874,7 +876,7 @@ def test_job_writes_issue_exactly_these_commands() -> None:
     ]
     for argv in expected:
         runner.ok(argv)
-    cli = S.CliBackend(runner=runner)
+    cli = slurm_cli.CliBackend(runner=runner)
     cli.requeue(4, hold=True)
     cli.requeue("4")
     cli.set_excluded(4, ["gpu-node-17", "gpu-node-18"])
@@ -888,20 +890,20 @@ def test_job_writes_issue_exactly_these_commands() -> None:
 def test_bad_job_ids_never_reach_argv(job_id: str) -> None:
     runner = FakeRunner()
     with pytest.raises(ValueError):
-        S.CliBackend(runner=runner).requeue(job_id)
+        slurm_cli.CliBackend(runner=runner).requeue(job_id)
     assert runner.argvs == []
 
 
 def test_nodes_listing_from_scontrol_text_and_from_sinfo_json() -> None:
     text = fixture("25.11/scontrol-show-nodes-o.drain-maint-resv.txt")
     runner = FakeRunner().ok(("scontrol", "-o", "show", "node"), text)
-    nodes = S.CliBackend(runner=runner).nodes()
+    nodes = slurm_cli.CliBackend(runner=runner).nodes()
     assert sorted(nodes) == [f"c{i}" for i in range(1, 8)]
     assert [n for n in nodes.values() if n.drained] == [nodes["c1"], nodes["c4"]]
-    assert list(S.CliBackend(runner=runner).nodes(["c4", "nosuch"])) == ["c4"]
+    assert list(slurm_cli.CliBackend(runner=runner).nodes(["c4", "nosuch"])) == ["c4"]
 
     runner = FakeRunner().ok(("sinfo", "--json"), fixture("24.11/sinfo.trimmed-drain-down.json"))
-    listed = S.CliBackend(runner=runner, listing="sinfo-json").nodes(["dave30", "trevor1"])
+    listed = slurm_cli.CliBackend(runner=runner, listing="sinfo-json").nodes(["dave30", "trevor1"])
     assert {n: v.reason for n, v in listed.items()} == {"trevor1": "SW_build", "dave30": "HW_cpu2"}
 
 
@@ -925,12 +927,14 @@ def make_backend(kind: str, line: str) -> tuple[S.SlurmControl, callable]:
         ("scontrol", "update", "JobId=1", "AdminComment=gpugate: requeue: x"),
     ]:
         runner.ok(argv)
-    cli = S.CliBackend(runner=runner)
+    cli = slurm_cli.CliBackend(runner=runner)
     if kind == "cli":
         return cli, runner.writes
     (node,) = parse_show_node_text(line)
     module = fake_pyslurm({"vm": node}, {1: parse_show_job_text(JOB_1_TEXT)})
-    return S.PyslurmBackend(cli=cli, module=module), lambda: module.log + runner.writes()
+    return pyslurm_backend.PyslurmBackend(
+        cli=cli, module=module
+    ), lambda: module.log + runner.writes()
 
 
 BOTH = pytest.mark.parametrize("kind", ["cli", "pyslurm"])
@@ -1039,7 +1043,10 @@ def test_pyslurm_backend_maps_fields_and_comment() -> None:
 def test_pyslurm_backend_imports_lazily_from_sys_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     (node,) = parse_show_node_text(OURS_LINE)
     monkeypatch.setitem(sys.modules, "pyslurm", fake_pyslurm({"vm": node}, {}))
-    assert S.PyslurmBackend(cli=S.CliBackend(runner=FakeRunner())).node("vm") == node
+    assert (
+        pyslurm_backend.PyslurmBackend(cli=slurm_cli.CliBackend(runner=FakeRunner())).node("vm")
+        == node
+    )
 
 
 # --------------------------------------------------------------------- backend selection
@@ -1060,57 +1067,57 @@ def not_installed(name: str) -> str:
 
 def test_select_cli_when_pyslurm_is_not_installed() -> None:
     runner = FakeRunner()
-    choice = S.select_backend("auto", runner=runner, version_of=not_installed)
+    choice = C.select_backend("auto", runner=runner, version_of=not_installed)
     assert (choice.kind, choice.why) == ("cli", "pyslurm is not installed")
     assert runner.argvs == []
 
 
 def test_select_cli_on_version_mismatch_without_probing() -> None:
     runner = FakeRunner().ok(VERSION, "slurm-wlm 22.05.8\n")
-    choice = S.select_backend("auto", runner=runner, version_of=installed("25.11.2"))
+    choice = C.select_backend("auto", runner=runner, version_of=installed("25.11.2"))
     assert choice.kind == "cli" and "25.11.2 does not match" in choice.why
     assert runner.argvs == [VERSION]
 
 
 def test_select_pyslurm_when_versions_match_as_integers_and_the_probe_passes() -> None:
     runner = FakeRunner().ok(VERSION, "slurm-wlm 22.05.8\n").ok(PROBE)
-    choice = S.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
+    choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "pyslurm"
     assert runner.argvs == [VERSION, PROBE]
-    assert runner.calls[1][1] == S.PROBE_TIMEOUT
+    assert runner.calls[1][1] == C.PROBE_TIMEOUT
     assert "pyslurm" not in sys.modules  # never imported in-process to probe
 
 
 @pytest.mark.parametrize("status", ["nonzero", "timeout", "killed"])
 def test_select_cli_when_the_import_probe_fails(status: str) -> None:
     runner = FakeRunner().ok(VERSION, "slurm 22.05.8").fail(PROBE, status=status, rc=1)
-    choice = S.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
+    choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "cli" and "import pyslurm" in choice.why
 
 
 def test_select_cli_when_scontrol_cannot_say_its_version() -> None:
     runner = FakeRunner().fail(VERSION, stderr="error: s_p_parse_file: unable to read slurm.conf")
-    choice = S.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
+    choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "cli" and "Slurm's version" in choice.why
 
 
 def test_explicit_pyslurm_that_cannot_work_raises() -> None:
     runner = FakeRunner().ok(VERSION, "slurm 24.11.5")
     with pytest.raises(S.BackendUnavailable, match="does not match"):
-        S.select_backend("pyslurm", runner=runner, version_of=installed("22.5.3"))
+        C.select_backend("pyslurm", runner=runner, version_of=installed("22.5.3"))
 
 
 def test_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = FakeRunner()
-    monkeypatch.setenv(S.ENV_BACKEND, "cli")
-    assert S.select_backend("pyslurm", runner=runner, version_of=installed("22.5.3")).kind == "cli"
+    monkeypatch.setenv(C.ENV_BACKEND, "cli")
+    assert C.select_backend("pyslurm", runner=runner, version_of=installed("22.5.3")).kind == "cli"
     assert runner.argvs == []
-    monkeypatch.setenv(S.ENV_BACKEND, "PySlurm")
+    monkeypatch.setenv(C.ENV_BACKEND, "PySlurm")
     runner.ok(VERSION, "slurm 22.05.8").ok(PROBE)
-    assert S.select_backend("cli", runner=runner, version_of=installed("22.5.3")).kind == "pyslurm"
-    monkeypatch.setenv(S.ENV_BACKEND, "rest")
-    with pytest.raises(ValueError, match=S.ENV_BACKEND):
-        S.select_backend(runner=runner)
+    assert C.select_backend("cli", runner=runner, version_of=installed("22.5.3")).kind == "pyslurm"
+    monkeypatch.setenv(C.ENV_BACKEND, "rest")
+    with pytest.raises(ValueError, match=C.ENV_BACKEND):
+        C.select_backend(runner=runner)
 
 
 def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1118,12 +1125,12 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(importlib.metadata, "version", installed("22.5.3"))
     runner = FakeRunner().ok(VERSION, "slurm 22.05.8").ok(PROBE)
-    chosen = S.backend(runner=runner, timeout=4)
-    assert isinstance(chosen, S.PyslurmBackend) and chosen.cli.timeout == 4
+    chosen = C.backend(runner=runner, timeout=4)
+    assert isinstance(chosen, pyslurm_backend.PyslurmBackend) and chosen.cli.timeout == 4
     assert chosen.why
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
-    chosen = S.backend(runner=runner)
-    assert isinstance(chosen, S.CliBackend) and chosen.why == "pyslurm is not installed"
+    chosen = C.backend(runner=runner)
+    assert isinstance(chosen, slurm_cli.CliBackend) and chosen.why == "pyslurm is not installed"
 
 
 @pytest.mark.parametrize(
@@ -1137,4 +1144,4 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_parse_version(text: str, version: tuple | None) -> None:
-    assert S.parse_version(text) == version
+    assert slurm_cli.parse_version(text) == version

@@ -10,7 +10,7 @@ import time
 from factories import make_facts
 from gpugate.slurm_hooks.epilog import run_epilog
 from gpugate.slurm_hooks.prolog import run_prolog
-from test_epilog import FakeSlurm, env, setup, snapshot
+from test_epilog import env, setup, slurm_with_job, snapshot
 
 from gpugate.store import app_xids as H
 
@@ -29,11 +29,11 @@ def xid31_bursts(n: int, pci: str = GPU2) -> tuple[str, ...]:
 
 def epilog_after(tmp_path, config, kernel_lines, job_id="77", **env_changes):
     snapshot(tmp_path, make_facts())
-    assert run_prolog(config, env(job_id=job_id), FakeSlurm("")).exit_code == 0
+    assert run_prolog(config, env(job_id=job_id), slurm_with_job("", job_id)).exit_code == 0
     out = tmp_path / "job.out"
     out.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
     snapshot(tmp_path, make_facts(kernel_log=kernel_lines))
-    slurm = FakeSlurm(str(out))
+    slurm = slurm_with_job(str(out), job_id)
     return run_epilog(config, env(job_id=job_id, **env_changes), slurm), slurm
 
 
@@ -52,7 +52,7 @@ def test_five_bursts_of_xid_31_from_one_jobs_process_never_drain(tmp_path):
     ]
     assert stat.S_IMODE(os.stat(history_file(config)).st_mode) == 0o600
     # The next job's prolog sees the same lines in the kernel log: still no drain.
-    assert run_prolog(config, env(job_id="78"), FakeSlurm("")).exit_code == 0
+    assert run_prolog(config, env(job_id="78"), slurm_with_job("", "78")).exit_code == 0
 
 
 def test_the_same_gpu_in_jobs_of_two_other_users_drains_on_the_third(tmp_path):

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.control import CliBackend
-    from gpugate.slurm_hooks.slurm.parse import NodeInfo
+    from gpugate.slurm_hooks.slurm.cli import CliBackend
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
 
@@ -54,7 +54,7 @@ class NodesUnavailable(RuntimeError):
 
 def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
     """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
-    from gpugate.slurm_hooks.slurm.control import DEFAULT_TIMEOUT, CliBackend
+    from gpugate.slurm_hooks.slurm.cli import DEFAULT_TIMEOUT, CliBackend
 
     timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
     return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
@@ -69,7 +69,7 @@ def parse_node_groups(text: str) -> list[Group]:
     """The adapter's parse_nodes_json(), keeping each aggregated 23.02+ `sinfo` record as one
     NodeInfo with its list of names: one record per node is most of the cost of a listing on
     a large cluster, and those names share state and reason by definition."""
-    from gpugate.slurm_hooks.slurm import parse as P
+    from gpugate.slurm_hooks.slurm import parse_json as P
 
     doc = json.loads(text)
     if not isinstance(doc.get("sinfo"), list):
@@ -97,7 +97,7 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
             # Valid JSON of another shape (`[]`, a record without its fields): say so, once.
             raise ValueError(f"not `sinfo --json` output ({type(exc).__name__}: {exc})") from None
     from gpugate.slurm_hooks.slurm import control as S
-    from gpugate.slurm_hooks.slurm.parse import parse_show_node_text
+    from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
 
     slurm = slurm or cli_backend()
     try:

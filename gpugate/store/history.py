@@ -22,8 +22,10 @@ bytes are read, so a bad file can neither crash a hook or a listing nor stall th
 from __future__ import annotations
 
 import os
-import re
 import time
+
+# Drain reasons are built and read back in one place (re-exported for the history's readers).
+from gpugate.slurm_hooks.reasons import reason_bundle, reason_check  # noqa: F401
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,27 +51,10 @@ _WHEN_MAX = 253402300799.0
 # on one node both find the fault).
 SAME_EVENT_S = 600
 
-# `gpugate: <check>: <detail>` (slurm.drain_reason); the epilog's detail starts with
-# `evidence <job>/<node>-r<n>:` (collect.drain_for_hardware).
-_REASON = re.compile(r"^gpugate:\s*([A-Za-z0-9_.\-]+)(?::\s*(.*))?$", re.S)
-_EVIDENCE = re.compile(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
-
 
 def history_dir(config: Config) -> str:
     """Where the history and the audit log live: `admin.history_dir`, else `state_dir`."""
     return config.admin.history_dir or config.state_dir
-
-
-def reason_check(reason: str | None) -> str | None:
-    """The check id of a gpugate drain reason (`gpugate: gpu.ecc: ...` -> `gpu.ecc`)."""
-    m = _REASON.match((reason or "").strip())
-    return m.group(1) if m else None
-
-
-def reason_bundle(reason: str | None) -> str | None:
-    """`<job>/<node>-r<n>` when the reason names an evidence bundle (epilog drains)."""
-    m = _EVIDENCE.search(reason or "")
-    return m.group(1) if m else None
 
 
 def iso(when: float | None) -> str:
