@@ -16,14 +16,15 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.epilog import EpilogResult
     from gpugate.slurm_hooks.hookenv import HookEnv
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 
-def job_info(config: Config, env: HookEnv, slurm: object = None) -> dict:
+def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict:
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
     info: dict = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
     try:
         slurm = slurm or _slurm(config)
-        job = slurm.job(env.job_id)  # type: ignore[attr-defined]
+        job = slurm.job(env.job_id or "")
         info.update(
             stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
             nodes=list(job.nodes), state=job.state, exit_code=job.exit_code,
@@ -173,18 +174,16 @@ def drain_for_hardware(
     config: Config,
     env: HookEnv,
     hardware: list[Finding],
-    slurm: object = None,
+    slurm: SlurmControl | None = None,
     bundle: str | None = None,
 ) -> tuple[str, bool]:
     """Drain this node for its own hardware fault; the reason names the bundle if one was written."""
-    from gpugate.slurm_hooks.prolog import drain_detail, drain_node
+    from gpugate.slurm_hooks.drain import drain_detail, drain_node
+    from gpugate.slurm_hooks.reasons import evidence_detail
 
     check_id, detail = drain_detail(hardware)
     if bundle:
-        # `<job>/<node>-r<n>`, as written (history.py reads it back). It goes first: Slurm
-        # reasons are read truncated (and gpugate caps them at 200).
-        where = f"{os.path.basename(os.path.dirname(bundle))}/{os.path.basename(bundle)}"
-        detail = f"evidence {where}: {detail}"
+        detail = evidence_detail(bundle, detail)
     outcome = drain_node(slurm or _slurm(config), env.node or "", check_id, detail, config)
     return outcome.reason, outcome.drained
 
@@ -346,7 +345,7 @@ def _first_time(lines: list[str]) -> str | None:
     return None
 
 
-def _slurm(config: Config) -> object:
-    from gpugate.slurm_hooks.slurm.control import backend
+def _slurm(config: Config) -> SlurmControl:
+    from gpugate.slurm_hooks.slurm.choose import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

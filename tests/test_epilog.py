@@ -7,10 +7,11 @@ import os
 import stat
 
 from factories import default_config, make_facts
+from fakes import FakeSlurm
 from gpugate.slurm_hooks.epilog import abnormal_end, run_epilog
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm.parse import JobInfo
+from gpugate.slurm_hooks.slurm.records import JobInfo
 
 from gpugate.yamlio import dump_yaml
 
@@ -25,24 +26,17 @@ CUDA_OOM = (
 )
 
 
-class FakeSlurm:
-    """The adapter's job() and drain(), recorded."""
+def job_77(stdout: str, job_id: str = "77") -> JobInfo:
+    """Job 77 (or `job_id`) of alice as Slurm reports it, its output in `stdout`."""
+    return JobInfo(job_id=int(job_id), user="alice", uid=os.getuid(), state="FAILED", reason="",
+                   nodes=("gpu-node-01",), batch_host="gpu-node-01", stdout=stdout,
+                   stderr=stdout, work_dir="/", exit_code=1, exit_signal=0, restarts=0,
+                   comment="", admin_comment="", excluded_nodes=(), requeue=True, partition="gpu")  # fmt: skip
 
-    def __init__(self, stdout: str) -> None:
-        self.stdout = stdout
-        self.drains: list[tuple[str, str]] = []
 
-    def job(self, job_id: str) -> JobInfo:
-        return JobInfo(job_id=int(job_id), user="alice", uid=os.getuid(), state="FAILED", reason="",
-                       nodes=("gpu-node-01",), batch_host="gpu-node-01", stdout=self.stdout,
-                       stderr=self.stdout, work_dir="/", exit_code=1, exit_signal=0, restarts=0,
-                       comment="", admin_comment="", excluded_nodes=(), requeue=True, partition="gpu")  # fmt: skip
-
-    def drain(self, node: str, reason: str) -> None:
-        self.drains.append((node, reason))
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        pass
+def slurm_with_job(stdout: str, job_id: str = "77") -> FakeSlurm:
+    """The one node, in service, and job 77 (or `job_id`)."""
+    return FakeSlurm(jobs=[job_77(stdout, job_id)])
 
 
 def setup(tmp_path, **epilog):
@@ -72,11 +66,11 @@ def job_run(tmp_path, log_text: str, after=None, **env_changes):
     """Prolog on a healthy node, the job writes its log, the node changes, then the epilog."""
     config = setup(tmp_path)
     snapshot(tmp_path, make_facts())
-    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    assert run_prolog(config, env(), slurm_with_job("")).exit_code == 0
     out = tmp_path / "job.out"
     out.write_text(log_text)
     snapshot(tmp_path, after or make_facts())
-    slurm = FakeSlurm(str(out))
+    slurm = slurm_with_job(str(out))
     return run_epilog(config, env(**env_changes), slurm), slurm, config
 
 
@@ -157,10 +151,10 @@ def test_a_symlinked_stdout_is_not_followed(tmp_path):
     secret.write_text("root's secret\n")
     config = setup(tmp_path)
     snapshot(tmp_path, make_facts())
-    run_prolog(config, env(), FakeSlurm(""))
+    run_prolog(config, env(), slurm_with_job(""))
     link = tmp_path / "job.out"
     link.symlink_to(secret)
-    result = run_epilog(config, env(), FakeSlurm(str(link)))
+    result = run_epilog(config, env(), slurm_with_job(str(link)))
     s = summary(result)
     assert any("symlink" in e for e in s["read_errors"])
     assert all(
@@ -216,7 +210,7 @@ def test_kernel_line_times_become_comparable_utc():
 def test_the_epilog_after_a_refused_prolog_collects_nothing(tmp_path):
     config = setup(tmp_path)
     snapshot(tmp_path, make_facts(gpus={3: {"error": "gpu_is_lost"}}))
-    slurm = FakeSlurm("")
+    slurm = slurm_with_job("")
     assert run_prolog(config, env(), slurm).exit_code == 1
     result = run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm)
     assert result.bundle is None and "never ran" in result.why
@@ -260,19 +254,19 @@ class BundleWatchingSlurm(FakeSlurm):
     """Records, at drain time, which bundles exist."""
 
     def __init__(self, stdout: str, evidence_dir: str) -> None:
-        super().__init__(stdout)
+        super().__init__(jobs=[job_77(stdout)])
         self.evidence_dir = evidence_dir
         self.seen: list[bool] = []
 
-    def drain(self, node: str, reason: str) -> None:
+    def _write_drain(self, node: str, reason: str) -> None:
         self.seen.append(os.path.isfile(os.path.join(self.evidence_dir, "77", "gpu-node-01-r0",
                                                      "summary.json")))  # fmt: skip
-        super().drain(node, reason)
+        super()._write_drain(node, reason)
 
 
 def hardware_run(tmp_path, config):
     snapshot(tmp_path, make_facts())
-    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    assert run_prolog(config, env(), slurm_with_job("")).exit_code == 0
     out = tmp_path / "job.out"
     out.write_text(NCCL_TIMEOUT)
     snapshot(tmp_path, make_facts(kernel_log=(XID79,)))
@@ -320,7 +314,7 @@ def test_a_50_gb_sparse_nccl_file_does_not_cost_the_jobs_stdout(tmp_path):
     config = config.replace(task_prolog=config.task_prolog.replace(
         nccl_debug_dir=str(tmp_path / "nccl")))  # fmt: skip
     snapshot(tmp_path, make_facts())
-    assert run_prolog(config, env(), FakeSlurm("")).exit_code == 0
+    assert run_prolog(config, env(), slurm_with_job("")).exit_code == 0
     nccl = tmp_path / "nccl" / "77"
     nccl.mkdir(parents=True, exist_ok=True)
     with open(nccl / "gpu-node-01.1234.nccl", "wb") as fh:
@@ -328,7 +322,7 @@ def test_a_50_gb_sparse_nccl_file_does_not_cost_the_jobs_stdout(tmp_path):
     out = tmp_path / "job.out"
     out.write_text("step 1\n" + CUDA_OOM)
     started = time.monotonic()
-    result = run_epilog(config, env(), FakeSlurm(str(out)))
+    result = run_epilog(config, env(), slurm_with_job(str(out)))
     assert time.monotonic() - started < 5
     assert result.category == "cuda_oom"
     s = summary(result)
