@@ -54,14 +54,11 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
 @check("nvlink.links", hardware=True, action=RESET)
 def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every GPU has all of the board's NVLinks active (seed: `nvidia-smi topo -m` complete)."""
-    if facts.gpus is None:
-        return nvml_missing("nvlink.links", facts)
     want = ctx.expected.nvlinks_per_gpu
-    if want is None:
-        why = "no expected NVLink count (board unknown; set expect.nvlinks_per_gpu)"
-        return [F.unknown("nvlink.links", why)]
-    if want == 0:
-        return [F.ok("nvlink.links", f"board {ctx.expected.board or '?'} has no NVLinks")]
+    why = "no expected NVLink count (board unknown; set expect.nvlinks_per_gpu)"
+    settled = _settled_by_board("nvlink.links", facts, ctx, want, why, "no NVLinks")
+    if settled is not None:
+        return settled
 
     def judge(g: Gpu) -> list[F.Finding]:
         links = g.nvlink_active
@@ -82,14 +79,12 @@ def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
 @check("nvlink.fabric", hardware=True, action=RESET)
 def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
     """On NVSwitch boards, every GPU registered with the fabric (state completed, success)."""
-    if facts.gpus is None:
-        return nvml_missing("nvlink.fabric", facts)
-    nvswitch = ctx.expected.nvswitch
-    if nvswitch is None:
-        why = "not known whether the board has NVSwitches (set expect.nvswitch)"
-        return [F.unknown("nvlink.fabric", why)]
-    if not nvswitch:
-        return [F.ok("nvlink.fabric", f"board {ctx.expected.board or '?'} has no NVSwitch fabric")]
+    why = "not known whether the board has NVSwitches (set expect.nvswitch)"
+    settled = _settled_by_board(
+        "nvlink.fabric", facts, ctx, ctx.expected.nvswitch, why, "no NVSwitch fabric"
+    )
+    if settled is not None:
+        return settled
 
     # Until Fabric Manager has registered a GPU, CUDA jobs fail to start or run without NVLink
     # (docs/gpu-facts.md 3.9): anything but completed/success is a failure.
@@ -105,3 +100,17 @@ def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
         return []
 
     return per_gpu("nvlink.fabric", facts, judge, "registered with the NVSwitch fabric")
+
+
+def _settled_by_board(
+    check_id: str, facts: Facts, ctx: Context, want: object, unknown: str, has_none: str
+) -> list[F.Finding] | None:
+    """What settles a link check before any GPU is judged: no NVML facts, the board's count
+    unknown (`unknown` says why), or a board without such links; None: judge the GPUs."""
+    if facts.gpus is None:
+        return nvml_missing(check_id, facts)
+    if want is None:
+        return [F.unknown(check_id, unknown)]
+    if not want:
+        return [F.ok(check_id, f"board {ctx.expected.board or '?'} has {has_none}")]
+    return None

@@ -148,15 +148,21 @@ def by_step(found: list, step: int) -> C.Checkpoint:
     return next(cp for cp in found if cp.step == step)
 
 
+def two_saves(root: Path, layout: str, newer: str = "complete") -> tuple[Path, Path]:
+    """A complete save at step 10 and one at step 20 in state `newer`, both an hour old."""
+    build = LAYOUTS[layout][0]
+    older = build(root, 10)
+    newest = build(root, 20, newer)
+    set_age(root)
+    return older, newest
+
+
 # --- every layout: complete, cut short, in progress, just written ---------------------------
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_newest_complete_is_chosen(tmp_path, layout):
-    build = LAYOUTS[layout][0]
-    build(tmp_path, 10)
-    newest = build(tmp_path, 20)
-    set_age(tmp_path)
+    _, newest = two_saves(tmp_path, layout)
     best = latest_complete(str(tmp_path))
     assert best is not None and best.complete
     assert (best.layout, best.step, best.path) == (layout, 20, str(newest))
@@ -165,10 +171,8 @@ def test_newest_complete_is_chosen(tmp_path, layout):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cut_short_falls_back_to_the_older_one(tmp_path, layout):
-    build, why_cut, _ = LAYOUTS[layout]
-    older = build(tmp_path, 10)
-    build(tmp_path, 20, "truncated")
-    set_age(tmp_path)
+    why_cut = LAYOUTS[layout][1]
+    older, _ = two_saves(tmp_path, layout, "truncated")
     best = latest_complete(str(tmp_path))
     assert best is not None and (best.step, best.path) == (10, str(older))
     skipped = by_step(find_checkpoints(str(tmp_path)), 20)
@@ -177,10 +181,8 @@ def test_cut_short_falls_back_to_the_older_one(tmp_path, layout):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_in_progress_falls_back_to_the_older_one(tmp_path, layout):
-    build, _, why_busy = LAYOUTS[layout]
-    older = build(tmp_path, 10)
-    build(tmp_path, 20, "in_progress")
-    set_age(tmp_path)
+    why_busy = LAYOUTS[layout][2]
+    older, _ = two_saves(tmp_path, layout, "in_progress")
     assert latest_complete(str(tmp_path)).path == str(older)
     skipped = by_step(find_checkpoints(str(tmp_path)), 20)
     assert not skipped.complete and why_busy in skipped.why
@@ -190,10 +192,7 @@ def test_in_progress_falls_back_to_the_older_one(tmp_path, layout):
 def test_just_written_and_proven_by_its_format_is_taken_at_once(tmp_path, layout):
     # Each layout's commit artefact (ZIP end record, .metadata, latest, tracker,
     # trainer_state.json) is written after the data: no settle time needed.
-    build = LAYOUTS[layout][0]
-    build(tmp_path, 10)
-    newest = build(tmp_path, 20)
-    set_age(tmp_path)
+    _, newest = two_saves(tmp_path, layout)
     touch_tree(newest)
     best = latest_complete(str(tmp_path))  # the default settle time
     assert best is not None and (best.step, best.path) == (20, str(newest))
