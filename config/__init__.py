@@ -1,6 +1,6 @@
 """Site configuration: packaged defaults overlaid by the site file, checked against the schema.
 
-Search order (DESIGN.md): `--config FILE`, else `$GPUGATE_CONFIG`, else
+Search order (docs/interfaces.md): `--config FILE`, else `$GPUGATE_CONFIG`, else
 `/etc/gpugate/gpugate.yaml`; a missing site file at the default path means the packaged
 defaults. Unknown keys, wrong types and bad values are refused as `file: key.path: problem`.
 """

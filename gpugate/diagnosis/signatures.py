@@ -5,7 +5,7 @@ segment), the anchors that any matching line must contain (the scanner's cheap p
 lines holding an anchor are ever decoded and matched), a specificity, a strength and an example
 line (the tests check that every example matches its pattern and passes the prefilter).
 
-Formats by era and framework are in section 6 of the project's GPU failure reference; kernel
+Formats by era and framework are in section 6 of docs/gpu-facts.md; kernel
 lines (Xid, SXid, OOM killer) in sections 1 and 2. Xid lines are classified with the Xid catalog.
 
 Strength says what one line proves:
@@ -338,7 +338,7 @@ _BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
 # ANSI/VT100 escapes: CSI sequences (colours, cursor moves), OSC titles, two-byte escapes.
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
-# Prefixes launchers put in front of every line (reference section 6), peeled off one by one.
+# Prefixes launchers put in front of every line (docs/gpu-facts.md 6), peeled off one by one.
 # `[rankN]:`, `[rank: N]`, mpirun's `[job,N]<stderr>:` and torchrun's `[defaultN]:` name a rank.
 _PREFIX_RE = re.compile(
     r"""\s*(?:

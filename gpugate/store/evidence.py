@@ -10,7 +10,7 @@ Each node also keeps an index of its own bundles, `<evidence_dir>/.index/<node>.
 line appended (one O_APPEND write) per bundle, so `gpugate evidence NODE` reads that node's
 lines instead of listing every job directory, and retention knows each bundle's size, age and
 user without walking the tree. Only the node writes its index, under a lock in its own local
-`state_dir` (flock on NFS or Lustre is slow or unreliable, DESIGN.md), and only the node
+`state_dir` (flock on NFS or Lustre is slow or unreliable, docs/flow.md), and only the node
 prunes its own bundles: oldest first, by age, by one user's share and by the node's total.
 """
 
