@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from gpugate.clock import civil_days
+from gpugate.clock import civil_days, utc
 
 _TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
 _TS_CTIME = re.compile(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
@@ -89,7 +89,6 @@ def line_epoch(line: str, boot_epoch: float | None = None) -> float | None:
 
 def line_utc(line: str, boot_epoch: float | None = None) -> str | None:
     """`[Sun Nov 29 11:02:03 2026] ...` or `[ 1843.308145] ...` (since boot) -> ISO UTC."""
-    from gpugate.clock import utc
 
     epoch = line_epoch(line, boot_epoch)
     try:

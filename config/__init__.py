@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from gpugate.checks.registry import registered
 from gpugate.config import schema
 
 from gpugate.record import Record
@@ -173,7 +174,6 @@ def _check_ids(ids: list, source: str, path: str) -> None:
     """Refuse an id that names no registered check, like an unknown key."""
     # Only a non-empty list costs the registry's import: the prolog imports it anyway to run
     # the checks, and the packaged defaults (empty lists) load without it.
-    from gpugate.checks.registry import registered
 
     known = registered()
     for i, check_id in enumerate(ids):

@@ -22,6 +22,9 @@ import json
 import os
 import sys
 
+import gpugate
+from gpugate.runner import SAFE_PATH
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
@@ -89,7 +92,6 @@ def _self_contained() -> bool:
     A development install maps `checks/` and `slurm_hooks/` into the package with a finder
     that `site` installs, so there the child needs `site`.
     """
-    import gpugate
 
     root = gpugate.__path__[0]
     return all(os.path.isdir(os.path.join(root, sub)) for sub in ("checks", "slurm_hooks"))
@@ -108,7 +110,6 @@ def start(
 
     if task not in TASKS:
         raise ChildError(f"{task}: not a task a gpugate child runs")
-    from gpugate.runner import SAFE_PATH
 
     request = json.dumps(
         {"task": task, "kwargs": kwargs, "parent": os.getpid(), "timeout": timeout}
@@ -154,7 +155,6 @@ def detach(task: str, kwargs: dict, timeout: float) -> int:
 
     if task not in TASKS:
         raise ChildError(f"{task}: not a task a gpugate child runs")
-    from gpugate.runner import SAFE_PATH
 
     env = {"PATH": SAFE_PATH, "LC_ALL": "C", _DETACHED: "1"}
     env.update({k: os.environ[k] for k in _PASSED_ON if k in os.environ})

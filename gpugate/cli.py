@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+from gpugate import __version__
+from gpugate.checks.facts import SnapshotError
+from gpugate.config import ConfigError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -59,7 +63,6 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def _usage() -> str:
-    from gpugate import __version__
 
     lines = [f"usage: gpugate COMMAND [options]   (gpugate {__version__})", "", "commands:"]
     width = max(len(n) for n in COMMANDS)
@@ -75,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return EXIT_OK if args else EXIT_USAGE
     if args[0] in ("-V", "--version"):
-        from gpugate import __version__
-
         print(f"gpugate {__version__}")
         return EXIT_OK
     name = args[0]
@@ -97,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_guarded(fn: object, argv: list[str], name: str) -> int:
     """Run a subcommand, turning known errors into messages and exit codes (one table)."""
-    from gpugate.checks.facts import SnapshotError
-    from gpugate.config import ConfigError
     from gpugate.yamlio import YamlError
 
     try:

@@ -15,19 +15,21 @@ from __future__ import annotations
 import os
 import sys
 
+from gpugate.clock import utc
+from gpugate.fsutil import STATE_DIR_MODE, private_dir
+from gpugate.jsonl import append
+
 _EVENTS = "events.jsonl"
 _LOG = "gpugate.log"
 
 
 def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
-    from gpugate.clock import utc
 
     record = {"time": utc(), "hook": hook}
     record.update(fields)
     if not state_dir:
         return
-    from gpugate.jsonl import append
 
     path = os.path.join(state_dir, _EVENTS)
     try:
@@ -41,7 +43,6 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
 
 
 def _ensure_state_dir(state_dir: str) -> None:
-    from gpugate.fsutil import STATE_DIR_MODE, private_dir
 
     private_dir(state_dir, STATE_DIR_MODE, gid=-1)  # its group is set by secure_state_dir
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import stat
 
+from gpugate import child
+
 
 class UserFileError(OSError):
     """A user's file could not be read safely; the message says why."""
@@ -105,7 +107,6 @@ def as_user(
     descriptors and dies with us. Raises UserFileError with the child's error, when `uid`
     cannot be become, or on timeout (the child is killed).
     """
-    from gpugate import child
 
     if uid is None:
         raise UserFileError("the job's user is unknown; not reading its files as root")
@@ -121,6 +122,8 @@ def as_user(
 
 def latest_checkpoint_path(ckpt_dir: str) -> str | None:
     """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
+
+    # Lazy: the checkpoint readers import this module (a cycle at import time otherwise).
     from gpugate.checkpoints.discover import latest_complete
 
     found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight

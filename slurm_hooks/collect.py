@@ -5,7 +5,22 @@ from __future__ import annotations
 import json
 import os
 
+from gpugate.checks.kerneltime import line_utc
+from gpugate.slurm_hooks.deltas import describe
+from gpugate.slurm_hooks.drain import drain_detail, drain_node
+from gpugate.slurm_hooks.reasons import evidence_detail
+from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.task_prolog import nccl_job_dir
+
 from gpugate import log
+from gpugate.clock import utc
+from gpugate.diagnosis.engine import Input, diagnose_streams
+from gpugate.diagnosis.scan import LimitedStream
+from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
+from gpugate.fsutil import atomic_write
+from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+from gpugate.text import printable
+from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
 
 DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
@@ -54,7 +69,6 @@ def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
             path = job.get(key)
             if path and path not in files and path != "/dev/null":
                 files.append(path)
-    from gpugate.slurm_hooks.task_prolog import nccl_job_dir
 
     nccl = nccl_job_dir(config, env.job_id)
     if nccl:
@@ -66,7 +80,6 @@ def read_job_files(
     config: Config, env: HookEnv, job: dict, kernel_lines: list[str], timeout: float | None = None
 ) -> dict:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
-    from gpugate.userfiles import UserFileError, as_user
 
     files = job_files(config, env, job)
     cap = config.epilog.log_tail_kib * 1024
@@ -110,7 +123,6 @@ def _read_and_diagnose(
     budget, never the others' (the tails are all read first). JSON in, JSON out: this may run
     in a separate child process.
     """
-    from gpugate.userfiles import UserFileError, open_regular, read_fd
 
     paths: list[str] = []
     errors: list[str] = []
@@ -154,10 +166,6 @@ def _diagnose(
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
-    from gpugate.diagnosis.engine import Input, diagnose_streams
-    from gpugate.diagnosis.scan import LimitedStream
-    from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
-
     share = budget_s / len(opened) if budget_s and opened else None
     inputs = [
         Input(name=path, source=JOB_FILE, offset=max(0, size - diag_cap),
@@ -178,8 +186,6 @@ def drain_for_hardware(
     bundle: str | None = None,
 ) -> tuple[str, bool]:
     """Drain this node for its own hardware fault; the reason names the bundle if one was written."""
-    from gpugate.slurm_hooks.drain import drain_detail, drain_node
-    from gpugate.slurm_hooks.reasons import evidence_detail
 
     check_id, detail = drain_detail(hardware)
     if bundle:
@@ -198,7 +204,6 @@ def _action(result: EpilogResult, pending_drain: bool) -> str:
 
 def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
     """After the drain, say in the bundle's summary.json what it did (atomic rewrite); True if so."""
-    from gpugate.fsutil import atomic_write
 
     path = os.path.join(bundle, "summary.json")
     try:
@@ -234,7 +239,6 @@ def write_evidence(
     pending_drain: bool = False,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure."""
-    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 
     ep = config.epilog
     kernel = fresh[-ep.kernel_lines_max :]
@@ -268,7 +272,6 @@ def _summary(
     aside (only root's kernel lines can make one); `job_output_category` is what the job's
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
-    from gpugate.slurm_hooks.deltas import describe
 
     diagnosis = logs.get("diagnosis") or {}
     return {
@@ -306,7 +309,6 @@ def _bundle_files(
     facts: Facts, kernel: list[str], deltas: dict, logs: dict
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
-    from gpugate.text import printable
     from gpugate.yamlio import dump_yaml
 
     diagnosis = logs.get("diagnosis") or {}
@@ -325,7 +327,6 @@ def _bundle_files(
 
 
 def _iso(epoch: int | None) -> str | None:
-    from gpugate.clock import utc
 
     return utc(epoch) if epoch else None
 
@@ -336,7 +337,6 @@ def _safe(name: str) -> str:
 
 def _first_time(lines: list[str]) -> str | None:
     """UTC time of the first fresh kernel line: what orders the nodes' faults in a job."""
-    from gpugate.checks.kerneltime import line_utc
 
     for line in lines:
         when = line_utc(line)
@@ -346,6 +346,5 @@ def _first_time(lines: list[str]) -> str | None:
 
 
 def _slurm(config: Config) -> SlurmControl:
-    from gpugate.slurm_hooks.slurm.choose import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

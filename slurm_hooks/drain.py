@@ -11,6 +11,11 @@ from __future__ import annotations
 import sys
 import time
 
+from gpugate.slurm_hooks.budget import check_budget, keeps_drain
+from gpugate.slurm_hooks.reasons import budget_comment, drain_reason
+from gpugate.slurm_hooks.slurm.control import NotOurDrain
+
+from gpugate import log
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -46,8 +51,6 @@ def drain_node(
     slurm: SlurmControl, node: str, check_id: str, detail: str, config: Config | None = None
 ) -> DrainOutcome:
     """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
-    from gpugate.slurm_hooks.reasons import drain_reason
-    from gpugate.slurm_hooks.slurm.control import NotOurDrain
 
     reason = drain_reason(check_id, detail)
     if config is not None:
@@ -76,7 +79,6 @@ def drain_node(
 
 def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
     """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
-    from gpugate.slurm_hooks.budget import keeps_drain
 
     time.sleep(config.budget.settle_s)
     try:
@@ -97,7 +99,6 @@ def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -
 
 def over_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
     """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
-    from gpugate.slurm_hooks.budget import check_budget
 
     try:
         nodes = slurm.nodes()
@@ -115,9 +116,6 @@ def _over_budget_actions(
     slurm: SlurmControl, node: str, reason: str, why: str, config: Config
 ) -> None:
     """A node comment saying what gpugate would have done, a loud log line, an event."""
-    from gpugate.slurm_hooks.reasons import budget_comment
-
-    from gpugate import log
 
     log.error(
         config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import time
 
+from gpugate.checks.registry import hardware_checks
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather
+from gpugate.slurm_hooks import collect
+from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
+from gpugate.slurm_hooks.policy import DRAIN, decide
+from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
+from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
+
 from gpugate.record import Record
+from gpugate.store import app_xids as xid_history
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +71,6 @@ def gather_now(
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped."""
-    from gpugate.checks.sources import gather
 
     position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
     return gather(config, env.node or "", position=position, deadline_s=deadline_s)
@@ -78,9 +87,6 @@ def hardware_decision(
     `app_xids` is the node's per-job record of application-class Xids (this job's included):
     kernel.xid fails on them only by the cross-job rule, never for one job's own.
     """
-    from gpugate.checks.registry import hardware_checks
-    from gpugate.checks.run import run_checks
-    from gpugate.slurm_hooks.policy import decide
 
     # Only the checks marked `hardware` on their @check line (see checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
@@ -91,9 +97,6 @@ def hardware_decision(
 
 def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
     """Run the whole epilog for one job on this node."""
-    from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
-    from gpugate.slurm_hooks.policy import DRAIN
-    from gpugate.slurm_hooks.state import counters, load_baseline
 
     started = time.monotonic()
     if env.job_id and refused_here(config, env.job_id):
@@ -114,7 +117,6 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     if why is None and not config.epilog.always_bundle:
         cleanup(config, env)
         return EpilogResult(abnormal=False, why="normal end", duration_s=time.monotonic() - started)
-    from gpugate.slurm_hooks import collect
 
     job = collect.job_info(config, env, slurm)
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5  # keep time to write
@@ -147,7 +149,6 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
 
 def note_app_xids(config: Config, env: HookEnv, facts: Facts, fresh: list[str]) -> tuple:
     """Record this job's application-class Xids; the node's record within the window, with them."""
-    from gpugate.store import app_xids as xid_history
 
     now = time.time()
     mine = xid_history.job_events(fresh, env, facts, now)
@@ -160,8 +161,6 @@ def refused_here(config: Config, job_id: str) -> bool:
     """Whether this node's prolog refused the job (see prolog.mark_refused)."""
     import os
 
-    from gpugate.slurm_hooks.state import StateError, job_dir
-
     try:
         return os.path.isfile(os.path.join(job_dir(config.state_dir, job_id), "refused.json"))
     except StateError:
@@ -170,13 +169,11 @@ def refused_here(config: Config, job_id: str) -> bool:
 
 def cleanup(config: Config, env: HookEnv) -> None:
     """Drop the job's baseline and its NCCL directory (the bundle keeps what matters)."""
-    from gpugate.slurm_hooks.state import remove_job_state
 
     if env.job_id:
         try:
             remove_job_state(config.state_dir, env.job_id)  # baseline, refusal note, task file
         except Exception:
             pass
-        from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
 
         remove_nccl_dir(config, env.job_id)  # its files are in the bundle now (or never mattered)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+from gpugate.config import load_config
+
 from gpugate import log
 
 TYPE_CHECKING = False
@@ -35,7 +37,6 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
 
 
 def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
-    from gpugate.config import load_config
 
     started = time.monotonic()
     try:

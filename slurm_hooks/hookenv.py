@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 
+from gpugate.node import node_name
 from gpugate.record import Record
 
 
@@ -52,7 +53,6 @@ def _gpus(value: str | None) -> tuple[int, ...] | None:
 def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
     """Read the hook environment (the Slurm variables; anything absent stays None)."""
     e = os.environ if environ is None else environ
-    from gpugate.node import node_name
 
     return HookEnv(
         node=e.get("SLURMD_NODENAME") or node_name(),

@@ -11,6 +11,27 @@ from __future__ import annotations
 import sys
 import time
 
+from gpugate.checks.facts import facts_from_dict
+from gpugate.checks.findings import SEVERITY
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather
+from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
+from gpugate.slurm_hooks.hookenv import comment_tokens
+from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
+from gpugate.slurm_hooks.reasons import refusal_comment
+from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.slurm.cli import expand_hostlist
+from gpugate.slurm_hooks.state import (
+    ensure_job_dir,
+    load_kernel_pos,
+    remove_task_file,
+    save_baseline,
+    save_kernel_pos,
+    save_task_file,
+    write_private,
+)
+from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
+
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -41,9 +62,6 @@ class PrologResult(Record):
 def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
     from where the last check stopped; the job's peers probed when it spans nodes."""
-    from gpugate.checks.facts import facts_from_dict
-    from gpugate.checks.sources import gather
-    from gpugate.slurm_hooks.state import load_kernel_pos
 
     started = time.monotonic()
     position = load_kernel_pos(config.state_dir)
@@ -62,15 +80,12 @@ def job_peers(config: Config, env: HookEnv) -> list[str]:
     """The job's other nodes, when the peer probe is on and the job spans several nodes."""
     if not config.prolog.peers.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
         return []
-    from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
     return [n for n in expand_hostlist(env.nodelist) if n != env.node]
 
 
 def check_statuses(findings: list[Finding], config: Config) -> dict[str, str]:
     """Each check's worst status after the policy (what the metrics and events report)."""
-    from gpugate.checks.findings import SEVERITY
-    from gpugate.slurm_hooks.policy import effective_status
 
     out: dict[str, str] = {}
     for f in findings:
@@ -87,9 +102,6 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 
 def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
     """Run the whole prolog for one job on this node."""
-    from gpugate.checks.run import run_checks
-    from gpugate.slurm_hooks.hookenv import comment_tokens
-    from gpugate.slurm_hooks.policy import DRAIN, decide
 
     started = time.monotonic()
     if "skip" in comment_tokens(env.comment):
@@ -135,8 +147,6 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
-    from gpugate.slurm_hooks.drain import drain_detail, drain_node
-    from gpugate.slurm_hooks.policy import DRAIN
 
     failing = list(decision.failing)  # type: ignore[attr-defined]
     try:
@@ -183,7 +193,6 @@ def act_on_failure(
 
 def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
     """The outcome of a drain that raised: not drained; the job is refused all the same."""
-    from gpugate.slurm_hooks.drain import DrainOutcome
 
     try:
         from gpugate.slurm_hooks.reasons import drain_reason
@@ -201,7 +210,6 @@ def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -
 
 def remember_kernel_pos(config: Config, facts: Facts) -> None:
     """The next check reads the kernel log from here on."""
-    from gpugate.slurm_hooks.state import save_kernel_pos
 
     try:
         save_kernel_pos(config.state_dir, facts.boot_id, facts.kernel_log_seq)
@@ -211,8 +219,6 @@ def remember_kernel_pos(config: Config, facts: Facts) -> None:
 
 def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
     """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
-    from gpugate.slurm_hooks.state import save_baseline
-    from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
 
     extra = {"restart_count": env.restart_count}
     try:
@@ -237,8 +243,6 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     user's) and not into the root-only baseline. No checkpoint named: no file (and none left
     from an earlier job with the same id).
     """
-    from gpugate.slurm_hooks.hookenv import comment_tokens
-    from gpugate.slurm_hooks.state import remove_task_file, save_task_file
 
     ckpt = comment_tokens(env.comment).get("ckpt") or None
     if not ckpt or env.uid is None:
@@ -257,8 +261,6 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
     import json
     import os
 
-    from gpugate.slurm_hooks.state import ensure_job_dir, write_private
-
     try:
         directory = ensure_job_dir(config.state_dir, env.job_id or "")
         write_private(os.path.join(directory, "refused.json"), json.dumps({"reason": reason}))
@@ -268,7 +270,6 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
 
 def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: str) -> None:
     """Put the refusal in the job's AdminComment, so `scontrol show job` says why."""
-    from gpugate.slurm_hooks.reasons import refusal_comment
 
     text = refusal_comment(str(env.node), check_id, detail)
     try:
@@ -284,7 +285,6 @@ def summary(decision: object) -> str:
 
 
 def _slurm(config: Config) -> SlurmControl:
-    from gpugate.slurm_hooks.slurm.choose import backend
 
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import time
 
+from gpugate.slurm_hooks.hookenv import comment_tokens
+from gpugate.slurm_hooks.reasons import refused_nodes
+from gpugate.slurm_hooks.slurm.choose import backend as slurm_backend
+from gpugate.slurm_hooks.slurm.records import PROLOG_FAILED_SIGNAL
+
+from gpugate.child import detach
 from gpugate.diagnosis.categories import is_infrastructure
 from gpugate.record import Record
+from gpugate.store.evidence import bundle_name, read_summary, suspect_node
+from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +93,6 @@ def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | 
 
 def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ...], bool]:
     """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
-    from gpugate.store.evidence import suspect_node
 
     hardware = tuple(
         sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
@@ -114,7 +121,6 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
 
 def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> RequeueDecision:
     """The decision for one finished job (no I/O)."""
-    from gpugate.slurm_hooks.hookenv import comment_tokens
 
     opted, limit, _ = requested(comment_tokens(job.comment), config)
     category, suspects, infra = cause(job, summaries)
@@ -150,7 +156,6 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
 
 def slurm_requeued(job: JobEnd) -> bool:
     """Whether Slurm put the job back in the queue itself before this hook ran."""
-    from gpugate.slurm_hooks.slurm.records import PROLOG_FAILED_SIGNAL
 
     state = (job.state or "").upper()
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
@@ -169,7 +174,6 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
     Waiting keeps the job COMPLETING: never for jobs that did not opt in, ended well, or were
     already requeued by Slurm.
     """
-    from gpugate.slurm_hooks.hookenv import comment_tokens
 
     state = (job.state or "").upper()
     if not requested(comment_tokens(job.comment), config)[0] or state == "COMPLETED":
@@ -180,8 +184,6 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
 def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]:
     """The node epilogs' summaries for this run of the job, waiting up to `wait_s` for all."""
     import os
-
-    from gpugate.store.evidence import bundle_name, read_summary
 
     deadline = time.monotonic() + wait_s
     while True:
@@ -201,7 +203,6 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
     """The newest complete checkpoint, looked up as the job's user (None when unknown)."""
     if not ckpt_dir:
         return None
-    from gpugate.userfiles import as_user
 
     task = "gpugate.userfiles:latest_checkpoint_path"
     try:
@@ -267,7 +268,6 @@ def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:
     that refused without being drained (the drain failed) is left out: the job could land
     on it again at once, so Slurm's delay stays.
     """
-    from gpugate.slurm_hooks.reasons import refused_nodes
 
     named = refused_nodes(job.admin_comment)
     candidates = list(dict.fromkeys(named)) or list(job.nodes)
@@ -293,7 +293,6 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
     descriptors: slurmscriptd waits for EOF on the hook's output pipe) polls the job until it
     is pending.
     """
-    from gpugate.child import detach
 
     kwargs = {"job_id": job_id, "backend": config.slurm.backend,
               "timeout": config.slurm.timeout_s, "wait_s": wait_s}  # fmt: skip
@@ -302,7 +301,6 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
 
 def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
     """In the detached child: poll the job until Slurm has it pending, then start it now."""
-    from gpugate.slurm_hooks.slurm.choose import backend as slurm_backend
 
     slurm = slurm_backend(backend, timeout=timeout)
     deadline = time.monotonic() + wait_s

@@ -18,7 +18,15 @@ import json
 import os
 import re
 
-from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, dir_group, private_dir
+from gpugate.fstree import remove_tree
+from gpugate.fsutil import (
+    PRIVATE_FILE,
+    STATE_DIR_MODE,
+    atomic_write,
+    dir_group,
+    private_dir,
+    tighten,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,7 +133,6 @@ def tighten_tree(state_dir: str, gid: int = -1) -> None:
 
     Never follows a symlink; leaves other directories (an evidence_dir inside) to their owners.
     """
-    from gpugate.fsutil import tighten
 
     def fix(path: str, mode: int) -> None:
         try:  # O_NONBLOCK: a FIFO someone left here must not hang the hook
@@ -297,7 +304,6 @@ def remove_job_state(state_dir: str, job_id: str) -> None:
     For the epilog's cleanup: the evidence bundle keeps what matters. Never raises for a
     missing or already removed state.
     """
-    from gpugate.fstree import remove_tree
 
     try:
         path = job_dir(state_dir, job_id)

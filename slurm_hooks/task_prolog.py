@@ -9,6 +9,14 @@ from __future__ import annotations
 
 import os
 
+from gpugate.slurm_hooks.state import StateError, ensure_dir, load_baseline, load_task_file
+
+from gpugate.checkpoints.discover import latest_complete
+from gpugate.fstree import remove_tree
+from gpugate.log import say
+from gpugate.names import is_job_id
+from gpugate.text import printable
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,7 +29,6 @@ def nccl_job_dir(config: Config, job_id: str | None) -> str | None:
     base = config.task_prolog.nccl_debug_dir
     if not base or not job_id:
         return None
-    from gpugate.names import is_job_id
 
     return os.path.join(base, job_id) if is_job_id(job_id) else None
 
@@ -62,8 +69,6 @@ def resume_exports(
     """
     ckpt_dir = environ.get("GPUGATE_CKPT_DIR")
     if not ckpt_dir and job_id:
-        from gpugate.slurm_hooks.state import StateError, load_baseline, load_task_file
-
         try:
             # The baseline: jobs whose prolog ran under a release without task files.
             state = config.state_dir
@@ -75,7 +80,6 @@ def resume_exports(
             ckpt_dir = None
     if not ckpt_dir:
         return []
-    from gpugate.checkpoints.discover import latest_complete
 
     out = [("GPUGATE_CKPT_DIR", ckpt_dir)]
     try:
@@ -105,8 +109,6 @@ def render(pairs: list[tuple[str, str]], note: Callable[[str], None] | None = No
     for name, value in pairs:
         problem = _export_problem(name, value)
         if problem:
-            from gpugate.text import printable
-
             note(f"task-prolog: not exporting {printable(name)}={printable(value)}: {problem}")
         else:
             lines.append(f"export {name}={value}\n")
@@ -177,7 +179,6 @@ def remove_nccl_dir(config: Config, job_id: str | None) -> bool:
         why = "left under a hidden name (too deep, or no symlink-safe removal here)"
     except (OSError, RuntimeError) as exc:  # StateError: an unsafe base is not touched
         why = str(exc)
-    from gpugate.log import say
 
     say(f"job {job_id}: NCCL directory {job_dir} not removed: {why}")
     return False
@@ -185,8 +186,6 @@ def remove_nccl_dir(config: Config, job_id: str | None) -> bool:
 
 def _safe_nccl_base(job_dir: str, create: bool) -> str:
     import stat
-
-    from gpugate.slurm_hooks.state import StateError, ensure_dir
 
     base = os.path.dirname(job_dir)
     if create:
@@ -213,8 +212,6 @@ def _discard(base: str, job_dir: str) -> bool:
     if not os.path.lexists(job_dir):
         return True
     import time
-
-    from gpugate.fstree import remove_tree
 
     gone = os.path.join(base, f".gone-{os.path.basename(job_dir)}-{os.getpid()}-{time.time_ns()}")
     os.rename(job_dir, gone)

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from factories import default_config, make_facts
+from factories import default_config, make_facts, patch_everywhere
 from gpugate.checks import findings as F
 from gpugate.slurm_hooks.policy import decide
 
@@ -112,7 +112,7 @@ def fake_slurm(monkeypatch, runner) -> None:
     from gpugate.slurm_hooks.slurm import choose as slurm
     from gpugate.slurm_hooks.slurm.cli import CliBackend
 
-    monkeypatch.setattr(slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
+    patch_everywhere(monkeypatch, slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import os
 import subprocess
 
 import pytest
-from factories import make_facts
+from factories import make_facts, patch_everywhere
 from fakes import FakeSlurm
 
 from gpugate.cli import main
@@ -214,7 +214,9 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     monkeypatch.setattr(
         "gpugate.slurm_hooks.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
     )
-    monkeypatch.setattr("gpugate.slurm_hooks.epilog.run_epilog", lambda config, env: result)
+    patch_everywhere(
+        monkeypatch, "gpugate.slurm_hooks.epilog", "run_epilog", lambda config, env: result
+    )
 
     def boom(*args, **kwargs):
         raise TypeError("hostile history")

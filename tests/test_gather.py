@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from factories import patch_everywhere
 from gpugate.checks import sources
 from gpugate.config import load_config
 
@@ -22,7 +23,9 @@ def live(monkeypatch):
         return {"node": node, "collected_at": "2026-11-29T10:00:00Z", "source_errors": {}}
 
     monkeypatch.setattr(sources, "gather_dict", fake)
-    monkeypatch.setattr("gpugate.checks.sources.kernel_log.boot_id", lambda config: "boot-a")
+    patch_everywhere(
+        monkeypatch, "gpugate.checks.sources.kernel_log", "boot_id", lambda config: "boot-a"
+    )
     return calls
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from factories import default_config, make_facts
+from factories import default_config, make_facts, patch_everywhere
 from fakes import NODE, FakeSlurm, drained
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
@@ -155,7 +155,9 @@ def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path, monkeypa
     from gpugate.slurm_hooks.state import load_kernel_pos, save_kernel_pos
 
     config = default_config().replace(state_dir=str(tmp_path))
-    monkeypatch.setattr("gpugate.checks.sources.kernel_log.boot_id", lambda config: "boot-a")
+    patch_everywhere(
+        monkeypatch, "gpugate.checks.sources.kernel_log", "boot_id", lambda config: "boot-a"
+    )
     save_kernel_pos(str(tmp_path), "boot-a", 1234)
     assert since_seq(config, load_kernel_pos(config.state_dir)) == 1234
     save_kernel_pos(str(tmp_path), "boot-b", 99)  # an earlier boot: read everything

@@ -6,7 +6,7 @@ import os
 import zipfile
 
 import pytest
-from factories import default_config
+from factories import default_config, patch_everywhere
 from fakes import FakeSlurm
 from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
 
@@ -206,8 +206,8 @@ def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
 
     detached = []
     monkeypatch.setattr(os, "fork", no_fork)
-    monkeypatch.setattr(
-        child, "detach", lambda task, kwargs, timeout: detached.append((task, kwargs))
+    patch_everywhere(
+        monkeypatch, child, "detach", lambda task, kwargs, timeout: detached.append((task, kwargs))
     )
     requeue.start_when_pending(config, "42", wait_s=5)
     assert detached == [("gpugate.slurm_hooks.requeue:start_now_when_pending",
@@ -219,7 +219,6 @@ def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
     import types
 
     from gpugate.slurm_hooks import requeue
-    from gpugate.slurm_hooks.slurm import choose as slurm_mod
 
     states = iter(["COMPLETING", "PENDING"])
     started = []
@@ -227,7 +226,7 @@ def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
         job=lambda job_id: types.SimpleNamespace(state=next(states)),
         cli=types.SimpleNamespace(start_now=started.append),
     )
-    monkeypatch.setattr(slurm_mod, "backend", lambda kind, timeout: fake)
+    monkeypatch.setattr(requeue, "slurm_backend", lambda kind, timeout: fake)
     monkeypatch.setattr(requeue.time, "sleep", lambda s: None)
     assert requeue.start_now_when_pending("7", "cli", 5.0, wait_s=30) is True
     assert started == ["7"]
@@ -387,7 +386,7 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     job_id = text.split()[0].split("=")[1]
     runner = Runner({("scontrol", "-o", "show", "job", job_id): text,
                      ("scontrol", "-o", "show", "node", "n1"): NODE_N1})  # fmt: skip
-    monkeypatch.setattr(S, "backend", lambda *a, **k: CliBackend(runner=runner))
+    patch_everywhere(monkeypatch, S, "backend", lambda *a, **k: CliBackend(runner=runner))
     begun = []
     monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, j: begun.append(j))
     nodes = "n1" if "refused" in recorded else "n2"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from factories import make_facts
+from factories import make_facts, patch_everywhere
 
 from gpugate.cli import main
 from gpugate.yamlio import dump_yaml
@@ -60,7 +60,8 @@ def test_a_crash_in_any_hook_lets_the_job_run(hook, hook_env, monkeypatch, capsy
     def boom(*args, **kwargs):
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr(BODIES[hook], boom)
+    owner, _, name = BODIES[hook].rpartition(".")
+    patch_everywhere(monkeypatch, owner, name, boom)
     assert main([hook, "--config", str(site)]) == 0
     captured = capsys.readouterr()
     if hook == "task-prolog":

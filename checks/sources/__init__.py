@@ -14,7 +14,10 @@ import os
 import threading
 import time
 
-from gpugate.checks.facts import Facts, facts_from_dict
+from gpugate.checks.facts import Facts, facts_from_dict, load_snapshot
+from gpugate.checks.sources.kernel_log import boot_id
+
+from gpugate.clock import utc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,7 +66,6 @@ def gather_dict(
 
     `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
     """
-    from gpugate.clock import utc
 
     started = time.monotonic()
     names = [n for n in SOURCES if only is None or n in only]
@@ -118,7 +120,6 @@ def gather(
     sources run under `deadline_s`, and the kernel log is read from `position`, the (boot id,
     sequence number) an earlier run reached, when that was this boot (see since_seq).
     """
-    from gpugate.checks.facts import load_snapshot
 
     replay = snapshot or replay_path(config, node)
     if replay:
@@ -138,7 +139,6 @@ def since_seq(config: Config, position: tuple[str | None, int | None] | None) ->
     boot, seq = position or (None, None)
     if boot is None or seq is None:
         return None
-    from gpugate.checks.sources.kernel_log import boot_id
 
     return seq if boot == boot_id(config) else None
 

@@ -18,6 +18,8 @@ import time
 from gpugate.checks.sources import proc_path
 from gpugate.checks.sources.host import read_text
 
+from gpugate import child
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,7 +129,6 @@ def run_probes(
 
     `probe` names the child's task for a probe file's path (tests replace it).
     """
-    from gpugate import child
 
     deadline = time.monotonic() + limit_s
     started: list[tuple[int, child.Child]] = []
@@ -151,7 +152,6 @@ def _probe_path(directory: str) -> str:
 
 
 def _result(c: Child, limit_s: float) -> tuple[float | None, str | None]:
-    from gpugate import child
 
     if c.failure == "timed out":
         return None, f"probe timed out after {limit_s:g} s"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import threading
 
+from gpugate.runner import MISSING, TIMEOUT, run
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Peers
@@ -45,7 +47,6 @@ def ping_argv(host: str, cfg: Peers, deadline_s: float) -> list[str]:
 
 def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict:
     """Ping one peer; a snapshot `peers` entry."""
-    from gpugate.runner import MISSING, TIMEOUT, run
 
     res = run(ping_argv(host, cfg, deadline_s), timeout=deadline_s + 1)
     entry: dict = {"node": host}

@@ -15,8 +15,17 @@ import os
 import re
 import time
 
+from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
+from gpugate.checks.xid import lookup
+from gpugate.diagnosis.categories import is_hardware
+from gpugate.slurm_hooks.slurm import control as S
+from gpugate.slurm_hooks.slurm import parse_json as P
+from gpugate.slurm_hooks.slurm.cli import DEFAULT_TIMEOUT, CliBackend
+from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
+from gpugate.store.evidence import read_summary
+from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +63,6 @@ class NodesUnavailable(RuntimeError):
 
 def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
     """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
-    from gpugate.slurm_hooks.slurm.cli import DEFAULT_TIMEOUT, CliBackend
 
     timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
     return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
@@ -69,7 +77,6 @@ def parse_node_groups(text: str) -> list[Group]:
     """The adapter's parse_nodes_json(), keeping each aggregated 23.02+ `sinfo` record as one
     NodeInfo with its list of names: one record per node is most of the cost of a listing on
     a large cluster, and those names share state and reason by definition."""
-    from gpugate.slurm_hooks.slurm import parse_json as P
 
     doc = json.loads(text)
     if not isinstance(doc.get("sinfo"), list):
@@ -96,8 +103,6 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
         except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
             # Valid JSON of another shape (`[]`, a record without its fields): say so, once.
             raise ValueError(f"not `sinfo --json` output ({type(exc).__name__}: {exc})") from None
-    from gpugate.slurm_hooks.slurm import control as S
-    from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
 
     slurm = slurm or cli_backend()
     try:
@@ -125,8 +130,6 @@ def suggest_action(
     rma_after: int = 3,
 ) -> str:
     """What to do about a node gpugate drained: from the check, the Xid catalog, the count."""
-    from gpugate.checks import registry
-    from gpugate.diagnosis.categories import is_hardware
 
     # A drain without a check id is the epilog's: its bundle's category says what it was.
     hardware = registry.is_hardware(check) if check is not None else is_hardware(category)
@@ -136,8 +139,6 @@ def suggest_action(
         m = _XID.search(reason)
         xid = int(m.group(1)) if m else None
     if xid is not None and check in (None, "kernel.xid"):
-        from gpugate.checks.xid import lookup
-
         return REBOOT if lookup(xid).action == "reboot" else RESET
     if _REBOOT_TEXT.search(reason):
         return REBOOT
@@ -164,7 +165,6 @@ def _bundle_facts(bundle: str | None) -> dict:
     """
     if not bundle or type(bundle) is not str:
         return {}
-    from gpugate.store.evidence import read_summary
 
     try:
         summary = read_summary(bundle)
@@ -335,7 +335,6 @@ def _cell(value: object) -> str:
     text = "" if value is None else str(value)
     if text.isascii() and text.isprintable():
         return text
-    from gpugate.text import printable
 
     # Controls and bidi overrides shown as `\x1b`, `\u202e`: the admin sees what was there.
     text = printable(text)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from html import escape
 
+from gpugate.admin.nodes import RMA, URGENCY
+from gpugate.fsutil import atomic_write
 from gpugate.store import history
+from gpugate.text import printable
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
 
@@ -41,7 +44,6 @@ def esc(value: object) -> str:
     """Any value as HTML text: None as a dash, everything else escaped (quotes too)."""
     if value is None or value == "":
         return "-"
-    from gpugate.text import printable
 
     # html.escape leaves controls and bidi overrides (U+202E shows a reason reversed) alone.
     return escape(printable(value), quote=True)
@@ -88,7 +90,6 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
 
 
 def _action(row: dict) -> str:
-    from gpugate.admin.nodes import URGENCY
 
     return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
@@ -166,7 +167,6 @@ def render_html(
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
     events = timeline(drains, resumes, since)
-    from gpugate.admin.nodes import RMA
 
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),
@@ -205,6 +205,5 @@ def render_html(
 
 def write_report(path: str, page: str) -> None:
     """Write the page atomically (a browser or a web server never reads half of it)."""
-    from gpugate.fsutil import atomic_write
 
     atomic_write(path, page, mode=0o644)

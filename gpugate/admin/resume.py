@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import time
 
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather, replay_path
+from gpugate.clock import parse_utc
+from gpugate.node import node_name
 from gpugate.record import Record
+from gpugate.slurm_hooks.policy import decide
+from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
+from gpugate.slurm_hooks.state import load_kernel_pos
+from gpugate.store.history import history_dir, record_resume
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,9 +49,6 @@ class Request(Record):
 
 def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts | None, str]:
     """The node's facts, and where they came from (or None and why not)."""
-    from gpugate.checks.sources import gather, replay_path
-    from gpugate.node import node_name
-    from gpugate.slurm_hooks.state import load_kernel_pos
 
     replay = facts_file or replay_path(config, node)
     if not replay and node != node_name():
@@ -64,7 +69,6 @@ def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts
 
 
 def _age(collected_at: str | None) -> float | None:
-    from gpugate.clock import parse_utc
 
     when = parse_utc(collected_at)
     return None if when is None else time.time() - when
@@ -74,9 +78,6 @@ def check_then_resume(
     config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
 ) -> Attempt:
     """Run the checklist for a drained node and resume it if allowed; every attempt audited."""
-    from gpugate.checks.run import run_checks
-    from gpugate.slurm_hooks.policy import decide
-    from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
 
     node = request.node
     if not info.gpugate_owned and not request.force:
@@ -113,7 +114,5 @@ def _refused(
 
 
 def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool) -> None:
-    from gpugate.store.history import history_dir, record_resume
-
     record_resume(history_dir(config), request.node, why=request.why, result=result,
                   forced=request.force, reason=reason, resumed=resumed)  # fmt: skip

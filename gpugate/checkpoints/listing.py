@@ -12,7 +12,7 @@ import os
 import re
 
 from gpugate.record import Record
-from gpugate.userfiles import UserFileError, open_regular
+from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -147,7 +147,6 @@ def read_tag(directory: str, name: str) -> tuple[str | None, str | None]:
 
 def read_capped(fd: int, limit: int) -> bytes:
     """Up to `limit` + 1 bytes from `fd` (one more than allowed tells "too large")."""
-    from gpugate.userfiles import read_fd
 
     return read_fd(fd, limit + 1)
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from gpugate import log, names
+from gpugate.config import load_config
+from gpugate.slurm_hooks.guard import run_hook
+from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.slurm.control import JobNotFound, NodeNotFound, SlurmError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
@@ -50,7 +56,6 @@ def hook_args(hook: str, argv: list[str]) -> Namespace:
 def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) -> int:
     """Parse a hook's arguments and run `body` under the hook guard; the exit code for Slurm."""
     args = hook_args(hook, argv)
-    from gpugate.slurm_hooks.guard import run_hook
 
     code = run_hook(hook, args.config, body)
     # Only the prolog may fail: Slurm drains a node whose epilog fails ("Epilog error").
@@ -59,7 +64,6 @@ def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) 
 
 def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:
     """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
-    from gpugate import log
 
     for step in steps:
         try:
@@ -81,11 +85,7 @@ def ask_slurm_for(
 ) -> tuple[Config, SlurmControl, object] | int:
     """(config, the Slurm backend, Slurm's record of the node or job `ident`), or the exit code
     after one line: 2 when `ident` is not one node name / job id, 1 when Slurm cannot say."""
-    from gpugate import names
     from gpugate.cli import EXIT_USAGE
-    from gpugate.config import load_config
-    from gpugate.slurm_hooks.slurm.choose import backend
-    from gpugate.slurm_hooks.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
     try:
         (names.node_name if kind == "node" else names.job_id)(ident)

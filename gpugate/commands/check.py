@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 import time
 
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.config import load_config
+from gpugate.node import node_name
+from gpugate.slurm_hooks.policy import decide, effective_status
+from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,11 +45,6 @@ def main(argv: list[str]) -> int:
     """Run `gpugate check`."""
     args = parser().parse_args(argv)
     started = time.perf_counter()
-    from gpugate.checks.run import run_checks
-    from gpugate.checks.sources import gather
-    from gpugate.config import load_config
-    from gpugate.node import node_name
-    from gpugate.slurm_hooks.policy import decide, effective_status
 
     config = load_config(args.config)
     facts = gather(config, node_name(), snapshot=args.facts)
@@ -62,7 +63,6 @@ def main(argv: list[str]) -> int:
             "source_errors": facts.source_errors or {},
             "duration_s": round(duration, 6),
         }
-        from gpugate.text import dumps
 
         sys.stdout.write(dumps(out, indent=2) + "\n")
     else:
@@ -72,7 +72,6 @@ def main(argv: list[str]) -> int:
 
 def render_table(node: str | None, decision: object, findings: list, duration: float) -> str:
     """One line per finding, problems first, under a one-line verdict."""
-    from gpugate.text import printable  # messages quote process names and kernel lines
 
     counts: dict[str, int] = {}
     for f in findings:

@@ -7,6 +7,8 @@ import time
 
 from gpugate.checkpoints.discover import SETTLE_S, CheckpointDirError, scan
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
+from gpugate.names import refuse
+from gpugate.names import show as quoted
 from gpugate.text import dumps, is_printable, printable
 
 TYPE_CHECKING = False
@@ -64,8 +66,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate checkpoint`."""
     args = parser().parse_args(argv)
-    from gpugate.names import refuse
-    from gpugate.names import show as quoted  # `show` is this module's `list` printer
 
     if not args.settle_s >= 0:  # also NaN, which compares false with everything
         return refuse("gpugate checkpoint", "--settle-s must be 0 or more", EXIT_USAGE)

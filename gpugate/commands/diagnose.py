@@ -6,6 +6,9 @@ import argparse
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE
+from gpugate.diagnosis.engine import diagnose
+from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE, claim_text
+from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,13 +56,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not args.logs and not args.kernel_log:
         p.error("give at least one LOG or --kernel-log FILE")
-    from gpugate.diagnosis.engine import diagnose
-    from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE
 
     own = JOB_FILE if args.job_output else LOG_FILE
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
     result = diagnose([*args.logs, *args.kernel_log], engine=args.engine, sources=sources)
-    from gpugate.text import dumps, printable
 
     failed = [f for f in result.files if f.error]
     for f in failed:
@@ -75,8 +75,6 @@ def main(argv: list[str]) -> int:
 
 def render(d: Diagnosis) -> str:
     """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
-    from gpugate.diagnosis.verdict import LOG_FILE, claim_text
-    from gpugate.text import printable  # evidence lines are logs, often the job's own output
 
     lines = [
         f"diagnosis: {d.category}",

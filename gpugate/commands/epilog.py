@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from gpugate import log
+from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.slurm_hooks.epilog import run_epilog
+from gpugate.slurm_hooks.hookenv import from_environ
+from gpugate.store import history, metrics
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -13,15 +17,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the epilog hook."""
-    from gpugate.commands import run_hook_command
 
     return run_hook_command("epilog", argv, _body)
 
 
 def _body(config: Config) -> int:
-    from gpugate.commands import each_on_its_own
-    from gpugate.slurm_hooks.epilog import run_epilog
-    from gpugate.slurm_hooks.hookenv import from_environ
 
     env = from_environ()
     r = run_epilog(config, env)
@@ -43,7 +43,6 @@ def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The drain history (after a drain the epilog set)."""
-    from gpugate.store import history
 
     if r.drained and r.reason:
         history.note_drain(config, env.node or "", r.reason, category=r.category, xid=r.xid,
@@ -52,7 +51,6 @@ def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The metrics textfile."""
-    from gpugate.store import history, metrics
 
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 from gpugate import log
+from gpugate.commands import run_hook_command
+from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
+from gpugate.slurm_hooks.requeue import JobEnd
+from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,16 +20,12 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the controller epilog."""
-    from gpugate.commands import run_hook_command
 
     return run_hook_command("epilog-slurmctld", argv, _body)
 
 
 def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
     """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
-    from gpugate.slurm_hooks.hookenv import from_environ
-    from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
     env = from_environ(environ)
     return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
@@ -36,7 +37,6 @@ def run_requeue(
     config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
 ) -> tuple:
     """Gather the evidence, decide, act; returns (decision, steps done)."""
-    from gpugate.slurm_hooks.hookenv import comment_tokens
     from gpugate.slurm_hooks.requeue import (
         apply,
         decide_requeue,
@@ -58,7 +58,6 @@ def run_requeue(
 
 
 def _body(config: Config) -> int:
-    from gpugate.slurm_hooks.slurm.choose import backend
 
     job = job_from_env()
     if not job.job_id:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
+from gpugate import names
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.config import load_config
+from gpugate.store import history
+from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
+from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,8 +49,6 @@ def parser() -> ArgumentParser:
 def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[str], list[str]]:
     """Bundle directories of one node (its index, or a scan without one, plus those the
     history names), and notes on how they were found."""
-    from gpugate.store import history
-    from gpugate.store.evidence import node_bundle_paths
 
     found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
     named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
@@ -55,14 +58,12 @@ def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[st
 
 def job_bundles(config: Config, job: str) -> list[str]:
     """Bundle directories of one job (every node and run)."""
-    from gpugate.store.evidence import list_bundles
 
     return list_bundles(config.evidence_dir, job)
 
 
 def describe(bundle: str) -> dict:
     """A bundle's summary fields, its path and the raw files in it."""
-    from gpugate.store.evidence import read_summary
 
     summary = read_summary(bundle) or {}
     out = {k: summary.get(k) for k in FIELDS}
@@ -110,7 +111,6 @@ def render(target: str, items: list[dict]) -> str:
 def _line(value: object) -> object:
     # Summaries quote logs and name users' files: escape sequences, bidi overrides and
     # newlines are shown escaped (`\x1b`), never sent to the admin's terminal.
-    from gpugate.text import printable
 
     if isinstance(value, (list, tuple)):
         return [_line(v) for v in value]
@@ -123,8 +123,6 @@ def _line(value: object) -> object:
 def main(argv: list[str]) -> int:
     """Run `gpugate evidence`."""
     args = parser().parse_args(argv)
-    from gpugate import names
-    from gpugate.config import load_config
 
     target = args.target
     # Digits (and '_') without --node mean a job id: `1_2_3` is a bad one, not a node name.
@@ -152,7 +150,6 @@ def main(argv: list[str]) -> int:
     items = newest_first([describe(b) for b in bundles])
     if args.json:
         out = {"target": target, "kind": what, "bundles": items}
-        from gpugate.text import dumps
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:

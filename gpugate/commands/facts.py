@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from gpugate.checks.sources import gather_dict
 from gpugate.cli import make_parser
+from gpugate.config import load_config
+from gpugate.fsutil import atomic_write
+from gpugate.node import node_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,10 +36,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate facts`."""
     args = parser().parse_args(argv)
-    from gpugate.checks.sources import gather_dict
-    from gpugate.config import load_config
-    from gpugate.fsutil import atomic_write
-    from gpugate.node import node_name
     from gpugate.yamlio import dump_yaml
 
     config = load_config(args.config)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+from gpugate.admin import nodes as admin
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
+from gpugate.config import load_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,8 +49,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: Namespace) -> int:
-    from gpugate.admin import nodes as admin
-    from gpugate.config import load_config
 
     config = load_config(args.config)
     try:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from gpugate import log
+from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.slurm_hooks.hookenv import from_environ
+from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.store import history, metrics
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -13,14 +17,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the prolog hook."""
-    from gpugate.commands import run_hook_command
 
     return run_hook_command("prolog", argv, _body)
 
 
 def _body(config: Config) -> int:
-    from gpugate.slurm_hooks.hookenv import from_environ
-    from gpugate.slurm_hooks.prolog import run_prolog
 
     env = from_environ()
     result = run_prolog(config, env)
@@ -33,7 +34,6 @@ def _body(config: Config) -> int:
 
 def bookkeeping(config: Config, env: HookEnv, result: PrologResult) -> None:
     """slurmd's log line, the drain history, the metrics, the event: each on its own."""
-    from gpugate.commands import each_on_its_own
 
     steps = (say_verdict, note_history, note_metrics, note_event)
     each_on_its_own("prolog", steps, "decision", config, env, result)
@@ -51,7 +51,6 @@ def say_verdict(config: Config, env: HookEnv, result: PrologResult) -> None:
 
 def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The drain history (after a drain gpugate set)."""
-    from gpugate.store import history
 
     if result.drained and result.reason:
         history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
@@ -59,7 +58,6 @@ def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The metrics textfile."""
-    from gpugate.store import history, metrics
 
     metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
                      drained_check=history.reason_check(result.reason) if result.drained else None,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from gpugate.admin import nodes as admin
+from gpugate.admin import report
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
+from gpugate.config import load_config
+from gpugate.store import history
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,10 +34,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate report`."""
     args = parser().parse_args(argv)
-    from gpugate.admin import nodes as admin
-    from gpugate.admin import report
-    from gpugate.config import load_config
-    from gpugate.store import history
 
     config = load_config(args.config)
     window = config.admin.history_window_days if args.window_days is None else args.window_days

@@ -6,6 +6,9 @@ import json
 import sys
 
 from gpugate.cli import make_parser
+from gpugate.commands import ask_slurm_for
+from gpugate.commands.epilog_slurmctld import run_requeue
+from gpugate.slurm_hooks.requeue import JobEnd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,9 +34,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate requeue`."""
     args = parser().parse_args(argv)
-    from gpugate.commands import ask_slurm_for
-    from gpugate.commands.epilog_slurmctld import run_requeue
-    from gpugate.slurm_hooks.requeue import JobEnd
 
     found = ask_slurm_for("gpugate requeue", "job", args.job_id, args.config)
     if isinstance(found, int):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.commands import ask_slurm_for
+from gpugate.names import refuse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +43,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate resume`."""
     args = parser().parse_args(argv)
-    from gpugate.commands import ask_slurm_for
 
     found = ask_slurm_for("gpugate resume", "node", args.node, args.config)
     if isinstance(found, int):
@@ -49,8 +51,6 @@ def main(argv: list[str]) -> int:
     if not info.drained:
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
-    from gpugate.admin.resume import Request, check_then_resume
-    from gpugate.names import refuse
 
     request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts)
     attempt = check_then_resume(config, slurm, info, request)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import sys
 
+from gpugate import log
+from gpugate.commands import hook_args
+from gpugate.config import load_config
+from gpugate.slurm_hooks.task_prolog import exports, render
+
 
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
-    from gpugate.commands import hook_args
 
     args = hook_args("task-prolog", argv)
-    from gpugate import log
-    from gpugate.config import load_config
-    from gpugate.slurm_hooks.task_prolog import exports, render
 
     try:
         config = load_config(args.config)

@@ -13,6 +13,12 @@ from __future__ import annotations
 import os
 import re
 
+from gpugate import log
+from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
+from gpugate.fsutil import FileLock, atomic_write
+from gpugate.jsonl import append, dumps, read_tail
+from gpugate.jsonl import parse as parse_lines
+
 NAME = "app_xids.jsonl"
 MAX_ENTRIES = 2000  # lines kept; per job at most PER_JOB_MAX
 PER_JOB_MAX = 16  # one line per (GPU, Xid) is all the rule needs
@@ -33,7 +39,6 @@ def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
     job's GPUs (the line names the process, `pid=..., name=...`) is the job's.
     """
-    from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
 
     if not env.job_id or not _JOB.match(env.job_id):
         return []
@@ -71,7 +76,6 @@ def valid(entry: object) -> bool:
 
 def parse(text: str, since: float) -> tuple[list[dict], int]:
     """(valid entries newer than `since`, number of bad lines skipped)."""
-    from gpugate.jsonl import parse as parse_lines
 
     return _select(parse_lines(text.encode(), MAX_LINE), since)
 
@@ -84,8 +88,6 @@ def _select(values: list[object], since: float) -> tuple[list[dict], int]:
 
 def _read(path: str, since: float) -> tuple[list[dict], int]:
     """parse() of the file's newest part (OSError as jsonl.read_tail raises it)."""
-    from gpugate.jsonl import parse as parse_lines
-    from gpugate.jsonl import read_tail
 
     data, _size = read_tail(path, MAX_ENTRIES * MAX_LINE * 2)
     return _select(parse_lines(data, MAX_LINE), since)
@@ -93,7 +95,6 @@ def _read(path: str, since: float) -> tuple[list[dict], int]:
 
 def load(config: Config, now: float) -> list[dict]:
     """The entries within `checks.kernel.app_xid_window_h` of `now`; [] when there is no file."""
-    from gpugate import log
 
     path = os.path.join(config.state_dir, NAME)
     try:
@@ -110,9 +111,6 @@ def load(config: Config, now: float) -> list[dict]:
 
 def record(config: Config, entries: list[dict], now: float) -> bool:
     """Append this job's entries (root only), then keep the file to the window; True if written."""
-    from gpugate import log
-    from gpugate.fsutil import FileLock
-    from gpugate.jsonl import append
 
     if not entries:
         return True
@@ -132,8 +130,6 @@ def record(config: Config, entries: list[dict], now: float) -> bool:
 
 def _prune(path: str, config: Config, now: float) -> None:
     """Rewrite the file with its valid entries within the window (the caller holds the lock)."""
-    from gpugate.fsutil import atomic_write
-    from gpugate.jsonl import dumps
 
     entries, _ = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
     atomic_write(path, dumps(entries), mode=0o600)

@@ -21,7 +21,11 @@ import os
 import re
 import time
 
-from gpugate.fsutil import atomic_write
+from gpugate import jsonl
+from gpugate.fstree import remove_tree, tree_bytes
+from gpugate.fsutil import FileLock, atomic_write, fresh_dir
+from gpugate.jsonl import NOT_JSON, append, dumps
+from gpugate.log import say
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -114,7 +118,6 @@ def write_bundle(
     _private_dir(job_dir, gid)
     name = bundle_name(node, restart)
     final = os.path.join(job_dir, name)
-    from gpugate.fsutil import fresh_dir
 
     tmp = fresh_dir(job_dir, f".{name}.")
     older = None
@@ -160,8 +163,6 @@ def _index_and_prune(
 ) -> None:
     # The bundle is written: nothing here may turn that into a failure (the epilog's drain
     # reason names it). Index and retention problems are said and left for the next run.
-    from gpugate.fstree import tree_bytes
-    from gpugate.log import say
 
     try:
         with _node_lock(retention.lock_dir if retention else None) as lock:
@@ -203,7 +204,6 @@ def index_path(evidence_dir: str, node: str) -> str:
 
 def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> None:
     """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
-    from gpugate.jsonl import append
 
     path = index_path(evidence_dir, node)
     _private_dir(os.path.dirname(path), gid)
@@ -220,7 +220,6 @@ class IndexRead(Record):
 
 def read_index(evidence_dir: str, node: str) -> IndexRead | None:
     """The node's index, validated (bad lines are skipped with a warning); None if it has none."""
-    from gpugate import jsonl
 
     path = index_path(evidence_dir, node)
     try:
@@ -249,7 +248,6 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
 
 def _entry_problem(entry: object, node: str) -> dict | str:
     # The entry when the line is a well-formed entry of this node, else what is wrong with it.
-    from gpugate.jsonl import NOT_JSON
 
     if entry is NOT_JSON:
         return "not JSON (torn or foreign line)"
@@ -315,7 +313,6 @@ def node_bundle_paths(
 
 def _node_lock(lock_dir: str | None) -> FileLock:
     """The lock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
-    from gpugate.fsutil import FileLock
 
     if lock_dir:
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
@@ -370,7 +367,6 @@ def prune(
     if removed or read.lines != len(kept):
         # Compact: gone bundles, superseded and bad lines out (atomic: readers see old or new).
         path = index_path(evidence_dir, node)
-        from gpugate.jsonl import dumps
 
         atomic_write(path, dumps(kept), mode=0o640)
         if gid >= 0:
@@ -393,7 +389,6 @@ def _drop_oldest(
 
 
 def _remove_bundle(evidence_dir: str, rel: str) -> bool:
-    from gpugate.fstree import remove_tree
 
     full = os.path.join(evidence_dir, rel)
     if not remove_tree(full):

@@ -24,6 +24,18 @@ from __future__ import annotations
 import os
 import time
 
+from gpugate import jsonl, log
+from gpugate.clock import utc
+from gpugate.fsutil import (
+    PRIVATE_FILE,
+    STATE_DIR_MODE,
+    FileLock,
+    atomic_write,
+    dir_group,
+    private_dir,
+)
+from gpugate.jsonl import append, dumps
+
 # Drain reasons are built and read back in one place (re-exported for the history's readers).
 from gpugate.slurm_hooks.reasons import reason_bundle, reason_check  # noqa: F401
 
@@ -59,14 +71,12 @@ def history_dir(config: Config) -> str:
 
 def iso(when: float | None) -> str:
     """Epoch seconds as `2026-11-29T10:00:00Z` (empty for None)."""
-    from gpugate.clock import utc
 
     return "" if when is None else utc(when)
 
 
 def _lock(directory: str) -> FileLock:
     """The exclusive lock on the directory's lock file, for one read-modify-write."""
-    from gpugate.fsutil import STATE_DIR_MODE, FileLock, private_dir
 
     if not os.path.isdir(directory):
         private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
@@ -76,7 +86,6 @@ def _lock(directory: str) -> FileLock:
 def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
     """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
     warning for the whole file (never an exception: the file may be hostile or torn)."""
-    from gpugate import jsonl, log
 
     try:
         kept, skipped, size = jsonl.load(path, valid or valid_drain, READ_MAX, LINE_MAX)
@@ -165,8 +174,6 @@ def record_drain(
         "job": job,
         "hook": hook,
     }
-    from gpugate.fsutil import PRIVATE_FILE, atomic_write, dir_group
-    from gpugate.jsonl import dumps
 
     path = os.path.join(state_dir, DRAINS)
     with _lock(state_dir):
@@ -217,7 +224,6 @@ def record_resume(
         "resumed": bool(resumed),
         "reason": reason,  # the drain reason the node had before
     }
-    from gpugate.jsonl import append
 
     with _lock(state_dir):
         append(os.path.join(state_dir, AUDIT), [entry], sync=True)
@@ -282,7 +288,6 @@ def by_node(entries: Iterable[dict]) -> dict[str, list[dict]]:
 
 def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
-    from gpugate import log
 
     adm = config.admin
     try:

@@ -24,7 +24,7 @@ import os
 import re
 import time
 
-from gpugate.fsutil import atomic_write
+from gpugate.fsutil import FileLock, atomic_write
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -196,7 +196,6 @@ def update_metrics(
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
     """
-    from gpugate.fsutil import FileLock
 
     directory = os.path.dirname(path) or "."
     lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")

@@ -15,6 +15,7 @@ from gpugate.slurm_hooks.slurm.control import (
     SlurmControl,
     SlurmError,
 )
+from gpugate.slurm_hooks.slurm.pyslurm import PyslurmBackend
 
 from gpugate.record import Record
 
@@ -92,8 +93,6 @@ def backend(
     cli = CliBackend(timeout=timeout, runner=runner)
     chosen: SlurmControl = cli
     if choice.kind == "pyslurm":
-        from gpugate.slurm_hooks.slurm.pyslurm import PyslurmBackend
-
         chosen = PyslurmBackend(cli=cli)
     chosen.why = choice.why
     return chosen
