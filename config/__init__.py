@@ -11,7 +11,6 @@ import os
 
 from gpugate.checks.registry import registered
 from gpugate.config import schema
-
 from gpugate.record import Record
 
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"

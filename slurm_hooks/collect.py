@@ -5,19 +5,18 @@ from __future__ import annotations
 import json
 import os
 
-from gpugate.checks.kerneltime import line_utc
-from gpugate.slurm_hooks.deltas import describe
-from gpugate.slurm_hooks.drain import drain_detail, drain_node
-from gpugate.slurm_hooks.reasons import evidence_detail
-from gpugate.slurm_hooks.slurm.choose import backend
-from gpugate.slurm_hooks.task_prolog import nccl_job_dir
-
 from gpugate import log
+from gpugate.checks.kerneltime import line_utc
 from gpugate.clock import utc
 from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
+from gpugate.slurm_hooks.deltas import describe
+from gpugate.slurm_hooks.drain import drain_detail, drain_node
+from gpugate.slurm_hooks.reasons import evidence_detail
+from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.task_prolog import nccl_job_dir
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd

@@ -11,12 +11,11 @@ from __future__ import annotations
 import sys
 import time
 
+from gpugate import log
+from gpugate.record import Record
 from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.reasons import budget_comment, drain_reason
 from gpugate.slurm_hooks.slurm.control import NotOurDrain
-
-from gpugate import log
-from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

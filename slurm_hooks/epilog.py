@@ -14,13 +14,12 @@ import time
 from gpugate.checks.registry import hardware_checks
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.record import Record
 from gpugate.slurm_hooks import collect
 from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.slurm_hooks.policy import DRAIN, decide
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
-
-from gpugate.record import Record
 from gpugate.store import app_xids as xid_history
 
 TYPE_CHECKING = False

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 
-from gpugate.config import load_config
-
 from gpugate import log
+from gpugate.config import load_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-
 from gpugate.record import Record
 
 TYPE_CHECKING = False

@@ -15,6 +15,7 @@ from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.record import Record
 from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
@@ -31,8 +32,6 @@ from gpugate.slurm_hooks.state import (
     write_private,
 )
 from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
-
-from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

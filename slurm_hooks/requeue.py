@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 
+from gpugate.child import detach
+from gpugate.diagnosis.categories import is_infrastructure
+from gpugate.record import Record
 from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.reasons import refused_nodes
 from gpugate.slurm_hooks.slurm.choose import backend as slurm_backend
 from gpugate.slurm_hooks.slurm.records import PROLOG_FAILED_SIGNAL
-
-from gpugate.child import detach
-from gpugate.diagnosis.categories import is_infrastructure
-from gpugate.record import Record
 from gpugate.store.evidence import bundle_name, read_summary, suspect_node
 from gpugate.userfiles import as_user
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 
-from gpugate.slurm_hooks.state import StateError, ensure_dir, load_baseline, load_task_file
-
 from gpugate.checkpoints.discover import latest_complete
 from gpugate.fstree import remove_tree
 from gpugate.log import say
 from gpugate.names import is_job_id
+from gpugate.slurm_hooks.state import StateError, ensure_dir, load_baseline, load_task_file
 from gpugate.text import printable
 
 TYPE_CHECKING = False

@@ -10,13 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.parse_json import parse_nodes_json
-from gpugate.slurm_hooks.slurm.records import NodeInfo
 from test_slurm_adapter import FIXTURES, FakeRunner, fixture
 
 from gpugate import cli
 from gpugate.admin import nodes as A
+from gpugate.slurm_hooks.slurm.cli import CliBackend
+from gpugate.slurm_hooks.slurm.parse_json import parse_nodes_json
+from gpugate.slurm_hooks.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.evidence import write_bundle
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from factories import default_config, make_facts
 from fakes import NODE, FakeSlurm
+from test_prolog import env, setup
+
 from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.prolog import run_prolog
 from gpugate.slurm_hooks.slurm.records import NodeInfo
-from test_prolog import env, setup
 
 NOW = 1_800_000_000.0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from factories import findings_of, make_facts, make_gpu, only, site, statuses
+
 from gpugate.checks.facts import Gpu, GpuProcess, RemappedRows
 
 GPU_CHECKS = [

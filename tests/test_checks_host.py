@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from factories import findings_of, make_facts, only, site, statuses
+
 from gpugate.checks.facts import Limits, Memory, Mount
 
 HOST_CHECKS = ["host.nofile", "host.memory", "host.mounts"]

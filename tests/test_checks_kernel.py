@@ -141,6 +141,7 @@ def test_one_jobs_app_xid_bursts_never_fail_however_many(tmp_path):
 
 def app_finding(facts, app_xids, config=None):
     from factories import default_config
+
     from gpugate.checks.run import run_checks
 
     found = run_checks(facts, config or default_config(), only=["kernel.xid"], app_xids=app_xids)

@@ -6,6 +6,7 @@ import os
 
 import pytest
 from factories import default_config, make_facts, make_gpu
+
 from gpugate.checks import registry as R
 from gpugate.checks.registry import describe
 from gpugate.checks.run import run_checks

@@ -7,10 +7,10 @@ import os
 
 import pytest
 from factories import default_config, make_facts, patch_everywhere
-from gpugate.checks import findings as F
-from gpugate.slurm_hooks.policy import decide
 
+from gpugate.checks import findings as F
 from gpugate.cli import main
+from gpugate.slurm_hooks.policy import decide
 from gpugate.yamlio import parse_yaml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")

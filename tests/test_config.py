@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpugate.config import ConfigError, load_config
 
 

@@ -202,11 +202,10 @@ def test_a_real_read_only_or_full_state_dir_changes_nothing(broken_node, kind):
 
 def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     """A history that raises after an epilog drain still leaves the event line."""
+    from gpugate.commands import epilog as cmd_epilog
     from gpugate.config import load_config
     from gpugate.slurm_hooks.epilog import EpilogResult
     from gpugate.slurm_hooks.hookenv import HookEnv
-
-    from gpugate.commands import epilog as cmd_epilog
 
     config = load_config("/dev/null").replace(state_dir=str(tmp_path))
     result = EpilogResult(abnormal=True, why="exit code 1", drained=True,

@@ -8,11 +8,11 @@ import stat
 
 from factories import default_config, make_facts
 from fakes import FakeSlurm
+
 from gpugate.slurm_hooks.epilog import abnormal_end, run_epilog
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
 from gpugate.slurm_hooks.slurm.records import JobInfo
-
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 from factories import site
-from gpugate.config import ConfigError
 
 from gpugate import fstree
+from gpugate.config import ConfigError
 from gpugate.store import evidence as E
 
 DAY = 86400.0

@@ -6,8 +6,8 @@ import os
 
 import pytest
 from factories import make_facts, make_gpu
-from gpugate.checks.facts import SnapshotError, facts_from_dict, load_snapshot
 
+from gpugate.checks.facts import SnapshotError, facts_from_dict, load_snapshot
 from gpugate.record import Record
 from gpugate.yamlio import dump_yaml, parse_yaml
 

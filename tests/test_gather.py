@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from factories import patch_everywhere
+
 from gpugate.checks import sources
 from gpugate.config import load_config
 

@@ -9,8 +9,8 @@ import os
 import time
 
 import pytest
-from gpugate.config import load_config
 
+from gpugate.config import load_config
 from gpugate.store import history as H
 
 DAY = 86400.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpugate.checks import kerneltime as K
 
 BOOT = 1_800_000_000.0

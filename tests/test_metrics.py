@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+
 from gpugate.checks.findings import Finding
 from gpugate.config import load_config
-
 from gpugate.store import metrics as M
 from gpugate.yamlio import parse_yaml
 

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 from factories import default_config, findings_of, make_facts, statuses
+
 from gpugate.checks.facts import PeerProbe
 from gpugate.checks.sources.peers import parse_ping, ping_argv, probe_peer
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from factories import make_facts
 from fakes import FakeSlurm
-from gpugate.slurm_hooks import state as S
 
 from gpugate import log
 from gpugate.cli import main
+from gpugate.slurm_hooks import state as S
 from gpugate.yamlio import dump_yaml
 
 NODE = "gpu-node-01"

@@ -8,9 +8,9 @@ import os
 import pytest
 from factories import default_config, make_facts, patch_everywhere
 from fakes import NODE, FakeSlurm, drained
+
 from gpugate.slurm_hooks.hookenv import HookEnv
 from gpugate.slurm_hooks.prolog import run_prolog
-
 from gpugate.yamlio import dump_yaml
 
 

@@ -47,6 +47,10 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 from factories import make_facts, make_gpu, make_ib
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpugate.checkpoints.discover import CheckpointDirError, find_checkpoints, latest_complete
 from gpugate.checks import findings as F
 from gpugate.checks.facts import Facts, SnapshotError, facts_from_dict
 from gpugate.checks.run import run_checks
@@ -64,6 +68,10 @@ from gpugate.checks.sources.peers import parse_ping
 from gpugate.checks.xid import needs_drain, normalize_pci, parse_xid
 from gpugate.config import PACKAGED_FILE, ConfigError, load_config
 from gpugate.config.schema import Config
+from gpugate.diagnosis.categories import CATEGORIES
+from gpugate.diagnosis.engine import diagnose_bytes
+from gpugate.diagnosis.signatures import SIGNATURES
+from gpugate.diagnosis.verdict import Diagnosis
 from gpugate.slurm_hooks.hookenv import HookEnv, comment_tokens, from_environ
 from gpugate.slurm_hooks.reasons import (
     COMMENT_MAX,
@@ -78,14 +86,6 @@ from gpugate.slurm_hooks.slurm.parse_json import parse_jobs_json, parse_nodes_js
 from gpugate.slurm_hooks.slurm.parse_text import parse_show_job_text, parse_show_node_text
 from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo
 from gpugate.slurm_hooks.state import load_baseline, load_kernel_pos
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from gpugate.checkpoints.discover import CheckpointDirError, find_checkpoints, latest_complete
-from gpugate.diagnosis.categories import CATEGORIES
-from gpugate.diagnosis.engine import diagnose_bytes
-from gpugate.diagnosis.signatures import SIGNATURES
-from gpugate.diagnosis.verdict import Diagnosis
 from gpugate.store.evidence import read_summary
 from gpugate.yamlio import YamlError, parse_yaml
 

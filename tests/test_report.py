@@ -14,13 +14,13 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.records import NodeInfo
 from test_slurm_adapter import FakeRunner, fixture
 
 from gpugate import cli
 from gpugate.admin import nodes as A
 from gpugate.admin import report as R
+from gpugate.slurm_hooks.slurm.cli import CliBackend
+from gpugate.slurm_hooks.slurm.records import NodeInfo
 from gpugate.store import history as H
 
 DAY = 86400.0

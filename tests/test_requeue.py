@@ -8,9 +8,9 @@ import zipfile
 import pytest
 from factories import default_config, patch_everywhere
 from fakes import FakeSlurm
-from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
 
 from gpugate.commands.epilog_slurmctld import job_from_env, run_requeue
+from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
 
 HW = {
     "node": "n1",
@@ -195,9 +195,8 @@ def test_the_background_start_now_does_not_hold_the_hooks_output():
 
 
 def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
-    from gpugate.slurm_hooks import requeue
-
     from gpugate import child
+    from gpugate.slurm_hooks import requeue
 
     config = default_config()
 
@@ -375,11 +374,10 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
 ):
     # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
     # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
+    from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
     from gpugate.slurm_hooks import requeue
     from gpugate.slurm_hooks.slurm import choose as S
     from gpugate.slurm_hooks.slurm.cli import CliBackend
-
-    from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
 
     with open(os.path.join(FIXTURES, f"scontrol-show-job.epilog-slurmctld.{recorded}.txt")) as fh:
         text = fh.read()

@@ -16,9 +16,9 @@ import subprocess
 import sys
 
 import pytest
-from gpugate.config import load_config
 
 from gpugate import __version__
+from gpugate.config import load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SH = os.path.join(REPO, "packaging", "rpm", "build.sh")

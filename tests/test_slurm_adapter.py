@@ -15,6 +15,10 @@ import types
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpugate.runner import CommandResult
 from gpugate.slurm_hooks import reasons as R
 from gpugate.slurm_hooks.slurm import choose as C
 from gpugate.slurm_hooks.slurm import cli as slurm_cli
@@ -29,10 +33,6 @@ from gpugate.slurm_hooks.slurm.parse_text import (
     parse_show_node_text,
 )
 from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, split_state
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gpugate.runner import CommandResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 

@@ -6,6 +6,7 @@ import resource
 from pathlib import Path
 
 from factories import default_config
+
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import host
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from factories import default_config
+
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import infiniband as ib
 

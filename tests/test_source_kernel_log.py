@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from factories import default_config
+
+from gpugate import runner
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import kernel_log as kl
 from gpugate.checks.xid import parse_xid
-
-from gpugate import runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel-log"
 DMESG = FIXTURES / "dmesg.txt"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from factories import default_config
+
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import mounts as m
 from gpugate.config.schema import RequiredMount

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 from factories import default_config
+
 from gpugate.checks.facts import Gpu, facts_from_dict
 from gpugate.checks.sources import gather_dict
 from gpugate.checks.sources.nvml import NvmlUnavailable, decode_throttle_reasons, read_nvml

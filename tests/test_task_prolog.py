@@ -6,6 +6,7 @@ import os
 
 import pytest
 from factories import default_config
+
 from gpugate.slurm_hooks.task_prolog import (
     exports,
     nccl_job_dir,

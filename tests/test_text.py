@@ -69,8 +69,8 @@ def assert_no_raw(text: str) -> None:
 
 def test_check_json_and_table_with_a_hostile_process_name(tmp_path, capsys):
     from factories import make_facts
-    from gpugate.checks.facts import GpuProcess
 
+    from gpugate.checks.facts import GpuProcess
     from gpugate.cli import main
     from gpugate.yamlio import dump_yaml
 
@@ -127,10 +127,9 @@ def test_nodes_table_and_json_with_a_hostile_reason(tmp_path, monkeypatch, capsy
 
 
 def test_report_html_with_a_hostile_reason():
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
-
     from gpugate.admin import nodes as A
     from gpugate.admin import report as R
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
     now = 1_790_000_000.0
     reason = f"gpugate: gpu.ecc: {EVIL} <b>"

@@ -8,10 +8,10 @@ import stat
 import time
 
 from factories import make_facts
-from gpugate.slurm_hooks.epilog import run_epilog
-from gpugate.slurm_hooks.prolog import run_prolog
 from test_epilog import env, setup, slurm_with_job, snapshot
 
+from gpugate.slurm_hooks.epilog import run_epilog
+from gpugate.slurm_hooks.prolog import run_prolog
 from gpugate.store import app_xids as H
 
 GPU2 = "0000:38:00"  # make_gpu(2)

@@ -16,7 +16,6 @@ import time
 
 from gpugate.checks.facts import Facts, facts_from_dict, load_snapshot
 from gpugate.checks.sources.kernel_log import boot_id
-
 from gpugate.clock import utc
 
 TYPE_CHECKING = False

@@ -15,18 +15,16 @@ import os
 import re
 import time
 
+from gpugate import child
 from gpugate.checks.sources import proc_path
 from gpugate.checks.sources.host import read_text
-
-from gpugate import child
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpugate.config.schema import Config
-
     from gpugate.child import Child
+    from gpugate.config.schema import Config
 
 PROBE_SIZE = 4096
 # The probes get this share of the source's timeout, so that the source answers with its

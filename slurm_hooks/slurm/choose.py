@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from gpugate.record import Record
 from gpugate.slurm_hooks.slurm.cli import CliBackend, parse_version
 from gpugate.slurm_hooks.slurm.control import (
     DEFAULT_TIMEOUT,
@@ -16,8 +17,6 @@ from gpugate.slurm_hooks.slurm.control import (
     SlurmError,
 )
 from gpugate.slurm_hooks.slurm.pyslurm import PyslurmBackend
-
-from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from gpugate import runner as _runner
 from gpugate.slurm_hooks.slurm.control import (
     DEFAULT_TIMEOUT,
     JobNotFound,
@@ -24,8 +25,6 @@ from gpugate.slurm_hooks.slurm.control import (
 )
 from gpugate.slurm_hooks.slurm.parse_json import parse_sinfo_json
 from gpugate.slurm_hooks.slurm.parse_text import parse_show_jobs_text, parse_show_node_text
-
-from gpugate import runner as _runner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 
+from gpugate import runner as _runner
+from gpugate.record import Record
 from gpugate.slurm_hooks.reasons import admin_comment, merge_admin_comment, own_reason
 from gpugate.slurm_hooks.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo
-
-from gpugate import runner as _runner
-from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 
-from gpugate.slurm_hooks.reasons import GPUGATE_PREFIX
-
 from gpugate.record import Record
+from gpugate.slurm_hooks.reasons import GPUGATE_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
