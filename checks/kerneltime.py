@@ -89,7 +89,6 @@ def line_epoch(line: str, boot_epoch: float | None = None) -> float | None:
 
 def line_utc(line: str, boot_epoch: float | None = None) -> str | None:
     """`[Sun Nov 29 11:02:03 2026] ...` or `[ 1843.308145] ...` (since boot) -> ISO UTC."""
-
     epoch = line_epoch(line, boot_epoch)
     try:
         return None if epoch is None else utc(epoch, micro=True)

@@ -92,7 +92,6 @@ def _self_contained() -> bool:
     A development install maps `checks/` and `slurm_hooks/` into the package with a finder
     that `site` installs, so there the child needs `site`.
     """
-
     root = gpugate.__path__[0]
     return all(os.path.isdir(os.path.join(root, sub)) for sub in ("checks", "slurm_hooks"))
 

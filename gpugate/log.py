@@ -25,7 +25,6 @@ _LOG = "gpugate.log"
 
 def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
-
     record = {"time": utc(), "hook": hook}
     record.update(fields)
     if not state_dir:

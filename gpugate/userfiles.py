@@ -107,7 +107,6 @@ def as_user(
     descriptors and dies with us. Raises UserFileError with the child's error, when `uid`
     cannot be become, or on timeout (the child is killed).
     """
-
     if uid is None:
         raise UserFileError("the job's user is unknown; not reading its files as root")
     creds = credentials(uid, gid)
@@ -122,7 +121,6 @@ def as_user(
 
 def latest_checkpoint_path(ckpt_dir: str) -> str | None:
     """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
-
     # Lazy: the checkpoint readers import this module (a cycle at import time otherwise).
     from gpugate.checkpoints.discover import latest_complete
 

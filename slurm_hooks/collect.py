@@ -79,7 +79,6 @@ def read_job_files(
     config: Config, env: HookEnv, job: dict, kernel_lines: list[str], timeout: float | None = None
 ) -> dict:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
-
     files = job_files(config, env, job)
     cap = config.epilog.log_tail_kib * 1024
     kernel_text = "\n".join(kernel_lines) + "\n" if kernel_lines else ""
@@ -122,7 +121,6 @@ def _read_and_diagnose(
     budget, never the others' (the tails are all read first). JSON in, JSON out: this may run
     in a separate child process.
     """
-
     paths: list[str] = []
     errors: list[str] = []
     for entry in files:
@@ -185,7 +183,6 @@ def drain_for_hardware(
     bundle: str | None = None,
 ) -> tuple[str, bool]:
     """Drain this node for its own hardware fault; the reason names the bundle if one was written."""
-
     check_id, detail = drain_detail(hardware)
     if bundle:
         detail = evidence_detail(bundle, detail)
@@ -203,7 +200,6 @@ def _action(result: EpilogResult, pending_drain: bool) -> str:
 
 def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
     """After the drain, say in the bundle's summary.json what it did (atomic rewrite); True if so."""
-
     path = os.path.join(bundle, "summary.json")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -238,7 +234,6 @@ def write_evidence(
     pending_drain: bool = False,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure."""
-
     ep = config.epilog
     kernel = fresh[-ep.kernel_lines_max :]
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
@@ -271,7 +266,6 @@ def _summary(
     aside (only root's kernel lines can make one); `job_output_category` is what the job's
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
-
     diagnosis = logs.get("diagnosis") or {}
     return {
         "job_id": env.job_id,
@@ -336,7 +330,6 @@ def _safe(name: str) -> str:
 
 def _first_time(lines: list[str]) -> str | None:
     """UTC time of the first fresh kernel line: what orders the nodes' faults in a job."""
-
     for line in lines:
         when = line_utc(line)
         if when:

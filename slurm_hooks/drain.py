@@ -50,7 +50,6 @@ def drain_node(
     slurm: SlurmControl, node: str, check_id: str, detail: str, config: Config | None = None
 ) -> DrainOutcome:
     """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
-
     reason = drain_reason(check_id, detail)
     if config is not None:
         try:
@@ -78,7 +77,6 @@ def drain_node(
 
 def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
     """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
-
     time.sleep(config.budget.settle_s)
     try:
         nodes = slurm.nodes()
@@ -98,7 +96,6 @@ def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -
 
 def over_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
     """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
-
     try:
         nodes = slurm.nodes()
     except Exception as exc:  # cannot count: the normal action (drain this one node) stands
@@ -115,7 +112,6 @@ def _over_budget_actions(
     slurm: SlurmControl, node: str, reason: str, why: str, config: Config
 ) -> None:
     """A node comment saying what gpugate would have done, a loud log line, an event."""
-
     log.error(
         config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
     )

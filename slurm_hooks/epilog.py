@@ -70,7 +70,6 @@ def gather_now(
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped."""
-
     position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
     return gather(config, env.node or "", position=position, deadline_s=deadline_s)
 
@@ -86,7 +85,6 @@ def hardware_decision(
     `app_xids` is the node's per-job record of application-class Xids (this job's included):
     kernel.xid fails on them only by the cross-job rule, never for one job's own.
     """
-
     # Only the checks marked `hardware` on their @check line (see checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
     found = run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
@@ -96,7 +94,6 @@ def hardware_decision(
 
 def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
     """Run the whole epilog for one job on this node."""
-
     started = time.monotonic()
     if env.job_id and refused_here(config, env.job_id):
         cleanup(config, env)
@@ -148,7 +145,6 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
 
 def note_app_xids(config: Config, env: HookEnv, facts: Facts, fresh: list[str]) -> tuple:
     """Record this job's application-class Xids; the node's record within the window, with them."""
-
     now = time.time()
     mine = xid_history.job_events(fresh, env, facts, now)
     known = xid_history.load(config, now)
@@ -168,7 +164,6 @@ def refused_here(config: Config, job_id: str) -> bool:
 
 def cleanup(config: Config, env: HookEnv) -> None:
     """Drop the job's baseline and its NCCL directory (the bundle keeps what matters)."""
-
     if env.job_id:
         try:
             remove_job_state(config.state_dir, env.job_id)  # baseline, refusal note, task file

@@ -61,7 +61,6 @@ class PrologResult(Record):
 def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
     from where the last check stopped; the job's peers probed when it spans nodes."""
-
     started = time.monotonic()
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
@@ -85,7 +84,6 @@ def job_peers(config: Config, env: HookEnv) -> list[str]:
 
 def check_statuses(findings: list[Finding], config: Config) -> dict[str, str]:
     """Each check's worst status after the policy (what the metrics and events report)."""
-
     out: dict[str, str] = {}
     for f in findings:
         status = effective_status(f, config.policy)
@@ -101,7 +99,6 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 
 def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
     """Run the whole prolog for one job on this node."""
-
     started = time.monotonic()
     if "skip" in comment_tokens(env.comment):
         if config.prolog.allow_user_skip:
@@ -146,7 +143,6 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
-
     failing = list(decision.failing)  # type: ignore[attr-defined]
     try:
         concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
@@ -192,7 +188,6 @@ def act_on_failure(
 
 def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
     """The outcome of a drain that raised: not drained; the job is refused all the same."""
-
     try:
         from gpugate.slurm_hooks.reasons import drain_reason
 
@@ -209,7 +204,6 @@ def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -
 
 def remember_kernel_pos(config: Config, facts: Facts) -> None:
     """The next check reads the kernel log from here on."""
-
     try:
         save_kernel_pos(config.state_dir, facts.boot_id, facts.kernel_log_seq)
     except Exception as exc:
@@ -218,7 +212,6 @@ def remember_kernel_pos(config: Config, facts: Facts) -> None:
 
 def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
     """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
-
     extra = {"restart_count": env.restart_count}
     try:
         save_baseline(config.state_dir, env.job_id or "", facts, extra=extra)
@@ -242,7 +235,6 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     user's) and not into the root-only baseline. No checkpoint named: no file (and none left
     from an earlier job with the same id).
     """
-
     ckpt = comment_tokens(env.comment).get("ckpt") or None
     if not ckpt or env.uid is None:
         remove_task_file(config.state_dir, env.job_id or "")
@@ -269,7 +261,6 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
 
 def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: str) -> None:
     """Put the refusal in the job's AdminComment, so `scontrol show job` says why."""
-
     text = refusal_comment(str(env.node), check_id, detail)
     try:
         slurm.set_admin_comment(env.job_id or "", text)

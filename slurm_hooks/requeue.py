@@ -92,7 +92,6 @@ def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | 
 
 def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ...], bool]:
     """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
-
     hardware = tuple(
         sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
     )
@@ -120,7 +119,6 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
 
 def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> RequeueDecision:
     """The decision for one finished job (no I/O)."""
-
     opted, limit, _ = requested(comment_tokens(job.comment), config)
     category, suspects, infra = cause(job, summaries)
     base = {
@@ -155,7 +153,6 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
 
 def slurm_requeued(job: JobEnd) -> bool:
     """Whether Slurm put the job back in the queue itself before this hook ran."""
-
     state = (job.state or "").upper()
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
     prolog_code = job.exit_code2 == f"0:{PROLOG_FAILED_SIGNAL}"
@@ -173,7 +170,6 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
     Waiting keeps the job COMPLETING: never for jobs that did not opt in, ended well, or were
     already requeued by Slurm.
     """
-
     state = (job.state or "").upper()
     if not requested(comment_tokens(job.comment), config)[0] or state == "COMPLETED":
         return False
@@ -267,7 +263,6 @@ def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:
     that refused without being drained (the drain failed) is left out: the job could land
     on it again at once, so Slurm's delay stays.
     """
-
     named = refused_nodes(job.admin_comment)
     candidates = list(dict.fromkeys(named)) or list(job.nodes)
     if not candidates or len(candidates) > 64:  # a refusal is one or a few nodes
@@ -292,7 +287,6 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
     descriptors: slurmscriptd waits for EOF on the hook's output pipe) polls the job until it
     is pending.
     """
-
     kwargs = {"job_id": job_id, "backend": config.slurm.backend,
               "timeout": config.slurm.timeout_s, "wait_s": wait_s}  # fmt: skip
     detach("gpugate.slurm_hooks.requeue:start_now_when_pending", kwargs, timeout=wait_s + 30)
@@ -300,7 +294,6 @@ def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> No
 
 def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
     """In the detached child: poll the job until Slurm has it pending, then start it now."""
-
     slurm = slurm_backend(backend, timeout=timeout)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

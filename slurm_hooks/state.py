@@ -304,7 +304,6 @@ def remove_job_state(state_dir: str, job_id: str) -> None:
     For the epilog's cleanup: the evidence bundle keeps what matters. Never raises for a
     missing or already removed state.
     """
-
     try:
         path = job_dir(state_dir, job_id)
     except StateError:

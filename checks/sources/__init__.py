@@ -65,7 +65,6 @@ def gather_dict(
 
     `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
     """
-
     started = time.monotonic()
     names = [n for n in SOURCES if only is None or n in only]
     timeouts = config.sources.timeout_s
@@ -119,7 +118,6 @@ def gather(
     sources run under `deadline_s`, and the kernel log is read from `position`, the (boot id,
     sequence number) an earlier run reached, when that was this boot (see since_seq).
     """
-
     replay = snapshot or replay_path(config, node)
     if replay:
         return load_snapshot(replay)

@@ -127,7 +127,6 @@ def run_probes(
 
     `probe` names the child's task for a probe file's path (tests replace it).
     """
-
     deadline = time.monotonic() + limit_s
     started: list[tuple[int, child.Child]] = []
     results: dict[int, tuple[float | None, str | None]] = {}

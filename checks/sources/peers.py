@@ -47,7 +47,6 @@ def ping_argv(host: str, cfg: Peers, deadline_s: float) -> list[str]:
 
 def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict:
     """Ping one peer; a snapshot `peers` entry."""
-
     res = run(ping_argv(host, cfg, deadline_s), timeout=deadline_s + 1)
     entry: dict = {"node": host}
     entry.update(parse_ping(res.stdout))

@@ -63,7 +63,6 @@ class NodesUnavailable(RuntimeError):
 
 def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
     """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
-
     timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
     return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
 
@@ -77,7 +76,6 @@ def parse_node_groups(text: str) -> list[Group]:
     """The adapter's parse_nodes_json(), keeping each aggregated 23.02+ `sinfo` record as one
     NodeInfo with its list of names: one record per node is most of the cost of a listing on
     a large cluster, and those names share state and reason by definition."""
-
     doc = json.loads(text)
     if not isinstance(doc.get("sinfo"), list):
         # One record per node already; sinfo repeats a node per partition: first one wins.
@@ -130,7 +128,6 @@ def suggest_action(
     rma_after: int = 3,
 ) -> str:
     """What to do about a node gpugate drained: from the check, the Xid catalog, the count."""
-
     # A drain without a check id is the epilog's: its bundle's category says what it was.
     hardware = registry.is_hardware(check) if check is not None else is_hardware(category)
     if _RMA_TEXT.search(reason) or (hardware and rma_after and same_check_drains >= rma_after):

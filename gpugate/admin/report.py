@@ -205,5 +205,4 @@ def render_html(
 
 def write_report(path: str, page: str) -> None:
     """Write the page atomically (a browser or a web server never reads half of it)."""
-
     atomic_write(path, page, mode=0o644)

@@ -49,7 +49,6 @@ class Request(Record):
 
 def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts | None, str]:
     """The node's facts, and where they came from (or None and why not)."""
-
     replay = facts_file or replay_path(config, node)
     if not replay and node != node_name():
         return (
@@ -78,7 +77,6 @@ def check_then_resume(
     config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
 ) -> Attempt:
     """Run the checklist for a drained node and resume it if allowed; every attempt audited."""
-
     node = request.node
     if not info.gpugate_owned and not request.force:
         return _refused(config, request, info.reason, f"{node} was drained by someone else "

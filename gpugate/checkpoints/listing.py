@@ -147,7 +147,6 @@ def read_tag(directory: str, name: str) -> tuple[str | None, str | None]:
 
 def read_capped(fd: int, limit: int) -> bytes:
     """Up to `limit` + 1 bytes from `fd` (one more than allowed tells "too large")."""
-
     return read_fd(fd, limit + 1)
 
 

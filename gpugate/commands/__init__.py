@@ -64,7 +64,6 @@ def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) 
 
 def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:
     """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
-
     for step in steps:
         try:
             step(*args)

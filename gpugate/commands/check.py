@@ -72,7 +72,6 @@ def main(argv: list[str]) -> int:
 
 def render_table(node: str | None, decision: object, findings: list, duration: float) -> str:
     """One line per finding, problems first, under a one-line verdict."""
-
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.status] = counts.get(f.status, 0) + 1

@@ -75,7 +75,6 @@ def main(argv: list[str]) -> int:
 
 def render(d: Diagnosis) -> str:
     """A short report: verdict, explanation, what to do, Xid, rank, evidence with file:line."""
-
     lines = [
         f"diagnosis: {d.category}",
         f"  {printable(d.summary)}",

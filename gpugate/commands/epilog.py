@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the epilog hook."""
-
     return run_hook_command("epilog", argv, _body)
 
 
@@ -43,7 +42,6 @@ def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The drain history (after a drain the epilog set)."""
-
     if r.drained and r.reason:
         history.note_drain(config, env.node or "", r.reason, category=r.category, xid=r.xid,
                            bundle=r.bundle, job=env.job_id, hook="epilog")  # fmt: skip
@@ -51,7 +49,6 @@ def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The metrics textfile."""
-
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,
                      category=r.category if r.abnormal else None)  # fmt: skip

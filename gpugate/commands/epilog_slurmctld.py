@@ -20,13 +20,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the controller epilog."""
-
     return run_hook_command("epilog-slurmctld", argv, _body)
 
 
 def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
     """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
-
     env = from_environ(environ)
     return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
                   restarts=env.restart_count, exit_code2=env.exit_code2,

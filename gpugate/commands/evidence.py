@@ -49,7 +49,6 @@ def parser() -> ArgumentParser:
 def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[str], list[str]]:
     """Bundle directories of one node (its index, or a scan without one, plus those the
     history names), and notes on how they were found."""
-
     found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
     named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
     more = {p for p in named if isinstance(p, str) and p and os.path.isdir(p)}
@@ -58,13 +57,11 @@ def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[st
 
 def job_bundles(config: Config, job: str) -> list[str]:
     """Bundle directories of one job (every node and run)."""
-
     return list_bundles(config.evidence_dir, job)
 
 
 def describe(bundle: str) -> dict:
     """A bundle's summary fields, its path and the raw files in it."""
-
     summary = read_summary(bundle) or {}
     out = {k: summary.get(k) for k in FIELDS}
     out["path"] = bundle

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 def main(argv: list[str]) -> int:
     """Run the prolog hook."""
-
     return run_hook_command("prolog", argv, _body)
 
 
@@ -34,7 +33,6 @@ def _body(config: Config) -> int:
 
 def bookkeeping(config: Config, env: HookEnv, result: PrologResult) -> None:
     """slurmd's log line, the drain history, the metrics, the event: each on its own."""
-
     steps = (say_verdict, note_history, note_metrics, note_event)
     each_on_its_own("prolog", steps, "decision", config, env, result)
 
@@ -51,14 +49,12 @@ def say_verdict(config: Config, env: HookEnv, result: PrologResult) -> None:
 
 def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The drain history (after a drain gpugate set)."""
-
     if result.drained and result.reason:
         history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
 
 
 def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The metrics textfile."""
-
     metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
                      drained_check=history.reason_check(result.reason) if result.drained else None,
                      budget_exceeded=result.blocked_by == "budget")  # fmt: skip

@@ -13,7 +13,6 @@ from gpugate.slurm_hooks.task_prolog import exports, render
 
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
-
     args = hook_args("task-prolog", argv)
 
     try:

@@ -39,7 +39,6 @@ def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
     job's GPUs (the line names the process, `pid=..., name=...`) is the job's.
     """
-
     if not env.job_id or not _JOB.match(env.job_id):
         return []
     mine = {
@@ -76,7 +75,6 @@ def valid(entry: object) -> bool:
 
 def parse(text: str, since: float) -> tuple[list[dict], int]:
     """(valid entries newer than `since`, number of bad lines skipped)."""
-
     return _select(parse_lines(text.encode(), MAX_LINE), since)
 
 
@@ -88,14 +86,12 @@ def _select(values: list[object], since: float) -> tuple[list[dict], int]:
 
 def _read(path: str, since: float) -> tuple[list[dict], int]:
     """parse() of the file's newest part (OSError as jsonl.read_tail raises it)."""
-
     data, _size = read_tail(path, MAX_ENTRIES * MAX_LINE * 2)
     return _select(parse_lines(data, MAX_LINE), since)
 
 
 def load(config: Config, now: float) -> list[dict]:
     """The entries within `checks.kernel.app_xid_window_h` of `now`; [] when there is no file."""
-
     path = os.path.join(config.state_dir, NAME)
     try:
         entries, bad = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
@@ -111,7 +107,6 @@ def load(config: Config, now: float) -> list[dict]:
 
 def record(config: Config, entries: list[dict], now: float) -> bool:
     """Append this job's entries (root only), then keep the file to the window; True if written."""
-
     if not entries:
         return True
     path = os.path.join(config.state_dir, NAME)
@@ -130,6 +125,5 @@ def record(config: Config, entries: list[dict], now: float) -> bool:
 
 def _prune(path: str, config: Config, now: float) -> None:
     """Rewrite the file with its valid entries within the window (the caller holds the lock)."""
-
     entries, _ = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
     atomic_write(path, dumps(entries), mode=0o600)

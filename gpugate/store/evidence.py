@@ -204,7 +204,6 @@ def index_path(evidence_dir: str, node: str) -> str:
 
 def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> None:
     """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
-
     path = index_path(evidence_dir, node)
     _private_dir(os.path.dirname(path), gid)
     append(path, [entry], 0o640, gid)
@@ -220,7 +219,6 @@ class IndexRead(Record):
 
 def read_index(evidence_dir: str, node: str) -> IndexRead | None:
     """The node's index, validated (bad lines are skipped with a warning); None if it has none."""
-
     path = index_path(evidence_dir, node)
     try:
         data, _size = jsonl.read_tail(path)  # the newest 32 MiB: some 100,000 bundles
@@ -313,7 +311,6 @@ def node_bundle_paths(
 
 def _node_lock(lock_dir: str | None) -> FileLock:
     """The lock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
-
     if lock_dir:
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     # Past the wait, another epilog is pruning: this one indexes and goes on.

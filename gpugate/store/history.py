@@ -71,13 +71,11 @@ def history_dir(config: Config) -> str:
 
 def iso(when: float | None) -> str:
     """Epoch seconds as `2026-11-29T10:00:00Z` (empty for None)."""
-
     return "" if when is None else utc(when)
 
 
 def _lock(directory: str) -> FileLock:
     """The exclusive lock on the directory's lock file, for one read-modify-write."""
-
     if not os.path.isdir(directory):
         private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
     return FileLock(os.path.join(directory, LOCK))
@@ -86,7 +84,6 @@ def _lock(directory: str) -> FileLock:
 def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
     """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
     warning for the whole file (never an exception: the file may be hostile or torn)."""
-
     try:
         kept, skipped, size = jsonl.load(path, valid or valid_drain, READ_MAX, LINE_MAX)
     except OSError:
@@ -288,7 +285,6 @@ def by_node(entries: Iterable[dict]) -> dict[str, list[dict]]:
 
 def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
-
     adm = config.admin
     try:
         return record_drain(

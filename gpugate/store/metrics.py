@@ -184,19 +184,14 @@ def update_metrics(
     node: str,
     hook: str,
     findings: Iterable[object] | Mapping[str, str] | None = None,
-    duration_s: float | None = None,
-    drained_check: str | None = None,
-    category: str | None = None,
-    internal_error: bool = False,
-    now: float | None = None,
-    budget_exceeded: bool = False,
+    **run: object,
 ) -> None:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure.
 
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
+    `run` holds apply_run()'s other keywords (duration_s, drained_check, category, ...).
     """
-
     directory = os.path.dirname(path) or "."
     lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
     with FileLock(lock, 0o644, gid=-1):  # node_exporter's directory: its group stays
@@ -206,8 +201,7 @@ def update_metrics(
                 previous = parse_samples(fh.read(READ_MAX))
         except (OSError, UnicodeDecodeError):
             previous = {}
-        samples = apply_run(previous, node, hook, findings, duration_s, drained_check,
-                            category, internal_error, now, budget_exceeded)  # fmt: skip
+        samples = apply_run(previous, node, hook, findings, **run)  # type: ignore[arg-type]
         atomic_write(path, render(samples), mode=0o644)
 
 
