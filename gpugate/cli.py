@@ -13,6 +13,7 @@ import sys
 from gpugate import __version__
 from gpugate.checks.facts import SnapshotError
 from gpugate.config import ConfigError
+from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,8 +104,7 @@ def run_guarded(fn: object, argv: list[str], name: str) -> int:
     try:
         return fn(argv)  # type: ignore[operator]
     except (ConfigError, SnapshotError, YamlError) as exc:
-        from gpugate.text import printable  # a message may quote the file's bytes
-
+        # a message may quote the file's bytes
         print(f"gpugate {name}: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -114,8 +114,6 @@ def run_guarded(fn: object, argv: list[str], name: str) -> int:
     except Exception as exc:  # gpugate's own bug: one line for the admin, the traceback on request
         if os.environ.get("GPUGATE_TRACEBACK"):
             raise
-        from gpugate.text import printable
-
         print(f"gpugate {name}: internal error: {type(exc).__name__}: {printable(exc)} "
               "(GPUGATE_TRACEBACK=1 shows the traceback)", file=sys.stderr)  # fmt: skip
         return EXIT_INTERNAL

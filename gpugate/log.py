@@ -16,7 +16,7 @@ import os
 import sys
 
 from gpugate.clock import utc
-from gpugate.fsutil import STATE_DIR_MODE, private_dir
+from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
 from gpugate.jsonl import append
 
 _EVENTS = "events.jsonl"
@@ -62,8 +62,6 @@ def error(state_dir: str | None, message: str, exc: BaseException | None = None)
         return
     try:
         from loguru import logger
-
-        from gpugate.fsutil import open_private
 
         logger.remove()
         if not os.path.isdir(state_dir):

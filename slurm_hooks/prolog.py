@@ -19,7 +19,7 @@ from gpugate.record import Record
 from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
-from gpugate.slurm_hooks.reasons import refusal_comment
+from gpugate.slurm_hooks.reasons import drain_reason, refusal_comment
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 from gpugate.slurm_hooks.state import (
@@ -189,8 +189,6 @@ def act_on_failure(
 def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
     """The outcome of a drain that raised: not drained; the job is refused all the same."""
     try:
-        from gpugate.slurm_hooks.reasons import drain_reason
-
         reason = drain_reason(check_id, detail)
     except Exception:
         reason = f"gpugate: {check_id}"

@@ -7,7 +7,16 @@ import os
 from gpugate import log
 from gpugate.commands import run_hook_command
 from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
-from gpugate.slurm_hooks.requeue import JobEnd
+from gpugate.slurm_hooks.requeue import (
+    JobEnd,
+    apply,
+    decide_requeue,
+    needs_evidence,
+    refusals,
+    requested,
+    resume_point,
+    wait_for_summaries,
+)
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 
@@ -35,16 +44,6 @@ def run_requeue(
     config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
 ) -> tuple:
     """Gather the evidence, decide, act; returns (decision, steps done)."""
-    from gpugate.slurm_hooks.requeue import (
-        apply,
-        decide_requeue,
-        needs_evidence,
-        refusals,
-        requested,
-        resume_point,
-        wait_for_summaries,
-    )
-
     summaries = wait_for_summaries(config, job, wait_s if needs_evidence(job, config) else 0)
     decision = decide_requeue(job, summaries, config)
     if decision.slurm_requeued:

@@ -24,6 +24,7 @@ import os
 import re
 import time
 
+from gpugate import log
 from gpugate.fsutil import FileLock, atomic_write
 
 TYPE_CHECKING = False
@@ -217,8 +218,6 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     try:
         update_metrics(path, node, hook, **run)  # type: ignore[arg-type]
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
-        from gpugate import log
-
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False
     return True
