@@ -68,22 +68,41 @@ def fabric(state: int, status: int = 0):
     return call
 
 
-def fields(values: dict):
-    """nvmlDeviceGetFieldValues: {field id: unsigned value, or an NVMLError for that field}."""
+class fields(dict):  # lower case: it reads as a helper like the ones above
+    """nvmlDeviceGetFieldValues answers that override what the fake derives from the calls:
+    {field id or (field id, scope id): unsigned value, or an NVMLError for that field}."""
 
-    def call(ids: list[int]) -> object:
-        out = (pynvml.c_nvmlFieldValue_t * len(ids))()
-        for slot, fid in zip(out, ids):
-            slot.fieldId = fid
-            value = values.get(fid, NOT_SUPPORTED)
-            if isinstance(value, pynvml.NVMLError):
-                slot.nvmlReturn = value.value
-            else:
-                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-                slot.value.uiVal = value
-        return out
 
-    return call
+# field id -> (the per-call function answering the same, its arguments after the handle, and
+# how to pick the value from its answer); (fid, "link") fields take the link as scope id.
+_FIELD_CALLS = {
+    1: ("nvmlDeviceGetEccMode", (), lambda v: v[0]),
+    3: ("nvmlDeviceGetTotalEccErrors", (0, 0), None),
+    4: ("nvmlDeviceGetTotalEccErrors", (1, 0), None),
+    5: ("nvmlDeviceGetTotalEccErrors", (0, 1), None),
+    6: ("nvmlDeviceGetTotalEccErrors", (1, 1), None),
+    31: ("nvmlDeviceGetRetiredPagesPendingStatus", (), None),
+    94: ("nvmlDeviceGetPcieReplayCounter", (), None),
+    142: ("nvmlDeviceGetRemappedRows", (), lambda v: v[0]),
+    143: ("nvmlDeviceGetRemappedRows", (), lambda v: v[1]),
+    144: ("nvmlDeviceGetRemappedRows", (), lambda v: v[2]),
+    145: ("nvmlDeviceGetRemappedRows", (), lambda v: v[3]),
+    161: ("nvmlDeviceGetNvLinkErrorCounter", ("link", 0), None),
+    162: ("nvmlDeviceGetNvLinkErrorCounter", ("link", 1), None),
+    163: ("nvmlDeviceGetNvLinkErrorCounter", ("link", 2), None),
+    165: ("nvmlDeviceGetNvLinkState", ("link",), None),
+}
+
+
+def _crc_data_total(fake: FakeNvml, table: dict) -> object:
+    """Field 45: the driver's sum of every link's CRC-data counter."""
+    values = []
+    for link in range(18):
+        value = fake.quietly(table, "nvmlDeviceGetNvLinkErrorCounter", (link, 3))
+        if isinstance(value, BaseException):
+            break
+        values.append(value)
+    return sum(values) if values else NOT_SUPPORTED
 
 
 class FakeHandle:
@@ -102,6 +121,7 @@ class FakeNvml:
         system: dict | None = None,
         init_error: Exception | None = None,
         missing: tuple[str, ...] = (),
+        field_values: bool = True,
     ) -> None:
         for name, value in vars(pynvml).items():
             if name.startswith(self._COPIED) and name not in missing:
@@ -118,6 +138,7 @@ class FakeNvml:
         self.initialized = 0
         self.shutdowns = 0
         self.calls: list[tuple[str, int, tuple]] = []
+        self.field_values = field_values  # False: a driver that answers no field but 230
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -132,6 +153,44 @@ class FakeNvml:
         self._answer(self.gpus[index], "nvmlDeviceGetHandleByIndex", index, ())
         return FakeHandle(index)
 
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, ids: list) -> object:
+        """One call; each field answers what its per-call function answers (or the override)."""
+        table = self.gpus[handle.index]
+        self._answer(table, "nvmlDeviceGetFieldValues", handle.index, (ids,), fields())
+        overrides = table.get("nvmlDeviceGetFieldValues", fields())
+        out = (pynvml.c_nvmlFieldValue_t * len(ids))()
+        for slot, (fid, scope) in zip(out, ids):
+            slot.fieldId, slot.scopeId = fid, scope
+            value = overrides.get((fid, scope), overrides.get(fid, None))
+            if value is None:
+                value = self._field(table, fid, scope)
+            if isinstance(value, pynvml.NVMLError):
+                slot.nvmlReturn = value.value
+            else:
+                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                slot.value.ullVal = int(value)
+        return out
+
+    def _field(self, table: dict, fid: int, scope: int) -> object:
+        if not self.field_values:
+            return NOT_SUPPORTED
+        if fid == 45:
+            return _crc_data_total(self, table)
+        if fid not in _FIELD_CALLS:
+            return NOT_SUPPORTED
+        name, args, pick = _FIELD_CALLS[fid]
+        value = self.quietly(table, name, tuple(scope if a == "link" else a for a in args))
+        if isinstance(value, BaseException):
+            return value if isinstance(value, pynvml.NVMLError) else NOT_SUPPORTED
+        return pick(value) if pick else value
+
+    def quietly(self, table: dict, name: str, args: tuple) -> object:
+        """What `name(*args)` answers, without counting it as a call."""
+        value = table.get(name, NOT_SUPPORTED)
+        if callable(value):
+            value = value(*args)
+        return value
+
     def __getattr__(self, name: str) -> object:
         if name in self.missing or not name.startswith(("nvmlDevice", "nvmlSystem")):
             raise AttributeError(name)
@@ -141,10 +200,16 @@ class FakeNvml:
             self.gpus[handle.index], name, handle.index, args, kwargs
         )
 
-    def _answer(self, table: dict, name: str, index: int, args: tuple, kwargs=None) -> object:
+    def _answer(
+        self, table: dict, name: str, index: int, args: tuple, kwargs=None, default=NOT_SUPPORTED
+    ) -> object:
         assert self.initialized > 0, f"{name} called outside nvmlInit/nvmlShutdown"
+        if name in self.missing:
+            raise AttributeError(name)
         self.calls.append((name, index, args))
-        value = table.get(name, NOT_SUPPORTED)
+        value = table.get(name, default)
+        if isinstance(value, fields):
+            return None
         if callable(value):
             value = value(*args, **(kwargs or {}))
         if isinstance(value, BaseException):
@@ -245,6 +310,61 @@ def test_healthy_h100_node_reads_every_field_in_snapshot_units() -> None:
     unread = {k for k, v in data["gpus"][0].items() if v is None} - {"error"}
     assert unread == {"retired_pages_pending"}
     assert fake.initialized == 0 and fake.shutdowns == 1
+
+
+def test_an_8_gpu_18_link_snapshot_costs_at_most_150_nvml_calls() -> None:
+    fake = FakeNvml(node())
+    data = read(fake)
+    assert data["gpus"] == [healthy_gpu(i) for i in range(8)]
+    # ~940 before the counters were batched (576 of them per-link NVLink error counters).
+    assert len(fake.calls) <= 150, len(fake.calls)
+    per_link = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkErrorCounter"}
+    assert not [name for name, _, _ in fake.calls if name in per_link]
+    batches = [args for name, _, args in fake.calls if name == "nvmlDeviceGetFieldValues"]
+    assert len(batches) == 8  # one per GPU
+
+
+def test_a_driver_without_the_fields_is_read_call_by_call_with_the_same_facts() -> None:
+    fake = FakeNvml(node(), field_values=False)
+    assert read(fake)["gpus"] == [healthy_gpu(i) for i in range(8)]
+    names = [name for name, _, _ in fake.calls]
+    assert names.count("nvmlDeviceGetNvLinkErrorCounter") == 8 * 18 * 4
+    assert names.count("nvmlDeviceGetTotalEccErrors") == 8 * 4
+
+
+def test_a_field_the_gpu_answers_with_an_error_is_noted_not_asked_again() -> None:
+    changes = {"nvmlDeviceGetFieldValues": fields({4: err("NO_PERMISSION")})}
+    fake = FakeNvml(node({0: changes}, count=1))
+    gpu = read(fake)["gpus"][0]
+    assert gpu["ecc_volatile_uncorrected"] is None
+    assert gpu["read_errors"] == {"field 4": "no_permission"}
+    assert "nvmlDeviceGetTotalEccErrors" not in [name for name, _, _ in fake.calls]
+
+
+def test_a_field_answered_absent_inside_an_answered_group_is_the_gpus_answer() -> None:
+    # H100: the row remapper answers, page retirement (Volta) does not: no per-call retry.
+    fake = FakeNvml(node(count=1))
+    assert read(fake)["gpus"][0]["retired_pages_pending"] is None
+    assert "nvmlDeviceGetRetiredPagesPendingStatus" not in [name for name, _, _ in fake.calls]
+
+
+@pytest.mark.parametrize("how", ["binding_lacks_it", "driver_lacks_it", "not_supported"])
+def test_temperature_falls_back_to_the_versioned_call(how: str) -> None:
+    # NVML 13 deprecates nvmlDeviceGetTemperature; CUDA 14 removes it (nvml.h, pynvml 13.615).
+    changes: dict = {"nvmlDeviceGetTemperatureV": per_arg({pynvml.NVML_TEMPERATURE_GPU: 47})}
+    missing: tuple[str, ...] = ()
+    if how == "binding_lacks_it":
+        missing = ("nvmlDeviceGetTemperature",)
+    elif how == "driver_lacks_it":
+        changes["nvmlDeviceGetTemperature"] = err("FUNCTION_NOT_FOUND")
+    else:
+        changes["nvmlDeviceGetTemperature"] = NOT_SUPPORTED
+    gpu = read(FakeNvml(node({0: changes}, count=1), missing=missing))["gpus"][0]
+    assert gpu["temperature_c"] == 47.0
+
+
+def test_the_versioned_temperature_call_matches_the_binding() -> None:
+    assert pynvml.nvmlDeviceGetTemperatureV.__code__.co_varnames[:2] == ("handle", "sensor")
 
 
 def test_healthy_node_is_accepted_by_the_facts_model() -> None:
@@ -572,17 +692,19 @@ def test_throttle_reasons_fall_back_to_the_deprecated_call(how: str) -> None:
 # --- NVLink ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["fields", "per_call"])
 @pytest.mark.parametrize("stop", [NOT_SUPPORTED, err("INVALID_ARGUMENT")], ids=["ns", "inval"])
-def test_nvlink_counting_stops_at_the_first_link_nvml_refuses(stop: Exception) -> None:
+def test_nvlink_counting_stops_at_the_first_link_nvml_refuses(stop: Exception, batched) -> None:
     states = per_arg({0: 1, 1: 1, 2: 0, 3: stop, 4: 1, 5: 1})
     counters = per_arg({(0, 0): 2, (1, 0): 3, (2, 1): 1, (4, 0): 100}, default=0)
     changes = {"nvmlDeviceGetNvLinkState": states, "nvmlDeviceGetNvLinkErrorCounter": counters}
-    fake = FakeNvml(node({0: changes}, count=1))
+    fake = FakeNvml(node({0: changes}, count=1), field_values=batched)
     gpu = read(fake)["gpus"][0]
     assert gpu["nvlink_active"] == [True, True, False]
     assert gpu["nvlink_errors"] == {"replay": 5, "recovery": 1, "crc_flit": 0, "crc_data": 0}
     asked = {args[0] for name, _, args in fake.calls if name == "nvmlDeviceGetNvLinkState"}
-    assert asked == {0, 1, 2, 3}  # not past the first refused link
+    # Not past the first refused link; through the fields, not one per-link call.
+    assert asked == (set() if batched else {0, 1, 2, 3})
     assert "read_errors" not in gpu
 
 

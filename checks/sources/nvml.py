@@ -19,6 +19,7 @@ NVML errors become values here (docs/gpu-facts.md, section 3.12):
 from __future__ import annotations
 
 from gpugate.checks.facts import Gpu
+from gpugate.checks.sources import nvml_fields as FI
 from gpugate.checks.sources import proc_path
 
 TYPE_CHECKING = False
@@ -78,11 +79,12 @@ _KNOWN_REASON_BITS = sum(bit for bit, _ in _CLOCK_EVENT_REASONS)
 
 # key -> (NVML_MEMORY_ERROR_TYPE_*, counter): UNCORRECTED 1 / CORRECTED 0; VOLATILE_ECC 0 (since
 # the last driver load or reset) / AGGREGATE_ECC 1 (lifetime, kept in the InfoROM).
+# The field id of the same count follows (nvml_fields: double-bit = uncorrected).
 _ECC_COUNTERS = {
-    "ecc_volatile_uncorrected": (1, 0),
-    "ecc_volatile_corrected": (0, 0),
-    "ecc_aggregate_uncorrected": (1, 1),
-    "ecc_aggregate_corrected": (0, 1),
+    "ecc_volatile_uncorrected": (1, 0, FI.ECC_DBE_VOL),
+    "ecc_volatile_corrected": (0, 0, FI.ECC_SBE_VOL),
+    "ecc_aggregate_uncorrected": (1, 1, FI.ECC_DBE_AGG),
+    "ecc_aggregate_corrected": (0, 1, FI.ECC_SBE_AGG),
 }
 
 _PCIE_CALLS = {
@@ -91,20 +93,12 @@ _PCIE_CALLS = {
     "max_gen": "nvmlDeviceGetMaxPcieLinkGeneration",
     "width": "nvmlDeviceGetCurrPcieLinkWidth",
     "max_width": "nvmlDeviceGetMaxPcieLinkWidth",
-    "replay_errors": "nvmlDeviceGetPcieReplayCounter",
 }
-
-# NVML_NVLINK_ERROR_DL_*: REPLAY 0, RECOVERY 1, CRC_FLIT 2, CRC_DATA 3.
-_NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
-# Past a device's last link nvmlDeviceGetNvLinkState answers NotSupported or InvalidArgument.
-_NO_SUCH_LINK = _ABSENT | {_INVALID_ARGUMENT}
-_DEFAULT_MAX_LINKS = 18  # bindings without NVML_NVLINK_MAX_LINKS; H100/H200 SXM have 18 links
 
 # NVML_GPU_FABRIC_STATE_*; NOT_SUPPORTED means the GPU has no fabric: the keys stay None.
 _FABRIC_NOT_SUPPORTED = 0
 _FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
 
-_FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (docs/gpu-facts.md 3.10)
 # Drivers that predate a field id answer it, in the field's own return code, with NotSupported
 # or InvalidArgument.
 _FIELD_ABSENT = _ABSENT | {_INVALID_ARGUMENT}
@@ -119,8 +113,6 @@ _RECOVERY_ACTIONS = {
     6: "bus_reset",
     7: "system_reboot",
 }
-# c_nvmlValue_t member for each NVML_VALUE_TYPE_* (0..6).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 class NvmlUnavailable(RuntimeError):
@@ -143,6 +135,7 @@ class _Reader:
         self.config = config
         self.names = names
         self.notes: dict[str, str] = {}
+        self.answers: dict[tuple[int, int], tuple[int, object]] = {}  # the GPU's field values
         # Raised by the binding's unversioned aliases when the driver lacks the versioned call.
         self.mismatch = getattr(module, "NVMLLibraryMismatchError", ())
 
@@ -157,6 +150,20 @@ class _Reader:
             return None
         except self.module.NVMLError as exc:
             return self.absorb(fn_name, exc.value, absent)
+
+    def field(self, fid: int, scope: int = 0, group: tuple[int, ...] = ()) -> Any:
+        """Field `fid`'s value; None if it answered an error (noted); `ASK`: use its call.
+
+        A field answered absent is the GPU's true answer (None) when another field of `group`
+        answered, else `ASK`: the driver may not know the field.
+        """
+        code, value = self.answers.get((fid, scope), (None, None))
+        if code == _SUCCESS:
+            return value
+        if code is None or code in _FIELD_ABSENT:
+            vouched = any(self.answers.get((g, 0), (None,))[0] == _SUCCESS for g in group)
+            return None if vouched else FI.ASK
+        return self.absorb(f"field {fid}", code, _FIELD_ABSENT)
 
     def absorb(self, what: str, code: int, absent: frozenset = _ABSENT) -> None:
         """Apply the error rules to one failed call: None, a note, or `_Broken`."""
@@ -289,8 +296,19 @@ def _identity(r: _Reader, h: object, gpu: dict) -> None:
     gpu["serial"] = _text(r.optional("nvmlDeviceGetSerial", h))
 
 
+def _field_values(r: _Reader, h: object, gpu: dict) -> None:
+    """One nvmlDeviceGetFieldValues call for the counters the readers below use."""
+    ids = FI.field_ids(min(FI.max_links(r.module), FI.MAX_FIELD_LINKS))
+    values = r.optional("nvmlDeviceGetFieldValues", h, ids)
+    if values:  # None or empty: every reader falls back to its own calls
+        r.answers = FI.decode(values)
+
+
 def _thermal_power(r: _Reader, h: object, gpu: dict) -> None:
+    # NVML 13 deprecates nvmlDeviceGetTemperature (removed with CUDA 14): the V call replaces it.
     temperature = r.optional("nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU)
+    if temperature is None:
+        temperature = r.optional("nvmlDeviceGetTemperatureV", h, _TEMPERATURE_GPU)
     gpu["temperature_c"] = None if temperature is None else float(temperature)
     gpu["power_draw_w"] = _watts(r.optional("nvmlDeviceGetPowerUsage", h))
     # The enforced limit is the lowest of all limits set (admin, board, thermal).
@@ -302,19 +320,29 @@ def _thermal_power(r: _Reader, h: object, gpu: dict) -> None:
 
 
 def _ecc(r: _Reader, h: object, gpu: dict) -> None:
-    mode = r.optional("nvmlDeviceGetEccMode", h)  # [current, pending]
-    gpu["ecc_mode_enabled"] = None if mode is None else mode[0] == _ENABLED
-    for key, (error_type, counter) in _ECC_COUNTERS.items():
-        gpu[key] = _int(r.optional("nvmlDeviceGetTotalEccErrors", h, error_type, counter))
+    mode = r.field(FI.ECC_CURRENT, group=FI.ECC_GROUP)
+    if mode is FI.ASK:
+        modes = r.optional("nvmlDeviceGetEccMode", h)  # [current, pending]
+        mode = None if modes is None else modes[0]
+    gpu["ecc_mode_enabled"] = None if mode is None else int(mode) == _ENABLED
+    for key, (error_type, counter, fid) in _ECC_COUNTERS.items():
+        count = r.field(fid, group=FI.ECC_GROUP)
+        if count is FI.ASK:
+            count = r.optional("nvmlDeviceGetTotalEccErrors", h, error_type, counter)
+        gpu[key] = _int(count)
     # Volta and older only; NotSupported ("N/A") on A100/H100, which remap rows instead.
-    pending = r.optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    pending = r.field(FI.RETIRED_PENDING, group=FI.MEMORY_REPAIR_GROUP)
+    if pending is FI.ASK:
+        pending = r.optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
     gpu["retired_pages_pending"] = None if pending is None else bool(pending)
 
 
 def _remapped_rows(r: _Reader, h: object, gpu: dict) -> None:
     # Ampere and newer; NotSupported on Volta and on MIG GPUs with active instances.
-    rows = r.optional("nvmlDeviceGetRemappedRows", h)  # (corrected, uncorrected, pending, failure)
-    if rows is None:
+    rows = [r.field(fid, group=FI.MEMORY_REPAIR_GROUP) for fid in FI.REMAPPED]
+    if FI.ASK in rows:  # (corrected, uncorrected, pending, failure)
+        rows = r.optional("nvmlDeviceGetRemappedRows", h)
+    if rows is None or None in rows:
         return
     corrected, uncorrected, pending, failure = rows
     gpu["remapped_rows"] = {
@@ -327,34 +355,11 @@ def _remapped_rows(r: _Reader, h: object, gpu: dict) -> None:
 
 def _pcie(r: _Reader, h: object, gpu: dict) -> None:
     link = {key: _int(r.optional(fn_name, h)) for key, fn_name in _PCIE_CALLS.items()}
+    replays = r.field(FI.PCIE_REPLAY)
+    link["replay_errors"] = _int(
+        r.optional("nvmlDeviceGetPcieReplayCounter", h) if replays is FI.ASK else replays
+    )
     gpu["pcie"] = link if any(v is not None for v in link.values()) else None
-
-
-def _nvlink(r: _Reader, h: object, gpu: dict) -> None:
-    if getattr(r.module, "nvmlDeviceGetNvLinkState", None) is None:
-        return  # a binding without NVLink calls: not known
-    # NVML_NVLINK_MAX_LINKS is the binding's array bound (6, 12, 18, now 36), not the device's
-    # link count: links exist up to the first one NVML refuses.
-    active = []
-    for link in range(getattr(r.module, "NVML_NVLINK_MAX_LINKS", _DEFAULT_MAX_LINKS)):
-        state = r.optional("nvmlDeviceGetNvLinkState", h, link, absent=_NO_SUCH_LINK)
-        if state is None:
-            break
-        active.append(state == _ENABLED)
-    gpu["nvlink_active"] = active
-    gpu["nvlink_errors"] = _nvlink_errors(r, h, len(active))
-
-
-def _nvlink_errors(r: _Reader, h: object, links: int) -> dict[str, int] | None:
-    totals = {}
-    for key, counter in _NVLINK_COUNTERS:
-        values = [
-            r.optional("nvmlDeviceGetNvLinkErrorCounter", h, link, counter) for link in range(links)
-        ]
-        known = [int(v) for v in values if v is not None]
-        if known:  # a counter the architecture lacks stays out rather than reading as 0
-            totals[key] = sum(known)
-    return totals or None
 
 
 def _memory(r: _Reader, h: object, gpu: dict) -> None:
@@ -428,25 +433,22 @@ def _fabric_info(r: _Reader, h: object) -> Any:
 
 
 def _recovery_action(r: _Reader, h: object, gpu: dict) -> None:
-    values = r.optional("nvmlDeviceGetFieldValues", h, [_FI_RECOVERY_ACTION])
-    if not values:
+    action = r.field(FI.RECOVERY_ACTION)
+    if action is None or action is FI.ASK:
         return
-    field = values[0]
-    if field.nvmlReturn != _SUCCESS:
-        r.absorb("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", int(field.nvmlReturn), _FIELD_ABSENT)
-        return
-    action = int(getattr(field.value, _VALUE_MEMBERS[field.valueType]))
+    action = int(action)
     gpu["recovery_action"] = _RECOVERY_ACTIONS.get(action, f"action_{action}")
 
 
 # The field groups, in reading order: identity first, so a lost GPU keeps what answered.
 _READERS: tuple[Callable[[_Reader, object, dict], None], ...] = (
     _identity,
+    _field_values,
     _thermal_power,
     _ecc,
     _remapped_rows,
     _pcie,
-    _nvlink,
+    FI.read_nvlink,
     _memory,
     _processes,
     _persistence,
