@@ -30,6 +30,11 @@ def parser() -> ArgumentParser:
         metavar="NAME",
         help="gather only this source (nvml, kernel_log, infiniband, host, mounts)",
     )
+    p.add_argument(
+        "--from-nvidia-smi-xml",
+        metavar="FILE",
+        help="convert this `nvidia-smi -q -x` output instead of reading the node",
+    )
     return p  # fmt: skip
 
 
@@ -38,8 +43,12 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from gpugate.yamlio import dump_yaml
 
-    config = load_config(args.config)
-    snapshot = gather_dict(config, node_name(), only=args.source)
+    if args.from_nvidia_smi_xml:
+        snapshot = _from_xml(args.from_nvidia_smi_xml)
+        if snapshot is None:
+            return 2
+    else:
+        snapshot = gather_dict(load_config(args.config), node_name(), only=args.source)
     text = "# gpugate facts snapshot\n" + dump_yaml(snapshot)
     if args.output:
         atomic_write(args.output, text, mode=0o644)
@@ -49,3 +58,14 @@ def main(argv: list[str]) -> int:
     for name, why in errors.items():
         print(f"gpugate facts: source {name}: {why}", file=sys.stderr)
     return 0
+
+
+def _from_xml(path: str) -> dict | None:
+    from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return snapshot_from_xml(f.read())
+    except (OSError, NvidiaSmiXmlError) as exc:
+        print(f"gpugate facts: {path}: {exc}", file=sys.stderr)
+        return None
