@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpugate.checks.boards import match_board
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -21,6 +22,7 @@ class Expected(Record):
     ib_ports: int | None = None
     ib_rate_gbps: float | None = None
     nvswitch: bool | None = None
+    c2c: bool | None = None  # GPUs on NVLink-C2C to Grace: NVML's PCIe link is not judged
 
 
 class Context(Record):
@@ -34,14 +36,11 @@ class Context(Record):
 
 
 def pick_board(facts: Facts, config: Config) -> tuple[str | None, BoardProfile | None]:
-    """The board profile named in the config, or the first whose `match` is in a GPU name."""
+    """The board profile named in the config, or the one whose `match` fits a GPU's model
+    family (whole words: checks/boards.py)."""
     if config.board != "auto":
         return config.board, config.boards.get(config.board)
-    names = [g.name for g in facts.gpus or () if g.name]
-    for board, profile in config.boards.items():
-        if any(m in name for name in names for m in profile.match):
-            return board, profile
-    return None, None
+    return match_board([g.name for g in facts.gpus or () if g.name], config.boards)
 
 
 def expectations(facts: Facts, config: Config) -> Expected:

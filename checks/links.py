@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
+from gpugate.checks.boards import unknown_board
 from gpugate.checks.gpu import not_reported, nvml_missing, per_gpu
 from gpugate.checks.registry import RESEAT, RESET, check
 
@@ -17,6 +18,11 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Each GPU's PCIe link at full width and at the board's generation."""
     if facts.gpus is None:  # the board is picked by GPU name: NVML is the root cause
         return nvml_missing("pcie.link", facts)
+    if ctx.expected.c2c:
+        # Grace boards (GH200, GB200, GB300): the GPU hangs off NVLink-C2C, and the "PCIe link"
+        # NVML reports (GH200: Gen4 x1) is no host link to judge (gpugate.yaml boards).
+        why = f"board {ctx.expected.board or '?'}: GPUs on NVLink-C2C, no host PCIe link to judge"
+        return [F.ok("pcie.link", why)]
     want_width, want_gen = ctx.expected.pcie_width, ctx.expected.pcie_gen
     # Idle GPUs drop the current generation to save power, so by default only the trained
     # maximum is compared; a narrower link (x16 -> x8) is a fault at any load
@@ -46,7 +52,7 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     gens = f", Gen{want_gen} {'current' if current else 'max'}" if want_gen else ""
     out = per_gpu("pcie.link", facts, judge, f"at full width{gens}")
     if want_gen is None:
-        why = "no expected PCIe generation (board unknown; set expect.pcie_gen)"
+        why = f"no expected PCIe generation ({_unset(facts, ctx, 'pcie_gen')})"
         out.insert(0, F.unknown("pcie.link", why))
     return out
 
@@ -55,7 +61,7 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
 def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every GPU has all of the board's NVLinks active (seed: `nvidia-smi topo -m` complete)."""
     want = ctx.expected.nvlinks_per_gpu
-    why = "no expected NVLink count (board unknown; set expect.nvlinks_per_gpu)"
+    why = f"no expected NVLink count ({_unset(facts, ctx, 'nvlinks_per_gpu')})"
     settled = _settled_by_board("nvlink.links", facts, ctx, want, why, "no NVLinks")
     if settled is not None:
         return settled
@@ -79,7 +85,7 @@ def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
 @check("nvlink.fabric", hardware=True, action=RESET)
 def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
     """On NVSwitch boards, every GPU registered with the fabric (state completed, success)."""
-    why = "not known whether the board has NVSwitches (set expect.nvswitch)"
+    why = f"not known whether the board has NVSwitches ({_unset(facts, ctx, 'nvswitch')})"
     settled = _settled_by_board(
         "nvlink.fabric", facts, ctx, ctx.expected.nvswitch, why, "no NVSwitch fabric"
     )
@@ -87,19 +93,32 @@ def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
         return settled
 
     # Until Fabric Manager has registered a GPU, CUDA jobs fail to start or run without NVLink
-    # (docs/gpu-facts.md 3.9): anything but completed/success is a failure.
+    # (docs/gpu-facts.md 3.9): anything but completed/success is a failure. A state that is
+    # not completed fails on its own, whether or not the status was reported.
     def judge(g: Gpu) -> list[F.Finding]:
-        if g.fabric_state is None or g.fabric_status is None:
+        if g.fabric_state is None:
             return [not_reported("nvlink.fabric", g, "its fabric state (Fabric Manager running?)")]
         if g.fabric_state != "completed":
             detail = f"GPU{g.index} NVSwitch fabric state {g.fabric_state}, not completed"
             return [F.fail("nvlink.fabric", detail, gpu=g.index, value=g.fabric_state)]
+        if g.fabric_status is None:
+            return [not_reported("nvlink.fabric", g, "its fabric status")]
         if g.fabric_status != "success":
             detail = f"GPU{g.index} NVSwitch fabric status {g.fabric_status}, not success"
             return [F.fail("nvlink.fabric", detail, gpu=g.index, value=g.fabric_status)]
         return []
 
     return per_gpu("nvlink.fabric", facts, judge, "registered with the NVSwitch fabric")
+
+
+def _unset(facts: Facts, ctx: Context, key: str) -> str:
+    """Why the board gives no `key`: no profile fits the GPUs (and how to add one), or the
+    picked profile leaves it null."""
+    if ctx.expected.board is None:
+        return (
+            unknown_board([g.name for g in facts.gpus or () if g.name]) + f"; or set expect.{key}"
+        )
+    return f"board {ctx.expected.board} sets no {key}; set expect.{key}"
 
 
 def _settled_by_board(

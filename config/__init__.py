@@ -111,7 +111,7 @@ def build(cls: type[Record], data: object, source: str, prefix: str) -> Record:
         if key not in types:
             raise ConfigError(f"{source}: {prefix}{key}: unknown key")
         values[key] = _convert(types[key], value, source, prefix + key)
-    missing = [f for f in types if f not in values]
+    missing = [f for f in types if f not in values and f not in cls._defaults]
     if missing:
         raise ConfigError(f"{source}: {prefix or 'top'}: missing key(s) {', '.join(missing)}")
     return cls(**values)

@@ -12,14 +12,22 @@ from gpugate.record import Record
 class BoardProfile(Record):
     """What a healthy node of one board type has."""
 
+    # Model-family patterns: each is whole words (case-insensitive, '-' and ' ' alike) that
+    # must appear in order in the GPU name ("H200" matches "NVIDIA H200" and "NVIDIA H200 NVL", never
+    # "NVIDIA GH200 480GB"); the profile whose pattern has the most words wins.
     match: list[str]
-    gpu_count: int
-    nvlinks_per_gpu: int
-    pcie_gen: int
-    pcie_width: int
-    ib_ports: int
-    ib_rate_gbps: float
-    nvswitch: bool
+    # null (or left out of a site board): no expectation from the board; the check judges
+    # what it can without it (gpu.count: Slurm's Gres / the PCI bus; ib.ports: all ACTIVE).
+    gpu_count: int | None = None
+    nvlinks_per_gpu: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    ib_ports: int | None = None
+    ib_rate_gbps: float | None = None
+    nvswitch: bool | None = None
+    # GPUs on NVLink-C2C to a Grace CPU (GH200, GB200, GB300): the PCIe link NVML reports is
+    # not a host PCIe link and pcie.link does not judge it.
+    c2c: bool | None = None
 
 
 class Expect(Record):
@@ -32,6 +40,7 @@ class Expect(Record):
     ib_ports: int | None
     ib_rate_gbps: float | None
     nvswitch: bool | None
+    c2c: bool | None
 
 
 class SourceTimeouts(Record):
@@ -100,6 +109,7 @@ class KernelChecks(Record):
     app_xid_jobs_min: int
     app_xid_users_min: int
     app_xid_window_h: float
+    xid_actions: dict[str, str]  # Xid code -> drain / reboot / warn / ignore (site override)
 
 
 class HostChecks(Record):

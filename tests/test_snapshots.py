@@ -25,6 +25,8 @@ BROKEN = {
     "h100-leftover-procs.yaml": {"gpu.processes"},
     "h100-mount-slow.yaml": {"host.mounts"},
     "h100-driver-mismatch.yaml": {"gpu.driver"},
+    "b200-fabric-in-progress.yaml": {"nvlink.fabric"},
+    "b200-nvlink-down.yaml": {"nvlink.links"},
 }
 
 
