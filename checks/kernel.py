@@ -10,44 +10,16 @@ import re
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
+from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
 from gpugate.checks.registry import REBOOT, RESET, check
-from gpugate.checks.xid import APP_XIDS, lookup, needs_drain, normalize_pci, parse_xid
+from gpugate.checks.xid import APP_XIDS, action_of, lookup, normalize_pci
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.expect import Context
     from gpugate.checks.facts import Facts
     from gpugate.checks.xid import XidEvent
-
-_PCI = r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-
-# A GPU lost or unusable, reported without an Xid number (docs/gpu-facts.md 2.2):
-#   NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.
-#   NVRM: GPU at 0000:01:00.0 has fallen off the bus.                      (old drivers)
-#   NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: ...) installed in this system has /
-#         NVRM: fallen off the bus and is not responding to commands.       (at probe time)
-#   NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)
-#   NVRM: rm_init_adapter failed, device minor number 5
-#   NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] ...
-BUS_PATTERNS = (
-    (
-        re.compile(r"NVRM: .*fallen off the bus"),
-        "GPU has fallen off the bus (reboot the node)",
-    ),
-    (
-        re.compile(r"NVRM: .*(?:RmInitAdapter|rm_init_adapter) failed"),
-        "driver could not initialise the GPU (RmInitAdapter failed)",
-    ),
-    (
-        re.compile(r"NV_ERR_RESET_REQUIRED"),
-        "driver says a GPU reset is required (NV_ERR_RESET_REQUIRED)",
-    ),
-)
-# The GPU a line names ("NVRM: GPU 0000:91:00.0:", "NVRM: GPU at 0000:01:00.0"), and the first
-# line of the multi-line form, whose address belongs to the lines after it.
-GPU_ADDRESS = re.compile(r"NVRM: GPU (?:at )?" + _PCI)
-MULTILINE_OPENER = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
 
 # Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
@@ -92,18 +64,16 @@ def _times(n: int) -> str:
     return f" x{n}" if n > 1 else ""
 
 
-def _xid_verdict(event: XidEvent) -> str:
-    """fail (drain), app (the job's own fault; counted), warn (job-level) or info."""
-    if event.code == 45 and event.caused_by is not None:
-        # 45 is the teardown after another error: judge the cause, not the teardown.
-        event = event.replace(code=event.caused_by, caused_by=None)
-        if event.code in APP_XIDS:
-            return "warn"  # the cause's own line is counted; its consequence must not be
-    if needs_drain(event):
+def _xid_verdict(event: XidEvent, overrides: dict) -> str:
+    """fail (drain), app (the job's own fault; counted), warn (job-level or reported) or info."""
+    action = action_of(event, overrides)
+    if action in ("reset_gpu", "reboot"):
         return "fail"
-    if event.code in APP_XIDS:
+    if (event.code in APP_XIDS and action == "restart_app") or (
+        event.code == 43 and action == "none"
+    ):
         return "app"
-    return "warn" if lookup(event.code).action == "restart_app" else "info"
+    return "warn" if action in ("restart_app", "report") else "info"
 
 
 @check("kernel.xid", hardware=True, action=RESET)  # refined by the Xid catalog (admin)
@@ -111,23 +81,31 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No Xid in the kernel log that needs a GPU reset or reboot (NVIDIA Xid catalog)."""
     if facts.kernel_log is None:
         return source_missing("kernel.xid", facts, "kernel log", "kernel_log")
-    groups: dict[tuple, list[str]] = {}  # (pci, code, verdict) -> lines, in log order
-    for line in facts.kernel_log:
-        event = parse_xid(line)
-        if event is not None:
-            groups.setdefault((event.pci, event.code, _xid_verdict(event)), []).append(line)
+    overrides = ctx.config.checks.kernel.xid_actions
+    groups: dict[tuple, list[str]] = {}  # (pci, code, verdict, action) -> lines, in log order
+    for event in read_lines(facts.kernel_log):
+        if not isinstance(event, BusEvent):
+            key = (
+                event.pci,
+                event.code,
+                _xid_verdict(event, overrides),
+                action_of(event, overrides),
+            )
+            groups.setdefault(key, []).append(event.line)
     gpu_at, out, info = _gpu_at(facts), [], []
-    for (pci, code, verdict), lines in groups.items():
+    for (pci, code, verdict, action), lines in groups.items():
         where, gpu = _where(pci, gpu_at)
         xid = lookup(code)
-        head = f"{where} Xid {code} {xid.mnemonic}{_times(len(lines))}: {xid.meaning}"
+        name = xid.mnemonic.removeprefix("ROBUST_CHANNEL_")  # a drain reason has 200 chars
+        head = f"{where} Xid {code} {name}{_times(len(lines))}: {xid.meaning}"
         if verdict == "fail":
-            todo = "reboot the node" if xid.action == "reboot" else "reset the GPU"
+            todo = "reboot the node" if action == "reboot" else "reset the GPU"
             out.append(F.fail("kernel.xid", f"{head} ({todo})", gpu=gpu, value=code))
         elif verdict == "app":
             out.append(_app_xid(head, lines, pci, gpu, ctx))
         elif verdict == "warn":
-            out.append(F.warn("kernel.xid", f"{head} (job-level, node kept)", gpu=gpu, value=code))
+            kept = "reported, node kept" if action == "report" else "job-level, node kept"
+            out.append(F.warn("kernel.xid", f"{head} ({kept})", gpu=gpu, value=code))
         else:
             info.append(f"Xid {code}{_times(len(lines))} on {where}")
     if out:
@@ -176,22 +154,9 @@ def check_kernel_gpu_bus(facts: Facts, ctx: Context) -> list[F.Finding]:
     if facts.kernel_log is None:
         return source_missing("kernel.gpu_bus", facts, "kernel log", "kernel_log")
     hits: dict[tuple, int] = {}  # (pci, what) -> lines
-    announced = None  # the address a multi-line message opened with
-    for line in facts.kernel_log:
-        if parse_xid(line) is not None:
-            continue  # Xid lines (79 says "fallen off the bus" too) are kernel.xid's
-        opener = MULTILINE_OPENER.search(line)
-        if opener:
-            announced = opener.group(1)
-            continue
-        for pattern, what in BUS_PATTERNS:
-            if pattern.search(line):
-                named = GPU_ADDRESS.search(line)
-                address = named.group(1) if named else announced
-                key = (normalize_pci(address) if address else None, what)
-                hits[key] = hits.get(key, 0) + 1
-                announced = None
-                break
+    for event in read_lines(facts.kernel_log):
+        if isinstance(event, BusEvent):  # Xid lines (79 says "fallen off the bus" too): kernel.xid
+            hits[(event.pci, event.what)] = hits.get((event.pci, event.what), 0) + 1
     gpu_at, out = _gpu_at(facts), []
     for (pci, what), n in hits.items():
         where, gpu = _where(pci, gpu_at)

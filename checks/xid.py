@@ -1,12 +1,8 @@
 """The Xid catalog: what each NVIDIA Xid means and what gpugate does about it.
 
-Source: NVIDIA "Analyzing Xid Errors with the Xid Catalog" (Ampere and newer) and the legacy
-per-cause table, as summarised in section 1 of docs/gpu-facts.md. Actions:
-- ``none``: informational; log it.
-- ``restart_app``: the application's own fault or a job-level error; the node stays in service
-  (unless the same GPU repeats it, see ``kernel.app_xid_repeat_max``).
-- ``reset_gpu``: the GPU must be reset before the next job: drain.
-- ``reboot``: the node must be rebooted (Xid 79 fallen off the bus): drain.
+The table is checks/xid_catalog.py (every code of NVIDIA's catalog, its source and date); this
+module parses a line and decides. A single application-class Xid never drains; an Xid missing
+from the catalog warns and is reported; sites override per Xid (`checks.kernel.xid_actions`).
 Categories are the diagnosis' closed set (corpus labelling rules).
 """
 
@@ -14,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
 
 
@@ -23,87 +20,53 @@ class XidInfo(Record):
     code: int
     mnemonic: str
     meaning: str
-    action: str  # none / restart_app / reset_gpu / reboot
+    action: str  # none / restart_app / report / reset_gpu / reboot / workflow
     category: str  # diagnosis category: ecc_error, nvlink_error, gpu_xid_hardware, ...
+    resolution: str = "-"  # NVIDIA's immediate resolution bucket
 
 
-def _entries() -> dict[int, XidInfo]:
-    rows = [
-        # code, mnemonic, meaning, action, category
-        (8, "FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "restart_app", "gpu_xid_hardware"),
-        (11, "GR_ERROR_MISSING_HW", "invalid or corrupted push buffer", "restart_app", "gpu_xid_hardware"),
-        (13, "GR_EXCEPTION", "graphics engine exception (out-of-range address, illegal instruction)", "restart_app", "gpu_xid_user_app"),
-        (25, "GR_ILLEGAL_NOTIFY", "invalid push buffer", "restart_app", "gpu_xid_user_app"),
-        (31, "FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault (MMU fault)", "restart_app", "gpu_xid_user_app"),
-        (32, "PBDMA_ERROR", "push-buffer DMA fault on the PCIe stream", "restart_app", "gpu_xid_hardware"),
-        (38, "FECS_ERR_WATCHDOG_TIMEOUT", "driver firmware error", "none", "gpu_xid_hardware"),
-        (43, "RESETCHANNEL_VERIF_ERROR", "application hit a software-induced fault; GPU healthy", "restart_app", "gpu_xid_user_app"),
-        (44, "GR_FAULT_DURING_CTXSW", "engine fault during context switch", "none", "gpu_xid_hardware"),
-        (45, "PREEMPTIVE_REMOVAL", "channel torn down after the app aborted (a consequence)", "none", "other"),
-        (46, "GPU_TIMEOUT_ERROR", "GPU stopped processing", "reset_gpu", "gpu_xid_hardware"),
-        (48, "GPU_ECC_DBE", "double-bit (uncorrectable) ECC error", "reset_gpu", "ecc_error"),
-        (54, "PWR_REDUCED_CLOCKING", "auxiliary power not connected", "reset_gpu", "gpu_xid_hardware"),
-        (61, "PMU_BREAKPOINT", "internal micro-controller breakpoint", "reset_gpu", "gpu_xid_hardware"),
-        (62, "PMU_HALT_ERROR", "internal micro-controller halt", "reset_gpu", "gpu_xid_hardware"),
-        (63, "DRAM_RETIREMENT_EVENT", "row remap / page retirement recorded; reset to activate", "none", "ecc_error"),
-        (64, "DRAM_RETIREMENT_FAILURE", "row remap / page retirement failure", "reset_gpu", "ecc_error"),
-        (74, "NVLINK_ERROR", "NVLink connection error", "reset_gpu", "nvlink_error"),
-        (79, "GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "reboot", "gpu_xid_hardware"),
-        (80, "PUSHBUFFER_CRC_MISMATCH", "corrupted data sent to GPU", "restart_app", "gpu_xid_hardware"),
-        (92, "EXCESSIVE_SBE_INTERRUPTS", "high rate of correctable ECC errors", "none", "ecc_error"),
-        (94, "CONTAINED_ERROR", "contained uncorrectable memory error", "restart_app", "ecc_error"),
-        (95, "UNCONTAINED_ERROR", "uncontained uncorrectable memory error", "reset_gpu", "ecc_error"),
-        (109, "CTXSW_TIMEOUT_ERROR", "context-switch timeout", "reset_gpu", "gpu_xid_hardware"),
-        (110, "SEC_FAULT_ERROR", "security fault (hardware)", "reboot", "gpu_xid_hardware"),
-        (119, "GSP_RPC_TIMEOUT", "GSP firmware RPC timeout", "reset_gpu", "gpu_xid_hardware"),
-        (120, "GSP_ERROR", "error in GSP firmware", "reset_gpu", "gpu_xid_hardware"),
-        (136, "ALI_TRAINING_FAIL", "NVLink link training failed", "reset_gpu", "nvlink_error"),
-        (137, "NVLINK_PRIV_ERR", "illegal NVLink peer access", "restart_app", "nvlink_error"),
-        (140, "ECC_ERROR_ESCAPE", "uncorrectable memory error escaped containment", "reset_gpu", "ecc_error"),
-        (143, "GPU_INIT_ERROR", "GPU initialisation failure", "reset_gpu", "gpu_xid_hardware"),
-        (154, "GPU_RECOVERY_ACTION_CHANGED", "the driver's recovery action changed", "none", "gpu_xid_hardware"),
-        (155, "NVLINK_SW_DEFINED_ERROR", "NVLink taken down by software", "reset_gpu", "nvlink_error"),
-        (156, "RESOURCE_RETIREMENT_EVENT", "repair resource retired", "reset_gpu", "ecc_error"),
-        (157, "RESOURCE_RETIREMENT_FAILURE", "no repair resources left", "reset_gpu", "ecc_error"),
-        (158, "GPU_FATAL_TIMEOUT", "fatal GPU timeout", "reset_gpu", "gpu_xid_hardware"),
-        (167, "PCIE_FATAL_TIMEOUT", "PCIe fatal timeout", "reboot", "gpu_xid_hardware"),
-        (168, "REDUCED_GPU_MEMORY_CAPACITY", "errors in a write-protected region (ECC off?)", "reset_gpu", "ecc_error"),
-        (171, "UNCORRECTABLE_DRAM_ERROR", "uncorrectable DRAM error (with Xid 48)", "reset_gpu", "ecc_error"),
-        (172, "UNCORRECTABLE_SRAM_ERROR", "uncorrectable SRAM error (with Xid 48)", "reset_gpu", "ecc_error"),
-    ]  # fmt: skip
-    for code in (144, 145, 146, 147, 148, 149, 150):
-        # NVLink-5 subsystem errors: the line says Fatal or Nonfatal (see nvlink5_fatal()).
-        rows.append(
-            (code, "NVLINK5_ERROR", "NVLink-5 subsystem error", "reset_gpu", "nvlink_error")
-        )
-    for code in (39, 40, 41, 70, 71, 72, 75, 76, 77, 85):
-        rows.append((code, "CE_ERROR", "copy-engine exception", "restart_app", "gpu_xid_hardware"))
-    for code in (60, 68, 69):
-        rows.append((code, "ENGINE_ERROR", "engine exception", "restart_app", "gpu_xid_hardware"))
-    for code in (37, 66, 67, 93, 121, 159):
-        rows.append((code, "INFORMATIONAL", "informational or driver-internal", "none", "other"))
-    return {
-        c: XidInfo(code=c, mnemonic=m, meaning=t, action=a, category=k) for c, m, t, a, k in rows
-    }
-
-
-CATALOG: dict[int, XidInfo] = _entries()
-
-# Application faults per NVIDIA: they say nothing about the node unless the same GPU repeats.
+_ECC = frozenset({48, 63, 64, 92, 94, 95, 140, 156, 157, 168, 171, 172})
+_NVLINK = frozenset({74, 108, 136, 137, 155, 166, 170, *range(144, 151)})
+# Application faults per NVIDIA (13, 31: RESTART_APP with a same-GPU workflow; 43: IGNORE).
 APP_XIDS = frozenset({13, 31, 43})
+
+
+def _category(code: int, action: str) -> str:
+    if code in _ECC:
+        return "ecc_error"
+    if code in _NVLINK:
+        return "nvlink_error"
+    if code in APP_XIDS:
+        return "gpu_xid_user_app"
+    return "other" if action in ("none", "report") or code == 45 else "gpu_xid_hardware"
+
+
+CATALOG: dict[int, XidInfo] = {
+    code: XidInfo(
+        code=code,
+        mnemonic=mn,
+        meaning=desc,
+        action=act,
+        category=_category(code, act),
+        resolution=res,
+    )
+    for code, mn, desc, res, act in XID_ROWS
+}
 DRAIN_ACTIONS = frozenset({"reset_gpu", "reboot"})
+# Site overrides (checks.kernel.xid_actions) name these; each maps onto a catalog action.
+SITE_ACTIONS = {"drain": "reset_gpu", "reboot": "reboot", "warn": "report", "ignore": "none"}
 
 
 def lookup(code: int) -> XidInfo:
-    """The catalog entry, or a conservative entry for an unknown code (hardware, reset)."""
+    """The catalog entry, or an entry for a code NVIDIA's catalog does not list (reported)."""
     info = CATALOG.get(code)
     if info is not None:
         return info
     return XidInfo(
         code=code,
         mnemonic="UNKNOWN",
-        meaning="not in gpugate's catalog",
-        action="reset_gpu",
+        meaning="not in NVIDIA's Xid catalog (reported; set checks.kernel.xid_actions to act)",
+        action="report",
         category="gpu_xid_hardware",
     )
 
@@ -125,6 +88,9 @@ class XidEvent(Record):
 # digits or more is no Xid (and int() refuses numbers past 4300 digits).
 _XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
 _PCI_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+_SHORT_PCI_RE = re.compile(
+    r"(?<![0-9a-fA-F])(?<![0-9a-fA-F]:)([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?![0-9a-fA-F:])"
+)
 _CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,9})(?!\d)")
 # `pid=1234, name=python, ` after the code (R470+ drivers; `pid='<unknown>'` when none).
 _PROCESS_RE = re.compile(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
@@ -153,23 +119,87 @@ def parse_xid(line: str) -> XidEvent | None:
 
 
 def normalize_pci(text: str) -> str | None:
-    """`PCI:0000:9B:00`, `00000000:9B:00.0` -> `0000:9b:00` (domain:bus:device)."""
+    """`PCI:0000:9B:00`, `00000000:9B:00.0`, `18:00.0` -> `0000:9b:00` (domain:bus:device)."""
     m = _PCI_RE.search(text)
     if not m:
-        return None
+        # No domain (`GPU 18:00.0`, `PCI:18:00`): domain 0, as NVML lists single-domain hosts.
+        short = _SHORT_PCI_RE.search(text)
+        return f"0000:{short.group(1).lower()}:{short.group(2).lower()}" if short else None
     domain = m.group(1)[-4:].lower()
     return f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}"
 
 
+_HEX_WORDS = re.compile(r"\((0x[0-9a-fA-F]{1,8})(?:[\s,]+(0x[0-9a-fA-F]{1,8}))?")
+_RECOVERY_RE = re.compile(r"\bto\s+0x[0-9a-fA-F]+\s*\(([^)]*)\)")
+
+
+def _bits_match(value: int, pattern: str) -> bool:
+    """IntrInfo against a decode-sheet pattern (MSB first, `-` any bit)."""
+    bits = f"{value:032b}"[-len(pattern) :]
+    return all(p in ("-", b) for p, b in zip(pattern, bits, strict=True))
+
+
+def nvlink5_resolution(event: XidEvent) -> str | None:
+    """NVIDIA's resolution for an Xid 144-150 line from its IntrInfo and ErrorStatus words.
+
+    The worst of the matching "XID 144-150 Decode" rows (RESET_GPU, XID_154_EVAL, IGNORE), or
+    None when the words are missing or match no row.
+    """
+    m = _HEX_WORDS.search(event.text)
+    if m is None:
+        return None
+    intr, status = int(m.group(1), 16), int(m.group(2) or "0x0", 16)
+    found = set()
+    for code, _unit, v1, v2, bit, resolution in NVLINK5_RULES:
+        if code != event.code or not (_bits_match(intr, v1) or _bits_match(intr, v2)):
+            continue
+        if bit == 0 or status & bit:
+            found.add(resolution)
+    for worst in ("RESET_GPU", "XID_154_EVAL", "IGNORE"):
+        if worst in found:
+            return worst
+    return None
+
+
 def nvlink5_fatal(event: XidEvent) -> bool:
-    """Xid 144-150 lines say `Fatal` or `Nonfatal`; only fatal ones need a reset."""
+    """Xid 144-150: decoded by the sub-code words; the word `Fatal` only when they decode to
+    nothing (an XID_154_EVAL row follows Xid 154's own line: alone it restarts the app)."""
+    resolution = nvlink5_resolution(event)
+    if resolution is not None:
+        return resolution == "RESET_GPU"
     return bool(re.search(r"\bFatal\b", event.text))
 
 
-def needs_drain(event: XidEvent) -> bool:
+def recovery_action(event: XidEvent) -> str | None:
+    """Xid 154's announced action (`... to 0x2 (Node Reboot Required)`), lower-case."""
+    m = _RECOVERY_RE.search(event.text)
+    return m.group(1).strip().lower() if m else None
+
+
+def action_of(event: XidEvent, overrides: dict | None = None) -> str:
+    """What this Xid alone asks of the node: none / restart_app / report / reset_gpu / reboot."""
+    site = (overrides or {}).get(str(event.code))
+    if site is not None:
+        return SITE_ACTIONS.get(site, "report")
+    code = event.code
+    if code == 45:
+        if event.caused_by is not None and event.caused_by != 45:
+            cause = lookup(event.caused_by).action
+            # The cause's own line is judged; a consequence of an app fault is not counted.
+            return "restart_app" if cause in ("workflow", "restart_app") else cause
+        return "none"  # alone: a channel torn down (RESTART_FM in NVIDIA's workflow)
+    if code in range(144, 151):
+        return "reset_gpu" if nvlink5_fatal(event) else "none"
+    if code == 154:
+        announced = recovery_action(event)
+        if announced is None or announced == "none":
+            return "none"
+        return "reboot" if "reboot" in announced else "reset_gpu"
+    if code == 74:
+        return "reset_gpu"  # WORKFLOW_NVLINK_ERR: a GPU reset (or reboot) clears it
+    return lookup(code).action
+
+
+def needs_drain(event: XidEvent, overrides: dict | None = None) -> bool:
     """Whether this Xid alone means the node must not take the next job."""
-    if event.code in range(144, 151):
-        return nvlink5_fatal(event)
-    if event.code == 154:
-        return "(None)" not in event.text.split(" to ", 1)[-1]
-    return lookup(event.code).action in DRAIN_ACTIONS
+    return action_of(event, overrides) in DRAIN_ACTIONS

@@ -8,9 +8,11 @@ defaults. Unknown keys, wrong types and bad values are refused as `file: key.pat
 from __future__ import annotations
 
 import os
+import re
 
 from gpugate.checks.registry import registered
 from gpugate.config import schema
+from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
 
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"
@@ -23,6 +25,8 @@ _CHOICES = {
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "prolog.on_error": ("allow", "refuse"),
 }
+# Mappings whose keys and values are closed sets: path -> (key pattern, what a key is, values).
+_KEYED = {"checks.kernel.xid_actions": (r"[1-9]\d{0,3}", "an Xid code", ("drain", "reboot", "warn", "ignore"))}
 # Shares of a whole (non-negative is checked for every number).
 _AT_MOST = {"epilog.evidence_user_share": 1.0}
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
@@ -64,10 +68,24 @@ def load_config(path: str | None = None) -> schema.Config:
         raise ConfigError(f"{PACKAGED_FILE}: expected a mapping at the top")
     if not isinstance(site, dict):
         raise ConfigError(f"{site_path}: expected a mapping at the top")
+    defaults, _ = split_classes(defaults, PACKAGED_FILE, ConfigError)
+    site, classes = split_classes(site, site_path or "", ConfigError)
     # Check the site file on its own first, so an error names the file that holds it.
     _check_partial(schema.Config, site, site_path or "", "")
-    merged = _merge(defaults, site)
+    merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     return build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
+
+
+def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:
+    """`merged` with every node class that this node (or the job's partition) is in over it."""
+    if not classes:
+        return merged
+    node, partition = this_node()
+    for i, cls in enumerate(classes):
+        _check_partial(schema.Config, overlay(cls), source, f"classes[{i}].")
+        if matches(cls, node, partition):
+            merged = _merge(merged, overlay(cls))
+    return merged
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -143,7 +161,10 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
         inner = ann[len("dict[str,") : -1]
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {path}: expected a mapping, got {_show(value)}")
-        return {str(k): _convert(inner, v, source, f"{path}.{k}") for k, v in value.items()}
+        out = {str(k): _convert(inner, v, source, f"{path}.{k}") for k, v in value.items()}
+        if path in _KEYED:
+            _check_keyed(out, source, path)
+        return out
     record = _record_type(ann)
     if record is not None:
         return build(record, value, source, path + ".")
@@ -167,6 +188,18 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     if path in _AT_MOST and value > _AT_MOST[path]:
         raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")
     return value
+
+
+def _check_keyed(mapping: dict, source: str, path: str) -> None:
+    """Refuse a key or a value outside a closed mapping's sets (`checks.kernel.xid_actions`)."""
+    pattern, what, values = _KEYED[path]
+    for key, value in mapping.items():
+        if not re.fullmatch(pattern, key):
+            raise ConfigError(f"{source}: {path}: key {key!r} is not {what}")
+        if value not in values:
+            raise ConfigError(
+                f"{source}: {path}.{key}: {value!r} is not one of {', '.join(values)}"
+            )
 
 
 def _check_ids(ids: list, source: str, path: str) -> None:

@@ -60,7 +60,6 @@ def test_xid79_fails_naming_gpu_code_mnemonic_and_action():
         (119, "Timeout after 6s of waiting for RPC response from GPU5 GSP!"),
         (150, "MSE_ERROR Fatal XC0 i0 Link -1 (0x0 0x0 0x0 0x0 0x0 0x0)"),
         (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"),
-        (999, "an Xid gpugate does not know"),
     ],
 )
 def test_xids_that_need_a_reset_or_reboot_fail(code, text):

@@ -171,7 +171,7 @@ def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) ->
     primary = tier[0]
     category = primary.match.category or "other"
     winners = [s for s in tier if s.match.category == primary.match.category]
-    xid, xid_signal = _root_xid(live)
+    xid, xid_signal = _root_xid(live, top)
     rank, root_line = _failing_rank(winners, roots)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     return Diagnosis(
@@ -208,12 +208,14 @@ def _before(s: Signal, first_fatal: dict[int, int]) -> bool:
     return s.line < first_fatal.get(s.file, sys.maxsize)
 
 
-def _root_xid(live: list[Signal]) -> tuple[int | None, Signal | None]:
-    """The first fatal Xid (by place), else the first Xid of any strength."""
+def _root_xid(live: list[Signal], top: int) -> tuple[int | None, Signal | None]:
+    """The first Xid of the winning tier (an ECC diagnosis names its ECC Xid, not an earlier
+    application Xid), else the first fatal Xid (by place), else the first of any strength."""
     with_xid = sorted((s for s in live if s.match.xid is not None), key=lambda s: (s.file, s.line))
-    for s in with_xid:
-        if _fatal(s):
-            return s.match.xid, s
+    for wanted in (lambda s: s.tier == top, _fatal):
+        for s in with_xid:
+            if wanted(s):
+                return s.match.xid, s
     if with_xid:
         return with_xid[0].match.xid, with_xid[0]
     return None, None

@@ -65,17 +65,30 @@ class Match(Record):
 
 
 def _xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
-    """Category, strength and root code of an `NVRM: Xid` line, from the catalog."""
+    """Category, strength and root code of an Xid line, read as `gpugate check` reads it.
+
+    An `NVRM:` line the kernel-line reader does not take for an Xid (`NVRM: Xid : 32, ...`) is
+    none here either. A line that drains names its catalog category (fatal); an application
+    Xid is the job's own fault (user app, fatal); an informational one is minor.
+    """
     event = X.parse_xid(text)
-    code = int(m.group("xid")) if event is None else event.code
-    caused_by = event.caused_by if event is not None else None
-    root = caused_by if caused_by is not None else code
+    if event is None and "NVRM" in text:
+        return "other", MINOR, None
+    if event is None:  # a tool's summary (`dcgm health: GPU 2 reported Xid 48`): by code
+        info = X.lookup(int(m.group("xid")))
+        fatal = info.action in X.DRAIN_ACTIONS or info.action == "restart_app"
+        return info.category, FATAL if fatal else MINOR, info.code
+    root = event.caused_by if event.code == 45 and event.caused_by is not None else event.code
     info = X.lookup(root)
-    if event is not None and caused_by is None:
-        fatal = X.needs_drain(event) or info.action == "restart_app"
-    else:
-        fatal = info.action != "none"
-    return info.category, FATAL if fatal else MINOR, root
+    if event.code == 45 and event.caused_by is not None:
+        return info.category, FATAL if info.action != "none" else MINOR, root
+    action = X.action_of(event)
+    if action in X.DRAIN_ACTIONS:
+        return info.category, FATAL, root
+    if action == "restart_app" or root in X.APP_XIDS:
+        # The job's own fault; a contained ECC error (94) still says why the job failed.
+        return "ecc_error" if info.category == "ecc_error" else "gpu_xid_user_app", FATAL, root
+    return info.category, MINOR, root
 
 
 def _sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
