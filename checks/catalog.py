@@ -11,5 +11,6 @@ from gpugate.checks import links  # noqa: F401
 from gpugate.checks import infiniband  # noqa: F401
 from gpugate.checks import network  # noqa: F401
 from gpugate.checks import kernel  # noqa: F401
+from gpugate.checks import sxid  # noqa: F401
 from gpugate.checks import host  # noqa: F401
 # isort: on

@@ -57,12 +57,13 @@ def test_a_check_that_raises_becomes_unknown_and_the_others_still_run():
 HARDWARE = {
     "gpu.lost", "gpu.ecc", "gpu.memory_errors", "gpu.recovery_action", "gpu.temperature",
     "gpu.throttle", "pcie.link", "nvlink.links", "nvlink.fabric", "ib.ports", "ib.rate",
-    "kernel.xid", "kernel.gpu_bus",
+    "kernel.xid", "kernel.gpu_bus", "kernel.sxid",
 }  # fmt: skip
 ACTIONS = {
     "gpu.lost": R.REBOOT, "gpu.count": R.REBOOT, "kernel.gpu_bus": R.REBOOT,
     "gpu.ecc": R.RESET, "gpu.memory_errors": R.RESET, "gpu.recovery_action": R.RESET,
-    "kernel.xid": R.RESET, "nvlink.links": R.RESET, "nvlink.fabric": R.RESET,
+    "kernel.xid": R.RESET, "kernel.sxid": R.RESET, "nvlink.links": R.RESET,
+    "nvlink.fabric": R.RESET,
     "pcie.link": R.RESEAT, "ib.ports": R.RESEAT, "ib.rate": R.RESEAT, "net.peers": R.RESEAT,
     "gpu.temperature": R.COOLING, "gpu.throttle": R.COOLING,
 }  # fmt: skip
