@@ -130,6 +130,9 @@ class Facts(Record):
     cuda_driver_version: str | None = None
     gpus: tuple[Gpu, ...] | None = None  # None: NVML could not be asked at all
     pci_gpu_count: int | None = None  # NVIDIA GPUs on the PCI bus, whatever NVML says
+    nvidia_module_version: str | None = None  # /sys/module/nvidia/version: the loaded nvidia.ko
+    nvml_error: str | None = None  # why NVML could not start: lib_rm_version_mismatch, ...
+    nvml_library_version: str | None = None  # the libnvidia-ml.so loaded when NVML failed
     infiniband: tuple[IbPort, ...] | None = None
     kernel_log: tuple[str, ...] | None = None
     kernel_log_seq: int | None = None  # /dev/kmsg sequence number reached (with boot_id)
@@ -170,7 +173,8 @@ _INTS = {
 _FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",
          "pci_bus_id", "serial", "error", "fabric_state", "fabric_status", "recovery_action",
-         "device", "state", "phys_state", "link_layer", "path", "fstype", "boot_id"}  # fmt: skip
+         "device", "state", "phys_state", "link_layer", "path", "fstype", "boot_id",
+         "nvidia_module_version", "nvml_error", "nvml_library_version"}  # fmt: skip
 _BOOLS = {"pending", "failure", "retired_pages_pending", "persistence_mode", "mounted",
           "writable", "ecc_mode_enabled"}  # fmt: skip
 

@@ -21,7 +21,44 @@ def source_missing(check_id: str, facts: Facts, what: str, source: str) -> list[
 
 def nvml_missing(check_id: str, facts: Facts) -> list[F.Finding]:
     """The finding every GPU check returns when NVML gave no GPU list at all."""
+    if nvml_cannot_start(facts):  # gpu.driver fails the node with the one message
+        return [F.unknown(check_id, "not judged: NVML cannot start (see gpu.driver)")]
     return source_missing(check_id, facts, "NVML facts", "nvml")
+
+
+# Why nvmlInit failed (the snapshot's nvml_error) -> (the cause, what an admin does about it);
+# docs/gpu-facts.md 3.12, NVML API reference "nvmlInit_v2" return codes.
+_NVML_DOWN = {
+    "lib_rm_version_mismatch": (
+        "driver/library version mismatch, library {lib} vs kernel module {mod}",
+        "reboot the node (or reload the nvidia kernel modules) to run the installed driver",
+    ),
+    "driver_not_loaded": (
+        "the nvidia kernel module is not loaded",
+        "load it (modprobe nvidia) or reinstall the driver for the running kernel",
+    ),
+    "library_not_found": (
+        "libnvidia-ml.so.1 not found",
+        "install the NVIDIA driver's user-space libraries",
+    ),
+    "no_permission": ("no permission to open /dev/nvidia*", "fix the device files' permissions"),
+}
+
+
+def nvml_cannot_start(facts: Facts) -> str | None:
+    """The one message for NVML refusing to start while NVIDIA GPUs are on the PCI bus.
+
+    None when NVML answered, when it did not say why (a hang, a missing Python binding: not the
+    node's fault to judge here), or when the bus shows no NVIDIA GPU (a CPU-only node).
+    """
+    code, on_bus = facts.nvml_error, facts.pci_gpu_count
+    if facts.gpus is not None or code is None or not on_bus:
+        return None
+    cause, todo = _NVML_DOWN.get(code, (f"nvmlInit: {code}", "reboot the node"))
+    versions = {"lib": facts.nvml_library_version, "mod": facts.nvidia_module_version}
+    cause = cause.format(**{k: v or "?" for k, v in versions.items()})
+    gpus = "1 NVIDIA GPU is" if on_bus == 1 else f"{on_bus} NVIDIA GPUs are"
+    return f"NVML cannot start ({cause}) while {gpus} on the PCI bus: {todo}"
 
 
 def not_reported(check_id: str, gpu: Gpu, what: str) -> F.Finding:
@@ -105,12 +142,15 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 
 @check("gpu.driver")
 def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """The driver version the site pins, and a CUDA driver API at least `cuda_driver_min`."""
+    """NVML starts where GPUs are on the bus; the pinned driver; CUDA >= `cuda_driver_min`."""
     # The snapshot holds one node-wide driver version (NVML's system version; a user-space /
-    # kernel-module mismatch makes NVML fail, which gpu.count reports). Pinning it in the site
+    # kernel-module mismatch makes NVML fail, which fails this check). Pinning it in the site
     # config keeps every node on the same driver: the seed's "driver versions consistent".
     cfg = ctx.config.checks.gpu
     have = facts.driver_version
+    down = nvml_cannot_start(facts)
+    if down:
+        return [F.fail("gpu.driver", down, value=facts.nvml_error)]
     if have is None:
         return source_missing("gpu.driver", facts, "driver version", "nvml")
     out = []

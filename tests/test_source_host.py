@@ -31,6 +31,7 @@ def test_read_host_on_the_h100_fixtures():
     assert {"mlx5_core", "mlx5_ib", "nvidia_peermem"} <= set(facts.kernel_modules)
     # Four 3D controllers; the NVSwitch (0x0680) and the ASPEED VGA (not NVIDIA) are no GPUs.
     assert facts.pci_gpu_count == 4
+    assert facts.nvidia_module_version == "550.54.15"  # /sys/module/nvidia/version
 
 
 def test_limits_are_this_process_limits():
@@ -42,6 +43,12 @@ def test_missing_files_leave_keys_unknown(tmp_path):
     data = host.read_host(config(tmp_path / "proc", tmp_path / "sys"))
     assert set(data) == {"limits"}  # absent means "not known", never zero
     assert facts_from_dict(data).pci_gpu_count is None
+
+
+def test_no_nvidia_module_loaded_leaves_its_version_absent(tmp_path):
+    (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)  # no version file
+    data = host.read_host(config(tmp_path / "proc", tmp_path / "sys"))
+    assert "nvidia_module_version" not in data
 
 
 def test_no_nvidia_gpu_on_the_bus(tmp_path):

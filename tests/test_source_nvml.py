@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pynvml
@@ -19,10 +20,17 @@ import pytest
 from factories import default_config
 
 from gpugate.checks.facts import Gpu, facts_from_dict
+from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather_dict
-from gpugate.checks.sources.nvml import NvmlUnavailable, decode_throttle_reasons, read_nvml
+from gpugate.checks.sources.nvml import (
+    NvmlUnavailable,
+    decode_throttle_reasons,
+    loaded_library_version,
+    read_nvml,
+)
 
 MIB = 1024 * 1024
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def err(name: str) -> pynvml.NVMLError:
@@ -609,6 +617,37 @@ def test_init_failure_raises_a_clear_error(code: str, words: str) -> None:
     assert fake.calls == [] and fake.shutdowns == 0
 
 
+def test_init_failure_carries_the_code_and_the_loaded_library_version(tmp_path) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "maps").write_text(
+        "7f00-7f01 r--p 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "7f10-7f11 r-xp 00000000 08:01 43 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.90.07\n"
+    )
+    config = default_config()
+    config = config.replace(sources=config.sources.replace(proc_root=str(tmp_path)))
+    fake = FakeNvml(node(), init_error=err("LIB_RM_VERSION_MISMATCH"))
+    with pytest.raises(NvmlUnavailable) as info:
+        read(fake, config)
+    assert info.value.facts == {
+        "nvml_error": "lib_rm_version_mismatch",
+        "nvml_library_version": "550.90.07",
+    }
+
+
+@pytest.mark.parametrize("code", ["DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND"])
+def test_init_failure_names_its_code_as_a_snapshot_key(code: str) -> None:
+    with pytest.raises(NvmlUnavailable) as info:
+        read(FakeNvml(node(), init_error=err(code)))
+    assert info.value.facts == {"nvml_error": code.lower()}
+
+
+def test_loaded_library_version_without_nvml_in_the_maps(tmp_path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text("7f10-7f11 r-xp 00000000 08:01 43 /opt/stub/libnvidia-ml.so.1\n")
+    assert loaded_library_version(str(maps)) is None
+    assert loaded_library_version(str(tmp_path / "missing")) is None
+
+
 def test_count_failure_raises_and_still_shuts_down() -> None:
     fake = FakeNvml(node(), system={"nvmlDeviceGetCount": err("UNKNOWN")})
     with pytest.raises(NvmlUnavailable, match="nvmlDeviceGetCount failed: unknown"):
@@ -822,6 +861,56 @@ def test_missing_driver_is_a_source_error_in_the_snapshot(monkeypatch: pytest.Mo
     assert "library_not_found" in snapshot["source_errors"]["nvml"]
     assert "NvmlUnavailable" in snapshot["source_errors"]["nvml"]
     assert facts_from_dict(snapshot).gpus is None  # not known, not "zero GPUs"
+
+
+def test_nvml_that_cannot_start_beside_gpus_on_the_bus_fails_the_node_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "maps").write_text(
+        "0-1 r-xp 0 0:0 1 /usr/lib64/libnvidia-ml.so.550.90.07\n"
+    )
+    config = default_config()
+    sources = config.sources.replace(proc_root=str(tmp_path), sysfs_root=str(FIXTURES / "sys-pci"))
+    config = config.replace(sources=sources)
+    monkeypatch.setitem(
+        sys.modules, "pynvml", FakeNvml([], init_error=err("LIB_RM_VERSION_MISMATCH"))
+    )
+    facts = facts_from_dict(gather_dict(config, "gpu-node-01", only=["nvml", "host"]))
+    assert "lib_rm_version_mismatch" in facts.source_errors["nvml"] and facts.gpus is None
+    findings = run_checks(facts, config)
+    fails = [f for f in findings if f.status == "fail" and f.check.startswith("gpu.")]
+    driver = [f for f in fails if f.check == "gpu.driver"]
+    assert [f.message for f in driver] == [
+        "gpu.driver: NVML cannot start (driver/library version mismatch, library 550.90.07 vs kernel module "
+        "550.54.15) while 4 NVIDIA GPUs are on the PCI bus: reboot the node (or reload the nvidia "
+        "kernel modules) to run the installed driver"
+    ]
+    # The other GPU checks do not each repeat the cause: they point at gpu.driver.
+    others = [f for f in findings if f.status == "unknown" and f.check.startswith("gpu.")]
+    assert others and all(f.message.endswith("(see gpu.driver)") for f in others)
+
+
+@pytest.mark.parametrize(
+    ("changes", "failed"),
+    [
+        ({}, True),
+        ({"pci_gpu_count": 0}, False),  # no NVIDIA GPU on the bus: not a broken GPU node
+        ({"pci_gpu_count": None}, False),  # the bus not read: not known
+        ({"nvml_error": None}, False),  # NVML hung or the binding is missing: not its verdict
+    ],
+)
+def test_gpu_driver_fails_only_for_nvml_refusing_beside_gpus_on_the_bus(changes, failed) -> None:
+    snapshot = {"nvml_error": "driver_not_loaded", "pci_gpu_count": 8, **changes}
+    snapshot["source_errors"] = {"nvml": "NvmlUnavailable: nvmlInit failed: driver_not_loaded"}
+    findings = run_checks(facts_from_dict(snapshot), default_config())
+    driver = [f for f in findings if f.check == "gpu.driver"]
+    assert [f.status == "fail" for f in driver] == [failed]
+    if failed:
+        assert driver[0].message == (
+            "gpu.driver: NVML cannot start (the nvidia kernel module is not loaded) while 8 NVIDIA "
+            "GPUs are on the PCI bus: load it (modprobe nvidia) or reinstall the driver for the running kernel"
+        )
 
 
 def test_importing_the_source_does_not_import_pynvml() -> None:

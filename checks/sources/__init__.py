@@ -45,6 +45,7 @@ def _call(fn: Callable[[], dict], result: _Result) -> None:
         result.data = fn()
     except Exception as exc:  # recorded, never raised: one broken source must not hide the rest
         result.error = f"{type(exc).__name__}: {exc}"
+        result.data = getattr(exc, "facts", None)  # what a failing source could still say
 
 
 def _load(name: str) -> Callable:
@@ -97,6 +98,7 @@ def gather_dict(
             errors[name] = f"timed out after {timeout:g} s"
         elif result.error:
             errors[name] = result.error
+            snapshot.update(result.data or {})
         elif result.data:
             snapshot.update(result.data)
     snapshot["source_errors"] = errors

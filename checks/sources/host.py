@@ -1,4 +1,8 @@
-"""Host facts: open-file limits, memory, loaded kernel modules, NVIDIA GPUs on the PCI bus.
+"""Host facts: open-file limits, memory, kernel modules, NVIDIA GPUs on the PCI bus and driver.
+
+`pci_gpu_count` and `nvidia_module_version` are what the host says whatever NVML says: when
+NVML cannot start, they tell a GPU node with a broken driver (GPUs on the bus, the kernel
+module at another version than the library) from a CPU-only node.
 
 Everything but the limits is read under the configured /proc and /sys roots, so the tests
 point them at committed fixture trees. A file that cannot be read leaves its keys absent
@@ -46,6 +50,11 @@ def read_host(config: Config) -> dict:
     count = count_pci_gpus(sys_path(config, "bus", "pci", "devices"))
     if count is not None:
         facts["pci_gpu_count"] = count
+    # The loaded nvidia.ko's version (absent: not loaded); NVML refuses to start when the
+    # library's differs (NVML_ERROR_LIB_RM_VERSION_MISMATCH), e.g. after an update, before a reboot.
+    version = (read_text(sys_path(config, "module", "nvidia", "version")) or "").strip()
+    if version:
+        facts["nvidia_module_version"] = version
     return facts
 
 

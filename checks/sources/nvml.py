@@ -13,7 +13,9 @@ NVML errors become values here (docs/gpu-facts.md, section 3.12):
 - Any other code on one call (NoPermission, Timeout, ...): that key is None and the call is noted
   in the GPU's `read_errors` ({nvml function: code name}).
 - `nvmlInit` failing: `NvmlUnavailable`, naming the cause; the gatherer records it as the
-  source's error.
+  source's error, and keeps the keys it carries: `nvml_error` (the code's name,
+  `lib_rm_version_mismatch`) and, on a version mismatch, `nvml_library_version` (the version
+  of the libnvidia-ml.so that was loaded), which gpu.driver puts in its one message.
 """
 
 from __future__ import annotations
@@ -116,7 +118,14 @@ _RECOVERY_ACTIONS = {
 
 
 class NvmlUnavailable(RuntimeError):
-    """NVML could not be started or could not count the GPUs; the message names the cause."""
+    """NVML could not be started or could not count the GPUs; the message names the cause.
+
+    `facts`: the snapshot keys that say why (`nvml_error`, ...), kept by the gatherer.
+    """
+
+    def __init__(self, message: str, facts: dict | None = None) -> None:
+        super().__init__(message)
+        self.facts = facts or {}
 
 
 class _Broken(Exception):
@@ -184,7 +193,7 @@ class _Reader:
 def read_nvml(config: Config, nvml: ModuleType | None = None) -> dict:
     """Read the driver, CUDA and per-GPU facts through NVML (`nvml`: the pynvml module)."""
     module = _import_pynvml() if nvml is None else nvml
-    _start(module)
+    _start(module, config)
     try:
         names = _error_names(module)
         facts = _read_system(_Reader(module, config, names))
@@ -227,13 +236,35 @@ def _error_names(module: ModuleType) -> dict[int, str]:
     }
 
 
-def _start(module: ModuleType) -> None:
+def _start(module: ModuleType, config: Config) -> None:
     try:
         module.nvmlInit()
     except module.NVMLError as exc:
         name = _error_names(module).get(exc.value, f"nvml_error_{exc.value}")
         hint = _INIT_HINTS.get(exc.value, str(exc))
-        raise NvmlUnavailable(f"nvmlInit failed: {name}: {hint}") from exc
+        facts = {"nvml_error": name}
+        if exc.value == _LIB_RM_VERSION_MISMATCH:
+            facts["nvml_library_version"] = loaded_library_version(
+                proc_path(config, "self", "maps")
+            )
+        raise NvmlUnavailable(f"nvmlInit failed: {name}: {hint}", facts) from exc
+
+
+def loaded_library_version(maps_path: str) -> str | None:
+    """`550.90.07` for /usr/lib64/libnvidia-ml.so.550.90.07 mapped into this process, else None.
+
+    libnvidia-ml.so.1 is a link to the versioned file the driver package installed; the kernel
+    module's version is /sys/module/nvidia/version (the host source).
+    """
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                _, found, version = line.strip().rpartition("/libnvidia-ml.so.")
+                if found and version[:1].isdecimal() and version != "1":
+                    return version
+    except OSError:
+        pass
+    return None
 
 
 def _stop(module: ModuleType) -> None:
@@ -249,7 +280,7 @@ def _count(module: ModuleType, names: dict[int, str]) -> int:
         return int(module.nvmlDeviceGetCount())
     except module.NVMLError as exc:
         name = names.get(exc.value, f"nvml_error_{exc.value}")
-        raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {name}") from exc
+        raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {name}", {"nvml_error": name}) from exc
 
 
 def _read_system(r: _Reader) -> dict:
