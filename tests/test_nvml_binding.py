@@ -10,6 +10,7 @@ Everything between `gpugate facts` and the C ABI is the code that runs on a node
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ STUB = Path(__file__).parent / "nvml_stub"
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
 # NVML_ERROR_* (nvml.h)
 NO_PERMISSION, DRIVER_NOT_LOADED, GPU_IS_LOST, RESET_REQUIRED = 4, 9, 15, 16
+LIBRARY_VERSION = "580.105.08"  # the B200 capture's driver
 
 
 def _nvml_include() -> str | None:
@@ -47,10 +49,12 @@ def _build(out: Path, *cflags: str) -> Path:
         )
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CC=compiler, NVML_INCLUDE=include)
-    lib = out / "libnvidia-ml.so.1"
+    # As a driver package installs it: the versioned file, and libnvidia-ml.so.1 linking to it.
+    lib = out / f"libnvidia-ml.so.{LIBRARY_VERSION}"
     subprocess.run(
         ["sh", str(STUB / "build.sh"), str(lib), *cflags], env=env, check=True, timeout=120
     )
+    (out / "libnvidia-ml.so.1").symlink_to(lib.name)
     return out
 
 
@@ -229,3 +233,46 @@ def test_a_snapshot_costs_at_most_150_nvml_calls(libdir: Path, tmp_path: Path) -
     counts = dict(line.rsplit(" ", 1) for line in calls.read_text().splitlines())
     assert int(counts.pop("total")) <= 150, counts
     assert "nvmlDeviceGetNvLinkErrorCounter" not in counts
+
+
+def judge(snapshot: dict, tmp_path: Path, *checks: str) -> dict:
+    """`gpugate check --facts --json` on a snapshot the binding gathered, these checks only."""
+    path = tmp_path / "snapshot.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    only = [arg for check in checks for arg in ("--only", check)]
+    config = tmp_path / "gpugate.yaml"
+    config.write_text("")
+    done = subprocess.run(
+        [GPUGATE, "check", "--facts", str(path), "--config", str(config), "--json", *only],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+GPU_CHECKS = ("gpu.count", "gpu.lost", "gpu.ecc", "gpu.memory_errors", "gpu.recovery_action",
+              "nvlink.links", "nvlink.fabric", "pcie.link")  # fmt: skip
+
+
+@pytest.mark.parametrize("board", ["b200", "gb200"])
+def test_the_healthy_boards_are_judged_ok(libdir: Path, tmp_path: Path, board: str) -> None:
+    """Read through the binding, judged by the board's rules: links evaluated, not unknown."""
+    verdict = judge(facts(libdir, tmp_path, board), tmp_path, *GPU_CHECKS)
+    assert verdict["action"] == "allow"
+    assert {f["check"]: f["status"] for f in verdict["findings"]} == dict.fromkeys(GPU_CHECKS, "ok")
+
+
+def test_a_lost_gpu_and_a_link_down_drain_naming_them(libdir: Path, tmp_path: Path) -> None:
+    # As a GPU that fell off the bus often answers: its PCI info still, then nothing.
+    extra = f"gpu.3.fail.nvmlDeviceGetUUID = {GPU_IS_LOST}\ngpu.3.fail.nvmlDeviceGetName = {GPU_IS_LOST}\n"
+    extra += "gpu.1.nvlink_down = 7\n"
+    verdict = judge(facts(libdir, tmp_path, "b200", extra), tmp_path, "gpu.lost", "nvlink.links")
+    assert verdict["action"] == "drain"
+    failed = {f["check"]: f for f in verdict["findings"] if f["status"] == "fail"}
+    assert failed["gpu.lost"]["gpu"] == 3 and "00000000:97:00.0" in failed["gpu.lost"]["message"]
+    assert (
+        failed["nvlink.links"]["gpu"] == 1
+        and "inactive links: 7" in failed["nvlink.links"]["message"]
+    )
