@@ -23,6 +23,8 @@ class Expected(Record):
     ib_rate_gbps: float | None = None
     nvswitch: bool | None = None
     c2c: bool | None = None  # GPUs on NVLink-C2C to Grace: NVML's PCIe link is not judged
+    # Where gpu_count came from: "expect.gpu_count" (the site) or "Slurm Gres" (slurm.conf).
+    gpu_count_from: str | None = None
 
 
 class Context(Record):
@@ -47,10 +49,26 @@ def expectations(facts: Facts, config: Config) -> Expected:
     """Merge the board profile with the site's `expect` overrides."""
     board, profile = pick_board(facts, config)
     values: dict[str, object] = {"board": board}
-    for field in Expected._fields[1:]:
-        override = getattr(config.expect, field)
-        values[field] = override if override is not None else getattr(profile, field, None)
+    for field in Expected._fields:
+        if field not in _SITE_ONLY:
+            override = getattr(config.expect, field)
+            values[field] = override if override is not None else getattr(profile, field, None)
+    values["gpu_count"], values["gpu_count_from"] = gpu_count(facts, config)
     return Expected(**values)
+
+
+# Not taken from a board profile: a board's guess of how many GPUs a node has is wrong as
+# often as not (HGX A100 comes with 4 or 8 GPUs; a PCIe server holds 1 to 10 cards).
+_SITE_ONLY = ("board", "gpu_count", "gpu_count_from")
+
+
+def gpu_count(facts: Facts, config: Config) -> tuple[int | None, str | None]:
+    """How many GPUs this node should have and who says so: the site, else slurm.conf."""
+    if config.expect.gpu_count is not None:
+        return config.expect.gpu_count, "expect.gpu_count"
+    if facts.slurm_gres_gpus is not None:
+        return facts.slurm_gres_gpus, "Slurm Gres=gpu"
+    return None, None
 
 
 def make_context(facts: Facts, config: Config, app_xids: tuple = ()) -> Context:

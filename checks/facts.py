@@ -130,6 +130,7 @@ class Facts(Record):
     cuda_driver_version: str | None = None
     gpus: tuple[Gpu, ...] | None = None  # None: NVML could not be asked at all
     pci_gpu_count: int | None = None  # NVIDIA GPUs on the PCI bus, whatever NVML says
+    slurm_gres_gpus: int | None = None  # the node's configured Gres=gpu:N, as Slurm was told
     nvidia_module_version: str | None = None  # /sys/module/nvidia/version: the loaded nvidia.ko
     nvml_error: str | None = None  # why NVML could not start: lib_rm_version_mismatch, ...
     nvml_library_version: str | None = None  # the libnvidia-ml.so loaded when NVML failed
@@ -168,7 +169,7 @@ _INTS = {
     "uncorrected", "pid", "used_memory_mib", "ecc_volatile_uncorrected", "ecc_volatile_corrected",
     "ecc_aggregate_uncorrected", "ecc_aggregate_corrected", "memory_used_mib", "memory_total_mib",
     "pci_gpu_count", "nofile_soft", "nofile_hard", "total_mib", "available_mib", "swap_total_mib",
-    "swap_used_mib", "sent", "received", "kernel_log_seq",
+    "swap_used_mib", "sent", "received", "kernel_log_seq", "slurm_gres_gpus",
 }  # fmt: skip
 _FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",

@@ -91,28 +91,47 @@ def per_gpu(
 
 @check("gpu.count", action=REBOOT)
 def check_gpu_count(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """GPUs NVML sees against the board's expected count (and the PCI bus's count)."""
+    """GPUs NVML sees against the site's count (expect.gpu_count, else Slurm's Gres=gpu:N)."""
+    expected, said_by = ctx.expected.gpu_count, ctx.expected.gpu_count_from
+    on_bus = facts.pci_gpu_count
+    if not_gpu_node(facts, ctx):
+        return [F.ok("gpu.count", CPU_ONLY, value=0, limit=expected)]
     if facts.gpus is None:
         # The driver is missing or NVML hung: on a GPU node that is itself a failure.
         why = (facts.source_errors or {}).get("nvml", "no GPU facts in the snapshot")
-        expected = ctx.expected.gpu_count
-        if expected:
-            return [F.fail("gpu.count", f"NVML sees no GPUs ({why}); expected {expected}")]
+        want = expected or on_bus
+        if want and not nvml_cannot_start(facts):  # else gpu.driver fails it, once
+            whose = f"{said_by} says {expected}" if expected else f"{on_bus} on the PCI bus"
+            return [F.fail("gpu.count", f"NVML sees no GPUs ({why}); {whose}", limit=want)]
         return nvml_missing("gpu.count", facts)
     seen = len(facts.gpus)
-    expected = ctx.expected.gpu_count
-    if expected is None:
-        expected = facts.pci_gpu_count
-    if expected is None:
-        return [F.unknown("gpu.count", f"{seen} GPUs seen; no expected count (board unknown)")]
-    if seen < expected:
-        detail = f"{seen} GPUs seen, expected {expected}"
+    if expected is not None and seen < expected:
+        detail = f"{seen} GPUs seen, {said_by} says {expected}"
         return [F.fail("gpu.count", detail, value=seen, limit=expected)]
-    on_bus = facts.pci_gpu_count
     if on_bus is not None and on_bus > seen:
         detail = f"{on_bus} NVIDIA GPUs on the PCI bus but NVML sees {seen}"
         return [F.fail("gpu.count", detail, value=seen, limit=on_bus)]
-    return [F.ok("gpu.count", f"{seen} GPUs (expected {expected})", value=seen, limit=expected)]
+    if expected is not None:
+        return [
+            F.ok("gpu.count", f"{seen} GPUs ({said_by}: {expected})", value=seen, limit=expected)
+        ]
+    if on_bus is not None:
+        detail = f"{seen} GPUs, as many as on the PCI bus (set expect.gpu_count or Slurm Gres)"
+        return [F.ok("gpu.count", detail, value=seen, limit=on_bus)]
+    return [
+        F.ok("gpu.count", f"{seen} GPUs seen; no expected count (expect.gpu_count)", value=seen)
+    ]
+
+
+CPU_ONLY = "no NVIDIA GPU on the PCI bus and none expected: not judged by GPU rules"
+
+
+def not_gpu_node(facts: Facts, ctx: Context) -> bool:
+    """A CPU-only node: no NVIDIA GPU on its PCI bus, none NVML sees, and none expected."""
+    if facts.gpus or facts.pci_gpu_count:
+        return False
+    expected = ctx.expected.gpu_count
+    return expected == 0 or (expected is None and facts.pci_gpu_count == 0)
 
 
 @check("gpu.lost", hardware=True, action=REBOOT)  # reseat it if it does not come back
@@ -322,7 +341,7 @@ def _mib(value: int | None) -> str:
 
 @check("gpu.persistence")
 def check_persistence(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """Persistence mode on, so the driver stays initialised between jobs (NVIDIA's advice)."""
+    """Persistence mode on (NVIDIA's advice); off warns unless the site requires it."""
     verdict = F.fail if ctx.config.checks.gpu.require_persistence_mode else F.warn
 
     def judge(g: Gpu) -> list[F.Finding]:

@@ -32,16 +32,16 @@ def _active(p: IbPort) -> bool:
 
 @check("ib.ports", hardware=True, action=RESEAT)
 def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """The board's count of fabric ports, each ACTIVE and LinkUp (seed: `ibstat` Active)."""
+    """Every fabric port ACTIVE and LinkUp; as many as the site expects (`expect.ib_ports`)."""
+    # How many ports a node has is the site's (a GPU board is sold with 4 or 8 NICs, or none):
+    # `expect.ib_ports` or a learned profile (`gpugate profile`). Without it, every present
+    # port must be up (a port that is cabled but down is a fault whatever the count).
     if facts.infiniband is None:
         return source_missing("ib.ports", facts, "InfiniBand facts", "infiniband")
     ports, want = _fabric_ports(facts, ctx), ctx.expected.ib_ports
     layers = "/".join(ctx.config.checks.ib.link_layers)
     out = []
-    if want is None:
-        why = f"{len(ports)} {layers} ports; no expected count (board unknown; set expect.ib_ports)"
-        out.append(F.unknown("ib.ports", why))
-    elif len(ports) < want:
+    if want is not None and len(ports) < want:
         detail = f"{len(ports)} {layers} ports, expected {want}"
         out.append(F.fail("ib.ports", detail, value=len(ports), limit=want))
     for p in ports:
@@ -50,31 +50,46 @@ def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
         elif not _active(p):
             detail = f"{_name(p)} {p.state}/{p.phys_state}, expected ACTIVE/LinkUp"
             out.append(F.fail("ib.ports", detail, value=f"{p.state}/{p.phys_state}"))
-    return out or [F.ok("ib.ports", f"{len(ports)} {layers} ports ACTIVE/LinkUp (expected {want})")]
+    if out:
+        return out
+    if want is None:
+        detail = (
+            f"all {len(ports)} {layers} ports ACTIVE/LinkUp (no expected count: expect.ib_ports)"
+        )
+        return [F.ok("ib.ports", detail, value=len(ports))]
+    return [F.ok("ib.ports", f"{len(ports)} {layers} ports ACTIVE/LinkUp (expected {want})")]
 
 
 @check("ib.rate", hardware=True, action=RESEAT)
 def check_ib_rate(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """Every active fabric port at the board's rate (seed: Active but slow is a fault too)."""
+    """Every active fabric port at the site's rate (`expect.ib_rate_gbps`), else at one rate."""
     if facts.infiniband is None:
         return source_missing("ib.rate", facts, "InfiniBand facts", "infiniband")
-    want = ctx.expected.ib_rate_gbps
-    if want is None:
-        why = "no expected port rate (board unknown; set expect.ib_rate_gbps)"
-        return [F.unknown("ib.rate", why)]
     active = [p for p in _fabric_ports(facts, ctx) if _active(p)]
     if not active:
-        if ctx.expected.ib_ports == 0:
-            return [F.ok("ib.rate", "no fabric ports expected on this board")]
+        if ctx.expected.ib_ports == 0 or not _fabric_ports(facts, ctx):
+            return [F.ok("ib.rate", "no fabric ports to measure")]
         return [F.unknown("ib.rate", "no active fabric port to measure (see ib.ports)")]
-    out = []
-    for p in active:
-        if p.rate_gbps is None:
-            out.append(F.unknown("ib.rate", f"{_name(p)} did not report its rate"))
-        elif p.rate_gbps < want:
-            detail = f"{_name(p)} rate {p.rate_gbps:g} Gb/s < {want:g} Gb/s"
-            out.append(F.fail("ib.rate", detail, value=p.rate_gbps, limit=want))
-    return out or [F.ok("ib.rate", f"{len(active)} active ports at >= {want:g} Gb/s")]
+    out = [
+        F.unknown("ib.rate", f"{_name(p)} did not report its rate")
+        for p in active
+        if p.rate_gbps is None
+    ]
+    rated = [p for p in active if p.rate_gbps is not None]
+    want = ctx.expected.ib_rate_gbps
+    # Without the site's rate, the ports must agree: one port trained slower than its
+    # siblings (a bad cable at HDR among NDR) is the fault; the fastest port is the yardstick.
+    limit = want if want is not None else max((p.rate_gbps for p in rated), default=0.0)
+    whose = "" if want is not None else " (the other ports' rate; set expect.ib_rate_gbps)"
+    for p in rated:
+        if p.rate_gbps < limit:
+            detail = f"{_name(p)} rate {p.rate_gbps:g} Gb/s < {limit:g} Gb/s{whose}"
+            out.append(F.fail("ib.rate", detail, value=p.rate_gbps, limit=limit))
+    if out:
+        return out
+    if want is None:
+        return [F.ok("ib.rate", f"{len(rated)} active ports share one rate, {limit:g} Gb/s")]
+    return [F.ok("ib.rate", f"{len(active)} active ports at >= {want:g} Gb/s")]
 
 
 @check("ib.peermem")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "run the preflight checklist on this node or a replayed snapshot"),
     "facts": ("facts", "gather this node's facts and write them as a YAML snapshot"),
+    "profile": ("profile", "learn a node-class profile (expect:) from a known-good snapshot"),
     "diagnose": ("diagnose", "name why a job died from its logs (and kernel-log lines)"),
     "prolog": ("prolog", "Slurm Prolog: gate the node before the job starts"),
     "task-prolog": ("task_prolog", "Slurm TaskProlog: export NCCL settings into the job"),

@@ -18,6 +18,7 @@ from gpugate.record import Record
 from gpugate.slurm_hooks import collect
 from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.slurm_hooks.policy import DRAIN, decide
+from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
 from gpugate.store import app_xids as xid_history
@@ -71,7 +72,8 @@ def gather_now(
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped."""
     position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
-    return gather(config, env.node or "", position=position, deadline_s=deadline_s)
+    facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
+    return with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
 
 
 def hardware_decision(

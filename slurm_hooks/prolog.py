@@ -20,7 +20,7 @@ from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
 from gpugate.slurm_hooks.reasons import drain_reason, refusal_comment
-from gpugate.slurm_hooks.slurm.choose import backend
+from gpugate.slurm_hooks.slurm.choose import backend, with_slurm_gres
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 from gpugate.slurm_hooks.state import (
     ensure_job_dir,
@@ -64,6 +64,7 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     started = time.monotonic()
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
+    facts = with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
     peers = job_peers(config, env)
     if peers:
         from gpugate.checks.sources.peers import probe_peers

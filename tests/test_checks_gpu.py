@@ -315,12 +315,12 @@ def test_processes_unknown_when_nothing_is_reported():
 # gpu.persistence
 
 
-def test_persistence_off_fails_or_warns_as_configured(tmp_path):
+def test_persistence_off_warns_unless_the_site_requires_it(tmp_path):
     facts = make_facts(gpus={7: {"persistence_mode": False}})
     f = only("gpu.persistence", facts)
-    assert (f.status, f.gpu) == ("fail", 7) and "GPU7 persistence mode off" in f.message
-    config = site(tmp_path, "checks:\n  gpu:\n    require_persistence_mode: false\n")
-    assert only("gpu.persistence", facts, config).status == "warn"
+    assert (f.status, f.gpu) == ("warn", 7) and "GPU7 persistence mode off" in f.message
+    config = site(tmp_path, "checks:\n  gpu:\n    require_persistence_mode: true\n")
+    assert only("gpu.persistence", facts, config).status == "fail"
 
 
 # gpu.power_limit

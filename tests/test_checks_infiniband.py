@@ -49,16 +49,26 @@ def test_ports_state_names_are_matched_whatever_their_case():
     assert only("ib.ports", facts).status == "ok"
 
 
-def test_ports_fewer_than_the_board_has_fails():
-    f = only("ib.ports", make_facts(infiniband=ports()[:6]))
+def test_ports_fewer_than_the_site_expects_fails(tmp_path):
+    config = site(tmp_path, "expect:\n  ib_ports: 8\n")
+    f = only("ib.ports", make_facts(infiniband=ports()[:6]), config)
     assert (f.status, f.value, f.limit) == ("fail", 6, 8)
     assert "6 InfiniBand/Ethernet ports, expected 8" in f.message
+
+
+def test_ports_without_a_site_count_every_present_port_up_is_ok():
+    # A healthy A100 node with four HDR ports is not held to a board's guess of eight NICs.
+    facts = make_facts(infiniband=ports(mlx5_0={"rate_gbps": 200.0})[:4])
+    f = only("ib.ports", facts)
+    assert (f.status, f.value) == ("ok", 4) and "all 4 InfiniBand/Ethernet ports" in f.message
 
 
 def test_ports_only_the_configured_link_layers_count(tmp_path):
     facts = make_facts(infiniband=ports(mlx5_7={"link_layer": "Ethernet"}))
     assert only("ib.ports", facts).status == "ok"  # RoCE counts by default
-    config = site(tmp_path, "checks:\n  ib:\n    link_layers: [InfiniBand]\n")
+    config = site(
+        tmp_path, "checks:\n  ib:\n    link_layers: [InfiniBand]\nexpect:\n  ib_ports: 8\n"
+    )
     assert only("ib.ports", facts, config).status == "fail"
     config = site(
         tmp_path, "checks:\n  ib:\n    link_layers: [InfiniBand]\nexpect:\n  ib_ports: 7\n"
@@ -66,20 +76,32 @@ def test_ports_only_the_configured_link_layers_count(tmp_path):
     assert only("ib.ports", facts, config).status == "ok"
 
 
-def test_ports_unknown_state_or_unknown_board():
+def test_ports_unknown_state_and_no_expected_count():
     f = only("ib.ports", make_facts(infiniband=ports(mlx5_2={"state": None})))
     assert f.status == "unknown" and "mlx5_2 port 1" in f.message
+    # No board and no site count: every present port up is healthy, and says so.
     facts = make_facts(gpus=[make_gpu(i, name="Tesla T4") for i in range(8)])
-    assert only("ib.ports", facts).status == "unknown"
+    f = only("ib.ports", facts)
+    assert f.status == "ok" and "no expected count: expect.ib_ports" in f.message
 
 
 # ib.rate
 
 
-def test_rate_slow_active_port_fails_naming_port_rate_and_limit():
-    f = only("ib.rate", make_facts(infiniband=ports(mlx5_2={"rate_gbps": 200.0})))
+def test_rate_slow_active_port_fails_naming_port_rate_and_limit(tmp_path):
+    config = site(tmp_path, "expect:\n  ib_rate_gbps: 400\n")
+    f = only("ib.rate", make_facts(infiniband=ports(mlx5_2={"rate_gbps": 200.0})), config)
     assert (f.status, f.value, f.limit) == ("fail", 200.0, 400.0)
     assert f.message == "ib.rate: mlx5_2 port 1 rate 200 Gb/s < 400 Gb/s"
+
+
+def test_rate_without_a_site_rate_the_ports_must_share_one():
+    f = only("ib.rate", make_facts(infiniband=ports(mlx5_2={"rate_gbps": 200.0})))
+    assert (f.status, f.value, f.limit) == ("fail", 200.0, 400.0)
+    assert "mlx5_2 port 1 rate 200 Gb/s < 400 Gb/s (the other ports' rate" in f.message
+    hdr = tuple(make_ib(i, rate_gbps=200.0) for i in range(4))
+    f = only("ib.rate", make_facts(infiniband=hdr))
+    assert f.status == "ok" and "4 active ports share one rate, 200 Gb/s" in f.message
 
 
 def test_rate_of_a_down_port_is_left_to_ib_ports():

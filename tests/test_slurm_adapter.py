@@ -159,6 +159,7 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
                 reason_user=n.reason_user or None,
                 reason_time=n.reason_time,
                 partitions=list(n.partitions),
+                configured_gres={"gpu": n.gres_gpus} if n.gres_gpus else {},
             )
 
         def modify(self, changes):

@@ -95,3 +95,40 @@ def backend(
         chosen = PyslurmBackend(cli=cli)
     chosen.why = choice.why
     return chosen
+
+
+# The prolog's question is on the job's critical path: never longer than this.
+GRES_TIMEOUT = 3.0
+
+
+def configured_gpus(
+    node: str, slurm: SlurmControl | None = None, timeout: float = GRES_TIMEOUT
+) -> int | None:
+    """The GPUs slurm.conf gives `node` (`Gres=gpu:N`); None when unknown or Slurm is away.
+
+    Best effort and cheap: one `scontrol show node` (or the backend already at hand), under
+    `timeout`; any error means "not known" and gpu.count falls back to the PCI bus.
+    """
+    if not node:
+        return None
+    try:
+        return (slurm or CliBackend(timeout=timeout)).node(node).gres_gpus
+    except Exception:  # the controller down, scontrol missing, a parse surprise: not known
+        return None
+
+
+def with_slurm_gres(
+    config: object, node: str | None, facts: object, slurm: object = None
+) -> object:
+    """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
+
+    Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
+    site sets `expect.gpu_count` (the site's word comes first), nor when already known.
+    """
+    if config.facts_file or config.expect.gpu_count is not None:  # type: ignore[attr-defined]
+        return facts
+    if facts.slurm_gres_gpus is not None:  # type: ignore[attr-defined]
+        return facts
+    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)  # type: ignore[attr-defined]
+    count = configured_gpus(node or "", slurm, timeout)  # type: ignore[arg-type]
+    return facts if count is None else facts.replace(slurm_gres_gpus=count)  # type: ignore[attr-defined]

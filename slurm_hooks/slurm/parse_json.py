@@ -18,7 +18,14 @@ from __future__ import annotations
 import json
 
 from gpugate.slurm_hooks.slurm.hostlist import expand_lenient
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, ended_at, job_reason, split_state
+from gpugate.slurm_hooks.slurm.records import (
+    JobInfo,
+    NodeInfo,
+    ended_at,
+    gres_gpu_count,
+    job_reason,
+    split_state,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,6 +83,7 @@ def _node_from_record(rec: dict) -> NodeInfo:
         reason_user=rec.get("reason_set_by_user") or "",
         reason_time=_epoch(rec.get("reason_changed_at")),
         partitions=partitions,
+        gres_gpus=gres_gpu_count(rec.get("gres")),
     )
 
 
@@ -87,7 +95,12 @@ def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
         reason = {"description": reason}
     partition = (rec.get("partition") or {}).get("name")
     partitions = (partition,) if isinstance(partition, str) and partition else ()
-    return [_with_reason_object(name, state, flags, reason, partitions) for name in names]
+    gres = rec.get("gres")
+    gpus = gres_gpu_count(gres.get("total") if isinstance(gres, dict) else gres)
+    return [
+        _with_reason_object(name, state, flags, reason, partitions).replace(gres_gpus=gpus)
+        for name in names
+    ]
 
 
 def _with_reason_object(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from gpugate.slurm_hooks.slurm.hostlist import NULLS, expand_lenient
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, split_state
+from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, gres_gpu_count, split_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
         reason_user=user,
         reason_time=when,
         partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p and p not in NULLS),
+        gres_gpus=gres_gpu_count(kv.get("Gres")),
     )
 
 

@@ -53,6 +53,7 @@ class NodeInfo(Record):
     reason_user: str = ""
     reason_time: int | None = None  # epoch seconds
     partitions: tuple = ()  # the partitions the node is in (the drain budget counts per partition)
+    gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
 
     @property
     def drained(self) -> bool:
@@ -132,6 +133,27 @@ def split_state(
         return "UNKNOWN", ()
     base = next((n for n in names if n in _BASE_STATES), names[0])
     return base, tuple(n for n in names if n != base)
+
+
+def gres_gpu_count(gres: object) -> int | None:
+    """GPUs in a node's configured Gres: `gpu:8(S:0-1)`, `gpu:h100:4,gpu:a100:2,nic:1` -> 6.
+
+    None when the text names no GPU gres (`(null)`, a CPU-only node: the caller cannot tell
+    "none configured" from "not said", so gpu.count falls back to the PCI bus).
+    """
+    if isinstance(gres, dict):  # pyslurm's configured_gres: {"gpu:h100": 4} or {"gpu": 8}
+        gres = ",".join(f"{k}:{v}" for k, v in gres.items())
+    if not isinstance(gres, str):
+        return None
+    total, seen = 0, False
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        count = parts[-1].strip()
+        if count.isdecimal() and len(count) <= 6:
+            total, seen = total + int(count), True
+    return total if seen else None
 
 
 def ended_at(epoch: int | None) -> int | None:
