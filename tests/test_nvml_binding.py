@@ -24,6 +24,7 @@ STUB = Path(__file__).parent / "nvml_stub"
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
 # NVML_ERROR_* (nvml.h)
 NO_PERMISSION, DRIVER_NOT_LOADED, GPU_IS_LOST, RESET_REQUIRED = 4, 9, 15, 16
+LIB_RM_VERSION_MISMATCH = 18
 LIBRARY_VERSION = "580.105.08"  # the B200 capture's driver
 
 
@@ -191,6 +192,14 @@ def test_driver_not_loaded(libdir: Path, tmp_path: Path) -> None:
     why = snapshot["source_errors"]["nvml"]
     assert "driver_not_loaded" in why and "kernel module is not loaded" in why
     assert not snapshot.get("gpus")
+
+
+def test_a_library_that_does_not_match_the_kernel_module(libdir: Path, tmp_path: Path) -> None:
+    """A driver updated without a reboot: the loaded library's version is named."""
+    snapshot = facts(libdir, tmp_path, "b200", NVML_STUB_INIT=str(LIB_RM_VERSION_MISMATCH))
+    assert "lib_rm_version_mismatch" in snapshot["source_errors"]["nvml"]
+    assert snapshot["nvml_error"] == "lib_rm_version_mismatch"
+    assert snapshot["nvml_library_version"] == LIBRARY_VERSION
 
 
 def test_one_refused_call_is_noted(libdir: Path, tmp_path: Path) -> None:
