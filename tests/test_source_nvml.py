@@ -10,6 +10,7 @@ a callable taking the call's arguments (after the handle).
 from __future__ import annotations
 
 import ctypes
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from gpugate.checks.sources.nvml import (
     loaded_library_version,
     read_nvml,
 )
+from gpugate.cli import main
 
 MIB = 1024 * 1024
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -911,6 +913,20 @@ def test_gpu_driver_fails_only_for_nvml_refusing_beside_gpus_on_the_bus(changes,
             "gpu.driver: NVML cannot start (the nvidia kernel module is not loaded) while 8 NVIDIA "
             "GPUs are on the PCI bus: load it (modprobe nvidia) or reinstall the driver for the running kernel"
         )
+
+
+def test_the_packaged_nvml_mismatch_snapshot_fails_gpu_driver_alone(capsys) -> None:
+    path = Path(__file__).parent.parent / "config" / "snapshots" / "h100-nvml-mismatch.yaml"
+    code = main(["check", "--facts", str(path), "--config", "/dev/null", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["status"]) == (1, "fail")
+    fails = [f for f in out["findings"] if f["status"] == "fail"]
+    assert [f["check"] for f in fails] == ["gpu.driver"]
+    assert (
+        "library 550.90.07 vs kernel module 550.54.15) while 8 NVIDIA GPUs" in fails[0]["message"]
+    )
+    unknown = {f["check"] for f in out["findings"] if f["status"] == "unknown"}
+    assert {"gpu.count", "gpu.lost", "nvlink.links"} <= unknown
 
 
 def test_importing_the_source_does_not_import_pynvml() -> None:
