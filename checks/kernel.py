@@ -13,13 +13,12 @@ from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
 from gpugate.checks.registry import REBOOT, RESET, check
-from gpugate.checks.xid import APP_XIDS, action_of, lookup, normalize_pci
+from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.expect import Context
     from gpugate.checks.facts import Facts
-    from gpugate.checks.xid import XidEvent
 
 # Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
@@ -84,7 +83,7 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     overrides = ctx.config.checks.kernel.xid_actions
     groups: dict[tuple, list[str]] = {}  # (pci, code, verdict, action) -> lines, in log order
     for event in read_lines(facts.kernel_log):
-        if not isinstance(event, BusEvent):
+        if isinstance(event, XidEvent):
             key = (
                 event.pci,
                 event.code,

@@ -1,15 +1,16 @@
-"""One reading of a kernel line: Xid, fallen-off-the-bus, init-failed and reset-required.
+"""One reading of a kernel line: Xid, SXid, fallen-off-the-bus, init-failed and reset-required.
 
 `check` (kernel.xid, kernel.gpu_bus), the epilog's record of application Xids and `gpugate
 diagnose` all read lines through here, so they never disagree about what a line is. The formats
-are those of docs/gpu-facts.md section 2 (2.1 Xid, 2.2 lost GPUs). SXid lines are read by
-checks/sxid.py.
+are those of docs/gpu-facts.md section 2 (2.1 Xid, 2.2 lost GPUs, 2.4 NVSwitch SXid; the SXid
+parser and table are checks/sxid.py).
 """
 
 from __future__ import annotations
 
 import re
 
+from gpugate.checks.sxid import SxidEvent, parse_sxid
 from gpugate.checks.xid import XidEvent, normalize_pci, parse_xid
 from gpugate.record import Record
 
@@ -55,9 +56,9 @@ class BusEvent(Record):
     line: str
 
 
-def read_line(line: str, announced: str | None = None) -> XidEvent | BusEvent | None:
+def read_line(line: str, announced: str | None = None) -> XidEvent | SxidEvent | BusEvent | None:
     """What one kernel line says; `announced` is the address a multi-line message opened with."""
-    event = parse_xid(line)
+    event = parse_xid(line) or parse_sxid(line)
     if event is not None:
         return event  # Xid lines (79 says "fallen off the bus" too) are Xids
     for kind, pattern, what in BUS_PATTERNS:
@@ -73,9 +74,9 @@ def read_line(line: str, announced: str | None = None) -> XidEvent | BusEvent | 
     return None
 
 
-def read_lines(lines: list[str]) -> list[XidEvent | BusEvent]:
+def read_lines(lines: list[str]) -> list[XidEvent | SxidEvent | BusEvent]:
     """Every Xid and bus event of a log, in order; multi-line messages joined to their GPU."""
-    out: list[XidEvent | BusEvent] = []
+    out: list[XidEvent | SxidEvent | BusEvent] = []
     announced = None
     for line in lines:
         opener = MULTILINE_OPENER.search(line)

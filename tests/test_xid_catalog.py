@@ -228,3 +228,14 @@ def test_one_reader_joins_a_multi_line_message_to_its_gpu():
     events = read_lines(lines)
     assert isinstance(events[0], BusEvent) and events[0].pci == "0000:b3:00"
     assert events[1].code == 63
+
+
+def test_check_and_diagnose_agree_on_an_sxid_line_without_its_severity_word(tmp_path):
+    line = "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 12028, Link 44 egress non-posted PRIV error"
+    event = read_line(line)
+    assert event.code == 12028 and event.link == 44
+    f = only("kernel.sxid", make_facts(kernel_log=[line]))
+    log = tmp_path / "k.log"
+    log.write_text(line + "\n" + WATCHDOG)
+    d = D.diagnose([str(log)])
+    assert (f.status == "fail") is event.fatal is (d.category == "nvlink_error")

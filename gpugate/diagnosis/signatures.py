@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 
 from gpugate.checks import xid as X
+from gpugate.checks.kernel_lines import read_line
+from gpugate.checks.sxid import SxidEvent
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -71,7 +73,8 @@ def _xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
     none here either. A line that drains names its catalog category (fatal); an application
     Xid is the job's own fault (user app, fatal); an informational one is minor.
     """
-    event = X.parse_xid(text)
+    event = read_line(text)
+    event = event if isinstance(event, X.XidEvent) else None
     if event is None and "NVRM" in text:
         return "other", MINOR, None
     if event is None:  # a tool's summary (`dcgm health: GPU 2 reported Xid 48`): by code
@@ -92,7 +95,10 @@ def _xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
 
 
 def _sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
-    """NVSwitch SXid (or fabric manager line): NVLink fabric error, fatal when it says so."""
+    """NVSwitch SXid (or fabric manager line): NVLink fabric error, fatal as kernel.sxid reads it."""
+    event = read_line(text) if "SXid" in text else None
+    if isinstance(event, SxidEvent):
+        return "nvlink_error", FATAL if event.fatal else MINOR, None
     return "nvlink_error", FATAL if m.group("sev").lower() == "fatal" else MINOR, None
 
 
