@@ -29,8 +29,10 @@ LIBRARY_VERSION = "580.105.08"  # the B200 capture's driver
 
 
 def _nvml_include() -> str | None:
+    """The folder of nvml.h: $NVML_INCLUDE, else the installed nvidia-nvml-dev's."""
     if os.environ.get("NVML_INCLUDE"):
-        return os.environ["NVML_INCLUDE"]
+        given = os.environ["NVML_INCLUDE"]
+        return given if os.path.isfile(os.path.join(given, "nvml.h")) else None
     found = [
         h for p in sys.path for h in glob.glob(os.path.join(p, "nvidia", "*", "include", "nvml.h"))
     ]
