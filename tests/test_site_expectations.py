@@ -117,6 +117,12 @@ def test_nvml_down_with_gpus_on_the_bus_fails():
     assert f.status == "fail" and "8 on the PCI bus" in f.message
 
 
+def test_nvml_refusing_to_start_is_failed_once_by_gpu_driver_not_again_by_gpu_count():
+    facts = make_facts(nvml_error="driver_not_loaded").replace(gpus=None)
+    assert only("gpu.count", facts).status == "unknown"
+    assert only("gpu.driver", facts).status == "fail"
+
+
 def test_a_replayed_snapshot_may_carry_slurms_count(tmp_path):
     path = tmp_path / "node.yaml"
     path.write_text(dump_yaml({"node": "gpu01", "slurm_gres_gpus": 4, "pci_gpu_count": 0}))

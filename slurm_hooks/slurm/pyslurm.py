@@ -7,6 +7,7 @@ the real `pyslurm`: imports are absolute.)
 
 from __future__ import annotations
 
+from gpugate.slurm_hooks.slurm import records
 from gpugate.slurm_hooks.slurm.cli import CliBackend
 from gpugate.slurm_hooks.slurm.control import (
     JobNotFound,
@@ -16,14 +17,7 @@ from gpugate.slurm_hooks.slurm.control import (
     valid_job_id,
     valid_node_name,
 )
-from gpugate.slurm_hooks.slurm.records import (
-    JobInfo,
-    NodeInfo,
-    ended_at,
-    gres_gpu_count,
-    job_reason,
-    split_state,
-)
+from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, ended_at, job_reason, split_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,5 +158,5 @@ def _node_from_pyslurm(n: object) -> NodeInfo:
         reason_user=getattr(n, "reason_user", None) or "",
         reason_time=getattr(n, "reason_time", None) or None,
         partitions=tuple(getattr(n, "partitions", None) or ()),
-        gres_gpus=gres_gpu_count(getattr(n, "configured_gres", None)),
+        gres_gpus=records.gres_gpu_count(getattr(n, "configured_gres", None)),
     )
