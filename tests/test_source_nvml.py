@@ -23,10 +23,10 @@ from factories import default_config
 from gpugate.checks.facts import Gpu, facts_from_dict
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather_dict
+from gpugate.checks.sources.host import loaded_library_version
 from gpugate.checks.sources.nvml import (
     NvmlUnavailable,
     decode_throttle_reasons,
-    loaded_library_version,
     read_nvml,
 )
 from gpugate.cli import main
@@ -340,6 +340,13 @@ def test_a_driver_without_the_fields_is_read_call_by_call_with_the_same_facts() 
     names = [name for name, _, _ in fake.calls]
     assert names.count("nvmlDeviceGetNvLinkErrorCounter") == 8 * 18 * 4
     assert names.count("nvmlDeviceGetTotalEccErrors") == 8 * 4
+
+
+def test_a_driver_refusing_the_whole_batch_is_read_call_by_call() -> None:
+    changes = {"nvmlDeviceGetFieldValues": err("INVALID_ARGUMENT")}
+    gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
+    assert "read_errors" not in gpu
+    assert gpu == {**healthy_gpu(0), "recovery_action": None}  # 230 is a field only
 
 
 def test_a_field_the_gpu_answers_with_an_error_is_noted_not_asked_again() -> None:

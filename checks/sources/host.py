@@ -104,3 +104,20 @@ def _is_nvidia_gpu(device_dir: str) -> bool:
         return False
     pci_class = (read_text(os.path.join(device_dir, "class")) or "").strip().lower()
     return pci_class.startswith(GPU_CLASSES)
+
+
+def loaded_library_version(maps_path: str) -> str | None:
+    """`550.90.07` for /usr/lib64/libnvidia-ml.so.550.90.07 mapped into this process, else None.
+
+    libnvidia-ml.so.1 is a link to the versioned file the driver package installed; the kernel
+    module's version is /sys/module/nvidia/version (read_host). Read when nvmlInit fails.
+    """
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                _, found, version = line.strip().rpartition("/libnvidia-ml.so.")
+                if found and version[:1].isdecimal() and version != "1":
+                    return version
+    except OSError:
+        pass
+    return None

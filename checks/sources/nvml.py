@@ -23,6 +23,7 @@ from __future__ import annotations
 from gpugate.checks.facts import Gpu
 from gpugate.checks.sources import nvml_fields as FI
 from gpugate.checks.sources import proc_path
+from gpugate.checks.sources.host import loaded_library_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -250,23 +251,6 @@ def _start(module: ModuleType, config: Config) -> None:
         raise NvmlUnavailable(f"nvmlInit failed: {name}: {hint}", facts) from exc
 
 
-def loaded_library_version(maps_path: str) -> str | None:
-    """`550.90.07` for /usr/lib64/libnvidia-ml.so.550.90.07 mapped into this process, else None.
-
-    libnvidia-ml.so.1 is a link to the versioned file the driver package installed; the kernel
-    module's version is /sys/module/nvidia/version (the host source).
-    """
-    try:
-        with open(maps_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                _, found, version = line.strip().rpartition("/libnvidia-ml.so.")
-                if found and version[:1].isdecimal() and version != "1":
-                    return version
-    except OSError:
-        pass
-    return None
-
-
 def _stop(module: ModuleType) -> None:
     from contextlib import suppress
 
@@ -330,7 +314,9 @@ def _identity(r: _Reader, h: object, gpu: dict) -> None:
 def _field_values(r: _Reader, h: object, gpu: dict) -> None:
     """One nvmlDeviceGetFieldValues call for the counters the readers below use."""
     ids = FI.field_ids(min(FI.max_links(r.module), FI.MAX_FIELD_LINKS))
-    values = r.optional("nvmlDeviceGetFieldValues", h, ids)
+    # A driver refusing the whole batch (InvalidArgument: a field or scope it cannot take) is
+    # read call by call, as one without the function.
+    values = r.optional("nvmlDeviceGetFieldValues", h, ids, absent=_FIELD_ABSENT)
     if values:  # None or empty: every reader falls back to its own calls
         r.answers = FI.decode(values)
 
