@@ -253,6 +253,18 @@ def test_profile_of_a_cpu_only_node_expects_no_gpu(tmp_path):
     assert _profile(tmp_path, str(snap))["expect"] == {"gpu_count": 0, "ib_ports": 0}
 
 
+def test_profile_as_a_node_class_applies_to_those_nodes_only(tmp_path, monkeypatch):
+    learned = _profile(tmp_path, f"{SNAPSHOTS}/h100-healthy.yaml", "--nodes", "gpu[01-16]")
+    (cls,) = learned["classes"]
+    assert cls["nodes"] == "gpu[01-16]" and cls["expect"]["gpu_count"] == 8
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
+    assert load_config(str(tmp_path / "class.yaml")).expect.ib_ports == 8
+    monkeypatch.setenv("SLURMD_NODENAME", "cpu07")
+    assert load_config(str(tmp_path / "class.yaml")).expect.ib_ports is None
+    bad = ["profile", "--from", f"{SNAPSHOTS}/h100-healthy.yaml", "--nodes", "gpu[01-"]
+    assert cli_main(bad) == 2
+
+
 def test_profile_is_in_the_command_table(capsys):
     assert cli_main(["--help"]) == 0
     assert "profile" in capsys.readouterr().out

@@ -43,6 +43,11 @@ def parser() -> ArgumentParser:
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument(
+        "--nodes",
+        metavar="HOSTLIST",
+        help='write it as one node class of these nodes: classes: [{nodes: "gpu[01-16]", ...}]',
+    )
+    p.add_argument(
         "--config",
         metavar="FILE",
         help="site config (its checks.ib.link_layers say which ports count)",
@@ -94,6 +99,16 @@ def learn(facts: Facts, config: Config) -> dict:
     return out
 
 
+def as_class(learned: dict, nodes: str) -> dict:
+    """The profile as one node class of `nodes` (a Slurm hostlist), checked like the config's."""
+    from gpugate.config import ConfigError
+    from gpugate.config.classes import split_classes
+
+    wrapped = {"classes": [{"nodes": nodes, **learned}]}
+    split_classes(wrapped, "--nodes", ConfigError)  # a hostlist the loader would refuse
+    return wrapped
+
+
 def _active(p: object) -> bool:
     state, phys = getattr(p, "state", None) or "", getattr(p, "phys_state", None) or ""
     return state.upper() == "ACTIVE" and phys.lower() == "linkup"
@@ -126,7 +141,10 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     config = load_config(args.config)
     facts = load_snapshot(args.source)
-    text = render(facts, learn(facts, config), args.source)
+    learned = learn(facts, config)
+    if args.nodes:
+        learned = as_class(learned, args.nodes)
+    text = render(facts, learned, args.source)
     if args.output:
         atomic_write(args.output, text, mode=0o644)
     else:
