@@ -53,22 +53,26 @@ def expectations(facts: Facts, config: Config) -> Expected:
         if field not in _SITE_ONLY:
             override = getattr(config.expect, field)
             values[field] = override if override is not None else getattr(profile, field, None)
-    values["gpu_count"], values["gpu_count_from"] = gpu_count(facts, config)
+    values["gpu_count"], values["gpu_count_from"] = gpu_count(facts, config, board, profile)
     return Expected(**values)
 
 
-# Not taken from a board profile: a board's guess of how many GPUs a node has is wrong as
-# often as not (HGX A100 comes with 4 or 8 GPUs; a PCIe server holds 1 to 10 cards).
+# Not merged like the other fields: how many GPUs a node has is first the site's.
 _SITE_ONLY = ("board", "gpu_count", "gpu_count_from")
 
 
-def gpu_count(facts: Facts, config: Config) -> tuple[int | None, str | None]:
-    """How many GPUs this node should have and who says so: the site, else slurm.conf."""
+def gpu_count(
+    facts: Facts, config: Config, board: str | None, profile: BoardProfile | None
+) -> tuple[int | None, str | None]:
+    """How many GPUs this node should have and who says so: the site, else slurm.conf, else
+    the board, which names a count only for models sold in one (a GB200 tray has 4; an HGX
+    A100 comes with 4 or 8 and its board names none)."""
     if config.expect.gpu_count is not None:
         return config.expect.gpu_count, "expect.gpu_count"
     if facts.slurm_gres_gpus is not None:
         return facts.slurm_gres_gpus, "Slurm Gres=gpu"
-    return None, None
+    count = getattr(profile, "gpu_count", None)
+    return (count, f"board {board}") if count is not None else (None, None)
 
 
 def make_context(facts: Facts, config: Config, app_xids: tuple = ()) -> Context:

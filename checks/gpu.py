@@ -91,7 +91,7 @@ def per_gpu(
 
 @check("gpu.count", action=REBOOT)
 def check_gpu_count(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """GPUs NVML sees against the site's count (expect.gpu_count, else Slurm's Gres=gpu:N)."""
+    """GPUs NVML sees against expect.gpu_count, else Slurm's Gres=gpu:N, else a board's count."""
     expected, said_by = ctx.expected.gpu_count, ctx.expected.gpu_count_from
     on_bus = facts.pci_gpu_count
     if not_gpu_node(facts, ctx):

@@ -105,10 +105,19 @@ def test_the_sites_expect_gpu_count_wins_over_slurm(tmp_path):
 
 
 def test_without_any_count_nvml_must_see_the_pci_bus_or_it_reports_what_it_sees():
-    f = only("gpu.count", make_facts(gpus=[make_gpu(i) for i in range(7)]))
+    # HGX A100 ships with 4 or 8 GPUs: its board names no count.
+    a100 = [make_gpu(i, name="NVIDIA A100-SXM4-80GB") for i in range(7)]
+    f = only("gpu.count", make_facts(gpus=a100))
     assert f.status == "fail" and "8 NVIDIA GPUs on the PCI bus but NVML sees 7" in f.message
-    f = only("gpu.count", make_facts(pci_gpu_count=None))
-    assert (f.status, f.value) == ("ok", 8) and "no expected count" in f.message
+    f = only("gpu.count", make_facts(gpus=a100, pci_gpu_count=None))
+    assert (f.status, f.value) == ("ok", 7) and "no expected count" in f.message
+
+
+def test_a_board_sold_in_one_count_is_the_last_word():
+    facts = make_facts(gpus=[make_gpu(i) for i in range(7)], pci_gpu_count=7)
+    f = only("gpu.count", facts)
+    assert (f.status, f.limit) == ("fail", 8) and "board h100-sxm-8 says 8" in f.message
+    assert only("gpu.count", facts.replace(slurm_gres_gpus=7)).status == "ok"
 
 
 def test_nvml_down_with_gpus_on_the_bus_fails():
