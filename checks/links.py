@@ -34,7 +34,9 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
         if p is None or p.width is None:
             return [not_reported("pcie.link", g, "its PCIe link")]
         out = []
-        full = max((w for w in (want_width, p.max_width) if w is not None), default=p.width)
+        # The width the site or the board expects wins (a card in a slot wired x8 is not a
+        # degraded link there); without one, the card's own maximum.
+        full = next((w for w in (want_width, p.max_width) if w is not None), p.width)
         if p.width < full:
             detail = f"GPU{g.index} PCIe link x{p.width} < x{full} (degraded link)"
             out.append(F.fail("pcie.link", detail, gpu=g.index, value=p.width, limit=full))

@@ -26,7 +26,13 @@ _CHOICES = {
     "prolog.on_error": ("allow", "refuse"),
 }
 # Mappings whose keys and values are closed sets: path -> (key pattern, what a key is, values).
-_KEYED = {"checks.kernel.xid_actions": (r"[1-9]\d{0,3}", "an Xid code", ("drain", "reboot", "warn", "ignore"))}
+_KEYED = {
+    "checks.kernel.xid_actions": (
+        r"[1-9]\d{0,3}",
+        "an Xid code",
+        ("drain", "reboot", "warn", "ignore"),
+    )
+}
 # Shares of a whole (non-negative is checked for every number).
 _AT_MOST = {"epilog.evidence_user_share": 1.0}
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).

@@ -41,13 +41,7 @@ SITE = {
 
 # Healthy nodes that gpugate still fails or cannot judge, and why (issue 13, Deliver 5 and 6).
 # Remove a line when its fix lands: the test then passes for real (xfail is not strict).
-NOT_YET = {
-    "b200": "B200 board profile (PCIe gen, NVSwitch) and persistence-off-is-a-warning pending",
-    "gb200": "GB200 tray profile pending: PCIe (C2C) and fabric are not judged",
-    "gb300": "GB300 tray profile pending: PCIe (C2C) and fabric are not judged",
-    "l40s": "pcie.link does not honour expect.pcie_width yet: a slot wired x8 fails as degraded",
-    "t4": "pcie.link does not honour expect.pcie_width yet: a slot wired x8 fails as degraded",
-}
+NOT_YET: dict[str, str] = {}  # capture -> why it cannot pass yet (none left)
 
 
 def capture(node: str) -> str:

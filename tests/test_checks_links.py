@@ -66,6 +66,16 @@ def test_pcie_expected_generation_comes_from_the_site(tmp_path):
     assert only("pcie.link", facts, config).status == "ok"
 
 
+def test_pcie_width_the_site_expects_wins_over_the_cards_maximum(tmp_path):
+    # An x16 card in a slot wired x8 (L40S/T4 servers): x8 is its full width there; x4 is not.
+    config = site(tmp_path, "expect:\n  pcie_width: 8\n")
+    wired = make_facts(gpus={2: {"pcie": Pcie(gen=5, max_gen=5, width=8, max_width=16)}})
+    assert only("pcie.link", wired, config).status == "ok"
+    narrower = make_facts(gpus={2: {"pcie": Pcie(gen=5, max_gen=5, width=4, max_width=16)}})
+    f = only("pcie.link", narrower, config)
+    assert (f.status, f.gpu, f.value, f.limit) == ("fail", 2, 4, 8)
+
+
 def test_pcie_missing_link_facts_are_unknown_for_that_gpu():
     f = only("pcie.link", make_facts(gpus={3: {"pcie": None}}))
     assert (f.status, f.gpu) == ("unknown", 3)
