@@ -27,6 +27,8 @@ BROKEN = {
     "h100-driver-mismatch.yaml": {"gpu.driver"},
     "b200-fabric-in-progress.yaml": {"nvlink.fabric"},
     "b200-nvlink-down.yaml": {"nvlink.links"},
+    "gb200-nvlink-down.yaml": {"nvlink.links"},
+    "gh200-remap-pending.yaml": {"gpu.memory_errors"},
 }
 
 
