@@ -145,3 +145,21 @@ def test_every_sxid_of_the_table_through_gpugate_check(tmp_path, capsys):
         if not (named and (mine[0]["status"], rc) == want and clean):
             wrong.append((code, severity, rc, mine))
     assert not wrong, wrong[:5]
+
+
+def test_every_sxid_of_the_table_through_gpugate_diagnose():
+    # Beside an NCCL timeout (the symptom every rank logs): a fatal SXid is the root cause
+    # (nvlink_error, hardware), a non-fatal one leaves the timeout as the diagnosis.
+    from gpugate.diagnosis.engine import diagnose_bytes
+
+    timeout = (
+        "[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLREDUCE) ran for 600061 milliseconds before timing out.\n"
+    )
+    wrong = []
+    for code, severity in CASES:
+        result = diagnose_bytes((timeout + sxid(code, severity, link=17) + "\n").encode())
+        want = "nvlink_error" if severity == FATAL else "nccl_timeout"
+        if result.category != want:
+            wrong.append((code, severity, result.category))
+    assert not wrong, wrong[:5]
