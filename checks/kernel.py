@@ -115,6 +115,16 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     ]
 
 
+def unknown_xids(findings: list[F.Finding]) -> tuple[int, ...]:
+    """The codes of Xids the kernel log shows that NVIDIA's catalog does not list (reported)."""
+    codes = {
+        f.value
+        for f in findings
+        if f.check == "kernel.xid" and isinstance(f.value, int) and not isinstance(f.value, bool)
+    }
+    return tuple(sorted(c for c in codes if lookup(c).mnemonic == "UNKNOWN"))
+
+
 def repeats(app_xids: tuple, pci: str | None) -> tuple[int, int]:
     """(distinct jobs, distinct users) that raised application Xids on the GPU at `pci`."""
     mine = [e for e in app_xids if pci is not None and e.get("gpu") == pci]

@@ -13,6 +13,7 @@ import time
 
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY
+from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.record import Record
@@ -54,6 +55,7 @@ class PrologResult(Record):
     refused: bool = False
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     statuses: dict = {}  # check id -> status after the policy (for the metrics)
+    unknown_xids: tuple = ()  # Xids NVIDIA's catalog does not list (warned, reported)
     message: str = ""
     duration_s: float = 0.0
 
@@ -113,9 +115,10 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     # best effort, and on a drain every step is guarded (see act_on_failure).
     try:
         statuses = check_statuses(findings, config)
+        unknown = unknown_xids(findings)
     except Exception as exc:
         note(f"could not fold the findings for the metrics: {exc}")
-        statuses = {}
+        statuses, unknown = {}, ()
     try:
         remember_kernel_pos(config, facts)
         if env.job_id:
@@ -124,9 +127,11 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         note(f"could not prepare the job's state: {exc}")
     took = time.monotonic() - started
     if decision.action != DRAIN:
-        return PrologResult(exit_code=0, status=decision.status, action=decision.action,
-                            message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
-    return act_on_failure(config, env, decision, slurm, statuses, started)
+        result = PrologResult(exit_code=0, status=decision.status, action=decision.action,
+                              message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
+    else:
+        result = act_on_failure(config, env, decision, slurm, statuses, started)
+    return result.replace(unknown_xids=unknown)
 
 
 def act_on_failure(

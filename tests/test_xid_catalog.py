@@ -239,3 +239,27 @@ def test_check_and_diagnose_agree_on_an_sxid_line_without_its_severity_word(tmp_
     log.write_text(line + "\n" + WATCHDOG)
     d = D.diagnose([str(log)])
     assert (f.status == "fail") is event.fatal is (d.category == "nvlink_error")
+
+
+def test_an_xid_missing_from_the_catalog_is_reported_in_the_event_and_a_metric(
+    tmp_path, monkeypatch
+):
+    # Reported, not drained: the prolog's event names it, and a counter per Xid counts it.
+    from gpugate.cli import main
+    from gpugate.yamlio import dump_yaml
+
+    snap = tmp_path / "gpu-node-01.yaml"
+    snap.write_text(dump_yaml(make_facts(kernel_log=[xid_line(999, "something new")]).to_dict()))
+    prom = tmp_path / "metrics" / "gpugate.prom"
+    prom.parent.mkdir()
+    config = tmp_path / "site.yaml"
+    config.write_text(f"facts_file: {snap}\nstate_dir: {tmp_path / 'state'}\n"
+                      f"admin:\n  metrics_file: {prom}\n")  # fmt: skip
+    for name, value in {"SLURMD_NODENAME": "gpu-node-01", "SLURM_JOB_ID": "77",
+                        "SLURM_JOB_UID": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    assert main(["prolog", "--config", str(config)]) == 0
+    lines = (tmp_path / "state" / "events.jsonl").read_text().splitlines()
+    event = json.loads(lines[-1])
+    assert event["hook"] == "prolog" and event["unknown_xids"] == [999]
+    assert 'gpugate_unknown_xids_total{node="gpu-node-01",xid="999"} 1' in prom.read_text()

@@ -57,7 +57,8 @@ def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The metrics textfile."""
     metrics.note_run(config, env.node, "prolog", findings=result.statuses, duration_s=result.duration_s,
                      drained_check=history.reason_check(result.reason) if result.drained else None,
-                     budget_exceeded=result.blocked_by == "budget")  # fmt: skip
+                     budget_exceeded=result.blocked_by == "budget",
+                     unknown_xids=result.unknown_xids)  # fmt: skip
 
 
 def note_event(config: Config, env: HookEnv, result: PrologResult) -> None:
@@ -65,4 +66,5 @@ def note_event(config: Config, env: HookEnv, result: PrologResult) -> None:
     log.event(config.state_dir, "prolog", job=env.job_id, node=env.node, status=result.status,
               action=result.action, reason=result.reason, drained=result.drained,
               refused=result.refused, blocked_by=result.blocked_by,
+              unknown_xids=list(result.unknown_xids),
               duration_s=round(result.duration_s, 4))  # fmt: skip

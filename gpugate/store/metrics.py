@@ -8,7 +8,7 @@ Series (every one labelled with the Slurm `node`):
   `== 2`, and a status change never leaves a stale series behind.
 - `gpugate_prolog_duration_seconds` gauge: the last prolog's own run time.
 - `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}`,
-  `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
+  `gpugate_unknown_xids_total{xid}`, `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 
 The file is the only state: each update reads the previous file back, so counters keep
@@ -52,6 +52,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_diagnoses_total": (
         "counter", "Abnormal job ends diagnosed by the epilog, by failure category.",
         ("category",)),
+    "gpugate_unknown_xids_total": (
+        "counter", "Xids not in NVIDIA's catalog seen by a prolog on this node (warned, kept).",
+        ("xid",)),
     "gpugate_internal_errors_total": (
         "counter", "Runs in which gpugate itself failed (logged in the state directory).", ()),
     "gpugate_drain_budget_exceeded_total": (
@@ -144,6 +147,7 @@ def apply_run(
     internal_error: bool = False,
     now: float | None = None,
     budget_exceeded: bool = False,
+    unknown_xids: Iterable[int] = (),
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
@@ -160,6 +164,9 @@ def apply_run(
         out[key] = out.get(key, 0) + 1
     if category:
         key = ("gpugate_diagnoses_total", (*n, ("category", category)))
+        out[key] = out.get(key, 0) + 1
+    for code in unknown_xids:
+        key = ("gpugate_unknown_xids_total", (*n, ("xid", str(int(code)))))
         out[key] = out.get(key, 0) + 1
     key = ("gpugate_internal_errors_total", n)
     out[key] = out.get(key, 0) + (1 if internal_error else 0)
