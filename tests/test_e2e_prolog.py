@@ -174,8 +174,9 @@ def test_a_hanging_source_is_cut_at_the_deadline(tmp_path):
         f"state_dir: {site.state}\nevidence_dir: {site.evidence}\n"
         "prolog:\n  deadline_s: 3\n"
         f"sources:\n  kernel_log_file: {fifo}\n  timeout_s:\n    kernel_log: 30\n"
-        # This CI host is no GPU node: keep its own limits and memory out of the verdict.
-        "checks:\n  disabled: [host.nofile, host.memory]\n"
+        # This CI host is no GPU node: keep its own limits and memory out of the verdict,
+        # and its GPU count (the test cluster's Gres says 8 fake GPUs; NVML has none).
+        "checks:\n  disabled: [host.nofile, host.memory, gpu.count]\n"
     )
     with LocalSlurm(
         tmp_path / "slurm",
