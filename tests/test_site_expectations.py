@@ -72,12 +72,38 @@ def test_with_slurm_gres_asks_only_live_and_when_the_site_sets_no_count(tmp_path
     asked = []
     monkeypatch.setattr(choose, "configured_gpus", lambda node, slurm, t: asked.append(node) or 4)
     facts = make_facts()
-    assert choose.with_slurm_gres(load_config("/dev/null"), "gpu01", facts).slurm_gres_gpus == 4
+    live = site(tmp_path, f"state_dir: {tmp_path / 'state'}\n")
+    (tmp_path / "state").mkdir()
+    assert choose.with_slurm_gres(live, "gpu01", facts).slurm_gres_gpus == 4
     pinned = site(tmp_path, "expect:\n  gpu_count: 8\n")
     assert choose.with_slurm_gres(pinned, "gpu01", facts).slurm_gres_gpus is None
     replay = site(tmp_path, "facts_file: /x.yaml\n")
     assert choose.with_slurm_gres(replay, "gpu01", facts).slurm_gres_gpus is None
     assert asked == ["gpu01"]
+
+
+def test_slurms_answer_is_kept_ten_minutes_per_node(tmp_path, monkeypatch):
+    # One slurmctld RPC per node per GRES_CACHE_S, not one per job start.
+    asked = []
+
+    def ask():
+        asked.append(1)
+        return 8
+
+    assert choose.cached_gpus(str(tmp_path), "gpu01", ask) == 8
+    assert choose.cached_gpus(str(tmp_path), "gpu01", ask) == 8
+    assert len(asked) == 1
+    assert choose.cached_gpus(str(tmp_path), "gpu02", ask) == 8  # another node's answer
+    assert len(asked) == 2
+    later = choose.time.time() + choose.GRES_CACHE_S + 1
+    monkeypatch.setattr(choose.time, "time", lambda: later)
+    assert choose.cached_gpus(str(tmp_path), "gpu02", ask) == 8  # stale: asked again
+    assert len(asked) == 3
+    for bad in ('{"node": "gpu02", "gpus": true, "at": 0}', "[]", "\x00{", '{"at": "x"}'):
+        (tmp_path / "slurm-gres.json").write_text(bad)
+        assert choose.cached_gpus(str(tmp_path), "gpu02", ask) == 8
+    assert len(asked) == 7
+    assert choose.cached_gpus(str(tmp_path), "gpu02", lambda: None) == 8  # the last answer kept
 
 
 # gpu.count: the site, then Slurm, then the PCI bus; never the board's guess

@@ -6,8 +6,11 @@ overrides the configured kind.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
+from gpugate.fsutil import atomic_write
 from gpugate.record import Record
 from gpugate.slurm_hooks.slurm.cli import CliBackend, parse_version
 from gpugate.slurm_hooks.slurm.control import (
@@ -117,6 +120,35 @@ def configured_gpus(
         return None
 
 
+# A Gres change needs a slurm.conf edit and a reconfigure: ten minutes late at most, instead of
+# one slurmctld RPC per job start on every node.
+GRES_CACHE_S = 600.0
+_GRES_CACHE = "slurm-gres.json"
+
+
+def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int | None:
+    """Slurm's Gres GPU count for `node`: the node-local answer if under GRES_CACHE_S old, else ask()."""
+    path = os.path.join(state_dir, _GRES_CACHE)
+    now = time.time()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            data = json.loads(fh.read(4096))
+        gpus = data["gpus"]
+        fresh = 0 <= now - float(data["at"]) < GRES_CACHE_S
+        if data["node"] == node and fresh and type(gpus) is int and gpus >= 0:
+            return gpus
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        pass  # no answer kept, or a bad one: ask Slurm
+    count = ask()
+    if count is not None:
+        try:
+            atomic_write(path, json.dumps({"node": node, "gpus": count, "at": now}), mode=0o640)
+        except OSError:
+            pass  # only a cache
+    return count
+
+
 def with_slurm_gres(
     config: object, node: str | None, facts: object, slurm: object = None
 ) -> object:
@@ -130,5 +162,6 @@ def with_slurm_gres(
     if facts.slurm_gres_gpus is not None:  # type: ignore[attr-defined]
         return facts
     timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)  # type: ignore[attr-defined]
-    count = configured_gpus(node or "", slurm, timeout)  # type: ignore[arg-type]
+    count = cached_gpus(config.state_dir, node or "",  # type: ignore[attr-defined]
+                        lambda: configured_gpus(node or "", slurm, timeout))  # type: ignore[arg-type]  # fmt: skip
     return facts if count is None else facts.replace(slurm_gres_gpus=count)  # type: ignore[attr-defined]
