@@ -15,6 +15,7 @@ from gpugate.clock import parse_utc
 from gpugate.node import node_name
 from gpugate.record import Record
 from gpugate.slurm_hooks.policy import decide
+from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
 from gpugate.slurm_hooks.state import load_kernel_pos
 from gpugate.store.history import history_dir, record_resume
@@ -47,7 +48,9 @@ class Request(Record):
     facts_file: str | None = None
 
 
-def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts | None, str]:
+def node_facts(
+    config: Config, node: str, facts_file: str | None, slurm: SlurmControl | None = None
+) -> tuple[Facts | None, str]:
     """The node's facts, and where they came from (or None and why not)."""
     replay = facts_file or replay_path(config, node)
     if not replay and node != node_name():
@@ -60,7 +63,11 @@ def node_facts(config: Config, node: str, facts_file: str | None) -> tuple[Facts
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, node, position=position, snapshot=facts_file)
     if not facts_file:
-        return facts, f"replayed {replay}" if replay else "this node"
+        if replay:
+            return facts, f"replayed {replay}"
+        # Live: the GPU count Slurm was told (Gres), cached and bounded as in the prolog, so a
+        # node is judged on resume as it was when drained.
+        return with_slurm_gres(config, node, facts, slurm), "this node"
     age = _age(facts.collected_at)
     if age is not None and age > FRESH_S:
         return None, f"{facts_file} was collected {age / 60:.0f} min ago; take a fresh one"
@@ -81,7 +88,7 @@ def check_then_resume(
     if not info.gpugate_owned and not request.force:
         return _refused(config, request, info.reason, f"{node} was drained by someone else "
                         f"({info.reason_user or '?'}: {info.reason!r}); use --force to resume it anyway")  # fmt: skip
-    facts, source = node_facts(config, node, request.facts_file)
+    facts, source = node_facts(config, node, request.facts_file, slurm)
     if facts is None:
         return _refused(config, request, info.reason, source)
     decision = decide(run_checks(facts, config), config.policy)

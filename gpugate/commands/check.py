@@ -11,6 +11,7 @@ from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.config import load_config
 from gpugate.node import node_name
 from gpugate.slurm_hooks.policy import decide, effective_status
+from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -48,6 +49,8 @@ def main(argv: list[str]) -> int:
 
     config = load_config(args.config)
     facts = gather(config, node_name(), snapshot=args.facts)
+    if not args.facts:  # live: judge the GPU count by Slurm's Gres, as the prolog does
+        facts = with_slurm_gres(config, node_name(), facts)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)
     duration = time.perf_counter() - started
