@@ -202,8 +202,10 @@ def node_row(
     since: float,
     rma_after: int,
     drained: bool | None = None,
+    unknown_xids: tuple[int, ...] = (),
 ) -> dict:
-    """One node's row: state, reason, who/when, evidence, drains in the window, action."""
+    """One node's row: state, reason, who/when, evidence, drains in the window, Xids outside
+    NVIDIA's catalog its hooks reported in the window, action."""
     drained = node.drained if drained is None else drained
     # A literal, not a loop over field names: this runs once per node of the cluster.
     row = {
@@ -220,6 +222,8 @@ def node_row(
         "bundle": None,
         "drains": sum(1 for e in past if e.get("when", 0) >= since) if past else 0,
         "same_check_drains": 0,
+        # A tuple, not a list: rows_json() keys rows by their values (printed as a JSON list).
+        "unknown_xids": unknown_xids,
         "action": NONE,
     }
     if not drained:
@@ -260,11 +264,13 @@ def node_rows(
     rma_after: int = 3,
     now: float | None = None,
     drained_only: bool = False,
+    unknown: list[dict] = (),  # type: ignore[assignment]
 ) -> list[dict]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
-    order, last."""
+    order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog."""
     since = history.window_start(window_days, now)
     past = history.by_node(drains)
+    xids = unknown_by_node(unknown, since)
     urgent: list[dict] = []
     rest: list[dict] = []
     for first, names in groups:
@@ -274,15 +280,25 @@ def node_rows(
         out = urgent if drained else rest
         shared = None  # the row of the group's nodes without history, made once
         for name in names:
-            if name in past:
+            if name in past or name in xids:
                 node = first.replace(name=name) if name != first.name else first
-                out.append(node_row(node, past[name], evidence_dir, since, rma_after, drained))
+                out.append(node_row(node, past.get(name, []), evidence_dir, since, rma_after,
+                                    drained, xids.get(name, ())))  # fmt: skip
                 continue
             if shared is None:
                 shared = node_row(first, [], evidence_dir, since, rma_after, drained)
             out.append(dict(shared, node=name))  # same state and reason as the group's
     urgent.sort(key=urgency_key)
     return urgent + rest
+
+
+def unknown_by_node(entries: Iterable[dict], since: float) -> dict[str, tuple[int, ...]]:
+    """Each node's Xids outside NVIDIA's catalog reported since `since`, sorted, each once."""
+    seen: dict[str, set[int]] = {}
+    for e in entries:
+        if e.get("when", 0) >= since:
+            seen.setdefault(e["node"], set()).update(e["xids"])
+    return {node: tuple(sorted(codes)) for node, codes in seen.items()}
 
 
 def rows_for(
@@ -295,14 +311,16 @@ def rows_for(
 ) -> list[dict]:
     """node_rows() with the configured history, evidence root, window and RMA threshold."""
     adm = config.admin
+    where = history.history_dir(config)
     return node_rows(
         groups,
-        history.drains(history.history_dir(config)) if drains is None else drains,
+        history.drains(where) if drains is None else drains,
         config.evidence_dir,
         adm.history_window_days if window_days is None else window_days,
         adm.rma_after_drains,
         now,
         drained_only,
+        history.unknown_xids(where),
     )
 
 
@@ -311,7 +329,7 @@ def rows_for(
 COLUMNS = (
     ("NODE", "node"), ("STATE", "state"), ("CHECK", "check"), ("CATEGORY", "category"),
     ("DRAINS", "drains"), ("ACTION", "action"), ("SET BY", "set_by"), ("SINCE", "since"),
-    ("REASON", "reason"),
+    ("UNKNOWN XIDS", "unknown_xids"), ("REASON", "reason"),
 )  # fmt: skip
 
 
@@ -329,6 +347,8 @@ def render_table(rows: list[dict]) -> str:
 
 def _cell(value: object) -> str:
     """One printable ASCII line: reasons come from anyone who can drain a node."""
+    if type(value) is tuple:  # unknown_xids: the codes, comma-separated
+        value = ",".join(map(str, value))
     text = "" if value is None else str(value)
     if text.isascii() and text.isprintable():
         return text

@@ -22,7 +22,8 @@ def parser() -> ArgumentParser:
         "One table of the cluster's nodes from one `sinfo --json` call (or `scontrol -o show "
         "node` where sinfo has no JSON): state, drain reason, who set it and when, whether "
         "gpugate owns the drain, the failing check and the category of the newest evidence, how "
-        "often gpugate drained the node in the history window, and the suggested action (reset "
+        "often gpugate drained the node in the history window, the Xids outside NVIDIA's catalog "
+        "its prologs reported in that window (warned, never drained), and the suggested action (reset "
         "GPU, reboot, reseat/check cables, RMA candidate). Most urgent first. Exit 0, or 1 when "
         "Slurm cannot be read.",
     )

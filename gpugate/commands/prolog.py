@@ -33,7 +33,7 @@ def _body(config: Config) -> int:
 
 def bookkeeping(config: Config, env: HookEnv, result: PrologResult) -> None:
     """slurmd's log line, the drain history, the metrics, the event: each on its own."""
-    steps = (say_verdict, note_history, note_metrics, note_event)
+    steps = (say_verdict, note_history, note_unknown_xids, note_metrics, note_event)
     each_on_its_own("prolog", steps, "decision", config, env, result)
 
 
@@ -51,6 +51,13 @@ def note_history(config: Config, env: HookEnv, result: PrologResult) -> None:
     """The drain history (after a drain gpugate set)."""
     if result.drained and result.reason:
         history.note_drain(config, env.node or "", result.reason, job=env.job_id, hook="prolog")
+
+
+def note_unknown_xids(config: Config, env: HookEnv, result: PrologResult) -> None:
+    """Xids outside NVIDIA's catalog, in the history `gpugate nodes` reads (they never drain)."""
+    if result.unknown_xids:
+        history.note_unknown_xids(config, env.node or "", result.unknown_xids,
+                                  job=env.job_id, hook="prolog")  # fmt: skip
 
 
 def note_metrics(config: Config, env: HookEnv, result: PrologResult) -> None:

@@ -8,6 +8,9 @@ Two files, both JSON lines (one object per line, oldest first):
   sees half a file and needs no lock.
 - `audit.jsonl`: append-only, one line per resume or refused resume (who, when, why, the
   check's result, forced, resumed). Never trimmed: it is the audit log.
+- `unknown-xids.jsonl`: one entry per hook run that saw Xids NVIDIA's catalog does not list
+  (node, time, the codes): they warn and never drain, so no drain entry would show them to
+  `gpugate nodes`. Bounded and rewritten like drains.jsonl.
 
 Writers (prologs and epilogs of many jobs, on many nodes when the directory is shared) take an
 exclusive `fcntl.flock` on `.history.lock` for the read-modify-write. Drains are rare, so a
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 
 DRAINS = "drains.jsonl"
 AUDIT = "audit.jsonl"
+UNKNOWN_XIDS = "unknown-xids.jsonl"
 LOCK = ".history.lock"
 MAX_PER_NODE = 50
 MAX_ENTRIES = 20000
@@ -172,11 +176,26 @@ def record_drain(
         "hook": hook,
     }
 
-    path = os.path.join(state_dir, DRAINS)
+    same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
+    return _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)
+
+
+def _add(
+    state_dir: str,
+    name: str,
+    valid: Callable[[object], bool],
+    entry: dict,
+    repeats: Callable[[dict], bool],
+    max_per_node: int,
+    max_entries: int,
+) -> dict | None:
+    """Append `entry` to the bounded file `name` under the lock (rewritten whole, atomically);
+    the entry, or None when `repeats` says it repeats its node's last one."""
+    path = os.path.join(state_dir, name)
     with _lock(state_dir):
-        entries = _read_lines(path)
-        last = next((e for e in reversed(entries) if e["node"] == node), None)
-        if last and _same_event(state_dir, last, entry):
+        entries = _read_lines(path, valid)
+        last = next((e for e in reversed(entries) if e["node"] == entry["node"]), None)
+        if last and repeats(last):
             return None
         entries.append(entry)
         text = dumps(_trim(entries, max_per_node, max_entries))
@@ -298,3 +317,52 @@ def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict
     except Exception as exc:  # the drain itself already happened: nothing here may undo it
         log.error(config.state_dir, f"could not record the drain of {node} in the history", exc)
         return None
+
+
+def valid_unknown_xids(e: object) -> bool:
+    """Whether `e` is an entry as record_unknown_xids() writes it (a non-empty list of codes)."""
+    if not _common_ok(e, ("at", "job", "hook")):
+        return False
+    codes = e.get("xids")  # type: ignore[union-attr]
+    return type(codes) is list and 0 < len(codes) <= 64 and all(type(c) is int for c in codes)
+
+
+def record_unknown_xids(
+    state_dir: str,
+    node: str,
+    xids: Iterable[int],
+    when: float | None = None,
+    *,
+    job: str | None = None,
+    hook: str | None = None,
+    max_per_node: int = MAX_PER_NODE,
+    max_entries: int = MAX_ENTRIES,
+) -> dict | None:
+    """Note the Xids outside NVIDIA's catalog one hook run saw on `node`; the entry, or None
+    when there were none or it repeats the node's last entry within SAME_EVENT_S."""
+    codes = sorted({int(c) for c in xids})[:64]
+    if not codes:
+        return None
+    when = time.time() if when is None else float(when)
+    entry = {"node": node, "when": round(when, 3), "at": iso(when), "xids": codes,
+             "job": job, "hook": hook}  # fmt: skip
+    # The prologs of jobs starting together report the same lines: one entry.
+    same = lambda last: last["xids"] == codes and when - last["when"] < SAME_EVENT_S  # noqa: E731
+    return _add(state_dir, UNKNOWN_XIDS, valid_unknown_xids, entry, same, max_per_node, max_entries)
+
+
+def unknown_xids(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+    """Entries of Xids outside the catalog (of one node, or all; since a time), oldest first."""
+    path = os.path.join(state_dir, UNKNOWN_XIDS)
+    return _select(_read_lines(path, valid_unknown_xids), node, since)
+
+
+def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: object) -> None:
+    """For the hooks: record_unknown_xids() with the configured place and caps, never raising."""
+    adm = config.admin
+    try:
+        record_unknown_xids(history_dir(config), node, xids,
+                            max_per_node=adm.history_max_per_node,
+                            max_entries=adm.history_max_entries, **fields)  # type: ignore[arg-type]  # fmt: skip
+    except Exception as exc:  # a report only: the hook's verdict stands
+        log.error(config.state_dir, f"could not record the unknown Xids of {node}", exc)
