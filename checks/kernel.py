@@ -95,7 +95,8 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     for (pci, code, verdict, action), lines in groups.items():
         where, gpu = _where(pci, gpu_at)
         xid = lookup(code)
-        name = xid.mnemonic.removeprefix("ROBUST_CHANNEL_")  # a drain reason has 200 chars
+        # A drain reason has 200 chars: the first of NVIDIA's names ("A / B"), without prefix.
+        name = xid.mnemonic.split(" / ")[0].removeprefix("ROBUST_CHANNEL_")
         head = f"{where} Xid {code} {name}{_times(len(lines))}: {xid.meaning}"
         if verdict == "fail":
             todo = "reboot the node" if action == "reboot" else "reset the GPU"

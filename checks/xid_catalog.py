@@ -1,12 +1,14 @@
 """NVIDIA's Xid catalog as data: every Xid with its mnemonic, NVIDIA's resolution and gpugate's action.
 
 Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog" (Ampere and newer),
-https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html and its spreadsheet
-https://docs.nvidia.com/Xid-Catalog.xlsx, sheets "Catalog" (codes 1-172) and "XID 144-150 Decode",
-as transcribed on 2025-10-29 (leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go,
-read 2026-12-01). Codes 162-172 carry no bucket in the catalog; gpugate's action for them follows
-docs/gpu-facts.md section 1.3 (167 PCIe fatal timeout: reboot; 168 and 169: reset; 171/172 are
-the detail lines of Xid 48: reset like 48; power-smoothing and CC notices: reported).
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, its "Xids" table
+(codes 1-172) and its "XID 144-150 Decode" table (the same sheets as NVIDIA's spreadsheet
+https://docs.nvidia.com/Xid-Catalog.xlsx). The page shows no date of its own; read 2026-12-01
+from the stored copy. Every row's mnemonic, description and immediate resolution was checked
+against that text on that day. Codes 162-172 carry no resolution bucket in the catalog (163-166,
+168 and 170 carry advice text instead); gpugate's action for them follows docs/gpu-facts.md
+section 1.3 (167 PCIe fatal timeout: reboot; 168 and 169: reset; 171/172 are the detail lines
+of Xid 48: reset like 48; power-smoothing and CC notices: reported).
 
 Rows: (code, mnemonic, NVIDIA's description, NVIDIA's immediate resolution, gpugate's action).
 gpugate's actions:
@@ -37,7 +39,7 @@ XID_ROWS = (
     (10, 'ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP', 'Unused', 'CONTACT_SUPPORT', 'report'),
     (11, 'ROBUST_CHANNEL_GR_ERROR_MISSING_HW', 'Invalid or corrupted push buffer stream', 'RESTART_APP', 'restart_app'),
     (12, 'ROBUST_CHANNEL_GR_ERROR_SW_METHOD', 'Unused', 'CONTACT_SUPPORT', 'report'),
-    (13, 'ROBUST_CHANNEL_GR_EXCEPTION', 'Graphics Engine Exception', 'RESTART_APP', 'restart_app'),
+    (13, 'ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY', 'Graphics Engine Exception', 'RESTART_APP', 'restart_app'),
     (14, 'ROBUST_CHANNEL_FAKE_ERROR', 'Unused', 'IGNORE', 'none'),
     (15, 'ROBUST_CHANNEL_SCANLINE_TIMEOUT', 'Unused', 'CONTACT_SUPPORT', 'report'),
     (16, 'ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT', 'Unused', 'CONTACT_SUPPORT', 'report'),
@@ -69,7 +71,7 @@ XID_ROWS = (
     (42, 'ROBUST_CHANNEL_VIC_ERROR', 'Unused', 'CONTACT_SUPPORT', 'report'),
     (43, 'ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR', 'GPU stopped processing', 'IGNORE', 'none'),
     (44, 'ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW', 'Graphics Engine fault during context switch', 'IGNORE', 'none'),
-    (45, 'ROBUST_CHANNEL_PREEMPTIVE_REMOVAL', 'Preemptive cleanup, due to previous errors -- Most likely to see...', 'WORKFLOW_XID_45', 'workflow'),
+    (45, 'ROBUST_CHANNEL_PREEMPTIVE_REMOVAL', 'Preemptive cleanup, due to previous errors - Most likely to see when running multiple cuda applications and hitting a DBE', 'WORKFLOW_XID_45', 'workflow'),
     (46, 'ROBUST_CHANNEL_GPU_TIMEOUT_ERROR', 'GPU stopped processing', 'RESET_GPU', 'reset_gpu'),
     (47, 'ROBUST_CHANNEL_NVENC0_ERROR', 'Unused', 'CONTACT_SUPPORT', 'report'),
     (48, 'ROBUST_CHANNEL_GPU_ECC_DBE', 'Double Bit ECC Error', 'WORKFLOW_XID_48', 'reset_gpu'),
@@ -190,13 +192,13 @@ XID_ROWS = (
     (163, 'PSHC_DISENGAGED', 'Power Smoothing HW Circuitry capability disengaged', '-', 'none'),
     (164, 'PSHC_LOW_LIFETIME', 'Power Smoothing HW Circuitry low lifetime reached', '-', 'report'),
     (165, 'PSHC_ZERO_LIFETIME', 'Power Smoothing HW Circuitry lifetime exhausted', '-', 'report'),
-    (166, 'NVLINK_SECURE_CRYPTO_ERR', 'CC traffic seen prior to link properly being configured for...', '-', 'report'),
+    (166, 'NVLINK_SECURE_CRYPTO_ERR', 'CC traffic seen prior to link properly being configured for encrypted traffic', '-', 'report'),
     (167, 'PCIE_FATAL_TIMEOUT', 'PCIE_FATAL_TIMEOUT', '-', 'reboot'),
     (168, 'REDUCED_GPU_MEMORY_CAPACITY', 'Errors found in WPR (write protected region)', '-', 'reset_gpu'),
     (169, 'SEC2_HALT_ERROR', 'Internal micro-controller halt', '-', 'reset_gpu'),
     (170, 'NVLINK_SECURE_OTHER', 'Interrupt seen in CC mode', '-', 'report'),
-    (171, 'UNCORRECTABLE_DRAM_ERROR', 'Additional to Xid 48 providing more details on particulars of...', '-', 'reset_gpu'),
-    (172, 'UNCORRECTABLE_SRAM_ERROR', 'Additional to Xid 48 providing more details on particulars of...', '-', 'reset_gpu'),
+    (171, 'UNCORRECTABLE_DRAM_ERROR', 'Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM', '-', 'reset_gpu'),
+    (172, 'UNCORRECTABLE_SRAM_ERROR', 'Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM', '-', 'reset_gpu'),
 
 )
 
@@ -228,6 +230,11 @@ NVLINK5_RULES = (
     (145, 'RLW_RXPIPE', '------000000---------00011000010', '------000000------------00000110', 0x00000001, 'IGNORE'),
     (145, 'RLW_RXPIPE', '------000000---------00011000010', '------000000------------00000110', 0x00000002, 'IGNORE'),
     (145, 'RLW_RXPIPE', '------000000---------00011000010', '------000000------------00000110', 0x00000004, 'IGNORE'),
+    # "Decode for action 2": the same errors with IntrInfo bit 10 (V1) / bit 7 (V2) set are
+    # promoted to fatal (NVIDIA: Non-fatal*, Action 2 RESET_GPU).
+    (145, 'RLW_RXPIPE', '------000000---------10011000010', '------000000------------10000110', 0x00000001, 'RESET_GPU'),
+    (145, 'RLW_RXPIPE', '------000000---------10011000010', '------000000------------10000110', 0x00000002, 'RESET_GPU'),
+    (145, 'RLW_RXPIPE', '------000000---------10011000010', '------000000------------10000110', 0x00000004, 'RESET_GPU'),
     (145, 'RLW_RXPIPE', '------000000----------0011000010', '------000000-------------0000110', 0x00000008, 'IGNORE'),
     (145, 'RLW_RXPIPE', '------000000----------0011000010', '------000000-------------0000110', 0x80000000, 'IGNORE'),
     (145, 'RLW_SRC_TRACK', '------000000----------0011100010', '------000000-------------0000111', 0x00000001, 'RESET_GPU'),
@@ -297,6 +304,8 @@ NVLINK5_RULES = (
     (149, 'NETIR_MFDE_EVENT', '------000000----------1001000110', '------000000-------------0010100', 0x00000004, 'RESET_GPU'),
     (149, 'NETIR_MFDE_EVENT', '------000000----------1001000110', '------000000-------------0010100', 0x00000005, 'RESET_GPU'),
     (149, 'NETIR_MFDE_EVENT', '------000000----------1001000110', '------000000-------------0010100', 0x00000007, 'RESET_GPU'),
+    # NVIDIA: ErrorStatus 0x00000000/0xFFFFFFFF; 0 here: IntrInfo alone decides.
+    (150, 'MSE Degraded', '------000000----------0000000000', '------000000-------------0000000', 0x00000000, 'RESET_GPU'),
     (150, 'MSE_WATCHDOG', '------000000----------0000000000', '------000000-------------0000000', 0x00000000, 'RESET_GPU'),
 )
 # fmt: on

@@ -63,8 +63,25 @@ def test_the_catalog_has_every_code_from_1_to_172_with_source_and_date():
     assert codes == list(range(1, 173))
     assert all(row[1] and row[4] for row in XID_ROWS)
     doc = X.__doc__ + __import__("gpugate.checks.xid_catalog", fromlist=["x"]).__doc__
-    assert "analyzing-xid-catalog" in doc and "2025-10-29" in doc
+    assert "analyzing-xid-catalog" in doc and "read 2026-12-01" in doc
     assert X.lookup(79).resolution == "RESTART_BM" and X.lookup(13).resolution == "RESTART_APP"
+
+
+def test_the_catalog_cites_nvidia_and_keeps_nvidias_whole_text():
+    doc = __import__("gpugate.checks.xid_catalog", fromlist=["x"]).__doc__
+    assert "docs.nvidia.com" in doc and "gpud" not in doc and "transcribed" not in doc
+    # Descriptions are NVIDIA's whole cells, not an abbreviation ending in "...".
+    assert not [r[0] for r in XID_ROWS if r[2].endswith("...")]
+    assert X.lookup(13).mnemonic.endswith("/ ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY")
+    assert X.lookup(171).meaning.endswith("to differentiate DRAM/SRAM")
+
+
+@pytest.mark.parametrize(("intr", "drains"), [("0x00000006", False), ("0x00000086", True)])
+def test_an_rlw_rxpipe_error_promoted_by_its_intrinfo_bit_drains(intr, drains):
+    # NVIDIA's "Decode for action 2": RLW_RXPIPE with IntrInfo bit 7 (V2) set is RESET_GPU even
+    # where the line's own word says Nonfatal; without the bit it is IGNORE.
+    line = xid_line(145, f"RLW_RXPIPE Nonfatal XC0 i0 Link 03 ({intr} 0x00000001 0x0 0x0 0x0)")
+    assert X.needs_drain(X.parse_xid(line)) is drains
 
 
 def test_every_catalog_xid_through_gpugate_check(tmp_path, capsys):
