@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE
+from gpugate.diagnosis import multinode
 from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE, claim_text
 from gpugate.text import dumps, printable
@@ -47,6 +48,15 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="line prefilter: grep for large files when available (default), or Python",
     )
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB",
+        help="the LOG files matching GLOB are node NAME's (several nodes: the report names the "
+        "node that failed first; without it a file's node is its directory's name, or the node "
+        "an evidence bundle directory recorded); may be given more than once",
+    )
     return p  # fmt: skip
 
 
@@ -59,6 +69,13 @@ def main(argv: list[str]) -> int:
 
     own = JOB_FILE if args.job_output else LOG_FILE
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
+    try:
+        patterns = [multinode.parse_node_option(v) for v in args.node]
+        groups = multinode.group_inputs(list(zip([*args.logs, *args.kernel_log], sources)), patterns)
+    except (multinode.InputError, OSError) as exc:
+        p.error(str(exc))
+    if groups is not None:
+        return _several_nodes(groups, args)
     result = diagnose([*args.logs, *args.kernel_log], engine=args.engine, sources=sources)
 
     failed = [f for f in result.files if f.error]
@@ -70,6 +87,20 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(dumps(result.to_json(), indent=2) + "\n")
         else:
             sys.stdout.write(render(result))
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def _several_nodes(groups: list, args: argparse.Namespace) -> int:
+    """Diagnose each node alone, then report the job: the node that failed first, and each node."""
+    results = multinode.diagnose_nodes(groups, engine=args.engine)
+    files = [f for r in results for f in r.diagnosis.files]
+    failed = [f for f in files if f.error]
+    for f in failed:
+        print(f"gpugate diagnose: cannot read {printable(f.path)}: {printable(f.error)}",
+              file=sys.stderr)  # fmt: skip
+    if len(failed) < len(files):
+        out = dumps(multinode.job_json(results), indent=2) + "\n" if args.json else None
+        sys.stdout.write(out or multinode.render_job(results, render))
     return EXIT_USAGE if failed else EXIT_OK
 
 
