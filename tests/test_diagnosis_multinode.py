@@ -13,6 +13,7 @@ import pytest
 
 from gpugate.commands import diagnose as cmd_diagnose
 from gpugate.diagnosis import multinode
+from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.timestamps import ANY_YEAR, BOOT, NOYEAR, WALL, line_stamp
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE, Diagnosis, Evidence
 
@@ -110,7 +111,9 @@ def test_xid_on_b_twenty_seconds_before_the_timeouts_names_b(tmp_path, capsys):
     assert out["summary"].startswith("node nodeB failed first")
     nodes = {n["node"]: n for n in out["nodes"]}
     assert set(nodes) == {"nodeA", "nodeB", "nodeC"}
-    assert nodes["nodeA"]["category"] == "nccl_timeout" and nodes["nodeA"]["failing_rank"] == 0
+    assert nodes["nodeA"]["category"] == "nccl_timeout"
+    for name, path in zip(("nodeA", "nodeB", "nodeC"), files):  # each node's own diagnosis
+        assert nodes[name]["failing_rank"] == diagnose([path]).failing_rank
     assert nodes["nodeB"]["first_failure_at"] == "2024-01-02T03:04:05Z"
     assert nodes["nodeA"]["first_failure_at"] is None  # glog has no year
     assert nodes["nodeC"]["first_failure_stamp"].startswith("E0102 03:04:26")
@@ -278,3 +281,14 @@ def test_unreadable_file_of_one_node_is_reported_and_others_read(tmp_path, capsy
     captured = capsys.readouterr()
     assert rc == 2 and "missing.log" in captured.err
     assert json.loads(captured.out)["first_node"] == "nodeA"
+
+
+def test_only_a_few_unstamped_lines_are_read_again(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(multinode, "_reread", lambda path, line: calls.append(line) or "")
+    evidence = tuple(
+        Evidence(file="x.log", line=i, text="boom", signature="x", category="other")
+        for i in range(1, 9)
+    )
+    assert multinode.first_stamp(Diagnosis(category="other", evidence=evidence)) is None
+    assert calls == list(range(1, multinode.REREAD_LINES + 1))

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 TOLERANCE_S = 2.0
 SUMMARY_MAX = 1 << 20  # a bundle's summary.json is a few KiB
 REREAD_MAX = 64 << 20  # how far into a file a decisive line is looked for again
+REREAD_LINES = 3  # how many decisive lines without a stamp are looked for again
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
@@ -198,7 +199,8 @@ def first_stamp(d: Diagnosis) -> Stamp | None:
     stamps = [line_stamp(e.text) for e in d.evidence]
     if d.evidence and not any(stamps):
         # The cleaned text may have lost the stamp: the line as it is in the file.
-        stamps = [line_stamp(_reread(e.file, e.line)) for e in d.evidence]
+        # A few lines only: each may mean reading up to REREAD_MAX of a file again.
+        stamps = [line_stamp(_reread(e.file, e.line)) for e in d.evidence[:REREAD_LINES]]
     found = [s for s in stamps if s is not None]
     if not found:
         return None
