@@ -280,6 +280,8 @@ def _summary(
         "category": diagnosis.get("category"),
         "category_source": diagnosis.get("decided_by"),
         "category_trusted": diagnosis.get("trusted") is True,
+        # high / medium / low (gpugate.diagnosis.confidence): the requeue acts on high only.
+        "confidence": diagnosis.get("confidence"),
         "xid": diagnosis.get("xid"),
         "failing_rank": diagnosis.get("failing_rank"),
         "summary_text": diagnosis.get("summary"),

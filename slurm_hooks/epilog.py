@@ -41,6 +41,7 @@ class EpilogResult(Record):
     category: str | None = None
     xid: int | None = None
     failing_rank: int | None = None
+    confidence: str | None = None  # the diagnosis's: the metrics count only high under category
     hardware_fault: bool = False
     hardware_checks: tuple = ()  # the failing hardware check ids (for the metrics)
     drained: bool = False
@@ -128,6 +129,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         category=diagnosis.get("category"),
         xid=diagnosis.get("xid"),
         failing_rank=diagnosis.get("failing_rank"),
+        confidence=diagnosis.get("confidence"),
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
     )

@@ -100,9 +100,10 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
     # Only root's evidence can make a cause the cluster's: a node's own failing checks
     # (hardware_fault), or a category decided by a line root read itself (category_trusted,
     # written by the epilog). A bundle whose infrastructure category has no such mark (a job
-    # that printed Xid 79, an older bundle) is no evidence of anything.
+    # that printed Xid 79, an older bundle) is no evidence of anything; nor is one the
+    # diagnosis was not sure of (confidence medium or low: the text could mean another cause).
     categories = [s.get("category") for s in summaries if s.get("category")
-                  and (not is_infrastructure(s.get("category")) or s.get("category_trusted") is True)]  # fmt: skip
+                  and (not is_infrastructure(s.get("category")) or sure_infrastructure(s))]  # fmt: skip
     state = (job.state or "").upper()
     if state in INFRA_STATES:
         return "slurm_node_failure", suspects, True
@@ -115,6 +116,15 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
     if infra:
         return infra[0], suspects, True
     return (categories[0] if categories else None), suspects, False
+
+
+def sure_infrastructure(summary: dict) -> bool:
+    """Whether a bundle's category can be a cluster cause: decided by root's lines, and sure.
+
+    A bundle from before confidence existed has none: its trusted category counts as before.
+    """
+    sure = summary.get("confidence") in (None, "high")
+    return summary.get("category_trusted") is True and sure
 
 
 def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> RequeueDecision:

@@ -136,6 +136,7 @@ def test_ecc_counters_growing_during_the_job_drain(tmp_path):
 def test_users_own_oom_leaves_the_node_in_service(tmp_path):
     result, slurm, _ = job_run(tmp_path, CUDA_OOM)
     assert result.category == "cuda_oom" and result.failing_rank == 1
+    assert result.confidence == "high" and summary(result)["confidence"] == "high"
     assert slurm.drains == [] and not result.hardware_fault
 
 

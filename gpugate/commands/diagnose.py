@@ -112,6 +112,7 @@ def render(d: Diagnosis) -> str:
         f"  what to do: {printable(d.advice)}",
         f"  xid: {'-' if d.xid is None else d.xid}    "
         f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}",
+        f"  confidence: {d.confidence}" + _alternatives(d),
     ]
     if d.evidence:
         lines.append(f"  evidence (decided by the {d.decided_by}):")
@@ -123,3 +124,10 @@ def render(d: Diagnosis) -> str:
         lines += [f"    {printable(e.file)}:{e.line}: {printable(claim_text(e))}: {printable(e.text)}"
                   for e in d.untrusted]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _alternatives(d: Diagnosis) -> str:
+    """The runners-up on the confidence line: `    else: nccl_timeout (log:12), other (log:40)`."""
+    named = [f"{a['category']} ({printable(a['evidence'][0]['file'])}:{a['evidence'][0]['line']})"
+             if a.get("evidence") else a["category"] for a in d.alternatives]  # fmt: skip
+    return f"    else: {', '.join(named)}" if named else ""

@@ -51,7 +51,8 @@ def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The metrics textfile."""
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,
-                     category=r.category if r.abnormal else None)  # fmt: skip
+                     category=r.category if r.abnormal else None,
+                     confidence=r.confidence)  # fmt: skip
 
 
 def note_event(config: Config, env: HookEnv, r: EpilogResult) -> None:

@@ -13,6 +13,7 @@ import sys
 from gpugate.checks import xid as X
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES
+from gpugate.diagnosis.confidence import assess, note
 from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, claim_text
 from gpugate.record import Record
 
@@ -174,11 +175,14 @@ def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) ->
     xid, xid_signal = _root_xid(live, top)
     rank, root_line = _failing_rank(winners, roots)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
+    sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
         category=category,
         xid=xid,
         failing_rank=rank,
-        summary=_summary(category, primary, winners, xid, rank),
+        summary=_summary(category, primary, winners, xid, rank) + note(sure),
+        confidence=sure.level,
+        alternatives=sure.alternatives,
         advice=EXPLAIN[category][1],
         evidence=tuple(evidence),
         signals=dict(col.counts),

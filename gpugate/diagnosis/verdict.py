@@ -53,6 +53,10 @@ class Diagnosis(Record):
     # What the job's output says when taken at its word (set only when it claimed something).
     job_output_category: str | None = None
     job_output_xid: int | None = None
+    # How sure the verdict is (confidence.LEVELS) and the next categories with their lines
+    # (see gpugate/diagnosis/confidence.py). No failure found is no specific line: medium.
+    confidence: str = "medium"
+    alternatives: tuple = ()  # of {"category", "tier", "evidence": [{"file", "line", "text"}]}
 
     @property
     def trusted(self) -> bool:
@@ -69,6 +73,8 @@ class Diagnosis(Record):
             "advice": self.advice,
             "decided_by": self.decided_by,
             "trusted": self.trusted,
+            "confidence": self.confidence,
+            "alternatives": [dict(a) for a in self.alternatives],
             "evidence": [e.text for e in self.evidence],
             "evidence_locations": [e.location() for e in self.evidence],
             "untrusted": [

@@ -7,7 +7,8 @@ Series (every one labelled with the Slurm `node`):
   not be evaluated). One series per check rather than one per (check, status): alerts read
   `== 2`, and a status change never leaves a stale series behind.
 - `gpugate_prolog_duration_seconds` gauge: the last prolog's own run time.
-- `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}`,
+- `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}` (a verdict of medium or
+  low confidence counts as category "uncertain"),
   `gpugate_unknown_xids_total{xid}`, `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
 
+UNCERTAIN = "uncertain"  # gpugate_diagnoses_total's category for a medium or low verdict
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "unknown": 3}
 # Folding several findings of one check (one per GPU): the worst wins, and "could not
 # evaluate" is worse than a warning (it could be hiding a failure).
@@ -146,6 +148,7 @@ def apply_run(
     category: str | None = None,
     internal_error: bool = False,
     now: float | None = None,
+    confidence: str | None = None,
     budget_exceeded: bool = False,
     unknown_xids: Iterable[int] = (),
 ) -> Samples:
@@ -163,6 +166,13 @@ def apply_run(
         key = ("gpugate_drains_total", (*n, ("check", drained_check)))
         out[key] = out.get(key, 0) + 1
     if category:
+        # Only a high-confidence verdict counts under its category: alerts on a category
+        # (ecc_error) act on high confidence only, as the requeue does. A medium or low one
+        # counts as "uncertain", not under an extra `confidence` label: the family keeps its
+        # one label, so existing series, queries and files read back stay as they were.
+        # (None: a caller that knows no confidence, counted as before.)
+        if confidence not in (None, "high"):
+            category = UNCERTAIN
         key = ("gpugate_diagnoses_total", (*n, ("category", category)))
         out[key] = out.get(key, 0) + 1
     for code in unknown_xids:
