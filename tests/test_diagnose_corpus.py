@@ -16,16 +16,22 @@ from gpugate.diagnosis import engine as D
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "corpus")  # fmt: skip
-LABELS = os.path.join(CORPUS, "labels.csv")
+# labels.csv: the first 14 logs; labels-2.csv: 96 more (NCCL, timeouts, launchers, Slurm,
+# Xid/ECC/NVLink, OOM), same columns and rules (see the corpus README).
+LABEL_FILES = ("labels.csv", "labels-2.csv")
 ENGINES = ["python"] + (["grep"] if shutil.which("grep") else [])
 
 
 def load_labels() -> list:
     """One pytest param per labelled log, or a single skip when the corpus is absent."""
-    if not os.path.exists(LABELS):
+    paths = [os.path.join(CORPUS, name) for name in LABEL_FILES]
+    if not os.path.exists(paths[0]):
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no corpus at {CORPUS}"))]
-    with open(LABELS, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = []
+    for path in paths:
+        if os.path.exists(path):
+            with open(path, newline="") as f:
+                rows += list(csv.DictReader(f))
     return [pytest.param(row, id=row["file"].split("-", 1)[0]) for row in rows]
 
 

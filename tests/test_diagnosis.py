@@ -78,7 +78,8 @@ CASES = [
     # --- nccl_timeout ---
     ("timeout-pt1x-all-ranks", "iteration 10 | loss 2.1\n" + all_ranks(WATCHDOG_1X), "nccl_timeout", None, None),
     ("timeout-pt22-all-ranks", all_ranks(WATCHDOG_22, 8), "nccl_timeout", None, None),
-    ("timeout-one-rank", WATCHDOG_22.format(r=13), "nccl_timeout", None, 13),
+    # The rank whose watchdog fired waited on another: it reports the timeout, it is no origin.
+    ("timeout-one-rank", WATCHDOG_22.format(r=13), "nccl_timeout", None, None),
     ("timeout-aborted-original-reason",
      "RuntimeError: NCCL communicator was aborted on rank 1.  Original reason for failure was: "
      "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=BROADCAST, "
@@ -112,7 +113,7 @@ CASES = [
      "[rank5]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
      "NCCLUtils.hpp:275, remote process exited or there was a network error, NCCL version 2.21.5\n"
      "[rank5]: ncclRemoteError: A call failed possibly due to a network error or a remote process "
-     "exiting prematurely.\n[rank5]: Last error:\n", "nccl_error", None, 5),
+     "exiting prematurely.\n[rank5]: Last error:\n", "nccl_error", None, None),  # a victim
     ("nccl-error-what", "terminate called after throwing an instance of 'std::runtime_error'\n"
      "  what():  NCCL error: unhandled cuda error, NCCL version 2.8.4\n", "nccl_error", None, None),
     ("nccl-error-2-old", "RuntimeError: NCCL Error 2: unhandled system error\n", "nccl_error", None, None),
@@ -299,20 +300,22 @@ CASES = [
     ("bare-childfailed", "E0801 13:23:20.000000 32974 torch/distributed/elastic/multiprocessing/"
      "api.py:874] failed (exitcode: 1) local_rank: 1 (pid: 33054) of binary: /usr/bin/python3\n"
      + torchrun(rank=1, code=1), "other", None, 1),
+    # The agent names the local rank that failed (one node: the rank).
     ("childfailed-old-agent", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: "
-     "1) local_rank: 0 (pid: 130182) of binary: /usr/bin/python3.8\n", "other", None, None),
+     "1) local_rank: 0 (pid: 130182) of binary: /usr/bin/python3.8\n", "other", None, 0),
     ("accelerate-died-sigkill", "subprocess.CalledProcessError: Command '['python', 'train.py']' "
-     "died with <Signals.SIGKILL: 9>.\n", "other", None, None),
-    ("sigkill-unattributed", torchrun(rank=0, code=-9, tb="Signal 9 (SIGKILL) received by PID 2198"),
-     "other", None, 0),
+     "died with <Signals.SIGKILL: 9>.\n", "host_oom", None, None),
+    # A SIGKILL without a scheduler's kill line: the kernel's OOM killer is the likely sender.
+    ("sigkill-without-kill-line", torchrun(rank=0, code=-9, tb="Signal 9 (SIGKILL) received by PID 2198"),
+     "host_oom", None, 0),
     ("deepspeed-exit", "[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing "
      "subprocess 13266\n[2023-04-14 13:11:27,880] [ERROR] [launch.py:434:sigkill_handler] "
      "['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return code = 1\n",
      "other", None, None),
     ("python-exception", "Traceback (most recent call last):\n  File \"train.py\", line 3, in "
      "<module>\n    main()\nKeyError: 'labels'\n", "other", None, None),
-    ("shell-killed-unattributed", "/var/spool/slurmd/job9/slurm_script: line 20: 31337 Killed"
-     "                  python train.py --config big.yaml\n", "other", None, None),
+    ("shell-killed-without-kill-line", "/var/spool/slurmd/job9/slurm_script: line 20: 31337 Killed"
+     "                  python train.py --config big.yaml\n", "host_oom", None, None),
     ("bus-error-shm", "ERROR: Unexpected bus error encountered in worker. This might be caused by "
      "insufficient shared memory (shm).\n", "other", None, None),
     ("cuda-unknown-error", "  what():  CUDA error: unknown error\n", "other", None, None),
@@ -634,7 +637,8 @@ def test_cli_stdin(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
     rc, out, _ = run_cli(capsys, ["--json", "-"])
     d = json.loads(out)
-    assert (rc, d["category"], d["failing_rank"]) == (0, "nccl_error", 2)
+    # An NCCL error is a symptom: the rank printing it is not named as the origin.
+    assert (rc, d["category"], d["failing_rank"]) == (0, "nccl_error", None)
     assert d["files"][0]["path"] == "<stdin>"
 
 
@@ -767,3 +771,116 @@ def test_a_limited_stream_stops_at_its_deadline(tmp_path):
     finally:
         os.close(fd)
     assert (d.category, d.files[0].bytes, d.files[0].stopped) == ("no_failure", 0, "time budget")
+
+
+# --- families (issue 14): structure, not strings ------------------------------------------------
+
+IB_WARN = ("gpu-c3:811:902 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from "
+           "peer 10.1.0.9<40221> with status=12 opcode=1 len=0 vendor err 129 (Send) hca mlx5_3\n")  # fmt: skip
+WATCHDOG_LINE = ("[rank3]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught "
+                 "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=8, "
+                 "NumelOut=8, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n")  # fmt: skip
+REMOTE_EXIT = ("[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+               "remote process exited or there was a network error, NCCL version 2.21.5\n")  # fmt: skip
+
+
+def test_ib_completion_error_names_its_status(tmp_path):
+    d = diagnose_text(tmp_path, IB_WARN)
+    assert d.category == "nccl_error"
+    assert "status 12: transport retry counter exceeded" in d.summary
+    assert "vendor err 129" in d.summary
+
+
+@pytest.mark.parametrize("line", [
+    "h:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n",
+    "h:1:1 [0] misc/socket.cc:540 NCCL WARN socketPollConnect: Connect to 10.0.0.2<4000> returned "
+    "111(Connection refused), retrying\n",
+    "h:1:1 [0] transport/net_ib.cc:110 NCCL WARN NET/IB : mlx5_0:1 Got async event : port active\n",
+    "h:1:1 [0] init.cc:120 NCCL WARN NCCL_SOCKET_NTHREADS is deprecated\n",
+])  # fmt: skip
+def test_nccl_warn_chatter_is_no_failure(tmp_path, line):
+    assert diagnose_text(tmp_path, line).category == "no_failure"
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    ("h:1:1 [2] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA "
+     "device 1000\n", "duplicate GPU"),
+    ("h:1:1 [0] transport/net_ib.cc:90 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error\n",
+     "async event: port error"),
+    ("h:1:1 [0] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45763> failed "
+     ": Software caused connection abort\n", "socket connection failure"),
+    ("h:1:1 [0] proxy.cc:1519 NCCL WARN [Proxy Service 0] Failed to execute operation Connect from "
+     "rank 0, retcode 2\n", "proxy failure"),
+    ("*host* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\n",
+     "socket connection failure"),
+])  # fmt: skip
+def test_nccl_warn_failure_kinds(tmp_path, line, kind):
+    d = diagnose_text(tmp_path, line)
+    assert (d.category, d.failing_rank) == ("nccl_error", None)
+    assert kind in d.summary
+
+
+def test_first_nccl_symptom_is_the_root(tmp_path):
+    # A timeout, then the peers' "remote process exited": the abort of that timeout.
+    assert diagnose_text(tmp_path, WATCHDOG_LINE + REMOTE_EXIT).category == "nccl_timeout"
+    # An IB retry-exceeded error, then the watchdog fires: the link is why.
+    assert diagnose_text(tmp_path, IB_WARN + WATCHDOG_LINE).category == "nccl_error"
+
+
+@pytest.mark.parametrize("text", [
+    "[rank1]:[E418 01:32:50.9 ProcessGroupNCCL.cpp:1890] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+    "Received a dump signal due to a collective timeout from this local rank and we will try our "
+    "best to dump the debug info.\n",
+    # A terminal wrapped the watchdog's line at 80 columns.
+    "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective\n operation timeout: "
+    "WorkNCCL(SeqNum=4, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1800081 millisecon\nds\n",
+    "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<"
+    "long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x7f0 in libtorch_cuda.so)\n",
+    "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg//cuda//0\n",
+])  # fmt: skip
+def test_timeout_formats(tmp_path, text):
+    d = diagnose_text(tmp_path, text)
+    assert (d.category, d.failing_rank) == ("nccl_timeout", None)
+
+
+def test_a_scheduler_kill_explains_sigkill_and_store_timeouts(tmp_path):
+    limit = "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***\n"
+    sigkill = torchrun(rank=0, code=-9, tb="Signal 9 (SIGKILL) received by PID 1")
+    assert diagnose_text(tmp_path, limit + sigkill).category == "slurm_time_limit"
+    preempt = limit.replace("TIME LIMIT", "PREEMPTION")
+    barrier = ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, "
+               "for key: store_based_barrier_key:1 (world_size=8, worker_count=16)\n")  # fmt: skip
+    assert diagnose_text(tmp_path, barrier + preempt).category == "slurm_cancelled"
+    alone = diagnose_text(tmp_path, sigkill)
+    assert alone.category == "host_oom" and "no scheduler kill line" in alone.summary
+
+
+def test_an_app_xid_then_a_context_switch_timeout_on_that_gpu_is_the_apps(tmp_path):
+    app = "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception\n"
+    ctx = "NVRM: Xid (PCI:0000:{b}:00): 109, pid=17, name=python, Ch 00000008, errorString CTX SWITCH TIMEOUT\n"
+    same = diagnose_text(tmp_path, app + ctx.format(b="cb"))
+    assert (same.category, same.xid) == ("gpu_xid_user_app", 13)
+    other_gpu = diagnose_text(tmp_path, app + ctx.format(b="1a"))
+    assert (other_gpu.category, other_gpu.xid) == ("gpu_xid_hardware", 109)
+
+
+def test_ranks_from_every_format(tmp_path):
+    glued = ("Epoch 1: 100%|##########| 10/10 [00:01<00:00][rank3]:RuntimeError: CUDA error: an "
+             "illegal memory access was encountered\n")  # fmt: skip
+    assert diagnose_text(tmp_path, glued).failing_rank == 3
+    pg = ("[E ProcessGroupNCCL.cpp:1414] [PG ID 0 PG GUID 0(default_pg) Rank 5] Process group watchdog "
+          "thread terminated with exception: CUDA error: unspecified launch failure\n")  # fmt: skip
+    assert (diagnose_text(tmp_path, pg).category, diagnose_text(tmp_path, pg).failing_rank) == (
+        "other",
+        5,
+    )
+    agent = ("E0801 13:23:20.000000 1 torch/distributed/elastic/multiprocessing/api.py:874] failed "
+             "(exitcode: 1) local_rank: 3 (pid: 33054) of binary: /usr/bin/python3\n")  # fmt: skip
+    assert diagnose_text(tmp_path, agent).failing_rank == 3
+    # torchrun's Root Cause names the global rank; the agent's local rank is the fallback.
+    assert diagnose_text(tmp_path, agent + torchrun(rank=11, code=1)).failing_rank == 11
+
+
+def test_a_failure_table_alone_is_a_failure(tmp_path):
+    d = diagnose_text(tmp_path, torchrun(rank=2, code=1))
+    assert (d.category, d.failing_rank) == ("other", 2)

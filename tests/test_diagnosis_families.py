@@ -89,13 +89,14 @@ FAMILIES = [
     # logPrefix "[PG 0 Rank 3]"; "Timeout at NCCL work: ..."; all 8 ranks.
     ("pg-timeout--2.3.log", "nccl_timeout", None, None),
     # PyTorch 2.4: logPrefix "[PG ID 0 PG GUID 0(default_pg) Rank 5]", "Exception (either an error
-    # or timeout) detected by watchdog at work: ..."; one rank alone reports: it is the rank.
-    ("pg-timeout-one-rank--2.4.log", "nccl_timeout", None, 5),
+    # or timeout) detected by watchdog at work: ..."; one rank alone reports. Its watchdog waited
+    # on a peer: a reporter, not the origin (the corpus labels' rule 4), so no rank.
+    ("pg-timeout-one-rank--2.4.log", "nccl_timeout", None, None),
     # PyTorch 2.5 ProcessGroupNCCL.cpp HeartbeatMonitor getNCCLWatchdogTimeoutErrorMsg: "Received
     # a dump signal due to a collective timeout from this local rank" on rank 2, "from  rank 2"
     # (two spaces) and "Observed flight recorder dump signal from another rank via TCPStore." on
-    # the others: rank 2 names itself as the origin.
-    ("pg-dump-signal-one-origin--2.5.log", "nccl_timeout", None, 2),
+    # the others: rank 2's watchdog fired first, but it too waited on a peer: no origin named.
+    ("pg-dump-signal-one-origin--2.5.log", "nccl_timeout", None, None),
     # PyTorch 2.7: every rank's own watchdog fired ("from this local rank" everywhere): no rank.
     ("pg-dump-signal-all-ranks--2.7.log", "nccl_timeout", None, None),
     # PyTorch 2.2 ProcessGroupNCCL.cpp broadcastUniqueNCCLID: "[%d] is setting up NCCL communicator
@@ -135,9 +136,11 @@ FAMILIES = [
     # DeepSpeed 0.14 deepspeed/launcher/launch.py: "[launch.py:152:main] nnodes=1, num_local_procs=4",
     # sigkill_handler "Killing subprocess %d", "[...] exits with return code = %d" naming
     # '--local_rank=2' on one node.
-    ("deepspeed-launcher-rank--0.14.log", "other", None, 2),
+    # The line's --local_rank=2 is NOT the failed process: sigkill_handler prints `cmd`, the
+    # launch loop's last command, whichever process failed. So no rank.
+    ("deepspeed-launcher-rank--0.14.log", "other", None, None),
     # DeepSpeed 0.12 launch.py: "exits with return code = -9", no scheduler line -> host memory.
-    ("deepspeed-launcher-sigkill--0.12.log", "host_oom", None, 0),
+    ("deepspeed-launcher-sigkill--0.12.log", "host_oom", None, None),  # no rank: see above
     # PyTorch 2.4 "[rank3]:" prefix glued to the end of a tqdm bar (no newline after "]").
     ("rank-progress-bar-glued--2.4.log", "illegal_memory_access", None, 3),
     # PyTorch 2.4 what(): "[PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread

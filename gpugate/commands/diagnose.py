@@ -71,7 +71,9 @@ def main(argv: list[str]) -> int:
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
     try:
         patterns = [multinode.parse_node_option(v) for v in args.node]
-        groups = multinode.group_inputs(list(zip([*args.logs, *args.kernel_log], sources)), patterns)
+        groups = multinode.group_inputs(
+            list(zip([*args.logs, *args.kernel_log], sources)), patterns
+        )
     except (multinode.InputError, OSError) as exc:
         p.error(str(exc))
     if groups is not None:

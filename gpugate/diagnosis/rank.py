@@ -12,7 +12,7 @@ import sys
 
 from gpugate.checks import xid as X
 from gpugate.diagnosis import signatures as S
-from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES
+from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES
 from gpugate.diagnosis.confidence import assess, note
 from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, claim_text
 from gpugate.record import Record
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 # - A node failure outranks the CUDA/NCCL errors that the dying node causes.
 # - Host and GPU OOM, application Xids and illegal memory accesses happen on one rank; the other
 #   ranks then fail their collectives, so they outrank every NCCL symptom.
-# - An NCCL error is more specific than a timeout; a timeout is the most generic NCCL symptom.
+# - NCCL errors and timeouts are symptoms of one tier: the first one printed is the root (an IB
+#   completion error before the watchdog fires is why it fired; a peer's "remote process
+#   exited" after a timeout is that timeout's abort).
 # - Slurm's own kill lines (time limit, scancel, preemption) explain a job that hung quietly;
 #   errors printed before them still win, errors after them are fallout (FALLOUT below).
 # - MINOR_TIER: events that explain a failure only when nothing above is visible (a lone Xid 63,
@@ -40,8 +42,8 @@ TIERS: dict[str, int] = {
     "cuda_oom": 70,
     "gpu_xid_user_app": 60,
     "illegal_memory_access": 50,
-    "nccl_error": 40,
-    "nccl_timeout": 30,
+    "nccl_error": 35,
+    "nccl_timeout": 35,
     "slurm_time_limit": 20,
     "slurm_cancelled": 15,
     "other": 5,
@@ -50,6 +52,14 @@ MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
 FALLOUT = frozenset({"nccl_timeout", "nccl_error", "cuda_oom", "illegal_memory_access", "other"})
 KILLS = frozenset({"slurm_time_limit", "slurm_cancelled"})
+# Guesses that a scheduler's kill line (anywhere in the inputs) explains instead: a SIGKILL
+# (likely the OOM killer, unless Slurm sent it) and a store/rendezvous timeout (ranks that
+# Slurm stopped or never started).
+YIELD_TO_SCHEDULER = frozenset({"c10d.store_timeout"})
+SCHEDULER = KILLS | {"slurm_node_failure"}
+# Xids that follow an application Xid on the same GPU as its consequence (NVIDIA's Xid
+# catalog lists user-application errors among 109's causes; gpu-failure-reference.md 1.2).
+CONSEQUENCE_XIDS = frozenset({109})
 KEEP_PER_GROUP = 200  # signals kept per (file, signature): enough for ranks, bounded memory
 EVIDENCE_MAX = 8
 
@@ -87,7 +97,9 @@ class Collector:
         self.signals: list[Signal] = []
         self.counts: dict[str, int] = {}
         self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
+        self.table_ranks: list[tuple[int, int, int]] = []  # rank rows outside a Root Cause
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
+        self.launch: dict[int, dict[str, int]] = {}  # file -> torchrun's max_nodes, nproc_per_node
         self._kept: dict[tuple[int, str], int] = {}
         self._root_pending: set[int] = set()
         self._last: tuple[int, int, str] | None = None
@@ -115,18 +127,30 @@ class Collector:
         view = Collector()
         view.signals = self.signals + self.claims
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
+        view.launch, view.table_ranks = self.launch, self.table_ranks
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
         # torchrun prints "Root Cause (first observed failure):" and, a few lines below,
         # "rank : N (local_rank: M)" of that failure.
-        if m.signature == "torchrun.root_cause":
+        if m.signature == "torchrun.root_cause" and "root_rank" in m.fields:
+            self.roots.append((file, line, int(m.fields["root_rank"])))  # collapsed onto one line
+        elif m.signature == "torchrun.root_cause":
             self._root_pending.add(file)
         elif m.signature == "torchrun.rank_field" and file in self._root_pending:
             self._root_pending.discard(file)
             self.roots.append((file, line, m.rank))
+        elif m.signature == "torchrun.rank_field":
+            self.table_ranks.append((file, line, m.rank))  # a "Failures:" row, or a fragment
         elif m.signature == "run.completed":
             self.completed[file] = line
+        elif m.signature == "torchrun.launch_config":
+            self.launch.setdefault(file, {})[m.fields["key"]] = int(m.fields["n"])
+
+    def per_gpu_files(self) -> set[int]:
+        """Files whose torchrun launch was one node, one process per GPU (GPU n is rank n)."""
+        return {f for f, c in self.launch.items()
+                if c.get("max_nodes") == 1 and c.get("nproc_per_node", 0) > 1}  # fmt: skip
 
 
 def rank_signals(
@@ -155,9 +179,12 @@ def rank_signals(
 
 
 def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) -> Diagnosis:
-    kill = _first_line(col.signals, lambda s: s.match.category in KILLS and _fatal(s))
-    live = [s for s in col.signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
-    roots = [r for r in col.roots if not _is_fallout(r[0], r[1], "other", kill)]
+    signals = _consequences(_yield_to_scheduler(col.signals))
+    kill = _first_line(signals, lambda s: s.match.category in KILLS and _fatal(s))
+    live = [s for s in signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
+    # Without a Root Cause block, a table (or a fragment of one) holding a single failure's
+    # rank row names it (_failing_rank wants one distinct rank).
+    roots = [r for r in col.roots or col.table_ranks if not _is_fallout(r[0], r[1], "other", kill)]
     decisive = [s for s in live if s.match.strength in (S.FATAL, S.MINOR)]
     if not decisive:
         return _no_failure(col, files)
@@ -172,8 +199,8 @@ def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) ->
     primary = tier[0]
     category = primary.match.category or "other"
     winners = [s for s in tier if s.match.category == primary.match.category]
-    xid, xid_signal = _root_xid(live, top)
-    rank, root_line = _failing_rank(winners, roots)
+    xid, xid_signal = _root_xid(live, top, category)
+    rank, root_line = _failing_rank(winners, roots, category, col.per_gpu_files())
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
@@ -195,6 +222,29 @@ def _fatal(s: Signal) -> bool:
     return s.match.strength == S.FATAL
 
 
+def _yield_to_scheduler(signals: list[Signal]) -> list[Signal]:
+    """With a scheduler kill line anywhere, the guesses it explains become `other`."""
+    if not any(s.match.category in SCHEDULER and _fatal(s) for s in signals):
+        return signals
+    return [s.replace(match=s.match.replace(category="other"))
+            if s.match.signature in YIELD_TO_SCHEDULER or s.match.fields.get("inferred") else s
+            for s in signals]  # fmt: skip
+
+
+def _consequences(signals: list[Signal]) -> list[Signal]:
+    """An Xid in CONSEQUENCE_XIDS after an application Xid on the same GPU is minor."""
+    app: set[tuple[int, str]] = set()
+    out = []
+    for s in sorted(signals, key=lambda s: (s.file, s.line)):
+        pci = s.match.fields.get("pci")
+        if pci and s.match.xid in X.APP_XIDS:
+            app.add((s.file, pci))
+        elif pci and s.match.xid in CONSEQUENCE_XIDS and (s.file, pci) in app:
+            s = s.replace(match=s.match.replace(strength=S.MINOR))
+        out.append(s)
+    return out
+
+
 def _first_line(signals: Iterable[Signal], pred: object) -> dict[int, int]:
     """file -> first line where pred(signal) holds."""
     out: dict[int, int] = {}
@@ -212,10 +262,16 @@ def _before(s: Signal, first_fatal: dict[int, int]) -> bool:
     return s.line < first_fatal.get(s.file, sys.maxsize)
 
 
-def _root_xid(live: list[Signal], top: int) -> tuple[int | None, Signal | None]:
-    """The first Xid of the winning tier (an ECC diagnosis names its ECC Xid, not an earlier
-    application Xid), else the first fatal Xid (by place), else the first of any strength."""
+def _root_xid(live: list[Signal], top: int, category: str) -> tuple[int | None, Signal | None]:
+    """The first Xid of the winning category, else of its tier (an ECC diagnosis names its ECC
+    Xid, never an application Xid), else the first fatal Xid (by place), else any."""
     with_xid = sorted((s for s in live if s.match.xid is not None), key=lambda s: (s.file, s.line))
+    same = [s for s in with_xid if s.match.category == category and s.tier == top]
+    if same:
+        return same[0].match.xid, same[0]
+    if category in HARDWARE_CATEGORIES:
+        # A hardware verdict from a line without a code: an app Xid beside it explains nothing.
+        with_xid = [s for s in with_xid if s.match.category != "gpu_xid_user_app"]
     for wanted in (lambda s: s.tier == top, _fatal):
         for s in with_xid:
             if wanted(s):
@@ -225,15 +281,33 @@ def _root_xid(live: list[Signal], top: int) -> tuple[int | None, Signal | None]:
     return None, None
 
 
-def _failing_rank(winners: list[Signal], roots: list) -> tuple[int | None, tuple | None]:
-    """The one rank the decisive lines name; if they name none, torchrun's Root Cause rank."""
+def _failing_rank(
+    winners: list[Signal], roots: list, category: str, per_gpu: set[int] = frozenset()
+) -> tuple[int | None, tuple | None]:
+    """The rank where the failure began, or None when the text names no single origin.
+
+    A symptom (NCCL timeout or error) is printed by its victims: the rank on those lines is a
+    reporter, and only torchrun's Root Cause names an origin (when no other rank reports the
+    symptom). Otherwise: the one rank the
+    decisive lines name; else the Root Cause; else the one local rank torchrun's agent named
+    (a single node: local rank = rank), or the one GPU an OOM names under a one-node,
+    process-per-GPU torchrun launch.
+    """
+    root = (roots[0][2], roots[0]) if len({r[2] for r in roots}) == 1 else (None, None)
     named = {s.match.rank for s in winners if s.match.rank is not None}
+    if category in SYMPTOM_CATEGORIES:
+        # Every rank timing out beside a Root Cause: that rank is just the first victim seen.
+        return root if named <= {root[0]} else (None, None)
     if len(named) == 1:
         return named.pop(), None
-    # Several ranks reporting the same thing (every rank's timeout): no origin is named, and
-    # torchrun's Root Cause is then just the first victim its agent saw.
-    if not named and len({r[2] for r in roots}) == 1:
-        return roots[0][2], roots[0]
+    if not named and root[0] is not None:
+        return root
+    local = {s.match.fields["local_rank"] for s in winners if "local_rank" in s.match.fields}
+    local |= {
+        s.match.fields["gpu"] for s in winners if "gpu" in s.match.fields and s.file in per_gpu
+    }
+    if not named and len(local) == 1:
+        return int(local.pop()), None
     return None, None
 
 
@@ -266,6 +340,14 @@ def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | N
              rank: int | None) -> str:  # fmt: skip
     """One sentence: what happened, where, how often."""
     text = EXPLAIN[category][0]
+    detail = primary.match.fields.get("detail") if category == "nccl_error" else None
+    if detail:
+        text += f": {detail}"
+    if primary.match.fields.get("inferred") == "sigkill":
+        text += (
+            " (likely: a process was SIGKILLed and no scheduler kill line explains it; the "
+            "kernel's OOM killer is the usual sender, confirm in the node's kernel log)"
+        )
     if xid is not None:
         text += f"; root Xid {xid} ({X.lookup(xid).meaning})"
     if rank is not None:

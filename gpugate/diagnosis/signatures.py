@@ -1,4 +1,4 @@
-"""Job-log failure signatures: one table of what a dying training job prints, and line cleaning.
+"""Job-log failure signatures: one table of what a dying training job prints, and the matching.
 
 Each `Signature` names a diagnosis category, a compiled pattern (searched in one cleaned line
 segment), the anchors that any matching line must contain (the scanner's cheap prefilter: only
@@ -13,7 +13,7 @@ Strength says what one line proves:
 - ``minor``: an event that explains a failure only when nothing more specific is visible (a
   non-fatal Xid such as 63, a SIGTERM notice): ranked just above the generic ``other``.
 - ``precursor``: counts only before the first fatal line of its file and only if the job failed
-  (NCCL WARN network errors: retried warnings in a healthy run must not trigger a failure).
+  (none in the table today: NCCL WARN lines are read by kind, and chatter decides nothing).
 - ``context``: no category; feeds a detail (torchrun's "Root Cause" block names the rank).
 """
 
@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import re
 
-from gpugate.checks import xid as X
-from gpugate.checks.kernel_lines import read_line
-from gpugate.checks.sxid import SxidEvent
+from gpugate.diagnosis import nccl_warn
+from gpugate.diagnosis import outcomes as O
+from gpugate.diagnosis.cleaning import clean
+from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-FATAL, MINOR, PRECURSOR, CONTEXT = "fatal", "minor", "precursor", "context"
+__all__ = ["CONTEXT", "FATAL", "MINOR", "PRECURSOR", "SIGNATURES", "Match", "Signature",
+           "clean", "match_line", "match_segment", "segments"]  # fmt: skip
 
 # Per-segment work is capped: a progress bar can put megabytes on one "line".
 SEGMENT_MAX = 2000
@@ -66,42 +68,6 @@ class Match(Record):
     fields: dict = {}  # other named groups: gpu, exitcode, signal, ...
 
 
-def _xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
-    """Category, strength and root code of an Xid line, read as `gpugate check` reads it.
-
-    An `NVRM:` line the kernel-line reader does not take for an Xid (`NVRM: Xid : 32, ...`) is
-    none here either. A line that drains names its catalog category (fatal); an application
-    Xid is the job's own fault (user app, fatal); an informational one is minor.
-    """
-    event = read_line(text)
-    event = event if isinstance(event, X.XidEvent) else None
-    if event is None and "NVRM" in text:
-        return "other", MINOR, None
-    if event is None:  # a tool's summary (`dcgm health: GPU 2 reported Xid 48`): by code
-        info = X.lookup(int(m.group("xid")))
-        fatal = info.action in X.DRAIN_ACTIONS or info.action == "restart_app"
-        return info.category, FATAL if fatal else MINOR, info.code
-    root = event.caused_by if event.code == 45 and event.caused_by is not None else event.code
-    info = X.lookup(root)
-    if event.code == 45 and event.caused_by is not None:
-        return info.category, FATAL if info.action != "none" else MINOR, root
-    action = X.action_of(event)
-    if action in X.DRAIN_ACTIONS:
-        return info.category, FATAL, root
-    if action == "restart_app" or root in X.APP_XIDS:
-        # The job's own fault; a contained ECC error (94) still says why the job failed.
-        return "ecc_error" if info.category == "ecc_error" else "gpu_xid_user_app", FATAL, root
-    return info.category, MINOR, root
-
-
-def _sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
-    """NVSwitch SXid (or fabric manager line): NVLink fabric error, fatal as kernel.sxid reads it."""
-    event = read_line(text) if "SXid" in text else None
-    if isinstance(event, SxidEvent):
-        return "nvlink_error", FATAL if event.fatal else MINOR, None
-    return "nvlink_error", FATAL if m.group("sev").lower() == "fatal" else MINOR, None
-
-
 def _sig(
     name: str,
     category: str | None,
@@ -125,20 +91,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("kernel.xid", "gpu_xid_hardware", "Xid",
          r"NVRM: Xid \([^)]*\): (?P<xid>\d+)",
          "[ 9.1] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-         specificity=95, resolve=_xid_outcome),
-    _sig("kernel.xid_loose", "gpu_xid_hardware", "Xid",
-         r"(?<![\w-])Xid(?: error)?[ :=]+(?P<xid>[1-9]\d{0,2})\b(?!\.\d)",
+         specificity=95, resolve=O.xid_outcome),
+    _sig("kernel.xid_loose", "gpu_xid_hardware", "Xid|XID",
+         r"(?<![\w-])(?:Xid|XID)(?: error)?[ :=]+(?P<xid>[1-9]\d{0,2})\b(?!\.\d)",
          "dcgm health: GPU 2 reported Xid 48 (double bit ECC error)",
-         specificity=85, resolve=_xid_outcome),
+         specificity=85, resolve=O.xid_outcome),
     _sig("kernel.sxid", "nvlink_error", "Xid",
          r"SXid \([^)]*\): (?P<sxid>\d+), (?P<sev>\w+)",
          "nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Fatal, Link 02 egress non-posted PRIV error",
-         specificity=90, resolve=_sxid_outcome),
+         specificity=90, resolve=O.sxid_outcome),
     _sig("fabricmanager.nvswitch", "nvlink_error", "RROR",
          r"detected NVSwitch (?P<sev>fatal|non-fatal) error",
          "[Mar 02 2025 10:11:12] [ERROR] [tid 812] detected NVSwitch fatal error 20034 on fid 0 on "
          "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61",
-         specificity=85, resolve=_sxid_outcome),
+         specificity=85, resolve=O.sxid_outcome),
     _sig("kernel.fallen_off_bus", "gpu_xid_hardware", "fallen off|NVRM",
          r"fallen off the bus", "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
          specificity=80),
@@ -149,6 +115,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Reset required|NV_ERR_RESET_REQUIRED",
          "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]",
          specificity=70),
+    # GSP firmware stopped answering (heartbeat, RPC timeout, memory-subsystem error): the GPU
+    # needs a reset (NVIDIA's catalog: Xid 119/120 are RESET_GPU); some drivers log no Xid.
+    _sig("kernel.gsp_timeout", "gpu_xid_hardware", "NVRM",
+         r"NVRM: .*(?:_kgspIsHeartbeatTimedOut|GSP Timeout \*|_kgspLogRpcTimeout|"
+         r"kgmmuCheckMemSubsysError|Memory Subsystem Error detected)",
+         "NVRM: GPU3 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 81 heartbeat 18",
+         specificity=65),
     _sig("smi.gpu_lost", "gpu_xid_hardware", "GPU is lost|rror",
          r"GPU is lost|Unable to determine the device handle for GPU ?\S*: Unknown Error",
          "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
@@ -157,8 +130,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invoked oom-killer|oom-kill:constraint=",
          "[812.1] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
          specificity=85),
-    _sig("kernel.oom_killed", "host_oom", "of memory",
-         r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d+",
+    # The OOM killer's report; kernels before 4.x and some dmesg excerpts print the kill line
+    # without its "Out of memory:" head, and the reaper's line follows it.
+    _sig("kernel.oom_killed", "host_oom", "of memory|Killed process|oom_reaper",
+         r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d+|"
+         r"\bKilled process \d+ \([^)]*\),? total-vm:|oom_reaper: reaped process \d+",
          "Memory cgroup out of memory: Killed process 4242 (python) total-vm:912kB, anon-rss:80kB",
          specificity=90),
     # --- Slurm -----------------------------------------------------------------------------
@@ -200,7 +176,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("srun.task_exit", "other", "rror",
          r"srun: error: \S+: tasks? [\d,\-]+: (?P<how>Exited with exit code [1-9]\d*|Killed|"
          r"Segmentation fault|Aborted|Bus error)",
-         "srun: error: node-a1: task 3: Exited with exit code 1", specificity=20),
+         "srun: error: node-a1: task 3: Exited with exit code 1", specificity=20,
+         resolve=O.exit_outcome),
     # --- CUDA ------------------------------------------------------------------------------
     _sig("cuda.ecc", "ecc_error", "rror",
          r"uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE",
@@ -214,33 +191,66 @@ SIGNATURES: tuple[Signature, ...] = (
          r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
          r"RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor",
          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB",
-         specificity=90),
+         specificity=90, resolve=O.oom_outcome),
     _sig("cuda.oom_library", "cuda_oom", "rror",
          r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
          "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
          specificity=70),
-    _sig("cuda.illegal_address", "illegal_memory_access", "illegal memory|rror|RROR",
-         r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress",
+    _sig("cuda.illegal_address", "illegal_memory_access", "illegal memory|rror|RROR|access was",
+         r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
+         r"\bal memory access was encountered",  # CUDA's words cut by a wrap: "an illeg|al ..."
          "RuntimeError: CUDA error: an illegal memory access was encountered", specificity=85),
     _sig("cuda.busy_unavailable", "gpu_xid_hardware", "rror",
          r"CUDA-capable devices? (?:\(s\) )?(?:is|are|is/are) busy or unavailable|cudaErrorDevicesUnavailable",
          "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
          specificity=60),
-    _sig("cuda.launch_failure", "other", "rror",
+    _sig("cuda.launch_failure", "other", "rror|launch failure",
          r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
          "RuntimeError: CUDA error: unspecified launch failure", specificity=80),
     _sig("cuda.app_fault", "other", "rror",
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
          "RuntimeError: CUDA error: device-side assert triggered", specificity=70),
+    # The NCCL watchdog reporting its rank's CUDA error; the error's own words (illegal
+    # access, ECC) are more specific and win when the line holds them.
+    _sig("nccl.watchdog_exception", "other", "atchdog",
+         r"watchdog thread terminated with exception",
+         "[rank0]:[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 0] Process group watchdog thread "
+         "terminated with exception: CUDA erro", specificity=25),
     _sig("cuda.error", "other", "rror",
          r"CUDA error: (?P<detail>[^\n]{1,80})", "  what():  CUDA error: unknown error",
          specificity=30),
     # --- NCCL / torch.distributed ------------------------------------------------------------
     _sig("nccl.watchdog_timeout", "nccl_timeout", "atchdog",
-         r"(?:\[Rank (?P<rank>\d+)\]:? )?[Ww]atchdog caught collective operation timeout",
+         r"[Ww]atchdog caught collective(?: operation)?(?: timeout)?\b",
          "[E ProcessGroupNCCL.cpp:455] [Rank 5] Watchdog caught collective operation timeout: "
          "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600004 milliseconds before timing out.",
          specificity=90),
+    # PyTorch >= 2.5: the watchdog's dump request (the timeout line itself may be cut off).
+    _sig("nccl.dump_signal", "nccl_timeout", "dump signal",
+         r"Received a dump signal due to a collective timeout",
+         "[rank1]:[E1129 01:02:03.000000000 ProcessGroupNCCL.cpp:1890] [PG ID 0 PG GUID 0(default_pg) "
+         "Rank 1] Received a dump signal due to a collective timeout from this local rank and we "
+         "will try our best to dump the debug info.",
+         specificity=85),
+    # The second half of a watchdog line a terminal wrapped, or a Work's own timeout message.
+    _sig("nccl.work_timeout", "nccl_timeout", "WorkNCCL",
+         r"WorkNCCL\(SeqNum=\d+, OpType=\w+.*?\) ran for \d+ milliseconds before timing out",
+         "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+         "Timeout(ms)=600000) ran for 600321 milliseconds before timing out.",
+         specificity=80),
+    # The watchdog's stack frames alone (the message was lost above the excerpt).
+    _sig("nccl.check_timeout_frame", "nccl_timeout", "checkTimeout",
+         r"ProcessGroupNCCL::WorkNCCL::checkTimeout|c10d::ProcessGroupNCCL::watchdogHandler",
+         "frame #4: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+         "duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x7f in libtorch_cuda.so)",
+         specificity=40),
+    # c10d's store and socket timeouts (rendezvous, barrier, a peer that never came).
+    _sig("c10d.store_timeout", "nccl_timeout", "imeout|imed out",
+         r"Socket Timeout|wait timeout after \d+ ?ms|[Tt]imed out after \d+ seconds waiting for"
+         r"|client socket has timed out after|Timed out initializing process group in store based "
+         r"barrier|DistStoreError: .*[Tt]ime(?:d )?out|TCPStore.*(?:timed out|Timeout)",
+         "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//cuda//0",
+         specificity=60),
     _sig("nccl.watchdog_stuck", "nccl_timeout", "atchdog|imed out",
          r"watchdog got stuck|Heartbeat monitor timed out",
          "[PG 0 Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",
@@ -274,12 +284,17 @@ SIGNATURES: tuple[Signature, ...] = (
          "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
          "Connection reset by peer",
          specificity=40),
-    _sig("nccl.warn_network", "nccl_error", "NCCL WARN",
-         r"NCCL WARN (?!.*[Rr]etry)(?:.*(?:Got completion from peer .* with error|Connection reset by peer|"
-         r"Connection closed by|Broken pipe|UNDELIVERABLE|remote process exited|Connection refused))",
+    # Every NCCL WARN kind that is a failure NCCL returned (nccl_warn.KINDS); chatter decides
+    # nothing. Fatal at the NCCL symptom tier: a rank's own OOM or Xid still outranks it.
+    _sig("nccl.warn", "nccl_error", " WARN ",  # not every "WARNING" line of a log
+         nccl_warn.WARN_RE.pattern,
          "gpu-b7:99:120 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
          "10.0.0.4<54321> with error 12, opcode 0, len 0, vendor err 129",
-         specificity=50, strength=PRECURSOR),
+         specificity=55, resolve=O.nccl_warn_outcome),
+    # NCCL 2.0-2.3 applications print the failed call's result themselves.
+    _sig("nccl.failure", "nccl_error", "NCCL failure",
+         r"NCCL failure .*'(?P<detail>[^']{1,80})'",
+         "NCCL failure train.cu:110 'unhandled system error'", specificity=75),
     # --- host memory -----------------------------------------------------------------------
     _sig("host.dataloader_killed", "host_oom", "rror|Killed",
          r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
@@ -298,45 +313,66 @@ SIGNATURES: tuple[Signature, ...] = (
          "00007f11 sp 00007f22 error 4 in libnccl.so.2[7f7c+d3d3000]",
          specificity=65),
     _sig("signal.sigsegv", "other", "SIG|egmentation|rror|xitcode",
-         r"SIGSEGV|Segmentation fault|segfault at|Signal 11\b|exitcode\s*: -11\b",
+         r"SIGSEGV|Segmentation fault|segfault at|Signal 11\b",
          "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Segmentation fault (core dumped) python train.py",
          specificity=60),
-    _sig("signal.shell_killed", "other", "Killed|rror",
-         r"line \d+: +\d+ (?:Killed|Bus error)\b|^Killed$|\bBus error \(core dumped\)|"
-         r"Unexpected bus error encountered",
+    _sig("signal.shell_killed", "other", "Killed",
+         r"line \d+: +\d+ (?P<how>Killed)\b|^(?P<signame>Killed)$",
          "/var/spool/slurmd/job77/slurm_script: line 12: 4242 Killed                  python train.py",
+         specificity=20, resolve=O.exit_outcome),
+    _sig("signal.bus_error", "other", "Bus error|bus error",
+         r"line \d+: +\d+ Bus error\b|\bBus error \(core dumped\)|Unexpected bus error encountered",
+         "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shm.",
          specificity=20),
     _sig("signal.lightning_sigterm", "slurm_cancelled", "SIG",
          r"(?:Received|Bypassing) SIGTERM", "[rank: 0] Received SIGTERM: 15", specificity=30,
          strength=MINOR),
     _sig("signal.child", "other", "SIG",
          r"Signal (?P<signal>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID|"
-         r"died with <Signals\.SIG[A-Z]+: \d+>|interrupted by signal \d+: ?SIG[A-Z]+",
-         "  traceback : Signal 9 (SIGKILL) received by PID 4242", specificity=35),
+         r"died with <Signals\.(?P<how>SIG[A-Z]+): \d+>|interrupted by signal \d+: ?SIG[A-Z]+",
+         "  traceback : Signal 9 (SIGKILL) received by PID 4242", specificity=35,
+         resolve=O.exit_outcome),
+    # Lightning's launcher: "[rank: 2] Child process with PID 6 terminated with code 1".
+    _sig("lightning.child_terminated", "other", "terminated with code",
+         r"Child process with PID \d+ terminated with code (?P<exitcode>-?\d+)",
+         "[rank: 2] Child process with PID 60233 terminated with code 1. Forcefully terminating all "
+         "other processes to avoid zombies", specificity=30, resolve=O.exit_outcome),
     _sig("torchrun.agent_failed", "other", "xitcode",
-         r"failed \(exitcode: (?P<exitcode>-?[1-9]\d*)\) local_rank: \d+",
+         r"failed \(exitcode: (?P<exitcode>-?[1-9]\d*)\) local_rank: (?P<local_rank>\d+)",
          "E0102 03:04:05.000000 4242 torch/distributed/elastic/multiprocessing/api.py:881] failed "
          "(exitcode: -6) local_rank: 1 (pid: 4243) of binary: /usr/bin/python3",
-         specificity=25),
+         specificity=65, resolve=O.exit_outcome),
     _sig("torchrun.child_failed", "other", "rror", r"ChildFailedError",
          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", specificity=25),
     _sig("deepspeed.exit", "other", "RROR|rror",
+         # No rank: DeepSpeed's sigkill_handler prints `cmd`, the launch loop's last command,
+         # whichever process failed (deepspeed/launcher/launch.py), so its --local_rank is noise.
          r"exits with return code = (?P<exitcode>-?[1-9]\d*)|returned non-zero exit status (?P<status>\d+)",
          "[2024-01-02 03:04:05,678] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] "
          "exits with return code = 1",
-         specificity=20),
+         specificity=20, resolve=O.exit_outcome),
     _sig("python.exception", "other", "rror",
          r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error)(?::\s|:?$)(?!.*[Rr]etry)",
          "ValueError: too many values to unpack (expected 2)", specificity=10),
     # --- context: torchrun's ChildFailedError summary ------------------------------------------
-    _sig("torchrun.root_cause", None, "Root Cause", r"Root Cause \(first observed failure\)",
+    # PyTorch 1.9 prints "Root Cause:", later ones "Root Cause (first observed failure):"; a
+    # table collapsed onto one line carries its rank field on the same line.
+    _sig("torchrun.root_cause", None, "Root Cause",
+         r"Root Cause(?: \(first observed failure\))?:(?:.*?\brank\s*:\s*(?P<root_rank>\d+) \(local_rank)?",
          "Root Cause (first observed failure):", strength=CONTEXT),
     _sig("torchrun.rank_field", None, "local_rank",
-         r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)", "  rank      : 5 (local_rank: 1)",
+         r"^[\s|]*rank\s*:\s*(?P<rank>\d+) \(local_rank: ?\d+\)", "  rank      : 5 (local_rank: 1)",
          strength=CONTEXT),
-    _sig("torchrun.exitcode_field", None, "xitcode",
-         r"^\s*exitcode\s*:\s*(?P<exitcode>-?\d+)", "  exitcode  : -9 (pid: 4242)",
+    # torchrun's launch configuration: one node with a process per GPU makes "GPU n" rank n.
+    _sig("torchrun.launch_config", None, "max_nodes|nproc_per_node",
+         r"\]\s+(?P<key>max_nodes|nproc_per_node)\s*:\s*(?P<n>\d+)\s*$",
+         "I1102 10:00:00.812000 1 torch/distributed/launcher/api.py:188]   max_nodes        : 1",
          strength=CONTEXT),
+    # A failure table's exit code fails the job even when the agent's own line is not in the
+    # excerpt (its rank comes from the table's Root Cause, see rank.py).
+    _sig("torchrun.exitcode_field", "other", "xitcode",
+         r"^[\s|]*exitcode\s*:\s*(?P<exitcode>-?\d+)", "  exitcode  : -9 (pid: 4242)",
+         specificity=22, resolve=O.exit_outcome),
     # --- context: the run went on to finish (a generic error before it was handled) ---------
     _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
          r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
@@ -353,26 +389,6 @@ _ANCHOR_RE = re.compile(ALTERNATION)
 _BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
     a: tuple(s for s in SIGNATURES if a in s.anchors) for a in ANCHORS
 }
-
-# ANSI/VT100 escapes: CSI sequences (colours, cursor moves), OSC titles, two-byte escapes.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
-# Prefixes launchers put in front of every line (docs/gpu-facts.md 6), peeled off one by one.
-# `[rankN]:`, `[rank: N]`, mpirun's `[job,N]<stderr>:` and torchrun's `[defaultN]:` name a rank.
-_PREFIX_RE = re.compile(
-    r"""\s*(?:
-      \[rank(?P<rank>\d+)\]:\s?                      # [rank3]:  (PyTorch >= 2.2)
-    | \[rank:\ (?P<rank_l>\d+)\]\s?                   # [rank: 0] (Lightning)
-    | \[\d+,(?P<rank_m>\d+)\]<std(?:out|err)>:\s?      # [1,3]<stderr>: (mpirun --tag-output)
-    | \[[A-Za-z_]+(?P<rank_t>\d+)\]:\s?                # [default3]: torchrun --tee (local rank:
-                                                      # the global one on the usual single node)
-    | (?:\d{1,3}\.){3}\d{1,3}:\s                      # 192.168.1.2: (pdsh / DeepSpeed)
-    | \([\w.-]*\s?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?       # (pid=42) (RayWorker pid=42, ip=1.2.3.4)
-    | \d{1,5}:\s                                      # srun --label task number
-    | \[[0-9;]*m                                      # a colour code whose ESC got lost
-    )""",
-    re.X,
-)
 
 
 def segments(raw: bytes) -> list[bytes]:
@@ -394,24 +410,6 @@ def _window(part: bytes) -> bytes:
     return part[start : start + SEGMENT_MAX]
 
 
-def clean(segment: bytes) -> tuple[str, int | None]:
-    """Decoded text without ANSI codes, control bytes and launcher prefixes; and the rank."""
-    text = segment.decode("utf-8", "replace")
-    if "\x1b" in text:
-        text = _ANSI_RE.sub("", text)
-    text = _CONTROL_RE.sub("", text).rstrip()
-    rank = None
-    while True:
-        m = _PREFIX_RE.match(text)
-        if not m or m.end() == 0:
-            break
-        found = m.group("rank") or m.group("rank_l") or m.group("rank_m") or m.group("rank_t")
-        if found is not None and rank is None:
-            rank = int(found)
-        text = text[m.end() :]
-    return text, rank
-
-
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
     text, prefix_rank = clean(segment)
@@ -429,13 +427,24 @@ def match_segment(segment: bytes) -> Match | None:
     return _to_match(sig, m, text, prefix_rank)
 
 
+# A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
+# Rank 3]` (ProcessGroupNCCL, PyTorch 1.x to 2.9).
+_BODY_RANK_RE = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
+
+
 def _to_match(sig: Signature, m: re.Match, text: str, prefix_rank: int | None) -> Match:
-    category, strength, code = sig.category, sig.strength, None
+    category, strength, code, extra = sig.category, sig.strength, None, {}
     if sig.resolve is not None:
-        category, strength, code = sig.resolve(m, text)
+        category, strength, code, *more = sig.resolve(m, text)
+        extra = more[0] if more else {}
     groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    groups.pop("msg", None)
+    groups.update(extra)
     named = groups.pop("rank", None)
     rank = prefix_rank if prefix_rank is not None else (int(named) if named else None)
+    if rank is None and "Rank " in text:
+        body = _BODY_RANK_RE.search(text)
+        rank = int(body.group(1)) if body else None
     groups.pop("xid", None)
     return Match(
         signature=sig.name,
