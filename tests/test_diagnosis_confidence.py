@@ -154,9 +154,9 @@ def test_the_json_has_confidence_and_alternatives_and_keeps_its_keys() -> None:
         assert key in j
 
 
-def test_no_failure_is_medium_without_alternatives() -> None:
+def test_a_clean_log_is_a_sure_no_failure_without_alternatives() -> None:
     j = diagnose_bytes(b"step 1 loss 2.0\nstep 2 loss 1.9\n").to_json()
-    assert (j["category"], j["confidence"], j["alternatives"]) == ("no_failure", C.MEDIUM, [])
+    assert (j["category"], j["confidence"], j["alternatives"]) == ("no_failure", C.HIGH, [])
 
 
 def test_the_report_shows_confidence_and_alternatives_on_one_line() -> None:

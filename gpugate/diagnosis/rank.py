@@ -360,9 +360,15 @@ def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | N
 
 
 def _no_failure(col: Collector, files: tuple) -> Diagnosis:
+    # Sure when nothing matched at all; medium when failure-like lines were seen and judged
+    # handled (an error before the run finished, minor lines after Slurm's kill line).
+    seen = bool(col.counts)
     return Diagnosis(
         category="no_failure",
-        summary=EXPLAIN["no_failure"][0].capitalize() + ".",
+        confidence="medium" if seen else "high",
+        summary=EXPLAIN["no_failure"][0].capitalize()
+        + "."
+        + (" Confidence medium: failure-like lines were seen and judged handled." if seen else ""),
         advice=EXPLAIN["no_failure"][1],
         signals=dict(col.counts),
         files=files,

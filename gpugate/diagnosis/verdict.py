@@ -54,7 +54,7 @@ class Diagnosis(Record):
     job_output_category: str | None = None
     job_output_xid: int | None = None
     # How sure the verdict is (confidence.LEVELS) and the next categories with their lines
-    # (see gpugate/diagnosis/confidence.py). No failure found is no specific line: medium.
+    # (see gpugate/diagnosis/confidence.py). No failure: high on a clean log, else medium.
     confidence: str = "medium"
     alternatives: tuple = ()  # of {"category", "tier", "evidence": [{"file", "line", "text"}]}
 
