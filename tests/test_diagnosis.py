@@ -888,6 +888,6 @@ def test_a_failure_table_alone_is_a_failure(tmp_path):
 
 def test_no_failure_is_sure_only_when_nothing_failure_like_was_seen(tmp_path):
     assert diagnose_text(tmp_path, "step 1 loss 2.0\nstep 2 loss 1.9\n").confidence == "high"
-    handled = ("ValueError: bad row 17, skipped\n{'train_runtime': 81.2, 'epoch': 3.0}\n")
+    handled = "ValueError: bad row 17, skipped\n{'train_runtime': 81.2, 'epoch': 3.0}\n"
     d = diagnose_text(tmp_path, handled)
     assert (d.category, d.confidence) == ("no_failure", "medium")
