@@ -891,3 +891,30 @@ def test_no_failure_is_sure_only_when_nothing_failure_like_was_seen(tmp_path):
     handled = "ValueError: bad row 17, skipped\n{'train_runtime': 81.2, 'epoch': 3.0}\n"
     d = diagnose_text(tmp_path, handled)
     assert (d.category, d.confidence) == ("no_failure", "medium")
+
+
+@pytest.mark.parametrize("line", [
+    "  (0) Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float "
+    "on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n",
+    "E local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out \nof memory while "
+    "trying to allocate 5520758552 bytes.\n",
+    "F0903 10:11:12.000 1 syncedmem.cpp:71] Check failed: error == cudaSuccess (2 vs. 0)  out of memory\n",
+    "Exception in main training loop: Out of memory allocating 25,600,000 bytes (allocated so far: "
+    "3,635,267,072 bytes).\n",
+    # An NCCL WARN holding both "out of memory" and "of memory": both anchors are looked up.
+    "h:1:1 [0] init.cu:218 WARN Cuda failure 'out of memory'\n",
+])  # fmt: skip
+def test_gpu_oom_in_other_frameworks(tmp_path, line):
+    assert diagnose_text(tmp_path, line).category == "cuda_oom"
+
+
+def test_a_rank_watchdog_names_the_rank_of_its_own_cuda_error(tmp_path):
+    text = ("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered\n"
+            "what(): [PG ID 2 PG GUID 3 Rank 0] Process group watchdog thread terminated with\n")  # fmt: skip
+    d = diagnose_text(tmp_path, text)
+    assert (d.category, d.failing_rank) == ("illegal_memory_access", 0)
+
+
+def test_a_zsh_segfault_is_a_failure(tmp_path):
+    d = diagnose_text(tmp_path, "[1]    83815 segmentation fault  python train.py --cuda\n")
+    assert d.category == "other"

@@ -201,6 +201,8 @@ def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) ->
     winners = [s for s in tier if s.match.category == primary.match.category]
     xid, xid_signal = _root_xid(live, top, category)
     rank, root_line = _failing_rank(winners, roots, category, col.per_gpu_files())
+    if rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
+        rank = _watchdog_rank(live, winners)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
@@ -309,6 +311,19 @@ def _failing_rank(
     if not named and len(local) == 1:
         return int(local.pop()), None
     return None, None
+
+
+def _watchdog_rank(live: list[Signal], winners: list[Signal]) -> int | None:
+    """The rank whose NCCL watchdog reported the winning error, when the error line names none.
+
+    `[PG ID 2 PG GUID 3 Rank 0] Process group watchdog thread terminated with exception: <the
+    rank's own CUDA error>` is that rank's error coming back through its watchdog.
+    """
+    if any(s.match.rank is not None for s in winners):
+        return None  # the winners named several ranks: no single origin
+    ranks = {s.match.rank for s in live if s.match.signature == "nccl.watchdog_exception"}
+    ranks.discard(None)
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:

@@ -192,6 +192,17 @@ SIGNATURES: tuple[Signature, ...] = (
          r"RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor",
          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB",
          specificity=90, resolve=O.oom_outcome),
+    # Other frameworks' words for a GPU allocation failure: TensorFlow/XLA (`Resource exhausted:
+    # OOM when allocating tensor`, JAX's `Resource exhausted: Out of memory while trying to
+    # allocate`, wrapped), Caffe (`Check failed: error == cudaSuccess (2 vs. 0)  out of
+    # memory`, cudaErrorMemoryAllocation is 2), Chainer/CuPy's memory pool.
+    _sig("cuda.oom_framework", "cuda_oom", "Resource exhausted|out of memory|Out of memory",
+         r"Resource exhausted: (?:OOM when allocating|Out(?: of memory)?\b)|"
+         r"error == cudaSuccess \(2 vs\. 0\)\s+out of memory|"
+         r"[Oo]ut of memory (?:allocating [\d,]+ bytes|to allocate \d+ bytes)",
+         "OP_REQUIRES failed at tile_ops.cc:123 : Resource exhausted: OOM when allocating tensor "
+         "with shape[16,1,8,4] and type float on /job:localhost/replica:0/task:0/device:GPU:0",
+         specificity=85, resolve=O.oom_outcome),
     _sig("cuda.oom_library", "cuda_oom", "rror",
          r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
          "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
@@ -213,7 +224,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # The NCCL watchdog reporting its rank's CUDA error; the error's own words (illegal
     # access, ECC) are more specific and win when the line holds them.
     _sig("nccl.watchdog_exception", "other", "atchdog",
-         r"watchdog thread terminated with exception",
+         r"watchdog thread terminated with\b",
          "[rank0]:[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 0] Process group watchdog thread "
          "terminated with exception: CUDA erro", specificity=25),
     _sig("cuda.error", "other", "rror",
@@ -313,7 +324,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "00007f11 sp 00007f22 error 4 in libnccl.so.2[7f7c+d3d3000]",
          specificity=65),
     _sig("signal.sigsegv", "other", "SIG|egmentation|rror|xitcode",
-         r"SIGSEGV|Segmentation fault|segfault at|Signal 11\b",
+         r"SIGSEGV|[Ss]egmentation fault|segfault at|Signal 11\b",  # zsh: "[1] 42 segmentation fault"
          "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Segmentation fault (core dumped) python train.py",
          specificity=60),
     _sig("signal.shell_killed", "other", "Killed",
@@ -385,7 +396,6 @@ ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for s in SIGNATURES for a in s.
 # words so that the same text is valid in Python and POSIX ERE without escaping.
 ALTERNATION = "|".join(ANCHORS)
 ANCHOR_BYTES: tuple[bytes, ...] = tuple(a.encode() for a in ANCHORS)
-_ANCHOR_RE = re.compile(ALTERNATION)
 _BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
     a: tuple(s for s in SIGNATURES if a in s.anchors) for a in ANCHORS
 }
@@ -414,7 +424,9 @@ def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
     text, prefix_rank = clean(segment)
     best: tuple[int, Signature, re.Match] | None = None
-    for anchor in set(_ANCHOR_RE.findall(text)):
+    # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
+    # a regex alternation would find only one of them and skip the other's signatures).
+    for anchor in [a for a in ANCHORS if a in text]:
         for sig in _BY_ANCHOR[anchor]:
             if best is not None and sig.specificity <= best[0]:
                 continue
