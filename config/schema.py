@@ -229,6 +229,16 @@ class Admin(Record):
     metrics_file: str | None
 
 
+class Health(Record):
+    """Between jobs: the HealthCheckProgram, healing, repair through Slurm."""
+
+    # Repair (slurm_hooks/repair.py), opt in: hand reboot-class faults to `scontrol reboot
+    # ASAP nextstate=RESUME`; reset a reset-class GPU with `nvidia-smi -r` on an idle node.
+    reboot: bool
+    gpu_reset: bool
+    gpu_reset_timeout_s: float
+
+
 class Config(Record):
     """The whole site configuration."""
 
@@ -249,3 +259,4 @@ class Config(Record):
     requeue: Requeue
     slurm: Slurm
     admin: Admin
+    health: Health
