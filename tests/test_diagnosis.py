@@ -918,3 +918,23 @@ def test_a_rank_watchdog_names_the_rank_of_its_own_cuda_error(tmp_path):
 def test_a_zsh_segfault_is_a_failure(tmp_path):
     d = diagnose_text(tmp_path, "[1]    83815 segmentation fault  python train.py --cuda\n")
     assert d.category == "other"
+
+
+@pytest.mark.parametrize(("text", "category", "rank"), [
+    ("Exception: no valid batches in shard 3\n", "other", None),
+    ("/var/spool/slurmd/job9/slurm_script: line 4: 812 Aborted (core dumped) python t.py\n", "other", None),
+    ("Floating point exception (core dumped)\n", "other", None),
+    ("mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 11 "
+     "(Segmentation fault).\n", "other", 3),
+    ("mpirun noticed that process rank 5 with PID 0 on node gpu-a2 exited on signal 9 (Killed).\n",
+     "host_oom", 5),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by "
+     "peer [10.0.0.3]:29500\n", "nccl_error", None),
+    ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes\n", "nccl_error", None),
+    ("       JobID    JobName      State ExitCode\n        4711      train  NODE_FAIL      0:0\n",
+     "slurm_node_failure", None),
+    ("RuntimeError: cudaMalloc failed: out of memory\n", "cuda_oom", None),
+])  # fmt: skip
+def test_more_launchers_and_runtimes(tmp_path, text, category, rank):
+    d = diagnose_text(tmp_path, text)
+    assert (d.category, d.failing_rank) == (category, rank)

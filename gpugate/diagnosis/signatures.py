@@ -153,8 +153,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DUE TO TIME LIMIT",
          "slurmstepd: error: *** JOB 77 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 DUE TO TIME LIMIT ***",
          specificity=90),
-    _sig("slurm.node_failure", "slurm_node_failure", "CANCELLED|rror",
-         r"DUE TO NODE FAIL|Node failure on \S+",
+    _sig("slurm.node_failure", "slurm_node_failure", "CANCELLED|rror|NODE_FAIL",
+         r"DUE TO NODE FAIL|Node failure on \S+|\bNODE_FAIL\b",  # the last: sacct/squeue's state
          "srun: error: Node failure on node-b3", specificity=90),
     _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
          r"DUE TO (?:PREEMPTION|JOB REQUEUE)",
@@ -189,6 +189,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
          r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|"
          r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+         r"cudaMalloc\w* (?:failed|error)\b.*out of memory|"
          r"RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor",
          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB",
          specificity=90, resolve=O.oom_outcome),
@@ -290,7 +291,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # Only the Python exception: `terminate called ... instance of 'c10::DistBackendError'` is
     # the standard tear-down after a watchdog timeout on every rank.
     _sig("nccl.dist_backend", "nccl_error", "rror",
-         r"^\s*(?:torch\.distributed\.)?DistBackendError:",
+         r"^\s*(?:torch\.distributed\.)?Dist(?:Backend|Network)Error:",
          "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving "
          "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
          "Connection reset by peer",
@@ -331,6 +332,24 @@ SIGNATURES: tuple[Signature, ...] = (
          r"line \d+: +\d+ (?P<how>Killed)\b|^(?P<signame>Killed)$",
          "/var/spool/slurmd/job77/slurm_script: line 12: 4242 Killed                  python train.py",
          specificity=20, resolve=O.exit_outcome),
+    # A shell's or the C runtime's word for the other fatal signals (SIGABRT, SIGFPE, SIGILL).
+    _sig("signal.shell_other", "other", "Aborted|exception|Illegal instruction",
+         r"line \d+: +\d+ (?:Aborted|Floating point exception|Illegal instruction)\b|"
+         r"\b(?:Aborted|Floating point exception|Illegal instruction) \(core dumped\)",
+         "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Aborted (core dumped) python train.py",
+         specificity=25),
+    # Open MPI's launcher names the rank a signal killed (mpirun / Horovod).
+    _sig("mpirun.rank_signal", "other", "mpirun noticed",
+         r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on "
+         r"signal (?P<signal>\d+)",
+         "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
+         specificity=65, resolve=O.exit_outcome),
+    # gloo's TCP transport losing a peer (the CPU side of torch.distributed).
+    _sig("gloo.peer_lost", "nccl_error", "gloo",
+         r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Connection refused|"
+         r"Read error|Connection reset by peer)",
+         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+         "[10.0.0.3]:29500", specificity=60),
     _sig("signal.bus_error", "other", "Bus error|bus error",
          r"line \d+: +\d+ Bus error\b|\bBus error \(core dumped\)|Unexpected bus error encountered",
          "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shm.",
@@ -362,8 +381,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "[2024-01-02 03:04:05,678] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] "
          "exits with return code = 1",
          specificity=20, resolve=O.exit_outcome),
-    _sig("python.exception", "other", "rror",
-         r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error)(?::\s|:?$)(?!.*[Rr]etry)",
+    _sig("python.exception", "other", "rror|xception",
+         r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error|(?:[A-Z]\w*)?Exception)(?::\s|:?$)(?!.*[Rr]etry)",
          "ValueError: too many values to unpack (expected 2)", specificity=10),
     # --- context: torchrun's ChildFailedError summary ------------------------------------------
     # PyTorch 1.9 prints "Root Cause:", later ones "Root Cause (first observed failure):"; a
