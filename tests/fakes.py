@@ -42,8 +42,9 @@ class FakeSlurm(SlurmControl):
 
     `nodes`: names (idle, in partition `gpu`) or NodeInfo records; by default the one node the
     hook tests run on. `errors`: method name -> exception it raises (a dead slurmctld): "drain",
-    "resume", "nodes", "node", "job", "admin_comment", "node_comment". Writes to a job the fake
-    does not hold are recorded only (the hooks' jobs are Slurm's; not every test sets one up).
+    "resume", "reboot", "nodes", "node", "job", "admin_comment", "node_comment". Writes to a
+    job the fake does not hold are recorded only (the hooks' jobs are Slurm's; not every test
+    sets one up).
     """
 
     kind = "fake"
@@ -65,6 +66,7 @@ class FakeSlurm(SlurmControl):
         self.errors: dict[str, BaseException] = {}
         self.drains: list[tuple[str, str]] = []  # (node, reason) written
         self.resumed: list[str] = []
+        self.reboots: list[tuple[str, str, str]] = []  # (node, reason, nextstate) asked for
         self.comments: list[tuple[str, str]] = []  # (job id, AdminComment written)
         self.node_comments: list[tuple[str, str]] = []  # (node, Comment written)
         self.calls: list[tuple] = []  # job writes, in order: requeue, exclude, comment, ...
@@ -114,6 +116,15 @@ class FakeSlurm(SlurmControl):
             flags=flags, reason="", reason_user="", reason_time=None
         )
         self.resumed.append(node)
+
+    def _write_reboot(self, node: str, reason: str, nextstate: str) -> None:
+        # As `scontrol reboot ASAP`: DRAIN and REBOOT_REQUESTED set, the reason replaced.
+        self._fail("reboot")
+        flags = tuple(dict.fromkeys([*self.infos[node].flags, "DRAIN", "REBOOT_REQUESTED"]))
+        self.infos[node] = self.infos[node].replace(
+            flags=flags, reason=reason, reason_user="root", reason_time=int(self.clock())
+        )
+        self.reboots.append((node, reason, nextstate))
 
     def _write_node_comment(self, node: str, comment: str) -> None:
         self._fail("node_comment")

@@ -29,6 +29,8 @@ __all__ = ["JobInfo", "NodeInfo", "SlurmControl", "SlurmError"]
 DEFAULT_TIMEOUT = 10.0  # seconds per scontrol call
 
 DRAINED, RESUMED, REFUSED, UNCHANGED = "drained", "resumed", "refused", "unchanged"
+REBOOT_REQUESTED = "reboot_requested"
+NEXT_STATES = ("RESUME", "DOWN")  # `scontrol reboot ... nextstate=` (scontrol(1))
 
 
 # ---------------------------------------------------------------------------------- errors
@@ -80,7 +82,7 @@ class NodeChange(Record):
     """What drain()/resume() did to a node, and why."""
 
     node: str
-    action: str  # drained / resumed / unchanged; "refused" only inside NotOurDrain
+    action: str  # drained / resumed / unchanged / reboot_requested; "refused": NotOurDrain
     why: str
     reason: str = ""  # the reason written (drain)
     before: NodeInfo | None = None
@@ -206,6 +208,31 @@ class SlurmControl:
             raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
         self._write_resume(node)
         return NodeChange(node=node, action=RESUMED, why=f"{node}: resumed", before=before)
+
+    def reboot_asap(self, node: str, reason: str, nextstate: str = "RESUME") -> NodeChange:
+        """`scontrol reboot ASAP nextstate=... reason=... NODE`; NotOurDrain on an admin's drain.
+
+        scontrol(1), `reboot`: ASAP drains the node so no new job starts, the site's
+        RebootProgram runs once it is idle, and nextstate=RESUME clears the DRAIN flag and the
+        reason when slurmd registers again (DOWN if it does not within ResumeTimeout).
+        """
+        reason = own_reason(reason)
+        if nextstate.upper() not in NEXT_STATES:
+            raise ValueError(f"nextstate must be one of {NEXT_STATES}, not {nextstate!r}")
+        before = self.node(valid_node_name(node))
+        if before.drained and before.reason and not before.gpugate_owned:
+            why = (
+                f"{node}: drained by {before.reason_user or 'someone else'} "
+                f"({before.reason!r}), not by gpugate; gpugate does not reboot it"
+            )
+            raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
+        self._write_reboot(node, reason, nextstate.upper())
+        why = f"{node}: {reason}"
+        return NodeChange(node=node, action=REBOOT_REQUESTED, why=why, reason=reason, before=before)
+
+    def _write_reboot(self, node: str, reason: str, nextstate: str) -> None:
+        # Only scontrol reboots a node (pyslurm's backend goes through the CLI for it too).
+        self.cli.scontrol("reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node)
 
     def expand_hostlist(self, expr: str) -> list[str]:
         """`gpu-[01-03,07],other` as names; asks `scontrol show hostnames` only when unsure."""
