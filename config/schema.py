@@ -237,6 +237,10 @@ class Health(Record):
     reboot: bool
     gpu_reset: bool
     gpu_reset_timeout_s: float
+    # Cross-job suspect voting (gpugate/store/suspects.py): a node that failed first in this
+    # many failed multi-node jobs within the window (hours) is drained; 0: no voting.
+    suspect_votes: int
+    suspect_window_h: float
 
 
 class Config(Record):

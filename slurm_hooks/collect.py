@@ -18,6 +18,7 @@ from gpugate.slurm_hooks.reasons import evidence_detail
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.task_prolog import nccl_job_dir
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
 
@@ -291,6 +292,9 @@ def _summary(
         "hardware_fault": bool(hardware),
         "hardware_findings": [f.message for f in hardware],
         "first_hardware_error_at": _first_time(kernel) if hardware else None,
+        # When this node's decisive lines say it failed (UTC; null without a full date):
+        # the controller's cross-job suspect voting orders a job's nodes by it.
+        "first_failure_at": first_failure_at(diagnosis),
         "suspected_node": env.node if hardware else None,
         "counter_changes": describe(deltas),
         "action": _action(result, pending_drain),

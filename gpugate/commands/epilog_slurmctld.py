@@ -19,6 +19,8 @@ from gpugate.slurm_hooks.requeue import (
 )
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
+from gpugate.store.suspects import vote as cast_vote
+from gpugate.store.suspects import wants_votes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,8 +46,17 @@ def run_requeue(
     config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
 ) -> tuple:
     """Gather the evidence, decide, act; returns (decision, steps done)."""
-    summaries = wait_for_summaries(config, job, wait_s if needs_evidence(job, config) else 0)
+    # A failed multi-node job's bundles are waited for to vote on its suspect, too.
+    wait = needs_evidence(job, config) or wants_votes(job, config)
+    summaries = wait_for_summaries(config, job, wait_s if wait else 0)
     decision = decide_requeue(job, summaries, config)
+    if not dry_run:
+        try:
+            voted = cast_vote(config, job, summaries, decision.category, slurm)
+        except Exception as exc:  # a vote must never cost the job its requeue
+            voted = f"suspect vote failed: {type(exc).__name__}: {exc}"
+        if voted:
+            log.say(f"epilog-slurmctld job {job.job_id}: {voted}")
     if decision.slurm_requeued:
         decision = decision.replace(refused_on=refusals(job, slurm))
     if decision.requeue:

@@ -28,6 +28,7 @@ import os
 import time
 
 from gpugate import jsonl, log
+from gpugate.checks import registry
 from gpugate.clock import utc
 from gpugate.fsutil import (
     PRIVATE_FILE,
@@ -292,6 +293,21 @@ def count_drains(
     """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`."""
     found = drains(state_dir, node, window_start(window_days, now))
     return sum(1 for e in found if check is None or e.get("check") == check)
+
+
+def reaches_rma(hardware: bool, same_check_drains: int, rma_after: int) -> bool:
+    """The RMA rule: a hardware check that drained the node `rma_after` times (0: never)."""
+    return bool(hardware and rma_after and same_check_drains >= rma_after)
+
+
+def rma_candidate(config: Config, node: str, check_id: str, now: float | None = None) -> bool:
+    """Whether `node` is an RMA candidate for `check_id`: drained `admin.rma_after_drains`
+    times for that hardware check within `admin.history_window_days` (never lift it)."""
+    adm = config.admin
+    if not registry.is_hardware(check_id) or not adm.rma_after_drains:
+        return False
+    same = count_drains(history_dir(config), node, adm.history_window_days, now, check_id)
+    return reaches_rma(True, same, adm.rma_after_drains)
 
 
 def by_node(entries: Iterable[dict]) -> dict[str, list[dict]]:

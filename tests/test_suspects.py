@@ -1,0 +1,256 @@
+"""Cross-job suspect voting and the RMA rule healing asks: votes, first to fail, threshold."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from factories import default_config
+from fakes import FakeSlurm
+
+from gpugate.clock import parse_utc
+from gpugate.slurm_hooks.requeue import JobEnd
+from gpugate.store import history, suspects
+from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, vote, votes
+
+NODES = ("a", "b", "c")
+T0 = 1_800_000_000.0
+
+
+def config_for(tmp_path, votes_needed: int = 3, window_h: float = 72):
+    config = default_config()
+    return config.replace(
+        state_dir=str(tmp_path / "state"),
+        evidence_dir=str(tmp_path / "ev"),
+        admin=config.admin.replace(history_dir=str(tmp_path / "hist")),
+        budget=config.budget.replace(settle_s=0, min_drains_allowed=3),
+        health=config.health.replace(suspect_votes=votes_needed, suspect_window_h=window_h),
+    )
+
+
+def summary(node: str, at: str | None, category: str = "nccl_timeout") -> dict:
+    return {"node": node, "first_failure_at": at, "category": category, "hardware_fault": False}
+
+
+def failed_job(job_id: str, nodes=NODES, **changes) -> JobEnd:
+    values = {"job_id": job_id, "state": "FAILED", "exit_code2": "1:0", "nodes": nodes}
+    values.update(changes)
+    return JobEnd(**values)
+
+
+B_FIRST = [
+    summary("a", "2026-12-01T10:10:00Z"),
+    summary("b", "2026-12-01T10:00:00Z", "nccl_error"),
+    summary("c", "2026-12-01T10:10:01Z"),
+]
+
+
+# ------------------------------------------------------------------- first_failure_at
+
+
+def test_first_failure_at_is_the_earliest_full_date_among_the_decisive_lines():
+    diagnosis = {
+        "evidence": [
+            "2026-12-01 10:10:05,100 [rank0] Watchdog caught collective operation timeout",
+            "[2026-12-01T10:00:02.500000Z] NCCL WARN unhandled system error",
+            "E1201 09:00:00.000000 no year: not comparable across nodes",
+            "[ 1234.5] seconds since boot: not comparable either",
+        ]
+    }
+    assert first_failure_at(diagnosis) == "2026-12-01T10:00:02.500000Z"
+
+
+@pytest.mark.parametrize(
+    "diagnosis",
+    [{}, {"evidence": []}, {"evidence": ["no stamp at all", 5, None]}, {"evidence": None}],
+)
+def test_first_failure_at_is_none_without_a_full_date(diagnosis):
+    assert first_failure_at(diagnosis) is None
+
+
+# ----------------------------------------------------------------------- first_to_fail
+
+
+def test_the_node_whose_failure_came_first_is_the_suspect():
+    assert first_to_fail(B_FIRST, NODES) == ("b", parse_utc("2026-12-01T10:00:00Z"))
+
+
+@pytest.mark.parametrize(
+    ("summaries", "nodes"),
+    [
+        # Within the clocks' tolerance (2 s): too close to tell.
+        ([summary("a", "2026-12-01T10:00:01Z"), summary("b", "2026-12-01T10:00:00Z")], ("a", "b")),
+        # A node without a time may have failed first.
+        ([summary("a", None), summary("b", "2026-12-01T10:00:00Z")], ("a", "b")),
+        # A node without a bundle: the same.
+        ([summary("b", "2026-12-01T10:00:00Z"), summary("c", "2026-12-01T10:09:00Z")], NODES),
+        # A time that is not one, and a single-node job.
+        ([summary("a", "yesterday"), summary("b", "2026-12-01T10:00:00Z")], ("a", "b")),
+        ([summary("b", "2026-12-01T10:00:00Z")], ("b",)),
+    ],
+)
+def test_no_suspect_is_guessed(summaries, nodes):
+    assert first_to_fail(summaries, nodes) is None
+
+
+# -------------------------------------------------------------------------- vote store
+
+
+def test_votes_are_recorded_once_per_job_and_read_back(tmp_path):
+    where = str(tmp_path)
+    assert record_vote(where, "b", "101", "nccl_error", "2026-12-01T10:00:00Z", T0)
+    assert record_vote(where, "b", "101", "nccl_error", None, T0 + 1) is None  # same job again
+    assert record_vote(where, "b", "107", None, None, T0 + 2)
+    found = votes(where, "b")
+    assert [v["job"] for v in found] == ["101", "107"]
+    assert found[0]["first_failure_at"] == "2026-12-01T10:00:00Z"
+    assert votes(where, "b", since=T0 + 1)[0]["job"] == "107"
+    assert (os.stat(tmp_path / "suspects.jsonl").st_mode & 0o777) == 0o640
+
+
+def test_the_vote_store_is_bounded_like_the_drain_history(tmp_path):
+    for i in range(5):
+        record_vote(str(tmp_path), "b", str(100 + i), when=T0 + i, max_per_node=3)
+    assert [v["job"] for v in votes(str(tmp_path))] == ["102", "103", "104"]
+
+
+def test_malformed_vote_lines_are_skipped(tmp_path):
+    good = {"node": "b", "when": T0, "at": "x", "job": "9", "category": None}
+    lines = [json.dumps(good), "{torn", json.dumps({**good, "job": 9}), "[]"]
+    (tmp_path / "suspects.jsonl").write_text("\n".join(lines) + "\n")
+    assert [v["job"] for v in votes(str(tmp_path))] == ["9"]
+
+
+# ---------------------------------------------------------------- the vote and the drain
+
+
+def cast(config, slurm, job_id: str, summaries=B_FIRST, now: float = T0, **changes) -> str | None:
+    return vote(config, failed_job(job_id, **changes), summaries, "nccl_timeout", slurm, now)
+
+
+def test_the_third_vote_drains_the_suspect_naming_its_jobs(tmp_path):
+    config = config_for(tmp_path)
+    slurm = FakeSlurm(nodes=NODES)
+    assert "1/3 votes" in cast(config, slurm, "101", now=T0)
+    assert "2/3 votes" in cast(config, slurm, "107", now=T0 + 60)
+    assert slurm.drains == []
+    said = cast(config, slurm, "112", now=T0 + 120)
+    reason = "gpugate: suspect: in jobs 101,107,112 (first to fail)"
+    assert slurm.drains == [("b", reason)] and reason in said
+    entry = history.drains(config.admin.history_dir, "b")[-1]
+    assert entry["check"] == "suspect" and entry["job"] == "101,107,112"
+    assert entry["hook"] == "epilog-slurmctld"
+
+
+def test_votes_outside_the_window_do_not_count(tmp_path):
+    config = config_for(tmp_path, window_h=1)
+    slurm = FakeSlurm(nodes=NODES)
+    cast(config, slurm, "101", now=T0)
+    cast(config, slurm, "107", now=T0 + 3600 * 2)
+    # 101 is out of the hour: two votes, not three.
+    assert "(2/3 votes)" in cast(config, slurm, "112", now=T0 + 3600 * 2 + 60)
+    assert slurm.drains == []
+
+
+def test_a_node_already_drained_is_left_alone(tmp_path):
+    config = config_for(tmp_path, votes_needed=1)
+    slurm = FakeSlurm(nodes=NODES)
+    slurm.infos["b"] = slurm.infos["b"].replace(flags=("DRAIN",), reason="bad cable (admin)")
+    assert "already drained" in cast(config, slurm, "101")
+    assert slurm.drains == [] and slurm.infos["b"].reason == "bad cable (admin)"
+
+
+@pytest.mark.parametrize(
+    ("changes", "summaries"),
+    [
+        ({"state": "CANCELLED by 1000"}, B_FIRST),
+        ({"state": "TIMEOUT"}, B_FIRST),
+        # The suspect's own failure is the job's doing (its OOM).
+        ({}, [*B_FIRST[:1], summary("b", "2026-12-01T10:00:00Z", "cuda_oom"), B_FIRST[2]]),
+    ],
+)
+def test_jobs_ended_by_their_user_cast_no_vote(tmp_path, changes, summaries):
+    config = config_for(tmp_path, votes_needed=1)
+    slurm = FakeSlurm(nodes=NODES)
+    said = cast(config, slurm, "101", summaries=summaries, **changes)
+    assert said.startswith("no vote") and slurm.drains == []
+    assert votes(config.admin.history_dir) == []
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"nodes": ("b",)}, {"exit_code2": "0:0", "state": "COMPLETED"}],
+)
+def test_single_node_and_successful_jobs_do_not_vote(tmp_path, changes):
+    config = config_for(tmp_path, votes_needed=1)
+    assert cast(config, FakeSlurm(nodes=NODES), "101", **changes) is None
+
+
+def test_voting_off_with_zero_votes(tmp_path):
+    assert cast(config_for(tmp_path, votes_needed=0), FakeSlurm(nodes=NODES), "101") is None
+
+
+def test_a_tie_records_no_vote(tmp_path):
+    config = config_for(tmp_path, votes_needed=1)
+    tied = [summary("a", "2026-12-01T10:00:00Z"), summary("b", "2026-12-01T10:00:00Z")]
+    said = cast(config, FakeSlurm(nodes=NODES), "101", summaries=tied, nodes=("a", "b"))
+    assert said.startswith("no suspect") and votes(config.admin.history_dir) == []
+
+
+def test_the_controller_epilog_votes_from_the_bundles(tmp_path):
+    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.store.evidence import write_bundle
+
+    config = config_for(tmp_path, votes_needed=1)
+    for s in B_FIRST:
+        write_bundle(config.evidence_dir, "101", s["node"], 0, {}, s)
+    slurm = FakeSlurm(nodes=NODES)
+    run_requeue(config, failed_job("101", comment=""), slurm, wait_s=0)
+    assert slurm.drains == [("b", "gpugate: suspect: in jobs 101 (first to fail)")]
+
+
+def test_the_drain_reason_names_the_newest_jobs_when_there_are_many():
+    detail = suspects.suspect_detail([str(i) for i in range(10)])
+    assert detail == "in jobs 2,3,4,5,6,7,8,9 +2 more (first to fail)"
+
+
+# ------------------------------------------------------------------------ rma_candidate
+
+
+def test_rma_candidate_counts_drains_for_the_same_hardware_check_in_the_window(tmp_path):
+    config = config_for(tmp_path)
+    where = config.admin.history_dir
+    window = config.admin.history_window_days * 86400
+    # Apart by more than SAME_EVENT_S, with a resume between: separate drains.
+    for i in range(2):
+        history.record_drain(where, "b", "gpugate: gpu.ecc: x", when=T0 + i * 3600)
+        history.record_resume(where, "b", "admin", when=T0 + i * 3600 + 1)
+    history.record_drain(where, "b", "gpugate: gpu.temperature: hot", when=T0 + 7200)
+    assert not history.rma_candidate(config, "b", "gpu.ecc", now=T0 + 8000)
+    history.record_drain(where, "b", "gpugate: gpu.ecc: x", when=T0 + 3 * 3600)
+    assert history.rma_candidate(config, "b", "gpu.ecc", now=T0 + 4 * 3600)
+    # Out of the window, another node, a transient check: no.
+    assert not history.rma_candidate(config, "b", "gpu.ecc", now=T0 + window + 1)
+    assert not history.rma_candidate(config, "a", "gpu.ecc", now=T0 + 4 * 3600)
+    for i in range(3):
+        history.record_drain(where, "c", "gpugate: host.mounts: slow", when=T0 + i * 3600)
+        history.record_resume(where, "c", "admin", when=T0 + i * 3600 + 1)
+    assert not history.rma_candidate(config, "c", "host.mounts", now=T0 + 4 * 3600)
+
+
+def test_rma_candidate_off_with_zero(tmp_path):
+    config = config_for(tmp_path)
+    config = config.replace(admin=config.admin.replace(rma_after_drains=0))
+    history.record_drain(config.admin.history_dir, "b", "gpugate: gpu.ecc: x", when=T0)
+    assert not history.rma_candidate(config, "b", "gpu.ecc", now=T0 + 1)
+
+
+@pytest.mark.parametrize(("count", "expected"), [(2, False), (3, True), (4, True)])
+def test_the_rma_rule_is_the_one_gpugate_nodes_shows(count, expected):
+    from gpugate.admin.nodes import RMA, suggest_action
+
+    assert history.reaches_rma(True, count, 3) is expected
+    assert (
+        suggest_action("gpu.ecc", "gpugate: gpu.ecc: x", same_check_drains=count) == RMA
+    ) is expected
