@@ -73,6 +73,8 @@ SHORT_DIR_ROOT = Path("/run/localslurm")
 # The ordinary user that submits the tests' jobs: hooks must be tried on a real user's job, not
 # only on root's (root's jobs hide every permission bug: reading as the user, file modes).
 JOB_USER = "gpugate-e2e"
+# A RebootProgram for tests: restarts the node's slurmd with -b (see fake_reboot.py).
+FAKE_REBOOT = Path(__file__).resolve().with_name("fake_reboot.py")
 
 NodePredicate = Callable[[dict], bool]
 
@@ -244,6 +246,7 @@ class LocalSlurm:
         cluster_name: str = "localslurm",
         start_timeout: float = 20.0,
         job_user: str | None = JOB_USER,
+        reboot_program: str | os.PathLike | None = None,
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -266,6 +269,8 @@ class LocalSlurm:
         self.start_timeout = start_timeout
         # submit() runs sbatch as this ordinary user (None: as the caller, root).
         self.job_user = job_user
+        # RebootProgram= (off by default); FAKE_REBOOT restarts the node's slurmd with -b.
+        self.reboot_program = _abs_or_none(reboot_program)
         self.job_uid: int | None = None
         self.job_gid: int | None = None
         self.ctld_port = 0
@@ -344,14 +349,26 @@ class LocalSlurm:
             self._start_munged()
             self._start_daemon([_need("slurmctld"), "-f", str(self.conf_path)], "slurmctld")
             for node in self.nodes:
-                argv = [_need("slurmd"), "-f", str(self.conf_path), "-N", node]
-                self._start_daemon(argv, f"slurmd-{node}")
+                self._start_daemon(self.slurmd_argv(node), f"slurmd-{node}")
             self.wait_idle(timeout=self.start_timeout)
         except (LocalSlurmError, TimeoutError, subprocess.SubprocessError, OSError) as exc:
             report = self.log_tails()
             self.stop()
             raise LocalSlurmError(f"local Slurm did not come up: {exc}\n{report}") from exc
         return self
+
+    def slurmd_argv(self, node: str) -> list[str]:
+        """How the slurmd of ``node`` is started."""
+        return [_need("slurmd"), "-f", str(self.conf_path), "-N", node]
+
+    def restart_slurmd(self, node: str, booted: bool = False, timeout: float = 20.0) -> None:
+        """Stop the slurmd of ``node`` and start it again; ``booted`` adds ``-b`` (slurmd(8):
+        "Report node rebooted when daemon restarted. Used for testing purposes")."""
+        pid = self._daemon_pid(f"slurmd-{node}")
+        if pid is not None:
+            _terminate([pid], grace=timeout / 2)
+        argv = self.slurmd_argv(node) + (["-b"] if booted else [])
+        self._start_daemon(argv, f"slurmd-{node}")
 
     def stop(self, timeout: float = 20.0) -> None:
         """Cancel every job, shut the daemons down, kill leftovers. Safe to call twice."""
@@ -467,6 +484,8 @@ class LocalSlurm:
             lines.append(f"PrologFlags={self.prolog_flags}")
         if self.prolog_epilog_timeout is not None:
             lines.append(f"PrologEpilogTimeout={int(self.prolog_epilog_timeout)}")
+        if self.reboot_program is not None:
+            lines.append(f"RebootProgram={self.reboot_program}")
         lines.append(f"SchedulerParameters={self.scheduler_parameters_text()}")
         if self.extra_conf:
             lines.append(self.extra_conf.strip())

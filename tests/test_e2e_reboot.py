@@ -1,0 +1,113 @@
+"""End to end: a reboot-class fault goes through `scontrol reboot ASAP` and comes back checked.
+
+A real Slurm (slurmctld, slurmd, munge from Debian) with gpugate as the Prolog and a test
+RebootProgram (tests/slurm/fake_reboot.py: the node's slurmd restarts with -b, which reports
+a new boot). The GPUs are replayed snapshots: Xid 79 ("fallen off the bus") drains the node;
+`request_reboot` hands it to Slurm; Slurm runs the RebootProgram, sees the node boot and
+resumes it (nextstate=RESUME); the next job's Prolog vets it on a healthy snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from e2e import Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import FAKE_REBOOT, LocalSlurm, state_flags  # noqa: E402
+
+from gpugate.config import load_config  # noqa: E402
+from gpugate.slurm_hooks import repair  # noqa: E402
+from gpugate.slurm_hooks.slurm.cli import CliBackend  # noqa: E402
+
+NODE = "gpu-node-01"
+# A second, healthy node: the drain budget never takes a partition's last node in service.
+SPARE = "gpu-node-02"
+PENDING = {"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"}
+
+
+@pytest.fixture
+def cluster_and_site(tmp_path):
+    site = Site(tmp_path, config_extra="health:\n  reboot: true\n")
+    site.use_snapshot(NODE, "h100-healthy")
+    site.use_snapshot(SPARE, "h100-healthy")
+    with LocalSlurm(
+        tmp_path / "slurm",
+        nodes=[NODE, SPARE],
+        prolog=site.hook("prolog"),
+        prolog_epilog_timeout=60,
+        wrap_hooks=False,
+        reboot_program=FAKE_REBOOT,
+    ) as cluster:
+        yield cluster, site
+
+
+def drain_by_prolog(cluster: LocalSlurm, site: Site, snapshot: str) -> str:
+    """A job lands on the node replaying `snapshot`; the Prolog drains it. Its reason."""
+    site.use_snapshot(NODE, snapshot)
+    job = cluster.submit(wrap="true", output=str(site.base / "broken.out"), nodelist=NODE)
+    node = cluster.wait_node(NODE, lambda n: "DRAIN" in n.get("State", ""), timeout=30)
+    cluster.run(["scancel", str(job)], check=False)  # held after the refusal: not needed here
+    return node["Reason"]
+
+
+def test_reboot_class_drain_is_rebooted_by_slurm_and_comes_back_checked(cluster_and_site):
+    cluster, site = cluster_and_site
+    started = time.monotonic()
+    reason = drain_by_prolog(cluster, site, "h100-xid79")
+    assert reason.startswith("gpugate: kernel.xid: "), reason
+    boot_before = cluster.node(NODE).get("BootTime")
+
+    slurm = CliBackend(slurm_conf=str(cluster.conf_path))
+    config = load_config(str(site.config))
+    done = repair.request_reboot(slurm, NODE, reason, config)
+    assert done and "reboot requested" in done, done
+
+    # Slurm shows the reboot pending, with gpugate's reason (same check id).
+    pending = cluster.wait_node(NODE, lambda n: PENDING & state_flags(n["State"]), timeout=10)
+    assert pending["Reason"].startswith("gpugate: kernel.xid: reboot: "), pending
+    # Asked again for the same drain: nothing more goes to Slurm.
+    assert repair.request_reboot(slurm, NODE, reason, config) is None
+
+    # The node is repaired while it is down (the snapshot goes healthy), the RebootProgram
+    # restarts slurmd with -b, and Slurm resumes it by itself (nextstate=RESUME).
+    site.use_snapshot(NODE, "h100-healthy")
+    back = cluster.wait_node(
+        NODE,
+        lambda n: (
+            not (PENDING | {"DRAIN"}) & state_flags(n["State"]) and n["State"].startswith("IDLE")
+        ),
+        timeout=45,
+    )
+    assert back.get("BootTime") != boot_before, (boot_before, back)
+    log = (cluster.log_dir / "fake-reboot.log").read_text()
+    assert f"{NODE}: slurmd restarted with -b" in log, log
+
+    # Comes back checked: the next job's Prolog vets the node and the job runs.
+    marker = site.base / "ran-after-reboot"
+    job = cluster.submit(wrap=f"touch {marker}", output=str(site.base / "after.out"), nodelist=NODE)
+    cluster.wait_job(job, "COMPLETED", timeout=30)
+    assert marker.exists()
+    prolog = [e for e in site.events() if e["hook"] == "prolog" and e.get("job") == str(job)]
+    assert prolog and prolog[-1]["action"] in ("allow", "warn"), prolog
+    assert not cluster.is_drained(NODE)
+    assert time.monotonic() - started < 90
+
+
+def test_an_admins_drain_is_not_rebooted(cluster_and_site):
+    cluster, site = cluster_and_site
+    cluster.drain(NODE, "admin: PSU swap ticket 4712")
+    slurm = CliBackend(slurm_conf=str(cluster.conf_path))
+    config = load_config(str(site.config))
+    reason = "gpugate: kernel.xid: GPU0 Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS (reboot the node)"
+    assert repair.request_reboot(slurm, NODE, reason, config) is None
+    time.sleep(1)
+    node = cluster.node(NODE)
+    assert node["Reason"].startswith("admin: PSU swap ticket 4712")
+    assert not PENDING & state_flags(node["State"])
+    assert not os.path.exists(cluster.log_dir / "fake-reboot.log")
