@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.registry import COOLING, REBOOT, RESET, check
+from gpugate.checks.registry import COOLING, HARDWARE, REBOOT, RESET, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def per_gpu(
     return [F.ok(check_id, f"all {len(readable)} GPUs {passed}")]
 
 
-@check("gpu.count", action=REBOOT)
+@check("gpu.count", action=REBOOT, fault=HARDWARE)
 def check_gpu_count(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPUs NVML sees against expect.gpu_count, else Slurm's Gres=gpu:N, else a board's count."""
     expected, said_by = ctx.expected.gpu_count, ctx.expected.gpu_count_from
@@ -134,7 +134,7 @@ def not_gpu_node(facts: Facts, ctx: Context) -> bool:
     return expected == 0 or (expected is None and facts.pci_gpu_count == 0)
 
 
-@check("gpu.lost", hardware=True, action=REBOOT)  # reseat it if it does not come back
+@check("gpu.lost", hardware=True, action=REBOOT, fault=HARDWARE)  # reseat it if it does not come back
 def check_gpu_lost(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU that NVML reports lost, needing reset, or unreachable."""
     if facts.gpus is None:
@@ -159,7 +159,7 @@ def _version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) if ok else None
 
 
-@check("gpu.driver")
+@check("gpu.driver", fault=HARDWARE)
 def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
     """NVML starts where GPUs are on the bus; the pinned driver; CUDA >= `cuda_driver_min`."""
     # The snapshot holds one node-wide driver version (NVML's system version; a user-space /
@@ -190,7 +190,7 @@ def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out or [F.ok("gpu.driver", f"driver {have}, CUDA {cuda or '?'}")]
 
 
-@check("gpu.temperature", hardware=True, action=COOLING)
+@check("gpu.temperature", hardware=True, action=COOLING, fault=TRANSIENT)
 def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPU temperature below the warning and failure limits (seed: below 85 C before a job)."""
     cfg = ctx.config.checks.gpu
@@ -208,7 +208,7 @@ def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.temperature", facts, judge, f"below {cfg.temperature_warn_c:g}C")
 
 
-@check("gpu.throttle", hardware=True, action=COOLING)
+@check("gpu.throttle", hardware=True, action=COOLING, fault=TRANSIENT)
 def check_throttle(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No hardware clock slowdown (thermal, power brake); idle and power-cap reasons are fine."""
     cfg = ctx.config.checks.gpu
@@ -227,7 +227,7 @@ def check_throttle(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.throttle", facts, judge, "free of hardware clock slowdown")
 
 
-@check("gpu.ecc", hardware=True, action=RESET)
+@check("gpu.ecc", hardware=True, action=RESET, fault=HARDWARE)
 def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     """ECC on, no volatile uncorrected errors, lifetime uncorrected errors under the limit."""
     cfg = ctx.config.checks.gpu
@@ -259,7 +259,7 @@ def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.ecc", facts, judge, "within the uncorrected ECC limits")
 
 
-@check("gpu.memory_errors", hardware=True, action=RESET)  # a pending remap needs a reset
+@check("gpu.memory_errors", hardware=True, action=RESET, fault=HARDWARE)  # a pending remap needs a reset
 def check_memory_errors(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No pending page retirement or row remap (needs a GPU reset), no remap failure (RMA)."""
 
@@ -294,7 +294,7 @@ _RECOVERY = {
 }
 
 
-@check("gpu.recovery_action", hardware=True, action=RESET)
+@check("gpu.recovery_action", hardware=True, action=RESET, fault=HARDWARE)
 def check_recovery_action(facts: Facts, ctx: Context) -> list[F.Finding]:
     """The driver's own verdict: no GPU asks for a reset, reboot or drain (NVML field 230)."""
 
@@ -311,7 +311,7 @@ def check_recovery_action(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.recovery_action", facts, judge, "need no recovery action")
 
 
-@check("gpu.processes")
+@check("gpu.processes", fault=TRANSIENT)
 def check_processes(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No process, and at most `leftover_memory_max_mib` used, on any GPU before the job."""
     limit = ctx.config.checks.gpu.leftover_memory_max_mib
@@ -339,7 +339,7 @@ def _mib(value: int | None) -> str:
     return "? MiB" if value is None else f"{value} MiB"
 
 
-@check("gpu.persistence")
+@check("gpu.persistence", fault=TRANSIENT)
 def check_persistence(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Persistence mode on (NVIDIA's advice); off warns unless the site requires it."""
     verdict = F.fail if ctx.config.checks.gpu.require_persistence_mode else F.warn
@@ -354,7 +354,7 @@ def check_persistence(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.persistence", facts, judge, "in persistence mode")
 
 
-@check("gpu.power_limit")
+@check("gpu.power_limit", fault=TRANSIENT)
 def check_power_limit(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Enforced power limit within the tolerance of the site's `power_limit_w`, when set."""
     cfg = ctx.config.checks.gpu

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import check
+from gpugate.checks.registry import TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts, Mount
 
 
-@check("host.nofile")
+@check("host.nofile", fault=TRANSIENT)
 def check_host_nofile(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Open-files soft limit at least `nofile_min` (seed: `ulimit -n` 1048576)."""
     want = ctx.config.checks.host.nofile_min
@@ -26,7 +26,7 @@ def check_host_nofile(facts: Facts, ctx: Context) -> list[F.Finding]:
     return [F.ok("host.nofile", f"open-files soft limit {soft} >= {want}", value=soft, limit=want)]
 
 
-@check("host.memory")
+@check("host.memory", fault=TRANSIENT)
 def check_host_memory(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Enough host memory available; swap in use only warns (a job that swaps slows down)."""
     cfg = ctx.config.checks.host
@@ -69,7 +69,7 @@ def _judge_mount(m: Mount, limit: float) -> list[F.Finding]:
     return []
 
 
-@check("host.mounts")
+@check("host.mounts", fault=TRANSIENT)
 def check_host_mounts(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Required filesystems mounted, writable, and a 4 KiB write+fsync under the limit."""
     if facts.mounts is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import RESEAT, check
+from gpugate.checks.registry import HARDWARE, RESEAT, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _active(p: IbPort) -> bool:
     return (p.state or "").upper() == "ACTIVE" and (p.phys_state or "").lower() == "linkup"
 
 
-@check("ib.ports", hardware=True, action=RESEAT)
+@check("ib.ports", hardware=True, action=RESEAT, fault=TRANSIENT)
 def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every fabric port ACTIVE and LinkUp; as many as the site expects (`expect.ib_ports`)."""
     # How many ports a node has is the site's (a GPU board is sold with 4 or 8 NICs, or none):
@@ -60,7 +60,7 @@ def check_ib_ports(facts: Facts, ctx: Context) -> list[F.Finding]:
     return [F.ok("ib.ports", f"{len(ports)} {layers} ports ACTIVE/LinkUp (expected {want})")]
 
 
-@check("ib.rate", hardware=True, action=RESEAT)
+@check("ib.rate", hardware=True, action=RESEAT, fault=HARDWARE)
 def check_ib_rate(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every active fabric port at the site's rate (`expect.ib_rate_gbps`), else at one rate."""
     if facts.infiniband is None:
@@ -92,7 +92,7 @@ def check_ib_rate(facts: Facts, ctx: Context) -> list[F.Finding]:
     return [F.ok("ib.rate", f"{len(active)} active ports at >= {want:g} Gb/s")]
 
 
-@check("ib.peermem")
+@check("ib.peermem", fault=HARDWARE)
 def check_ib_peermem(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPUDirect RDMA module (nvidia_peermem) loaded wherever fabric ports are present."""
     # The seed: "works on one GPU, fails on many" is often peermem not loaded before training.

@@ -12,7 +12,7 @@ from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
-from gpugate.checks.registry import REBOOT, RESET, check
+from gpugate.checks.registry import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
 
 TYPE_CHECKING = False
@@ -75,7 +75,7 @@ def _xid_verdict(event: XidEvent, overrides: dict) -> str:
     return "warn" if action in ("restart_app", "report") else "info"
 
 
-@check("kernel.xid", hardware=True, action=RESET)  # refined by the Xid catalog (admin)
+@check("kernel.xid", hardware=True, action=RESET, fault=HARDWARE)  # refined by the Xid catalog (admin)
 def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No Xid in the kernel log that needs a GPU reset or reboot (NVIDIA Xid catalog)."""
     if facts.kernel_log is None:
@@ -158,7 +158,7 @@ def _app_xid(head: str, lines: list[str], pci: str | None, gpu: int | None,
     return F.warn("kernel.xid", detail, gpu=gpu, value=bursts, limit=k.app_xid_jobs_min)
 
 
-@check("kernel.gpu_bus", hardware=True, action=REBOOT)
+@check("kernel.gpu_bus", hardware=True, action=REBOOT, fault=HARDWARE)
 def check_kernel_gpu_bus(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU fallen off the bus, failed to initialise or needing a reset, without an Xid."""
     if facts.kernel_log is None:
@@ -174,7 +174,7 @@ def check_kernel_gpu_bus(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out or [F.ok("kernel.gpu_bus", "no GPU lost from the bus or failing to initialise")]
 
 
-@check("kernel.oom")
+@check("kernel.oom", fault=TRANSIENT)
 def check_kernel_oom(facts: Facts, ctx: Context) -> list[F.Finding]:
     """The host OOM killer did not run (a warning: it concerns the previous job, not the node)."""
     if facts.kernel_log is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpugate.checks import findings as F
 from gpugate.checks.boards import unknown_board
 from gpugate.checks.gpu import not_reported, nvml_missing, per_gpu
-from gpugate.checks.registry import RESEAT, RESET, check
+from gpugate.checks.registry import HARDWARE, RESEAT, RESET, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts, Gpu
 
 
-@check("pcie.link", hardware=True, action=RESEAT)  # trained below x16 or its generation
+@check("pcie.link", hardware=True, action=RESEAT, fault=HARDWARE)  # trained below x16 or its generation
 def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Each GPU's PCIe link at full width and at the board's generation."""
     if facts.gpus is None:  # the board is picked by GPU name: NVML is the root cause
@@ -59,7 +59,7 @@ def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out
 
 
-@check("nvlink.links", hardware=True, action=RESET)
+@check("nvlink.links", hardware=True, action=RESET, fault=HARDWARE)
 def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Every GPU has all of the board's NVLinks active (seed: `nvidia-smi topo -m` complete)."""
     want = ctx.expected.nvlinks_per_gpu
@@ -84,7 +84,7 @@ def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("nvlink.links", facts, judge, f"with {want}/{want} NVLinks active")
 
 
-@check("nvlink.fabric", hardware=True, action=RESET)
+@check("nvlink.fabric", hardware=True, action=RESET, fault=HARDWARE)
 def check_nvlink_fabric(facts: Facts, ctx: Context) -> list[F.Finding]:
     """On NVSwitch boards, every GPU registered with the fabric (state completed, success)."""
     why = f"not known whether the board has NVSwitches ({_unset(facts, ctx, 'nvswitch')})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.registry import RESEAT, check
+from gpugate.checks.registry import RESEAT, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
 
 
-@check("net.peers", action=RESEAT)
+@check("net.peers", action=RESEAT, fault=TRANSIENT)
 def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Unfragmented pings to the job's other nodes: no loss, average latency under the limit."""
     if facts.peers is None:

@@ -27,7 +27,7 @@ import re
 
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import RESET, check
+from gpugate.checks.registry import HARDWARE, RESET, check
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -352,7 +352,7 @@ def _meaning(event: SxidEvent) -> str:
     return info.meaning if info else event.text.split(", ", 1)[-1][:80] or "unknown SXid"
 
 
-@check("kernel.sxid", hardware=True, action=RESET)
+@check("kernel.sxid", hardware=True, action=RESET, fault=HARDWARE)
 def check_kernel_sxid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No fatal NVSwitch SXid in the kernel log (NVIDIA Fabric Manager user guide)."""
     if facts.kernel_log is None:
