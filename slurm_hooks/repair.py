@@ -32,8 +32,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
 REBOOT, RESET = "reboot", "reset"
 REPAIRS_FILE = "repairs.json"
@@ -87,6 +89,31 @@ def _xid_kind(detail: str, config: Config | None) -> str | None:
     return RESET if action == "reset_gpu" or "reset the GPU" in detail else None
 
 
+def reboot_fault(findings: Iterable[Finding], config: Config | None = None) -> str | None:
+    """The message of the first failing finding a reboot repairs, or None (for request_reboot)."""
+    return next(
+        (
+            f.message
+            for f in findings
+            if f.status == "fail" and repair_kind(f.message, config) == REBOOT
+        ),
+        None,
+    )
+
+
+def reset_targets(findings: Iterable[Finding], config: Config | None = None) -> list[int]:
+    """The GPUs whose failures a reset repairs (for reset_gpus); [] when any failure needs more.
+
+    A reset cannot mend a fault of another kind (ECC over the limit, a lost GPU, a slow mount):
+    with one of those failing too, resetting would only delay the drain, so nothing is reset.
+    """
+    failing = [f for f in findings if f.status == "fail"]
+    kinds = [repair_kind(f.message, config) for f in failing]
+    if not failing or any(k != RESET or f.gpu is None for f, k in zip(failing, kinds)):
+        return []
+    return sorted({f.gpu for f in failing})
+
+
 def reboot_reason(fault: str) -> str:
     """The reason the reboot request writes: the same check id, so healing and `gpugate nodes`
     still know what drained the node (`gpugate: kernel.xid: reboot: GPU0 Xid 79 ...`)."""
@@ -133,7 +160,7 @@ def request_reboot(slurm: SlurmControl, node: str, reason: str, config: Config) 
     return done
 
 
-def _reboot_refusal(slurm: SlurmControl, before, config: Config) -> str | None:
+def _reboot_refusal(slurm: SlurmControl, before: NodeInfo, config: Config) -> str | None:
     """Why this node must not be rebooted now, or None."""
     if not before.drained:
         return "not drained (gpugate reboots only a node it drained)"
@@ -155,7 +182,7 @@ def _reboot_refusal(slurm: SlurmControl, before, config: Config) -> str | None:
     return None if verdict.allowed else f"drain budget: {verdict.why}"
 
 
-def _drain_key(info) -> list:
+def _drain_key(info: NodeInfo) -> list:
     """What identifies one drain: its reason and when it was set."""
     return [info.reason, info.reason_time]
 

@@ -76,6 +76,29 @@ def test_a_site_xid_action_makes_an_xid_reboot_class(tmp_path):
     assert repair.repair_kind(fault, site) == "reboot"
 
 
+def test_the_findings_name_what_to_repair():
+    from gpugate.checks import findings as F
+
+    xid79 = F.fail(
+        "kernel.xid", "GPU0 Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: x (reboot the node)", gpu=0
+    )
+    xid48 = F.fail(
+        "kernel.xid", "GPU2 Xid 48 GPU_ECC_DBE: Double Bit ECC Error (reset the GPU)", gpu=2
+    )
+    reset5 = F.fail("gpu.recovery_action", "GPU5 driver requires recovery action gpu_reset", gpu=5)
+    ecc = F.fail("gpu.ecc", "GPU3 aggregate uncorrected ECC 120 > 100", gpu=3)
+    warned = F.warn(
+        "kernel.xid", "GPU1 Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: x (reboot the node)", gpu=1
+    )
+    assert repair.reboot_fault([ecc, warned, xid79]) == xid79.message
+    assert repair.reboot_fault([ecc, xid48, warned]) is None
+    assert repair.reset_targets([xid48, reset5, F.ok("gpu.ecc", "fine")]) == [2, 5]
+    # A fault a reset does not mend fails too: no reset, the drain stands.
+    assert repair.reset_targets([xid48, ecc]) == []
+    assert repair.reset_targets([xid48, xid79]) == []
+    assert repair.reset_targets([]) == []
+
+
 def test_the_reboot_reason_keeps_the_check_id():
     reason = repair.reboot_reason(XID79)
     assert reason.startswith("gpugate: kernel.xid: reboot: GPU0 Xid 79")
