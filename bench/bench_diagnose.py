@@ -164,7 +164,7 @@ def main() -> None:
         "--no-python-engine", action="store_true", help="skip the slow Python engine row"
     )
     args = ap.parse_args()
-    from gpugate.diagnosis.signatures import ALTERNATION
+    from gpugate.diagnosis.signatures import GREP_ERE
 
     size = args.size_mb * 1024 * 1024
     path = os.path.join(OUT, f"train-{args.size_mb}mb.log")
@@ -172,7 +172,7 @@ def main() -> None:
     gpugate = os.path.join(os.path.dirname(sys.executable), "gpugate")
     env = dict(os.environ, LC_ALL="C")
     commands = {
-        "grep": ["grep", "-E", ALTERNATION, path],
+        "grep": ["grep", "-E", GREP_ERE, path],
         "gpugate": [gpugate, "diagnose", "--json", path],
     }
     if not args.no_python_engine:

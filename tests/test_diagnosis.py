@@ -385,10 +385,17 @@ def test_signature_names_unique_and_categories_closed():
     assert {s.category for s in S.SIGNATURES} - {None} <= set(C.CATEGORIES)
 
 
-def test_alternation_is_plain_words():
-    # The same text must mean the same in Python `re` and POSIX ERE (grep -E): no metacharacters.
-    assert not set(S.ALTERNATION) & set("\\.[](){}*+?^$")
-    assert S.ALTERNATION.split("|") == list(S.ANCHORS)
+def test_grep_reads_every_anchor_as_python_does():
+    # Python looks for an anchor with `in`; grep gets one ERE alternation with metacharacters
+    # bracketed. Each anchor as ERE must match exactly the anchor's own text (a dot no wildcard).
+    import re
+
+    assert all(a and "\n" not in a and "|" not in a for a in S.ANCHORS)
+    pieces = S.GREP_ERE.split("|")
+    assert len(pieces) == len(S.ANCHORS) == len(S.ALTERNATION.split("|"))
+    for anchor, ere in zip(S.ANCHORS, pieces):
+        assert re.fullmatch(ere, anchor), (anchor, ere)
+        assert not re.search(ere, anchor.replace(".", "x")) or "." not in anchor
 
 
 # --- ranking and failing rank ------------------------------------------------------------------
@@ -938,3 +945,27 @@ def test_a_zsh_segfault_is_a_failure(tmp_path):
 def test_more_launchers_and_runtimes(tmp_path, text, category, rank):
     d = diagnose_text(tmp_path, text)
     assert (d.category, d.failing_rank) == (category, rank)
+
+
+def test_an_nccl_error_seen_only_as_its_return_chain(tmp_path):
+    chain = "".join(f"n1:19:21 [0] NCCL INFO {f} -> 2\n"
+                    for f in ("misc/socket.cc:564", "bootstrap.cc:270", "init.cc:1303"))  # fmt: skip
+    assert diagnose_text(tmp_path, chain).category == "nccl_error"
+    # A channel's peer ("-> 1[1]") and ncclInProgress ("-> 7") are no error.
+    chatter = ("n1:19:21 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+               "n1:19:21 [0] NCCL INFO init.cc:1000 -> 7\n")  # fmt: skip
+    assert diagnose_text(tmp_path, chatter).category == "no_failure"
+
+
+def test_the_desync_report_names_the_rank_the_others_waited_for(tmp_path):
+    text = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, "
+            "OpType=ALLREDUCE, Timeout(ms)=8000) ran for 8097 milliseconds before timing out.\n"
+            " - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+            "     [1] finished collective #2, but didn't join collective #3 (count from 1)\n")  # fmt: skip
+    d = diagnose_text(tmp_path, text)
+    assert (d.category, d.failing_rank) == ("nccl_timeout", 1)
+
+
+def test_nccl_2_3_socket_creation_warning(tmp_path):
+    line = "include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol\n"
+    assert diagnose_text(tmp_path, line).category == "nccl_error"

@@ -74,7 +74,7 @@ KINDS: tuple[tuple[str, re.Pattern], ...] = tuple((k, re.compile(p)) for k, p in
      r"socket\w*(?:Connect|Progress|Accept|Poll|Recv|Send|Wait)\w*:|Connect to \S+ failed|"
      r"Call to (?:connect|accept|recv|send) failed|Connection (?:closed|reset|refused|abort)|"
      r"connection abort|No route to host|Network is unreachable|Socket recv failed|"
-     r"Net : Connection closed|Broken pipe|Message truncated"),
+     r"Net : Connection closed|Broken pipe|Message truncated|[Ss]ocket (?:creation|\w+) failed"),
     ("peer process exited", r"remote process exited|peer (?:process )?(?:exited|closed)"),
     ("bootstrap failure", r"[Bb]ootstrap\w* ?:?.*(?:failed|[Ee]rror|timeout|timed out)"),
     ("invalid usage", r"[Ii]nvalid (?:usage|config|argument|rank|comm|value|device)|"

@@ -98,6 +98,8 @@ class Collector:
         self.counts: dict[str, int] = {}
         self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
         self.table_ranks: list[tuple[int, int, int]] = []  # rank rows outside a Root Cause
+        self.culprits: set[int] = set()  # ranks PyTorch's desync report says did not join
+        self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
         self.launch: dict[int, dict[str, int]] = {}  # file -> torchrun's max_nodes, nproc_per_node
         self._kept: dict[tuple[int, str], int] = {}
@@ -127,7 +129,7 @@ class Collector:
         view = Collector()
         view.signals = self.signals + self.claims
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
-        view.launch, view.table_ranks = self.launch, self.table_ranks
+        view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
@@ -144,6 +146,10 @@ class Collector:
             self.table_ranks.append((file, line, m.rank))  # a "Failures:" row, or a fragment
         elif m.signature == "run.completed":
             self.completed[file] = line
+        elif m.signature == "torch.desync_header":
+            self._desync_pending.add(file)
+        elif m.signature == "torch.desync_rank" and file in self._desync_pending:
+            self.culprits.add(int(m.fields["culprit"]))
         elif m.signature == "torchrun.launch_config":
             self.launch.setdefault(file, {})[m.fields["key"]] = int(m.fields["n"])
 
@@ -201,6 +207,8 @@ def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) ->
     winners = [s for s in tier if s.match.category == primary.match.category]
     xid, xid_signal = _root_xid(live, top, category)
     rank, root_line = _failing_rank(winners, roots, category, col.per_gpu_files())
+    if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
+        rank, root_line = next(iter(col.culprits)), None  # the rank the others waited for
     if rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
         rank = _watchdog_rank(live, winners)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)

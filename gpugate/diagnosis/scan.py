@@ -98,11 +98,16 @@ def _hit_lines(buf: bytes, end: int, first_line: int) -> Iterator[tuple[int, byt
 
 
 def grep_hits(path: str, grep: str, size: int) -> Iterator[tuple[int, bytes]]:
-    """Lines of a file holding an anchor, found by `grep -a -n -E` (argument list, timeout)."""
+    """Lines of a file holding an anchor, found by `grep -a -n -E` (argument list, timeout).
+
+    One alternation of the anchors with ERE metacharacters bracketed (`.cc:` is `[.]cc:`), so
+    grep reads each anchor as Python's `in` does; GNU grep's `-E` alternation measured twice as
+    fast as `-F` with one `-e` per anchor on the benchmark log.
+    """
     import subprocess
     import threading
 
-    argv = [grep, "-a", "-n", "-E", S.ALTERNATION, "--", path]
+    argv = [grep, "-a", "-n", "-E", S.GREP_ERE, "--", path]
     env = dict(os.environ, LC_ALL="C")
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env

@@ -303,6 +303,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "gpu-b7:99:120 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
          "10.0.0.4<54321> with error 12, opcode 0, len 0, vendor err 129",
          specificity=55, resolve=O.nccl_warn_outcome),
+    # NCCL's error return travelling up its call chain (`NCCL INFO bootstrap.cc:270 -> 2`, the
+    # NCCLCHECK trace; 2 system, 3 internal, 6 remote error): an NCCL failure even when its WARN
+    # line is missing, minor so that any more telling line wins.
+    _sig("nccl.return_chain", "nccl_error", ".cc:|.cu:",
+         # 7 is ncclInProgress, no error; "-> 1[1]" would be a channel's peer
+         r"NCCL INFO [\w/.-]+\.(?:cc|cu):\d+ -> (?P<code>[1-6])\b(?!\[)",
+         "gpu-a1:191:219 [0] NCCL INFO bootstrap.cc:270 -> 2", specificity=30, strength=MINOR),
     # NCCL 2.0-2.3 applications print the failed call's result themselves.
     _sig("nccl.failure", "nccl_error", "NCCL failure",
          r"NCCL failure .*'(?P<detail>[^']{1,80})'",
@@ -403,6 +410,16 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("torchrun.exitcode_field", "other", "xitcode",
          r"^[\s|]*exitcode\s*:\s*(?P<exitcode>-?\d+)", "  exitcode  : -9 (pid: 4242)",
          specificity=22, resolve=O.exit_outcome),
+    # PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG) names the ranks that did not join:
+    # "...the lagging/dead/mismatched ranks that caused the desync are:" then "[1] finished
+    # collective #2, but didn't join collective #3".
+    _sig("torch.desync_header", None, "caused the desync", r"ranks that caused the desync are",
+         " - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+         strength=CONTEXT),
+    _sig("torch.desync_rank", None, "collective #",
+         r"^\s*-?\s*\[(?P<culprit>\d+)\] (?:finished|joined|didn't join|did not join|is running|has not)",
+         "    [1] finished collective #2, but didn't join collective #3 (count from 1)",
+         strength=CONTEXT),
     # --- context: the run went on to finish (a generic error before it was handled) ---------
     _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
          r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
@@ -411,9 +428,10 @@ SIGNATURES: tuple[Signature, ...] = (
 )  # fmt: skip
 
 ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for s in SIGNATURES for a in s.anchors))
-# The prefilter as one alternation (for `grep -E` and for documentation). Anchors are plain
-# words so that the same text is valid in Python and POSIX ERE without escaping.
+# The prefilter's words, `|`-joined for documentation, and as the ERE grep gets: each anchor
+# literal (metacharacters bracketed, `.cc:` is `[.]cc:`), so grep reads it as Python's `in` does.
 ALTERNATION = "|".join(ANCHORS)
+GREP_ERE = "|".join("".join(f"[{c}]" if c in ".[]()*+?{}^$\\" else c for c in a) for a in ANCHORS)
 ANCHOR_BYTES: tuple[bytes, ...] = tuple(a.encode() for a in ANCHORS)
 _BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
     a: tuple(s for s in SIGNATURES if a in s.anchors) for a in ANCHORS
