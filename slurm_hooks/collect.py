@@ -173,7 +173,9 @@ def _diagnose(
     if kernel_text:
         inputs.append(Input(name="kernel log", source=KERNEL_LOG,
                             stream=io.BytesIO(kernel_text.encode())))  # fmt: skip
-    return diagnose_streams(inputs).to_json()
+    diagnosis = diagnose_streams(inputs)
+    # Read here, where the job's files can be read again: the cleaned lines lose their stamps.
+    return {**diagnosis.to_json(), "first_failure_at": first_failure_at(diagnosis)}
 
 
 def drain_for_hardware(
@@ -294,7 +296,7 @@ def _summary(
         "first_hardware_error_at": _first_time(kernel) if hardware else None,
         # When this node's decisive lines say it failed (UTC; null without a full date):
         # the controller's cross-job suspect voting orders a job's nodes by it.
-        "first_failure_at": first_failure_at(diagnosis),
+        "first_failure_at": _text(diagnosis.get("first_failure_at")),
         "suspected_node": env.node if hardware else None,
         "counter_changes": describe(deltas),
         "action": _action(result, pending_drain),
@@ -328,6 +330,10 @@ def _bundle_files(
 def _iso(epoch: int | None) -> str | None:
 
     return utc(epoch) if epoch else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _safe(name: str) -> str:

@@ -49,24 +49,44 @@ B_FIRST = [
 # ------------------------------------------------------------------- first_failure_at
 
 
-def test_first_failure_at_is_the_earliest_full_date_among_the_decisive_lines():
-    diagnosis = {
-        "evidence": [
-            "2026-12-01 10:10:05,100 [rank0] Watchdog caught collective operation timeout",
-            "[2026-12-01T10:00:02.500000Z] NCCL WARN unhandled system error",
-            "E1201 09:00:00.000000 no year: not comparable across nodes",
-            "[ 1234.5] seconds since boot: not comparable either",
-        ]
-    }
-    assert first_failure_at(diagnosis) == "2026-12-01T10:00:02.500000Z"
+WATCHDOG = "[rank0]:[E1201 10:10:05.100000 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
+SYSTEM = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1"
+
+
+def diagnosed(tmp_path, *lines: str):
+    from gpugate.diagnosis.engine import diagnose
+
+    path = tmp_path / "job.log"
+    path.write_text("".join(line + "\n" for line in lines))
+    return diagnose([str(path)])
+
+
+def test_first_failure_at_is_the_time_of_the_first_decisive_line(tmp_path):
+    # The diagnosis cleans its lines (the stamps go): the time is read from the file again.
+    d = diagnosed(tmp_path, "step 10 loss 2.1", f"2026-12-01 10:00:02,500 [rank1]: {SYSTEM}")
+    assert d.category == "nccl_error" and "2026" not in d.evidence[0].text
+    assert first_failure_at(d) == "2026-12-01T10:00:02.500000Z"
 
 
 @pytest.mark.parametrize(
-    "diagnosis",
-    [{}, {"evidence": []}, {"evidence": ["no stamp at all", 5, None]}, {"evidence": None}],
+    "lines",
+    [
+        ("step 10 loss 2.1",),  # no failure
+        (WATCHDOG,),  # a glog stamp has no year: not comparable across nodes
+        (f"[ 1234.5] {SYSTEM}",),  # seconds since boot: neither
+    ],
 )
-def test_first_failure_at_is_none_without_a_full_date(diagnosis):
-    assert first_failure_at(diagnosis) is None
+def test_first_failure_at_is_none_without_a_full_date(tmp_path, lines):
+    assert first_failure_at(diagnosed(tmp_path, *lines)) is None
+
+
+def test_the_bundle_summary_carries_it(tmp_path):
+    from gpugate.slurm_hooks.collect import _read_and_diagnose
+
+    path = tmp_path / "out.log"
+    path.write_text(f"2026-12-01T10:00:00Z {SYSTEM}\n")
+    found = _read_and_diagnose([str(path)], "", 4096, 8)
+    assert found["diagnosis"]["first_failure_at"] == "2026-12-01T10:00:00Z"
 
 
 # ----------------------------------------------------------------------- first_to_fail

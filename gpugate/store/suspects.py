@@ -21,8 +21,7 @@ import time
 from gpugate import log
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.categories import USER, kind
-from gpugate.diagnosis.multinode import TOLERANCE_S
-from gpugate.diagnosis.timestamps import WALL, line_stamp
+from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
 from gpugate.slurm_hooks.drain import drain_node
 from gpugate.slurm_hooks.requeue import USER_STATES
 from gpugate.store import history
@@ -30,6 +29,7 @@ from gpugate.store import history
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
+    from gpugate.diagnosis.verdict import Diagnosis
     from gpugate.slurm_hooks.requeue import JobEnd
     from gpugate.slurm_hooks.slurm.control import SlurmControl
 
@@ -38,15 +38,11 @@ CHECK = "suspect"  # the drain reason's check id: `gpugate: suspect: in jobs 101
 JOBS_SHOWN = 8  # job ids named in a drain reason (Slurm reasons are read truncated)
 
 
-def first_failure_at(diagnosis: dict) -> str | None:
-    """The earliest full-date time (UTC ISO) among a diagnosis's decisive lines; None without."""
-    stamps = []
-    for text in diagnosis.get("evidence") or ():
-        stamp = line_stamp(text) if isinstance(text, str) else None
-        # A date without its year, or seconds since boot, compare across nodes not at all.
-        if stamp is not None and stamp.kind == WALL:
-            stamps.append(stamp)
-    return min(stamps, key=lambda s: s.seconds).iso() if stamps else None
+def first_failure_at(diagnosis: Diagnosis) -> str | None:
+    """The UTC time of the diagnosis's earliest decisive line, when it carries a full date."""
+    # first_stamp reads the line again from its file when the cleaned text lost its stamp.
+    stamp = first_stamp(diagnosis)
+    return stamp.iso() if stamp is not None else None
 
 
 def first_to_fail(summaries: list[dict], nodes: tuple[str, ...]) -> tuple[str, float] | None:

@@ -1,0 +1,123 @@
+"""End to end: cross-job suspect voting on a real 3-node local Slurm.
+
+Three failed 3-node jobs in which node B (SLURM_NODEID 1) fails first: its task writes an
+NCCL system error stamped ten minutes before the watchdog timeouts the other two nodes write.
+No node's evidence shows hardware. Each node epilog writes first_failure_at in its bundle; the
+controller epilog votes for B each time and drains it after the third vote, with a reason
+naming the three jobs; A and C stay in service.
+
+The three slurmd run on one host, so the NCCL debug directory (node-local on a real cluster,
+/var/tmp) is made per node here: hook.env picks a per-node config by SLURMD_NODENAME.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from e2e import Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import LocalSlurm  # noqa: E402
+
+NODES = ["n1", "n2", "n3"]
+FIRST = "n2"  # SLURM_NODEID 1 of a job on n1,n2,n3
+SYSTEM = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1"
+TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
+EXTRA = "requeue:\n  wait_for_bundles_s: 20\nbudget:\n  settle_s: 0.5\n"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    site = Site(tmp_path_factory.mktemp("e2e-suspects"), EXTRA)
+    for node in NODES:
+        site.use_snapshot(node, "h100-healthy")
+        (site.base / node).mkdir()
+        (site.base / node).chmod(0o755)  # the job's user reaches its NCCL directory below
+        text = site.config.read_text().replace(
+            f"nccl_debug_dir: {site.base / 'nccl'}", f"nccl_debug_dir: {site.base / node / 'nccl'}"
+        )
+        (site.base / f"gpugate-{node}.yaml").write_text(text)
+    with open(site.hooks / "hook.env", "a") as fh:
+        # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
+        fh.write(
+            f'case "$SLURMD_NODENAME" in n1|n2|n3) '
+            f"GPUGATE_CONFIG={site.base}/gpugate-$SLURMD_NODENAME.yaml ;; esac\n"
+        )
+    task = site.base / "task.sh"
+    task.write_text(
+        f"""#!/bin/sh
+# One task per node: node 1 fails first, the others time out waiting for it. NCCL_DEBUG_FILE
+# names the same path on every node (node-local on a real cluster), as srun passes the batch
+# step's environment on: here each node's directory is its own (see the module docstring).
+log="{site.base}/$SLURMD_NODENAME/nccl/$SLURM_JOB_ID/nccl.$SLURMD_NODENAME.$$.log"
+if [ "$SLURM_NODEID" = 1 ]; then
+    echo "$(date -u +%Y-%m-%d) 10:00:00,000 [rank1]: {SYSTEM}" >> "$log"
+else
+    echo "$(date -u +%Y-%m-%d) 10:10:00,000 [rank$SLURM_NODEID]: {TIMEOUT}" >> "$log"
+fi
+exit 1
+"""
+    )
+    task.chmod(0o755)
+    return site
+
+
+@pytest.fixture(scope="module")
+def cluster(site: Site):
+    c = LocalSlurm(
+        site.base / "slurm",
+        nodes=NODES,
+        prolog=site.hook("prolog"),
+        epilog=site.hook("epilog"),
+        task_prolog=site.hook("task-prolog"),
+        epilog_slurmctld=site.hook("epilog-slurmctld"),
+        prolog_epilog_timeout=60,
+        wrap_hooks=False,
+    )
+    site.use_slurm_conf(c.conf_path)
+    with c:
+        yield c
+
+
+def controller_done(site: Site, job: int, timeout: float = 45) -> None:
+    """Wait until the controller epilog (which votes) has run for `job`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(e["hook"] == "epilog-slurmctld" and e.get("job") == str(job) for e in site.events()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no epilog-slurmctld run for job {job}")
+
+
+def test_the_node_that_fails_first_in_three_jobs_is_drained(cluster: LocalSlurm, site: Site):
+    started = time.monotonic()
+    jobs = []
+    for i in range(3):
+        assert not cluster.is_drained(FIRST), cluster.node(FIRST)
+        script = f"#!/bin/sh\nsrun -N3 --ntasks-per-node=1 {site.base / 'task.sh'}\n"
+        job = cluster.submit(script=script, nodes=3, output=str(site.base / f"job{i}.out"))
+        cluster.wait_job(job, "FAILED", timeout=60)
+        controller_done(site, job)
+        jobs.append(job)
+    summary = site.evidence / str(jobs[0]) / f"{FIRST}-r0" / "summary.json"
+    assert '"first_failure_at": "' in summary.read_text(), summary.read_text()
+    assert cluster.is_drained(FIRST), cluster.node(FIRST)
+    reason = cluster.node(FIRST)["Reason"]
+    # scontrol shows who set the reason and when after it: `... [root@2026-12-01T10:00:00]`.
+    wanted = f"gpugate: suspect: in jobs {','.join(map(str, jobs))} (first to fail)"
+    assert reason.startswith(wanted), reason
+    for node in NODES:
+        if node != FIRST:
+            assert not cluster.is_drained(node), cluster.node(node)
+    took = time.monotonic() - started
+    print(f"three failed jobs, {FIRST} drained after {took:.0f} s")
+    assert took < 120
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
