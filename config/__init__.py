@@ -34,9 +34,10 @@ _KEYED = {
     )
 }
 # Shares of a whole (non-negative is checked for every number).
-_AT_MOST = {"epilog.evidence_user_share": 1.0}
+_AT_MOST = {"epilog.evidence_user_share": 1.0, "budget.hardware_share": 1.0,
+            "budget.max_drained_share": 1.0}
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
-_CHECK_IDS = ("checks.disabled", "policy.warn_only")
+_CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks")
 
 
 class ConfigError(ValueError):

@@ -159,6 +159,10 @@ class Budget(Record):
     max_drains_per_window: int
     window_s: float
     settle_s: float
+    # Checks whose fault makes the node useless for any job: drained up to hardware_share
+    # of a partition (rounded up), never its last node in service (slurm_hooks/budget.py).
+    hardware_checks: list[str]
+    hardware_share: float
 
 
 class Prolog(Record):

@@ -18,6 +18,7 @@ from gpugate.slurm_hooks.reasons import evidence_detail
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.task_prolog import nccl_job_dir
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+from gpugate.store.held import HELD_LABEL
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -184,18 +185,23 @@ def drain_for_hardware(
     hardware: list[Finding],
     slurm: SlurmControl | None = None,
     bundle: str | None = None,
-) -> tuple[str, bool]:
-    """Drain this node for its own hardware fault; the reason names the bundle if one was written."""
+) -> tuple[str, bool, str | None]:
+    """Drain this node for its own hardware fault: (reason, drained, what blocked it: "admin",
+    "budget", "error" or None); the reason names the bundle if one was written."""
     check_id, detail = drain_detail(hardware)
     if bundle:
         detail = evidence_detail(bundle, detail)
     outcome = drain_node(slurm or _slurm(config), env.node or "", check_id, detail, config)
-    return outcome.reason, outcome.drained
+    return outcome.reason, outcome.drained, outcome.blocked_by
 
 
 def _action(result: EpilogResult, pending_drain: bool) -> str:
     if result.drained:
         return "drained"
+    if result.reason and result.blocked_by == "budget":
+        return HELD_LABEL  # the budget held the drain back: the node takes jobs
+    if result.reason and result.blocked_by == "error":
+        return "drain failed (scontrol)"
     if result.reason:
         return "drain refused (not gpugate's)"
     return "drain pending" if pending_drain else "none"

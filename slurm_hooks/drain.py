@@ -13,7 +13,7 @@ import time
 
 from gpugate import log
 from gpugate.record import Record
-from gpugate.slurm_hooks.budget import check_budget, keeps_drain
+from gpugate.slurm_hooks.budget import check_budget, keeps_drain, warn_daily
 from gpugate.slurm_hooks.reasons import budget_comment, drain_reason
 from gpugate.slurm_hooks.slurm.control import NotOurDrain
 
@@ -53,7 +53,7 @@ def drain_node(
     reason = drain_reason(check_id, detail)
     if config is not None:
         try:
-            blocked = over_budget(slurm, node, reason, config)
+            blocked = over_budget(slurm, node, reason, config, check_id)
         except Exception as exc:  # cannot count: the normal action (drain this one node) stands
             note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
             blocked = None
@@ -66,7 +66,7 @@ def drain_node(
         return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
     if config is not None:
         try:
-            undone = settle_budget(slurm, node, reason, config)
+            undone = settle_budget(slurm, node, reason, config, check_id)
         except Exception as exc:  # the drain is done; keep it
             note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
             undone = None
@@ -75,14 +75,16 @@ def drain_node(
     return DrainOutcome(reason=reason, drained=True)
 
 
-def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
+def settle_budget(
+    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
+) -> str | None:
     """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
     time.sleep(config.budget.settle_s)
     try:
         nodes = slurm.nodes()
     except Exception:
         return None  # cannot tell: keep the drain (the normal action)
-    verdict = keeps_drain(nodes, node, config.budget, time.time())
+    verdict = keeps_drain(nodes, node, config.budget, time.time(), check)
     if verdict.allowed:
         return None
     try:
@@ -94,14 +96,17 @@ def settle_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -
     return verdict.why
 
 
-def over_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
+def over_budget(
+    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
+) -> str | None:
     """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
     try:
         nodes = slurm.nodes()
     except Exception as exc:  # cannot count: the normal action (drain this one node) stands
         note(f"drain budget unknown ({exc}); draining {node}")
         return None
-    verdict = check_budget(nodes, node, config.budget, time.time())
+    warn_daily(config, nodes)  # a partition the budget allows no drain: logged once a day
+    verdict = check_budget(nodes, node, config.budget, time.time(), check)
     if verdict.allowed:
         return None
     _over_budget_actions(slurm, node, reason, verdict.why, config)
@@ -111,7 +116,11 @@ def over_budget(slurm: SlurmControl, node: str, reason: str, config: Config) -> 
 def _over_budget_actions(
     slurm: SlurmControl, node: str, reason: str, why: str, config: Config
 ) -> None:
-    """A node comment saying what gpugate would have done, a loud log line, an event."""
+    """A node comment saying what gpugate would have done, a loud log line, an event, and
+    the history's held entry (what `gpugate nodes`, report, evidence and resume show)."""
+    from gpugate.store.held import note_held
+
+    note_held(config, node, reason, why)
     log.error(
         config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
     )

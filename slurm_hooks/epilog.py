@@ -46,6 +46,7 @@ class EpilogResult(Record):
     hardware_checks: tuple = ()  # the failing hardware check ids (for the metrics)
     drained: bool = False
     reason: str | None = None
+    blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     duration_s: float = 0.0
 
 
@@ -139,8 +140,9 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
                                     pending_drain=drain)  # fmt: skip
     if drain:
-        reason, drained = collect.drain_for_hardware(config, env, hardware, slurm, bundle=bundle)
-        result = result.replace(drained=drained, reason=reason)
+        reason, drained, blocked = collect.drain_for_hardware(config, env, hardware, slurm,
+                                                              bundle=bundle)  # fmt: skip
+        result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         if bundle:
             collect.record_outcome(config, bundle, result)
     cleanup(config, env)

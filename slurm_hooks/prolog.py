@@ -17,6 +17,7 @@ from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.record import Record
+from gpugate.slurm_hooks.budget import warn_daily
 from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
@@ -103,6 +104,7 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
     """Run the whole prolog for one job on this node."""
     started = time.monotonic()
+    warn_daily(config)  # a drain budget too small to act is logged once a day
     if "skip" in comment_tokens(env.comment):
         if config.prolog.allow_user_skip:
             return PrologResult(exit_code=0, status="skipped", action="skip",

@@ -68,8 +68,9 @@ def test_drains_per_window_across_partitions():
 
 
 def busy_slurm() -> FakeSlurm:
-    """A cluster where gpugate has drained most of the partition already."""
-    return FakeSlurm(nodes=[*cluster(10, ours=5).values(), node(NODE)])
+    """A cluster where gpugate has drained most of the partition already (6 of 11: beyond
+    even the hardware checks' half)."""
+    return FakeSlurm(nodes=[*cluster(10, ours=6).values(), node(NODE)])
 
 
 def test_over_budget_the_prolog_comments_logs_and_lets_the_job_run(tmp_path):
@@ -112,6 +113,8 @@ class RacingSlurm(FakeSlurm):
 def test_a_drain_beyond_the_budget_is_undone(tmp_path):
     slurm = RacingSlurm()
     config = setup(tmp_path, make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
+    # The share limit (1 of 6), not the hardware checks' half.
+    config = config.replace(budget=config.budget.replace(hardware_checks=[]))
     result = run_prolog(config, env(), slurm)
     assert slurm.drains and slurm.resumed == ["gpu-node-01"]
     assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")

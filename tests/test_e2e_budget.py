@@ -7,6 +7,12 @@ stops: the others get a Comment saying what it would have done, and their jobs r
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from e2e import Site, slurm_or_skip
 
@@ -17,6 +23,27 @@ slurm_or_skip()
 from localslurm import LocalSlurm  # noqa: E402
 
 NODES = ["n1", "n2", "n3", "n4"]
+GPUGATE = str(Path(sys.executable).parent / "gpugate")
+
+
+def run_until_done(cluster: LocalSlurm, jobs: list[int], timeout: float = 90) -> None:
+    """Wait for the jobs to complete; a refused job is requeued with Slurm's +120 s delay:
+    an impatient user clears it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = [cluster.job_state(j).get("JobState") for j in jobs]
+        if all(s == "COMPLETED" for s in states):
+            return
+        for job, state in zip(jobs, states):
+            if state == "PENDING":
+                cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+        time.sleep(1)
+
+
+def gpugate(site: Site, cluster: LocalSlurm, *args: str) -> subprocess.CompletedProcess:
+    env = dict(cluster.env(), GPUGATE_CONFIG=str(site.config),
+               GPUGATE_CACHE_DIR=str(site.base / "cache"))  # fmt: skip
+    return subprocess.run([GPUGATE, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_drains_stop_at_the_budget(tmp_path):
@@ -28,23 +55,7 @@ def test_drains_stop_at_the_budget(tmp_path):
         scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
     ) as cluster:  # fmt: skip
         jobs = [cluster.submit(wrap="sleep 1", output="/dev/null", nodes=1) for _ in NODES]
-        for job in jobs:
-            # The refused job goes back to the queue with Slurm's +120 s delay: an impatient
-            # user clears it; the others start at once.
-            cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
-        import time
-
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            states = [cluster.job_state(j).get("JobState") for j in jobs]
-            if all(s == "COMPLETED" for s in states):
-                break
-            for job, state in zip(jobs, states):
-                if state == "PENDING":
-                    cluster.run(
-                        ["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False
-                    )
-            time.sleep(1)
+        run_until_done(cluster, jobs)
         assert all(cluster.job_state(j)["JobState"] == "COMPLETED" for j in jobs)
         drained = [n for n in NODES if cluster.is_drained(n)]
         assert len(drained) == 1, drained
@@ -53,5 +64,39 @@ def test_drains_stop_at_the_budget(tmp_path):
             n for n in NODES if "would drain (budget exceeded" in cluster.node(n).get("Comment", "")
         ]
         assert commented and drained[0] not in commented
+        # Every admin view reads the held-back drains: `gpugate nodes` ranks them first.
+        listed = gpugate(site, cluster, "nodes", "--drained", "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {r["node"]: r for r in json.loads(listed.stdout)["nodes"]}
+        for name in commented:
+            assert rows[name]["action"] == "would drain (budget)", rows[name]
+            assert rows[name]["would_drain_reason"].startswith("gpugate: gpu.driver: ")
+        said = gpugate(site, cluster, "resume", commented[0], "--why", "test")
+        assert "would drain (budget)" in said.stdout and said.returncode == 0, said
     budget = [e for e in site.events() if e.get("outcome") == "budget_exceeded"]
     assert budget and "partition debug" in budget[0]["why"]
+
+
+def test_two_gpus_off_the_bus_on_three_nodes_are_both_drained(tmp_path):
+    """A small partition: 10 % of 3 nodes allows one drain, but a lost GPU makes the node
+    useless for any job, so a second such node is drained too; the third stays in service."""
+    nodes = ["n1", "n2", "n3"]
+    site = Site(tmp_path)  # the packaged budget: 10 %, at least 1, hardware checks to half
+    for node in nodes[:2]:
+        site.use_snapshot(node, "h100-gpu-lost")
+    site.use_snapshot(nodes[2], "h100-healthy")
+    with LocalSlurm(
+        tmp_path / "slurm", nodes=nodes, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
+        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
+    ) as cluster:  # fmt: skip
+        jobs = [cluster.submit(wrap="sleep 1", output="/dev/null", nodelist=n) for n in nodes[:2]]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(cluster.is_drained(n) for n in nodes[:2]):
+            time.sleep(1)
+        for node in nodes[:2]:
+            assert cluster.is_drained(node), cluster.node(node)
+            assert cluster.node(node)["Reason"].startswith("gpugate: gpu.lost: ")
+        assert not cluster.is_drained(nodes[2])
+        for job in jobs:
+            cluster.run(["scancel", str(job)], check=False)
+    assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"]

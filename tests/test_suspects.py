@@ -274,3 +274,16 @@ def test_the_rma_rule_is_the_one_gpugate_nodes_shows(count, expected):
     assert (
         suggest_action("gpu.ecc", "gpugate: gpu.ecc: x", same_check_drains=count) == RMA
     ) is expected
+
+
+def test_a_transient_check_that_keeps_coming_back_is_no_rma_candidate(tmp_path):
+    from gpugate.admin.nodes import COOLING, suggest_action
+
+    config = config_for(tmp_path)
+    for i in range(3):
+        history.record_drain(config.admin.history_dir, "b", "gpugate: gpu.temperature: hot",
+                             when=T0 + i * 3600)  # fmt: skip
+    # gpu.temperature is the node's own fault (hardware=True) but heals by itself.
+    assert not history.rma_candidate(config, "b", "gpu.temperature", now=T0 + 4 * 3600)
+    reason = "gpugate: gpu.temperature: GPU4 91 C > 85"
+    assert suggest_action("gpu.temperature", reason, same_check_drains=3) == COOLING

@@ -130,7 +130,8 @@ def suggest_action(
     """What to do about a node gpugate drained: from the check, the Xid catalog, the count."""
     # A drain without a check id is the epilog's: its bundle's category says what it was.
     hardware = registry.is_hardware(check) if check is not None else is_hardware(category)
-    if _RMA_TEXT.search(reason) or history.reaches_rma(hardware, same_check_drains, rma_after):
+    repairs = history.needs_repair(check) if check is not None else hardware
+    if _RMA_TEXT.search(reason) or history.reaches_rma(repairs, same_check_drains, rma_after):
         return RMA
     if xid is None:
         m = _XID.search(reason)

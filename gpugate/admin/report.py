@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from html import escape
 
-from gpugate.admin.nodes import RMA, URGENCY
+from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.fsutil import atomic_write
 from gpugate.store import history
+from gpugate.store.outcomes import FIELDS, check_record
 from gpugate.text import printable
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
@@ -32,9 +33,11 @@ td.node,td.time{white-space:nowrap;font-weight:600}td.time{font-weight:400}
 td.reason{word-break:break-word;max-width:40em}
 code{font-size:12px;word-break:break-all}
 .a{display:inline-block;border-radius:4px;padding:0 6px;font-size:12px;white-space:nowrap}
-.u0{background:#b42318;color:#fff}.u1{background:#d9480f;color:#fff}.u2{background:#f59f00}
-.u3{background:#ffd43b}.u4,.u5{background:#e9ecef}.u6,.u7,.u8{background:#dbe4ff}
-.drain{color:#b42318}.resume{color:#2b8a3e}.refused{color:#5b6472}
+.u0{background:#5f0f40;color:#fff}
+.u1{background:#b42318;color:#fff}.u2{background:#d9480f;color:#fff}.u3{background:#f59f00}
+.u4{background:#ffd43b}.u5,.u6{background:#e9ecef}.u7,.u8,.u9{background:#dbe4ff}
+.drain{color:#b42318}.resume{color:#2b8a3e}.refused,.repair{color:#5b6472}.held{color:#5f0f40}
+td.false{font-weight:600;color:#b42318}
 .notice{border:1px solid #f59f00;background:#fff9db;padding:8px 12px;border-radius:6px}
 .empty{color:#5b6472;font-style:italic}
 """
@@ -64,20 +67,29 @@ def repeat_offenders(drains: list[dict], since: float, min_drains: int = 2) -> l
 
 
 def timeline(
-    drains: list[dict], resumes: list[dict], since: float, limit: int = TIMELINE_MAX
+    drains: list[dict],
+    resumes: list[dict],
+    since: float,
+    limit: int = TIMELINE_MAX,
+    held: list[dict] = (),  # type: ignore[assignment]
 ) -> list[dict]:
-    """Drains and resumes since `since`, newest first, at most `limit`."""
+    """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
     events = [dict(e, event="drain") for e in drains if e.get("when", 0) >= since]
+    events += [dict(e, event="held") for e in held if e.get("when", 0) >= since]
     events += [dict(e, event=resume_event(e)) for e in resumes if e.get("when", 0) >= since]
     events.sort(key=lambda e: e.get("when", 0), reverse=True)
     return events[:limit]
 
 
-_LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused"}
+_LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused", "repair": "repair",
+           "held": HELD}  # fmt: skip
 
 
 def resume_event(entry: dict) -> str:
-    """`resume`, or `refused` for an audit entry of a resume that did not happen."""
+    """`resume`, `repair` (a repair audited on a drained node), or `refused` for an audit
+    entry of a resume that did not happen."""
+    if entry.get("repair") and entry.get("resumed") is False:
+        return "repair"
     refused = entry.get("resumed") is False or str(entry.get("result")).startswith("refused")
     return "refused" if refused else "resume"
 
@@ -99,6 +111,10 @@ def drained_section(rows: list[dict]) -> str:
     body = []
     for r in rows:
         owner = "gpugate" if r["gpugate"] else "other"
+        if r["action"] == HELD:  # in service: the reason gpugate wanted, and why not
+            owner = "held back by the drain budget"
+            r = dict(r, reason=f"wanted: {r['would_drain_reason']} ({r['would_drain_why']})",
+                     set_by="gpugate", since=r["would_drain_since"])  # fmt: skip
         body.append(
             "<tr>"
             f'<td class="node">{esc(r["node"])}</td><td>{esc(r["state"])}</td>'
@@ -110,7 +126,7 @@ def drained_section(rows: list[dict]) -> str:
         )
     headers = ("Node", "State", "Suggested action", "Check", "Category", "Drains",
                "Set by", "Since", "Reason", "Evidence")  # fmt: skip
-    return _table(headers, body, "No drained nodes.")
+    return _table(headers, body, "No drained nodes. No drain held back by the budget.")
 
 
 def offenders_section(offenders: list[dict], window_days: float) -> str:
@@ -135,6 +151,8 @@ def timeline_section(events: list[dict]) -> str:
             what = esc(e.get("reason") or e.get("check"))  # the reason starts with the check
             if e.get("bundle"):
                 what += f" <code>{esc(e['bundle'])}</code>"
+        elif e["event"] == "held":
+            what = f"wanted: {esc(e.get('reason'))}; held back: {esc(e.get('why'))}"
         else:
             forced = " (forced)" if e.get("forced") else ""
             what = (f"by {esc(e.get('who'))}{forced}: {esc(e.get('why'))}; "
@@ -145,6 +163,20 @@ def timeline_section(events: list[dict]) -> str:
             f'<td class="{e["event"]}">{_LABELS[e["event"]]}</td><td class="reason">{what}</td></tr>'
         )
     return _table(("Time", "Node", "Event", "Detail"), body, "No drains or resumes in the window.")
+
+
+def record_section(record: dict[str, dict[str, int]]) -> str:
+    """Each check's record: its drains, and how they ended (store/outcomes.py)."""
+    body = []
+    for check, v in record.items():
+        cells = "".join(
+            f'<td class="{"false" if f == "lifted_unrepaired" and v[f] else "n"}">{esc(v[f])}</td>'
+            for f in FIELDS
+        )
+        body.append(f"<tr><td>{esc(check)}</td>{cells}</tr>")
+    headers = ("Check", "Drains", "Lifted after repair", "Lifted without repair", "Still drained",
+               "Lifted outside gpugate")  # fmt: skip
+    return _table(headers, body, "No drains in the window.")
 
 
 def _result(result: object) -> object:
@@ -161,17 +193,24 @@ def render_html(
     now: float | None = None,
     total_nodes: int | None = None,
     notice: str | None = None,
+    held: list[dict] = (),  # type: ignore[assignment]
 ) -> str:
-    """The whole page. `rows` are admin.node_rows() of the drained nodes."""
+    """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
+    ones); `held`: the history's held-back drains, for the timeline."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
-    events = timeline(drains, resumes, since)
+    events = timeline(drains, resumes, since, held=held)
+    # Which nodes Slurm shows drained is known only when it could be read (total_nodes).
+    drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
+    record = check_record(drains, resumes, since, drained_now)
 
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),
-        ("drained", len(rows)),
-        ("drained by gpugate", sum(1 for r in rows if r["gpugate"])),
+        ("drained", sum(1 for r in rows if r["drained"])),
+        ("drained by gpugate", sum(1 for r in rows if r["drained"] and r["gpugate"])),
+        (HELD, sum(1 for r in rows if r["action"] == HELD)),
+        ("lifted without repair", sum(v["lifted_unrepaired"] for v in record.values())),
         ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
         (f"drains in {window_days:g} days", sum(1 for e in events if e["event"] == "drain")),
         (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
@@ -193,6 +232,8 @@ def render_html(
         f'<div class="cards">{card_html}</div>',
         '<h2 id="drained">Drained nodes</h2>',
         drained_section(rows),
+        '<h2 id="record">Drains by check: how they ended</h2>',
+        record_section(record),
         '<h2 id="offenders">Repeat offenders</h2>',
         offenders_section(offenders, window_days),
         '<h2 id="timeline">Timeline</h2>',

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from gpugate import log
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather, replay_path
 from gpugate.clock import parse_utc
@@ -18,7 +19,9 @@ from gpugate.slurm_hooks.policy import decide
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
 from gpugate.slurm_hooks.state import load_kernel_pos
+from gpugate.store.held import HELD_LABEL, held_now
 from gpugate.store.history import history_dir, record_resume
+from gpugate.store.outcomes import note_lift
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,7 +106,11 @@ def check_then_resume(
         return _refused(config, request, info.reason, str(exc), result)
     except SlurmError as exc:
         return _refused(config, request, info.reason, f"scontrol could not resume it: {exc}", result)  # fmt: skip
-    _audit(config, request, info.reason, result, resumed=True)
+    lift = _audit(config, request, info.reason, result, resumed=True, boot_id=facts.boot_id)
+    try:
+        note_lift(config, node, lift)  # gpugate_false_drains_total when no repair shows
+    except Exception as exc:  # the resume is done and audited; a count must not undo it
+        log.error(config.state_dir, f"could not count the lift of {node}", exc)
     return Attempt(resumed=True, why="", result=result)
 
 
@@ -118,6 +125,17 @@ def _refused(
     return Attempt(resumed=False, why=why, result=result)
 
 
-def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool) -> None:
-    record_resume(history_dir(config), request.node, why=request.why, result=result,
-                  forced=request.force, reason=reason, resumed=resumed)  # fmt: skip
+def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool,
+           boot_id: str | None = None) -> dict:  # fmt: skip
+    return record_resume(history_dir(config), request.node, why=request.why,
+                         result=result, forced=request.force, reason=reason, resumed=resumed,
+                         boot_id=boot_id)  # fmt: skip
+
+
+def held_notice(config: Config, node: str) -> str | None:
+    """For a node in service: what the budget held back, if gpugate wanted it drained."""
+    entry = held_now(config, node).get(node)
+    if entry is None:
+        return None
+    return (f"{node} is in service, but gpugate wanted it drained: {HELD_LABEL} since "
+            f"{entry.get('at')}: {entry.get('why')}; wanted: {entry['reason']}")  # fmt: skip

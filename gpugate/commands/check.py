@@ -10,6 +10,7 @@ from gpugate.checks.sources import gather
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.config import load_config
 from gpugate.node import node_name
+from gpugate.slurm_hooks.budget import budget_warnings
 from gpugate.slurm_hooks.policy import decide, effective_status
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
@@ -65,11 +66,14 @@ def main(argv: list[str]) -> int:
             ],
             "source_errors": facts.source_errors or {},
             "duration_s": round(duration, 6),
+            "budget_warnings": budget_warnings(config.budget),
         }
 
         sys.stdout.write(dumps(out, indent=2) + "\n")
     else:
         sys.stdout.write(render_table(facts.node, decision, findings, duration))
+        for warning in budget_warnings(config.budget):  # the drain budget cannot act
+            sys.stdout.write(f"  WARN    drain budget: {warning}\n")
     return EXIT_UNHEALTHY if decision.status == "fail" else EXIT_OK
 
 

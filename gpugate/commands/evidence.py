@@ -7,9 +7,11 @@ import sys
 
 from gpugate import names
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.clock import parse_utc
 from gpugate.config import load_config
 from gpugate.store import history
 from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
+from gpugate.store.held import HELD_LABEL, held_entries, held_now
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -78,16 +80,40 @@ def _members(bundle: str) -> list[str]:
         return []
 
 
+# Bundles written before the epilog told the budget's refusal apart said this for any drain
+# not done; the held-drain history (store/held.py) says which of them the budget held back.
+_OLD_WORDS = "drain refused (not gpugate's)"
+
+
+def mark_held(items: list[dict], held: list[dict]) -> list[dict]:
+    """Bundles whose drain the budget held back (a held entry of the same node and reason
+    within history.SAME_EVENT_S of the bundle) say so: action HELD_LABEL, and why."""
+    out = []
+    for d in items:
+        when = parse_utc(d.get("collected_at"))
+        match = next((e for e in reversed(held) if d.get("drain_reason")
+                      and e["node"] == d.get("node") and e["reason"] == d["drain_reason"]
+                      and (when is None or abs(e["when"] - when) < history.SAME_EVENT_S)), None)  # fmt: skip
+        if match is not None and d.get("action") in (_OLD_WORDS, HELD_LABEL):
+            d = dict(d, action=HELD_LABEL, held_why=match.get("why"))
+        out.append(d)
+    return out
+
+
 def newest_first(items: list[dict]) -> list[dict]:
     """Newest bundle first: by the time the epilog collected it, then by its run number."""
     return sorted(items, key=lambda d: (d["collected_at"] or "", d["restart"] or 0, d["path"]),
                   reverse=True)  # fmt: skip
 
 
-def render(target: str, items: list[dict]) -> str:
-    """A short block per bundle, newest first."""
+def render(target: str, items: list[dict], held: dict | None = None) -> str:
+    """A short block per bundle, newest first; `held`: the node's standing held-back drain."""
     items = [{k: _line(v) for k, v in d.items()} for d in items]
     lines = [f"{len(items)} evidence bundle(s) for {target}, newest first:"]
+    if held:
+        h = {k: _line(v) for k, v in held.items()}
+        lines[0:0] = [f"{target}: {HELD_LABEL} since {h.get('at')}: {h.get('why')}; "
+                      f"wanted: {h.get('reason')}", ""]  # fmt: skip
     for d in items:
         xid = "-" if d["xid"] is None else d["xid"]
         rank = "-" if d["failing_rank"] is None else d["failing_rank"]
@@ -98,6 +124,7 @@ def render(target: str, items: list[dict]) -> str:
             f"  category: {d['category'] or '-'}    xid: {xid}    failing rank: {rank}",
             f"  action:   {d['action'] or '-'}" + (f" ({d['drain_reason']})" if d["drain_reason"] else ""),
             f"  why:      {d['why'] or '-'}",
+            *([f"  held back: {d['held_why']}"] if d.get("held_why") else []),
             f"  raw files: {d['path']}/  ({', '.join(d['files'])})",
         ]  # fmt: skip
         if d["summary_text"]:
@@ -144,11 +171,13 @@ def main(argv: list[str]) -> int:
                             f"{config.evidence_dir}{extra}", EXIT_UNHEALTHY)  # fmt: skip
     for note in notes:
         names.refuse("gpugate evidence: note", note, 0)
-    items = newest_first([describe(b) for b in bundles])
+    where = history.history_dir(config)
+    items = mark_held(newest_first([describe(b) for b in bundles]), held_entries(where))
+    held = None if is_job else held_now(config, target).get(target)
     if args.json:
-        out = {"target": target, "kind": what, "bundles": items}
+        out = {"target": target, "kind": what, "would_drain": held, "bundles": items}
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
-        sys.stdout.write(render(target, items))
+        sys.stdout.write(render(target, items, held))
     return EXIT_OK

@@ -9,6 +9,7 @@ from gpugate.admin import nodes as admin
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
+from gpugate.store.outcomes import render_record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ def parser() -> ArgumentParser:
     )
     p.add_argument("--drained", action="store_true", help="only drained, down or failed nodes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--stats", action="store_true", help="also each check's record in the window: "
+                   "drains, lifted after repair, lifted without repair, still drained")  # fmt: skip
     add_cluster_options(p, "count drains over this many days")
     return p
 
@@ -65,9 +68,15 @@ def _run(args: Namespace) -> int:
     if window is None:
         window = config.admin.history_window_days
     rows = admin.rows_for(config, groups, drained_only=args.drained, window_days=window)
+    stats = admin.check_stats(config, groups, window) if args.stats else None
     if args.json:
-        head = json.dumps({"generated_at": admin.now_iso(), "window_days": window})
+        meta: dict = {"generated_at": admin.now_iso(), "window_days": window}
+        if stats is not None:
+            meta["stats"] = stats
+        head = json.dumps(meta)
         sys.stdout.write(f'{head[:-1]}, "nodes": {admin.rows_json(rows)}}}\n')
     else:
         sys.stdout.write(admin.render_table(rows))
+        if stats is not None:
+            sys.stdout.write("\n" + render_record(stats, window))
     return EXIT_OK

@@ -10,6 +10,7 @@ from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
 from gpugate.store import history
+from gpugate.store.held import held_entries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def main(argv: list[str]) -> int:
         window_days=window,
         total_nodes=sum(len(names) for _, names in groups) if groups else None,
         notice=notice,
+        held=held_entries(where),
     )
     try:
         report.write_report(args.html, page)

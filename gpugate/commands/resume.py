@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpugate.admin.resume import Request, check_then_resume
+from gpugate.admin.resume import Request, check_then_resume, held_notice
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands import ask_slurm_for
 from gpugate.names import refuse
@@ -49,6 +49,10 @@ def main(argv: list[str]) -> int:
         return found
     config, slurm, info = found
     if not info.drained:
+        held = held_notice(config, args.node)  # the budget held gpugate's drain back
+        if held:
+            print(f"gpugate resume: nothing to resume: {held}")
+            return EXIT_OK
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
 

@@ -300,11 +300,16 @@ def reaches_rma(hardware: bool, same_check_drains: int, rma_after: int) -> bool:
     return bool(hardware and rma_after and same_check_drains >= rma_after)
 
 
+def needs_repair(check_id: str) -> bool:
+    """Whether the check's faults are of the hardware class (a hot GPU is not a part to replace)."""
+    return registry.fault_class(check_id) == registry.HARDWARE
+
+
 def rma_candidate(config: Config, node: str, check_id: str, now: float | None = None) -> bool:
     """Whether `node` is an RMA candidate for `check_id`: drained `admin.rma_after_drains`
     times for that hardware check within `admin.history_window_days` (never lift it)."""
     adm = config.admin
-    if not registry.is_hardware(check_id) or not adm.rma_after_drains:
+    if not needs_repair(check_id) or not adm.rma_after_drains:
         return False
     same = count_drains(history_dir(config), node, adm.history_window_days, now, check_id)
     return reaches_rma(True, same, adm.rma_after_drains)

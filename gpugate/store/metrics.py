@@ -10,6 +10,8 @@ Series (every one labelled with the Slurm `node`):
 - `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}` (a verdict of medium or
   low confidence counts as category "uncertain"),
   `gpugate_unknown_xids_total{xid}`, `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
+- `gpugate_false_drains_total{check}` counter: drains lifted (by `gpugate resume` or by
+  healing) with no repair since the drain (history.lifted_without_repair).
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 
 The file is the only state: each update reads the previous file back, so counters keep
@@ -61,6 +63,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Runs in which gpugate itself failed (logged in the state directory).", ()),
     "gpugate_drain_budget_exceeded_total": (
         "counter", "Drains gpugate did not do because the drain budget was spent.", ()),
+    "gpugate_false_drains_total": (
+        "counter", "Drains of this node lifted without any repair (no new boot, no GPU reset "
+        "recorded), by the check that drained it.", ("check",)),
     "gpugate_last_run_timestamp_seconds": (
         "gauge", "Unix time of the last run of each gpugate hook.", ("hook",)),
 }  # fmt: skip
@@ -151,6 +156,7 @@ def apply_run(
     confidence: str | None = None,
     budget_exceeded: bool = False,
     unknown_xids: Iterable[int] = (),
+    false_drain_check: str | None = None,
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
@@ -177,6 +183,9 @@ def apply_run(
         out[key] = out.get(key, 0) + 1
     for code in unknown_xids:
         key = ("gpugate_unknown_xids_total", (*n, ("xid", str(int(code)))))
+        out[key] = out.get(key, 0) + 1
+    if false_drain_check:  # a lift with no repair since the drain (store/outcomes.py)
+        key = ("gpugate_false_drains_total", (*n, ("check", false_drain_check)))
         out[key] = out.get(key, 0) + 1
     key = ("gpugate_internal_errors_total", n)
     out[key] = out.get(key, 0) + (1 if internal_error else 0)

@@ -1,0 +1,95 @@
+"""Drains the budget held back: `held.jsonl` in the history directory, the one source of
+"would drain (budget)" for `gpugate nodes`, `gpugate report`, `gpugate evidence` and `gpugate
+resume`.
+
+One entry per held-back drain (node, time, the reason gpugate wanted, why the budget
+refused), written by the hooks (slurm_hooks/drain.py) beside the node Comment and the log
+line. Bounded, locked and rewritten atomically like drains.jsonl (history.py), and read back
+as untrusted in the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from gpugate import log
+from gpugate.store.history import (
+    MAX_ENTRIES,
+    MAX_PER_NODE,
+    SAME_EVENT_S,
+    _add,
+    _common_ok,
+    _read_lines,
+    _select,
+    drains,
+    history_dir,
+    iso,
+    reason_check,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpugate.config.schema import Config
+
+HELD = "held.jsonl"
+HELD_LABEL = "would drain (budget)"
+# A held entry stands for the node's state this long: every prolog (or health check) that
+# still finds the fault writes a new one; a node that passed since writes none.
+HELD_FRESH_S = 86400
+
+
+def valid_held(e: object) -> bool:
+    """Whether `e` is an entry as record_held() writes it."""
+    return _common_ok(e, ("at", "reason", "why", "check")) and type(e.get("reason")) is str  # type: ignore[union-attr]
+
+
+def record_held(state_dir: str, node: str, reason: str, why: str, when: float | None = None,
+                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> dict | None:  # fmt: skip
+    """Note that the budget held back gpugate's drain of `node`; the entry, or None when it
+    repeats the node's last one within SAME_EVENT_S."""
+    when = time.time() if when is None else float(when)
+    entry = {"node": node, "when": round(when, 3), "at": iso(when), "check": reason_check(reason),
+             "reason": reason, "why": why}  # fmt: skip
+    same = lambda last: last["reason"] == reason and when - last["when"] < SAME_EVENT_S  # noqa: E731
+    return _add(state_dir, HELD, valid_held, entry, same, max_per_node, max_entries)
+
+
+def held_entries(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+    """Held-back drains (of one node, or all; since a time), oldest first."""
+    return _select(_read_lines(os.path.join(state_dir, HELD), valid_held), node, since)
+
+
+def note_held(config: Config, node: str, reason: str, why: str) -> None:
+    """For the hooks: record_held() with the configured place and caps, never raising."""
+    adm = config.admin
+    try:
+        record_held(history_dir(config), node, reason, why,
+                    max_per_node=adm.history_max_per_node, max_entries=adm.history_max_entries)  # fmt: skip
+    except Exception as exc:  # the Comment and the log line still say it
+        log.error(config.state_dir, f"could not record the held drain of {node}", exc)
+
+
+def current_held(
+    held_entries: Iterable[dict], drain_entries: Iterable[dict], now: float | None = None
+) -> dict[str, dict]:
+    """{node: its newest held entry} for nodes whose held drain still stands: fresh
+    (HELD_FRESH_S) and with no drain of the node recorded since. The caller drops nodes that
+    Slurm shows drained now."""
+    now = time.time() if now is None else now
+    last_drain: dict[str, float] = {}
+    for e in drain_entries:
+        last_drain[e["node"]] = max(last_drain.get(e["node"], 0.0), e["when"])
+    out: dict[str, dict] = {}
+    for e in held_entries:
+        if now - e["when"] < HELD_FRESH_S and e["when"] > last_drain.get(e["node"], -1.0):
+            out[e["node"]] = e  # oldest first: the newest wins
+    return out
+
+
+def held_now(config: Config, node: str | None = None, now: float | None = None) -> dict[str, dict]:
+    """current_held() from the configured history (one node's, or all)."""
+    where = history_dir(config)
+    return current_held(held_entries(where, node), drains(where, node), now)
