@@ -217,8 +217,20 @@ def reset_gpus(
     if done:
         where = node or node_name()
         _record(config, RESET, where, {"gpus": done})
+        _audit_reset(config, where, done)
         log.event(config.state_dir, "repair", node=where, outcome="gpu_reset", gpus=done)
     return lines
+
+
+def _audit_reset(config: Config, node: str, gpus: list[int]) -> None:
+    """The reset in the audit log, where the false-drain count looks for repairs."""
+    from gpugate.store import history
+
+    why = f"gpugate: nvidia-smi -r on GPU {', '.join(map(str, gpus))}"
+    try:
+        history.record_repair(history.history_dir(config), node, history.GPU_RESET, why=why)
+    except (OSError, ValueError) as exc:
+        log.error(config.state_dir, f"could not audit the GPU reset of {node}", exc)
 
 
 def _reset_line(index: int, res: runner.CommandResult) -> str:

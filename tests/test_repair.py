@@ -268,6 +268,9 @@ def test_a_reset_is_run_per_gpu_and_recorded(tmp_path):
     assert repair.reset_recorded("gpu-node-99", cfg) is None
     data = json.loads((tmp_path / "state" / "repairs.json").read_text())
     assert data["reset"][NODE]["gpus"] == [2, 5]
+    # Audited as a repair: a later lift of this drain is not counted as a false drain.
+    [audit] = [json.loads(x) for x in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert (audit["node"], audit["repair"], audit["resumed"]) == (NODE, "gpu reset", False)
 
 
 def test_nvidia_smi_missing_refusing_or_timing_out_is_reported(tmp_path):
@@ -283,6 +286,7 @@ def test_nvidia_smi_missing_refusing_or_timing_out_is_reported(tmp_path):
     )
     assert lines[2] == "GPU 2: not reset: nvidia-smi -r timed out after 7 s"
     assert repair.reset_recorded(NODE, cfg) is None  # nothing was reset: no repair evidence
+    assert not (tmp_path / "state" / "audit.jsonl").exists()
 
 
 def test_a_bad_index_is_reported_and_not_run(tmp_path):
