@@ -176,7 +176,9 @@ def _reboot_refusal(slurm: SlurmControl, before: NodeInfo, config: Config) -> st
     ):
         return f"a reboot was already requested for this drain at {asked.get('at')}"
     try:
-        verdict = check_budget(slurm.nodes(), before.name, config.budget, time.time())
+        # The same limits as the drain it follows (a hardware check's share of the partition).
+        nodes, check = slurm.nodes(), reason_check(before.reason)
+        verdict = check_budget(nodes, before.name, config.budget, time.time(), check)
     except SlurmError as exc:  # a reboot is not the normal action: no count, no reboot
         return f"drain budget unknown ({exc})"
     return None if verdict.allowed else f"drain budget: {verdict.why}"

@@ -181,14 +181,27 @@ def test_a_new_drain_after_the_reboot_may_be_rebooted_again(tmp_path):
     assert len(slurm.reboots) == 2
 
 
+def budget_cluster(other_drains: int) -> FakeSlurm:
+    """7 nodes in one partition: ours (Xid 79), `other_drains` more drained by gpugate."""
+    others = [drained(f"gpu-node-0{i}", ECC, when=1000) for i in range(2, 2 + other_drains)]
+    spare = [idle(f"gpu-node-1{i}") for i in range(6 - other_drains)]
+    return slurm_with(drained(NODE, XID79, when=1000), *others, *spare)
+
+
 def test_the_budget_refuses(tmp_path, capsys):
-    others = [drained(f"gpu-node-0{i}", ECC, when=1000) for i in (2, 3)]
-    spare = [idle(f"gpu-node-{i}") for i in range(10, 14)]
-    slurm = slurm_with(drained(NODE, XID79, when=1000), *others, *spare)
-    # 7 nodes, 10 %, at least 1: two other gpugate drains already exceed it.
+    slurm = budget_cluster(other_drains=4)
+    # kernel.xid is a hardware check: half the partition (4 of 7) at most; 4 others are out.
     cfg = config(tmp_path, max_drained_share=0.1, min_drains_allowed=1)
     assert repair.request_reboot(slurm, NODE, XID79, cfg) is None
     assert slurm.reboots == [] and "drain budget" in capsys.readouterr().err
+
+
+def test_the_budget_is_the_drains_own(tmp_path):
+    """The reboot is judged with the limits of the check that drained the node."""
+    slurm = budget_cluster(other_drains=2)
+    # 10 % of 7 would allow one drain in all; a hardware check may hold 4.
+    cfg = config(tmp_path, max_drained_share=0.1, min_drains_allowed=1)
+    assert repair.request_reboot(slurm, NODE, XID79, cfg)
 
 
 def test_slurm_errors_are_reported_not_raised(tmp_path, capsys):
