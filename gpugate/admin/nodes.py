@@ -25,6 +25,7 @@ from gpugate.slurm_hooks.slurm.cli import DEFAULT_TIMEOUT, CliBackend
 from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
+from gpugate.store.held import HELD_LABEL, current_held, held_entries
 from gpugate.text import printable
 
 TYPE_CHECKING = False
@@ -39,12 +40,15 @@ if TYPE_CHECKING:
 
 # Suggested actions, most urgent first: the index is the row's urgency.
 # A check's own action (REBOOT, RESET, RESEAT, COOLING, HOST) is on its @check line.
+# In service, but gpugate wanted it out and the drain budget held the drain back: a node
+# gpugate knows is failing keeps taking jobs, the most urgent row (gpugate/store/held.py).
+HELD = HELD_LABEL
 RMA = "RMA candidate"
 NOT_RESPONDING = "check node: not responding"
 HOOK_ERROR = "read slurmd log: hook failed"
 ADMIN = "admin's drain: see reason"
 NONE = ""
-ACTIONS = (RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN, NONE)
+ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN, NONE)
 URGENCY = {a: i for i, a in enumerate(ACTIONS)}
 
 _XID = re.compile(r"\bXid (\d+)")
@@ -249,7 +253,7 @@ def node_row(
 def urgency_key(row: dict) -> tuple:
     """Sort key, most urgent first: action, repeats, then the longest-waiting drain."""
     return (
-        URGENCY[row["action"]] if row["drained"] else len(ACTIONS),
+        URGENCY[row["action"]] if row["drained"] or row["action"] == HELD else len(ACTIONS),
         -row["same_check_drains"],
         -row["drains"],
         row["since"] or "~",
@@ -266,31 +270,44 @@ def node_rows(
     now: float | None = None,
     drained_only: bool = False,
     unknown: list[dict] = (),  # type: ignore[assignment]
+    held: dict[str, dict] | None = None,
 ) -> list[dict]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
-    order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog."""
+    order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog; `held`:
+    {node: held entry} of drains the budget held back (those nodes in service rank first)."""
     since = history.window_start(window_days, now)
     past = history.by_node(drains)
+    held = held or {}
     xids = unknown_by_node(unknown, since)
     urgent: list[dict] = []
     rest: list[dict] = []
     for first, names in groups:
         drained = first.drained
         if drained_only and not drained:
-            continue
+            # A held-back drain is shown with the drained nodes: it is one gpugate wanted.
+            names = [n for n in names if n in held]
         out = urgent if drained else rest
         shared = None  # the row of the group's nodes without history, made once
         for name in names:
-            if name in past or name in xids:
+            if name in past or name in xids or name in held:
                 node = first.replace(name=name) if name != first.name else first
-                out.append(node_row(node, past.get(name, []), evidence_dir, since, rma_after,
-                                    drained, xids.get(name, ())))  # fmt: skip
+                row = node_row(node, past.get(name, []), evidence_dir, since, rma_after,
+                               drained, xids.get(name, ()))  # fmt: skip
+                if not drained and name in held:
+                    row = held_row(row, held[name])
+                (urgent if row["action"] == HELD else out).append(row)
                 continue
             if shared is None:
                 shared = node_row(first, [], evidence_dir, since, rma_after, drained)
             out.append(dict(shared, node=name))  # same state and reason as the group's
     urgent.sort(key=urgency_key)
     return urgent + rest
+
+
+def held_row(row: dict, entry: dict) -> dict:
+    """A node in service whose drain the budget held back: what gpugate wanted, why not."""
+    return dict(row, check=entry.get("check"), action=HELD, would_drain_reason=entry["reason"],
+                would_drain_why=entry.get("why"), would_drain_since=entry.get("at"))  # fmt: skip
 
 
 def unknown_by_node(entries: Iterable[dict], since: float) -> dict[str, tuple[int, ...]]:
@@ -313,16 +330,29 @@ def rows_for(
     """node_rows() with the configured history, evidence root, window and RMA threshold."""
     adm = config.admin
     where = history.history_dir(config)
+    drains = history.drains(where) if drains is None else drains
     return node_rows(
         groups,
-        history.drains(where) if drains is None else drains,
+        drains,
         config.evidence_dir,
         adm.history_window_days if window_days is None else window_days,
         adm.rma_after_drains,
         now,
         drained_only,
         history.unknown_xids(where),
+        current_held(held_entries(where), drains, now),
     )
+
+
+def check_stats(config: Config, groups: list[Group], window_days: float,
+                now: float | None = None) -> dict[str, dict[str, int]]:  # fmt: skip
+    """Each check's record in the window (store/outcomes.py), Slurm's drained nodes included."""
+    from gpugate.store.outcomes import check_record
+
+    where = history.history_dir(config)
+    drained = {name for first, names in groups if first.drained for name in names}
+    since = history.window_start(window_days, now)
+    return check_record(history.drains(where), history.resumes(where), since, drained)
 
 
 # ----------------------------------------------------------------------------- printing
@@ -337,13 +367,20 @@ COLUMNS = (
 def render_table(rows: list[dict]) -> str:
     """A fixed-width table, one line per node; the reason last, uncut."""
     cells = [[h for h, _ in COLUMNS]]
-    cells += [[_cell(r[k]) for _, k in COLUMNS] for r in rows]
+    cells += [[_cell(_shown(r, k)) for _, k in COLUMNS] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
     lines = []
     for c in cells:
         head = "  ".join(v.ljust(w) for v, w in zip(c, widths))
         lines.append(f"{head}  {c[-1]}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _shown(row: dict, key: str) -> object:
+    """A row's value for the table: a held-back drain's reason says what gpugate wanted."""
+    if key == "reason" and row["action"] == HELD and not row["reason"]:
+        return f"wanted: {row['would_drain_reason']} (held back: {row['would_drain_why']})"
+    return row[key]
 
 
 def _cell(value: object) -> str:

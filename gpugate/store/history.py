@@ -8,6 +8,7 @@ Two files, both JSON lines (one object per line, oldest first):
   sees half a file and needs no lock.
 - `audit.jsonl`: append-only, one line per resume or refused resume (who, when, why, the
   check's result, forced, resumed). Never trimmed: it is the audit log.
+- `held.jsonl`: the drains the budget held back (gpugate/store/held.py).
 - `unknown-xids.jsonl`: one entry per hook run that saw Xids NVIDIA's catalog does not list
   (node, time, the codes): they warn and never drain, so no drain entry would show them to
   `gpugate nodes`. Bounded and rewritten like drains.jsonl.
@@ -106,8 +107,8 @@ def _when_ok(when: object) -> bool:
     return type(when) in (int, float) and 0 <= when <= _WHEN_MAX  # type: ignore[operator]
 
 
-_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook")
-_RESUME_TEXT = ("at", "who", "why", "reason")
+_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id")
+_RESUME_TEXT = ("at", "who", "why", "reason", "boot_id", "repair")
 
 
 def _common_ok(e: object, texts: tuple[str, ...]) -> bool:
@@ -159,6 +160,7 @@ def record_drain(
     xid: int | None = None,
     job: str | None = None,
     hook: str | None = None,
+    boot_id: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
 ) -> dict | None:
@@ -175,6 +177,7 @@ def record_drain(
         "bundle": bundle,
         "job": job,
         "hook": hook,
+        "boot_id": boot_id,  # repair evidence: a lift after a new boot followed a reboot
     }
 
     same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
@@ -226,6 +229,8 @@ def record_resume(
     *,
     reason: str | None = None,
     resumed: bool = True,
+    boot_id: str | None = None,
+    repair: str | None = None,
 ) -> dict:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
     why, the check's result; the entry."""
@@ -241,6 +246,12 @@ def record_resume(
         "resumed": bool(resumed),
         "reason": reason,  # the drain reason the node had before
     }
+    # Repair evidence (repair_evidence), only when known: the node's boot when lifted, and a
+    # repair audited on the drained node ("gpu reset").
+    if boot_id:
+        entry["boot_id"] = boot_id
+    if repair:
+        entry["repair"] = repair
 
     with _lock(state_dir):
         append(os.path.join(state_dir, AUDIT), [entry], sync=True)
@@ -326,6 +337,9 @@ def by_node(entries: Iterable[dict]) -> dict[str, list[dict]]:
 def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
+    from gpugate.checks.sources.kernel_log import boot_id  # the prolog has it loaded already
+
+    fields.setdefault("boot_id", boot_id(config))  # repair evidence: a later lift after a new boot
     try:
         return record_drain(
             history_dir(config),
@@ -387,3 +401,43 @@ def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: 
                             max_entries=adm.history_max_entries, **fields)  # type: ignore[arg-type]  # fmt: skip
     except Exception as exc:  # a report only: the hook's verdict stands
         log.error(config.state_dir, f"could not record the unknown Xids of {node}", exc)
+
+
+# ------------------------------------------------------------------- repair evidence
+
+REBOOT = "reboot"
+GPU_RESET = "gpu reset"
+
+
+def record_repair(
+    state_dir: str, node: str, repair: str, why: str = "", when: float | None = None
+) -> dict:
+    """Audit a repair done on a drained node (GPU_RESET; a reboot shows by its boot id)."""
+    return record_resume(state_dir, node, why=why or repair, result=f"repair: {repair}",
+                         when=when, resumed=False, repair=repair)  # fmt: skip
+
+
+def repair_evidence(drain: dict, lift: dict, audit: Iterable[dict] = ()) -> str | None:
+    """What repaired the node between `drain` and `lift` (a drain entry and an audit entry of
+    the same node): REBOOT when their boot ids differ, the repair an audit entry between them
+    (or the lift itself) names, else None. The one definition of "repaired" for the counts
+    and for healing."""
+    before, after = drain.get("boot_id"), lift.get("boot_id")
+    if before and after and before != after:
+        return REBOOT
+    if lift.get("repair"):
+        return str(lift["repair"])
+    start, end = drain.get("when", 0), lift.get("when", 0)
+    for e in audit:
+        if (
+            e.get("repair")
+            and e.get("node") == drain.get("node")
+            and start <= e.get("when", 0) <= end
+        ):
+            return str(e["repair"])
+    return None
+
+
+def lifted_without_repair(drain: dict, lift: dict, audit: Iterable[dict] = ()) -> bool:
+    """True when `lift` (an audit entry that resumed the node) shows no repair since `drain`."""
+    return bool(lift.get("resumed", True)) and repair_evidence(drain, lift, audit) is None
