@@ -51,8 +51,11 @@ def drain_by_prolog(cluster: LocalSlurm, site: Site, snapshot: str) -> str:
     """A job lands on the node replaying `snapshot`; the Prolog drains it. Its reason."""
     site.use_snapshot(NODE, snapshot)
     job = cluster.submit(wrap="true", output=str(site.base / "broken.out"), nodelist=NODE)
-    node = cluster.wait_node(NODE, lambda n: "DRAIN" in n.get("State", ""), timeout=30)
-    cluster.run(["scancel", str(job)], check=False)  # held after the refusal: not needed here
+    # Cancelled only once Slurm has requeued it held: with the job cancelled while its Prolog
+    # still ran, the test's next sbatch was seen to time out (22.05, 2 runs in 6).
+    cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=30)
+    node = cluster.wait_node(NODE, lambda n: "DRAIN" in n.get("State", ""), timeout=10)
+    cluster.run(["scancel", str(job)], check=False)  # not needed any more
     return node["Reason"]
 
 
