@@ -134,7 +134,9 @@ def not_gpu_node(facts: Facts, ctx: Context) -> bool:
     return expected == 0 or (expected is None and facts.pci_gpu_count == 0)
 
 
-@check("gpu.lost", hardware=True, action=REBOOT, fault=HARDWARE)  # reseat it if it does not come back
+@check(
+    "gpu.lost", hardware=True, action=REBOOT, fault=HARDWARE
+)  # reseat it if it does not come back
 def check_gpu_lost(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU that NVML reports lost, needing reset, or unreachable."""
     if facts.gpus is None:
@@ -259,7 +261,9 @@ def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.ecc", facts, judge, "within the uncorrected ECC limits")
 
 
-@check("gpu.memory_errors", hardware=True, action=RESET, fault=HARDWARE)  # a pending remap needs a reset
+@check(
+    "gpu.memory_errors", hardware=True, action=RESET, fault=HARDWARE
+)  # a pending remap needs a reset
 def check_memory_errors(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No pending page retirement or row remap (needs a GPU reset), no remap failure (RMA)."""
 

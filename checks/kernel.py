@@ -75,7 +75,9 @@ def _xid_verdict(event: XidEvent, overrides: dict) -> str:
     return "warn" if action in ("restart_app", "report") else "info"
 
 
-@check("kernel.xid", hardware=True, action=RESET, fault=HARDWARE)  # refined by the Xid catalog (admin)
+@check(
+    "kernel.xid", hardware=True, action=RESET, fault=HARDWARE
+)  # refined by the Xid catalog (admin)
 def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No Xid in the kernel log that needs a GPU reset or reboot (NVIDIA Xid catalog)."""
     if facts.kernel_log is None:

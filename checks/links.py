@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts, Gpu
 
 
-@check("pcie.link", hardware=True, action=RESEAT, fault=HARDWARE)  # trained below x16 or its generation
+@check(
+    "pcie.link", hardware=True, action=RESEAT, fault=HARDWARE
+)  # trained below x16 or its generation
 def check_pcie_link(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Each GPU's PCIe link at full width and at the board's generation."""
     if facts.gpus is None:  # the board is picked by GPU name: NVML is the root cause

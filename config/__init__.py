@@ -34,8 +34,14 @@ _KEYED = {
     )
 }
 # Shares of a whole (non-negative is checked for every number).
-_AT_MOST = {"epilog.evidence_user_share": 1.0, "budget.hardware_share": 1.0,
-            "budget.max_drained_share": 1.0}
+_AT_MOST = {
+    "epilog.evidence_user_share": 1.0,
+    "budget.hardware_share": 1.0,
+    "budget.max_drained_share": 1.0,
+    "health.deadline_s": 55.0,
+}
+# Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
+_AT_LEAST = {"health.heal_after_passes": 1}
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
 _CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks")
 
@@ -194,6 +200,8 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
         raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
     if path in _AT_MOST and value > _AT_MOST[path]:
         raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")
+    if path in _AT_LEAST and value < _AT_LEAST[path]:
+        raise ConfigError(f"{source}: {path}: must be at least {_AT_LEAST[path]:g}, got {value!r}")
     return value
 
 

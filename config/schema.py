@@ -236,6 +236,10 @@ class Admin(Record):
 class Health(Record):
     """Between jobs: the HealthCheckProgram, healing, repair through Slurm."""
 
+    # `gpugate health` (slurm_hooks/health.py): its whole run's deadline, and how many passing
+    # runs in a row lift a drain gpugate set for a transient check (gpugate/health/heal.py).
+    deadline_s: float
+    heal_after_passes: int
     # Repair (slurm_hooks/repair.py), opt in: hand reboot-class faults to `scontrol reboot
     # ASAP nextstate=RESUME`; reset a reset-class GPU with `nvidia-smi -r` on an idle node.
     reboot: bool

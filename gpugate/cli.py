@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "task-prolog": ("task_prolog", "Slurm TaskProlog: export NCCL settings into the job"),
     "epilog": ("epilog", "Slurm Epilog: collect evidence after an abnormal end"),
     "epilog-slurmctld": ("epilog_slurmctld", "Slurm EpilogSlurmctld: requeue decision"),
+    "health": ("health", "Slurm HealthCheckProgram: vet the node between jobs, lift what healed"),
     "checkpoint": ("checkpoint", "find the newest complete checkpoint under a directory"),
     "requeue": ("requeue", "requeue a job from its latest complete checkpoint"),
     "nodes": ("nodes", "drained nodes, reasons and evidence at a glance"),

@@ -49,6 +49,7 @@ class Request(Record):
     why: str = ""
     force: bool = False
     facts_file: str | None = None
+    who: str | None = None  # the audit's `who`; None: the user running it ("gpugate health")
 
 
 def node_facts(
@@ -127,7 +128,7 @@ def _refused(
 
 def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool,
            boot_id: str | None = None) -> dict:  # fmt: skip
-    return record_resume(history_dir(config), request.node, why=request.why,
+    return record_resume(history_dir(config), request.node, who=request.who, why=request.why,
                          result=result, forced=request.force, reason=reason, resumed=resumed,
                          boot_id=boot_id)  # fmt: skip
 

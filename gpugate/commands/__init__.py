@@ -41,6 +41,14 @@ HOOK_HELP: dict[str, str] = {
         "and has restarts left, requeue it off the suspected nodes and record the checkpoint it "
         "resumes from. Always exits 0."
     ),
+    "health": (
+        "Slurm HealthCheckProgram (slurm.conf HealthCheckProgram=/usr/libexec/gpugate/"
+        "gpugate-health): run the checklist between jobs within health.deadline_s; drain a "
+        "failing node as the prolog does (same reasons, budget, never an admin's drain); skip "
+        "what running jobs change on their GPUs; lift gpugate's own transient drains after "
+        "health.heal_after_passes passing runs, hardware drains only after a reboot and a "
+        "passing checklist (audited like `gpugate resume`). Always exits 0."
+    ),
 }
 
 

@@ -1,0 +1,63 @@
+"""`gpugate health`: Slurm's HealthCheckProgram entry point (slurm_hooks/gpugate-health calls it)."""
+
+from __future__ import annotations
+
+from gpugate import log
+from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.slurm_hooks.hookenv import from_environ
+from gpugate.store import history, metrics
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.health import HealthResult
+
+
+def main(argv: list[str]) -> int:
+    """Run the health check; always exit 0 (slurmd ignores it; gpugate drains itself)."""
+    return run_hook_command("health", argv, _body)
+
+
+def _body(config: Config) -> int:
+    from gpugate.slurm_hooks.health import run_health
+    from gpugate.slurm_hooks.slurm.choose import backend
+
+    # No job environment: the node name as the other hooks find it (SLURMD_NODENAME, else
+    # the short host name).
+    node = from_environ().node or ""
+    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    result = run_health(config, node, slurm)
+    each_on_its_own("health", (say_verdict, note_history, note_metrics, note_event), "decision",
+                    config, node, result)  # fmt: skip
+    return 0
+
+
+def say_verdict(config: Config, node: str, result: HealthResult) -> None:
+    """One line for slurmd's log."""
+    line = (
+        f"health on {node}: {result.action}: {result.message} ({result.duration_s * 1000:.0f} ms)"
+    )
+    if result.drained:
+        line += f"; drained: {result.reason}"
+    log.say(line)
+
+
+def note_history(config: Config, node: str, result: HealthResult) -> None:
+    """The drain history (after a drain gpugate set)."""
+    if result.drained and result.reason:
+        history.note_drain(config, node, result.reason, hook="health")
+
+
+def note_metrics(config: Config, node: str, result: HealthResult) -> None:
+    """The metrics textfile."""
+    metrics.note_run(config, node, "health", findings=result.statuses, duration_s=result.duration_s,
+                     drained_check=history.reason_check(result.reason) if result.drained else None,
+                     budget_exceeded=result.blocked_by == "budget")  # fmt: skip
+
+
+def note_event(config: Config, node: str, result: HealthResult) -> None:
+    """The run's line in events.jsonl."""
+    log.event(config.state_dir, "health", node=node, status=result.status, action=result.action,
+              reason=result.reason, drained=result.drained, resumed=result.resumed,
+              blocked_by=result.blocked_by, message=result.message[:500],
+              duration_s=round(result.duration_s, 4))  # fmt: skip

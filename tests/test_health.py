@@ -1,0 +1,343 @@
+"""`gpugate health` (Slurm's HealthCheckProgram) and healing by class, with FakeSlurm and
+replayed snapshots."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from factories import default_config, make_facts
+from fakes import NODE, FakeSlurm, drained
+
+from gpugate.checks import registry
+from gpugate.config import ConfigError, load_config
+from gpugate.health.heal import KEEP, LIFT, heal_verdict
+from gpugate.slurm_hooks.health import parse_gres_used, run_health, skip_for_jobs
+from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.store import healing
+from gpugate.store.healing import Healing
+from gpugate.store.history import record_drain
+from gpugate.yamlio import dump_yaml
+
+HOT = {3: {"temperature_c": 95.0}}
+ECC = {3: {"ecc_aggregate_uncorrected": 120}}
+
+
+def write_boot(tmp_path, boot: str) -> None:
+    path = tmp_path / "proc/sys/kernel/random"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "boot_id").write_text(boot + "\n")
+
+
+def setup(tmp_path, facts, passes: int = 2, boot: str = "boot-1"):
+    """Config replaying `facts` (the same `facts_file` replay the prolog uses)."""
+    swap(tmp_path, facts)
+    write_boot(tmp_path, boot)
+    config = default_config()
+    return config.replace(
+        facts_file=str(tmp_path / "node.yaml"),
+        state_dir=str(tmp_path / "state"),
+        budget=config.budget.replace(settle_s=0),
+        sources=config.sources.replace(proc_root=str(tmp_path / "proc")),
+        health=config.health.replace(heal_after_passes=passes),
+    )
+
+
+def swap(tmp_path, facts) -> None:
+    """Replace the replayed snapshot (what a changed GPU looks like to the next run)."""
+    data = facts.to_dict()
+    data.pop("boot_id", None)  # the boot id comes from the proc root the test points at
+    (tmp_path / "node.yaml").write_text(dump_yaml(data))
+
+
+def audit(config) -> list[dict]:
+    path = f"{config.state_dir}/audit.jsonl"
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+OTHERS = ("gpu-node-02", "gpu-node-03", "gpu-node-04")
+
+
+def cluster(*infos) -> FakeSlurm:
+    """NODE (idle unless given) in a 4-node partition: the drain budget has room for it."""
+    given = {i.name for i in infos}
+    return FakeSlurm([*infos, *(n for n in (NODE, *OTHERS) if n not in given)])
+
+
+def busy_cluster(state: str) -> BusySlurm:
+    """NODE running a job (GPUs 0-3), in the same 4-node partition."""
+    return BusySlurm([NodeInfo(name=NODE, state=state, partitions=("gpu",)), *OTHERS])
+
+
+class BusySlurm(FakeSlurm):
+    """A node running a job on GPUs 0-3: scontrol -d answers with its GresUsed."""
+
+    def scontrol(self, *args: str) -> str:
+        assert args == ("-d", "-o", "show", "node", NODE)
+        return f"NodeName={NODE} Gres=gpu:8 GresUsed=gpu:h100:4(IDX:0-3) State=MIXED"
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_every_check_declares_its_fault_class():
+    assert registry.undeclared_faults() == ()
+    assert registry.fault_class("gpu.temperature") == registry.TRANSIENT
+    assert registry.fault_class("gpu.ecc") == registry.HARDWARE
+    assert registry.fault_class("no.such.check") == registry.HARDWARE
+
+
+def test_an_unknown_fault_class_is_refused():
+    with pytest.raises(ValueError, match="fault 'sometimes'"):
+        registry.check("test.fault_class", fault="sometimes")
+
+
+def test_heal_after_passes_below_one_is_refused(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("health:\n  heal_after_passes: 0\n")
+    with pytest.raises(ConfigError, match=r"health\.heal_after_passes: must be at least 1"):
+        load_config(str(site))
+
+
+# ------------------------------------------------------------------------ the pure rules
+
+T = Healing(node=NODE, check="gpu.temperature", fault="transient", since=1.0, boot_id="b1")
+H = Healing(node=NODE, check="gpu.ecc", fault="hardware", since=1.0, boot_id="b1")
+
+
+@pytest.mark.parametrize(
+    "entry, failing, boot, same, action, passes, why",
+    [
+        (T, (), "b1", 0, KEEP, 1, "gpu.temperature passed 1 run in a row, 2 needed"),
+        (
+            T.replace(passes=1),
+            (),
+            "b1",
+            0,
+            LIFT,
+            2,
+            "healed: gpu.temperature passed 2 runs in a row",
+        ),
+        (
+            T.replace(passes=1),
+            (("gpu.temperature", "transient"),),
+            "b1",
+            0,
+            KEEP,
+            0,
+            "still failing",
+        ),
+        (H.replace(passes=5), (), "b1", 0, KEEP, 6, "hardware fault (gpu.ecc): waits"),
+        (H, (), "b2", 0, LIFT, 1, "repaired: rebooted"),
+        (H, (), "b2", 3, KEEP, 1, "RMA candidate: drained 3 times for gpu.ecc"),
+        (H.replace(boot_id=None), (), "b2", 0, KEEP, 1, "hardware fault"),
+        (H, (("gpu.ecc", "hardware"),), "b2", 0, KEEP, 0, "still failing: gpu.ecc"),
+        (H.replace(since=100.0), (), "b1", 0, "reset", 1, "repaired: GPU reset"),
+        (H.replace(since=100.0), (), "b1", 0, "old reset", 1, "hardware fault"),
+    ],
+)
+def test_heal_verdict(entry, failing, boot, same, action, passes, why):
+    # "reset": a GPU reset recorded after the drain; "old reset": one from before it.
+    reset_at = {"reset": 200.0, "old reset": 50.0}.get(action)
+    action = {"reset": LIFT, "old reset": KEEP}.get(action, action)
+    verdict = heal_verdict(
+        entry, failing, boot, heal_after=2, same_check_drains=same, rma_after=3, reset_at=reset_at
+    )
+    assert (verdict.action, verdict.entry.passes) == (action, passes)
+    assert verdict.why.startswith(why)
+
+
+def test_a_hardware_failure_on_a_transient_drain_makes_it_wait_for_a_repair():
+    verdict = heal_verdict(T, (("gpu.ecc", "hardware"),), "b1", heal_after=2)
+    assert (verdict.entry.check, verdict.entry.fault) == ("gpu.ecc", "hardware")
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+def test_healing_state_is_validated_on_read(tmp_path):
+    state = str(tmp_path)
+    healing.put(state, T)
+    assert healing.load(state) == {NODE: T}
+    data = json.loads((tmp_path / "healing.json").read_text())
+    data["nodes"]["forged"] = {"check": "gpu.ecc", "fault": "hardware", "since": 1, "passes": "99"}
+    data["nodes"]["odd"] = {"check": "gpu.ecc", "fault": "maybe", "since": 1, "passes": 1}
+    (tmp_path / "healing.json").write_text(json.dumps(data))
+    assert set(healing.load(state)) == {NODE}
+    (tmp_path / "healing.json").write_text("[[[")
+    assert healing.load(state) == {}
+    healing.forget(state, NODE)  # nothing to forget: no error
+
+
+# ------------------------------------------------------------------------------ GresUsed
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("NodeName=n GresUsed=gpu:h100:4(IDX:0-3) State=MIXED", {0, 1, 2, 3}),
+        ("NodeName=n GresUsed=gpu:2(IDX:1,5),nic:0 State=MIXED", {1, 5}),
+        ("NodeName=n GresUsed=gpu:0(IDX:N/A) State=IDLE", set()),
+        ("NodeName=n GresUsed=gpu:a:1(IDX:0),gpu:b:2(IDX:4-5) State=MIXED", {0, 4, 5}),
+    ],
+)
+def test_parse_gres_used(text, expected):
+    assert parse_gres_used(text) == expected
+
+
+def test_parse_gres_used_without_the_field_is_unknown():
+    assert parse_gres_used("NodeName=n State=IDLE") is None
+
+
+# --------------------------------------------------------------------------- the hook
+
+
+def test_idle_node_with_an_ecc_fault_is_drained_and_stays_drained(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    result = run_health(config, NODE, slurm)
+    assert result.drained and result.reason.startswith("gpugate: gpu.ecc: GPU3 ")
+    entry = healing.load(config.state_dir)[NODE]
+    assert (entry.check, entry.fault, entry.boot_id) == ("gpu.ecc", "hardware", "boot-1")
+    swap(tmp_path, make_facts())
+    for _ in range(4):
+        result = run_health(config, NODE, slurm)
+        assert result.action == "keep"
+    assert slurm.resumed == [] and slurm.node(NODE).drained
+
+
+def test_hardware_drain_lifted_after_a_reboot_and_a_passing_checklist(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    write_boot(tmp_path, "boot-2")
+    assert run_health(config, NODE, slurm).action == "keep"  # rebooted, still failing
+    swap(tmp_path, make_facts())
+    result = run_health(config, NODE, slurm)
+    assert (result.action, result.resumed, slurm.resumed) == ("lift", True, [NODE])
+    (entry,) = audit(config)
+    assert (entry["who"], entry["why"], entry["resumed"]) == (
+        "gpugate health",
+        "repaired: rebooted",
+        True,
+    )
+    assert NODE not in healing.load(config.state_dir)
+
+
+def test_rma_candidate_is_not_lifted_after_a_reboot(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    for hours in (30, 20, 10):  # three drains of the window, each its own event
+        record_drain(
+            config.state_dir,
+            NODE,
+            "gpugate: gpu.ecc: GPU3 ...",
+            hook="prolog",
+            when=time.time() - hours * 3600,
+        )
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    write_boot(tmp_path, "boot-2")
+    swap(tmp_path, make_facts())
+    result = run_health(config, NODE, slurm)
+    assert result.action == "keep" and result.message.startswith("RMA candidate")
+    assert slurm.resumed == []
+
+
+def test_hot_gpu_drains_and_is_resumed_once_cool(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=HOT), passes=2)
+    slurm = cluster()
+    assert run_health(config, NODE, slurm).reason.startswith("gpugate: gpu.temperature: ")
+    swap(tmp_path, make_facts())
+    assert run_health(config, NODE, slurm).action == "keep"
+    result = run_health(config, NODE, slurm)
+    assert (result.action, slurm.resumed) == ("lift", [NODE])
+    (entry,) = audit(config)
+    assert entry["why"] == "healed: gpu.temperature passed 2 runs in a row"
+    assert entry["who"] == "gpugate health"
+
+
+def test_a_failing_run_starts_the_count_again(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=HOT), passes=2)
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    swap(tmp_path, make_facts())
+    run_health(config, NODE, slurm)
+    swap(tmp_path, make_facts(gpus=HOT))
+    run_health(config, NODE, slurm)
+    swap(tmp_path, make_facts())
+    assert run_health(config, NODE, slurm).action == "keep"
+    assert slurm.resumed == []
+
+
+def test_a_prolog_drain_is_healed_too(tmp_path):
+    config = setup(tmp_path, make_facts(), passes=1)
+    slurm = cluster(drained(NODE, "gpugate: gpu.temperature: GPU3 95 C", when=1000))
+    result = run_health(config, NODE, slurm)
+    assert (result.action, slurm.resumed) == ("lift", [NODE])
+
+
+def test_an_admins_drain_is_never_touched(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC), passes=1)
+    slurm = cluster(drained(NODE, "bad fan, ticket 12", user="alice"))
+    assert run_health(config, NODE, slurm).blocked_by == "admin"
+    swap(tmp_path, make_facts())
+    run_health(config, NODE, slurm)
+    assert slurm.drains == [] and slurm.resumed == []
+    assert slurm.node(NODE).reason == "bad fan, ticket 12"
+
+
+def test_the_drain_budget_applies(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    lost = "gpugate: gpu.lost: GPU1 lost"
+    slurm = cluster(*(drained(n, lost, when=1000) for n in OTHERS[:2]))
+    result = run_health(config, NODE, slurm)
+    assert (result.drained, result.blocked_by) == (False, "budget")
+    assert slurm.node_comments and "would drain" in slurm.node_comments[0][1]
+
+
+def test_a_busy_node_skips_what_its_jobs_change_on_their_gpus(tmp_path):
+    hot_and_busy = make_facts(gpus={2: {"temperature_c": 95.0, "memory_used_mib": 70000}})
+    config = setup(tmp_path, hot_and_busy)
+    slurm = busy_cluster("MIXED")
+    result = run_health(config, NODE, slurm)
+    assert (result.action, slurm.drains) == ("allow", [])
+    # GPU 5 is no job's: its heat is judged.
+    swap(tmp_path, make_facts(gpus={5: {"temperature_c": 95.0}}))
+    assert run_health(config, NODE, slurm).reason.startswith("gpugate: gpu.temperature: GPU5")
+
+
+def test_a_busy_node_still_fails_for_hardware(tmp_path):
+    config = setup(tmp_path, make_facts(gpus={2: {"ecc_aggregate_uncorrected": 120}}))
+    slurm = busy_cluster("ALLOCATED")
+    assert run_health(config, NODE, slurm).reason.startswith("gpugate: gpu.ecc: GPU2")
+
+
+def test_skipped_findings_say_why():
+    from gpugate.checks import findings as F
+
+    found = [F.fail("gpu.temperature", "GPU1 95 C", gpu=1), F.fail("host.memory", "low")]
+    out = skip_for_jobs(found, frozenset({1}), any_job=True)
+    assert [f.message for f in out] == [
+        "gpu.temperature: GPU1: skipped: GPU in use by a job",
+        "host.memory: skipped: a job runs on the node",
+    ]
+    assert skip_for_jobs(found, frozenset(), any_job=False) == found
+
+
+def test_slurm_unreachable_changes_nothing(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    slurm.errors["node"] = RuntimeError("slurmctld down")
+    result = run_health(config, NODE, slurm)
+    assert (result.status, result.drained) == ("error", False)
+
+
+def test_the_cli_runs_it_and_exits_0(tmp_path, monkeypatch):
+    from gpugate.cli import main
+
+    monkeypatch.setenv("SLURMD_NODENAME", NODE)
+    with pytest.raises(SystemExit) as exc:
+        main(["health", "--help"])
+    assert exc.value.code == 0
