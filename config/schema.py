@@ -249,6 +249,7 @@ class Health(Record):
     # many failed multi-node jobs within the window (hours) is drained; 0: no voting.
     suspect_votes: int
     suspect_window_h: float
+    suspect_users_min: int  # votes must come from jobs of this many distinct users
 
 
 class Config(Record):

@@ -139,9 +139,17 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
         result = HealthResult(status=decision.status, action="none", blocked_by="admin",
                               message=f"{node} drained by someone else ({info.reason!r}); left alone")  # fmt: skip
     elif info.drained and info.gpugate_owned:
+        repaired = repair(config, slurm, node, findings, idle=not any_job)
+        if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
+            facts, findings = judge(config, node, slurm, any_job)
+            decision = decide(findings, config.policy, phase="health")
         result = keep_or_lift(config, slurm, info, decision, boot, any_job)
+        result = result.replace(message=_joined(result.message, repaired))
     elif decision.action == DRAIN:
         result = drain_for(config, slurm, node, decision, boot)
+        if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
+            result = result.replace(message=_joined(result.message, repair(
+                config, slurm, node, findings, idle=False)))  # fmt: skip
     else:
         healing_forget(config, node)
         result = HealthResult(status=decision.status, action="allow", message=decision.status)
@@ -149,6 +157,29 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
         # Not moved past a failure gpugate could not act on: the prolog must still see it.
         remember_kernel_pos(config, facts)
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
+
+
+def repair(
+    config: Config, slurm: SlurmControl, node: str, findings: list[Finding], idle: bool
+) -> str:
+    """Opt-in repair of gpugate's drain (slurm_hooks/repair.py): a reboot-class fault is handed
+    to `scontrol reboot ASAP`; a reset-class one on an idle node gets `nvidia-smi -r`. What was
+    done, "" when nothing (opted out, not that kind, once per drain, the budget). Never raises."""
+    from gpugate.slurm_hooks import repair as R
+
+    try:
+        fault = R.reboot_fault(findings, config)
+        if fault is not None:
+            return R.request_reboot(slurm, node, R.reboot_reason(fault), config) or ""
+        targets = R.reset_targets(findings, config) if idle else []
+        return "; ".join(R.reset_gpus(targets, config, node=node)) if targets else ""
+    except Exception as exc:  # repair is a help: its failure must not stop the health run
+        note(f"repair of {node} failed: {type(exc).__name__}: {exc}")
+        return ""
+
+
+def _joined(message: str, extra: str) -> str:
+    return f"{message}; {extra}" if extra else message
 
 
 def drain_for(

@@ -28,7 +28,9 @@ NODES = ["n1", "n2", "n3"]
 FIRST = "n2"  # SLURM_NODEID 1 of a job on n1,n2,n3
 SYSTEM = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1"
 TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
-EXTRA = "requeue:\n  wait_for_bundles_s: 20\nbudget:\n  settle_s: 0.5\n"
+# The jobs all run as the one e2e user: one distinct user is enough here (the default, 2, is
+# covered by tests/test_suspects.py).
+EXTRA = "requeue:\n  wait_for_bundles_s: 20\nbudget:\n  settle_s: 0.5\nhealth:\n  suspect_users_min: 1\n"
 
 
 @pytest.fixture(scope="module")

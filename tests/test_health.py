@@ -341,3 +341,23 @@ def test_the_cli_runs_it_and_exits_0(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         main(["health", "--help"])
     assert exc.value.code == 0
+
+
+XID79 = ("[Sun Nov 29 09:59:01 2026] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
+         "name=<unknown>, GPU has fallen off the bus.")  # fmt: skip
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_a_reboot_class_fault_is_drained_then_handed_to_slurm_when_opted_in(tmp_path, opted_in):
+    config = setup(tmp_path, make_facts(kernel_log=(XID79,)))
+    config = config.replace(health=config.health.replace(reboot=opted_in))
+    slurm = cluster()
+    result = run_health(config, NODE, slurm)
+    assert result.drained and result.reason.startswith("gpugate: kernel.xid: GPU0")
+    if opted_in:
+        assert [(n, s) for n, _, s in slurm.reboots] == [(NODE, "RESUME")]
+        assert slurm.reboots[0][1].startswith("gpugate: kernel.xid: reboot: GPU0")
+    else:
+        assert slurm.reboots == []
+    run_health(config, NODE, slurm)  # the next run: still drained, never a second request
+    assert len(slurm.reboots) == (1 if opted_in else 0)

@@ -18,14 +18,16 @@ NODES = ("a", "b", "c")
 T0 = 1_800_000_000.0
 
 
-def config_for(tmp_path, votes_needed: int = 3, window_h: float = 72):
+def config_for(tmp_path, votes_needed: int = 3, window_h: float = 72, users_min: int = 1):
     config = default_config()
     return config.replace(
         state_dir=str(tmp_path / "state"),
         evidence_dir=str(tmp_path / "ev"),
         admin=config.admin.replace(history_dir=str(tmp_path / "hist")),
         budget=config.budget.replace(settle_s=0, min_drains_allowed=3),
-        health=config.health.replace(suspect_votes=votes_needed, suspect_window_h=window_h),
+        health=config.health.replace(
+            suspect_votes=votes_needed, suspect_window_h=window_h, suspect_users_min=users_min
+        ),
     )
 
 
@@ -152,15 +154,26 @@ def cast(config, slurm, job_id: str, summaries=B_FIRST, now: float = T0, **chang
 def test_the_third_vote_drains_the_suspect_naming_its_jobs(tmp_path):
     config = config_for(tmp_path)
     slurm = FakeSlurm(nodes=NODES)
-    assert "1/3 votes" in cast(config, slurm, "101", now=T0)
-    assert "2/3 votes" in cast(config, slurm, "107", now=T0 + 60)
+    assert "1/3 votes" in cast(config, slurm, "101", now=T0, uid=1001)
+    assert "2/3 votes" in cast(config, slurm, "107", now=T0 + 60, uid=1002)
     assert slurm.drains == []
-    said = cast(config, slurm, "112", now=T0 + 120)
+    said = cast(config, slurm, "112", now=T0 + 120, uid=1001)
     reason = "gpugate: suspect: in jobs 101,107,112 (first to fail)"
     assert slurm.drains == [("b", reason)] and reason in said
     entry = history.drains(config.admin.history_dir, "b")[-1]
     assert entry["check"] == "suspect" and entry["job"] == "101,107,112"
     assert entry["hook"] == "epilog-slurmctld"
+
+
+def test_one_users_jobs_alone_never_drain_a_node(tmp_path):
+    # The failure times are the jobs' own output: a user could fake them in every job.
+    config = config_for(tmp_path, users_min=2)
+    assert default_config().health.suspect_users_min == 2  # the default guards it
+    slurm = FakeSlurm(nodes=NODES)
+    for i, job in enumerate(("101", "107", "112", "113")):
+        said = cast(config, slurm, job, now=T0 + 60 * i, uid=1001)
+    assert slurm.drains == [] and "from 1 user(s), 2 needed: not drained" in said
+    assert "drained b" in cast(config, slurm, "120", now=T0 + 600, uid=1002)
 
 
 def test_votes_outside_the_window_do_not_count(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gpugate.record import Record
 from gpugate.store.healing import Healing
+from gpugate.store.history import reaches_rma
 
 TRANSIENT, HARDWARE = "transient", "hardware"  # as checks/registry.py names them
 LIFT, KEEP = "lift", "keep"
@@ -52,7 +53,7 @@ def heal_verdict(
             return HealVerdict(action=LIFT, entry=entry, why=f"healed: {entry.check} passed {runs}")
         return HealVerdict(action=KEEP, entry=entry,
                            why=f"{entry.check} passed {runs}, {heal_after} needed")  # fmt: skip
-    if rma_after and same_check_drains >= rma_after:
+    if reaches_rma(True, same_check_drains, rma_after):  # the one RMA rule (gpugate nodes too)
         return HealVerdict(action=KEEP, entry=entry, why=f"RMA candidate: drained {same_check_drains} "
                            f"times for {entry.check} in the window; a person decides")  # fmt: skip
     if entry.boot_id and boot_id and boot_id != entry.boot_id:

@@ -77,6 +77,9 @@ def valid_vote(e: object) -> bool:
     """Whether `e` is a vote as record_vote() writes it."""
     if not history._common_ok(e, ("at", "category", "first_failure_at")):
         return False
+    uid = e.get("uid")  # type: ignore[union-attr]
+    if uid is not None and (type(uid) is not int or uid < 0):
+        return False
     return type(e.get("job")) is str and 0 < len(e["job"]) <= 64  # type: ignore[union-attr]
 
 
@@ -88,13 +91,14 @@ def record_vote(
     first_at: str | None = None,
     when: float | None = None,
     *,
+    uid: int | None = None,
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
 ) -> dict | None:
     """Add one vote against `node`; the entry, or None when this job already voted for it."""
     when = time.time() if when is None else float(when)
     entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "job": job,
-             "category": category, "first_failure_at": first_at}  # fmt: skip
+             "category": category, "first_failure_at": first_at, "uid": uid}  # fmt: skip
     # EpilogSlurmctld may run twice for one job (a requeue): one vote per job and node.
     same = lambda last: last.get("job") == job  # noqa: E731
     return history._add(state_dir, SUSPECTS, valid_vote, entry, same, max_per_node, max_entries)
@@ -110,6 +114,12 @@ def voting_jobs(state_dir: str, node: str, window_h: float, now: float | None = 
     """The distinct jobs that named `node` suspect in the last `window_h` hours, oldest first."""
     since = (time.time() if now is None else now) - window_h * 3600
     return list(dict.fromkeys(v["job"] for v in votes(state_dir, node, since)))
+
+
+def voting_users(state_dir: str, node: str, window_h: float, now: float | None = None) -> int:
+    """How many distinct users' jobs named `node` suspect in the window (no uid: one user)."""
+    since = (time.time() if now is None else now) - window_h * 3600
+    return len({v.get("uid") for v in votes(state_dir, node, since)})
 
 
 def suspect_detail(jobs: list[str]) -> str:
@@ -148,13 +158,20 @@ def vote(
         return f"no vote: {node} failed first, by the job's own doing ({category})"
     adm = config.admin
     where = history.history_dir(config)
-    record_vote(where, node, job.job_id, category, history.iso(at), now,
+    record_vote(where, node, job.job_id, category, history.iso(at), now, uid=job.uid,
                 max_per_node=adm.history_max_per_node,
                 max_entries=adm.history_max_entries)  # fmt: skip
     jobs = voting_jobs(where, node, config.health.suspect_window_h, now)
+    users = voting_users(where, node, config.health.suspect_window_h, now)
     said = f"suspect {node} ({len(jobs)}/{config.health.suspect_votes} votes)"
     if len(jobs) < config.health.suspect_votes:
         return said
+    # The times come from the jobs' own files, which their users write: one user's jobs alone
+    # must not be able to drain a node (Slurm's uid for the job, read by the controller).
+    if users < config.health.suspect_users_min:
+        return (
+            f"{said}; from {users} user(s), {config.health.suspect_users_min} needed: not drained"
+        )
     return f"{said}; {drain_suspect(config, slurm, node, jobs, category)}"
 
 
