@@ -10,7 +10,9 @@ resumes it (nextstate=RESUME); the next job's Prolog vets it on a healthy snapsh
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from e2e import Site, slurm_or_skip
@@ -91,7 +93,10 @@ def test_reboot_class_drain_is_rebooted_by_slurm_and_comes_back_checked(cluster_
     log = (cluster.log_dir / "fake-reboot.log").read_text()
     assert f"{NODE}: slurmd restarted with -b" in log, log
 
-    # Comes back checked: the next job's Prolog vets the node and the job runs.
+    # Comes back checked: `gpugate health` (the HealthCheckProgram) passes the node, and the
+    # next job's Prolog vets it and the job runs.
+    health = run_health(cluster, site)
+    assert health["status"] in ("ok", "warn") and not health["drained"], health
     marker = site.base / "ran-after-reboot"
     job = cluster.submit(wrap=f"touch {marker}", output=str(site.base / "after.out"), nodelist=NODE)
     cluster.wait_job(job, "COMPLETED", timeout=30)
@@ -100,6 +105,16 @@ def test_reboot_class_drain_is_rebooted_by_slurm_and_comes_back_checked(cluster_
     assert prolog and prolog[-1]["action"] in ("allow", "warn"), prolog
     assert not cluster.is_drained(NODE)
     assert time.monotonic() - started < 90
+
+
+def run_health(cluster: LocalSlurm, site: Site) -> dict:
+    """Run `gpugate health` on NODE as slurmd would (root, no job); its event."""
+    from gpugate.runner import run
+
+    env = dict(cluster.env(), SLURMD_NODENAME=NODE, GPUGATE_CONFIG=str(site.config))
+    res = run([str(Path(sys.executable).parent / "gpugate"), "health"], timeout=30, env=env)
+    assert res.returncode == 0, res.describe()
+    return [e for e in site.events() if e["hook"] == "health"][-1]
 
 
 def test_an_admins_drain_is_not_rebooted(cluster_and_site):
