@@ -60,7 +60,8 @@ def repair_kind(fault: str, config: Config | None = None) -> str | None:
 
     text = fault.strip()
     check = reason_check(text if is_ours(text) else f"gpugate: {text}")
-    detail = text.split(f"{check}:", 1)[-1] if check else ""
+    # A reboot request's own reason (reboot_reason) is judged by the fault it names.
+    detail = text.split(f"{check}:", 1)[-1].strip().removeprefix("reboot:") if check else ""
     if check is None:
         return None
     if check == "kernel.xid":

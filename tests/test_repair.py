@@ -103,6 +103,9 @@ def test_the_reboot_reason_keeps_the_check_id():
     reason = repair.reboot_reason(XID79)
     assert reason.startswith("gpugate: kernel.xid: reboot: GPU0 Xid 79")
     assert repair.reboot_reason(reason) == reason  # not "reboot: reboot: ..."
+    assert repair.repair_kind(reason) == "reboot"
+    reset = "gpu.recovery_action: GPU0 driver requires recovery action gpu_reset (reset the GPU)"
+    assert repair.repair_kind(repair.reboot_reason(reset)) == "reset"  # "reboot:" is no fault
     assert len(repair.reboot_reason(XID79 + "x" * 400)) <= 200
 
 
