@@ -23,7 +23,13 @@ from gpugate.config import load_config
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SH = os.path.join(REPO, "packaging", "rpm", "build.sh")
 SYSTEM_PYTHON = "/usr/bin/python3"  # the launcher's #!: what the nodes run
-HOOKS = ("gpugate-prolog", "gpugate-epilog", "gpugate-task-prolog", "gpugate-epilog-slurmctld")
+HOOKS = (
+    "gpugate-prolog",
+    "gpugate-epilog",
+    "gpugate-task-prolog",
+    "gpugate-epilog-slurmctld",
+    "gpugate-health",
+)
 CONFIG_FILES = {"/etc/gpugate/gpugate.yaml", "/etc/gpugate/hook.env"}
 
 

@@ -16,7 +16,7 @@ from localslurm import ensure_user, open_path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
-HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
+HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
 
 
 class Site:

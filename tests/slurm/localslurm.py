@@ -247,6 +247,9 @@ class LocalSlurm:
         start_timeout: float = 20.0,
         job_user: str | None = JOB_USER,
         reboot_program: str | os.PathLike | None = None,
+        health_check_program: str | os.PathLike | None = None,
+        health_check_interval: int | None = None,
+        health_check_node_state: str | None = None,
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -258,7 +261,11 @@ class LocalSlurm:
             "Epilog": _abs_or_none(epilog),
             "TaskProlog": _abs_or_none(task_prolog),
             "EpilogSlurmctld": _abs_or_none(epilog_slurmctld),
+            # Off by default; slurmd runs it every HealthCheckInterval s and at its start.
+            "HealthCheckProgram": _abs_or_none(health_check_program),
         }
+        self.health_check_interval = health_check_interval
+        self.health_check_node_state = health_check_node_state
         self.prolog_epilog_timeout = prolog_epilog_timeout
         self.prolog_flags = prolog_flags
         self.scheduler_parameters = scheduler_parameters
@@ -486,6 +493,10 @@ class LocalSlurm:
             lines.append(f"PrologEpilogTimeout={int(self.prolog_epilog_timeout)}")
         if self.reboot_program is not None:
             lines.append(f"RebootProgram={self.reboot_program}")
+        if self.health_check_interval is not None:
+            lines.append(f"HealthCheckInterval={int(self.health_check_interval)}")
+        if self.health_check_node_state:
+            lines.append(f"HealthCheckNodeState={self.health_check_node_state}")
         lines.append(f"SchedulerParameters={self.scheduler_parameters_text()}")
         if self.extra_conf:
             lines.append(self.extra_conf.strip())
