@@ -176,6 +176,8 @@ _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid"
          "pci_bus_id", "serial", "error", "fabric_state", "fabric_status", "recovery_action",
          "device", "state", "phys_state", "link_layer", "path", "fstype", "boot_id",
          "nvidia_module_version", "nvml_error", "nvml_library_version"}  # fmt: skip
+# Mappings the checks read with .get(): a scalar there would crash them, so it is refused here.
+_MAPS = {"source_errors", "nvlink_errors", "counters"}
 _BOOLS = {"pending", "failure", "retired_pages_pending", "persistence_mode", "mounted",
           "writable", "ecc_mode_enabled"}  # fmt: skip
 
@@ -215,6 +217,8 @@ def _convert(key: str, value: object, path: str) -> object:
         if key in _STR_LISTS and not all(isinstance(v, str) for v in value):
             raise SnapshotError(f"{path}: expected a list of strings")
         return tuple(value)
+    if key in _MAPS and not isinstance(value, dict):
+        raise SnapshotError(f"{path}: expected a mapping, got {value!r}")
     if key in _BOOLS and not isinstance(value, bool):
         raise SnapshotError(f"{path}: expected true or false, got {value!r}")
     if key in _INTS and (isinstance(value, bool) or not isinstance(value, int)):

@@ -65,12 +65,18 @@ class HealthResult(Record):
 
 def parse_gres_used(text: str) -> frozenset[int] | None:
     """The GPU indices in `scontrol -d show node`'s GresUsed (`gpu:h100:2(IDX:0,2-3)`); None
-    when the text names no GresUsed."""
+    (unknown: every GPU counts as in use) when the text names no GresUsed, or GPUs in use
+    without their indices (Slurm 22.05 prints `GresUsed=gpu:8` for untyped GPUs; only
+    `scontrol -d show job` has the IDX there)."""
     m = _GRES_USED.search(text or "")
     if not m:
         return None
+    used = m.group(1)
+    counted = re.findall(r"gpu(?::[^:(,\s]+)?:(\d+)(?!\d|\(IDX)", used)
+    if any(int(n) > 0 for n in counted):
+        return None
     out: set[int] = set()
-    for idx in _GPU_IDX.findall(m.group(1)):
+    for idx in _GPU_IDX.findall(used):
         for part in idx.split(","):
             lo, _, hi = part.partition("-")
             if lo.isdigit() and (not hi or hi.isdigit()):

@@ -165,10 +165,8 @@ def test_an_admins_drain_is_never_changed(site: Site, cluster: LocalSlurm):
 
 
 # Slurm 22.05.8, untyped GPUs: `scontrol -d show node` says `GresUsed=gpu:8`, no `(IDX:0-7)`
-# (only `scontrol -d show job` names the indices), and slurm_hooks/health.py's parse_gres_used
-# reads that as "no GPU in use": the job's hot GPU is judged and the node drained. Remove the
-# marker once health.py treats a GresUsed count without indices as unknown.
-@pytest.mark.xfail(strict=True, reason="GresUsed without IDX read as no GPU in use (health.py)")
+# (only `scontrol -d show job` names the indices): health takes a count without indices as
+# "which GPUs is unknown" and skips the job-changed checks on every GPU.
 def test_a_hot_gpu_allocated_to_a_running_job_is_not_judged(site: Site, cluster: LocalSlurm):
     job = cluster.submit(
         wrap="sleep 60", output=str(site.base / "busy.out"), nodelist=NODE, gres="gpu:8"

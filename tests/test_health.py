@@ -181,10 +181,14 @@ def test_healing_state_is_validated_on_read(tmp_path):
         ("NodeName=n GresUsed=gpu:2(IDX:1,5),nic:0 State=MIXED", {1, 5}),
         ("NodeName=n GresUsed=gpu:0(IDX:N/A) State=IDLE", set()),
         ("NodeName=n GresUsed=gpu:a:1(IDX:0),gpu:b:2(IDX:4-5) State=MIXED", {0, 4, 5}),
+        # Slurm 22.05, untyped GPUs: a count without indices, so which GPUs is unknown.
+        ("NodeName=n GresUsed=gpu:8 State=ALLOCATED", None),
+        ("NodeName=n GresUsed=gpu:h100:2 State=MIXED", None),
+        ("NodeName=n GresUsed=gpu:0 State=IDLE", set()),
     ],
 )
 def test_parse_gres_used(text, expected):
-    assert parse_gres_used(text) == expected
+    assert parse_gres_used(text) == (None if expected is None else frozenset(expected))
 
 
 def test_parse_gres_used_without_the_field_is_unknown():
