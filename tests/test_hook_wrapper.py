@@ -79,3 +79,103 @@ def test_a_link_of_another_name_reaches_its_hook(tmp_path, fake_bin, installed):
     for name in ("50-gpugate", "60-relative"):
         done = run(prolog_d / name, f"GPUGATE_BIN={fake_bin}\n")
         assert done.stdout.startswith("args: prolog;"), done.stderr
+
+
+def _launcher(path: Path, shebang: str) -> Path:
+    path.write_text(f"{shebang}\necho launched $*\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_wrapper_is_posix_sh():
+    wrapper = HOOKS_DIR / "gpugate-hook"
+    assert subprocess.run(["/bin/sh", "-n", str(wrapper)], timeout=30).returncode == 0
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck:
+        done = subprocess.run([shellcheck, "--shell=sh", str(wrapper)], capture_output=True,
+                              text=True, timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize("hook", ["prolog", "task-prolog"])
+def test_a_missing_interpreter_allows_the_job(tmp_path, hook):
+    """A launcher whose #! names a python that is gone: exit 0, a message, nothing on stdout."""
+    launcher = _launcher(tmp_path / "gpugate", f"#!{tmp_path}/venv/bin/python3 -Es")
+    script = tmp_path / f"gpugate-{hook}"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    done = run(script, f"GPUGATE_BIN={launcher}\n")
+    assert (done.returncode, done.stdout) == (0, "")
+    assert f"gpugate: {hook}: {tmp_path}/venv/bin/python3 is not executable for " in done.stderr
+    assert "does not exist" in done.stderr and f"{hook} skipped, job allowed" in done.stderr
+
+
+def test_an_interpreter_without_execute_permission_allows_the_job(tmp_path):
+    python = tmp_path / "python3"
+    python.write_text("#!/bin/sh\necho ran\n")
+    python.chmod(0o644)
+    launcher = _launcher(tmp_path / "gpugate", f"#!{python}")
+    script = tmp_path / "gpugate-epilog"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    done = run(script, f"GPUGATE_BIN={launcher}\n")
+    assert done.returncode == 0 and "ran" not in done.stdout
+    assert (
+        f"{python} is not executable for" in done.stderr and "no execute permission" in done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "ok"), [("sh", True), ("gpugate-no-such-python3", False)]
+)  # fmt: skip
+def test_an_env_style_launcher(tmp_path, command, ok):
+    """`#!/usr/bin/env python3`: the command is looked up on the wrapper's own PATH."""
+    launcher = _launcher(tmp_path / "gpugate", f"#!/usr/bin/env {command}")
+    script = tmp_path / "gpugate-prolog"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    done = run(script, f"GPUGATE_BIN={launcher}\n")
+    assert done.returncode == 0
+    if ok:
+        assert done.stdout == "launched prolog\n", done.stderr
+    else:
+        assert done.stdout == "" and f"{command} is not executable for" in done.stderr
+        assert "not found on PATH=" in done.stderr and "job allowed" in done.stderr
+
+
+def test_an_unreadable_launcher_allows_the_job(tmp_path):
+    launcher = _launcher(tmp_path / "gpugate", "#!/bin/sh")
+    launcher.chmod(0o111)
+    script = tmp_path / "gpugate-prolog"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    if os.access(launcher, os.R_OK):  # root reads anything: the job user's case is below
+        pytest.skip("root can read a mode-0111 file")
+    done = run(script, f"GPUGATE_BIN={launcher}\n")
+    assert done.returncode == 0 and "not readable" in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the wrapper as another user")
+def test_an_interpreter_closed_to_the_job_user_allows_the_job(tmp_path):
+    """The bug of issue 16: a venv's python inside root's home, run as the TaskProlog's user."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+    from localslurm import JOB_USER, ensure_user, open_path
+
+    ensure_user()
+    private = tmp_path / "root-home"
+    private.mkdir(mode=0o700)
+    python = private / "python3"
+    python.symlink_to("/bin/sh")
+    public = tmp_path / "opt"
+    public.mkdir()
+    launcher = _launcher(public / "gpugate", f"#!{python} -e")
+    script = public / "gpugate-task-prolog"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    (public / "hook.env").write_text(f"GPUGATE_BIN={launcher}\n")
+    open_path(public)
+    as_root = run(script)
+    assert as_root.stdout == "launched task-prolog\n", as_root.stderr  # root's check passes
+    runuser = shutil.which("runuser") or pytest.skip("no runuser")
+    done = subprocess.run([runuser, "-u", JOB_USER, "--", "/bin/sh", str(script)], env={},
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "")
+    assert f"gpugate: task-prolog: {python} is not executable for {JOB_USER} (" in done.stderr
+    assert "task-prolog skipped, job allowed" in done.stderr
