@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint bench clean rpm
+.PHONY: venv demo test lint bench clean rpm deb
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ bench: $(STAMP)
 # Needs rpmbuild (Debian: apt-get install rpm) and PyPI for the bundled dependencies.
 rpm: $(STAMP)
 	PYTHON=$(BIN)/python packaging/rpm/build.sh
+
+# The .deb for Debian 12/13 and Ubuntu 22.04/24.04 nodes: dist/gpugate_<version>_all.deb, the
+# same layout as the RPM (packaging/stage.sh stages both). Needs dpkg-deb and PyPI.
+deb: $(STAMP)
+	PYTHON=$(BIN)/python packaging/deb/build.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/out

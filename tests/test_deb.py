@@ -1,0 +1,311 @@
+"""The .deb (packaging/deb): built once by build.sh, inspected with dpkg-deb, then installed.
+
+The inspection needs only dpkg-deb (Debian's dpkg) and PyPI for the bundled dependencies. The
+install tests need root and a host where the package's paths are free (CI's fresh machine):
+they `dpkg -i` it, run `gpugate check` and every hook wrapper as an ordinary user with the
+system python3, as slurmd runs the TaskProlog, then `dpkg --purge` it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from gpugate import __version__
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_SH = os.path.join(REPO, "packaging", "deb", "build.sh")
+SYSTEM_PYTHON = "/usr/bin/python3"
+HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
+CONFFILES = ["/etc/gpugate/gpugate.yaml", "/etc/gpugate/hook.env"]
+# Every path the package installs at the top of its tree: none may be left after a purge.
+PACKAGE_PATHS = (
+    "/opt/gpugate",
+    "/usr/bin/gpugate",
+    "/usr/libexec/gpugate",
+    "/etc/gpugate",
+    "/var/lib/gpugate",
+    "/var/cache/gpugate",
+    "/usr/share/doc/gpugate",
+)
+SNAPSHOTS = "/opt/gpugate/lib/gpugate/config/snapshots"
+
+
+def run(argv: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command (argument list, timeout), capturing its output as text."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def build_deb(base: str) -> str:
+    """Build the .deb with build.sh into BASE/dist; skip without dpkg-deb. Returns its path."""
+    if not shutil.which("dpkg-deb"):
+        pytest.skip("dpkg-deb not installed (it is in Debian's dpkg package)")
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,  # has pip: the running test environment
+        BUILD_DIR=os.path.join(base, "build"),
+        DIST_DIR=os.path.join(base, "dist"),
+    )
+    result = run([BUILD_SH], timeout=600, env=env, cwd=REPO)
+    if result.returncode != 0:
+        pytest.fail(f"build.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    path = result.stdout.strip().splitlines()[-1]  # build.sh prints the package last
+    assert path == os.path.join(base, "dist", f"gpugate_{__version__}_all.deb"), result.stdout
+    return path
+
+
+@pytest.fixture(scope="module")
+def deb_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The .deb, built once for this module in a private build and dist directory."""
+    return build_deb(str(tmp_path_factory.mktemp("deb")))
+
+
+def contents(deb_file: str) -> dict[str, tuple[str, str, str]]:
+    """`dpkg-deb -c`: {absolute path: (mode, owner/group, link target)}."""
+    result = run(["dpkg-deb", "-c", deb_file])
+    assert result.returncode == 0, result.stderr
+    entries = {}
+    for line in result.stdout.splitlines():
+        mode, owner, _size, _date, _time, name, *link = line.split()
+        path = "/" + name.lstrip("./").rstrip("/") if name != "./" else "/"
+        entries[path] = (mode, owner, link[1] if link else "")
+    return entries
+
+
+def control_file(deb_file: str, name: str) -> str:
+    """One file of the package's DEBIAN/ (control, conffiles, postinst...)."""
+    result = run(["dpkg-deb", "-I", deb_file, name])
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# --- the package, inspected ----------------------------------------------------------------
+
+
+def test_control_fields(deb_file):
+    result = run(["dpkg-deb", "-f", deb_file, "Package", "Version", "Architecture", "Depends"])
+    assert result.returncode == 0, result.stderr
+    fields = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert fields == {
+        "Package": "gpugate",
+        "Version": __version__,
+        "Architecture": "all",
+        "Depends": "python3 (>= 3.9)",
+    }
+    # The bundled copies are named, with versions, for security trackers.
+    description = run(["dpkg-deb", "-f", deb_file, "Description"]).stdout
+    assert re.search(r"pyyaml=\d", description) and re.search(r"loguru=\d", description)
+
+
+def test_layout_is_the_rpms(deb_file):
+    entries = contents(deb_file)
+    expected = {
+        "/opt/gpugate/bin/gpugate",
+        "/opt/gpugate/lib/gpugate/cli.py",
+        "/opt/gpugate/lib/gpugate/config/gpugate.yaml",
+        f"{SNAPSHOTS}/h100-healthy.yaml",
+        "/opt/gpugate/lib/yaml/__init__.py",
+        "/opt/gpugate/lib/loguru/__init__.py",
+        "/opt/gpugate/lib/pynvml.py",
+        *CONFFILES,
+        "/usr/share/doc/gpugate/README.md",
+        "/usr/share/doc/gpugate/slurm.conf.example",
+        "/usr/share/doc/gpugate/copyright",
+        *(f"/usr/libexec/gpugate/gpugate-{hook}" for hook in HOOKS),
+    }
+    assert expected <= set(entries), sorted(expected - set(entries))
+    # Only the five hook names: the wrapper's source name (gpugate-hook) is no hook.
+    assert sorted(p for p in entries if p.startswith("/usr/libexec/gpugate/")) == sorted(
+        f"/usr/libexec/gpugate/gpugate-{hook}" for hook in HOOKS
+    )
+    # Pure Python, no bytecode of the build host's Python.
+    assert not [p for p in entries if re.search(r"\.(so|pyd|pyc)$|\.so\.|__pycache__", p)]
+
+
+def test_every_module_of_the_project_is_bundled(deb_file):
+    """A subpackage missing from pyproject's list would fail only when its hook runs."""
+    entries = contents(deb_file)
+    sources = {
+        "gpugate": "gpugate",
+        "checks": "gpugate/checks",
+        "slurm_hooks": "gpugate/slurm_hooks",
+    }
+    missing = []
+    for top, installed in sources.items():
+        for dirpath, dirnames, filenames in os.walk(os.path.join(REPO, top)):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            rel = os.path.relpath(dirpath, os.path.join(REPO, top))
+            for name in filenames:
+                if name.endswith(".py"):
+                    path = os.path.normpath(f"/opt/gpugate/lib/{installed}/{rel}/{name}")
+                    if path not in entries:
+                        missing.append(path)
+    assert not missing
+
+
+def test_modes_owners_and_the_relative_symlink(deb_file):
+    entries = contents(deb_file)
+    assert {owner for _, owner, _ in entries.values()} == {"root/root"}
+    for hook in HOOKS:
+        assert entries[f"/usr/libexec/gpugate/gpugate-{hook}"][0] == "-rwxr-xr-x"
+    assert entries["/opt/gpugate/bin/gpugate"][0] == "-rwxr-xr-x"
+    assert entries["/var/lib/gpugate"][0] == "drwxr-x--x"  # others only pass through to task/
+    assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x---"
+    assert entries["/var/cache/gpugate"][0] == "drwx------"
+    assert entries["/etc/gpugate/hook.env"][0] == "-rw-r--r--"  # sourced by root
+    assert entries["/usr/bin/gpugate"] == (
+        "lrwxrwxrwx",
+        "root/root",
+        "../../opt/gpugate/bin/gpugate",
+    )
+
+
+def test_launcher_is_the_system_python3(deb_file, tmp_path):
+    run(["dpkg-deb", "-x", deb_file, str(tmp_path)])
+    with open(tmp_path / "opt" / "gpugate" / "bin" / "gpugate") as fh:
+        assert fh.readline() == "#!/usr/bin/python3 -Es\n"
+
+
+def test_conffiles_and_scripts(deb_file):
+    assert control_file(deb_file, "conffiles").split() == CONFFILES
+    postinst = control_file(deb_file, "postinst")
+    assert "/usr/bin/python3 -s -E -m compileall -q /opt/gpugate/lib" in postinst
+    assert "__pycache__" in control_file(deb_file, "prerm")
+    # Installing never touches Slurm: no script calls scontrol or restarts a daemon.
+    scripts = postinst + control_file(deb_file, "prerm") + control_file(deb_file, "postrm")
+    code = "\n".join(line.split("#", 1)[0] for line in scripts.splitlines())  # not the comments
+    assert not re.search(r"scontrol|slurm|systemctl", code)
+
+
+# --- the package, installed (root, CI) -----------------------------------------------------
+
+
+# Left by gpugate runs with the default config (as root, outside the tests), not by a package:
+# the state is set aside while the package is installed and put back after the purge, the
+# cache (rebuilt from the YAML) goes with the purge.
+RUNTIME_PATHS = ("/var/lib/gpugate", "/var/cache/gpugate")
+
+
+def install_or_skip(deb_file: str) -> None:
+    """`dpkg -i` the package; skip unless root, with dpkg, on a host where its paths are free."""
+    if os.geteuid() != 0 or not shutil.which("dpkg"):
+        pytest.skip("installing the .deb needs root and dpkg (CI's own machine)")
+    if run(["dpkg-query", "-W", "gpugate"]).returncode == 0:
+        pytest.skip("a gpugate package is installed here already: not replaced by a test")
+    taken = [p for p in PACKAGE_PATHS if os.path.lexists(p) and p not in RUNTIME_PATHS]
+    if taken:
+        # The purge would remove what another install keeps there.
+        pytest.skip(f"not installing over existing files: {', '.join(taken)}")
+    result = run(["dpkg", "-i", deb_file], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def restore_state(saved: str) -> None:
+    """Put back the state set aside before the install (what was recreated since is kept)."""
+    os.makedirs("/var/lib/gpugate", exist_ok=True)
+    for name in os.listdir(saved):
+        target = os.path.join("/var/lib/gpugate", name)
+        if not os.path.lexists(target):
+            shutil.move(os.path.join(saved, name), target)
+
+
+def purge() -> subprocess.CompletedProcess:
+    """`dpkg --purge gpugate`, asserting it succeeds."""
+    result = run(["dpkg", "--purge", "gpugate"], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(deb_file: str, tmp_path_factory: pytest.TempPathFactory):
+    """The package installed with dpkg -i for this module; purged at the end whatever happens."""
+    saved = None
+    if os.path.isdir("/var/lib/gpugate") and os.geteuid() == 0:
+        saved = str(tmp_path_factory.mktemp("state-aside") / "gpugate")
+        shutil.move("/var/lib/gpugate", saved)
+    try:
+        install_or_skip(deb_file)
+        yield deb_file
+    finally:
+        if run(["dpkg-query", "-W", "gpugate"]).returncode == 0:
+            purge()
+        if saved:
+            restore_state(saved)
+
+
+def as_user(argv: list[str], env: dict[str, str], timeout: float = 60):
+    """Run ARGV as the ordinary test user (runuser -u), with ENV alone."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "slurm"))
+    from localslurm import JOB_USER, ensure_user
+
+    ensure_user()
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"  # ENV's PATH has no sbin
+    return run([runuser, "-u", JOB_USER, "--", *argv], timeout=timeout, env=env)
+
+
+def user_config(tmp_path) -> tuple[str, dict[str, str]]:
+    """A config replaying a healthy snapshot, with state the user owns, and a slurmd-like env."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "slurm"))
+    from localslurm import ensure_user, open_path
+
+    uid, gid = ensure_user()
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, uid, gid)
+    open_path(tmp_path)
+    config = tmp_path / "gpugate.yaml"
+    config.write_text(
+        f"facts_file: {SNAPSHOTS}/h100-healthy.yaml\n"
+        f"state_dir: {state}\nevidence_dir: {state / 'evidence'}\n"
+    )
+    config.chmod(0o644)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C", "GPUGATE_CONFIG": str(config)}
+    env.update(SLURM_JOB_ID="4242", SLURMD_NODENAME="gpu-node-01", SLURM_JOB_USER="gpugate-e2e")
+    return str(config), env
+
+
+def test_installed_check_runs_as_an_ordinary_user(installed, tmp_path):
+    """/usr/bin/gpugate through its #! (the system python3), as a user who is not root."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C"}
+    for snapshot, code, status in (("h100-healthy", 0, "ok"), ("h100-ecc", 1, "fail")):
+        argv = ["gpugate", "check", "--facts", f"{SNAPSHOTS}/{snapshot}.yaml", "--json"]
+        result = as_user(argv, env)
+        assert result.returncode == code, result.stderr
+        assert json.loads(result.stdout)["status"] == status
+    # postinst compiled the bundle for this python3.
+    assert os.path.isdir("/opt/gpugate/lib/gpugate/__pycache__")
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_installed_hook_runs_as_an_ordinary_user(installed, tmp_path, hook):
+    """Each wrapper reaches the launcher and gpugate's code as the user (status 126 was the bug)."""
+    _, env = user_config(tmp_path)
+    result = as_user([f"/usr/libexec/gpugate/gpugate-{hook}"], env)
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"not found|internal error|Permission denied|Traceback", result.stderr)
+    if hook == "task-prolog":
+        assert "export NCCL_DEBUG=WARN" in result.stdout.splitlines()
+    if hook == "prolog":
+        assert "ok" in result.stderr
+
+
+def test_purge_leaves_nothing_but_evidence(installed):
+    """Runs last: purge removes conffiles, state and cache; evidence bundles are kept."""
+    bundle = "/var/lib/gpugate/evidence/job-1"
+    os.makedirs(bundle)
+    with open("/var/lib/gpugate/events.jsonl", "w") as fh:
+        fh.write("{}\n")
+    result = purge()
+    assert "evidence bundles kept in /var/lib/gpugate/evidence" in result.stderr
+    assert os.path.isdir(bundle)
+    shutil.rmtree("/var/lib/gpugate")  # what the admin does when done with the bundles
+    left = [path for path in PACKAGE_PATHS if os.path.lexists(path)]
+    # Only what a gpugate run with the default config recreated meanwhile (another session).
+    assert set(left) <= set(RUNTIME_PATHS), left
+    assert run(["dpkg-query", "-W", "gpugate"]).returncode != 0
