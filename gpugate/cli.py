@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "report",
         "one self-contained HTML page of drains, evidence and repeat offenders",
     ),
+    "selftest": ("selftest", "run each installed hook as Slurm would: what would break, the fix"),
 }
 
 # Exit codes (the CLI contract): 0 healthy, 1 unhealthy, 2 usage or configuration error,

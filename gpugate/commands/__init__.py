@@ -52,11 +52,18 @@ HOOK_HELP: dict[str, str] = {
 }
 
 
+# Every hook honours it; `gpugate selftest` runs each hook wrapper so.
+SELFTEST_HELP = (
+    " With GPUGATE_SELFTEST=1 (`gpugate selftest`) it only loads its config and says so on "
+    "stderr: nothing checked, drained, written or requeued."
+)
+
+
 def hook_args(hook: str, argv: list[str]) -> Namespace:
     """A Slurm hook's arguments: only `--config FILE`."""
     from gpugate.cli import make_parser
 
-    p = make_parser(f"gpugate {hook}", HOOK_HELP[hook])
+    p = make_parser(f"gpugate {hook}", HOOK_HELP[hook] + SELFTEST_HELP)
     p.add_argument("--config", metavar="FILE", help="site config")
     return p.parse_args(argv)
 
@@ -64,10 +71,32 @@ def hook_args(hook: str, argv: list[str]) -> Namespace:
 def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) -> int:
     """Parse a hook's arguments and run `body` under the hook guard; the exit code for Slurm."""
     args = hook_args(hook, argv)
-
+    if selftest_mode():
+        return selftest_dry_run(hook, args.config)
     code = run_hook(hook, args.config, body)
     # Only the prolog may fail: Slurm drains a node whose epilog fails ("Epilog error").
     return code if hook == "prolog" else 0
+
+
+def selftest_mode() -> bool:
+    """GPUGATE_SELFTEST=1: `gpugate selftest` runs the hook, which must take no action."""
+    import os
+
+    return os.environ.get("GPUGATE_SELFTEST") == "1"
+
+
+def selftest_dry_run(hook: str, config_path: str | None) -> int:
+    """Load the config and say so on stderr (never stdout: the TaskProlog's is the job's)."""
+    import sys
+
+    try:
+        config = load_config(config_path)
+    except Exception as exc:  # the selftest reports it; no job depends on this run
+        print(f"gpugate {hook}: selftest: config unusable: {exc}", file=sys.stderr)
+        return 2
+    print(f"gpugate {hook}: selftest ok (state_dir {config.state_dir}); no action taken",
+          file=sys.stderr)  # fmt: skip
+    return 0
 
 
 def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:

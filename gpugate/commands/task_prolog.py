@@ -6,7 +6,7 @@ import os
 import sys
 
 from gpugate import log
-from gpugate.commands import hook_args
+from gpugate.commands import hook_args, selftest_dry_run, selftest_mode
 from gpugate.config import load_config
 from gpugate.slurm_hooks.task_prolog import exports, render
 
@@ -14,6 +14,8 @@ from gpugate.slurm_hooks.task_prolog import exports, render
 def main(argv: list[str]) -> int:
     """Run the task prolog; it never fails a job step."""
     args = hook_args("task-prolog", argv)
+    if selftest_mode():
+        return selftest_dry_run("task-prolog", args.config)
 
     try:
         config = load_config(args.config)

@@ -1,0 +1,57 @@
+"""`gpugate selftest`: run each installed hook wrapper as Slurm would, report what would break."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+
+DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
+
+
+def main(argv: list[str]) -> int:
+    """Run the selftest; 0 all ok, 1 something would break, 2 usage."""
+    from gpugate.admin.selftest import selftest, slurm_user
+
+    p = make_parser("gpugate selftest", "Run each installed hook wrapper on this node the way "
+                    "Slurm would (Prolog, Epilog, HealthCheckProgram as root; TaskProlog as a "
+                    "job user; EpilogSlurmctld as SlurmUser) with GPUGATE_SELFTEST=1, in which "
+                    "the hooks take no action, and report what would break with the fix.")  # fmt: skip
+    p.add_argument("--hooks-dir", default=DEFAULT_HOOKS_DIR, metavar="DIR",
+                   help=f"where the wrappers are (default {DEFAULT_HOOKS_DIR})")  # fmt: skip
+    p.add_argument("--user", default="nobody", help="the job user for the TaskProlog (nobody)")
+    p.add_argument("--slurm-user", metavar="NAME",
+                   help="SlurmUser for EpilogSlurmctld (default: `scontrol show config`)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="per hook (60)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.hooks_dir):
+        print(f"gpugate selftest: no hook wrappers: {args.hooks_dir} is no directory "
+              "(--hooks-dir DIR names where they are)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    if args.timeout <= 0:
+        print("gpugate selftest: --timeout must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    users = {"root": "root", "job": args.user, "slurm": args.slurm_user or slurm_user()}
+    reports = selftest(args.hooks_dir, users, timeout=args.timeout)
+    broken = any(r.status == "broken" for r in reports)
+    if args.json:
+        print(json.dumps({"ok": not broken, "hooks": [r.to_dict() for r in reports]}, indent=2))
+    else:
+        print(render(reports))
+    return EXIT_UNHEALTHY if broken else EXIT_OK
+
+
+def render(reports: list) -> str:
+    """The report for a terminal: a line per hook, then each problem and its fix."""
+    lines = []
+    for r in reports:
+        head = f"{r.hook:<17} as {r.user:<12} {r.status}"
+        lines.append(head + (f" ({r.note})" if r.note else ""))
+        for problem in r.problems:
+            lines += [f"    - {problem.what}", f"      fix: {problem.fix}"]
+    broken = sum(r.status == "broken" for r in reports)
+    lines.append(f"{broken} hook(s) would break" if broken else "all hooks ok")
+    return "\n".join(lines)
