@@ -22,6 +22,9 @@ class Finding(Record):
     gpu: int | None = None
     value: object = None  # the measured value, for JSON consumers
     limit: object = None  # the threshold it was compared with
+    # The fact source an unknown finding lacked ("nvml", "kernel_log"...): `gpugate check`
+    # folds a whole missing source into one line. Not in the JSON form (its contract is fixed).
+    source: str | None = None
 
     def to_json(self) -> dict:
         """The JSON form: the contract keys first, `gpu` only where it concerns one GPU."""

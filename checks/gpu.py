@@ -16,13 +16,15 @@ if TYPE_CHECKING:
 def source_missing(check_id: str, facts: Facts, what: str, source: str) -> list[F.Finding]:
     """The unknown finding of a check whose facts are absent, with the source's own error."""
     why = (facts.source_errors or {}).get(source, "not in the snapshot")
-    return [F.unknown(check_id, f"{what} missing: {why}")]
+    return [F.unknown(check_id, f"{what} missing: {why}", source=source)]
 
 
 def nvml_missing(check_id: str, facts: Facts) -> list[F.Finding]:
     """The finding every GPU check returns when NVML gave no GPU list at all."""
     if nvml_cannot_start(facts):  # gpu.driver fails the node with the one message
-        return [F.unknown(check_id, "not judged: NVML cannot start (see gpu.driver)")]
+        return [
+            F.unknown(check_id, "not judged: NVML cannot start (see gpu.driver)", source="nvml")
+        ]
     return source_missing(check_id, facts, "NVML facts", "nvml")
 
 
@@ -187,7 +189,7 @@ def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
             out.append(F.unknown("gpu.driver", detail))
         elif _version(cuda) < _version(minimum):
             # The seed: a driver whose CUDA version is below the runtime's crashes jobs at random.
-            detail = f"CUDA driver version {cuda} < {minimum} minimum"
+            detail = f"CUDA driver version {cuda} < {minimum} minimum (upgrade the driver)"
             out.append(F.fail("gpu.driver", detail, value=cuda, limit=minimum))
     return out or [F.ok("gpu.driver", f"driver {have}, CUDA {cuda or '?'}")]
 
@@ -237,7 +239,12 @@ def check_ecc(facts: Facts, ctx: Context) -> list[F.Finding]:
     # management). Aggregate: the InfoROM's lifetime count; the fault-domain seed alerts > 100.
     counters = (
         ("volatile", "ecc_volatile_uncorrected", cfg.ecc_volatile_uncorrected_max, " (reset it)"),
-        ("aggregate", "ecc_aggregate_uncorrected", cfg.ecc_aggregate_uncorrected_max, ""),
+        (
+            "aggregate",
+            "ecc_aggregate_uncorrected",
+            cfg.ecc_aggregate_uncorrected_max,
+            " (RMA candidate: open a ticket with its serial)",
+        ),
     )
 
     def judge(g: Gpu) -> list[F.Finding]:
@@ -329,7 +336,7 @@ def check_processes(facts: Facts, ctx: Context) -> list[F.Finding]:
             names = ", ".join(
                 f"pid {p.pid} {p.name or '?'} ({_mib(p.used_memory_mib)})" for p in procs
             )
-            detail = f"GPU{g.index} has {len(procs)} leftover process(es): {names}"
+            detail = f"GPU{g.index} has {len(procs)} leftover process(es): {names} (kill them)"
             return [F.fail("gpu.processes", detail, gpu=g.index, value=[p.pid for p in procs])]
         if used is not None and used > limit:
             detail = f"GPU{g.index} {used} MiB in use by no listed process > {limit} MiB"

@@ -64,7 +64,7 @@ def _judge_mount(m: Mount, limit: float) -> list[F.Finding]:
     if m.fsync_ms is None:
         return [F.unknown("host.mounts", f"{m.path}: write+fsync time not measured{why}")]
     if m.fsync_ms > limit:
-        detail = f"{m.path} write+fsync took {m.fsync_ms:g} ms > {limit:g} ms{why}"
+        detail = f"{m.path} write+fsync took {m.fsync_ms:g} ms > {limit:g} ms{why} (check the filesystem)"
         return [F.fail("host.mounts", detail, value=m.fsync_ms, limit=limit)]
     return []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpugate.checks import findings as F
 from gpugate.checks.expect import make_context
 from gpugate.checks.gpu import CPU_ONLY, not_gpu_node
+from gpugate.checks.readable import readable
 from gpugate.checks.registry import registered
 
 TYPE_CHECKING = False
@@ -34,4 +35,4 @@ def run_checks(
             out.extend(fn(facts, ctx))
         except Exception as exc:  # a bug in one check must not hide the others
             out.append(F.unknown(check_id, f"check crashed: {type(exc).__name__}: {exc}"))
-    return F.sort_findings(out)
+    return F.sort_findings(readable(out, facts))

@@ -75,7 +75,7 @@ def test_all_gpus_lost_is_unknown_not_ok():
 def test_driver_cuda_version_below_the_minimum_fails():
     f = only("gpu.driver", make_facts(cuda_driver_version="11.8"))
     assert f.status == "fail"
-    assert f.message == "gpu.driver: CUDA driver version 11.8 < 12.0 minimum"
+    assert f.message == "gpu.driver: CUDA driver version 11.8 < 12.0 minimum (upgrade the driver)"
 
 
 @pytest.mark.parametrize(
@@ -96,7 +96,7 @@ def test_driver_pinned_by_the_site_must_match(tmp_path):
     config = site(tmp_path, "checks:\n  gpu:\n    driver_version: '550.90.07'\n")
     f = only("gpu.driver", make_facts(), config)
     assert f.status == "fail"
-    assert f.message == "gpu.driver: driver 550.54.15, site requires 550.90.07"
+    assert f.message == "gpu.driver: driver 550.54.15, site requires 550.90.07 (fix host setup)"
     config = site(tmp_path, "checks:\n  gpu:\n    driver_version: '550.54.15'\n")
     assert only("gpu.driver", make_facts(), config).status == "ok"
 
@@ -132,7 +132,10 @@ def test_temperature_warns_then_fails_at_the_limits(temp, status):
 def test_temperature_message_names_gpu_value_and_limit():
     f = only("gpu.temperature", make_facts(gpus={6: {"temperature_c": 91.0}}))
     assert (f.gpu, f.value, f.limit) == (6, 91.0, 85.0)
-    assert f.message == "gpu.temperature: GPU6 temperature 91C >= 85C"
+    assert (
+        f.message
+        == "gpu.temperature: GPU6 (serial 1652123000006) temperature 91C >= 85C (check cooling/power)"
+    )
 
 
 def test_temperature_limits_come_from_the_config(tmp_path):
@@ -176,7 +179,10 @@ def test_throttle_hardware_slowdown_fails_software_thermal_warns(reasons, status
 def test_throttle_message_names_gpu_and_reason():
     f = only("gpu.throttle", make_facts(gpus={6: {"throttle_reasons": ("hw_thermal_slowdown",)}}))
     assert f.gpu == 6
-    assert f.message == "gpu.throttle: GPU6 clocks slowed by hw_thermal_slowdown"
+    assert (
+        f.message
+        == "gpu.throttle: GPU6 (serial 1652123000006) clocks slowed by hw_thermal_slowdown (check cooling/power)"
+    )
 
 
 def test_throttle_reasons_that_fail_come_from_the_config(tmp_path):
@@ -192,7 +198,10 @@ def test_throttle_reasons_that_fail_come_from_the_config(tmp_path):
 
 def test_ecc_aggregate_over_100_fails_with_the_documented_message():
     f = only("gpu.ecc", make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
-    assert f.message == "gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
+    assert f.message == (
+        "gpu.ecc: GPU3 (serial 1652123000003) aggregate uncorrected ECC 120 > 100"
+        " (RMA candidate: open a ticket with its serial)"
+    )
     assert (f.status, f.gpu, f.value, f.limit) == ("fail", 3, 120, 100)
 
 
@@ -203,7 +212,7 @@ def test_ecc_aggregate_at_the_limit_passes():
 def test_ecc_any_volatile_uncorrected_error_fails():
     f = only("gpu.ecc", make_facts(gpus={2: {"ecc_volatile_uncorrected": 1}}))
     assert (f.status, f.gpu) == ("fail", 2)
-    assert "GPU2 volatile uncorrected ECC 1 > 0" in f.message
+    assert "GPU2 (serial 1652123000002) volatile uncorrected ECC 1 > 0 (reset it)" in f.message
 
 
 def test_ecc_both_counters_over_give_two_failures():
@@ -214,7 +223,10 @@ def test_ecc_both_counters_over_give_two_failures():
 def test_ecc_mode_disabled_fails_unless_the_site_allows_it(tmp_path):
     facts = make_facts(gpus={5: {"ecc_mode_enabled": False, "ecc_volatile_uncorrected": None}})
     f = only("gpu.ecc", facts)
-    assert (f.status, f.gpu) == ("fail", 5) and "GPU5 ECC mode disabled" in f.message
+    assert (f.status, f.gpu) == (
+        "fail",
+        5,
+    ) and "GPU5 (serial 1652123000005) ECC mode disabled" in f.message
     config = site(tmp_path, "checks:\n  gpu:\n    require_ecc_mode: false\n")
     assert only("gpu.ecc", facts, config).status == "ok"
 
@@ -239,7 +251,7 @@ def test_ecc_limits_come_from_the_config(tmp_path):
                     corrected=0, uncorrected=1, pending=True, failure=False
                 )
             },
-            "GPU2 row remap pending: reset the GPU",
+            "GPU2 (serial 1652123000002) row remap pending: reset the GPU",
         ),
         (
             {
@@ -247,11 +259,11 @@ def test_ecc_limits_come_from_the_config(tmp_path):
                     corrected=0, uncorrected=9, pending=False, failure=True
                 )
             },
-            "GPU2 row remapping failed: RMA candidate",
+            "GPU2 (serial 1652123000002) row remapping failed: RMA candidate",
         ),
         (
             {"remapped_rows": None, "retired_pages_pending": True},
-            "GPU2 page retirement pending: reset the GPU",
+            "GPU2 (serial 1652123000002) page retirement pending: reset the GPU",
         ),
     ],
 )
@@ -283,7 +295,7 @@ def test_memory_errors_unknown_when_neither_mechanism_is_reported():
 def test_recovery_action_other_than_none_fails_naming_it(action):
     f = only("gpu.recovery_action", make_facts(gpus={4: {"recovery_action": action}}))
     assert (f.status, f.gpu, f.value) == ("fail", 4, action)
-    assert f"GPU4 driver requires recovery action {action}" in f.message
+    assert f"GPU4 (serial 1652123000004) driver requires recovery action {action}" in f.message
 
 
 # gpu.processes
@@ -294,7 +306,9 @@ def test_processes_leftover_process_fails_naming_the_pid():
     f = only("gpu.processes", make_facts(gpus={0: {"processes": procs, "memory_used_mib": 30512}}))
     assert (f.status, f.gpu, f.value) == ("fail", 0, [48213])
     assert (
-        f.message == "gpu.processes: GPU0 has 1 leftover process(es): pid 48213 python (30000 MiB)"
+        f.message
+        == "gpu.processes: GPU0 (serial 1652123000000) has 1 leftover process(es): pid 48213 python"
+        " (30000 MiB) (kill them)"
     )
 
 
@@ -335,7 +349,9 @@ def test_power_limit_outside_the_tolerance_fails(tmp_path):
     config = site(tmp_path, "checks:\n  gpu:\n    power_limit_w: 700\n")
     f = only("gpu.power_limit", make_facts(gpus={2: {"power_limit_w": 500.0}}), config)
     assert (f.status, f.gpu, f.value, f.limit) == ("fail", 2, 500.0, 700.0)
-    assert f.message == "gpu.power_limit: GPU2 power limit 500 W, configured 700 W +-10 W"
+    assert f.message == (
+        "gpu.power_limit: GPU2 (serial 1652123000002) power limit 500 W, configured 700 W +-10 W (fix host setup)"
+    )
     assert (
         only("gpu.power_limit", make_facts(gpus={2: {"power_limit_w": 695.0}}), config).status
         == "ok"

@@ -59,7 +59,7 @@ def test_nofile_soft_limit_not_reported_is_unknown():
 def test_memory_too_little_available_fails():
     f = only("host.memory", make_facts(memory=Memory(available_mib=4096, swap_used_mib=0)))
     assert (f.status, f.value, f.limit) == ("fail", 4096, 8192)
-    assert f.message == "host.memory: available memory 4096 MiB < 8192 MiB"
+    assert f.message == "host.memory: available memory 4096 MiB < 8192 MiB (fix host setup)"
 
 
 def test_memory_swap_in_use_only_warns(tmp_path):
@@ -97,9 +97,13 @@ def test_memory_values_not_reported_are_unknown():
                 "fsync_ms": None,
                 "error": "OSError: [Errno 30] Read-only file system",
             },
-            "host.mounts: /checkpoints not writable (OSError: [Errno 30] Read-only file system)",
+            "host.mounts: /checkpoints not writable (OSError: [Errno 30] Read-only file system)"
+            " (fix host setup)",
         ),
-        ({"fsync_ms": 2500.0}, "host.mounts: /checkpoints write+fsync took 2500 ms > 1000 ms"),
+        (
+            {"fsync_ms": 2500.0},
+            "host.mounts: /checkpoints write+fsync took 2500 ms > 1000 ms (check the filesystem)",
+        ),
     ],
 )
 def test_mounts_unmounted_readonly_or_slow_fail(changes, message):

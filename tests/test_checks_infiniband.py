@@ -33,7 +33,10 @@ def test_ports_down_port_fails_naming_device_port_and_state():
         "ib.ports", make_facts(infiniband=ports(mlx5_3={"state": "DOWN", "phys_state": "Polling"}))
     )
     assert f.status == "fail"
-    assert f.message == "ib.ports: mlx5_3 port 1 DOWN/Polling, expected ACTIVE/LinkUp"
+    assert (
+        f.message
+        == "ib.ports: mlx5_3 port 1 DOWN/Polling, expected ACTIVE/LinkUp (reseat/check cables)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -92,7 +95,7 @@ def test_rate_slow_active_port_fails_naming_port_rate_and_limit(tmp_path):
     config = site(tmp_path, "expect:\n  ib_rate_gbps: 400\n")
     f = only("ib.rate", make_facts(infiniband=ports(mlx5_2={"rate_gbps": 200.0})), config)
     assert (f.status, f.value, f.limit) == ("fail", 200.0, 400.0)
-    assert f.message == "ib.rate: mlx5_2 port 1 rate 200 Gb/s < 400 Gb/s"
+    assert f.message == "ib.rate: mlx5_2 port 1 rate 200 Gb/s < 400 Gb/s (reseat/check cables)"
 
 
 def test_rate_without_a_site_rate_the_ports_must_share_one():

@@ -46,7 +46,7 @@ def test_xid79_fails_naming_gpu_code_mnemonic_and_action():
     f = only("kernel.xid", log(xid(79, "GPU has fallen off the bus.")))
     assert (f.status, f.gpu, f.value) == ("fail", 5, 79)
     assert f.message == (
-        "kernel.xid: GPU5 (0000:68:00) Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus"
+        "kernel.xid: GPU5 (serial 1652123000005, 0000:68:00) Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus"
         " (reboot the node)"
     )
 
@@ -250,7 +250,7 @@ def test_xids_on_several_gpus_give_a_finding_each():
 def test_gpu_bus_lost_or_failed_gpu_fails_naming_the_gpu(lines):
     f = only("kernel.gpu_bus", log(*lines))
     assert (f.status, f.gpu) == ("fail", 5)
-    assert f.message.startswith("kernel.gpu_bus: GPU5 (0000:68:00): ")
+    assert f.message.startswith("kernel.gpu_bus: GPU5 (serial 1652123000005, 0000:68:00): ")
 
 
 @pytest.mark.parametrize(

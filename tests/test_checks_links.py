@@ -34,7 +34,7 @@ def test_pcie_narrow_link_fails_naming_gpu_width_and_limit():
         "pcie.link", make_facts(gpus={1: {"pcie": Pcie(gen=1, max_gen=5, width=8, max_width=16)}})
     )
     assert (f.status, f.gpu, f.value, f.limit) == ("fail", 1, 8, 16)
-    assert f.message.startswith("pcie.link: GPU1 PCIe link x8 < x16")
+    assert f.message.startswith("pcie.link: GPU1 (serial 1652123000001) PCIe link x8 < x16")
 
 
 def test_pcie_link_trained_narrow_below_the_board_width_fails():
@@ -48,7 +48,7 @@ def test_pcie_max_generation_below_the_board_fails():
         "pcie.link", make_facts(gpus={4: {"pcie": Pcie(gen=1, max_gen=4, width=16, max_width=16)}})
     )
     assert (f.status, f.gpu, f.value, f.limit) == ("fail", 4, 4, 5)
-    assert "GPU4 PCIe max generation Gen4 < Gen5" in f.message
+    assert "GPU4 (serial 1652123000004) PCIe max generation Gen4 < Gen5" in f.message
 
 
 def test_pcie_idle_low_current_generation_passes_by_default_but_not_in_current_mode(tmp_path):
@@ -57,7 +57,7 @@ def test_pcie_idle_low_current_generation_passes_by_default_but_not_in_current_m
     config = site(tmp_path, "checks:\n  pcie:\n    generation: current\n")
     found = findings_of("pcie.link", facts, config)
     assert statuses(found) == ["fail"] * 8
-    assert "GPU0 PCIe current generation Gen1 < Gen5" in found[0].message
+    assert "GPU0 (serial 1652123000000) PCIe current generation Gen1 < Gen5" in found[0].message
 
 
 def test_pcie_expected_generation_comes_from_the_site(tmp_path):
@@ -95,7 +95,9 @@ def test_nvlink_inactive_links_fail_naming_gpu_and_count():
     links = (True,) * 5 + (False,) + (True,) * 5 + (False,) + (True,) * 6
     f = only("nvlink.links", make_facts(gpus={2: {"nvlink_active": links}}))
     assert (f.status, f.gpu, f.value, f.limit) == ("fail", 2, 16, 18)
-    assert f.message == "nvlink.links: GPU2 16/18 NVLinks active (inactive links: 5, 11)"
+    assert f.message == (
+        "nvlink.links: GPU2 (serial 1652123000002) 16/18 NVLinks active (inactive links: 5, 11) (reset GPU)"
+    )
 
 
 def test_nvlink_fewer_links_listed_than_the_board_has_fails():
@@ -128,9 +130,18 @@ def test_nvlink_unknown_board_or_missing_states_are_unknown():
 @pytest.mark.parametrize(
     ("changes", "text"),
     [
-        ({"fabric_state": "in_progress"}, "GPU3 NVSwitch fabric state in_progress, not completed"),
-        ({"fabric_state": "not_started"}, "GPU3 NVSwitch fabric state not_started"),
-        ({"fabric_status": "nvml_error_unknown"}, "GPU3 NVSwitch fabric status nvml_error_unknown"),
+        (
+            {"fabric_state": "in_progress"},
+            "GPU3 (serial 1652123000003) NVSwitch fabric state in_progress, not completed",
+        ),
+        (
+            {"fabric_state": "not_started"},
+            "GPU3 (serial 1652123000003) NVSwitch fabric state not_started",
+        ),
+        (
+            {"fabric_status": "nvml_error_unknown"},
+            "GPU3 (serial 1652123000003) NVSwitch fabric status nvml_error_unknown",
+        ),
     ],
 )
 def test_fabric_not_registered_fails(changes, text):

@@ -113,7 +113,7 @@ def test_hardware_xid_after_the_prolog_drains_with_the_bundle_in_the_reason(tmp_
     node, reason = slurm.drains[0]
     assert node == "gpu-node-01"
     assert reason.startswith(
-        "gpugate: kernel.xid: evidence 77/gpu-node-01-r0: GPU4 (0000:58:00) Xid 79"
+        "gpugate: kernel.xid: evidence 77/gpu-node-01-r0: GPU4 (serial 1652123000004, 0000:58:00) Xid 79"
     )
     assert result.category == "gpu_xid_hardware" and result.xid == 79
     s = summary(result)

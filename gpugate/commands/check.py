@@ -85,5 +85,30 @@ def render_table(node: str | None, decision: object, findings: list, duration: f
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     head = f"{printable(node or '?')}: {decision.status.upper()} ({summary}) in {duration * 1000:.0f} ms"
     lines = [head]
-    lines += [f"  {f.status.upper():<7} {printable(f.message)}" for f in findings]
+    folded = missing_sources(findings)
+    shown: set[str] = set()
+    for f in findings:
+        group = folded.get(f.source or "") if f.status == "unknown" else None
+        if group is None:
+            lines.append(f"  {f.status.upper():<7} {printable(f.message)}")
+        elif f.source not in shown:  # the whole source in one line, where its first check was
+            shown.add(f.source)
+            lines.append(f"  {'UNKNOWN':<7} {printable(group)}")
     return "\n".join(lines) + "\n"
+
+
+def missing_sources(findings: list) -> dict[str, str]:
+    """Source -> one line for each fact source that left two or more checks unknown."""
+    by_source: dict[str, list] = {}
+    for f in findings:
+        if f.status == "unknown" and f.source:
+            by_source.setdefault(f.source, []).append(f)
+    out = {}
+    for source, group in by_source.items():
+        if len(group) < 2:
+            continue  # one check: its own message says it best
+        # Each message is "<check>: <what> missing: <why>" (or "not judged: <why>"): the why.
+        why = group[0].message.partition(": ")[2].rpartition("missing: ")[2]
+        why = why.removeprefix("not judged: ") or "?"
+        out[source] = f"source {source} missing: {len(group)} checks not judged ({why})"
+    return out

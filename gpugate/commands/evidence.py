@@ -62,6 +62,28 @@ def job_bundles(config: Config, job: str) -> list[str]:
     return list_bundles(config.evidence_dir, job)
 
 
+def admin_only(config: Config, job: str | None = None) -> str | None:
+    """Why this user may not read the bundles (EVIDENCE_DIR, or the job's directory, exists
+    but is closed to them), or None: then "no bundles" is the truth, not a permission."""
+    top = config.evidence_dir
+    places = [top] if job is None else [top, os.path.join(top, job)]
+    for place in places:
+        try:
+            os.stat(place)
+        except FileNotFoundError:
+            return None
+        except PermissionError:  # a directory above it is closed
+            pass
+        else:
+            if os.access(place, os.R_OK | os.X_OK):
+                continue
+        group = config.epilog.evidence_group
+        who = f"root and group {group}" if group else "root (epilog.evidence_group: null)"
+        return (f"admin-only: {place} is readable by {who}, not by this user (bundles hold other "
+                "users' logs); ask an admin, or run it as one")  # fmt: skip
+    return None
+
+
 def describe(bundle: str) -> dict:
     """A bundle's summary fields, its path and the raw files in it."""
     summary = read_summary(bundle) or {}
@@ -164,6 +186,8 @@ def main(argv: list[str]) -> int:
     else:
         bundles, notes = node_bundles(config, target, scan=args.scan)
     what = "job" if is_job else "node"
+    if not bundles and (locked := admin_only(config, target if is_job else None)):
+        return names.refuse("gpugate evidence", locked, EXIT_UNHEALTHY)
     if not bundles:
         # Not found is one line, whatever was noticed on the way.
         extra = f" ({'; '.join(notes)})" if notes else ""
