@@ -286,6 +286,10 @@ def _summary(
         "job_end": _iso(env.end_time),
         "why": result.why,
         "exit_code2": env.exit_code2,
+        # The job's GPUs here (SLURM_JOB_GPUS; null: not known, read as the whole node's
+        # node_gpus): `gpugate report` weighs the time lost by them (GPU-hours).
+        "gpus": None if env.gpus is None else list(env.gpus),
+        "node_gpus": len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
         "category": diagnosis.get("category"),
         "category_source": diagnosis.get("decided_by"),
         "category_trusted": diagnosis.get("trusted") is True,

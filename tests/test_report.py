@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
+import zlib
+from collections import Counter
 from html.parser import HTMLParser
 
 import pytest
 from test_slurm_adapter import FakeRunner, fixture
 
 from gpugate import cli
+from gpugate.admin import charts as C
 from gpugate.admin import nodes as A
 from gpugate.admin import report as R
 from gpugate.slurm_hooks.slurm.cli import CliBackend
@@ -87,9 +91,44 @@ def sample_resumes() -> list[dict]:
              "resumed": False}]  # fmt: skip
 
 
+def sample_costs() -> list[dict]:
+    def run(job, restart, node, category, gpus, failed_ago, lost_h, ckpt=None):
+        failed = NOW - failed_ago
+        return {"path": f"{job}/{node}-r{restart}", "job": job, "node": node, "restart": restart,
+                "category": category, "gpus": gpus, "start": failed - 5 * 3600,
+                "failed": failed, "checkpoint": ckpt, "requeued": ckpt is not None,
+                "gpu_hours": gpus * lost_h, "lost_from": failed - lost_h * 3600,
+                "from_checkpoint": ckpt is not None,
+                "href": f"../ev/{job}/{node}-r{restart}/"}  # fmt: skip
+
+    return [run("4242", 0, "gpu-07", "gpu_xid_hardware", 8, 9 * DAY, 2.0, "/ck/step-90"),
+            run("4242", 0, "gpu-08", "gpu_xid_hardware", 8, 9 * DAY, 2.0, "/ck/step-90"),
+            run("4300", 0, "gpu-03", "nccl_timeout", 4, 2 * DAY, 5.0),
+            run("4301", 1, "gpu-11", SCRIPT, 2, DAY, 1.0)]  # fmt: skip
+
+
+def sample_requeues() -> list[dict]:
+    return [{"job": "4242", "restarts": 0, "when": NOW - 9 * DAY + 60, "requeue": True,
+             "why": "infrastructure failure (gpu_xid_hardware)", "category": "gpu_xid_hardware",
+             "suspects": ["gpu-07"], "checkpoint": "/ck/step-90"},
+            {"job": "4301", "restarts": 1, "when": NOW - DAY + 60, "requeue": False,
+             "why": f"not an infrastructure failure ({SCRIPT})", "checkpoint": None}]  # fmt: skip
+
+
+def sample_held() -> list[dict]:
+    return [{"node": "gpu-12", "when": NOW - 3 * DAY, "check": "ib.ports",
+             "reason": "gpugate: ib.ports: mlx5_1 down", "why": f"budget 2/2 {SCRIPT}"}]  # fmt: skip
+
+
 def sample_page() -> str:
     return R.render_html(sample_rows(), sample_drains(), sample_resumes(), window_days=30,
-                         now=NOW, total_nodes=12)  # fmt: skip
+                         now=NOW, total_nodes=12, held=sample_held(), costs=sample_costs(),
+                         requeues=sample_requeues())  # fmt: skip
+
+
+def section(html: str, name: str) -> str:
+    """The page from `<h2 id="name">` to the next heading."""
+    return html.split(f'<h2 id="{name}">')[1].split("<h2 ")[0]
 
 
 # ------------------------------------------------------------------------------ content
@@ -101,9 +140,55 @@ def test_page_is_self_contained_and_has_no_script():
     assert html.startswith("<!DOCTYPE html>")
     assert "style" in page.tags and "script" not in page.tags and "img" not in page.tags
     assert "link" not in page.tags and "iframe" not in page.tags
-    # No attribute that loads or runs anything: no src, no event handler, no URL anywhere.
-    assert not [a for a, _ in page.attrs if a == "src" or a.startswith("on") or a == "href"]
+    # No attribute that loads or runs anything: no src, no event handler, no URL anywhere;
+    # the only links are relative paths to bundle directories.
+    assert not [a for a, _ in page.attrs if a == "src" or a.startswith("on")]
+    hrefs = [v for a, v in page.attrs if a == "href"]
+    assert hrefs and all(v.startswith("../ev/") and ":" not in v for v in hrefs)
     assert "http://" not in html and "https://" not in html and "url(" not in html
+
+
+def test_failures_and_gpu_hours_by_cause():
+    html = sample_page()
+    part = section(html, "failures")
+    assert part.count('<svg class="chart hbars"') == 2 and "How" not in part
+    assert "GPU-hours lost = the job&#x27;s GPUs on the node" in part  # how it is computed
+    rows = Page(part.split("<table>")[1]).text
+    # By GPU-hours: the Xid job's 2 nodes x 8 GPUs x 2 h = 32, then 4 x 5 = 20, then 2.
+    assert rows[4:] == ["gpu_xid_hardware", "2", "32.0", "59%", "nccl_timeout", "1", "20.0",
+                        "37%", SCRIPT, "1", "2.0", "4%"]  # fmt: skip
+    assert '<div class="card" id="GPU-hours-card"><b>54.0</b>GPU-hours lost</div>' in html
+    assert '<div class="card" id="failures-card"><b>4</b>failures in 30 days</div>' in html
+
+
+def test_runs_requeues_and_held_sections():
+    html = sample_page()
+    runs = section(html, "runs")
+    assert runs.count("<tr>") == 5 and '<a href="../ev/4242/gpu-07-r0/">' in runs
+    assert runs.count("(checkpoint)") == 2 and runs.count("(run start)") == 2
+    requeues = Page(section(html, "requeues")).all_text
+    assert "requeued infrastructure failure (gpu_xid_hardware)" in requeues
+    assert "/ck/step-90" in requeues and "not requeued" in requeues and SCRIPT in requeues
+    held = Page(section(html, "held")).all_text
+    assert "gpu-12 ib.ports gpugate: ib.ports: mlx5_1 down" in held and SCRIPT in held
+    assert SCRIPT not in html  # every string escaped, the category and the budget's why too
+
+
+def test_drain_and_repeat_charts():
+    html = sample_page()
+    record = section(html, "record")
+    assert record.count('<svg class="chart stacked"') == 1
+    # Five drains in the window on five days, by three checks: one segment each.
+    assert record.count('class="seg"') == 5 and "gpu.ecc" in record and "ib.ports" in record
+    repeats = section(html, "offenders")
+    assert repeats.count('<svg class="chart vbars"') == 1
+    assert "<title>1: 0</title>" in repeats and "<title>2: 1</title>" in repeats  # gpu-03 twice
+    assert "<title>3: 1</title>" in repeats  # gpu-07 three times
+
+
+def test_bundle_href_is_relative_and_quoted(tmp_path):
+    href = R.bundle_href(str(tmp_path / "ev:x y"), "42/gpu-01-r0", str(tmp_path / "www"))
+    assert href == "../ev%3Ax%20y/42/gpu-01-r0/"
 
 
 def test_hostile_reasons_and_notes_are_text():
@@ -128,7 +213,8 @@ def test_drained_section_offenders_and_timeline():
     assert "gpu-03" in offenders and "ib.ports \u00d71, pcie.link \u00d71" in offenders
     assert "gpu-05" not in offenders  # its drains are older than the window
     timeline = html.split('id="timeline"')[1]
-    assert timeline.count("<tr>") == 8  # header + 5 drains + 1 resume + 1 refused in 30 days
+    # header + 5 drains + 1 resume + 1 refused + 1 held back in 30 days
+    assert timeline.count("<tr>") == 9
     assert "resume refused</td>" in timeline and "by eve: try" in timeline
     assert "by bob: reseated" in timeline and "check result: ok" in timeline
     assert "/ev/4242/gpu-07-r0" in timeline and "long ago" not in timeline
@@ -182,6 +268,30 @@ def test_cli_writes_the_page(site, capsys):
     html = out.read_text()
     assert SCRIPT not in html and "carol" in html and "vm" in html
     assert oct(os.stat(out).st_mode & 0o777) == "0o644"
+
+
+def test_cli_reads_bundles_and_requeues(site, capsys):
+    import time
+
+    from gpugate.clock import utc
+    from gpugate.store.evidence import write_bundle
+
+    start = time.time() - 3 * 3600
+    summary = {"node": "vm", "restart": 0, "category": "nccl_timeout", "gpus": [0, 1],
+               "job_start": utc(start), "first_failure_at": utc(start + 2 * 3600)}  # fmt: skip
+    write_bundle(str(site / "ev"), "77", "vm", 0, {}, summary)
+    event = {"time": utc(start + 2 * 3600 + 60), "hook": "epilog-slurmctld", "job": "77",
+             "restarts": 0, "requeue": True, "why": "infrastructure failure (nccl_timeout)",
+             "checkpoint": "/nowhere/step-9"}  # fmt: skip
+    (site / "state" / "events.jsonl").write_text(json.dumps(event) + "\n")
+    (site / "www").mkdir()
+    out = site / "www" / "report.html"
+    assert cli.main(["report", "--html", str(out), "--sinfo-json", str(site / "sinfo.json")]) == 0
+    html = out.read_text()
+    assert '<a href="../ev/77/vm-r0/"><code>77/vm-r0</code></a>' in html
+    runs = Page(section(html, "runs")).all_text
+    assert "nccl_timeout 2" in runs and "(run start) 4.0" in runs  # no checkpoint seen: 2 x 2 h
+    assert "/nowhere/step-9" in Page(section(html, "requeues")).all_text
 
 
 def test_cli_without_slurm_still_writes_the_history(site, capsys, monkeypatch):
@@ -246,9 +356,73 @@ def test_chromium_renders_what_the_admin_needs(tmp_path):
         assert name in text
     assert "2 drained" in text and "12 nodes" in text and "RMA candidate" in text
     assert "gpu.ecc \u00d73" in text
+    # What a person sees: every section's heading, the five charts, the bundle links.
+    for heading in ("Drained nodes", "Job failures and GPU-hours lost by cause",
+                    "Failed runs and their evidence", "Requeue decisions",
+                    "Drains the budget held back", "Repeat offenders", "Timeline"):  # fmt: skip
+        assert heading in dom.text
+    assert dom.tags.count("svg") == 4 and "rect" in dom.tags
+    titles = {"Failures by cause", "GPU-hours lost by cause", "Drains per day by check",
+              "Nodes by repeat count"}  # fmt: skip
+    assert titles <= set(dom.text)
+    assert dom.tags.count("a") == 4
     shot = tmp_path / "report.png"
-    res = headless(binary, tmp_path, "--window-size=1280,1400", f"--screenshot={shot}",
-                   page.as_uri())  # fmt: skip
+    res = headless(binary, tmp_path, "--window-size=1280,3000", "--hide-scrollbars",
+                   f"--screenshot={shot}", page.as_uri())  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a page, not a blank
+    width, height, pixels = read_png(shot.read_bytes())
+    assert (width, height) == (1280, 3000)
+    # The charts were drawn: enough pixels in the charts' own colours (no other part of the
+    # page uses them), the first series' blue in the bar charts, the second in the stack.
+    found = colour_counts(pixels, [C.colour(0), C.colour(1)])
+    assert found[C.colour(0)] > 2000 and found[C.colour(1)] > 100, found
+    assert sum(1 for p in pixels if p != (255, 255, 255)) > 50_000  # a page, not a blank
+
+
+def read_png(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """(width, height, RGB pixels) of an 8-bit RGB/RGBA non-interlaced PNG (stdlib zlib only)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, head = 8, b"", b""
+    while pos < len(data):
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + size]
+        pos += 12 + size
+        head = chunk if kind == b"IHDR" else head
+        idat += chunk if kind == b"IDAT" else b""
+    width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", head)
+    assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+    bpp = 3 if ctype == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    prev, pixels = bytearray(stride), []
+    for y in range(height):
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        pixels += [tuple(line[x : x + 3]) for x in range(0, stride, bpp)]
+        prev = line
+    return width, height, pixels
+
+
+def colour_counts(pixels: list[tuple[int, int, int]], colours: list[str]) -> dict[str, int]:
+    """How many pixels are (within a small tolerance, for colour management) each colour."""
+    want = {c: tuple(int(c[i : i + 2], 16) for i in (1, 3, 5)) for c in colours}
+    counts = dict.fromkeys(colours, 0)
+    for p, n in Counter(pixels).items():
+        for name, rgb in want.items():
+            if all(abs(p[i] - rgb[i]) <= 6 for i in range(3)):
+                counts[name] += n
+    return counts

@@ -396,3 +396,8 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     assert cmd_epilog_slurmctld._body(config) == 0
     assert [a for a in runner.argvs if a[1] == "update"] == []
     assert begun == ([job_id] if started else [])
+    # `gpugate report` matches a decision to its run (and checkpoint) by the run's number.
+    import json
+
+    event = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
+    assert event["job"] == job_id and isinstance(event["restarts"], int)

@@ -8,9 +8,13 @@ to write a job log or run `scontrol update`, and the page must show them as text
 
 from __future__ import annotations
 
+import os
 import time
 from html import escape
+from urllib.parse import quote
 
+from gpugate.admin import charts
+from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.fsutil import atomic_write
 from gpugate.store import history
@@ -40,6 +44,9 @@ code{font-size:12px;word-break:break-all}
 td.false{font-weight:600;color:#b42318}
 .notice{border:1px solid #f59f00;background:#fff9db;padding:8px 12px;border-radius:6px}
 .empty{color:#5b6472;font-style:italic}
+.charts{display:flex;flex-wrap:wrap;gap:16px;margin:8px 0}
+.chart{border:1px solid #e3e7ec;border-radius:6px;background:#fff}
+td.n{text-align:right}
 """
 
 
@@ -185,26 +192,136 @@ def _result(result: object) -> object:
     return result
 
 
-def render_html(
-    rows: list[dict],
-    drains: list[dict],
-    resumes: list[dict],
-    window_days: float = 30,
-    now: float | None = None,
-    total_nodes: int | None = None,
-    notice: str | None = None,
-    held: list[dict] = (),  # type: ignore[assignment]
-) -> str:
-    """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
-    ones); `held`: the history's held-back drains, for the timeline."""
-    now = time.time() if now is None else now
-    since = history.window_start(window_days, now)
-    offenders = repeat_offenders(drains, since)
-    events = timeline(drains, resumes, since, held=held)
-    # Which nodes Slurm shows drained is known only when it could be read (total_nodes).
-    drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
-    record = check_record(drains, resumes, since, drained_now)
+def bundle_href(evidence_dir: str, rel: str, page_dir: str) -> str:
+    """A relative link from the page's directory to a bundle's directory (percent-quoted)."""
+    target = os.path.join(os.path.abspath(evidence_dir), rel)
+    # quote() escapes ':' too: a link can never become a scheme (javascript:, http:).
+    return quote(os.path.relpath(target, os.path.abspath(page_dir))) + "/"
 
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _bundle_link(f: dict) -> str:
+    code = f"<code>{esc(f['path'])}</code>"
+    return f'<a href="{esc(f["href"])}">{code}</a>' if f.get("href") else code
+
+
+def failures_section(costs: list[dict]) -> str:
+    """Failures and GPU-hours lost by category: two bar charts, the table, how it is computed."""
+    rows = by_category(costs)
+    if not rows:
+        return '<p class="empty">No failed job left evidence in the window.</p>'
+    total = sum(h for _, _, h in rows) or 1.0
+    body = [f'<tr><td>{esc(c)}</td><td class="n">{n}</td><td class="n">{_hours(h)}</td>'
+            f'<td class="n">{100 * h / total:.0f}%</td></tr>' for c, n, h in rows]  # fmt: skip
+    figures = charts.hbars("Failures by cause", [(c, n) for c, n, _ in rows]) + charts.hbars(
+        "GPU-hours lost by cause", [(c, h) for c, _, h in rows], unit=" GPU-h"
+    )
+    table = _table(("Cause", "Failures (bundles)", "GPU-hours lost", "Share"), body, "")
+    return f'<p class="meta">{esc(HOW_COMPUTED)}</p><div class="charts">{figures}</div>{table}'
+
+
+def runs_section(costs: list[dict]) -> str:
+    """Each failed run: when, where, cause, GPUs, from when its work was lost, its bundle."""
+    body = []
+    for f in sorted(costs, key=lambda f: f["failed"] or 0, reverse=True):
+        frm = "checkpoint" if f.get("from_checkpoint") else "run start"
+        body.append(
+            f'<tr><td class="time">{esc(history.iso(f["failed"]))}</td><td>{esc(f["job"])}</td>'
+            f'<td class="n">{esc(f["restart"])}</td><td class="node">{esc(f["node"])}</td>'
+            f'<td>{esc(f["category"])}</td><td class="n">{esc(f["gpus"])}</td>'
+            f'<td class="time">{esc(history.iso(f["lost_from"]))} ({frm})</td>'
+            f'<td class="n">{_hours(f["gpu_hours"])}</td><td>{_bundle_link(f)}</td></tr>'
+        )
+    headers = ("Failed", "Job", "Run", "Node", "Cause", "GPUs", "Work lost since",
+               "GPU-hours", "Evidence")  # fmt: skip
+    return _table(headers, body, "No failed run in the window.")
+
+
+def requeues_section(events: list[dict]) -> str:
+    """EpilogSlurmctld's requeue decisions, newest first, with the checkpoint resumed from."""
+    body = []
+    for e in sorted(events, key=lambda e: e["when"], reverse=True):
+        verdict = "requeued" if e.get("requeue") is True else "not requeued"
+        suspects = (
+            ", ".join(map(str, e.get("suspects") or []))
+            if isinstance(e.get("suspects"), list)
+            else ""
+        )
+        body.append(
+            f'<tr><td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["job"])}</td>'
+            f'<td class="n">{esc(e.get("restarts"))}</td><td>{verdict}</td>'
+            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(e.get("category"))}</td>'
+            f"<td>{esc(suspects)}</td><td><code>{esc(e.get('checkpoint'))}</code></td></tr>"
+        )
+    headers = ("Decided", "Job", "Run", "Decision", "Why", "Cause", "Suspects",
+               "Resumed from checkpoint")  # fmt: skip
+    return _table(headers, body, "No requeue decision in the window.")
+
+
+def held_section(held: list[dict], since: float) -> str:
+    """The drains the budget held back in the window, newest first."""
+    body = [
+        f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
+        f'<td class="node">{esc(e.get("node"))}</td><td>{esc(e.get("check"))}</td>'
+        f'<td class="reason">{esc(e.get("reason"))}</td><td class="reason">{esc(e.get("why"))}</td></tr>'
+        for e in sorted(held, key=lambda e: e.get("when", 0), reverse=True)
+        if e.get("when", 0) >= since
+    ]
+    headers = ("Held back", "Node", "Check", "Drain wanted", "Why the budget held it back")
+    return _table(headers, body, "The drain budget held no drain back in the window.")
+
+
+def drains_chart(drains: list[dict], since: float, now: float) -> str:
+    """Drains per day by check, stacked, one column per day of the window."""
+    first = int(since // 86400)
+    days = list(range(first, int(now // 86400) + 1))
+    series: dict[str, list[float]] = {}
+    for e in drains:
+        when = e.get("when", 0)
+        if since <= when <= now:
+            row = series.setdefault(str(e.get("check") or "?"), [0.0] * len(days))
+            row[int(when // 86400) - first] += 1
+    columns = [history.iso(d * 86400)[5:10] for d in days]
+    return charts.stacked_bars("Drains per day by check", columns, dict(sorted(series.items())))
+
+
+def repeats_chart(drains: list[dict], since: float) -> str:
+    """How many nodes were drained once, twice, ... in the window."""
+    counts = [
+        len(v) for v in history.by_node(e for e in drains if e.get("when", 0) >= since).values()
+    ]
+    items = [(str(k), float(counts.count(k))) for k in range(1, max(counts, default=0) + 1)]
+    return charts.vbars("Nodes by repeat count", items, x_title="drains per node in the window")
+
+
+def cost_sections(
+    costs: list[dict], requeues: list[dict], held: list[dict], since: float
+) -> list[str]:
+    """Failures and GPU-hours lost, the failed runs, the requeues, the held-back drains."""
+    return [
+        '<h2 id="failures">Job failures and GPU-hours lost by cause</h2>',
+        failures_section(costs),
+        '<h2 id="runs">Failed runs and their evidence</h2>',
+        runs_section(costs),
+        '<h2 id="requeues">Requeue decisions</h2>',
+        requeues_section(requeues),
+        '<h2 id="held">Drains the budget held back</h2>',
+        held_section(held, since),
+    ]
+
+
+def _cards(
+    rows: list[dict],
+    record: dict,
+    events: list[dict],
+    costs: list[dict],
+    window_days: float,
+    total_nodes: int | None,
+) -> str:
+    # The numbers at the top of the page, one card each.
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),
         ("drained", sum(1 for r in rows if r["drained"])),
@@ -214,11 +331,41 @@ def render_html(
         ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
         (f"drains in {window_days:g} days", sum(1 for e in events if e["event"] == "drain")),
         (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
+        (f"failures in {window_days:g} days", len(costs)),
+        ("GPU-hours lost", _hours(sum(c["gpu_hours"] or 0.0 for c in costs))),
     ]
     card_html = "".join(
         f'<div class="card" id="{esc(k.split()[0])}-card"><b>{esc(v)}</b>{esc(k)}</div>'
         for k, v in cards
     )
+    return card_html
+
+
+def render_html(
+    rows: list[dict],
+    drains: list[dict],
+    resumes: list[dict],
+    window_days: float = 30,
+    now: float | None = None,
+    total_nodes: int | None = None,
+    notice: str | None = None,
+    held: list[dict] = (),  # type: ignore[assignment]
+    costs: list[dict] = (),  # type: ignore[assignment]
+    requeues: list[dict] = (),  # type: ignore[assignment]
+) -> str:
+    """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
+    ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
+    bundles; `requeues`: losses.requeue_events() of the window."""
+    now = time.time() if now is None else now
+    since = history.window_start(window_days, now)
+    offenders = repeat_offenders(drains, since)
+    events = timeline(drains, resumes, since, held=held)
+    # Which nodes Slurm shows drained is known only when it could be read (total_nodes).
+    drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
+    record = check_record(drains, resumes, since, drained_now)
+
+    card_html = _cards(rows, record, events, costs, window_days, total_nodes)
+    # The interruption table first: what failures cost, then what gpugate did about them.
     more = len(events) == TIMELINE_MAX
     parts = [
         "<!DOCTYPE html>",
@@ -226,15 +373,18 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>gpugate report</title>",
         f"<style>{CSS}</style></head><body>",
-        "<h1>gpugate: drained nodes and repeat offenders</h1>",
+        "<h1>gpugate: failures, drained nodes and repeat offenders</h1>",
         f'<p class="meta">Generated {esc(history.iso(now))}; history window {window_days:g} days.</p>',
         f'<p class="notice">{esc(notice)}</p>' if notice else "",
         f'<div class="cards">{card_html}</div>',
         '<h2 id="drained">Drained nodes</h2>',
         drained_section(rows),
+        *cost_sections(costs, requeues, held, since),
         '<h2 id="record">Drains by check: how they ended</h2>',
+        f'<div class="charts">{drains_chart(drains, since, now)}</div>',
         record_section(record),
         '<h2 id="offenders">Repeat offenders</h2>',
+        f'<div class="charts">{repeats_chart(drains, since)}</div>',
         offenders_section(offenders, window_days),
         '<h2 id="timeline">Timeline</h2>',
         f'<p class="meta">Newest {TIMELINE_MAX} events shown.</p>' if more else "",

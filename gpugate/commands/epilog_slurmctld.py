@@ -86,7 +86,8 @@ def _body(config: Config) -> int:
         log.say(f"epilog-slurmctld job {job.job_id}: cannot read the job from Slurm: {exc}")
     decision, done = run_requeue(config, job, slurm, config.requeue.wait_for_bundles_s)
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
-    log.event(config.state_dir, "epilog-slurmctld", job=job.job_id, requeue=decision.requeue,
+    log.event(config.state_dir, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
+              requeue=decision.requeue,
               why=decision.why, category=decision.category, suspects=list(decision.suspects),
               refused_on=list(decision.refused_on),
               checkpoint=decision.checkpoint, steps=done, pid=os.getpid())  # fmt: skip

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
+from gpugate.admin import losses, report
 from gpugate.admin import nodes as admin
-from gpugate.admin import report
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
@@ -16,15 +17,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
 
+    from gpugate.config.schema import Config
+
 
 def parser() -> ArgumentParser:
     """Options of `gpugate report`."""
     p = make_parser(
         "gpugate report",
         "Write one self-contained HTML page (inline CSS, no script, no external asset): the "
-        "drained nodes with reasons, suggested actions and evidence paths, the nodes drained "
-        "repeatedly in the history window, and a timeline of drains and resumes (the drain "
-        "history and the audit log). Exit 0; 1 when Slurm could not be read (the page is still "
+        "drained nodes with reasons, suggested actions and evidence paths; job failures and "
+        "GPU-hours lost by cause (from the evidence bundles), each failed run with a link to "
+        "its bundle, the requeue decisions and the checkpoint each run resumed from, the drains "
+        "the budget held back; the nodes drained repeatedly in the history window, and a "
+        "timeline of drains and resumes (the drain history and the audit log), with charts. "
+        "Exit 0; 1 when Slurm could not be read (the page is still "
         "written, from the history alone, and says so).",
     )
     p.add_argument("--html", metavar="FILE", required=True, help="write the page here")
@@ -58,6 +64,8 @@ def main(argv: list[str]) -> int:
         total_nodes=sum(len(names) for _, names in groups) if groups else None,
         notice=notice,
         held=held_entries(where),
+        costs=failure_costs(config, window, os.path.dirname(os.path.abspath(args.html))),
+        requeues=losses.requeue_events(config.state_dir, history.window_start(window)),
     )
     try:
         report.write_report(args.html, page)
@@ -69,3 +77,13 @@ def main(argv: list[str]) -> int:
         print(f"gpugate report: {notice}", file=sys.stderr)
         return EXIT_UNHEALTHY
     return EXIT_OK
+
+
+def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict]:
+    """The window's bundles with their requeue, GPU-hours lost and a link from the page."""
+    since = history.window_start(window_days)
+    failures = losses.read_failures(config.evidence_dir, since)
+    costs = losses.costed(failures, losses.requeue_events(config.state_dir, since))
+    for c in costs:
+        c["href"] = report.bundle_href(config.evidence_dir, c["path"], page_dir)
+    return costs

@@ -1,0 +1,163 @@
+"""What failures cost, for `gpugate report`: the bundles of the window, the requeue decisions
+(EpilogSlurmctld's lines in events.jsonl) and GPU-hours lost by cause.
+
+GPU-hours lost, per bundle (one job, node and run): the job's GPUs on that node times the
+time from the last complete checkpoint the requeue found (its modification time, when the
+report can see it, and never before the run's start: earlier work was lost, and counted, in
+the run before) to the failure; the run's start when there is no checkpoint. Everything read
+here is untrusted: a summary that is not what the epilog writes is skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpugate import jsonl
+from gpugate.clock import parse_utc
+from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
+
+UNDIAGNOSED = "undiagnosed"  # a bundle whose diagnosis named no category
+EVENTS = "events.jsonl"  # gpugate.log's file in the state directory
+REQUEUE_HOOK = "epilog-slurmctld"
+MATCH_SLACK_S = 600.0  # a requeue line written this long before the bundle's time still matches
+
+HOW_COMPUTED = (
+    "GPU-hours lost = the job's GPUs on the node \u00d7 the time from its last complete "
+    "checkpoint (the one the requeue found, never before the run's start) to the failure; "
+    "from the run's start when there is no checkpoint. One term per bundle (job, node, run), "
+    "summed by the bundle's failure category. A job whose GPUs on the node are unknown counts "
+    "the node's GPUs."
+)
+
+
+def _time(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return parse_utc(value) if isinstance(value, str) else None
+
+
+def bundle_paths(evidence_dir: str, since: float) -> list[str]:
+    """The bundles indexed since `since` (relative paths `<job>/<node>-r<n>`), oldest first."""
+    try:
+        names = sorted(os.listdir(os.path.join(evidence_dir, INDEX_DIR)))
+    except OSError:  # no evidence yet, or not readable by this user
+        return []
+    found = []
+    for name in names:
+        node = name[: -len(".jsonl")] if name.endswith(".jsonl") else ""
+        read = read_index(evidence_dir, node) if node and not node.startswith(".") else None
+        for e in read.entries if read else ():
+            if e["at"] >= since and ".old-" not in e["path"]:
+                found.append((e["at"], e["path"]))
+    return [p for _, p in sorted(found)]
+
+
+def read_failures(evidence_dir: str, since: float) -> list[dict]:
+    """One record per readable bundle of the window: job, node, run, category, GPUs, times."""
+    out = []
+    for rel in bundle_paths(evidence_dir, since):
+        s = read_summary(os.path.join(evidence_dir, rel))
+        if s is None:
+            continue
+        job, node = rel.split("/", 1)[0], str(s.get("node") or rel.split("/", 1)[1])
+        restart = s.get("restart")
+        category = s.get("category")
+        out.append({
+            "path": rel, "job": job, "node": node,
+            "restart": restart if isinstance(restart, int) and not isinstance(restart, bool) else 0,
+            "category": category if isinstance(category, str) and category else UNDIAGNOSED,
+            "gpus": _gpus(s),
+            "start": _time(s.get("job_start")),
+            "failed": _time(s.get("first_failure_at")) or _time(s.get("job_end"))
+            or _time(s.get("collected_at")),
+        })  # fmt: skip
+    return out
+
+
+def _gpus(summary: dict) -> int | None:
+    # The job's GPU indices on the node; unknown (an older bundle, no SLURM_JOB_GPUS): the node's.
+    gpus = summary.get("gpus")
+    if isinstance(gpus, list):
+        return len(gpus)
+    count = summary.get("node_gpus")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+def requeue_events(state_dir: str, since: float) -> list[dict]:
+    """EpilogSlurmctld's decisions since `since`, oldest first (events.jsonl, newest 32 MiB)."""
+    try:
+        data, _ = jsonl.read_tail(os.path.join(state_dir, EVENTS))
+    except OSError:
+        return []
+    out = []
+    for e in jsonl.parse(data):
+        if not isinstance(e, dict) or e.get("hook") != REQUEUE_HOOK:
+            continue
+        when = _time(e.get("time"))
+        if when is None or when < since or not isinstance(e.get("job"), str):
+            continue
+        out.append(dict(e, when=when))
+    return sorted(out, key=lambda e: e["when"])
+
+
+def checkpoint_time(path: object) -> float | None:
+    """A checkpoint's modification time, when this user can see it (None otherwise)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None  # no checkpoint, or "(not visible here: ...)"
+    try:
+        return os.stat(path).st_mtime
+    except (OSError, ValueError):
+        return None
+
+
+def match_requeue(failure: dict, events: list[dict]) -> dict | None:
+    """The requeue decision taken after this bundle's run: same job (and run, when it says)."""
+    for e in events:
+        if e["job"] != failure["job"]:
+            continue
+        run = e.get("restarts")
+        if isinstance(run, int) and not isinstance(run, bool):
+            if run == failure["restart"]:
+                return e
+            continue
+        if failure["failed"] is None or e["when"] >= failure["failed"] - MATCH_SLACK_S:
+            return e
+    return None
+
+
+def lost_gpu_hours(failure: dict, checkpoint_at: float | None) -> tuple[float | None, float | None]:
+    """(GPU-hours lost, from when) for one bundle; (None, None) when its times are unknown."""
+    start, failed, gpus = failure["start"], failure["failed"], failure["gpus"]
+    if failed is None or gpus is None:
+        return None, None
+    frm = start
+    if checkpoint_at is not None and (start is None or checkpoint_at > start):
+        frm = checkpoint_at
+    if frm is None:
+        return None, None
+    return gpus * max(0.0, failed - frm) / 3600.0, frm
+
+
+def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> list[dict]:
+    """Each failure with its requeue decision, checkpoint, GPU-hours lost and their start."""
+    out = []
+    for f in failures:
+        e = match_requeue(f, events)
+        ckpt = e.get("checkpoint") if e else None
+        at = stat(ckpt)
+        hours, frm = lost_gpu_hours(f, at)
+        out.append(dict(f, checkpoint=ckpt, requeued=e.get("requeue") if e else None,
+                        gpu_hours=hours, lost_from=frm,
+                        from_checkpoint=at is not None and frm == at))  # fmt: skip
+    return out
+
+
+def by_category(costs: list[dict]) -> list[tuple[str, int, float]]:
+    """(category, bundles, GPU-hours lost) per category, most GPU-hours first."""
+    acc: dict[str, list] = {}
+    for c in costs:
+        slot = acc.setdefault(c["category"], [0, 0.0])
+        slot[0] += 1
+        slot[1] += c["gpu_hours"] or 0.0
+    rows = [(k, n, h) for k, (n, h) in acc.items()]
+    return sorted(rows, key=lambda r: (-r[2], -r[1], r[0]))
