@@ -23,8 +23,9 @@ MATCH_SLACK_S = 600.0  # a requeue line written this long before the bundle's ti
 
 HOW_COMPUTED = (
     "GPU-hours lost = the job's GPUs on the node \u00d7 the time from its last complete "
-    "checkpoint (the one the requeue found, never before the run's start) to the failure; "
-    "from the run's start when there is no checkpoint. One term per bundle (job, node, run), "
+    "checkpoint (the one the requeue found, by its modification time, never before the run's "
+    "start) to the failure; from the run's start when there is no checkpoint or this report "
+    "cannot read it. One term per bundle (job, node, run), "
     "summed by the bundle's failure category. A job whose GPUs on the node are unknown counts "
     "the node's GPUs."
 )

@@ -1,6 +1,8 @@
 """`gpugate report`: one self-contained HTML page for admins (inline CSS, no script, no
-external asset): drained nodes with reasons and evidence, repeat offenders, and a timeline of
-drains and resumes from the history and the audit log.
+external asset): drained nodes with reasons and evidence; job failures and GPU-hours lost by
+cause (admin/losses.py, from the bundles), each failed run linked to its bundle, the requeue
+decisions, the drains the budget held back; repeat offenders, and a timeline of drains and
+resumes from the history and the audit log; inline SVG charts (admin/charts.py).
 
 Every value is escaped: drain reasons, resume notes and node names can come from anyone able
 to write a job log or run `scontrol update`, and the page must show them as text.

@@ -1,4 +1,5 @@
-"""`gpugate report --html FILE`: drains, evidence and repeat offenders as one HTML page."""
+"""`gpugate report --html FILE`: failures and their cost, drains, evidence, requeues and repeat
+offenders as one HTML page."""
 
 from __future__ import annotations
 
