@@ -83,6 +83,7 @@ def comment_tokens(comment: str) -> dict[str, str]:
     Only `gpugate:` tokens count; the rest of the comment is the user's own.
     """
     out: dict[str, str] = {}
-    for m in re.finditer(r"(?:^|[\s,;])gpugate:([a-z_]+)(?:=([^\s,;]*))?", comment or ""):
+    # A key starts with a letter (`gpugate:_` or `gpugate:__` names nothing).
+    for m in re.finditer(r"(?:^|[\s,;])gpugate:([a-z][a-z_]*)(?:=([^\s,;]*))?", comment or ""):
         out[m.group(1)] = m.group(2) or ""
     return out
