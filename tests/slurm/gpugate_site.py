@@ -46,11 +46,15 @@ class Site:
         gpugate = Path(sys.executable).parent / "gpugate"
         for hook in HOOKS:
             shutil.copy(ROOT / "slurm_hooks" / f"gpugate-{hook}", self.hooks / f"gpugate-{hook}")
-        (self.hooks / "hook.env").write_text(
-            f"GPUGATE_BIN={gpugate}\nGPUGATE_CONFIG={self.config}\n"
-            f"export GPUGATE_CACHE_DIR={base / 'cache'}\n"
-        )
+        (self.hooks / "hook.env").write_text(f"GPUGATE_BIN={gpugate}\n" + self.hook_env_text())
         self.write_config(config_extra)
+
+    def hook_env_text(self, slurm_conf: str | os.PathLike | None = None) -> str:
+        """hook.env lines pointing the wrappers at this site (an installed package's too)."""
+        text = f"GPUGATE_CONFIG={self.config}\nexport GPUGATE_CACHE_DIR={self.base / 'cache'}\n"
+        if slurm_conf is not None:
+            text += f"export SLURM_CONF={slurm_conf}\n"
+        return text
 
     def use_slurm_conf(self, path: str | os.PathLike) -> None:
         """Point the hooks at a private slurm.conf (EpilogSlurmctld gets no SLURM_CONF)."""
