@@ -252,6 +252,12 @@ class Health(Record):
     suspect_users_min: int  # votes must come from jobs of this many distinct users
 
 
+class Checkpoints(Record):
+    """The checkpoint policy the epilog measures jobs against (gpugate/checkpoints/freshness.py)."""
+
+    max_age_s: float  # the newest complete checkpoint at a job's end: older than this is stale
+
+
 class Config(Record):
     """The whole site configuration."""
 
@@ -273,3 +279,4 @@ class Config(Record):
     slurm: Slurm
     admin: Admin
     health: Health
+    checkpoints: Checkpoints

@@ -27,6 +27,7 @@ DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from gpugate.checkpoints.freshness import Freshness
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -225,6 +226,59 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         return False
 
 
+def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | None:
+    """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
+    from gpugate.slurm_hooks.hookenv import comment_tokens
+    from gpugate.slurm_hooks.state import load_task_file
+
+    saved = load_task_file(config.state_dir, env.job_id) if env.job_id else None
+    ckpt = (saved or {}).get("ckpt_dir")
+    if isinstance(ckpt, str) and ckpt:
+        return ckpt
+    for comment in (env.comment, job.get("comment")):
+        ckpt = comment_tokens(comment if isinstance(comment, str) else "").get("ckpt")
+        if ckpt:
+            return ckpt
+    return None
+
+
+def checkpoint_freshness(
+    config: Config, env: HookEnv, job: dict, facts: Facts, timeout: float
+) -> Freshness | None:
+    """How old the job's newest complete checkpoint was at its end (None: it declared none)."""
+    from gpugate.checkpoints.freshness import measure
+
+    ckpt_dir = declared_checkpoint_dir(config, env, job)
+    if not ckpt_dir:
+        return None
+    gpus = len(env.gpus) if env.gpus is not None else _node_gpus(facts)
+    uid = env.uid if env.uid is not None else job.get("uid")
+    gid = env.gid if env.gid is not None else job.get("gid")
+    return measure(ckpt_dir, uid, gid, env.end_time, env.start_time, gpus,
+                   config.checkpoints.max_age_s, timeout)  # fmt: skip
+
+
+def tell_user(
+    config: Config, env: HookEnv, freshness: Freshness | None, slurm: SlurmControl | None = None
+) -> bool:
+    """A stale end's line in the job's AdminComment (merged, bounded); True if written."""
+    from gpugate.checkpoints.freshness import message
+
+    text = message(freshness) if freshness is not None else None
+    if not text or not env.job_id:
+        return False
+    try:
+        (slurm or _slurm(config)).add_admin_comment(env.job_id, text)
+        return True
+    except Exception as exc:  # Slurm slow or the job gone: the bundle still says it
+        log.error(config.state_dir, f"epilog job {env.job_id}: could not tell the user", exc)
+        return False
+
+
+def _node_gpus(facts: Facts) -> int | None:
+    return len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus
+
+
 def _job_of(bundle: str) -> str:
     """The job id a bundle path names (`<evidence_dir>/<job>/<node>-r<n>`)."""
     return os.path.basename(os.path.dirname(bundle))
@@ -241,12 +295,19 @@ def write_evidence(
     logs: dict,
     result: EpilogResult,
     pending_drain: bool = False,
+    freshness: Freshness | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure."""
+    from gpugate.checkpoints.freshness import message, summary_fields
+
     ep = config.epilog
     kernel = fresh[-ep.kernel_lines_max :]
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
+    summary.update(summary_fields(freshness))
     files = _bundle_files(facts, kernel, deltas, logs)
+    stale = message(freshness) if freshness is not None else None
+    if stale:  # the admin reads the stale checkpoint beside the cause
+        files["decisive.txt"] = f"{files['decisive.txt']}gpugate: {printable(stale)}\n"
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
                             files, summary, group=ep.evidence_group,

@@ -48,6 +48,9 @@ class EpilogResult(Record):
     reason: str | None = None
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     duration_s: float = 0.0
+    # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
+    checkpoint_age_s: float | None = None
+    checkpoint_stale: bool = False
 
 
 def abnormal_end(env: HookEnv) -> str | None:
@@ -124,6 +127,9 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         config, env, job, fresh, timeout=max(1.0, min(left, config.epilog.read_timeout_s))
     )
     diagnosis = logs.get("diagnosis") or {}
+    # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5
+    freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
     result = EpilogResult(
         abnormal=why is not None,
         why=why or "always_bundle",
@@ -133,12 +139,15 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         confidence=diagnosis.get("confidence"),
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
+        checkpoint_age_s=freshness.age_s if freshness else None,
+        checkpoint_stale=bool(freshness and freshness.stale),
     )
     drain = decision.action == DRAIN
     # The bundle first, then the drain naming it: a reason never points at a bundle that could
     # not be written. The drain's outcome is then added to the bundle's summary.
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
-                                    pending_drain=drain)  # fmt: skip
+                                    pending_drain=drain, freshness=freshness)  # fmt: skip
+    collect.tell_user(config, env, freshness, slurm)
     if drain:
         reason, drained, blocked = collect.drain_for_hardware(config, env, hardware, slurm,
                                                               bundle=bundle)  # fmt: skip

@@ -2,9 +2,10 @@
 (EpilogSlurmctld's lines in events.jsonl) and GPU-hours lost by cause.
 
 GPU-hours lost, per bundle (one job, node and run): the job's GPUs on that node times the
-time from the last complete checkpoint the requeue found (its modification time, when the
-report can see it, and never before the run's start: earlier work was lost, and counted, in
-the run before) to the failure; the run's start when there is no checkpoint. Everything read
+time from the last complete checkpoint (the one the epilog recorded at the end, as the job's
+user; else the one the requeue found, by its modification time when the report can see it;
+never before the run's start: earlier work was lost, and counted, in the run before) to the
+failure; the run's start when there is no checkpoint. Everything read
 here is untrusted: a summary that is not what the epilog writes is skipped, never raised.
 """
 
@@ -23,8 +24,8 @@ MATCH_SLACK_S = 600.0  # a requeue line written this long before the bundle's ti
 
 HOW_COMPUTED = (
     "GPU-hours lost = the job's GPUs on the node \u00d7 the time from its last complete "
-    "checkpoint (the one the requeue found, by its modification time, never before the run's "
-    "start) to the failure; from the run's start when there is no checkpoint or this report "
+    "checkpoint (the one the epilog recorded at the job's end, else the one the requeue found, "
+    "by its modification time; never before the run's start) to the failure; from the run's start when there is no checkpoint or this report "
     "cannot read it. One term per bundle (job, node, run), "
     "summed by the bundle's failure category. A job whose GPUs on the node are unknown counts "
     "the node's GPUs."
@@ -71,8 +72,20 @@ def read_failures(evidence_dir: str, since: float) -> list[dict]:
             "start": _time(s.get("job_start")),
             "failed": _time(s.get("first_failure_at")) or _time(s.get("job_end"))
             or _time(s.get("collected_at")),
+            **_recorded_checkpoint(s),
         })  # fmt: skip
     return out
+
+
+def _recorded_checkpoint(summary: dict) -> dict:
+    """The checkpoint the epilog measured at the end (freshness.py), when the bundle has one."""
+    ckpt = summary.get("checkpoint")
+    ckpt = ckpt if isinstance(ckpt, dict) else {}
+    path, age = ckpt.get("path"), summary.get("checkpoint_age_s")
+    return {"recorded_checkpoint": path if isinstance(path, str) else None,
+            "recorded_checkpoint_at": _time(ckpt.get("mtime")),
+            "checkpoint_age_s": _time(age) if not isinstance(age, str) else None,
+            "checkpoint_stale": summary.get("checkpoint_stale") is True}  # fmt: skip
 
 
 def _gpus(summary: dict) -> int | None:
@@ -145,7 +158,12 @@ def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> li
     for f in failures:
         e = match_requeue(f, events)
         ckpt = e.get("checkpoint") if e else None
-        at = stat(ckpt)
+        # The epilog's own record (read as the job's user at the end) before an mtime read now.
+        at = f.get("recorded_checkpoint_at")
+        if at is not None:
+            ckpt = f.get("recorded_checkpoint") or ckpt
+        else:
+            at = stat(ckpt)
         hours, frm = lost_gpu_hours(f, at)
         out.append(dict(f, checkpoint=ckpt, requeued=e.get("requeue") if e else None,
                         gpu_hours=hours, lost_from=frm,

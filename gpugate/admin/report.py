@@ -235,11 +235,23 @@ def runs_section(costs: list[dict]) -> str:
             f'<td class="n">{esc(f["restart"])}</td><td class="node">{esc(f["node"])}</td>'
             f'<td>{esc(f["category"])}</td><td class="n">{esc(f["gpus"])}</td>'
             f'<td class="time">{esc(history.iso(f["lost_from"]))} ({frm})</td>'
-            f'<td class="n">{_hours(f["gpu_hours"])}</td><td>{_bundle_link(f)}</td></tr>'
+            f'<td class="n">{_hours(f["gpu_hours"])}</td><td>{_checkpoint_age(f)}</td>'
+            f"<td>{_bundle_link(f)}</td></tr>"
         )
     headers = ("Failed", "Job", "Run", "Node", "Cause", "GPUs", "Work lost since",
-               "GPU-hours", "Evidence")  # fmt: skip
+               "GPU-hours", "Checkpoint age at end", "Evidence")  # fmt: skip
     return _table(headers, body, "No failed run in the window.")
+
+
+def _checkpoint_age(f: dict) -> str:
+    """The age the epilog recorded (stale: over checkpoints.max_age_s), or a dash."""
+    from gpugate.checkpoints.freshness import span
+
+    age, stale = f.get("checkpoint_age_s"), f.get("checkpoint_stale")
+    text = "none complete" if age is None else esc(span(age))
+    if stale:
+        return f"{text} <strong>stale</strong>"
+    return text if age is not None else "\u2013"
 
 
 def requeues_section(events: list[dict]) -> str:

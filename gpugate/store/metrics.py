@@ -13,6 +13,9 @@ Series (every one labelled with the Slurm `node`):
 - `gpugate_false_drains_total{check}` counter: drains lifted (by `gpugate resume` or by
   healing) with no repair since the drain (history.lifted_without_repair).
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
+- `gpugate_checkpoint_age_seconds` gauge: at the last measured job end on the node (an
+  abnormal end of a job with `gpugate:ckpt=DIR`), how old its newest complete checkpoint was;
+  `gpugate_checkpoint_stale_ends_total` counter: such ends over `checkpoints.max_age_s`.
 
 The file is the only state: each update reads the previous file back, so counters keep
 counting across runs (a lost file restarts them at 0, which Prometheus reads as a counter
@@ -68,6 +71,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "recorded), by the check that drained it.", ("check",)),
     "gpugate_last_run_timestamp_seconds": (
         "gauge", "Unix time of the last run of each gpugate hook.", ("hook",)),
+    "gpugate_checkpoint_age_seconds": (
+        "gauge", "Age of the newest complete checkpoint at the last measured job end here.", ()),
+    "gpugate_checkpoint_stale_ends_total": (
+        "counter", "Job ends here whose work since the newest complete checkpoint was over "
+        "checkpoints.max_age_s.", ()),
 }  # fmt: skip
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
@@ -157,6 +165,8 @@ def apply_run(
     budget_exceeded: bool = False,
     unknown_xids: Iterable[int] = (),
     false_drain_check: str | None = None,
+    checkpoint_age_s: float | None = None,
+    checkpoint_stale: bool = False,
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
@@ -191,6 +201,7 @@ def apply_run(
     out[key] = out.get(key, 0) + (1 if internal_error else 0)
     key = ("gpugate_drain_budget_exceeded_total", n)
     out[key] = out.get(key, 0) + (1 if budget_exceeded else 0)
+    _note_checkpoint(out, n, checkpoint_age_s, checkpoint_stale)
     if duration_s is not None and hook == "prolog":
         out[("gpugate_prolog_duration_seconds", n)] = round(float(duration_s), 6)
     out[("gpugate_last_run_timestamp_seconds", (*n, ("hook", hook)))] = round(
@@ -204,6 +215,15 @@ def apply_run(
     else:
         out.setdefault(("gpugate_node_healthy", n), 1)
     return out
+
+
+def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -> None:
+    """The checkpoint series of one job end: the age (last value) and the stale ends."""
+    if age_s is not None:
+        out[("gpugate_checkpoint_age_seconds", n)] = round(float(age_s), 3)
+    if stale:
+        key = ("gpugate_checkpoint_stale_ends_total", n)
+        out[key] = out.get(key, 0) + 1
 
 
 def update_metrics(
