@@ -258,6 +258,25 @@ class Checkpoints(Record):
     max_age_s: float  # the newest complete checkpoint at a job's end: older than this is stale
 
 
+class SubmitPartition(Record):
+    """One partition's own thresholds of the checkpoint policy (null: the section's)."""
+
+    min_gpus: int | None = None
+    min_nodes: int | None = None
+
+
+class Submit(Record):
+    """The checkpoint policy at submission (`gpugate submit-policy --lua`, job_submit.lua)."""
+
+    # A job of this many GPUs in all, or this many nodes, or more must declare a checkpoint
+    # directory; 0 turns that threshold off.
+    min_gpus: int
+    min_nodes: int
+    partitions: dict[str, SubmitPartition]
+    allow_opt_out: bool
+    message: str
+
+
 class Config(Record):
     """The whole site configuration."""
 
@@ -279,4 +298,5 @@ class Config(Record):
     slurm: Slurm
     admin: Admin
     health: Health
+    submit: Submit
     checkpoints: Checkpoints

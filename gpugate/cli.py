@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "report",
         "one self-contained HTML page of drains, evidence and repeat offenders",
     ),
+    "submit-policy": (
+        "submit_policy",
+        "the checkpoint policy at submission: write Slurm's job_submit.lua (--lua)",
+    ),
     "selftest": ("selftest", "run each installed hook as Slurm would: what would break, the fix"),
 }
 

@@ -250,6 +250,7 @@ class LocalSlurm:
         health_check_program: str | os.PathLike | None = None,
         health_check_interval: int | None = None,
         health_check_node_state: str | None = None,
+        job_submit_lua: str | os.PathLike | None = None,
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -278,6 +279,8 @@ class LocalSlurm:
         self.job_user = job_user
         # RebootProgram= (off by default); FAKE_REBOOT restarts the node's slurmd with -b.
         self.reboot_program = _abs_or_none(reboot_program)
+        # JobSubmitPlugins=lua with this script copied beside slurm.conf as job_submit.lua.
+        self.job_submit_lua = _abs_or_none(job_submit_lua)
         self.job_uid: int | None = None
         self.job_gid: int | None = None
         self.ctld_port = 0
@@ -438,6 +441,8 @@ class LocalSlurm:
         etc = self.base / "etc"
         self.conf_path.write_text(self.slurm_conf_text())
         (etc / "gres.conf").write_text(self.gres_conf_text())
+        if self.job_submit_lua is not None:
+            (etc / "job_submit.lua").write_text(Path(self.job_submit_lua).read_text())
         cgroup_conf = etc / "cgroup.conf"
         if slurm_version() >= (24, 0):
             # 24.x always loads a cgroup plugin and fails where cgroups are unusable;
@@ -493,6 +498,8 @@ class LocalSlurm:
             lines.append(f"PrologEpilogTimeout={int(self.prolog_epilog_timeout)}")
         if self.reboot_program is not None:
             lines.append(f"RebootProgram={self.reboot_program}")
+        if self.job_submit_lua is not None:
+            lines.append("JobSubmitPlugins=lua")  # reads job_submit.lua beside slurm.conf
         if self.health_check_interval is not None:
             lines.append(f"HealthCheckInterval={int(self.health_check_interval)}")
         if self.health_check_node_state:

@@ -1,0 +1,212 @@
+"""`gpugate submit-policy` and its job_submit.lua: the config section, the rendering, and the
+Lua's decisions (run under a real Lua interpreter when one is on PATH)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpugate.cli import main as cli
+from gpugate.commands.submit_policy import lua_string, render_lua
+from gpugate.config import ConfigError, load_config
+from gpugate.slurm_hooks.hookenv import comment_tokens
+
+LUA = next(
+    (shutil.which(n) for n in ("lua5.1", "luajit", "lua5.3", "lua") if shutil.which(n)), None
+)
+needs_lua = pytest.mark.skipif(LUA is None, reason="no lua interpreter on PATH")
+
+
+def site(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gpugate.yaml"
+    path.write_text(text)
+    return path
+
+
+def submit(tmp_path: Path, text: str = "{}"):
+    return load_config(str(site(tmp_path, text))).submit
+
+
+def test_packaged_defaults(tmp_path: Path) -> None:
+    s = submit(tmp_path)
+    assert (s.min_gpus, s.min_nodes, s.partitions, s.allow_opt_out) == (16, 2, {}, True)
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("submit: {min_gpus: -1}", "submit.min_gpus: must not be negative"),
+        ("submit: {min_nodes: two}", "submit.min_nodes: expected int"),
+        ("submit: {partitions: {gpu: {min_gpu: 8}}}", "min_gpu: unknown key"),
+        ("submit: {allow_opt_out: 1}", "submit.allow_opt_out: expected bool"),
+        ("submit: {threshold: 8}", "submit.threshold: unknown key"),
+    ],
+)
+def test_bad_settings_are_named(tmp_path: Path, text: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        submit(tmp_path, text)
+
+
+def test_lua_string_escapes_everything_but_plain_text() -> None:
+    assert lua_string('a "b" \\ é\n') == '"a \\34b\\34 \\92 \\195\\169\\10"'
+
+
+def test_rendered_lua_bakes_in_the_site_values(tmp_path: Path) -> None:
+    s = submit(tmp_path, "submit: {min_gpus: 32, partitions: {big: {min_nodes: 4}}}")
+    text = render_lua(s)
+    assert "min_gpus = 32," in text and '["big"] = { min_nodes = 4 },' in text
+    assert "@POLICY@" not in text
+    with pytest.raises(ValueError, match="marker"):
+        render_lua(s, template="-- no marker")
+
+
+def test_cli_writes_the_lua_and_describes_the_policy(tmp_path: Path, capsys) -> None:
+    conf = site(tmp_path, "submit: {min_gpus: 8, allow_opt_out: false}")
+    out = tmp_path / "job_submit.lua"
+    assert cli(["submit-policy", "--config", str(conf), "--lua", "-o", str(out)]) == 0
+    assert "min_gpus = 8," in out.read_text() and "allow_opt_out = false," in out.read_text()
+    assert cli(["submit-policy", "--config", str(conf)]) == 0
+    assert "jobs of 8 GPUs or 2 nodes or more" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ('submit: {partitions: {"a]=1": {min_gpus: 1}}}', "not a Slurm partition name"),
+        ("submit: {min_gpus: x}", "submit.min_gpus: expected int"),
+    ],
+)
+def test_cli_refuses_bad_config_without_traceback(tmp_path: Path, capsys, text, error) -> None:
+    assert cli(["submit-policy", "--config", str(site(tmp_path, text)), "--lua"]) == 2
+    assert error in capsys.readouterr().err
+
+
+def test_cli_names_an_unwritable_output(tmp_path: Path, capsys) -> None:
+    conf = site(tmp_path, "{}")
+    assert cli(["submit-policy", "--config", str(conf), "--lua", "-o", "/nonexistent/x.lua"]) == 2
+    assert "cannot write /nonexistent/x.lua" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the Lua itself
+
+STUB = "slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294}\nslurm.log_user = function() end\nslurm.log_info = slurm.log_user\n"
+
+
+def run_lua(tmp_path: Path, conf: str, body: str, stdin: bytes = b"") -> str:
+    """Run `body` after the rendered job_submit.lua (with a stub `slurm` table); its stdout."""
+    plugin, script = tmp_path / "job_submit.lua", tmp_path / "t.lua"
+    plugin.write_text(render_lua(submit(tmp_path, conf)))
+    script.write_text(f"{STUB}dofile({lua_string(str(plugin))})\n{body}")
+    proc = subprocess.run([LUA, str(script)], input=stdin, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+PIECES = ["gpugate:", "ckpt", "=", "/d/x", "no-ckpt", "skip", "_", "A", "a", " ", ",", ";",
+          "\t", "\n", "\x1c", "\xa0", "\u2003", "\u3000", "\u200b", "é", "-", ":", "gpugate:ckpt="]  # fmt: skip
+CASES = [
+    "gpugate:ckpt=/data/run1 gpugate:skip",
+    "x gpugate:ckpt=/a,gpugate:restarts=2;gpugate:no-ckpt",
+    "gpugate:_ gpugate:__ gpugate:b",
+    "xgpugate:ckpt=/a gpugate:ckpt=/b",
+    "gpugate:ckpt=/a\u00a0gpugate:skip\u3000gpugate:z=1",
+    "",
+]
+
+
+@needs_lua
+def test_lua_reads_comments_exactly_like_comment_tokens(tmp_path: Path) -> None:
+    rng = random.Random(19)
+    cases = CASES + ["".join(rng.choice(PIECES) for _ in range(12)) for _ in range(400)]
+    body = """
+local data = io.read("*a")
+for comment in string.gmatch(data, "([^%z]*)%z") do
+  local t, keys = gpugate_comment_tokens(comment), {}
+  for k in pairs(t) do table.insert(keys, k) end
+  table.sort(keys)
+  for _, k in ipairs(keys) do io.write(k, "\\1", t[k], "\\2") end
+  io.write(gpugate_opted_out(comment) and "Y" or "N", "\\0")
+end
+"""
+    stdin = b"".join(c.encode() + b"\0" for c in cases)
+    got = run_lua(tmp_path, "{}", body, stdin).split("\0")[:-1]
+    for comment, line in zip(cases, got):
+        tokens = comment_tokens(comment)
+        want = "".join(f"{k}\1{tokens[k]}\2" for k in sorted(tokens))
+        # The opt-out flag: comment_tokens reads `gpugate:no-ckpt` as the key "no".
+        flag = any(t == "no-ckpt" for t in _bare_tokens(comment))
+        assert line == want + ("Y" if flag else "N"), repr(comment)
+    assert len(got) == len(cases)
+
+
+def _bare_tokens(comment: str) -> list[str]:
+    import re
+
+    return re.findall(r"(?:^|[\s,;])gpugate:(no-ckpt)(?=$|[\s,;])", comment)
+
+
+GPU_FORMS = [
+    ("gpu:8", 8),
+    ("gres:gpu:8", 8),  # 22.05
+    ("gres/gpu:8", 8),  # 23.02 and later
+    ("gres:gpu:h100:8", 8),
+    ("gres/gpu:h100:8", 8),
+    ("gres/gpu", 1),
+    ("gres/gpu:h100", 1),
+    ("gres/gpu=4", 4),
+    ("cpu=4,gres/gpu:2", 2),  # 24.11 tres_per_task
+    ("gres/gpu:a100:2,gres/gpu:h100:2", 4),
+    ("gres/shard:2", 0),
+    ("gres/gpumem:2", 0),
+    ("", 0),
+]
+
+
+@needs_lua
+def test_lua_counts_gpus_in_every_form(tmp_path: Path) -> None:
+    body = "".join(f"print(gpugate_gpus_in({lua_string(t)}))\n" for t, _ in GPU_FORMS)
+    got = run_lua(tmp_path, "{}", body).split()
+    assert [int(float(g)) for g in got] == [n for _, n in GPU_FORMS]
+
+
+JOBS = [
+    # (job_desc as Lua, part_list as Lua, refused?)
+    ('{tres_per_node = "gres:gpu:8", min_nodes = 2}', "{}", True),
+    ('{tres_per_node = "gres:gpu:8", min_nodes = 4294967294}', "{}", False),
+    ('{tres_per_job = "gres/gpu:16"}', "{}", True),
+    ('{tres_per_task = "gres/gpu:1", num_tasks = 16}', "{}", True),
+    ('{min_nodes = 2, comment = "gpugate:ckpt=/ckpt/run"}', "{}", False),
+    ('{min_nodes = 2, comment = "gpugate:ckpt=relative"}', "{}", True),
+    ('{min_nodes = 2, comment = "gpugate:ckpt="}', "{}", True),
+    ('{min_nodes = 2, comment = "gpugate:no-ckpt"}', "{}", False),
+    ('{min_nodes = 2, comment = "gpugate:no-ckptx"}', "{}", True),
+    ('{tres_per_node = "gres/gpu:8", partition = "big"}', "{}", True),
+    ('{tres_per_node = "gres/gpu:8", partition = "small,big"}', "{}", True),
+    ('{min_nodes = 3, partition = "tiny"}', "{}", False),
+    ('{tres_per_node = "gres/gpu:8"}', '{big = {name = "big", flag_default = 1}}', True),
+    ('{tres_per_node = "gres/gpu:8"}', '{x = {name = "x", flag_default = 0}}', False),
+]
+POLICY = "submit: {partitions: {big: {min_gpus: 8}, tiny: {min_gpus: 0, min_nodes: 0}}}"
+
+
+@needs_lua
+def test_lua_decides_by_size_partition_and_comment(tmp_path: Path) -> None:
+    body = "".join(
+        f"print(slurm_job_submit({job}, {parts}, 1000) == slurm.ERROR)\n" for job, parts, _ in JOBS
+    )
+    got = run_lua(tmp_path, POLICY, body).split()
+    assert got == [str(refused).lower() for _, _, refused in JOBS]
+
+
+@needs_lua
+def test_lua_opt_out_and_message_follow_the_site(tmp_path: Path) -> None:
+    conf = 'submit: {allow_opt_out: false, message: "See the \\"wiki\\"."}'
+    body = 'print(gpugate_check({min_nodes = 2, comment = "gpugate:no-ckpt"}, {}))\n'
+    out = run_lua(tmp_path, conf, body)
+    assert "opting out (gpugate:no-ckpt) is not allowed" in out
+    assert out.strip().endswith('See the "wiki".')
+    assert "to opt out" not in out
