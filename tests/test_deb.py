@@ -33,6 +33,7 @@ PACKAGE_PATHS = (
     "/var/lib/gpugate",
     "/var/cache/gpugate",
     "/usr/share/doc/gpugate",
+    "/usr/share/gpugate",
 )
 SNAPSHOTS = "/opt/gpugate/lib/gpugate/config/snapshots"
 
@@ -117,6 +118,7 @@ def test_layout_is_the_rpms(deb_file):
         "/usr/share/doc/gpugate/README.md",
         "/usr/share/doc/gpugate/slurm.conf.example",
         "/usr/share/doc/gpugate/copyright",
+        "/usr/share/gpugate/job_submit.lua",
         *(f"/usr/libexec/gpugate/gpugate-{hook}" for hook in HOOKS),
     }
     assert expected <= set(entries), sorted(expected - set(entries))

@@ -123,6 +123,7 @@ def test_file_list(rpm_file):
         "/var/lib/gpugate/evidence",
         "/usr/share/doc/gpugate/README.md",
         "/usr/share/doc/gpugate/slurm.conf.example",
+        "/usr/share/gpugate/job_submit.lua",
         *(f"/usr/libexec/gpugate/{hook}" for hook in HOOKS),
     }
     if os.path.exists(os.path.join(REPO, "config", "gpugate-alerts.yml")):
