@@ -39,6 +39,7 @@ _AT_MOST = {
     "budget.hardware_share": 1.0,
     "budget.max_drained_share": 1.0,
     "health.deadline_s": 55.0,
+    "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {"health.heal_after_passes": 1, "health.suspect_users_min": 1,

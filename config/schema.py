@@ -258,6 +258,12 @@ class Checkpoints(Record):
     max_age_s: float  # the newest complete checkpoint at a job's end: older than this is stale
 
 
+class Drill(Record):
+    """Fault drills (`gpugate drill`, slurm_hooks/drill.py)."""
+
+    max_minutes: float  # the longest window a drill may ask for
+
+
 class SubmitPartition(Record):
     """One partition's own thresholds of the checkpoint policy (null: the section's)."""
 
@@ -300,3 +306,4 @@ class Config(Record):
     health: Health
     submit: Submit
     checkpoints: Checkpoints
+    drill: Drill = Drill(max_minutes=30.0)  # a default: configs built before drills

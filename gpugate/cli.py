@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": ("nodes", "drained nodes, reasons and evidence at a glance"),
     "evidence": ("evidence", "evidence bundles of a node or a job"),
     "resume": ("resume", "check a node, then resume it (audited)"),
+    "drill": ("drill", "inject a simulated fault on this node for a window, follow and record it"),
     "report": (
         "report",
         "one self-contained HTML page of drains, evidence and repeat offenders",

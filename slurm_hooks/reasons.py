@@ -10,6 +10,9 @@
 - The node Comment when the drain budget stopped a drain: `gpugate: would drain (budget
   exceeded: <why>): <reason>` (`budget_comment`).
 
+Under a fault drill (slurm_hooks/drill.py, `mark_drill`) every reason and comment built here
+says so right after the prefix: `gpugate: DRILL <id>: kernel.xid: ...`; the readers skip it.
+
 Ownership rests on the prefix: a drain whose reason does not start with `gpugate:` is not
 gpugate's, and gpugate never replaces or clears it (SlurmControl.drain/resume).
 """
@@ -32,9 +35,34 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CHECK_ID = re.compile(r"[^A-Za-z0-9_.\-]")
 _KEY_START = re.compile(r"[A-Z]")  # Slurm's keys (and localslurm's test parser) start so
 # Read back: `gpugate: <check>: <detail>`, and the bundle an epilog drain names.
-_REASON = re.compile(r"^gpugate:\s*([A-Za-z0-9_.\-]+)(?::\s*(.*))?$", re.S)
+_REASON = re.compile(
+    r"^gpugate:\s*(?:DRILL [A-Za-z0-9_.\-]+:\s*)?([A-Za-z0-9_.\-]+)(?::\s*(.*))?$", re.S
+)
 _EVIDENCE = re.compile(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
-_REFUSED = re.compile(r"(?:^|\| )gpugate: node (\S+) refused")
+_REFUSED = re.compile(r"(?:^|\| )gpugate: (?:DRILL \S+: )?node (\S+) refused")
+# The drill whose overlay this process's facts carry (slurm_hooks/drill.py): every text built
+# here then says `DRILL <id>` right after the prefix, so no one takes a drill for a fault.
+_drill: str | None = None
+
+
+def mark_drill(drill_id: str | None) -> None:
+    """Mark every reason and comment built from now on as drill `drill_id`'s (None: unmark)."""
+    global _drill
+    _drill = _CHECK_ID.sub("_", drill_id) if drill_id else None
+
+
+def drill_mark() -> str | None:
+    """The drill this process's texts are marked with, if any."""
+    return _drill
+
+
+def _marked(text: str) -> str:
+    """`gpugate: <rest>` as `gpugate: DRILL <id>: <rest>` while a drill is marked."""
+    if not _drill or not text.startswith(GPUGATE_PREFIX):
+        return text
+    if text.startswith(f"{GPUGATE_PREFIX} DRILL "):  # marked already
+        return text
+    return f"{GPUGATE_PREFIX} DRILL {_drill}: {text[len(GPUGATE_PREFIX) :].lstrip()}"
 
 
 # ------------------------------------------------------------------------------ building
@@ -66,7 +94,7 @@ def drain_reason(check_id: str, detail: str) -> str:
     check = _CHECK_ID.sub("_", str(check_id)) or "unknown"
     detail = str(detail or "").strip()
     text = f"{GPUGATE_PREFIX} {check}: {detail}" if detail else f"{GPUGATE_PREFIX} {check}"
-    return clean_text(text, REASON_MAX)
+    return clean_text(_marked(text), REASON_MAX)
 
 
 def own_reason(reason: str) -> str:
@@ -90,7 +118,7 @@ def admin_comment(text: str) -> str:
     text = str(text or "").strip()
     if not text.startswith(GPUGATE_PREFIX):
         text = f"{GPUGATE_PREFIX} {text}"
-    return clean_text(text, COMMENT_MAX)
+    return clean_text(_marked(text), COMMENT_MAX)
 
 
 def refusal_comment(node: str, check_id: str, detail: str) -> str:

@@ -120,12 +120,19 @@ def gather(
     sources run under `deadline_s`, and the kernel log is read from `position`, the (boot id,
     sequence number) an earlier run reached, when that was this boot (see since_seq).
     """
-    replay = snapshot or replay_path(config, node)
+    # An open drill's overlay goes over the node's facts (slurm_hooks/drill.py), never over a
+    # snapshot someone named (`--facts`): that is not this node's.
+    from gpugate.slurm_hooks.drill import with_drill
+
+    if snapshot:
+        return load_snapshot(snapshot)
+    replay = replay_path(config, node)
     if replay:
-        return load_snapshot(replay)
+        return with_drill(config, node, load_snapshot(replay))
     seq = since_seq(config, position)
     kwargs = {"kernel_log": {"since_seq": seq}} if seq is not None else {}
-    return facts_from_dict(gather_dict(config, node, only, deadline_s, kwargs))
+    facts = facts_from_dict(gather_dict(config, node, only, deadline_s, kwargs))
+    return with_drill(config, node, facts)
 
 
 def since_seq(config: Config, position: tuple[str | None, int | None] | None) -> int | None:
