@@ -258,23 +258,6 @@ def checkpoint_freshness(
                    config.checkpoints.max_age_s, timeout)  # fmt: skip
 
 
-def tell_user(
-    config: Config, env: HookEnv, freshness: Freshness | None, slurm: SlurmControl | None = None
-) -> bool:
-    """A stale end's line in the job's AdminComment (merged, bounded); True if written."""
-    from gpugate.checkpoints.freshness import message
-
-    text = message(freshness) if freshness is not None else None
-    if not text or not env.job_id:
-        return False
-    try:
-        (slurm or _slurm(config)).add_admin_comment(env.job_id, text)
-        return True
-    except Exception as exc:  # Slurm slow or the job gone: the bundle still says it
-        log.error(config.state_dir, f"epilog job {env.job_id}: could not tell the user", exc)
-        return False
-
-
 def _node_gpus(facts: Facts) -> int | None:
     return len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus
 

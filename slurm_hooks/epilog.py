@@ -147,7 +147,6 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     # not be written. The drain's outcome is then added to the bundle's summary.
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
                                     pending_drain=drain, freshness=freshness)  # fmt: skip
-    collect.tell_user(config, env, freshness, slurm)
     if drain:
         reason, drained, blocked = collect.drain_for_hardware(config, env, hardware, slurm,
                                                               bundle=bundle)  # fmt: skip

@@ -7,14 +7,14 @@ import os
 import time
 
 import pytest
-from factories import make_facts
+from factories import default_config, make_facts
 from fakes import FakeSlurm
 from test_checkpoints import set_age, torch_zip
 from test_epilog import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
 
 from gpugate.admin import losses
 from gpugate.admin.report import runs_section
-from gpugate.checkpoints.freshness import judge, measure, message, span
+from gpugate.checkpoints.freshness import judge, measure, message, span, tell_stale
 from gpugate.config import ConfigError, load_config
 from gpugate.slurm_hooks.epilog import run_epilog
 from gpugate.slurm_hooks.prolog import run_prolog
@@ -118,9 +118,14 @@ def test_a_stale_end_is_recorded_flagged_and_told_to_the_user(tmp_path):
     assert summary["checkpoint"]["at"].endswith("Z")
     assert "newest complete checkpoint was 42 min old" in member(result, "decisive.txt")
     assert result.checkpoint_stale and result.checkpoint_age_s == pytest.approx(42 * MIN, abs=5)
+    assert slurm.comments == []  # the job has finished: slurmctld would refuse it
+    # EpilogSlurmctld, once it has requeued the job, tells the user from the bundle.
+    told = tell_stale(slurm, "77", [{"checkpoint_stale": False}, summary])
+    assert told == "checkpoint age comment"
     ((_, text),) = slurm.comments
     assert text == ("ticket 7 | gpugate: newest complete checkpoint was 42 min old at the end "
                     "(policy: 5 min)")  # fmt: skip
+    assert tell_stale(slurm, "77", [summary]).endswith("(unchanged: already there, or no room)")
 
 
 def test_a_fresh_end_is_recorded_and_nobody_is_bothered(tmp_path):
@@ -129,7 +134,7 @@ def test_a_fresh_end_is_recorded_and_nobody_is_bothered(tmp_path):
     assert summary["checkpoint_stale"] is False
     assert summary["checkpoint_age_s"] == pytest.approx(2 * MIN, abs=5)
     assert "checkpoint" not in member(result, "decisive.txt")
-    assert slurm.comments == []
+    assert tell_stale(slurm, "77", [summary]) is None and slurm.comments == []
 
 
 def test_the_prologs_task_file_names_the_directory(tmp_path):
@@ -148,6 +153,37 @@ def test_a_symlink_out_of_the_directory_is_not_followed(tmp_path):
                        FakeSlurm(jobs=[job_77("", "78")]))  # fmt: skip
     summary = json.loads(member(again, "summary.json"))
     assert summary["checkpoint"]["path"] == str(ckpt / "step_100.pt")  # not the outside one
+
+
+def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
+    slurm = FakeSlurm(jobs=[job_77("")])
+    slurm.errors["admin_comment"] = RuntimeError("slurmctld down")
+    stale = {"checkpoint_stale": True, "checkpoint_message": "newest complete checkpoint was ..."}
+    assert tell_stale(slurm, "77", [stale]) == "checkpoint age comment failed: slurmctld down"
+    assert tell_stale(slurm, "77", [{"checkpoint_stale": True, "checkpoint_message": 7}]) is None
+
+
+def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
+    from gpugate.commands import epilog_slurmctld as E
+    from gpugate.slurm_hooks.requeue import RequeueDecision
+
+    stale = {
+        "checkpoint_stale": True,
+        "checkpoint_message": "newest complete checkpoint was 9 min old",
+    }
+    for requeue, expected in ((True, ["requeued", "checkpoint age comment"]), (False, ["kept"])):
+        slurm = FakeSlurm(jobs=[job_77("")])
+        decision = RequeueDecision(requeue=requeue, why="x")
+        monkeypatch.setattr(E, "wait_for_summaries", lambda *a: [stale])
+        monkeypatch.setattr(E, "decide_requeue", lambda *a, d=decision: d)
+        monkeypatch.setattr(E, "apply", lambda *a, r=requeue, **k: ["requeued" if r else "kept"])
+        monkeypatch.setattr(E, "cast_vote", lambda *a: None)
+        monkeypatch.setattr(E, "resume_point", lambda *a: None)
+        job = E.JobEnd(job_id="77", uid=0, gid=0, comment="gpugate:ckpt=/ck", restarts=0,
+                       exit_code2="1:0", nodes=("gpu-node-01",))  # fmt: skip
+        _, done = E.run_requeue(default_config(), job, slurm, 0)
+        assert done == expected
+        assert bool(slurm.comments) is requeue
 
 
 def test_a_job_without_a_directory_gets_no_checkpoint_fields(tmp_path):

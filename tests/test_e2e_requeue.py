@@ -9,6 +9,8 @@ starts on a free node without Slurm's 120 s requeue delay.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 import zipfile
@@ -42,7 +44,9 @@ def torch_zip(path: Path, truncate: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-requeue"), "requeue:\n  wait_for_bundles_s: 15\n")
+    # checkpoints.max_age_s 1: a run of a few seconds already outlives its checkpoint policy.
+    yaml = "requeue:\n  wait_for_bundles_s: 15\ncheckpoints:\n  max_age_s: 1\n"
+    site = Site(tmp_path_factory.mktemp("e2e-requeue"), yaml)
     for node in NODES:
         site.use_snapshot(node, "h100-healthy")
     broken = site.snapshots / "broken-template.yaml"
@@ -82,7 +86,7 @@ def job_script(site: Site, name: str, fail_with: str) -> tuple[str, Path]:
     if fail_with == "hardware":
         failure = (
             f'sed "s/gpu-node-01/$SLURMD_NODENAME/" {snapshots}/broken-template.yaml > {snapshots}/.t.$SLURMD_NODENAME; '
-            f"mv {snapshots}/.t.$SLURMD_NODENAME {snapshots}/$SLURMD_NODENAME.yaml; echo '{NCCL_TIMEOUT}'; exit 1"
+            f"mv {snapshots}/.t.$SLURMD_NODENAME {snapshots}/$SLURMD_NODENAME.yaml; echo '{NCCL_TIMEOUT}'; sleep 2; exit 1"
         )
     else:
         failure = (
@@ -111,6 +115,9 @@ def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
     cluster: LocalSlurm, site: Site
 ):
     ckpt = checkpoints(site, "hw")
+    old = time.time() - 42 * 60  # the newest complete one was saved 42 minutes ago
+    for path in ckpt.iterdir():
+        os.utime(path, (old, old))
     script, log = job_script(site, "hw", "hardware")
     job = cluster.submit(script=script, output=str(site.base / "hw.out"),
                          comment=f"gpugate:ckpt={ckpt}", exclude="n3")  # fmt: skip
@@ -124,6 +131,13 @@ def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
     assert cluster.is_drained(first_node)
     assert cluster.node(first_node)["Reason"].startswith("gpugate: kernel.xid: evidence")
     assert "requeue: infrastructure failure" in state["AdminComment"]
+    # The first run's epilog measured the checkpoint as the user and told the user.
+    told = "newest complete checkpoint was 42 min old at the end (policy: 1 s)"
+    assert told in state["AdminComment"], state["AdminComment"]
+    bundle = site.evidence / str(job) / f"{first_node}-r0"
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["checkpoint_stale"] is True and summary["checkpoint_age_s"] >= 42 * 60
+    assert summary["checkpoint"]["path"] == f"{ckpt}/ckpt_200.pt"
     # The suspect is added to the user's own exclusion, not put in its place.
     assert set(hostlist_expand(state["ExcNodeList"])) == {first_node, "n3"}, state["ExcNodeList"]
 

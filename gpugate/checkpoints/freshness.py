@@ -14,7 +14,9 @@ anything. What the child answers is untrusted and checked here (`_answer`).
   (work before it was counted in the run before) or there is none, to the end. Its GPU-hours
   are the job's GPUs on the node times that span.
 - Stale: the work at risk is longer than `max_age_s`. So a run that resumed from an old
-  checkpoint and died a minute later is not blamed for the old age.
+  checkpoint and died a minute later is not blamed for the old age. A stale end gets a line
+  in the bundle's decisive.txt and, when EpilogSlurmctld requeues the job, in its AdminComment
+  (`tell_stale`: slurmctld takes no AdminComment on a job that has finished).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ TASK = "gpugate.checkpoints.freshness:newest_complete"  # allow-listed in gpugat
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 
 class Freshness(Record):
@@ -138,7 +142,26 @@ def summary_fields(f: Freshness | None) -> dict:
     detail = f.to_dict()
     detail["at"] = utc(f.mtime) if f.mtime is not None else None
     return {"checkpoint_age_s": _round(f.age_s), "checkpoint_stale": f.stale,
+            "checkpoint_message": message(f),
             "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
+
+
+def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict]) -> str | None:
+    """EpilogSlurmctld, after a requeue: a stale end's line in the job's AdminComment.
+
+    Only there: slurmctld refuses an AdminComment on a finished job ("Job has already
+    finished"), which the job is while its node epilogs run; a requeued job is pending again.
+    Merged with what is there (merge_admin_comment). Returns the step done, or None.
+    """
+    notes = [s.get("checkpoint_message") for s in summaries if s.get("checkpoint_stale") is True]
+    note = next((n for n in notes if isinstance(n, str) and n), None)
+    if note is None:
+        return None
+    try:
+        written = slurm.add_admin_comment(job_id, note)
+    except Exception as exc:  # the requeue is done; the bundle and the metrics still say it
+        return f"checkpoint age comment failed: {exc}"
+    return "checkpoint age comment" + ("" if written else " (unchanged: already there, or no room)")
 
 
 def _round(value: object) -> object:

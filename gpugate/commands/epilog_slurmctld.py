@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from gpugate import log
+from gpugate.checkpoints.freshness import tell_stale
 from gpugate.commands import run_hook_command
 from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
 from gpugate.slurm_hooks.requeue import (
@@ -62,7 +63,11 @@ def run_requeue(
     if decision.requeue:
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
         decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir))
-    return decision, apply(decision, slurm, job, config, dry_run=dry_run)
+    done = apply(decision, slurm, job, config, dry_run=dry_run)
+    if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
+        told = tell_stale(slurm, job.job_id, summaries)
+        done += [told] if told else []
+    return decision, done
 
 
 def _body(config: Config) -> int:
