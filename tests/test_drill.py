@@ -237,3 +237,24 @@ def test_drill_file_times_are_the_window(config):
     now = time.time()
     d = drill.start_drill(config, "n1", "hang", 0.5, now=now)
     assert d["end"] - d["start"] == pytest.approx(30) and d["node"] == "n1"
+
+
+def test_end_closes_the_window_and_resumes_the_drills_drain(config, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    drill.start_drill(config, "n1", "xid79", 1)
+    gather(config, "n1")
+    ops = FakeOps(config)
+    ops.killed.append("42")  # drained by the drill
+    assert cmd.end_now(config, ops) == 0
+    assert ops.resumed and drill.active_drill(config) is None
+
+
+def test_end_resumes_a_drain_left_by_a_drill_that_died(config, monkeypatch, capsys):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    reasons.mark_drill("20261201-090000")  # its window is long over, its drain is not
+    ops = FakeOps(config)
+    ops.killed.append("42")
+    assert cmd.end_now(config, ops) == 0 and ops.resumed
+    ops = FakeOps(config)  # not drained: nothing to end
+    assert cmd.end_now(config, ops) == 1
+    assert "no drill is open and n1 has no drill's drain" in capsys.readouterr().err

@@ -289,17 +289,27 @@ def verdict(steps: Steps, jobs: dict[str, int]) -> str:
 # ---------------------------------------------------------------------------- --end, --report
 
 
-def end_now(config: Config) -> int:
-    """`--end`: close the open drill and resume the drain it owns."""
+def end_now(config: Config, ops: Ops | None = None) -> int:
+    """`--end`: close the open drill and resume the drain a drill set on this node.
+
+    With no drill open it still resumes a drill's drain: one the drill command could not lift
+    because it died (its window closed by itself; only the drain was left)."""
+    from gpugate.node import node_name
+
     drill = end_drill(config)
-    if drill is None:
-        return refuse(PROG, "no drill is open", EXIT_UNHEALTHY)
-    say(f"DRILL {drill['id']}: ended early")
-    ops = Ops(config)
-    if drilled_reason(ops, drill["node"], f"DRILL {drill['id']}"):
-        resumed, why = ops.resume(drill["node"], drill["id"])
-        say(f"{drill['node']}: {'resumed' if resumed else 'not resumed: ' + why}")
-    return EXIT_OK
+    node = drill["node"] if drill else node_name()
+    mark = f"DRILL {drill['id']}" if drill else "gpugate: DRILL "
+    if drill:
+        say(f"DRILL {drill['id']}: ended early")
+    ops = ops or Ops(config)
+    reason = drilled_reason(ops, node, mark)
+    if not reason:
+        if drill:
+            return EXIT_OK
+        return refuse(PROG, f"no drill is open and {node} has no drill's drain", EXIT_UNHEALTHY)
+    resumed, why = ops.resume(node, drill["id"] if drill else "left over")
+    say(f"{node}: {'resumed' if resumed else 'not resumed: ' + why} ({reason})")
+    return EXIT_OK if resumed else EXIT_UNHEALTHY
 
 
 def report(config: Config, node: str | None, as_json: bool) -> int:
