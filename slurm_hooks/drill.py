@@ -220,9 +220,16 @@ def record_drill(config: Config, drill: dict, steps: list[dict], passed: bool, w
     return entry
 
 
+def records_path(config: Config) -> str:
+    """drills.jsonl, beside drains.jsonl in admin.history_dir."""
+    from gpugate.store.history import history_dir
+
+    return os.path.join(history_dir(config), RECORDS)
+
+
 def drill_records(config: Config, node: str | None = None) -> list[dict]:
     """Past drills, oldest first (those of `node` only, if given)."""
-    from gpugate.store.history import _read_lines, history_dir
+    from gpugate.store.history import _read_lines
 
-    entries = _read_lines(os.path.join(history_dir(config), RECORDS), valid_record)
+    entries = _read_lines(records_path(config), valid_record)
     return [e for e in entries if node is None or e["node"] == node]

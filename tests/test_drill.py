@@ -258,3 +258,11 @@ def test_end_resumes_a_drain_left_by_a_drill_that_died(config, monkeypatch, caps
     ops = FakeOps(config)  # not drained: nothing to end
     assert cmd.end_now(config, ops) == 1
     assert "no drill is open and n1 has no drill's drain" in capsys.readouterr().err
+
+
+def test_a_report_the_user_cannot_read_says_so(config, monkeypatch, capsys, tmp_path):
+    d = drill.start_drill(config, "n1", "ecc", 1)
+    drill.record_drill(config, d, [], True, "")
+    monkeypatch.setattr(cmd.os, "access", lambda path, mode: False)
+    assert cmd.main(["--report", "--config", str(tmp_path / "site.yaml")]) == 1
+    assert "cannot read" in capsys.readouterr().err

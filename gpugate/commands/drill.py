@@ -314,6 +314,11 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
 
 def report(config: Config, node: str | None, as_json: bool) -> int:
     """`--report`: past drills, oldest first."""
+    from gpugate.slurm_hooks.drill import records_path
+
+    path = records_path(config)
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        return refuse(PROG, f"cannot read {path} (root's and the admin group's)", EXIT_UNHEALTHY)
     records = drill_records(config, node)
     if as_json:
         json.dump(records, sys.stdout, indent=2)
