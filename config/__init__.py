@@ -42,8 +42,11 @@ _AT_MOST = {
     "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
-_AT_LEAST = {"health.heal_after_passes": 1, "health.suspect_users_min": 1,
-             "checkpoints.max_age_s": 1}
+_AT_LEAST = {
+    "health.heal_after_passes": 1,
+    "health.suspect_users_min": 1,
+    "checkpoints.max_age_s": 1,
+}
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
 _CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks")
 

@@ -144,6 +144,10 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
         healing_forget(config, node)  # an admin's drain: gpugate's entry no longer applies
         result = HealthResult(status=decision.status, action="none", blocked_by="admin",
                               message=f"{node} drained by someone else ({info.reason!r}); left alone")  # fmt: skip
+    elif info.drained and info.gpugate_owned and _ended_drill(config, info):
+        # A drill's drain whose window has closed (its command may have died): the fault was
+        # never real, so the node goes back once the real facts pass (a drill never outlives it).
+        result = lift_drill(config, slurm, info, decision)
     elif info.drained and info.gpugate_owned:
         repaired = repair(config, slurm, node, findings, idle=not any_job)
         if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
@@ -163,6 +167,38 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
         # Not moved past a failure gpugate could not act on: the prolog must still see it.
         remember_kernel_pos(config, facts)
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
+
+
+_DRILL_REASON = re.compile(r"^gpugate:\s*DRILL (\S+?):")
+
+
+def _ended_drill(config: Config, info: NodeInfo) -> bool:
+    """Whether the node's drain is a drill's (`gpugate: DRILL <id>: ...`) whose window closed."""
+    m = _DRILL_REASON.match(info.reason or "")
+    if m is None:
+        return False
+    from gpugate.slurm_hooks.drill import active_drill
+
+    drill = active_drill(config)
+    return drill is None or drill.get("id") != m.group(1)
+
+
+def lift_drill(
+    config: Config, slurm: SlurmControl, info: NodeInfo, decision: object
+) -> HealthResult:
+    """Resume a node drained by an ended drill, through resume's checked and audited path."""
+    from gpugate.admin.resume import Request, check_then_resume
+
+    status = decision.status  # type: ignore[attr-defined]
+    why = f"drill ended: {info.reason}"
+    request = Request(node=info.name, why=why, who="gpugate health")
+    attempt = check_then_resume(config, slurm, info, request)
+    if not attempt.resumed:
+        return HealthResult(
+            status=status, action="keep", message=f"drill drain kept: {attempt.why}"
+        )
+    healing_forget(config, info.name)
+    return HealthResult(status=status, action="lift", resumed=True, message=why)
 
 
 def repair(
