@@ -181,7 +181,12 @@ def end_drill(config: Config) -> dict | None:
 
 
 def with_drill(config: Config, node: str, facts: Facts) -> Facts:
-    """`facts` with the open drill's overlay on them when it is this node's; else `facts`."""
+    """`facts` with the open drill's overlay on them when it is this node's; else `facts`.
+
+    The process's drill mark (reasons.mark_drill) follows each gather: set while the overlay is
+    on the facts, cleared otherwise, so nothing built after a drill's window says DRILL.
+    """
+    reasons.mark_drill(None)
     if not os.path.exists(drill_path(config)):  # the usual case: one stat
         return facts
     drill = active_drill(config)

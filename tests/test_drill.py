@@ -266,3 +266,13 @@ def test_a_report_the_user_cannot_read_says_so(config, monkeypatch, capsys, tmp_
     monkeypatch.setattr(cmd.os, "access", lambda path, mode: False)
     assert cmd.main(["--report", "--config", str(tmp_path / "site.yaml")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_drill_mark_follows_each_gather(config):
+    # A process that gathered under a drill and gathers again after it builds unmarked reasons.
+    drill.start_drill(config, "n1", "ecc", 5)
+    gather(config, "n1")
+    assert "DRILL" in reasons.drain_reason("gpu.ecc", "x")
+    drill.end_drill(config)
+    gather(config, "n1")
+    assert reasons.drain_reason("gpu.ecc", "x") == "gpugate: gpu.ecc: x"
