@@ -59,18 +59,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
 
 @pytest.fixture(scope="module")
 def cluster(site: Site):
-    c = LocalSlurm(
-        site.base / "slurm",
-        nodes=[NODE],
-        prolog=site.hook("prolog"),
-        epilog=site.hook("epilog"),
-        task_prolog=site.hook("task-prolog"),
-        epilog_slurmctld=site.hook("epilog-slurmctld"),
-        prolog_epilog_timeout=60,
-        wrap_hooks=False,
-    )
-    site.use_slurm_conf(c.conf_path)
-    with c:
+    with site.cluster([NODE]) as c:
         yield c
 
 

@@ -56,20 +56,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
 
 @pytest.fixture(scope="module")
 def cluster(site: Site):
-    c = LocalSlurm(
-        site.base / "slurm",
-        nodes=NODES,
-        prolog=site.hook("prolog"),
-        epilog=site.hook("epilog"),
-        task_prolog=site.hook("task-prolog"),
-        epilog_slurmctld=site.hook("epilog-slurmctld"),
-        prolog_epilog_timeout=60,
-        # The install docs' recommendation: a refused job goes back to the queue, not held.
-        scheduler_parameters="nohold_on_prolog_fail",
-        wrap_hooks=False,
-    )
-    site.use_slurm_conf(c.conf_path)
-    with c:
+    # The install docs' recommendation: a refused job goes back to the queue, not held.
+    with site.cluster(NODES, scheduler_parameters="nohold_on_prolog_fail") as c:
         yield c
 
 

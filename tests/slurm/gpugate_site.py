@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from localslurm import ensure_user, open_path
+from localslurm import LocalSlurm, ensure_user, open_path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
@@ -64,6 +64,23 @@ class Site:
     def hook(self, name: str) -> str:
         """Absolute path of one wrapper, for slurm.conf."""
         return str(self.hooks / f"gpugate-{name}")
+
+    def cluster(self, nodes: list[str], **options: object) -> LocalSlurm:
+        """A local Slurm (not started) with this site's Prolog, Epilog, TaskProlog and
+        EpilogSlurmctld, as an admin installs them; the hooks read its slurm.conf."""
+        c = LocalSlurm(
+            self.base / "slurm",
+            nodes=nodes,
+            prolog=self.hook("prolog"),
+            epilog=self.hook("epilog"),
+            task_prolog=self.hook("task-prolog"),
+            epilog_slurmctld=self.hook("epilog-slurmctld"),
+            prolog_epilog_timeout=60,
+            wrap_hooks=False,
+            **options,
+        )
+        self.use_slurm_conf(c.conf_path)
+        return c
 
     def write_config(self, extra: str = "") -> None:
         """The site config: replay per-node snapshots, private state and evidence."""
