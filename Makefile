@@ -7,9 +7,23 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint bench clean rpm deb
+.PHONY: venv torch demo test lint bench clean rpm deb
 
 venv: $(STAMP)
+
+# PyTorch for the jobs the end-to-end tests run under Slurm (issue 17's bandwidth qualification,
+# issue 18's flight recorder), in a virtualenv of its own: gpugate itself never imports torch,
+# the jobs do, as the job's user. CPU only is enough (the gloo backend). GPUGATE_NO_TORCH=1
+# skips it (those tests then skip, unless GPUGATE_REQUIRE_TORCH=1, as .ci/run sets).
+TORCH_VENV ?= .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
+
+torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP):
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --quiet --disable-pip-version-check torch numpy
+	touch $(TORCH_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +34,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 test: $(STAMP)
+	@if [ -z "$$GPUGATE_NO_TORCH" ]; then $(MAKE) --no-print-directory torch; fi
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q -ra
@@ -41,4 +56,4 @@ deb: $(STAMP)
 	PYTHON=$(BIN)/python packaging/deb/build.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/out
+	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info .pytest_cache .ruff_cache bench/out
