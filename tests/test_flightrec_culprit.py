@@ -1,0 +1,157 @@
+"""The culprit: merged records of PyTorch's own dumps name the rank the others waited for."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gpugate.flightrec.culprit import find_culprit, job_culprit
+from gpugate.flightrec.reader import read_dump
+
+FIX = Path(__file__).parent / "fixtures" / "flightrec"
+
+
+def _records(scenario: str, form: str = "pickle") -> list[dict]:
+    recs = []
+    for path in sorted((FIX / scenario / form).iterdir()):
+        rec = read_dump(path.read_bytes(), path.name)
+        recs.append({**rec, "node": f"n{rec['rank'] // 2 + 1}"})  # two ranks per node
+    return recs
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_healthy_names_nobody(form: str) -> None:
+    assert find_culprit(_records("healthy", form)) is None
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_sleeper_never_entered(form: str) -> None:
+    found = find_culprit(_records("not_entered", form))
+    assert (found["rank"], found["node"], found["state"]) == (1, "n1", "not_entered")
+    assert (found["pg_id"], found["pg_name"], found["op"], found["seq"]) == (
+        "0",
+        "default_pg",
+        "all_reduce",
+        4,
+    )
+    assert found["waiting_ranks"] == [0, 2] and found["ranks_seen"] == 3
+    assert found["text"] == (
+        "rank 1 on n1 never entered all_reduce #4 of process group 0 (default_pg); ranks 0, 2 waited for it"
+    )
+
+
+def test_rank_without_a_dump_is_gone() -> None:
+    found = find_culprit(_records("gone"))
+    assert (found["rank"], found["node"], found["state"], found["seq"]) == (2, None, "gone", 4)
+    assert found["waiting_ranks"] == [0, 1] and found["ranks_seen"] == 2
+
+
+def test_gone_hidden_when_gloo_counts_the_timeout_as_completed() -> None:
+    # the JSON dump was taken a moment later: gloo had marked #4 completed (with its error) on
+    # both ranks, so nothing is provably stuck and nobody is blamed
+    assert find_culprit(_records("gone", "json")) is None
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_second_group_victims_are_not_blamed(form: str) -> None:
+    # rank 2 waits in the default group for ranks 0 and 1; rank 0 itself waits in group 1 for
+    # rank 1, who is in compute: rank 1 is the one
+    found = find_culprit(_records("subgroup", form))
+    assert (found["rank"], found["state"], found["pg_id"], found["seq"]) == (
+        1,
+        "not_entered",
+        "1",
+        2,
+    )
+    assert found["waiting_ranks"] == [0]
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_mismatched_collective(form: str) -> None:
+    found = find_culprit(_records("mismatch", form))
+    assert (found["rank"], found["state"], found["seq"], found["op"]) == (
+        2,
+        "mismatch",
+        4,
+        "all_reduce",
+    )
+    assert found["calls"]["2"]["op"] == "all_gather" and found["waiting_ranks"] == [0, 1]
+    assert "rank 2 called all_gather" in found["text"]
+
+
+def test_in_collective() -> None:
+    # built from the real not_entered records: rank 1 entered #4 and never finished it, while
+    # the others finished (their timeout is counted as completed by gloo)
+    recs = _records("not_entered")
+    recs[1]["pgs"]["0"]["last_enqueued"] = 4
+    found = find_culprit(recs)
+    assert (found["rank"], found["state"], found["seq"]) == (1, "in_collective", 4)
+    assert "entered but never finished all_reduce #4" in found["text"]
+
+
+def test_two_groups_blaming_different_ranks_is_ambiguous() -> None:
+    recs = _records("not_entered")
+    other = copy.deepcopy(recs)
+    for r in other:  # the same picture in group 5, but rank 2 is the late one
+        r["pgs"] = {"5": {**r["pgs"]["0"], "last_enqueued": 3 if r["rank"] == 2 else 4}}
+        r["entries"] = [{**e, "pg_id": "5"} for e in r["entries"]]
+    merged = [{**a, "pgs": {**a["pgs"], **b["pgs"]}, "entries": a["entries"] + b["entries"]}
+              for a, b in zip(recs, other)]  # fmt: skip
+    # rank 1 also waits in group 5 and rank 2 waits in group 0: each is a victim elsewhere
+    found = find_culprit(merged)
+    assert found["state"] == "ambiguous" and found["rank"] is None
+    assert sorted(c["culprits"][0] for c in found["candidates"]) == [1, 2]
+
+
+def test_records_without_rank_ignored() -> None:
+    recs = _records("not_entered")
+    recs[1]["rank"] = None
+    found = find_culprit(recs)
+    assert found is None or found["rank"] != 1
+
+
+def _bundle(tmp_path: Path, node: str, records: list[dict], errors: list | None = None) -> str:
+    d = tmp_path / node
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"node": node}))
+    (d / "flightrec.json").write_text(json.dumps({"records": records, "errors": errors or []}))
+    return str(d)
+
+
+def test_job_culprit_merges_nodes(tmp_path: Path) -> None:
+    recs = _records("not_entered")
+    dirs = [_bundle(tmp_path, "n1", recs[:2]), _bundle(tmp_path, "n2", recs[2:])]
+    found = job_culprit(dirs)
+    assert (found["rank"], found["node"], found["state"]) == (1, "n1", "not_entered")
+    assert found["errors"] == []
+
+
+def test_job_culprit_reports_refused_dumps(tmp_path: Path) -> None:
+    err = [
+        {"name": "nccl_trace_rank_0", "error": "refused: the pickle names the global builtins.exec"}
+    ]
+    found = job_culprit([_bundle(tmp_path, "n1", [], err)])
+    assert found["rank"] is None and found["errors"][0]["node"] == "n1"
+    assert "builtins.exec" in found["text"]
+
+
+def test_job_culprit_validates_bundle_content(tmp_path: Path) -> None:
+    d = tmp_path / "n1"
+    d.mkdir()
+    (d / "flightrec.json").write_text("{not json")
+    bad = _bundle(tmp_path, "n2", [{"rank": "0", "pgs": {}}, {"rank": 1, "pgs": [], "entries": 3}])
+    link = tmp_path / "n3"
+    link.mkdir()
+    (link / "flightrec.json").symlink_to(d / "flightrec.json")
+    found = job_culprit([str(d), bad, str(link), str(tmp_path / "absent")])
+    why = [e["error"] for e in found["errors"]]
+    assert any("not JSON" in w for w in why) and any("symlink" in w for w in why)
+    assert sum("without rank or pgs" in w for w in why) == 2
+
+
+def test_job_culprit_nothing(tmp_path: Path) -> None:
+    assert job_culprit([str(tmp_path)]) is None
+    assert job_culprit([_bundle(tmp_path, "n1", _records("healthy"))]) is None
