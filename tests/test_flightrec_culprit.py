@@ -155,3 +155,52 @@ def test_job_culprit_validates_bundle_content(tmp_path: Path) -> None:
 def test_job_culprit_nothing(tmp_path: Path) -> None:
     assert job_culprit([str(tmp_path)]) is None
     assert job_culprit([_bundle(tmp_path, "n1", _records("healthy"))]) is None
+
+
+# ------------------------------------------------------------------ gpugate evidence JOB
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cfg = tmp_path / "gpugate.yaml"
+    cfg.write_text(f"state_dir: {tmp_path / 'state'}\nevidence_dir: {tmp_path / 'ev'}\n")
+    monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
+    return tmp_path
+
+
+def _written(
+    site: Path, job: str, node: str, records: list[dict], errors: list | None = None
+) -> str:
+    from gpugate.store.evidence import write_bundle
+
+    member = json.dumps({"records": records, "errors": errors or []})
+    summary = {"job_id": job, "node": node, "category": "nccl_timeout"}
+    return write_bundle(str(site / "ev"), job, node, 0, {"flightrec.json": member}, summary)
+
+
+def test_evidence_of_a_job_names_the_culprit(site: Path, capsys: pytest.CaptureFixture) -> None:
+    from gpugate import cli
+
+    recs = _records("not_entered")
+    _written(site, "77", "gpu-01", recs[:1])
+    _written(site, "77", "gpu-02", recs[1:])
+    assert cli.main(["evidence", "77", "--json"]) == 0
+    fr = json.loads(capsys.readouterr().out)["flight_recorder"]
+    assert (fr["rank"], fr["node"], fr["state"], fr["seq"]) == (1, "gpu-02", "not_entered", 4)
+    assert cli.main(["evidence", "77"]) == 0
+    assert (
+        "flight recorder: rank 1 on gpu-02 never entered all_reduce #4" in capsys.readouterr().out
+    )
+
+
+def test_evidence_of_a_job_without_dumps(site: Path, capsys: pytest.CaptureFixture) -> None:
+    from gpugate import cli
+    from gpugate.store.evidence import write_bundle
+
+    write_bundle(
+        str(site / "ev"), "78", "gpu-01", 0, {"x.log": "x\n"}, {"job_id": "78", "node": "gpu-01"}
+    )
+    assert cli.main(["evidence", "78", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["flight_recorder"] is None
+    assert cli.main(["evidence", "78"]) == 0
+    assert "flight recorder" not in capsys.readouterr().out

@@ -198,10 +198,22 @@ def main(argv: list[str]) -> int:
     where = history.history_dir(config)
     items = mark_held(newest_first([describe(b) for b in bundles]), held_entries(where))
     held = None if is_job else held_now(config, target).get(target)
+    fr = _flight_recorder(bundles) if is_job else None
     if args.json:
         out = {"target": target, "kind": what, "would_drain": held, "bundles": items}
+        if is_job:  # the rank the others waited for, from the dumps the epilog read
+            out["flight_recorder"] = fr
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render(target, items, held))
+        if fr is not None and fr.get("text"):
+            sys.stdout.write(f"\nflight recorder: {_line(fr['text'])}\n")
     return EXIT_OK
+
+
+def _flight_recorder(bundles: list[str]) -> dict | None:
+    """The job's flight-recorder culprit over its bundles' flightrec.json, or None."""
+    from gpugate.flightrec.culprit import job_culprit
+
+    return job_culprit(bundles)
