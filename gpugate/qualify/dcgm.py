@@ -1,0 +1,398 @@
+"""DCGM diagnostics (`dcgmi diag -r N -j`) for `gpugate qualify`: run, parse, judge.
+
+Facts are from NVIDIA's DCGM sources, 4.6.0 (commit 72fa3fe) unless noted:
+- dcgmi/Diag.cpp `HelperJsonBuildOutput`/`HelperJsonAddResult`: 4.x writes
+  {"DCGM Diagnostic": {"test_categories": [{"category", "tests": [{"name", "results": [{"entity_group",
+  "entity_group_id", "entity_id", "status", "warnings": [{"warning", "error_id", "error_category",
+  "error_severity"}], "info"}], "test_summary": {"status", "warnings"}}]}]}, "entity_groups",
+  "metadata": {"version", "Driver Version Detected"}}; a failed run writes {"DCGM Diagnostic":
+  {"version", "runtime_error"}} (`HelperDisplayFailureMessage`).
+- Diag.cpp `HelperDisplayDiagResult` with its default DDR_NO_DISPLAY_WARN: in JSON a *Warn* result is
+  written as "Fail". So the status cannot tell a warning from a failure: the error's id, category and
+  severity (dcgmlib/src/dcgm_errors.c table) decide what a finding is.
+- DCGM 3.3.9 (commit b0ec3c6) Diag.cpp: top key "DCGM GPU Diagnostic", display names as test names
+  ("GPU Memory", "PCIe", ...), each result with "gpu_id" (a string), and the deployment tests each
+  with one result whose warning text sits under "warnings" (not "warning").
+- Exit status: main_dcgmi.cpp returns the dcgmReturn_t; Diag.cpp `GetFailureResult` gives
+  DCGM_ST_NVVS_ISOLATE_ERROR (-51, exit 205) when an error's severity is ISOLATE, else
+  DCGM_ST_NVVS_ERROR (-30, exit 226) for any error on a GPU or in the software test; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gpugate.record import Record
+
+# Level -> what it runs and costs. Sources: dcgmi/CommandLineParser.cpp (the `-r` help text: "1 -
+# Quick (System Validation ~ seconds)", "2 - Medium (Extended System Validation ~ 2 minutes)", "3 -
+# Long (System HW Diagnostics ~ 15 minutes)", "4 - Extended (Longer-running System HW
+# Diagnostics)", no figure) and nvvs/src/NvidiaValidationSuite.cpp `FillTestVectors` (the plugins
+# per suite; eud and cpu_eud only when run as root, nvbandwidth/nccl_tests where installed).
+# timeout_s is gpugate's default budget (not a DCGM figure), used when the caller passes none.
+_L1 = ("software",)
+_L2 = (*_L1, "memory", "pcie")
+_L3 = (*_L2, "diagnostic", "eud", "cpu_eud", "nvbandwidth", "nccl_tests", "memory_bandwidth")
+_L3 = (*_L3, "targeted_stress", "targeted_power")
+_L4 = (*_L3, "memtest", "pulse_test")
+LEVELS: dict[int, dict] = {
+    1: {
+        "name": "quick",
+        "typical_min": 0.5,
+        "timeout_s": 300,
+        "plugins": _L1,
+        "finds": "deployment problems: denylisted driver, NVML/CUDA libraries, permissions, "
+        "persistence mode, environment, pending page retirement/row remap, graphics processes, "
+        "inforom, fabric manager",
+    },
+    2: {
+        "name": "medium",
+        "typical_min": 2.0,
+        "timeout_s": 900,
+        "plugins": _L2,
+        "finds": "level 1 plus GPU memory errors (memory) and PCIe bandwidth/replays (pcie)",
+    },
+    3: {
+        "name": "long",
+        "typical_min": 15.0,
+        "timeout_s": 3600,
+        "plugins": _L3,
+        "finds": "level 2 plus compute under load (diagnostic), memory bandwidth, sustained "
+        "stress and power, EUD (as root), NVLink/copy bandwidth where nvbandwidth is installed",
+    },
+    4: {
+        "name": "extended",
+        "typical_min": None,  # DCGM's help gives no figure: "longer-running"; can take hours
+        "timeout_s": 4 * 3600,
+        "plugins": _L4,
+        "finds": "level 3 plus memtest (memory patterns) and pulse_test (power transients)",
+    },
+}
+
+# dcgmErrorSeverity_t (dcgmlib/dcgm_errors.h): 2 ISOLATE, 5 CONFIG.
+SEVERITY_ISOLATE, SEVERITY_CONFIG = 2, 5
+# dcgmErrorCategory_t (dcgm_errors.h): 3-8 software (config, library, XID, CUDA, EUD, other),
+# 9-15 hardware (thermal, memory, NvLink, NvSwitch, PCIe, power, other).
+HARDWARE_CATEGORIES = range(9, 16)
+SOFTWARE_CATEGORIES = range(3, 9)
+
+# Plugins that test the hardware (PluginStrings.h names); "software" is the deployment test.
+HARDWARE_TESTS = frozenset(LEVELS[4]["plugins"]) - {"software"} | {"sm_stress", "context_create"}
+
+# DCGM 3.x display names (3.3.9 Diag.cpp DISPLAY_*) -> 4.x plugin names.
+_V3_NAMES = {
+    "GPU Memory": "memory", "PCIe": "pcie", "Diagnostic": "diagnostic", "SM Stress": "sm_stress",
+    "Targeted Stress": "targeted_stress", "Targeted Power": "targeted_power",
+    "Memory Bandwidth": "memory_bandwidth", "Memtest": "memtest", "Pulse Test": "pulse_test",
+    "EUD Test": "eud", "CPU EUD Test": "cpu_eud", "Context Create": "context_create",
+}  # fmt: skip
+_FAILING = ("fail", "warn")
+_NO_DETAIL = " (DCGM gave no detail)"
+_V4_KEY, _V3_KEY = "DCGM Diagnostic", "DCGM GPU Diagnostic"
+
+
+class DcgmError(ValueError):
+    """dcgmi could not be run or its output could not be read; `reason` says which."""
+
+    def __init__(self, message: str, reason: str = "output") -> None:
+        super().__init__(message)
+        self.reason = reason  # missing / timeout / killed / output / usage
+
+
+class DcgmFinding(Record):
+    """One problem DCGM reported: a test's error on one GPU (or on no entity)."""
+
+    test: str  # plugin name: memory, pcie, software, ...
+    gpu: int | None
+    status: str  # as written: Fail (also a Warn, see the module docstring), Warn
+    message: str
+    error_id: int | None = None
+    error_category: int | None = None
+    error_severity: int | None = None
+    kind: str = "hardware"  # hardware / config / software
+
+    def sentence(self) -> str:
+        """'memory: GPU 3: <DCGM's message> (DCGM error id 58)'."""
+        where = f"GPU {self.gpu}: " if self.gpu is not None else ""
+        code = f" (DCGM error id {self.error_id})" if self.error_id is not None else ""
+        return f"{self.test}: {where}{self.message}{code}"
+
+
+class DcgmResult(Record):
+    """One `dcgmi diag -j` document, parsed."""
+
+    format: str  # "4.x" / "3.x"
+    version: str | None = None
+    driver_version: str | None = None
+    gpus: tuple[int, ...] = ()
+    tests: tuple[tuple[str, str], ...] = ()  # (test, overall status), in DCGM's order
+    findings: tuple[DcgmFinding, ...] = ()
+    runtime_error: str | None = None
+    exit_code: int | None = None
+
+    def of_kind(self, kind: str) -> tuple[DcgmFinding, ...]:
+        """The findings of one kind (hardware, config, software)."""
+        return tuple(f for f in self.findings if f.kind == kind)
+
+    @property
+    def passed(self) -> bool:
+        """True when DCGM ran and found nothing but configuration findings."""
+        return (
+            self.runtime_error is None
+            and bool(self.tests)
+            and not any(f.kind != "config" for f in self.findings)
+        )
+
+
+def diag_argv(level: int, dcgmi: str = "dcgmi") -> list[str]:
+    """The argument list for `dcgmi diag -r LEVEL -j`."""
+    if isinstance(level, bool) or level not in LEVELS:
+        raise DcgmError(f"dcgm: level {level!r}: must be one of {sorted(LEVELS)}", "usage")
+    if not dcgmi:
+        raise DcgmError("dcgm: dcgmi: empty command", "usage")
+    return [dcgmi, "diag", "-r", str(level), "-j"]
+
+
+def parse_diag(text: str) -> DcgmResult:
+    """Parse the JSON that `dcgmi diag -j` prints (DCGM 4.x or 3.x); DcgmError if it is not that."""
+    start = text.find("{")
+    if start < 0:
+        raise DcgmError(f"dcgm: not JSON output: {_first_line(text)!r}")
+    try:
+        doc = json.loads(text[start:])
+    except ValueError as exc:
+        raise DcgmError(f"dcgm: not JSON output ({exc}): {_first_line(text)!r}") from None
+    if not isinstance(doc, dict):
+        raise DcgmError("dcgm: JSON output is not an object")
+    try:
+        return _parse_doc(doc)
+    except DcgmError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a shape DCGM never writes
+        raise DcgmError(f"dcgm: unexpected JSON shape: {type(exc).__name__}: {exc}") from None
+
+
+def _parse_doc(doc: dict) -> DcgmResult:
+    if "iterations" in doc:  # `-i N`: one document per iteration (Diag.cpp RunStartDiag)
+        return _merge([_parse_doc(_obj(it, "iteration")) for it in doc["iterations"] if it])
+    if _V4_KEY in doc:
+        return _parse_v4(doc)
+    if _V3_KEY in doc:
+        return _parse_v3(doc)
+    raise DcgmError(f"dcgm: JSON has neither {_V4_KEY!r} nor {_V3_KEY!r}: keys {sorted(doc)[:5]}")
+
+
+def _parse_v4(doc: dict) -> DcgmResult:
+    body = _obj(doc[_V4_KEY], _V4_KEY)
+    meta = _obj(doc.get("metadata") or {}, "metadata")
+    gpus: list[int] = []
+    for group in doc.get("entity_groups") or []:
+        if isinstance(group, dict) and group.get("entity_group") == "GPU":
+            gpus += [int(e["entity_id"]) for e in group.get("entities") or [] if "entity_id" in e]
+    tests, findings = [], []
+    for category in _list(body.get("test_categories"), "test_categories"):
+        for test in _list(_obj(category, "category").get("tests"), "tests"):
+            name = str(_obj(test, "test").get("name", "?"))
+            summary = test.get("test_summary") or {}
+            tests.append((name, str(summary.get("status", "?"))))
+            findings += _test_findings(name, test.get("results") or [], summary)
+    return DcgmResult(
+        format="4.x", version=meta.get("version") or body.get("version"),
+        driver_version=meta.get("Driver Version Detected"), gpus=tuple(gpus), tests=tuple(tests),
+        findings=tuple(findings), runtime_error=body.get("runtime_error"),
+    )  # fmt: skip
+
+
+def _test_findings(name: str, results: list, summary: dict) -> list[DcgmFinding]:
+    found: list[DcgmFinding] = []
+    for res in _list(results, f"{name}.results"):
+        if str(res.get("status", "")).lower() in _FAILING:
+            gpu = res.get("entity_id") if res.get("entity_group", "GPU") == "GPU" else None
+            found += _findings(name, res, None if gpu is None else int(gpu))
+    # test_summary repeats every error of the test (includeAllErrors): keep only those no
+    # entity's result carried, e.g. an error on no entity.
+    seen = {(f.error_id, f.message) for f in found}
+    if str(summary.get("status", "")).lower() in _FAILING:
+        found += [f for f in _findings(name, summary, None) if (f.error_id, f.message) not in seen]
+    # A Warn sets every GPU's result (PluginTest::SetResult) while the error names one GPU: the
+    # GPUs without an error of their own add nothing once the test has a finding with detail.
+    detailed = [f for f in found if f.error_id is not None or not f.message.endswith(_NO_DETAIL)]
+    return detailed or found
+
+
+def _findings(test: str, res: dict, gpu: int | None) -> list[DcgmFinding]:
+    status = str(res.get("status", "Fail"))
+    warnings = res.get("warnings") or []
+    if isinstance(warnings, str):  # old documents: one string
+        warnings = [{"warning": warnings}]
+    out = []
+    for w in warnings:
+        w = w if isinstance(w, dict) else {"warning": str(w)}
+        msg = w.get("warning", w.get("warnings", ""))  # 3.x deployment tests: under "warnings"
+        out.append(_finding(test, gpu, status, str(msg).strip(), w))
+    if not out:
+        out.append(_finding(test, gpu, status, f"{status}{_NO_DETAIL}", {}))
+    return out
+
+
+def _finding(test: str, gpu: int | None, status: str, msg: str, w: dict) -> DcgmFinding:
+    ids = {k: _int(w.get(k)) for k in ("error_id", "error_category", "error_severity")}
+    return DcgmFinding(test=test, gpu=gpu, status=status, message=msg, kind=classify(test, **ids),
+                       **ids)  # fmt: skip
+
+
+def classify(
+    test: str,
+    error_id: int | None = None,
+    error_category: int | None = None,
+    error_severity: int | None = None,
+) -> str:
+    """'hardware', 'config' (a node setting, e.g. persistence mode) or 'software' (DCGM/CUDA side)."""
+    # Severity CONFIG ("this error can be configured") first: ECC turned off (DCGM_FR_ECC_UNSUPPORTED)
+    # has a hardware-memory category but is a setting, like persistence mode.
+    if error_severity == SEVERITY_CONFIG:
+        return "config"
+    if error_category in HARDWARE_CATEGORIES:
+        return "hardware"
+    if test == "software":
+        return "config"
+    if error_category in SOFTWARE_CATEGORIES and error_severity != SEVERITY_ISOLATE:
+        return "software"  # e.g. a CUDA API call failed: the test did not prove the GPU either way
+    return "hardware" if test in HARDWARE_TESTS else "software"
+
+
+def _parse_v3(doc: dict) -> DcgmResult:
+    body = _obj(doc[_V3_KEY], _V3_KEY)
+    tests, findings = [], []
+    for category in _list(body.get("test_categories"), "test_categories"):
+        cat = _obj(category, "category")
+        deployment = cat.get("category") == "Deployment"
+        for test in _list(cat.get("tests"), "tests"):
+            shown = str(_obj(test, "test").get("name", "?"))
+            name = (
+                "software" if deployment else _V3_NAMES.get(shown, shown.lower().replace(" ", "_"))
+            )
+            worst = "Pass"
+            for res in _list(test.get("results") or [], f"{shown}.results"):
+                status = str(res.get("status", ""))
+                if status.lower() in _FAILING:
+                    worst = status
+                    found = _findings(name, res, _v3_gpu(res))
+                    if deployment:  # keep the subtest's name: 'software: Persistence Mode: ...'
+                        found = [f.replace(message=f"{shown}: {f.message}") for f in found]
+                    findings += found
+                elif status.lower() == "skip" and worst == "Pass":
+                    worst = "Skip"
+            tests.append((shown if deployment else name, worst))
+    version = body.get("version") or doc.get("version")
+    return DcgmResult(
+        format="3.x", version=version, driver_version=doc.get("Driver Version Detected"),
+        gpus=tuple(range(len(doc.get("GPU Device IDs") or []))), tests=tuple(tests),
+        findings=tuple(findings), runtime_error=body.get("runtime_error"),
+    )  # fmt: skip
+
+
+def _v3_gpu(res: dict) -> int | None:
+    raw = res.get("gpu_id", res.get("gpu_ids"))
+    if raw is None or raw == "":
+        return None
+    first = str(raw).split(",")[0].strip()  # "gpu_ids" (older) may list several
+    return int(first) if first.isdigit() else None
+
+
+def _merge(results: list[DcgmResult]) -> DcgmResult:
+    if not results:
+        raise DcgmError("dcgm: 'iterations' holds no result")
+    last = results[-1]
+    findings = tuple(f for r in results for f in r.findings)
+    errors = [r.runtime_error for r in results if r.runtime_error]
+    return last.replace(findings=findings, runtime_error=errors[0] if errors else None)
+
+
+def run_diag(level: int, dcgmi: str = "dcgmi", timeout_s: float | None = None) -> DcgmResult:
+    """Run `dcgmi diag -r LEVEL -j` with a timeout and parse it; DcgmError when that fails."""
+    from gpugate import runner
+
+    argv = diag_argv(level, dcgmi)
+    limit = float(timeout_s if timeout_s is not None else LEVELS[level]["timeout_s"])
+    if limit <= 0:
+        raise DcgmError(f"dcgm: timeout {timeout_s!r}: must be > 0 seconds", "usage")
+    res = runner.run(argv, timeout=limit)
+    if res.status in (runner.MISSING, runner.TIMEOUT, runner.KILLED):
+        why = {runner.MISSING: "missing", runner.TIMEOUT: "timeout", runner.KILLED: "killed"}
+        raise DcgmError(f"dcgm: {res.describe()}", why[res.status])
+    try:
+        parsed = parse_diag(res.stdout)
+    except DcgmError as exc:
+        err = _first_line(res.stderr)
+        raise DcgmError(f"{exc} (exit {res.returncode}{': ' + err if err else ''})") from None
+    return parsed.replace(exit_code=res.returncode)
+
+
+def dcgm_step(
+    level: int,
+    dcgmi: str = "dcgmi",
+    timeout_s: float | None = None,
+    node: str = "",
+    job_id: str | None = None,
+) -> dict:
+    """Run the DCGM diagnostic on this node and return one TEST RESULT (ok None: not judged)."""
+    step = {"test": "dcgm", "nodes": [node] if node else [], "ok": None, "value_gbps": None,
+            "floor_gbps": None, "detail": "", "job_id": job_id, "level": level}  # fmt: skip
+    try:
+        result = run_diag(level, dcgmi, timeout_s)
+    except DcgmError as exc:
+        # Not judged (ok None), never a pass: Q3 decides what an unjudged test means for the node.
+        missing = f"dcgm: not run: {dcgmi} not found on this node"
+        step["detail"] = missing if exc.reason == "missing" else str(exc)
+        step["error"] = exc.reason
+        return step
+    step.update(judge(result, level))
+    return step
+
+
+def judge(result: DcgmResult, level: int) -> dict:
+    """ok/detail and the findings of one parsed run, for a TEST RESULT."""
+    name = f"dcgm level {level}"
+    extra = {"findings": [f.to_dict() | {"text": f.sentence()} for f in result.findings],
+             "dcgm_version": result.version, "exit_code": result.exit_code}  # fmt: skip
+    if result.runtime_error:
+        return {"ok": None, "detail": f"{name}: DCGM could not run: "
+                f"{_first_line(result.runtime_error)}", **extra}  # fmt: skip
+    if not result.tests:
+        return {"ok": None, "detail": f"{name}: DCGM reported no tests", **extra}
+    bad = [f for f in result.findings if f.kind != "config"]
+    config = "; ".join(f.sentence() for f in result.of_kind("config"))
+    note = f"; configuration (not hardware): {config}" if config else ""
+    if bad:
+        words = "; ".join(f"{f.sentence()}" + ("" if f.kind == "hardware" else f" [{f.kind}]")
+                          for f in bad)  # fmt: skip
+        return {"ok": False, "detail": f"{name}: failed: {words}{note}", **extra}
+    ran = ", ".join(t for t, _ in result.tests)
+    return {"ok": True, "detail": f"{name}: passed ({ran}){note}", **extra}
+
+
+def _obj(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise DcgmError(f"dcgm: {what}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DcgmError(f"dcgm: {what}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[0][:200] if lines else ""
