@@ -204,3 +204,50 @@ def test_evidence_of_a_job_without_dumps(site: Path, capsys: pytest.CaptureFixtu
     assert json.loads(capsys.readouterr().out)["flight_recorder"] is None
     assert cli.main(["evidence", "78"]) == 0
     assert "flight recorder" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- gpugate diagnose DIRS
+
+WATCHDOG = (
+    "[rank{r}]:[E0102 03:04:2{r}.000000 77 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+    "Timeout(ms)=3000) ran for 3005 milliseconds before timing out.\n"
+)
+
+
+def _diag_bundle(tmp_path: Path, node: str, ranks: list[int], records: list[dict] | None) -> str:
+    d = tmp_path / "4711" / f"{node}-r0"
+    (d / "logs").mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"job_id": "4711", "node": node}))
+    (d / "kernel.log").write_text("")
+    tail = "".join(WATCHDOG.format(r=r) for r in ranks)
+    (d / "logs" / "00-slurm-4711.out.tail").write_text("# tail of slurm-4711.out\n" + tail)
+    if records is not None:
+        (d / "flightrec.json").write_text(json.dumps({"records": records, "errors": []}))
+    return str(d)
+
+
+def test_diagnose_names_the_culprit_of_a_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gpugate.commands import diagnose
+
+    recs = _records("not_entered")
+    a = _diag_bundle(tmp_path, "gpu01", [0, 2], [recs[0], recs[2]])
+    b = _diag_bundle(tmp_path, "gpu02", [], [recs[1]])
+    assert diagnose.main(["--json", a, b]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["category"] == "nccl_timeout"
+    assert (out["flight_recorder"]["rank"], out["flight_recorder"]["node"]) == (1, "gpu02")
+    assert "Flight recorder: rank 1 on gpu02 never entered all_reduce #4" in out["summary"]
+    diagnose.main([a, b])
+    assert "Flight recorder: rank 1 on gpu02 never entered" in capsys.readouterr().out
+
+
+def test_diagnose_without_flightrec(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from gpugate.commands import diagnose
+
+    a = _diag_bundle(tmp_path, "gpu01", [0, 1], None)
+    assert diagnose.main(["--json", a]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flight_recorder"] is None and "Flight recorder" not in out["summary"]

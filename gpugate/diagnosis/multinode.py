@@ -21,7 +21,7 @@ import json
 import os
 import stat
 
-from gpugate.diagnosis.categories import is_hardware, kind
+from gpugate.diagnosis.categories import SYMPTOM, UNKNOWN, is_hardware, kind
 from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.timestamps import BOOT, NOYEAR, WALL, line_stamp
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
@@ -282,7 +282,20 @@ def job_json(results: list[NodeResult]) -> dict:
         out["confidence"] = _LOWER.get(out.get("confidence") or "high", "low")
     out.update(summary=text, first_node=first.node if ordered else None, first_uncertain=why,
                suspect_nodes=suspects, nodes=[_node_json(r, suspects) for r in results])  # fmt: skip
+    _add_flight_recorder(out, [r.bundle for r in results if r.bundle])
     return out
+
+
+def _add_flight_recorder(out: dict, bundles: list[str]) -> None:
+    """`flight_recorder` from the bundles' flightrec.json; its culprit joins the summary when
+    the verdict is a symptom (an NCCL timeout: every rank's log says the same) or unknown."""
+    if not bundles:
+        return
+    from gpugate.flightrec.culprit import job_culprit
+
+    fr = out["flight_recorder"] = job_culprit(bundles)
+    if fr and fr.get("state") and kind(out.get("category")) in (SYMPTOM, UNKNOWN):
+        out["summary"] += f" Flight recorder: {fr['text']}."
 
 
 def _node_json(r: NodeResult, suspects: list[str]) -> dict:
