@@ -251,3 +251,113 @@ def test_diagnose_without_flightrec(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert diagnose.main(["--json", a]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["flight_recorder"] is None and "Flight recorder" not in out["summary"]
+
+
+# -------------------------------------------------- the controller epilog: votes, requeue
+
+C_FIRST = [  # the time stamps say c failed first; the flight recorder says b never entered
+    {"node": "a", "first_failure_at": "2026-12-01T10:10:00Z", "category": "nccl_timeout"},
+    {"node": "b", "first_failure_at": "2026-12-01T10:10:01Z", "category": "nccl_timeout"},
+    {"node": "c", "first_failure_at": "2026-12-01T10:00:00Z", "category": "nccl_timeout"},
+]
+
+
+def _controller_site(tmp_path: Path, job_id: str, users_min: int = 1):
+    from factories import default_config
+
+    config = default_config()
+    config = config.replace(
+        state_dir=str(tmp_path / "state"),
+        evidence_dir=str(tmp_path / "ev"),
+        admin=config.admin.replace(history_dir=str(tmp_path / "hist")),
+        budget=config.budget.replace(settle_s=0, min_drains_allowed=3),
+        health=config.health.replace(
+            suspect_votes=2, suspect_window_h=72, suspect_users_min=users_min
+        ),
+    )
+    _fr_bundles(tmp_path, job_id)
+    return config
+
+
+def _fr_bundles(tmp_path: Path, job_id: str) -> None:
+    from gpugate.store.evidence import bundle_name
+
+    for rec in _records("not_entered"):  # rank r on node "abc"[r]
+        node = "abc"[rec["rank"]]
+        d = tmp_path / "ev" / job_id / bundle_name(node, 0)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"node": node}))
+        (d / "flightrec.json").write_text(json.dumps({"records": [rec], "errors": []}))
+
+
+def _job(job_id: str, uid: int = 1001):
+    from gpugate.slurm_hooks.requeue import JobEnd
+
+    return JobEnd(job_id=job_id, state="FAILED", exit_code2="1:0", nodes=("a", "b", "c"), uid=uid)
+
+
+def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
+    from fakes import FakeSlurm
+
+    from gpugate.store.suspects import vote, votes
+
+    config = _controller_site(tmp_path, "301")
+    slurm = FakeSlurm(nodes=("a", "b", "c"))
+    said = vote(config, _job("301"), C_FIRST, "nccl_timeout", slurm, 1_800_000_000.0)
+    assert "suspect b" in said
+    (v,) = votes(config.admin.history_dir)
+    assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
+
+
+def test_the_culprit_vote_alone_never_drains(tmp_path: Path) -> None:
+    from fakes import FakeSlurm
+
+    from gpugate.store.suspects import vote
+
+    config = _controller_site(tmp_path, "302", users_min=2)
+    slurm = FakeSlurm(nodes=("a", "b", "c"))
+    for i, job_id in enumerate(("302", "312", "322")):  # one user's jobs: votes only
+        if i:
+            _fr_bundles(tmp_path, job_id)
+        said = vote(config, _job(job_id), C_FIRST, "nccl_timeout", slurm, 1_800_000_000.0 + i)
+    assert slurm.drains == [] and "not drained" in said
+
+
+def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
+    from fakes import FakeSlurm
+
+    from gpugate.store.suspects import vote
+
+    config = _controller_site(tmp_path, "303")
+    own = [dict(s, category="cuda_oom") if s["node"] == "b" else s for s in C_FIRST]
+    said = vote(config, _job("303"), own, "nccl_timeout", FakeSlurm(nodes=("a", "b", "c")), 1.8e9)
+    assert said.startswith("no vote: b failed first")
+
+
+def test_requeue_excludes_the_culprit_only_with_roots_evidence(tmp_path: Path) -> None:
+    from gpugate.flightrec.votes import with_culprit
+    from gpugate.store.suspects import record_vote
+
+    config = _controller_site(tmp_path, "304")
+    job = _job("304")
+    assert with_culprit(config, job, C_FIRST, ()) == ()  # the dumps alone: nothing excluded
+    hw = [dict(s, hardware_fault=s["node"] == "b") for s in C_FIRST]
+    assert with_culprit(config, job, hw, ("c",)) == ("b", "c")  # agrees with its hardware
+    record_vote(config.admin.history_dir, "b", "250", "nccl_timeout", None, None, uid=7)
+    assert with_culprit(config, job, C_FIRST, ()) == ("b",)  # repeated suspect history
+
+
+def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
+    from fakes import FakeSlurm
+
+    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.store.suspects import record_vote
+
+    config = _controller_site(tmp_path, "305")
+    job = _job("305").replace(state="NODE_FAIL", comment="gpugate:requeue")
+    slurm = FakeSlurm(nodes=("a", "b", "c"))
+    decision, _ = run_requeue(config, job, slurm, wait_s=0, dry_run=True)
+    assert decision.requeue and decision.suspects == ()
+    record_vote(config.admin.history_dir, "b", "250", "nccl_timeout", None, None, uid=7)
+    decision, done = run_requeue(config, job, slurm, wait_s=0, dry_run=True)
+    assert decision.suspects == ("b",) and any("exclude b" in d for d in done)

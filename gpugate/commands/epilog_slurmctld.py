@@ -7,6 +7,7 @@ import os
 from gpugate import log
 from gpugate.checkpoints.freshness import tell_stale
 from gpugate.commands import run_hook_command
+from gpugate.flightrec.votes import with_culprit
 from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
 from gpugate.slurm_hooks.requeue import (
     JobEnd,
@@ -51,6 +52,9 @@ def run_requeue(
     wait = needs_evidence(job, config) or wants_votes(job, config)
     summaries = wait_for_summaries(config, job, wait_s if wait else 0)
     decision = decide_requeue(job, summaries, config)
+    if summaries:  # the flight recorder's culprit node, where root's evidence agrees
+        named = with_culprit(config, job, summaries, decision.suspects)
+        decision = decision.replace(suspects=named)
     if not dry_run:
         try:
             voted = cast_vote(config, job, summaries, decision.category, slurm)

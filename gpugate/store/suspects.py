@@ -22,6 +22,7 @@ from gpugate import log
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.categories import USER, kind
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
+from gpugate.flightrec.votes import first_node as fr_first_node
 from gpugate.slurm_hooks.drain import drain_node
 from gpugate.slurm_hooks.requeue import USER_STATES
 from gpugate.store import history
@@ -150,7 +151,8 @@ def vote(
     """Cast this failed job's vote and drain its suspect past the threshold; what was done."""
     if not wants_votes(job, config):
         return None
-    first = first_to_fail(summaries, job.nodes)
+    # The flight recorder's culprit, when it names one, is stronger than the time stamps.
+    first = fr_first_node(config, job, summaries) or first_to_fail(summaries, job.nodes)
     if first is None:
         return "no suspect (a node without a failure time, or a tie)"
     node, at = first
@@ -158,7 +160,8 @@ def vote(
         return f"no vote: {node} failed first, by the job's own doing ({category})"
     adm = config.admin
     where = history.history_dir(config)
-    record_vote(where, node, job.job_id, category, history.iso(at), now, uid=job.uid,
+    first_at = history.iso(at) if at is not None else None
+    record_vote(where, node, job.job_id, category, first_at, now, uid=job.uid,
                 max_per_node=adm.history_max_per_node,
                 max_entries=adm.history_max_entries)  # fmt: skip
     jobs = voting_jobs(where, node, config.health.suspect_window_h, now)

@@ -1,0 +1,72 @@
+"""The flight-recorder culprit in the controller epilog: its node votes, and may be excluded.
+
+The dumps are the user's process's data: the culprit node only casts a suspect vote (FR is
+stronger than the log's time stamps, so it is the vote's node when it names one), and the
+store's rule still needs `health.suspect_users_min` distinct users before a drain. A requeue
+excludes the culprit node only when root's evidence agrees: the node's own hardware fault in
+its bundle, or suspect votes from earlier jobs (repeated history), never the dumps alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.requeue import JobEnd
+
+DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
+
+
+def culprit_node(config: Config, job: JobEnd) -> tuple[str | None, dict | None]:
+    """(node, culprit) of this run's bundles; node None unless a decided rank on a job node."""
+    from gpugate.flightrec.culprit import job_culprit
+    from gpugate.store.evidence import bundle_name
+
+    # The bundles' paths from root's layout, the node names from their summaries (root's).
+    dirs = [
+        os.path.join(config.evidence_dir, job.job_id, bundle_name(n, job.restarts))
+        for n in job.nodes
+    ]
+    try:
+        found = job_culprit(dirs)
+    except (OSError, ValueError) as exc:
+        return None, {"error": f"{type(exc).__name__}: {exc}"}
+    node = found.get("node") if found else None
+    if found is None or found.get("state") not in DECIDED or node not in job.nodes:
+        return None, found
+    return node, found
+
+
+def first_node(
+    config: Config, job: JobEnd, summaries: list[dict]
+) -> tuple[str, float | None] | None:
+    """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
+    from gpugate.clock import parse_utc
+
+    node, _ = culprit_node(config, job)
+    if node is None:
+        return None
+    own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
+    return node, next((t for t in own if t is not None), None)
+
+
+def with_culprit(
+    config: Config, job: JobEnd, summaries: list[dict], suspects: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The requeue's suspects with the FR culprit node first when root's evidence agrees."""
+    from gpugate.store import history
+    from gpugate.store.suspects import voting_jobs
+
+    node, _ = culprit_node(config, job)
+    if node is None:
+        return suspects
+    hardware = any(s.get("node") == node and s.get("hardware_fault") for s in summaries)
+    where = history.history_dir(config)
+    earlier = [
+        j for j in voting_jobs(where, node, config.health.suspect_window_h) if j != job.job_id
+    ]
+    if not hardware and not earlier:
+        return suspects  # the user's dumps alone never exclude a node
+    return (node, *(n for n in suspects if n != node))
