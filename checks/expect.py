@@ -23,6 +23,10 @@ class Expected(Record):
     ib_rate_gbps: float | None = None
     nvswitch: bool | None = None
     c2c: bool | None = None  # GPUs on NVLink-C2C to Grace: NVML's PCIe link is not judged
+    # Qualification floors (gpugate/qualify/floors.py): the board's, no `expect:` override
+    # (the site's floors are in `qualify:`).
+    qualify_busbw_gbps: float | None = None
+    qualify_h2d_gbps: float | None = None
     # Where gpu_count came from: "expect.gpu_count" (the site) or "Slurm Gres" (slurm.conf).
     gpu_count_from: str | None = None
 
@@ -51,7 +55,7 @@ def expectations(facts: Facts, config: Config) -> Expected:
     values: dict[str, object] = {"board": board}
     for field in Expected._fields:
         if field not in _SITE_ONLY:
-            override = getattr(config.expect, field)
+            override = getattr(config.expect, field, None)
             values[field] = override if override is not None else getattr(profile, field, None)
     values["gpu_count"], values["gpu_count_from"] = gpu_count(facts, config, board, profile)
     return Expected(**values)

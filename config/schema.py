@@ -28,6 +28,11 @@ class BoardProfile(Record):
     # GPUs on NVLink-C2C to a Grace CPU (GH200, GB200, GB300): the PCIe link NVML reports is
     # not a host PCIe link and pcie.link does not judge it.
     c2c: bool | None = None
+    # Qualification floors (gpugate/qualify/floors.py), GB/s as NCCL-tests reports them: the
+    # in-node NCCL all_reduce busbw and the pinned host-to-device copy per GPU; null: judged
+    # against the median of the nodes qualified together only.
+    qualify_busbw_gbps: float | None = None
+    qualify_h2d_gbps: float | None = None
 
 
 class Expect(Record):
