@@ -78,26 +78,44 @@ def test_two_gloo_ranks_measure_and_a_delayed_node_drops_the_bandwidth(tmp_path:
     assert slow["busbw_gbps"] < healthy["busbw_gbps"] / 2
 
 
-def test_a_missing_peer_ends_in_an_error_json_not_a_hang(tmp_path: Path) -> None:
+def start(py: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """One payload process, its output kept for the failure message."""
+    return subprocess.Popen(
+        [py, str(PAYLOAD), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_errors_end_in_an_error_json_not_a_hang(tmp_path: Path) -> None:
     py = torch_python_or_skip()
-    out = tmp_path / "alone.json"
-    h2d_out = tmp_path / "h2d.json"
-    # Rank 0 of two, the other rank never comes: bounded by --timeout-s.
-    alone = subprocess.Popen(
-        [py, str(PAYLOAD), "allreduce", "--out", str(out), "--timeout-s", "5"],
-        env=task_env(0, 2, "n1", free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    done = subprocess.run(
-        [py, str(PAYLOAD), "h2d", "--out", str(h2d_out), "--size-mib", "1"],
-        env=task_env(0, 1, "n1", 0, CUDA_VISIBLE_DEVICES=""), capture_output=True, timeout=60,
-    )  # fmt: skip
-    assert alone.wait(timeout=30) != 0
-    result = json.loads(out.read_text())
-    assert result["test"] == "allreduce" and (result["rank"], result["node"]) == (0, "n1")
-    assert "timed out after 5 s" in result["error"] or "Timeout" in result["error"]
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    # Three at once (torch's import dominates): rank 0 of two whose peer never comes, bounded
+    # by --timeout-s; NCCL asked for without a GPU; h2d without a GPU.
+    alone = start(py, ["allreduce", "--out", str(tmp_path / "alone.json"), "--timeout-s", "5"],
+                  task_env(0, 2, "n1", free_port()))  # fmt: skip
+    nccl = start(py, ["allreduce", "--out", str(tmp_path / "nccl.json"), "--backend", "nccl"],
+                 task_env(0, 1, "n1", free_port(), **no_gpu))  # fmt: skip
+    h2d = start(py, ["h2d", "--out", str(tmp_path / "h2d.json"), "--size-mib", "1"],
+                task_env(0, 1, "n1", 0, **no_gpu))  # fmt: skip
+    codes = [p.wait(timeout=60) for p in (alone, nccl, h2d)]
+    assert codes == [payload.EXIT_TIMEOUT, payload.EXIT_ERROR, 0], [
+        p.stdout.read() for p in (alone, nccl, h2d)
+    ]
+    assert json.loads((tmp_path / "alone.json").read_text()) == {
+        "test": "allreduce",
+        "rank": 0,
+        "node": "n1",
+        "error": "timed out after 5 s (rendezvous or collective did not finish)",
+    }
+    assert (
+        json.loads((tmp_path / "nccl.json").read_text())["error"]
+        == "--backend nccl: a rank has no CUDA device"
+    )
     # Without CUDA, h2d is skipped (not judged), not failed.
-    assert done.returncode == 0
-    assert json.loads(h2d_out.read_text()) == {
+    assert json.loads((tmp_path / "h2d.json").read_text()) == {
         "test": "h2d",
         "node": "n1",
         "gpus": [],
