@@ -135,17 +135,19 @@ def test_without_torch_the_payload_reports_it(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["error"].startswith("no torch in ")
 
 
-def test_bad_task_environment_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [({"MASTER_PORT": "none"}, "MASTER_PORT must be a port number, got 'none'"),
+     ({"SLURM_PROCID": "x"}, "bad Slurm task variable: invalid literal for int() with base 10: 'x'")],
+)  # fmt: skip
+def test_bad_task_environment_is_named(tmp_path: Path, bad: dict, error: str) -> None:
     out = tmp_path / "r.json"
     done = subprocess.run(
         [PLAIN_PYTHON, str(PAYLOAD), "allreduce", "--out", str(out)],
-        env=task_env(0, 2, "n1", 0, MASTER_PORT="none"), capture_output=True, text=True, timeout=30,
+        env=task_env(0, 2, "n1", 0, **bad), capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert done.returncode == payload.EXIT_ERROR
-    assert json.loads(out.read_text()) == {
-        "test": "allreduce",
-        "error": "MASTER_PORT must be a port number, got 'none'",
-    }
+    assert json.loads(out.read_text()) == {"test": "allreduce", "error": error}
 
 
 def test_parse_delay() -> None:
