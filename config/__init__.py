@@ -40,6 +40,8 @@ _AT_MOST = {
     "budget.max_drained_share": 1.0,
     "health.deadline_s": 55.0,
     "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
+    # The reader child's whole answer is capped (gpugate.userfiles.ANSWER_MAX, 64 MiB).
+    "epilog.fr_max_dump_mib": 32.0,
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {

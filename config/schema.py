@@ -190,6 +190,9 @@ class TaskProlog(Record):
     nccl_ib_retry_cnt: int | None
     async_error_handling: bool
     nccl_debug_dir: str | None
+    # PyTorch's flight recorder (slurm_hooks/task_prolog.py: flight_recorder_exports).
+    flight_recorder: bool
+    fr_buffer_size: int
 
 
 class Epilog(Record):
@@ -207,6 +210,9 @@ class Epilog(Record):
     retention_days: float | None
     evidence_max_mib: float | None
     evidence_user_share: float | None
+    # Flight-recorder dumps collected per node (slurm_hooks/flightrec_collect.py).
+    fr_max_dumps: int
+    fr_max_dump_mib: float
 
 
 class Requeue(Record):

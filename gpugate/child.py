@@ -36,6 +36,7 @@ TASKS = frozenset(
         "gpugate.slurm_hooks.collect:_read_and_diagnose",
         "gpugate.userfiles:latest_checkpoint_path",
         "gpugate.checkpoints.freshness:newest_complete",
+        "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }

@@ -12,11 +12,12 @@ from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
+from gpugate.slurm_hooks import flightrec_collect
 from gpugate.slurm_hooks.deltas import describe
 from gpugate.slurm_hooks.drain import drain_detail, drain_node
 from gpugate.slurm_hooks.reasons import evidence_detail
 from gpugate.slurm_hooks.slurm.choose import backend
-from gpugate.slurm_hooks.task_prolog import nccl_job_dir
+from gpugate.slurm_hooks.task_prolog import FR_PREFIX, nccl_job_dir
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.suspects import first_failure_at
@@ -129,7 +130,9 @@ def _read_and_diagnose(
     for entry in files:
         if entry.endswith("/"):
             try:
-                names = sorted(os.listdir(entry))[:max_files]
+                # Flight-recorder dumps (pickles) are read apart: flightrec_collect.
+                names = sorted(n for n in os.listdir(entry) if not n.startswith(FR_PREFIX))
+                names = names[:max_files]
             except OSError as exc:
                 errors.append(f"{entry}: {exc.strerror}")
                 continue
@@ -279,6 +282,7 @@ def write_evidence(
     result: EpilogResult,
     pending_drain: bool = False,
     freshness: Freshness | None = None,
+    flightrec: dict | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure."""
     from gpugate.checkpoints.freshness import message, summary_fields
@@ -291,6 +295,11 @@ def write_evidence(
     stale = message(freshness) if freshness is not None else None
     if stale:  # the admin reads the stale checkpoint beside the cause
         files["decisive.txt"] = f"{files['decisive.txt']}gpugate: {printable(stale)}\n"
+    files.update(flightrec_collect.bundle_files(flightrec))
+    refused = flightrec_collect.decisive_lines(flightrec)
+    if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
+        files["decisive.txt"] += "".join(line + "\n" for line in refused)
+    summary["flightrec_dumps"] = len((flightrec or {}).get("records") or [])
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
                             files, summary, group=ep.evidence_group,

@@ -17,6 +17,7 @@ from gpugate.checks.sources import gather
 from gpugate.record import Record
 from gpugate.slurm_hooks import collect
 from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
+from gpugate.slurm_hooks.flightrec_collect import collect_dumps
 from gpugate.slurm_hooks.policy import DRAIN, decide
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
@@ -130,6 +131,8 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5
     freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5
+    flightrec = collect_dumps(config, env, job, max(1.0, min(left, 30)))
     result = EpilogResult(
         abnormal=why is not None,
         why=why or "always_bundle",
@@ -146,7 +149,8 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     # The bundle first, then the drain naming it: a reason never points at a bundle that could
     # not be written. The drain's outcome is then added to the bundle's summary.
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
-                                    pending_drain=drain, freshness=freshness)  # fmt: skip
+                                    pending_drain=drain, freshness=freshness,
+                                    flightrec=flightrec)  # fmt: skip
     if drain:
         reason, drained, blocked = collect.drain_for_hardware(config, env, hardware, slurm,
                                                               bundle=bundle)  # fmt: skip

@@ -33,7 +33,7 @@ from gpugate.slurm_hooks.state import (
     save_task_file,
     write_private,
 )
-from gpugate.slurm_hooks.task_prolog import prepare_nccl_dir
+from gpugate.slurm_hooks.task_prolog import fr_opted_out, prepare_nccl_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -242,10 +242,13 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     from an earlier job with the same id).
     """
     ckpt = comment_tokens(env.comment).get("ckpt") or None
-    if not ckpt or env.uid is None:
+    no_fr = fr_opted_out(env.comment)  # `gpugate:no-fr`: no flight recorder for this job
+    if not (ckpt or no_fr) or env.uid is None:
         remove_task_file(config.state_dir, env.job_id or "")
         return None
-    data = {"job_id": env.job_id, "ckpt_dir": ckpt}
+    data: dict = {"job_id": env.job_id, "ckpt_dir": ckpt}
+    if no_fr:
+        data["no_fr"] = True
     return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
 
 

@@ -52,8 +52,64 @@ def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list
         wanted.append(("NCCL_DEBUG_FILE", os.path.join(job_dir, "nccl.%h.%p.log")))
     if job_id:
         wanted.append(("GPUGATE_JOB_ID", job_id))
+    wanted += flight_recorder_exports(config, environ, job_id)
     wanted += resume_exports(config, environ, job_id)
     return [(k, v) for k, v in wanted if k not in environ]
+
+
+# PyTorch's flight recorder, each setting under its newer TORCH_FR_* name and the older
+# TORCH_NCCL_* one (PyTorch 2.2-2.5 read only those). 2.14.1 reads both, the TORCH_FR_* name
+# first (torch/csrc/distributed/c10d/FlightRecorder.hpp: getCvarInt({"TORCH_FR_BUFFER_SIZE",
+# "TORCH_NCCL_TRACE_BUFFER_SIZE"}, 2000); the dump names are strings in libtorch_cpu.so). A
+# job that set either name keeps its own setting: neither is exported then.
+FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+# The dump file is this prefix + the global rank; PyTorch's default is /tmp/nccl_trace_rank_.
+FR_DUMP_FILE = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+FR_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"  # NCCL's watchdog dumps on a timeout
+FR_PREFIX = "fr_rank_"  # in the job's NCCL directory, where the epilog looks
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+NO_FR = "no-fr"  # `--comment gpugate:no-fr`
+
+
+def fr_opted_out(comment: str | None) -> bool:
+    """Whether the job's comment holds `gpugate:no-fr` as a token of its own.
+
+    comment_tokens reads it as the key "no" (a key is letters and '_'), the same as
+    `gpugate:no-ckpt`, so the whole token is matched here.
+    """
+    import re
+
+    return bool(re.search(r"(?:^|[\s,;])gpugate:no-fr(?=$|[\s,;])", comment or ""))
+
+
+def flight_recorder_exports(
+    config: Config, environ: dict[str, str], job_id: str | None
+) -> list[tuple[str, str]]:
+    """The flight recorder's variables, unless the site, the job's comment or its env turned it off."""
+    tp = config.task_prolog
+    if not tp.flight_recorder or tp.fr_buffer_size <= 0:
+        return []
+    if any(environ.get(name, "").strip() == "0" for name in FR_BUFFER):
+        return []  # the job's own opt-out: no recorder, so no dumps to point anywhere
+    if job_id and (_task_data(config, job_id) or {}).get("no_fr") is True:
+        return []
+    out: list[tuple[str, str]] = []
+    if not any(name in environ for name in FR_BUFFER):
+        out += [(name, str(tp.fr_buffer_size)) for name in FR_BUFFER]
+    out.append((FR_DUMP_ON_TIMEOUT, "1"))
+    job_dir = nccl_job_dir(config, job_id)
+    usable = job_dir and os.path.isdir(job_dir) and os.access(job_dir, os.W_OK)
+    if usable and not any(name in environ for name in FR_DUMP_FILE):
+        out += [(name, os.path.join(job_dir, FR_PREFIX)) for name in FR_DUMP_FILE]
+    return out
+
+
+def _task_data(config: Config, job_id: str) -> dict | None:
+    """The prolog's task file for the job (its comment's settings), or None."""
+    try:
+        return load_task_file(config.state_dir, job_id)
+    except StateError:
+        return None
 
 
 def resume_exports(

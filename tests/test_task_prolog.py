@@ -281,3 +281,92 @@ def test_the_base_is_traversable_whatever_the_hooks_umask(tmp_path):
         os.umask(old)
     assert os.stat(tmp_path / "nccl").st_mode & 0o111 == 0o111  # the user reaches its own dir
     assert oct(os.stat(made).st_mode & 0o777) == "0o700"
+
+
+# ---- PyTorch's flight recorder --------------------------------------------------------------
+
+FR_ALL = (
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT",
+)
+
+
+def _prepared(tmp_path, **task_prolog):
+    config = config_with(tmp_path, **task_prolog)
+    config = config.replace(state_dir=str(tmp_path / "state"))
+    made = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
+    return config, made
+
+
+def test_the_flight_recorder_is_on_under_both_names_dumping_into_the_job_directory(tmp_path):
+    config, made = _prepared(tmp_path, fr_buffer_size=1234)
+    pairs = dict(exports(config, {}, "42"))
+    assert pairs["TORCH_FR_BUFFER_SIZE"] == pairs["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "1234"
+    assert pairs["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    prefix = os.path.join(made, "fr_rank_")
+    assert pairs["TORCH_FR_DUMP_TEMP_FILE"] == pairs["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+
+
+def test_no_dump_prefix_without_the_prepared_directory(tmp_path):
+    pairs = dict(exports(config_with(tmp_path), {}, "42"))
+    assert pairs["TORCH_FR_BUFFER_SIZE"] == "2000"  # the packaged default
+    assert "TORCH_FR_DUMP_TEMP_FILE" not in pairs  # PyTorch's default /tmp prefix, collected too
+
+
+@pytest.mark.parametrize("name", ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"])
+def test_a_buffer_size_of_zero_under_either_name_turns_it_all_off(tmp_path, name):
+    config, _ = _prepared(tmp_path)
+    pairs = dict(exports(config, {name: "0"}, "42"))
+    assert not set(FR_ALL) & set(pairs)
+    assert pairs["NCCL_DEBUG"] == "WARN"  # the rest still arrives
+
+
+@pytest.mark.parametrize(
+    ("own", "kept_out"),
+    [
+        ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "500"}, ("TORCH_FR_BUFFER_SIZE",)),
+        ({"TORCH_FR_BUFFER_SIZE": "500"}, ("TORCH_NCCL_TRACE_BUFFER_SIZE",)),
+        ({"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/scratch/me/fr_"}, ("TORCH_FR_DUMP_TEMP_FILE",)),
+        ({"TORCH_FR_DUMP_TEMP_FILE": "/scratch/me/fr_"}, ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",)),
+        ({"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}, ()),
+    ],
+)
+def test_the_jobs_own_setting_under_either_name_wins(tmp_path, own, kept_out):
+    config, _ = _prepared(tmp_path)
+    pairs = dict(exports(config, own, "42"))
+    # A newer PyTorch reads TORCH_FR_* first: exporting it would override the job's old name.
+    assert not (set(own) | set(kept_out)) & set(pairs)
+    assert len(set(FR_ALL) & set(pairs)) == len(FR_ALL) - len(own) - len(kept_out)
+
+
+def test_the_site_turns_it_off(tmp_path):
+    config, _ = _prepared(tmp_path, flight_recorder=False)
+    assert not set(FR_ALL) & set(dict(exports(config, {}, "42")))
+
+
+@pytest.mark.parametrize(
+    ("comment", "off"),
+    [
+        ("gpugate:no-fr", True),
+        ("run 3, gpugate:ckpt=/d gpugate:no-fr", True),
+        ("gpugate:no-ckpt", False),  # comment_tokens reads both as "no"
+        ("gpugate:no-frx", False),
+        ("xgpugate:no-fr", False),
+    ],
+)
+def test_the_comment_opt_out_reaches_the_task_prolog_through_the_task_file(
+    tmp_path, comment, off
+):
+    from gpugate.slurm_hooks.hookenv import HookEnv
+    from gpugate.slurm_hooks.prolog import prepare_task_file
+
+    config, _ = _prepared(tmp_path)
+    env = HookEnv(job_id="42", uid=os.getuid(), gid=os.getgid(), comment=comment)
+    prepare_task_file(config, env)
+    pairs = dict(exports(config, {}, "42"))
+    assert ("TORCH_FR_BUFFER_SIZE" not in pairs) is off
+    if "ckpt=/d" in comment:
+        assert pairs["GPUGATE_CKPT_DIR"] == "/d"  # the checkpoint still travels with it

@@ -83,6 +83,10 @@ def _regular(path: str) -> bool:
         return False
 
 
+def _has_flightrec(bundle: str | None) -> bool:
+    return bool(bundle) and _regular(os.path.join(bundle, "flightrec.json"))  # type: ignore[arg-type]
+
+
 def _is_dir(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path.rstrip("/") or "/").st_mode)
@@ -163,7 +167,9 @@ def group_inputs(
     names = _dir_names(parents)
     for p, s in plain:
         add(NodeInputs(node=_file_node(p, patterns, names), paths=(p,), sources=(s,)))
-    empty = [n.node for n in nodes.values() if not n.paths]
+    # A bundle holding flight-recorder dumps counts without a log (a node that was not the batch
+    # host and whose NCCL wrote nothing): its ranks' records can name the culprit.
+    empty = [n.node for n in nodes.values() if not n.paths and not _has_flightrec(n.bundle)]
     if empty:
         raise InputError(f"no log file found for node(s) {', '.join(sorted(empty))}")
     return list(nodes.values())

@@ -94,6 +94,27 @@ class Site:
             f"  metrics_file: {self.metrics}\n" + extra
         )
 
+    def nccl_dir_per_node(self, nodes: list[str]) -> None:
+        """Give each node its own NCCL directory, `<base>/<node>/nccl`, through hook.env.
+
+        The local slurmd all run on one host, where the NCCL directory (node-local on a real
+        cluster) would be shared: the node hooks pick a per-node config by SLURMD_NODENAME.
+        """
+        for node in nodes:
+            (self.base / node).mkdir()
+            (self.base / node).chmod(0o755)  # the job's user reaches its NCCL directory below
+            text = self.config.read_text().replace(
+                f"nccl_debug_dir: {self.base / 'nccl'}",
+                f"nccl_debug_dir: {self.base / node / 'nccl'}",
+            )
+            (self.base / f"gpugate-{node}.yaml").write_text(text)
+        with open(self.hooks / "hook.env", "a") as fh:
+            # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
+            fh.write(
+                f'case "$SLURMD_NODENAME" in {"|".join(nodes)}) '
+                f"GPUGATE_CONFIG={self.base}/gpugate-$SLURMD_NODENAME.yaml ;; esac\n"
+            )
+
     def use_snapshot(self, node: str, name: str) -> None:
         """Make `node` replay the bundled snapshot `name` (e.g. "h100-ecc")."""
         text = (SNAPSHOTS / f"{name}.yaml").read_text().replace("gpu-node-01", node)

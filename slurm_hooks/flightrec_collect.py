@@ -1,0 +1,216 @@
+"""The epilog's flight-recorder collection: this node's PyTorch dumps of the job, as its user.
+
+PyTorch's flight recorder writes one dump per rank (the file is a prefix + the global rank):
+into the job's NCCL directory where the TaskProlog pointed it (`<dir>/<job id>/fr_rank_<r>`),
+or at PyTorch's default `/tmp/nccl_trace_rank_<r>` for a job that overrode the prefix away or
+ran without the TaskProlog. The dumps are pickles the user's job wrote: they are listed,
+opened (no symlink, regular files only, the job's user's own, written since the job started),
+capped and parsed in the reader child that runs as the job's user, with gpugate.flightrec's
+restricted reader (plain data only): never as root, never with a general unpickler. A dump it
+refuses is an error entry, never a crash.
+
+The dumps at the default location are removed once they are in the bundle, and only those the
+child read (the job's user's, written since the job started): /tmp is shared, and a leftover
+`/tmp/nccl_trace_rank_0` of one user keeps another user's rank 0 from writing its own (the
+sticky bit), and would be found again by that user's next job. The job's own directory goes
+with the epilog's cleanup (task_prolog.remove_nccl_dir).
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpugate.slurm_hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX, nccl_job_dir
+from gpugate.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.slurm_hooks.hookenv import HookEnv
+
+TASK = "gpugate.slurm_hooks.flightrec_collect:read_dumps"
+# The raw dumps travel back base64-encoded (4/3): 32 MiB of them stay well inside the reader's
+# answer cap (gpugate.userfiles.ANSWER_MAX, 64 MiB) with the records beside them.
+RAW_TOTAL_MAX = 32 << 20
+BUNDLE_DIR = "flightrec"  # raw dumps: flightrec/<file name>
+JSON_MEMBER = "flightrec.json"
+
+
+def search_places(config: Config, job_id: str | None) -> list[list[str]]:
+    """The (directory, file-name prefix) pairs where this job's dumps may be on this node."""
+    places = []
+    job_dir = nccl_job_dir(config, job_id)
+    if job_dir:
+        places.append([job_dir, FR_PREFIX])
+    places.append(list(os.path.split(FR_DEFAULT_PREFIX)))
+    return places
+
+
+def job_started(config: Config, env: HookEnv) -> float | None:
+    """When the job started here: SLURM_JOB_START_TIME (23.x+), else its prolog's baseline."""
+    if env.start_time:
+        return float(env.start_time)
+    from gpugate.slurm_hooks.state import StateError, job_dir
+
+    try:  # 22.05 has no start time: the baseline is written by this job's prolog
+        return os.stat(
+            os.path.join(job_dir(config.state_dir, env.job_id or ""), "baseline.json")
+        ).st_mtime
+    except (OSError, StateError):
+        return None
+
+
+def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> dict:
+    """This node's flight-recorder dumps of the job, read in the child as the job's user.
+
+    Returns `{"records", "errors", "searched", "truncated", "raw"}`: each record tagged with
+    this node; `raw` maps a safe file name to the dump's bytes (kept within the caps).
+    """
+    import base64
+
+    from gpugate.userfiles import UserFileError, as_user
+
+    ep = config.epilog
+    places = search_places(config, env.job_id)
+    kwargs = {
+        "places": places, "since": job_started(config, env), "max_dumps": ep.fr_max_dumps,
+        "max_bytes": int(ep.fr_max_dump_mib * 1024 * 1024),
+        "remove_from": os.path.dirname(FR_DEFAULT_PREFIX),
+    }  # fmt: skip
+    uid = env.uid if env.uid is not None else job.get("uid")
+    gid = env.gid if env.gid is not None else job.get("gid")
+    empty = {"records": [], "errors": [], "searched": [d + "/" + p + "*" for d, p in places]}
+    try:
+        got = as_user(uid, gid, TASK, kwargs, timeout)
+    except UserFileError as exc:
+        return {
+            **empty,
+            "errors": [{"name": "*", "error": str(exc)}],
+            "truncated": False,
+            "raw": {},
+        }
+    if not isinstance(got, dict):
+        got = {}
+    records = [dict(r, node=env.node) for r in got.get("records") or [] if isinstance(r, dict)]
+    errors = [e for e in got.get("errors") or [] if isinstance(e, dict)]
+    raw: dict[str, bytes] = {}
+    for name, text in (got.get("raw") or {}).items():
+        try:
+            raw[_safe(str(name))] = base64.b64decode(str(text), validate=True)
+        except ValueError:
+            errors.append({"name": str(name), "error": "the reader sent a dump that is not base64"})
+    return {**empty, "records": records, "errors": errors,
+            "truncated": got.get("truncated") is True, "raw": raw}  # fmt: skip
+
+
+def bundle_files(flightrec: dict | None) -> dict[str, str | bytes]:
+    """The bundle members: `flightrec.json` and the raw dumps under `flightrec/`."""
+    import json
+
+    if not flightrec or not (flightrec.get("records") or flightrec.get("errors")):
+        return {}
+    files: dict[str, str | bytes] = {
+        f"{BUNDLE_DIR}/{name}": data for name, data in (flightrec.get("raw") or {}).items()
+    }
+    doc = {k: flightrec.get(k) for k in ("records", "errors", "searched", "truncated")}
+    files[JSON_MEMBER] = json.dumps(doc, indent=1, default=str)
+    return files
+
+
+def decisive_lines(flightrec: dict | None) -> list[str]:
+    """One line per refused or unread dump, for decisive.txt (the user's text made printable)."""
+    return [
+        f"gpugate: flight-recorder dump {printable(str(e.get('name')))} refused: "
+        f"{printable(str(e.get('error')))}"
+        for e in (flightrec or {}).get("errors") or []
+    ]
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80].lstrip(".") or "dump"
+
+
+# ---- the child's side (as the job's user) ---------------------------------------------------
+
+
+def read_dumps(
+    places: list[list[str]],
+    since: float | None,
+    max_dumps: int,
+    max_bytes: int,
+    remove_from: str | None = None,
+    raw_total: int = RAW_TOTAL_MAX,
+) -> dict:
+    """In the child, as the job's user: find, cap, parse (restricted) and return the dumps.
+
+    Only regular files of this user (the child's uid: the job's), written at or after `since`,
+    count; others at the shared default location are other jobs' and are skipped. JSON in,
+    JSON out: raw bytes come back base64-encoded.
+    """
+    out: dict = {"records": [], "errors": [], "raw": {}, "truncated": False}
+    found = 0
+    for directory, prefix in places:
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+        except OSError:
+            continue  # no directory: nothing dumped there
+        for name in names:
+            if found >= max_dumps:
+                out["truncated"] = True
+                return out
+            found += _read_one(os.path.join(directory, name), since, max_bytes, raw_total, out)
+            if remove_from and directory == remove_from and name in out["raw"]:
+                _unlink(os.path.join(directory, name))
+    return out
+
+
+def _read_one(path: str, since: float | None, max_bytes: int, raw_total: int, out: dict) -> int:
+    """Read one candidate into `out`; 1 if it was the job's (read or refused), else 0."""
+    import base64
+
+    from gpugate.userfiles import UserFileError, open_regular, read_fd
+
+    name = os.path.basename(path)
+    try:
+        fd = open_regular(path)
+    except UserFileError as exc:
+        out["errors"].append({"name": name, "error": str(exc)})
+        return 1
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or (since is not None and st.st_mtime < since - 1):
+            return 0  # another user's, or an earlier job's (mtime has whole seconds on some fs)
+        if st.st_size > max_bytes:
+            out["truncated"] = True
+            error = f"{st.st_size} bytes, over the cap of {max_bytes} bytes; not read"
+            out["errors"].append({"name": name, "error": error})
+            return 1
+        data = read_fd(fd, max_bytes)
+    finally:
+        os.close(fd)
+    out["errors"].extend(_parse(data, name, out["records"]))
+    if sum(len(v) * 3 // 4 for v in out["raw"].values()) + len(data) <= raw_total:
+        out["raw"][name] = base64.b64encode(data).decode("ascii")
+    else:
+        out["truncated"] = True
+    return 1
+
+
+def _parse(data: bytes, name: str, records: list) -> list[dict]:
+    """Parse one dump with the restricted reader (gpugate.flightrec.reader); its error entries."""
+    from gpugate.flightrec.reader import DumpError, read_dump
+
+    try:
+        records.append(read_dump(data, name))
+    except DumpError as exc:
+        return [{"name": name, "error": str(exc)}]
+    except Exception as exc:  # the reader's own bug must not lose the other dumps
+        return [{"name": name, "error": f"{type(exc).__name__}: {exc}"}]
+    return []
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # left behind: the next job's epilog skips it (written before that job started)

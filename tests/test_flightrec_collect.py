@@ -1,0 +1,274 @@
+"""The epilog's flight-recorder collection: found, capped, read as the user, refused safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+import types
+
+import pytest
+from factories import default_config
+
+from gpugate.slurm_hooks import flightrec_collect as FC
+from gpugate.slurm_hooks.hookenv import HookEnv
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "flightrec")
+
+
+class FakeDumpError(ValueError):
+    pass
+
+
+@pytest.fixture
+def fake_reader(monkeypatch):
+    """A stand-in for gpugate.flightrec.reader that accepts b'ok<rank>' and refuses the rest.
+
+    The collection's own rules (where, whose, how many, how big) are tested apart from the
+    restricted unpickler, which tests/test_flightrec_reader.py covers; the real one reads the
+    real dumps below.
+    """
+    module = types.ModuleType("gpugate.flightrec.reader")
+
+    def read_dump(data: bytes, name: str) -> dict:
+        if not data.startswith(b"ok"):
+            raise FakeDumpError("not a flight-recorder dump")
+        return {"name": name, "rank": int(data[2:] or -1)}
+
+    module.DumpError = FakeDumpError
+    module.read_dump = read_dump
+    monkeypatch.setitem(sys.modules, "gpugate.flightrec.reader", module)
+    return module
+
+
+def _places(tmp_path):
+    job = tmp_path / "nccl" / "42"
+    default = tmp_path / "tmp"
+    job.mkdir(parents=True)
+    default.mkdir()
+    return job, default, [[str(job), "fr_rank_"], [str(default), "nccl_trace_rank_"]]
+
+
+def test_dumps_from_the_job_directory_and_the_default_place_are_read(tmp_path, fake_reader):
+    job, default, places = _places(tmp_path)
+    (job / "fr_rank_0").write_bytes(b"ok0")
+    (default / "nccl_trace_rank_1").write_bytes(b"ok1")
+    (job / "nccl.n1.77.log").write_text("NCCL INFO ...")  # not a dump
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
+    assert sorted(r["rank"] for r in out["records"]) == [0, 1]
+    assert sorted(out["raw"]) == ["fr_rank_0", "nccl_trace_rank_1"]
+    assert out["errors"] == [] and out["truncated"] is False
+
+
+def test_a_refused_dump_is_an_error_entry_the_others_still_read(tmp_path, fake_reader):
+    job, _, places = _places(tmp_path)
+    (job / "fr_rank_0").write_bytes(b"ok0")
+    (job / "fr_rank_1").write_bytes(b"\x80\x04evil")
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
+    assert [r["rank"] for r in out["records"]] == [0]
+    assert out["errors"] == [{"name": "fr_rank_1", "error": "not a flight-recorder dump"}]
+    assert "fr_rank_1" in out["raw"]  # the admin can look at what was refused
+
+
+def test_a_symlink_or_fifo_is_never_followed(tmp_path, fake_reader):
+    job, _, places = _places(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"ok9")
+    (job / "fr_rank_0").symlink_to(secret)
+    os.mkfifo(job / "fr_rank_1")
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
+    assert out["records"] == [] and out["raw"] == {}
+    why = {e["name"]: e["error"] for e in out["errors"]}
+    assert "symlink" in why["fr_rank_0"] and "not a regular file" in why["fr_rank_1"]
+
+
+def test_an_earlier_jobs_dump_is_skipped(tmp_path, fake_reader):
+    _, default, places = _places(tmp_path)
+    old = default / "nccl_trace_rank_0"
+    old.write_bytes(b"ok0")
+    os.utime(old, (time.time() - 3600,) * 2)
+    out = FC.read_dumps(places, since=time.time() - 60, max_dumps=8, max_bytes=1024)
+    assert out["records"] == [] and out["errors"] == []
+    assert old.exists()  # not this job's: left alone
+
+
+def test_another_users_dump_at_the_default_place_is_skipped(tmp_path, fake_reader, monkeypatch):
+    _, default, places = _places(tmp_path)
+    (default / "nccl_trace_rank_0").write_bytes(b"ok0")
+    monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 1)  # the child runs as another uid
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
+    assert out["records"] == [] and out["errors"] == []
+
+
+def test_count_and_size_caps(tmp_path, fake_reader):
+    job, _, places = _places(tmp_path)
+    for rank in range(5):
+        (job / f"fr_rank_{rank}").write_bytes(b"ok%d" % rank)
+    (job / "fr_rank_0").write_bytes(b"ok0" + b" " * 2000)
+    out = FC.read_dumps(places, since=None, max_dumps=3, max_bytes=1024)
+    assert out["truncated"] is True
+    assert [r["rank"] for r in out["records"]] == [1, 2]  # 0 was over the size cap, 3 and 4 left
+    assert "over the cap of 1024 bytes" in out["errors"][0]["error"]
+
+
+def test_raw_bytes_beyond_the_total_are_parsed_but_not_kept(tmp_path, fake_reader):
+    job, _, places = _places(tmp_path)
+    for rank in range(3):
+        (job / f"fr_rank_{rank}").write_bytes(b"ok%d" % rank + b" " * 97)
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, raw_total=250)
+    assert len(out["records"]) == 3 and sorted(out["raw"]) == ["fr_rank_0", "fr_rank_1"]
+    assert out["truncated"] is True
+
+
+def test_default_place_dumps_are_removed_once_collected_the_job_directory_is_not(
+    tmp_path, fake_reader
+):
+    job, default, places = _places(tmp_path)
+    (job / "fr_rank_0").write_bytes(b"ok0")
+    (default / "nccl_trace_rank_1").write_bytes(b"ok1")
+    FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, remove_from=str(default))
+    assert not (default / "nccl_trace_rank_1").exists()
+    assert (job / "fr_rank_0").exists()  # removed with the whole directory by the cleanup
+
+
+def test_the_places_are_the_job_directory_and_pytorchs_default(tmp_path):
+    config = default_config()
+    places = FC.search_places(config, "42")
+    assert places == [
+        [os.path.join(config.task_prolog.nccl_debug_dir, "42"), "fr_rank_"],
+        ["/tmp", "nccl_trace_rank_"],
+    ]
+    assert FC.search_places(config, "../x") == [["/tmp", "nccl_trace_rank_"]]
+
+
+def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
+    tmp_path, fake_reader, monkeypatch
+):
+    import gpugate.userfiles as U
+
+    seen = {}
+
+    def fake_as_user(uid, gid, task, kwargs, timeout):
+        seen.update(uid=uid, task=task, kwargs=kwargs)
+        return {"records": [{"rank": 1}], "errors": [], "truncated": False,
+                "raw": {"../fr_rank_1": "b2sx"}}  # fmt: skip
+
+    monkeypatch.setattr(U, "as_user", fake_as_user)
+    config = default_config().replace(state_dir=str(tmp_path / "state"))
+    env = HookEnv(job_id="42", node="n2", uid=1234, gid=1234, start_time=1700000000)
+    got = FC.collect_dumps(config, env, {}, 5.0)
+    assert seen["uid"] == 1234 and seen["task"] == FC.TASK
+    assert seen["kwargs"]["since"] == 1700000000.0
+    assert seen["kwargs"]["max_bytes"] == config.epilog.fr_max_dump_mib * 1024 * 1024
+    assert got["records"] == [{"rank": 1, "node": "n2"}]
+    assert got["raw"] == {"_fr_rank_1": b"ok1"}  # a name from the user's side is made safe
+    from gpugate.child import TASKS
+
+    assert FC.TASK in TASKS
+
+
+def test_collect_says_why_when_the_user_cannot_be_read_as(tmp_path):
+    config = default_config()
+    env = HookEnv(job_id="42", node="n2", uid=None)
+    got = FC.collect_dumps(config, env, {}, 5.0)
+    assert got["records"] == [] and "not reading its files as root" in got["errors"][0]["error"]
+
+
+def test_bundle_members_and_decisive_lines():
+    flightrec = {
+        "records": [{"rank": 0, "node": "n1"}],
+        "errors": [{"name": "fr_rank_1", "error": "REDUCE\x1b[31m not allowed"}],
+        "searched": ["/x/fr_rank_*"],
+        "truncated": False,
+        "raw": {"fr_rank_0": b"\x80\x04."},
+    }
+    files = FC.bundle_files(flightrec)
+    assert files["flightrec/fr_rank_0"] == b"\x80\x04."
+    doc = json.loads(files["flightrec.json"])
+    assert doc == {k: flightrec[k] for k in ("records", "errors", "searched", "truncated")}
+    (line,) = FC.decisive_lines(flightrec)
+    assert line.startswith("gpugate: flight-recorder dump fr_rank_1 refused: REDUCE")
+    assert "\x1b" not in line
+    assert FC.bundle_files({"records": [], "errors": [], "raw": {}}) == {}
+
+
+def test_the_job_start_falls_back_to_the_prologs_baseline(tmp_path):
+    from gpugate.slurm_hooks.state import job_dir
+
+    config = default_config().replace(state_dir=str(tmp_path / "state"))
+    d = job_dir(config.state_dir, "42")
+    os.makedirs(d)
+    with open(os.path.join(d, "baseline.json"), "w") as fh:
+        fh.write("{}")
+    os.utime(os.path.join(d, "baseline.json"), (1700000000, 1700000000))
+    assert FC.job_started(config, HookEnv(job_id="42")) == 1700000000
+    assert FC.job_started(config, HookEnv(job_id="43")) is None
+    assert FC.job_started(config, HookEnv(job_id="42", start_time=5)) == 5
+
+
+def test_the_nccl_log_listing_leaves_the_dumps_out(tmp_path):
+    from gpugate.slurm_hooks.collect import _read_and_diagnose
+
+    (tmp_path / "fr_rank_0").write_bytes(pickle.dumps({"version": "2.10"}))
+    (tmp_path / "nccl.n1.1.log").write_text("NCCL WARN x\n")
+    out = _read_and_diagnose([str(tmp_path) + "/"], "", 4096, 32)
+    assert list(out["tails"]) == [str(tmp_path / "nccl.n1.1.log")]
+
+
+# ---- with the real restricted reader and dumps PyTorch wrote ---------------------------------
+
+
+def _fixture(*parts):
+    path = os.path.join(FIXTURES, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"{path}: not generated (tests/fixtures/flightrec/make_dumps.py)")
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def test_real_dumps_are_read_and_a_hostile_one_refused_without_running(tmp_path):
+    pytest.importorskip("gpugate.flightrec.reader")
+    job, _, places = _places(tmp_path)
+    (job / "fr_rank_0").write_bytes(_fixture("not_entered", "pickle", "nccl_trace_rank_0"))
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').write('ran')"
+
+    class Exec:
+        def __reduce__(self):
+            return (exec, (code,))
+
+    (job / "fr_rank_1").write_bytes(pickle.dumps({"version": "2.10", "entries": [Exec()]}))
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=4 << 20)
+    assert len(out["records"]) == 1
+    assert [e["name"] for e in out["errors"]] == ["fr_rank_1"]
+    assert not marker.exists()
+
+
+def test_diagnose_over_bundles_counts_a_bundle_with_dumps_and_no_log(tmp_path, capsys):
+    """The non-batch node's bundle may hold only the dumps: it still names the culprit."""
+    pytest.importorskip("gpugate.flightrec.reader")
+    from gpugate.cli import main
+
+    dirs = []
+    for node, ranks, log in (("n1", (0, 2), "Watchdog caught collective operation timeout\n"),
+                             ("n2", (1,), None)):  # fmt: skip
+        job, _, places = _places(tmp_path / node)
+        for r in ranks:
+            data = _fixture("not_entered", "pickle", f"nccl_trace_rank_{r}")
+            (job / f"fr_rank_{r}").write_bytes(data)
+        got = FC.read_dumps(places[:1], since=None, max_dumps=8, max_bytes=4 << 20)
+        got["records"] = [dict(r, node=node) for r in got["records"]]
+        bundle = tmp_path / f"{node}-r0"
+        (bundle / "logs").mkdir(parents=True)
+        (bundle / "summary.json").write_text(json.dumps({"node": node}))
+        (bundle / "flightrec.json").write_text(
+            FC.bundle_files({**got, "raw": {}})["flightrec.json"]
+        )
+        if log:
+            (bundle / "logs" / "00-out.tail").write_text(log)
+        dirs.append(str(bundle))
+    assert main(["diagnose", "--json", *dirs]) == 0
+    fr = json.loads(capsys.readouterr().out)["flight_recorder"]
+    assert (fr["rank"], fr["node"], fr["state"]) == (1, "n2", "not_entered")
