@@ -4,7 +4,8 @@ In a multi-node job one node's fault makes every other rank time out; that node'
 need not show hardware (a link that flaps, a GPU that hangs without an Xid). After each failed
 multi-node job the controller epilog (EpilogSlurmctld) names the node whose bundle shows the
 earliest decisive failure (`first_failure_at`, written by the node epilog from the time stamps
-of its diagnosis's decisive lines) and records that vote in `suspects.jsonl` in
+of its diagnosis's decisive lines; the flight recorder's culprit node instead when the bundles'
+dumps name one, gpugate/flightrec/votes.py) and records that vote in `suspects.jsonl` in
 `admin.history_dir`, bounded and locked like drains.jsonl (gpugate.store.history). A node that
 is the suspect of `health.suspect_votes` failed jobs within `health.suspect_window_h` hours is
 drained (slurm_hooks/drain.py: gpugate's reason, ownership, the drain budget) with a reason
