@@ -42,12 +42,19 @@ _AT_MOST = {
     "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
     # The reader child's whole answer is capped (gpugate.userfiles.ANSWER_MAX, 64 MiB).
     "epilog.fr_max_dump_mib": 32.0,
+    "qualify.level": 4,  # dcgmi diag -r 1..4
+    "qualify.min_fraction_of_median": 1.0,
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {
     "health.heal_after_passes": 1,
     "health.suspect_users_min": 1,
     "checkpoints.max_age_s": 1,
+    "qualify.level": 1,
+    "qualify.time_limit_min": 1,
+    "qualify.size_mib": 1,
+    "qualify.iters": 1,
+    "qualify.ntasks_per_node": 1,
 }
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
 _CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks")

@@ -275,6 +275,27 @@ class Drill(Record):
     max_minutes: float  # the longest window a drill may ask for
 
 
+class Qualify(Record):
+    """Active qualification (`gpugate qualify`, gpugate/qualify/run.py); see gpugate.yaml."""
+
+    reservation: str | None  # null: a MAINT reservation gpugate creates per run
+    partition: str | None
+    qos: str | None
+    account: str | None
+    time_limit_min: int
+    level: int  # dcgmi diag -r LEVEL (1-4)
+    tests: list[str]  # of dcgm, allreduce, h2d, pairs
+    python: str  # the interpreter with torch that runs payload.py inside the jobs
+    dcgmi: str
+    size_mib: int
+    iters: int
+    min_fraction_of_median: float
+    gloo_busbw_gbps: float | None
+    pair_busbw_gbps: float | None
+    wait_s: float
+    ntasks_per_node: int | None  # null: one per GPU from Slurm's Gres, 1 without GPUs
+
+
 class SubmitPartition(Record):
     """One partition's own thresholds of the checkpoint policy (null: the section's)."""
 
@@ -318,3 +339,4 @@ class Config(Record):
     submit: Submit
     checkpoints: Checkpoints
     drill: Drill = Drill(max_minutes=30.0)  # a default: configs built before drills
+    qualify: Qualify | None = None  # None: a config built in code (the packaged file has it)

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evidence": ("evidence", "evidence bundles of a node or a job"),
     "resume": ("resume", "check a node, then resume it (audited)"),
     "drill": ("drill", "inject a simulated fault on this node for a window, follow and record it"),
+    "qualify": ("qualify", "qualify nodes with DCGM and bandwidth tests run as Slurm jobs"),
     "report": (
         "report",
         "one self-contained HTML page of drains, evidence and repeat offenders",

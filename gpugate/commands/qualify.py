@@ -1,0 +1,177 @@
+"""`gpugate qualify NODE...`: qualify nodes with DCGM and bandwidth tests run as Slurm jobs.
+
+Root only. The work is gpugate/qualify/run.py (qualify_nodes); this prints its per-node table
+and the pair verdict. `--step dcgm` (hidden) is what a qualification job runs on its node.
+Exit 0 when every node passed, 1 when one failed or could not be qualified, 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.names import refuse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from argparse import ArgumentParser, Namespace
+
+    from gpugate.qualify.run import QualifyRun
+
+PROG = "gpugate qualify"
+
+
+def parser() -> ArgumentParser:
+    """Options of `gpugate qualify`."""
+    import argparse
+
+    p = make_parser(PROG, "Qualify nodes (root only): one exclusive Slurm job per node (DCGM "
+                    "diagnostics, all-reduce bandwidth, host-to-device copies), then pairwise "
+                    "all-reduce jobs; failing nodes are drained ('gpugate: qualify: ...'), "
+                    "drained nodes that pass stay drained unless --resume-passed. Exit 0 all "
+                    "passed, 1 not all, 2 usage.")  # fmt: skip
+    p.add_argument("nodes", metavar="NODE", nargs="*", help="nodes (Slurm hostlists allowed)")
+    p.add_argument("--level", type=int, help="dcgmi diag -r LEVEL, 1-4 (default qualify.level)")
+    p.add_argument("--tests", help="comma-separated: dcgm,allreduce,h2d,pairs (default: all)")
+    p.add_argument("--reservation", help="run in this reservation (default qualify.reservation)")
+    p.add_argument("--qos", help="the jobs' QOS (default qualify.qos)")
+    p.add_argument("--partition", help="the jobs' partition (default qualify.partition)")
+    p.add_argument("--wait-s", type=float, help="bound on each phase (default qualify.wait_s)")
+    p.add_argument("--resume-passed", action="store_true",
+                   help="resume gpugate-drained nodes that pass (audited)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="the run as one JSON object")
+    p.add_argument("--no-wait", action="store_true",
+                   help="run in the background; outcomes go to qualify.jsonl and the log")  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="site config")
+    for hidden in ("--step", "--dcgmi", "--node", "--out", "--timeout"):  # inside the job
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run `gpugate qualify`."""
+    args = parser().parse_args(argv)
+    if args.step:
+        return step(args)
+    if os.geteuid() != 0:
+        return refuse(PROG, "qualification is for root only (it reserves, drains and resumes "
+                      "nodes)", EXIT_USAGE)  # fmt: skip
+    if not args.nodes:
+        return refuse(PROG, "name at least one NODE", EXIT_USAGE)
+    from gpugate.config import load_config
+
+    config = load_config(args.config)
+    if config.qualify is None:
+        return refuse(PROG, "the configuration has no qualify: section", EXIT_USAGE)
+    over = {k: getattr(args, k) for k in ("reservation", "qos", "partition") if getattr(args, k)}
+    config = config.replace(qualify=config.qualify.replace(**over))
+    if args.no_wait:
+        return background(argv, config.state_dir)
+    return run(args, config)
+
+
+def run(args: Namespace, config: object) -> int:
+    """Qualify the nodes, print the outcome; the exit code."""
+    from gpugate.qualify.run import QualifyError, qualify_nodes
+    from gpugate.slurm_hooks.slurm.choose import backend
+    from gpugate.slurm_hooks.slurm.control import SlurmError
+
+    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)  # type: ignore[attr-defined]
+    tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None
+    level = args.level if args.level is not None else config.qualify.level  # type: ignore[attr-defined]
+    previous = _terminate_as_exit()
+    try:
+        nodes = [n for expr in args.nodes for n in slurm.expand_hostlist(expr)]
+        result = qualify_nodes(config, slurm, nodes, level, tests,  # type: ignore[arg-type]
+                               resume_passed=args.resume_passed, wait_s=args.wait_s)  # fmt: skip
+    except (QualifyError, ValueError) as exc:
+        return refuse(PROG, exc, EXIT_USAGE)
+    except SlurmError as exc:
+        return refuse(PROG, f"Slurm: {exc}", EXIT_UNHEALTHY)
+    finally:
+        _restore(previous)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    else:
+        print(table(result))
+    passed = all(v["passed"] for v in result.verdicts.values())
+    return EXIT_OK if passed else EXIT_UNHEALTHY
+
+
+def _terminate_as_exit() -> object:
+    """SIGTERM/SIGHUP end the run through its `finally` (nodes drained again, reservation gone)."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def _restore(previous: object) -> None:
+    import signal
+
+    for sig, handler in previous.items():  # type: ignore[attr-defined]
+        signal.signal(sig, handler)
+
+
+def table(result: QualifyRun) -> str:
+    """The per-node table (PASS/FAIL, each test's value against its floor, the job ids) and
+    the pair verdict."""
+    lines = [f"qualification {result.run_id} (level {result.level}; {', '.join(result.tests)};"
+             f" reservation {result.reservation or 'none'})"]  # fmt: skip
+    for node in result.nodes:
+        v = result.verdicts[node]
+        word = "PASS" if v["passed"] else "FAIL" if v["failed"] else "NOT QUALIFIED"
+        lines.append(f"{node:<12} {word:<13} jobs {', '.join(v['job_ids']) or '-'}"
+                     f"  -> {v.get('action', '')}")  # fmt: skip
+        for t in v["tests"]:
+            mark = {True: "ok", False: "FAIL", None: "--"}[t["ok"]]
+            value = "" if t["value_gbps"] is None else f"{t['value_gbps']:.2f} GB/s"
+            floor = "" if t["floor_gbps"] is None else f"floor {t['floor_gbps']:.2f}"
+            lines.append(f"    {mark:<4} {t['test']:<9} {value:>12} {floor:>12}  {t['detail']}")
+        if not v["passed"]:
+            lines.append(f"    why: {v['why']}")
+    if result.pairs:
+        lines.append(f"pairs: {result.pairs.get('text', '')}")
+    return "\n".join(lines)
+
+
+def background(argv: list[str], state_dir: str) -> int:
+    """--no-wait: the same qualification in a detached process; where its output goes."""
+    import subprocess
+    import time
+
+    from gpugate.fsutil import private_dir
+
+    logs = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
+    path = os.path.join(logs, time.strftime("%Y%m%dT%H%M%S.log", time.gmtime()))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    rest = [a for a in argv if a != "--no-wait"]
+    proc = subprocess.Popen([sys.executable, "-m", "gpugate", "qualify", *rest],
+                            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, close_fds=True,
+                            start_new_session=True)  # fmt: skip
+    os.close(fd)
+    print(f"{PROG}: running in the background (pid {proc.pid}); its output: {path}; each "
+          "node's outcome goes to qualify.jsonl, the drain history and the evidence store")  # fmt: skip
+    return EXIT_OK
+
+
+def step(args: Namespace) -> int:
+    """`--step dcgm`: inside a qualification job, run DCGM on this node, write its result."""
+    if args.step != "dcgm" or not args.out or not args.node:
+        return refuse(PROG, "--step dcgm needs --node and --out", EXIT_USAGE)
+    from gpugate.fsutil import atomic_write
+    from gpugate.qualify.dcgm import dcgm_step
+
+    try:
+        level = int(args.level or 1)
+        timeout = float(args.timeout) if args.timeout else None
+    except ValueError:
+        return refuse(PROG, "--timeout must be a number of seconds", EXIT_USAGE)
+    result = dcgm_step(level, args.dcgmi or "dcgmi", timeout, args.node,
+                       os.environ.get("SLURM_JOB_ID"))  # fmt: skip
+    atomic_write(args.out, json.dumps(result, default=str) + "\n", 0o600)
+    return EXIT_OK if result.get("ok") is not False else EXIT_UNHEALTHY

@@ -1,0 +1,274 @@
+"""From the qualification jobs' result files to TEST RESULTs and each node's verdict (pure).
+
+The files are what the jobs wrote (gpugate/qualify/jobs.py): the DCGM step's TEST RESULT, the
+payload's all-reduce and h2d objects (or {"error": ...}). Bandwidths are judged together,
+against max(floor, min_fraction_of_median x the set's median) (pairs.judge_bandwidth), the
+floor and its source from floors.floor_for. A node fails on a test that ran and failed (ok
+False); a test that could not run (no dcgmi, no GPU, a job that never started) is not judged
+(ok None), and a node with nothing to show for a test it was asked for is not passed either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gpugate.qualify import jobs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.qualify.run import Job
+
+_READ_MAX = 4 * 1024 * 1024  # a result file is a few KB: anything larger is not ours
+
+
+def read_result(path: str) -> dict | None:
+    """The JSON object a step wrote, or None (missing, unreadable, not an object)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_READ_MAX + 1)
+    except OSError:
+        return None
+    if len(data) > _READ_MAX:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def result(test: str, nodes: list[str], ok: bool | None, detail: str, **extra: object) -> dict:
+    """One TEST RESULT (the shared shape of issue 17)."""
+    out = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
+           "detail": detail, "job_id": None}  # fmt: skip
+    out.update(extra)
+    return out
+
+
+def dcgm_result(raw: dict | None, node: str, job_id: str | None, missing: str) -> dict:
+    """The DCGM step's own TEST RESULT, or a not-judged one saying why there is none."""
+    if raw is None or raw.get("test") != "dcgm" or raw.get("ok") not in (True, False, None):
+        return result("dcgm", [node], None, f"dcgm: no result: {missing}", job_id=job_id)
+    return dict(raw, nodes=[node], job_id=raw.get("job_id") or job_id)
+
+
+def _setup_failure(errors: dict[str, str], asked: int) -> bool:
+    """Every node's payload failed with the same error: the setup (qualify.python), not them."""
+    return asked >= 2 and len(errors) == asked and len(set(errors.values())) == 1
+
+
+def bandwidth_results(
+    test: str,
+    values: dict[str, float | None],
+    errors: dict[str, str],
+    missing: dict[str, str],
+    floor: tuple[float | None, str],
+    fraction: float,
+    job_ids: dict[str, str | None],
+) -> dict[str, dict]:
+    """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU)."""
+    from gpugate.qualify.pairs import judge_bandwidth
+
+    measured = {n: v for n, v in values.items() if v is not None}
+    verdicts = judge_bandwidth(measured, floor[0], fraction) if measured else {}
+    setup = _setup_failure(errors, len(values) + len(errors) + len(missing))
+    out = {}
+    for node in [*values, *errors, *missing]:
+        extra = {"job_id": job_ids.get(node), "floor_gbps": floor[0], "floor_source": floor[1]}
+        if node in errors:
+            ok = None if setup else False
+            why = "the same on every node: the setup, not the node; " if setup else ""
+            out[node] = result(test, [node], ok, f"{test}: failed: {why}{errors[node]}", **extra)
+        elif node in missing:
+            out[node] = result(test, [node], None, f"{test}: no result: {missing[node]}", **extra)
+        elif values[node] is None:
+            out[node] = result(test, [node], None, f"{test}: nothing measured (one rank, no "
+                               "GPU): not judged", **extra)  # fmt: skip
+        else:
+            ok, why = verdicts[node]
+            out[node] = result(test, [node], ok, f"{test}: {why}", value_gbps=values[node], **extra)
+    return out
+
+
+def allreduce_value(raw: dict) -> float | None:
+    """The bus bandwidth an all-reduce result reports (None: one rank, nothing moved)."""
+    value = raw.get("busbw_gbps")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def h2d_value(raw: dict) -> float | None:
+    """The slowest GPU's host-to-device GB/s (None: skipped, no GPU)."""
+    speeds = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
+    speeds = [float(s) for s in speeds if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    return min(speeds) if speeds and not raw.get("skipped") else None
+
+
+def pair_results(
+    measured: dict[tuple[str, str], float | None],
+    judged: dict,
+    job_ids: dict[tuple[str, str], str | None],
+    floor: tuple[float | None, str],
+) -> dict[str, list[dict]]:
+    """Per node: one TEST RESULT per pair it was in. ok False only for the suspect (slow with
+    every partner); a slow pair blamed on its link, or undecided, is None for both nodes."""
+    slow = {tuple(p) for p in judged.get("slow_pairs", [])}
+    links = {tuple(p) for p in judged.get("links", [])}
+    suspects = set(judged.get("suspects", []))
+    bar = judged.get("threshold_gbps")
+    out: dict[str, list[dict]] = {}
+    for pair, value in measured.items():
+        key = tuple(sorted(pair))
+        said = "no result" if value is None else f"{value:.2f} GB/s"
+        base = f"pair {pair[0]}-{pair[1]}: {said}" + (f" (bar {bar:.2f} GB/s)" if bar else "")
+        for node in pair:
+            if key not in slow:
+                ok, why = True, base
+            elif node in suspects:
+                ok, why = False, f"{base}: {node} is slow with every partner: suspect"
+            elif key in links:
+                ok, why = None, f"{base}: the link between {key[0]} and {key[1]}"
+            else:
+                ok, why = None, f"{base}: slow; node or link cannot be told apart"
+            out.setdefault(node, []).append(result(
+                "pair", list(pair), ok, why, value_gbps=value, floor_gbps=floor[0],
+                floor_source=floor[1], job_id=job_ids.get(pair)))  # fmt: skip
+    return out
+
+
+def verdict(tests: list[dict], job_ids: list[str], unproven: list[str]) -> dict:
+    """A node's verdict: failed on any test that failed; not passed while something it was
+    asked for could not be shown (`unproven`: a job that never ran, a missing result)."""
+    failed = [t for t in tests if t.get("ok") is False]
+    if failed:
+        why = "; ".join(t["detail"] for t in failed)
+    elif unproven:
+        why = "not qualified: " + "; ".join(unproven)
+    else:
+        why = "passed: " + ", ".join(dict.fromkeys(t["test"] for t in tests))
+    return {"passed": not failed and not unproven, "tests": tests,
+            "job_ids": list(dict.fromkeys(j for j in job_ids if j)), "why": why,
+            "failed": bool(failed)}  # fmt: skip
+
+
+def first_failure(v: dict) -> tuple[str, str | None]:
+    """(short why, the job id) of a failed verdict's first failing test, for a drain reason."""
+    bad = next(t for t in v["tests"] if t.get("ok") is False)
+    return bad["detail"], bad.get("job_id")
+
+
+def result_files(run_dir: str, where: str) -> dict[str, str]:
+    """The raw result files of one job directory, by name (for the evidence bundle)."""
+    base = os.path.join(run_dir, where)
+    out = {}
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        raw = read_result(os.path.join(base, name))
+        if raw is not None and name.endswith(".json"):
+            out[f"{where}-{name}" if where.startswith("pair-") else name] = json.dumps(
+                raw, indent=1
+            )
+    return out
+
+
+def _missing(job: Job, test: str) -> str:
+    """Why a job left no result file for `test`."""
+    if not job.started:
+        return f"job {job.job_id or '(not submitted)'}: {job.note or job.state}"
+    return f"job {job.job_id} wrote no {test} result (see {job.output})"
+
+
+def _floor(config: Config, test: str, backend: object, site: float | None) -> tuple:
+    from gpugate.qualify.floors import floor_for
+
+    board = config.boards.get(config.board)  # "auto": each node's own board, unknown here
+    known = backend if backend in ("nccl", "gloo") else None
+    return floor_for(board, test, known, site, board_name=config.board if board else None)
+
+
+def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) -> tuple:
+    """(per-node TEST RESULTs, per-node unproven lines) of one bandwidth test."""
+    value_of = allreduce_value if test == "allreduce" else h2d_value
+    values: dict = {}
+    errors: dict = {}
+    missing: dict = {}
+    unproven: dict = {}
+    backend = None
+    for job in node_jobs:
+        node = job.nodes[0]
+        raw = read_result(jobs.result_path(run_dir, job.nodes, test))
+        if raw is None:
+            missing[node] = _missing(job, test)
+            unproven[node] = missing[node]
+        elif "error" in raw:
+            errors[node] = " ".join(str(raw["error"]).split())[:300]
+        else:
+            values[node] = value_of(raw)
+            backend = backend or raw.get("backend")
+    qc = config.qualify
+    site = qc.gloo_busbw_gbps if test == "allreduce" and backend == "gloo" else None
+    floor = _floor(config, test, backend, site)
+    ids = {j.nodes[0]: j.job_id for j in node_jobs}
+    return bandwidth_results(test, values, errors, missing, floor,
+                             qc.min_fraction_of_median, ids), unproven  # fmt: skip
+
+
+def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | None, dict]:
+    """(judge_pairs' verdict with the pairs that did not run, per-node pair TEST RESULTs)."""
+    from gpugate.qualify.pairs import judge_pairs
+
+    measured: dict = {}
+    ids: dict = {}
+    not_run = []
+    backend = None
+    for job in pair_jobs:
+        if not job.started:
+            not_run.append({"nodes": list(job.nodes), "job_id": job.job_id, "why": job.note})
+            continue
+        raw = read_result(jobs.result_path(run_dir, job.nodes, "allreduce"))
+        ok = raw is not None and "error" not in raw
+        measured[job.nodes] = allreduce_value(raw) if ok else None  # type: ignore[arg-type]
+        backend = backend or (raw or {}).get("backend")
+        ids[job.nodes] = job.job_id
+    if not measured:
+        return ({"not_run": not_run, "text": "no pair ran"} if not_run else None), {}
+    floor = _floor(config, "pair", backend, config.qualify.pair_busbw_gbps)
+    judged = judge_pairs(measured, floor[0], config.qualify.min_fraction_of_median)
+    judged = dict(judged, not_run=not_run, floor_source=floor[1],
+                  measured=[{"nodes": list(p), "busbw_gbps": v, "job_id": ids[p]}
+                            for p, v in measured.items()])  # fmt: skip
+    return judged, pair_results(measured, judged, ids, floor)
+
+
+def judge_all(
+    config: Config, run_dir: str, node_jobs: list[Job], pair_jobs: list[Job], tests: list[str]
+) -> tuple[dict, dict | None]:
+    """(verdict per node, the pair verdict) from the run's jobs and their result files."""
+    per: dict[str, list[dict]] = {j.nodes[0]: [] for j in node_jobs}
+    unproven: dict[str, list[str]] = {n: [] for n in per}
+    for job in node_jobs:
+        if not job.started:
+            unproven[job.nodes[0]].append(_missing(job, "any"))
+    if "dcgm" in tests:
+        for job in node_jobs:
+            node = job.nodes[0]
+            raw = read_result(jobs.result_path(run_dir, job.nodes, "dcgm"))
+            per[node].append(dcgm_result(raw, node, job.job_id, _missing(job, "dcgm")))
+            if raw is None and job.started:
+                unproven[node].append(_missing(job, "dcgm"))
+    for test in ("allreduce", "h2d"):
+        if test in tests:
+            results, missing = _bandwidth(config, run_dir, node_jobs, test)
+            for node, res in results.items():
+                per[node].append(res)
+            for node, why in missing.items():
+                if why not in unproven[node]:
+                    unproven[node].append(why)
+    pairs, by_node = _pairs(config, run_dir, pair_jobs) if "pairs" in tests else (None, {})
+    verdicts = {}
+    for job in node_jobs:
+        node = job.nodes[0]
+        tests_of = per[node] + by_node.get(node, [])
+        ids = [job.job_id or ""] + [t["job_id"] or "" for t in by_node.get(node, [])]
+        verdicts[node] = verdict(tests_of, ids, unproven[node])
+    return verdicts, pairs

@@ -1,0 +1,321 @@
+"""`qualify_nodes`: qualify nodes as Slurm jobs, judge them, and act on the drains (issue 17).
+
+One exclusive job per node (DCGM, the all-reduce inside the node, host-to-device copies), then
+pairwise jobs, one round of disjoint pairs at a time (pairs.pair_rounds), each phase bounded
+by `qualify.wait_s` (a job still pending or running then is cancelled and reported). The
+result files are judged (judge.py) and every node's outcome is recorded: qualify.jsonl
+(gpugate/store/qualify.py), an evidence bundle under the node job's id, and the drain history
+for a node drained.
+
+Drained nodes take no job, not even in a reservation. So gpugate creates a MAINT reservation
+on the nodes (Users=root), resumes its own drained nodes into it, runs the jobs there, and then
+drains every node that failed (`gpugate: qualify: <why> (job N)`) and, unless resume_passed,
+drains the passing ones again with their earlier reasons, before deleting the reservation.
+Whatever fails on the way (a Slurm error, a signal, a bug), the `finally` drains every node it
+took again and deletes the reservation: a drained node is never left schedulable.
+
+The drain budget: a node that was drained before stays drained (the budget counts it already);
+a node newly found failing is drained through drain_node, within the budget, like every drain
+gpugate makes on its own. Qualification is proof, but a scheduled sweep (`qualify --idle`) with
+a wrong floor would otherwise drain the fleet; over budget the node keeps its Comment and the
+held entry (`gpugate nodes` shows it), and the failure is recorded all the same.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from gpugate import log
+from gpugate.qualify import jobs
+from gpugate.qualify import judge as J
+from gpugate.record import Record
+from gpugate.slurm_hooks.slurm.control import JobNotFound, SlurmError, valid_node_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config, Qualify
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
+
+TESTS = ("dcgm", "allreduce", "h2d", "pairs")
+POLL_S = 2.0
+# Job states after which a job runs no more (squeue(1), JOB STATE CODES).
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "GONE"})  # fmt: skip
+
+
+class QualifyError(ValueError):
+    """A qualification cannot start: bad nodes, tests or config; the message says which."""
+
+
+class QualifyRun(Record):
+    """One run: its id, the nodes, each node's verdict, the pair verdict, the reservation."""
+
+    run_id: str
+    nodes: list
+    # node -> {"passed", "tests": [TEST RESULT], "job_ids", "why", "failed", "action", "bundle"}
+    verdicts: dict
+    pairs: dict | None  # pairs.judge_pairs' output; None: no pair test ran
+    reservation: str | None
+    run_dir: str = ""
+    level: int = 1
+    tests: list = []
+
+
+class Job(Record):
+    """One submitted qualification job and what became of it."""
+
+    name: str  # the node, or pair-A-B
+    nodes: tuple
+    job_id: str | None
+    output: str
+    state: str = "PENDING"
+    started: bool = False
+    note: str = ""  # why it gave no result: sbatch refused it, never started, cancelled
+
+
+class Ops:
+    """The Slurm calls of a run beyond SlurmControl's (a class, so unit tests replace it)."""
+
+    def __init__(self, slurm: SlurmControl) -> None:
+        self.slurm = slurm
+
+    def submit(self, argv: list[str]) -> str:
+        """sbatch --parsable; the job id."""
+        return self.slurm.cli.call(*argv).strip().split(";")[0]
+
+    def state(self, job_id: str) -> tuple[str, str]:
+        """(JobState, Reason); GONE when Slurm no longer knows the job."""
+        try:
+            job = self.slurm.job(job_id)
+        except JobNotFound:
+            return "GONE", ""
+        return job.state.split()[0] if job.state else "PENDING", job.reason
+
+    def cancel(self, job_id: str) -> None:
+        """scancel the job."""
+        self.slurm.cli.call("scancel", job_id)
+
+    def create_reservation(self, name: str, nodes: list[str], minutes: int) -> None:
+        """A MAINT reservation of the nodes for root, from now (scontrol(1), reservations)."""
+        self.slurm.cli.scontrol(
+            "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+            "Users=root", "StartTime=now", f"Duration={minutes}", "Flags=MAINT,IGNORE_JOBS",
+        )  # fmt: skip
+
+    def delete_reservation(self, name: str) -> None:
+        """scontrol delete ReservationName=NAME."""
+        self.slurm.cli.scontrol("delete", f"ReservationName={name}")
+
+
+def check_request(config: Config, nodes: list[str], tests: list[str] | None) -> list[str]:
+    """The tests to run (config's by default); QualifyError for bad nodes, tests, config."""
+    if config.qualify is None:
+        raise QualifyError("the configuration has no qualify: section")
+    if not nodes:
+        raise QualifyError("name at least one node")
+    for node in nodes:
+        try:
+            valid_node_name(node)
+        except ValueError as exc:
+            raise QualifyError(str(exc)) from None
+    if len(set(nodes)) != len(nodes):
+        raise QualifyError("a node is named twice")
+    chosen = list(config.qualify.tests if tests is None else tests)
+    unknown = [t for t in chosen if t not in TESTS]
+    if unknown or not chosen:
+        raise QualifyError(f"unknown test(s) {', '.join(unknown) or '(none given)'}: "
+                           f"choose from {', '.join(TESTS)}")  # fmt: skip
+    return [t for t in TESTS if t in chosen]
+
+
+def new_run(state_dir: str) -> tuple[str, str]:
+    """(run id, its root-only directory state_dir/qualify/<run id>)."""
+    from gpugate.fsutil import private_dir
+
+    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+    parent = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
+    return run_id, private_dir(os.path.join(parent, run_id), 0o700, gid=-1)
+
+
+def qualify_nodes(
+    config: Config,
+    slurm: SlurmControl,
+    nodes: list[str],
+    level: int,
+    tests: list[str] | None,
+    *,
+    resume_passed: bool = False,
+    requested_by: str = "",
+    wait_s: float | None = None,
+    ops: Ops | None = None,
+) -> QualifyRun:
+    """Qualify `nodes` at DCGM `level` with `tests` (None: the config's); judge, record, act."""
+    chosen = check_request(config, nodes, tests)
+    if not 1 <= level <= 4:
+        raise QualifyError(f"--level must be 1 to 4 (dcgmi diag -r), not {level}")
+    infos = slurm.nodes(nodes)
+    unknown = [n for n in nodes if n not in infos]
+    if unknown:
+        raise QualifyError(f"Slurm does not know node(s) {', '.join(unknown)}")
+    foreign = [f"{n} ({infos[n].reason or infos[n].state})" for n in nodes
+               if infos[n].drained and not infos[n].gpugate_owned]  # fmt: skip
+    if foreign:
+        raise QualifyError(f"not drained by gpugate: {', '.join(foreign)}; gpugate lifts only "
+                           "its own drains, even for a qualification")  # fmt: skip
+    ops = ops or Ops(slurm)
+    run = _Run(config, slurm, ops, list(nodes), level, chosen, infos, wait_s)
+    return run.go(resume_passed, requested_by or _who())
+
+
+def _who() -> str:
+    from gpugate.store.history import current_user
+
+    return current_user()
+
+
+class _Run:
+    """The state of one run while it goes (the nodes taken, the jobs submitted)."""
+
+    def __init__(self, config: Config, slurm: SlurmControl, ops: Ops, nodes: list[str],
+                 level: int, tests: list[str], infos: dict, wait_s: float | None) -> None:  # fmt: skip
+        self.config, self.slurm, self.ops = config, slurm, ops
+        self.qc: Qualify = config.qualify  # type: ignore[assignment]
+        self.nodes, self.level, self.tests, self.infos = nodes, level, tests, infos
+        self.wait_s = self.qc.wait_s if wait_s is None else float(wait_s)
+        self.drained = {n: infos[n].reason for n in nodes if infos[n].drained}
+        self.run_id, self.run_dir = new_run(config.state_dir)
+        self.reservation: str | None = self.qc.reservation
+        self.own_reservation: str | None = None
+        self.taken: list[str] = []  # drained nodes resumed into the reservation
+        self.settled: set[str] = set()  # taken nodes whose drain is decided
+        self.jobs: dict[str, Job] = {}  # by name, their latest state
+
+    def go(self, resume_passed: bool, by: str) -> QualifyRun:
+        """Reserve, resume, run, judge, act; the finally puts back whatever is left."""
+        from gpugate.qualify.settle import settle
+
+        try:
+            self._reserve()
+            for node in self.drained:
+                self.slurm.resume(node)
+                self.taken.append(node)
+            node_jobs = self._phase([((n,), jobs.node_script(self.run_dir, n, self.tests,
+                                      self.qc, self.level, self._ntasks((n,))), n)
+                                     for n in self.nodes])  # fmt: skip
+            ran = [j.nodes[0] for j in node_jobs if j.started]
+            pair_jobs = self._pairs(ran) if "pairs" in self.tests else []
+            verdicts, pairs = J.judge_all(self.config, self.run_dir, node_jobs, pair_jobs,
+                                          self.tests)  # fmt: skip
+            run = QualifyRun(run_id=self.run_id, nodes=self.nodes, verdicts=verdicts,
+                             pairs=pairs, reservation=self.reservation, run_dir=self.run_dir,
+                             level=self.level, tests=self.tests)  # fmt: skip
+            settle(self, run, resume_passed, by)
+            return run
+        finally:
+            self._put_back()
+
+    def _reserve(self) -> None:
+        # A drained node may only be resumed into a reservation only root can use: gpugate's.
+        if self.reservation and not self.drained:
+            return
+        phases = 1 + (len(self.nodes) if "pairs" in self.tests else 0)
+        minutes = phases * math.ceil(self.wait_s / 60) + 10  # the backstop if gpugate dies
+        name = f"gpugate-qualify-{self.run_id}"
+        self.ops.create_reservation(name, self.nodes, minutes)
+        self.own_reservation = self.reservation = name
+
+    def _gpus(self, nodes: tuple) -> int | None:
+        gpus = [self.infos[n].gres_gpus for n in nodes]
+        return min(gpus) if all(gpus) else None
+
+    def _ntasks(self, nodes: tuple) -> int:
+        return jobs.ntasks_for(self.qc, self._gpus(nodes))
+
+    def _pairs(self, nodes: list[str]) -> list[Job]:
+        """Every pair of the nodes that ran, one round of disjoint pairs at a time."""
+        from gpugate.qualify.pairs import pair_rounds
+
+        done: list[Job] = []
+        for round_ in pair_rounds(nodes) if len(nodes) >= 2 else []:
+            done += self._phase([(pair, jobs.pair_script(self.run_dir, pair, self.qc,
+                                  self._ntasks(pair)), f"pair-{pair[0]}-{pair[1]}")
+                                 for pair in round_])  # fmt: skip
+        return done
+
+    def _phase(self, work: list[tuple[tuple, str, str]]) -> list[Job]:
+        """Submit every job of one phase at once, wait for all (bounded); the jobs as ended."""
+        for nodes, script, name in work:
+            self.jobs[name] = self._submit(nodes, script, name)
+        names = [name for _, _, name in work]
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            running = [n for n in names if self.jobs[n].state not in ENDED]
+            for name in running:
+                job = self.jobs[name]
+                state, reason = self.ops.state(job.job_id)  # type: ignore[arg-type]
+                self.jobs[name] = job.replace(state=state, note=reason,
+                                              started=job.started or state != "PENDING")  # fmt: skip
+            running = [n for n in names if self.jobs[n].state not in ENDED]
+            if not running or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        for name in running:
+            self.jobs[name] = self._cancel(self.jobs[name])
+        return [self.jobs[n] for n in names]
+
+    def _submit(self, nodes: tuple, script: str, name: str) -> Job:
+        path = os.path.join(self.run_dir, f"{name}.sh")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(script)
+        output = os.path.join(self.run_dir, f"{name}.out")
+        argv = jobs.sbatch_argv(path, list(nodes), self.qc, self._ntasks(nodes), output,
+                                self.reservation, self._gpus(nodes))  # fmt: skip
+        try:
+            job_id = self.ops.submit(argv)
+        except SlurmError as exc:
+            return Job(name=name, nodes=nodes, job_id=None, output=output, state="REFUSED",
+                       note=f"sbatch refused the job: {log_line(exc)}")  # fmt: skip
+        return Job(name=name, nodes=nodes, job_id=job_id, output=output)
+
+    def _cancel(self, job: Job) -> Job:
+        why = (f"ran past qualify.wait_s ({self.wait_s:g} s): cancelled" if job.started else
+               f"never started within qualify.wait_s ({self.wait_s:g} s)"
+               + (f" (pending: {job.note})" if job.note else "") + ": cancelled")  # fmt: skip
+        try:
+            self.ops.cancel(job.job_id)  # type: ignore[arg-type]
+        except SlurmError as exc:
+            why += f" (scancel failed: {log_line(exc)})"
+        return job.replace(state="CANCELLED", note=why)
+
+    def _put_back(self) -> None:
+        """Cancel what still runs, drain again every node taken and not settled, unreserve."""
+        for job in self.jobs.values():
+            if job.job_id and job.state not in ENDED:
+                try:
+                    self.ops.cancel(job.job_id)
+                except Exception as exc:  # keep going: the drains below matter more
+                    log.error(self.config.state_dir, f"qualify: scancel {job.job_id}", exc)
+        for node in self.taken:
+            if node in self.settled:
+                continue
+            try:
+                self.slurm.drain(node, self.drained[node])
+            except Exception as exc:
+                log.error(self.config.state_dir,
+                          f"qualify: COULD NOT DRAIN {node} AGAIN ({self.drained[node]})", exc)  # fmt: skip
+        if self.own_reservation:
+            try:
+                self.ops.delete_reservation(self.own_reservation)
+            except Exception as exc:
+                log.error(self.config.state_dir,
+                          f"qualify: could not delete reservation {self.own_reservation}", exc)  # fmt: skip
+
+
+def log_line(exc: BaseException) -> str:
+    """An exception as one short line."""
+    from gpugate.text import printable
+
+    return " ".join(printable(exc).split())[:300]

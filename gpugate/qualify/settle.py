@@ -1,0 +1,131 @@
+"""After a qualification: drain, keep drained or restore each node, then record the outcome.
+
+The drains come first, for every node, while gpugate's reservation still holds the nodes: a
+failing node is drained (a new drain: within the budget, through drain_node) or kept drained
+(`gpugate: qualify: <why> (job N)`); a passing node that was drained before is drained again
+with its earlier reason, or resumed with an audit entry when resume_passed. Only then the
+records: the evidence bundle (under the node job's id), the drain history, qualify.jsonl and
+an event line. A record that cannot be written is logged; it never undoes a drain.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from gpugate import log
+from gpugate.qualify.judge import first_failure, result_files
+from gpugate.slurm_hooks.reasons import drain_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.qualify.run import QualifyRun, _Run
+
+WHY_MAX = 150  # the drain reason keeps its `(job N)` within Slurm's length
+OUT_MAX = 256 * 1024  # of each job's output in the bundle
+
+
+def settle(run: _Run, result: QualifyRun, resume_passed: bool, by: str) -> None:
+    """Act on every node's verdict (drains first), then record each outcome."""
+    reasons = {}
+    for node in result.nodes:
+        verdict = result.verdicts[node]
+        verdict["action"], reasons[node] = act(run, node, verdict, resume_passed, by)
+    for node in result.nodes:
+        try:
+            record(run, result, node, reasons[node], by)
+        except Exception as exc:  # the drain stands; the admin learns from the log
+            log.error(run.config.state_dir, f"qualify: could not record {node}'s outcome", exc)
+
+
+def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tuple:
+    """(what was done, the drain reason written or None) for one node."""
+    from gpugate.slurm_hooks.drain import drain_node
+
+    before = run.drained.get(node)
+    if verdict["failed"]:
+        why, job = first_failure(verdict)
+        why = " ".join(why.split())
+        why = why if len(why) <= WHY_MAX else why[: WHY_MAX - 3] + "..."
+        detail = f"{why} (job {job})" if job else why
+        if before is not None:  # drained already: it stays drained, the budget counted it
+            change = run.slurm.drain(node, drain_reason("qualify", detail))
+            run.settled.add(node)
+            return "kept drained", change.reason
+        outcome = drain_node(run.slurm, node, "qualify", detail, run.config)
+        if outcome.drained:
+            return "drained", outcome.reason
+        return f"not drained ({outcome.blocked_by}: {outcome.why})", None
+    if before is None:
+        return "in service", None
+    if resume_passed and verdict["passed"]:
+        from gpugate.store.history import history_dir, record_resume
+
+        record_resume(history_dir(run.config), node, who=by, reason=before,
+                      why=f"qualify {run.run_id}: passed (jobs {', '.join(verdict['job_ids'])})",
+                      result={"qualify": run.run_id, "job_ids": verdict["job_ids"]})  # fmt: skip
+        run.settled.add(node)
+        return "resumed", None
+    run.slurm.drain(node, before)  # its own earlier reason: nothing changes for the admin
+    run.settled.add(node)
+    return "drained as before", None
+
+
+def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
+    """The evidence bundle, the drain history (when drained), qualify.jsonl, an event."""
+    from gpugate.store.history import history_dir, note_drain
+    from gpugate.store.qualify import record_qualification
+
+    verdict = result.verdicts[node]
+    verdict["bundle"] = bundle(run, result, node)
+    job = first_failure(verdict)[1] if verdict["failed"] else None
+    if reason:
+        note_drain(run.config, node, reason, job=job, hook="qualify", bundle=verdict["bundle"])
+    adm = run.config.admin
+    entry = {"node": node, "when": time.time(), "run_id": result.run_id, "level": result.level,
+             "passed": verdict["passed"], "tests": verdict["tests"],
+             "job_ids": verdict["job_ids"], "why": verdict["why"], "by": by}  # fmt: skip
+    record_qualification(history_dir(run.config), entry, max_per_node=adm.history_max_per_node,
+                         max_entries=adm.history_max_entries)  # fmt: skip
+    log.event(run.config.state_dir, "qualify", node=node, run=result.run_id,
+              outcome="passed" if verdict["passed"] else "failed" if verdict["failed"] else
+              "not_qualified", action=verdict["action"], jobs=verdict["job_ids"])  # fmt: skip
+
+
+def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
+    """One evidence bundle for the node, under its qualification job's id; its path."""
+    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+
+    verdict = result.verdicts[node]
+    if not verdict["job_ids"]:
+        return None  # no job ran: nothing to file it under
+    job_id = verdict["job_ids"][0]
+    files = result_files(result.run_dir, node)
+    for job in run.jobs.values():
+        if node in job.nodes:
+            if len(job.nodes) > 1:
+                files.update(result_files(result.run_dir, job.name))
+            out = _tail(job.output)
+            if out is not None:
+                files[os.path.basename(job.output)] = out
+    summary = {"job": job_id, "node": node, "kind": "qualify", "run_id": result.run_id,
+               "level": result.level, "tests_run": result.tests, "passed": verdict["passed"],
+               "why": verdict["why"], "tests": verdict["tests"], "job_ids": verdict["job_ids"],
+               "action": verdict["action"], "reservation": result.reservation, "user": "root",
+               "hardware_fault": verdict["failed"], "when": time.time()}  # fmt: skip
+    try:
+        return write_bundle(run.config.evidence_dir, job_id, node, 0, files, summary,
+                            group=run.config.epilog.evidence_group,
+                            retention=retention_for(run.config))  # fmt: skip
+    except (EvidenceError, OSError) as exc:
+        log.error(run.config.state_dir, f"qualify: no evidence bundle for {node}", exc)
+        return None
+
+
+def _tail(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - OUT_MAX))
+            return fh.read(OUT_MAX)
+    except OSError:
+        return None

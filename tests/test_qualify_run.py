@@ -1,0 +1,277 @@
+"""qualify_nodes' orchestration: jobs, waits, verdicts, drains, the reservation, the records.
+
+Slurm is FakeSlurm (nodes, drains, resumes) plus FakeOps, which "runs" each submitted job by
+writing the result files a real job's steps would write, from a per-node bandwidth table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from factories import site
+from fakes import FakeSlurm, drained
+
+from gpugate.qualify import jobs
+from gpugate.qualify import run as qrun
+from gpugate.qualify.run import QualifyError, qualify_nodes
+from gpugate.store.history import drains, resumes
+from gpugate.store.qualify import latest_pass, qualifications, record_qualification
+
+NODES = ["n1", "n2", "n3"]
+FAST, SLOW = 10.0, 2.0
+
+
+class FakeOps:
+    """Jobs that end at once, having written their result files; reservations recorded."""
+
+    def __init__(self, slurm: FakeSlurm, speed: dict[str, float], never: tuple = (),
+                 error: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.slurm, self.speed, self.never, self.error = slurm, speed, set(never), error or {}
+        self.submitted: list[list[str]] = []
+        self.states: dict[str, str] = {}
+        self.cancelled: list[str] = []
+        self.reservations: list[tuple[str, list[str]]] = []
+        self.deleted: list[str] = []
+        self.drained_at_delete: dict[str, bool] = {}
+        self.fail_state: BaseException | None = None
+
+    def submit(self, argv: list[str]) -> str:
+        self.submitted.append(argv)
+        job_id = str(100 + len(self.submitted))
+        nodes = next(a for a in argv if a.startswith("--nodelist=")).split("=")[1].split(",")
+        run_dir = os.path.dirname(argv[-1])
+        if set(nodes) & self.never:
+            self.states[job_id] = "PENDING"
+            return job_id
+        # The node must be in service (resumed into the reservation) to run anything.
+        assert not any(self.slurm.node(n).drained for n in nodes), nodes
+        if len(nodes) == 1:
+            self._node_results(run_dir, nodes[0], job_id)
+        else:
+            bw = min(self.speed[n] for n in nodes)
+            self._write(run_dir, f"pair-{nodes[0]}-{nodes[1]}", "allreduce",
+                        {"test": "allreduce", "backend": "gloo", "busbw_gbps": bw})  # fmt: skip
+        self.states[job_id] = "COMPLETED"
+        return job_id
+
+    def _node_results(self, run_dir: str, node: str, job_id: str) -> None:
+        self._write(run_dir, node, "dcgm", {"test": "dcgm", "nodes": [node], "ok": None,
+                    "value_gbps": None, "floor_gbps": None, "job_id": job_id,
+                    "detail": "dcgm: not run: dcgmi not found on this node"})  # fmt: skip
+        ar = {"test": "allreduce", "backend": "gloo", "busbw_gbps": self.speed[node]}
+        if node in self.error:
+            ar = {"test": "allreduce", "error": self.error[node]}
+        self._write(run_dir, node, "allreduce", ar)
+        self._write(run_dir, node, "h2d", {"test": "h2d", "node": node, "gpus": [],
+                                           "skipped": "no CUDA device"})  # fmt: skip
+
+    @staticmethod
+    def _write(run_dir: str, where: str, test: str, obj: dict) -> None:
+        os.makedirs(os.path.join(run_dir, where), exist_ok=True)
+        with open(os.path.join(run_dir, where, f"{test}.json"), "w") as fh:
+            json.dump(obj, fh)
+
+    def state(self, job_id: str) -> tuple[str, str]:
+        if self.fail_state:
+            raise self.fail_state
+        return self.states[job_id], "ReqNodeNotAvail" if self.states[job_id] == "PENDING" else ""
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+        self.states[job_id] = "CANCELLED"
+
+    def create_reservation(self, name: str, nodes: list[str], minutes: int) -> None:
+        self.reservations.append((name, list(nodes)))
+
+    def delete_reservation(self, name: str) -> None:
+        self.deleted.append(name)
+        self.drained_at_delete = {n: i.drained for n, i in self.slurm.infos.items()}
+
+
+@pytest.fixture
+def config(tmp_path):
+    return site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
+                "budget:\n  settle_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
+                "qualify:\n  wait_s: 5\n")  # fmt: skip
+
+
+def flag(argv: list[str], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(name + "="))
+
+
+def go(config, slurm, ops, tests=None, **kw):
+    return qualify_nodes(config, slurm, list(slurm.infos), 1, tests, ops=ops, **kw)
+
+
+def test_a_node_slow_with_every_partner_is_named_and_drained_the_others_pass(config):
+    slurm = FakeSlurm(NODES)
+    ops = FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST})
+    result = go(config, slurm, ops, requested_by="alice")
+    v = result.verdicts
+    assert v["n1"]["passed"] and v["n3"]["passed"] and not v["n2"]["passed"]
+    assert (
+        result.pairs["suspects"] == ["n2"]
+        and "n2 is slow with every partner" in (result.pairs["text"])
+    )
+    n2_job = v["n2"]["job_ids"][0]
+    reason = slurm.infos["n2"].reason
+    assert reason.startswith("gpugate: qualify: allreduce: 2.00 GB/s is below")
+    assert reason.endswith(f"(job {n2_job})") and v["n2"]["action"] == "drained"
+    assert not slurm.infos["n1"].drained and not slurm.infos["n3"].drained
+    # Every job exclusive, one node each, then 3 pair rounds of one pair (3 nodes: one sits out).
+    argvs = ops.submitted
+    assert all("--exclusive" in a and "--job-name=gpugate-qualify" in a for a in argvs)
+    assert [flag(a, "--nodes") for a in argvs] == ["1"] * 3 + ["2"] * 3
+    # No node was drained, so no reservation of gpugate's own (none configured: one anyway).
+    assert ops.deleted == [ops.reservations[0][0]] and result.reservation == ops.deleted[0]
+    state = config.state_dir
+    recorded = qualifications(state)
+    assert [(e["node"], e["passed"], e["by"]) for e in recorded] == [
+        ("n1", True, "alice"), ("n2", False, "alice"), ("n3", True, "alice")]  # fmt: skip
+    (drain,) = drains(state, "n2")
+    assert drain["reason"] == reason and drain["job"] == n2_job and drain["hook"] == "qualify"
+    with open(os.path.join(v["n2"]["bundle"], "summary.json")) as fh:
+        summary = json.load(fh)
+    assert summary["job"] == n2_job and summary["passed"] is False and summary["tests"]
+    assert "allreduce.json" in summary["files"] and "dcgm.json" in summary["files"]
+
+
+def test_a_drained_node_is_resumed_into_the_reservation_and_drained_again_as_before(config):
+    old = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
+    slurm = FakeSlurm(["n1", drained("n2", old), "n3"])
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST, "n3": FAST})
+    result = go(config, slurm, ops)
+    assert all(v["passed"] for v in result.verdicts.values())
+    assert slurm.resumed == ["n2"] and slurm.infos["n2"].reason == old
+    assert result.verdicts["n2"]["action"] == "drained as before"
+    # drained again while the reservation still held it; the reservation named every node
+    assert ops.drained_at_delete["n2"] and ops.reservations[0][1] == ["n1", "n2", "n3"]
+    assert all(f"--reservation={ops.reservations[0][0]}" in a for a in ops.submitted)
+    assert latest_pass(config.state_dir, "n2")["run_id"] == result.run_id
+    assert resumes(config.state_dir, "n2") == []
+
+
+def test_resume_passed_resumes_a_passing_drained_node_with_an_audit_entry(config):
+    slurm = FakeSlurm(["n1", drained("n2", "gpugate: gpu.ecc: x")])
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST})
+    result = go(config, slurm, ops, resume_passed=True, requested_by="bob")
+    assert not slurm.infos["n2"].drained and result.verdicts["n2"]["action"] == "resumed"
+    (entry,) = resumes(config.state_dir, "n2")
+    assert entry["who"] == "bob" and result.run_id in entry["why"]
+
+
+def test_a_failing_node_that_was_drained_stays_drained_with_the_qualification_reason(config):
+    slurm = FakeSlurm(["n1", drained("n2", "gpugate: gpu.ecc: x"), "n3"])
+    ops = FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST})
+    result = go(config, slurm, ops)
+    assert result.verdicts["n2"]["action"] == "kept drained"
+    assert slurm.infos["n2"].reason.startswith("gpugate: qualify: ")
+
+
+def test_a_crash_mid_run_drains_every_taken_node_again_and_deletes_the_reservation(config):
+    old = "gpugate: gpu.ecc: x"
+    slurm = FakeSlurm(["n1", drained("n2", old)])
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST}, never=("n1",))
+    ops.fail_state = RuntimeError("slurmctld went away")
+    with pytest.raises(RuntimeError):
+        go(config, slurm, ops)
+    assert slurm.infos["n2"].drained and slurm.infos["n2"].reason == old
+    assert ops.deleted == [ops.reservations[0][0]] and ops.drained_at_delete["n2"]
+    assert ops.cancelled == ["101", "102"]  # every job not seen ending is cancelled
+
+
+def test_a_job_that_never_starts_is_cancelled_and_reported_without_a_drain(config, monkeypatch):
+    monkeypatch.setattr(qrun, "POLL_S", 0.01)
+    slurm = FakeSlurm(NODES)
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST, "n3": FAST}, never=("n3",))
+    result = go(config, slurm, ops, wait_s=0.2)
+    v = result.verdicts["n3"]
+    assert not v["passed"] and not v["failed"] and not slurm.infos["n3"].drained
+    assert "never started within qualify.wait_s" in v["why"] and "ReqNodeNotAvail" in v["why"]
+    assert ops.cancelled == ["103"]
+    assert result.verdicts["n1"]["passed"] and result.pairs["suspects"] == []
+    # no pair with the node that never ran
+    assert [flag(a, "--nodelist") for a in ops.submitted[3:]] == ["n1,n2"]
+
+
+def test_the_same_payload_error_on_every_node_is_the_setup_not_the_nodes(config):
+    slurm = FakeSlurm(["n1", "n2"])
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST}, error={"n1": "no torch", "n2": "no torch"})
+    result = go(config, slurm, ops, tests=["allreduce"])
+    for v in result.verdicts.values():
+        assert not v["failed"] and v["tests"][0]["ok"] is None
+    assert slurm.drains == []
+
+
+def test_an_admins_drain_unknown_nodes_and_bad_tests_are_refused_before_anything(config):
+    slurm = FakeSlurm(["n1", drained("n2", "bad fan, ticket 7", user="admin")])
+    ops = FakeOps(slurm, {})
+    with pytest.raises(QualifyError, match="not drained by gpugate: n2"):
+        go(config, slurm, ops)
+    with pytest.raises(QualifyError, match="Slurm does not know node"):
+        qualify_nodes(config, slurm, ["n9"], 1, None, ops=ops)
+    with pytest.raises(QualifyError, match="unknown test"):
+        qualify_nodes(config, slurm, ["n1"], 1, ["nccl"], ops=ops)
+    with pytest.raises(QualifyError, match="1 to 4"):
+        qualify_nodes(config, slurm, ["n1"], 5, None, ops=ops)
+    assert ops.submitted == [] and ops.reservations == []
+
+
+def test_the_sbatch_argv_and_the_job_script_are_argument_safe(config, tmp_path):
+    qc = config.qualify.replace(python="/opt/my torch/bin/python", qos="maint", partition=None)
+    argv = jobs.sbatch_argv("/r/n1.sh", ["n1"], qc, 8, "/r/n1.out", "res", gpus_per_node=8)
+    assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == "/r/n1.sh"
+    for flag in ("--nodelist=n1", "--exclusive", "--reservation=res", "--qos=maint",
+                 "--gres=gpu:8", "--ntasks-per-node=8", "--time=30", "--no-requeue"):  # fmt: skip
+        assert flag in argv
+    assert not any(a.startswith("--partition") for a in argv)
+    with pytest.raises(ValueError):
+        jobs.sbatch_argv("/r/x.sh", ["-n1"], qc, 1, "/r/x.out", None)
+    script = jobs.node_script(str(tmp_path), "n1", ["dcgm", "allreduce", "h2d"], qc, 2, 8)
+    assert "'/opt/my torch/bin/python'" in script and "--ntasks-per-node=8" in script
+    assert "--step dcgm --level 2" in script and "MASTER_PORT" in script
+    path = tmp_path / "s.sh"
+    path.write_text(script)
+    assert subprocess.run(["sh", "-n", str(path)], check=False).returncode == 0
+    assert jobs.ntasks_for(qc.replace(ntasks_per_node=None), 4) == 4
+    assert jobs.ntasks_for(qc.replace(ntasks_per_node=None), None) == 1
+
+
+def test_latest_pass_is_voided_by_a_later_failure_and_respects_the_level(tmp_path):
+    d = str(tmp_path)
+    base = {"node": "n1", "run_id": "r", "tests": [], "job_ids": ["5"], "why": "", "by": "x"}
+    record_qualification(d, dict(base, when=100, level=1, passed=True))
+    assert latest_pass(d, "n1")["when"] == 100 and latest_pass(d, "n1", level=2) is None
+    record_qualification(d, dict(base, when=200, level=2, passed=False))
+    assert latest_pass(d, "n1") is None and latest_pass(d, "n1", since=300) is None
+    with open(os.path.join(d, "qualify.jsonl"), "a") as fh:
+        fh.write('{"node": "n1", "when": "soon"}\n[]\n')
+    assert len(qualifications(d, "n1")) == 2
+    for i in range(5):
+        record_qualification(d, dict(base, when=300 + i, level=1, passed=True), max_per_node=3)
+    assert [e["when"] for e in qualifications(d, "n1")] == [302, 303, 304]
+
+
+def test_the_command_is_root_only_and_prints_a_table(monkeypatch, capsys, config):
+    from gpugate.commands import qualify as cmd
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cmd.main(["n1"]) == 2
+    assert "root only" in capsys.readouterr().err
+    slurm = FakeSlurm(NODES)
+    result = go(config, slurm, FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST}))
+    text = cmd.table(result)
+    assert "n2           FAIL" in text and "n1           PASS" in text
+    assert "pairs: " in text and "n2 is slow with every partner" in text
+
+
+def test_the_config_refuses_a_level_beyond_dcgm_and_a_fraction_over_one(tmp_path):
+    from gpugate.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"qualify\.level"):
+        site(tmp_path, "qualify:\n  level: 5\n")
+    with pytest.raises(ConfigError, match="min_fraction_of_median"):
+        site(tmp_path, "qualify:\n  min_fraction_of_median: 1.5\n")
