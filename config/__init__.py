@@ -40,10 +40,13 @@ _AT_MOST = {
     "budget.max_drained_share": 1.0,
     "health.deadline_s": 55.0,
     "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
-    # The reader child's whole answer is capped (gpugate.userfiles.ANSWER_MAX, 64 MiB).
-    "epilog.fr_max_dump_mib": 32.0,
     "qualify.level": 4,  # dcgmi diag -r 1..4
     "qualify.min_fraction_of_median": 1.0,
+    # `dcgmi diag -r` has levels 1 to 4 (gpugate/qualify/dcgm.py: LEVELS); 0 is none.
+    "admin.resume_qualify.hardware": 4,
+    "admin.resume_qualify.transient": 4,
+    # The reader child's whole answer is capped (gpugate.userfiles.ANSWER_MAX, 64 MiB).
+    "epilog.fr_max_dump_mib": 32.0,
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {

@@ -233,6 +233,13 @@ class Slurm(Record):
     timeout_s: float
 
 
+class ResumeQualify(Record):
+    """The qualification level (`gpugate qualify`, 0: none) a drain of each fault class calls for."""
+
+    hardware: int
+    transient: int
+
+
 class Admin(Record):
     """Admin review: the drain history, repeat offenders, the metrics textfile."""
 
@@ -242,6 +249,8 @@ class Admin(Record):
     history_max_entries: int
     rma_after_drains: int
     metrics_file: str | None
+    # Resume only after proof (gpugate/admin/resume.py): levels by the drain's check fault class.
+    resume_qualify: ResumeQualify = ResumeQualify(hardware=0, transient=0)
 
 
 class Health(Record):

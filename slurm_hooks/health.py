@@ -20,7 +20,7 @@ from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
-from gpugate.health.heal import LIFT, heal_verdict
+from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.record import Record
 from gpugate.slurm_hooks.drain import drain_detail, drain_node
 from gpugate.slurm_hooks.policy import DRAIN, decide
@@ -290,6 +290,8 @@ def keep_or_lift(
         config.admin.rma_after_drains,
         reset_at=reset_at,
     )
+    if verdict.action == LIFT:
+        verdict = proof_gate(verdict, *qualified_for_lift(config, info))
     status = decision.status  # type: ignore[attr-defined]
     if verdict.action != LIFT:
         healing_put(config, verdict.entry)
@@ -306,6 +308,20 @@ def keep_or_lift(
     return HealthResult(
         status=status, action="lift", resumed=True, message=f"resumed: {verdict.why}"
     )
+
+
+def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:
+    """The qualification level the drain calls for, and whether a pass since it began exists."""
+    from gpugate.admin.resume import earlier_pass, qualify_level
+
+    level = qualify_level(config, info.reason)
+    if not level:
+        return 0, True
+    try:
+        return level, earlier_pass(config, info, level) is not None
+    except Exception as exc:  # an unreadable record proves nothing: the drain stays
+        note(f"could not read the qualification records: {exc}")
+        return level, False
 
 
 def reset_time(config: Config, node: str) -> float | None:

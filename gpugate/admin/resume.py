@@ -3,6 +3,11 @@
 `gpugate resume NODE` (gpugate/commands/resume.py) parses and prints; this holds the rules:
 whose drain may be lifted, which facts may vouch for the node, and that every attempt,
 resumed or refused, is appended to the audit log with who, when, why and the check result.
+
+Resume only after proof (issue 17): `admin.resume_qualify` names the qualification level a
+drain's fault class calls for; such a drain is lifted only once a qualification of at least that
+level has passed since the drain began (an earlier pass counts), or, with `--qualify`, after one
+run here through `gpugate.qualify.run.qualify_nodes` has passed. The audit names its level and jobs.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from gpugate.clock import parse_utc
 from gpugate.node import node_name
 from gpugate.record import Record
 from gpugate.slurm_hooks.policy import decide
+from gpugate.slurm_hooks.reasons import reason_check
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
 from gpugate.slurm_hooks.state import load_kernel_pos
+from gpugate.store import history
 from gpugate.store.held import HELD_LABEL, held_now
 from gpugate.store.history import history_dir, record_resume
 from gpugate.store.outcomes import note_lift
@@ -50,6 +57,27 @@ class Request(Record):
     force: bool = False
     facts_file: str | None = None
     who: str | None = None  # the audit's `who`; None: the user running it ("gpugate health")
+    qualify: bool = False  # run the qualification the drain calls for when none passed yet
+    level: int | None = None  # --level: the level to ask for; None: the drain's own
+
+
+class Proof(Record):
+    """The qualification a resume rests on: passed or not, its level, run, jobs and why."""
+
+    passed: bool
+    level: int
+    run_id: str | None = None
+    job_ids: tuple = ()
+    why: str = ""
+    reused: bool = False  # a pass recorded since the drain began, not run for this resume
+
+    def text(self) -> str:
+        """One line for the audit's result and the admin: `qualification level 2 passed ...`."""
+        jobs = f" (job {', '.join(self.job_ids)})" if self.job_ids else ""
+        verdict = "passed" if self.passed else "failed"
+        earlier = ", recorded earlier" if self.reused else ""
+        why = f": {self.why}" if self.why and not self.passed else ""
+        return f"qualification level {self.level} {verdict}{jobs}{earlier}{why}"
 
 
 def node_facts(
@@ -101,13 +129,19 @@ def check_then_resume(
         why = f"{node} still fails its checks: {decision.failing[0].message}"
         failing = tuple(f.message for f in decision.failing)
         return _refused(config, request, info.reason, why, result).replace(failing=failing)
+    proof, refusal = qualification_gate(config, slurm, info, request)
+    if proof is not None:
+        result = f"{result}; {proof.text()}"
+    if refusal:
+        return _refused(config, request, info.reason, refusal, result, proof)
     try:
         slurm.resume(node, force=request.force)
     except NotOurDrain as exc:
         return _refused(config, request, info.reason, str(exc), result)
     except SlurmError as exc:
         return _refused(config, request, info.reason, f"scontrol could not resume it: {exc}", result)  # fmt: skip
-    lift = _audit(config, request, info.reason, result, resumed=True, boot_id=facts.boot_id)
+    lift = _audit(config, request, info.reason, result, resumed=True, boot_id=facts.boot_id,
+                  proof=proof)  # fmt: skip
     try:
         note_lift(config, node, lift)  # gpugate_false_drains_total when no repair shows
     except Exception as exc:  # the resume is done and audited; a count must not undo it
@@ -115,22 +149,131 @@ def check_then_resume(
     return Attempt(resumed=True, why="", result=result)
 
 
+def qualify_level(config: Config, reason: str | None) -> int:
+    """The level (0: none) `admin.resume_qualify` asks of a drain with this reason, by the fault
+    class of its check (a `gpugate: qualify:` drain, like any unknown id, counts as hardware)."""
+    from gpugate.checks.registry import fault_class
+
+    return int(getattr(config.admin.resume_qualify, fault_class(reason_check(reason))))
+
+
+def drain_began(config: Config, info: NodeInfo) -> float | None:
+    """When the node's drain began: its first recorded drain since its last lift, or Slurm's
+    reason time if earlier (a qualification that restores the old reason moves that time)."""
+    hist = history_dir(config)
+    try:
+        lifts = [e["when"] for e in history.resumes(hist, info.name) if e.get("resumed")]
+        starts = [e["when"] for e in history.drains(hist, info.name, since=max(lifts, default=0))]
+    except OSError:
+        starts = []
+    times = [t for t in (min(starts, default=None), info.reason_time) if t is not None]
+    return float(min(times)) if times else None
+
+
+def earlier_pass(config: Config, info: NodeInfo, level: int) -> Proof | None:
+    """A qualification of at least `level` passed since the drain began (latest_pass), if any."""
+    from gpugate.store.qualify import latest_pass
+
+    since = drain_began(config, info)
+    if since is None:  # no start known: no pass can be shown to be newer than the fault
+        return None
+    # The records live beside the drain history (gpugate/store/qualify.py): shared storage,
+    # so the nodes' `gpugate health` sees a pass recorded on the admin host.
+    entry = latest_pass(history_dir(config), info.name, since=since, level=level)
+    if not entry:
+        return None
+    jobs = tuple(str(j) for j in entry.get("job_ids") or ())
+    return Proof(passed=True, level=int(entry.get("level") or level), run_id=entry.get("run_id"),
+                 job_ids=jobs, reused=True)  # fmt: skip
+
+
+def qualification_gate(
+    config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
+) -> tuple[Proof | None, str]:
+    """The qualification this resume rests on, and why it may not go ahead ("" when it may)."""
+    node, needed = info.name, qualify_level(config, info.reason)
+    default = config.qualify.level if request.qualify and config.qualify else 1
+    level = request.level or needed or (default if request.qualify else 0)
+    if not level:
+        return None, ""
+    if level < needed and not request.force:
+        return None, (f"{node}'s drain calls for a level-{needed} qualification, more than "
+                      f"--level {level}; use --force to accept less")  # fmt: skip
+    proof = earlier_pass(config, info, level)
+    if proof is None and request.qualify:
+        proof = run_qualification(config, slurm, node, level, request)
+    if proof is None:
+        if request.force:
+            return None, ""
+        return None, (f"{node}'s drain ({info.reason!r}) calls for a level-{level} qualification "
+                      f"first: run `gpugate resume {node} --qualify` (or --force)")  # fmt: skip
+    return proof, "" if proof.passed else f"{node} {proof.text()}; it stays drained"
+
+
+def run_qualification(
+    config: Config, slurm: SlurmControl, node: str, level: int, request: Request
+) -> Proof:
+    """Qualify the drained node now; it stays drained (failed: `gpugate: qualify: ...`)."""
+    from gpugate.qualify.run import qualify_nodes
+
+    try:
+        if config.qualify is None:
+            raise ValueError("the config has no qualify: section")
+        # resume_passed=False: a passing node is drained again with its own reason, and the
+        # caller resumes it (ownership checked, one audit entry naming level and jobs); with
+        # True the run would resume it and audit the lift itself, and this resume a second time.
+        run = qualify_nodes(config, slurm, [node], level, list(config.qualify.tests),
+                            resume_passed=False, requested_by=request.who or history.current_user())  # fmt: skip
+    except Exception as exc:  # qualify_nodes re-drains what it took; the resume just refuses
+        proof = Proof(passed=False, level=level, why=f"could not run: {type(exc).__name__}: {exc}")
+        keep_drained(slurm, node, proof)
+        return proof
+    verdict = run.verdicts.get(node) or {}
+    jobs = tuple(str(j) for j in verdict.get("job_ids") or ())
+    passed = verdict.get("passed") is True
+    proof = Proof(passed=passed, level=level, run_id=run.run_id, job_ids=jobs,
+                  why="" if passed else failed_test(verdict))  # fmt: skip
+    if not passed:
+        keep_drained(slurm, node, proof)
+    return proof
+
+
+def failed_test(verdict: dict) -> str:
+    """The first failed test of a node's verdict and its job (`dcgm: ... (job 12)`), else its why."""
+    for test in verdict.get("tests") or ():
+        if isinstance(test, dict) and test.get("ok") is False:
+            job = f" (job {test['job_id']})" if test.get("job_id") else ""
+            return f"{test.get('test')}: {test.get('detail') or 'failed'}{job}"
+    return str(verdict.get("why") or "no verdict for the node")
+
+
+def keep_drained(slurm: SlurmControl, node: str, proof: Proof) -> None:
+    """A failed qualification never leaves the node schedulable: drain it if it is not."""
+    try:
+        if not slurm.node(node).drained:
+            jobs = f" (job {', '.join(proof.job_ids)})" if proof.job_ids else ""
+            slurm.drain(node, f"gpugate: qualify: {proof.why}{jobs}"[:250])
+    except Exception as exc:  # the refusal stands; the admin reads why in the audit
+        log.error(None, f"could not check that {node} stayed drained", exc)
+
+
 def _refused(
-    config: Config, request: Request, reason: str, why: str, result: str | None = None
-) -> Attempt:
+    config: Config, request: Request, reason: str, why: str, result: str | None = None,
+    proof: Proof | None = None,
+) -> Attempt:  # fmt: skip
     """A refusal, audited (an unwritable audit log does not hide the refusal itself)."""
     try:
-        _audit(config, request, reason, f"refused: {why}" + (f"; checks {result}" if result else ""), resumed=False)  # fmt: skip
+        _audit(config, request, reason, f"refused: {why}" + (f"; checks {result}" if result else ""), resumed=False, proof=proof)  # fmt: skip
     except OSError:
         pass
     return Attempt(resumed=False, why=why, result=result)
 
 
 def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool,
-           boot_id: str | None = None) -> dict:  # fmt: skip
+           boot_id: str | None = None, proof: Proof | None = None) -> dict:  # fmt: skip
     return record_resume(history_dir(config), request.node, who=request.who, why=request.why,
                          result=result, forced=request.force, reason=reason, resumed=resumed,
-                         boot_id=boot_id)  # fmt: skip
+                         boot_id=boot_id, qualification=proof.to_dict() if proof else None)  # fmt: skip
 
 
 def held_notice(config: Config, node: str) -> str | None:

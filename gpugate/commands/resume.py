@@ -1,4 +1,5 @@
-"""`gpugate resume NODE [--force]`: check the node first, resume only what passes, audited."""
+"""`gpugate resume NODE [--force] [--qualify [--level N]]`: check the node first, resume only
+what passes (and, where `admin.resume_qualify` asks, what a qualification proved), audited."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def parser() -> ArgumentParser:
         "configured replay) and resume it only if it passes and only if gpugate drained it "
         "(--force for an admin's drain or a failing check). Every attempt is appended to the "
         "audit log with who, when, why and the check result. Exit 0 resumed, 1 refused (or "
-        "Slurm does not know NODE), 2 when NODE is not one plain node name.",
+        "Slurm does not know NODE), 2 when NODE is not one plain node name. Where "
+        "admin.resume_qualify asks a qualification of the drain's fault class, the node goes "
+        "back only once one of that level passed since the drain began; --qualify runs it.",
     )
     p.add_argument("node", metavar="NODE")
     p.add_argument(
@@ -35,6 +38,20 @@ def parser() -> ArgumentParser:
         "--facts",
         metavar="FILE",
         help="a snapshot from `gpugate facts` run on NODE (at most an hour old)",
+    )
+    p.add_argument(
+        "--qualify",
+        action="store_true",
+        help="after the checklist passes, run the qualification the drain calls for (unless "
+        "one passed since the drain began) and resume only if it passes",
+    )
+    p.add_argument(
+        "--level",
+        type=int,
+        choices=range(1, 5),
+        metavar="N",
+        help="qualification level 1-4 (dcgmi diag -r N); default: the drain's "
+        "(admin.resume_qualify), else qualify.level",
     )
     p.add_argument("--config", metavar="FILE", help="site config")
     return p  # fmt: skip
@@ -56,7 +73,8 @@ def main(argv: list[str]) -> int:
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
 
-    request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts)
+    request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts,
+                      qualify=args.qualify, level=args.level)  # fmt: skip
     attempt = check_then_resume(config, slurm, info, request)
     for message in attempt.failing:
         print(f"  FAIL    {message}")

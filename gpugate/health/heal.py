@@ -6,6 +6,8 @@ NVLink) stays until a person resumes the node, or until repair evidence shows (t
 changed since the drain: the node rebooted) and the whole checklist passes. A node drained
 `admin.rma_after_drains` times in the window for the same hardware check is never lifted here:
 it is an RMA candidate. Drains gpugate did not set never reach these rules (slurm_hooks/health.py).
+Where `admin.resume_qualify` asks a qualification of the drain's fault class, a lift also waits
+for a pass recorded since the drain began (proof_gate), as `gpugate resume` does.
 """
 
 from __future__ import annotations
@@ -63,3 +65,16 @@ def heal_verdict(
         return HealVerdict(action=LIFT, entry=entry, why="repaired: GPU reset")
     return HealVerdict(action=KEEP, entry=entry, why=f"hardware fault ({entry.check}): "
                        "waits for a person or a repair (a reboot, then a passing checklist)")  # fmt: skip
+
+
+def proof_gate(verdict: HealVerdict, qualify_level: int, qualified: bool) -> HealVerdict:
+    """A lift the site makes wait for a qualification (admin.resume_qualify) waits for a pass."""
+    if verdict.action != LIFT or not qualify_level or qualified:
+        return verdict
+    # health never runs a qualification itself (minutes of exclusive jobs): the admin's
+    # `gpugate resume NODE --qualify` does, or a sweep's pass recorded since the drain.
+    return verdict.replace(
+        action=KEEP,
+        why=f"{verdict.why}, but a level-{qualify_level} qualification must pass first "
+        "(gpugate resume NODE --qualify)",
+    )

@@ -231,6 +231,7 @@ def record_resume(
     resumed: bool = True,
     boot_id: str | None = None,
     repair: str | None = None,
+    qualification: dict | None = None,
 ) -> dict:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
     why, the check's result; the entry."""
@@ -252,6 +253,8 @@ def record_resume(
         entry["boot_id"] = boot_id
     if repair:
         entry["repair"] = repair
+    if qualification:  # the qualification the lift rests on (admin/resume.py: Proof)
+        entry["qualification"] = qualification
 
     with _lock(state_dir):
         append(os.path.join(state_dir, AUDIT), [entry], sync=True)
