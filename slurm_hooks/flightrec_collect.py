@@ -80,6 +80,8 @@ def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> di
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     empty = {"records": [], "errors": [], "searched": [d + "/" + p + "*" for d, p in places]}
+    if not _candidates(places):
+        return {**empty, "truncated": False, "raw": {}}  # no dump: no child to start
     try:
         got = as_user(uid, gid, TASK, kwargs, timeout)
     except UserFileError as exc:
@@ -101,6 +103,17 @@ def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> di
             errors.append({"name": str(name), "error": "the reader sent a dump that is not base64"})
     return {**empty, "records": records, "errors": errors,
             "truncated": got.get("truncated") is True, "raw": raw}  # fmt: skip
+
+
+def _candidates(places: list[list[str]]) -> bool:
+    """Whether any place holds a name with its prefix (names only: root opens nothing here)."""
+    for directory, prefix in places:
+        try:
+            if any(n.startswith(prefix) for n in os.listdir(directory)):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def bundle_files(flightrec: dict | None) -> dict[str, str | bytes]:

@@ -157,7 +157,14 @@ def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
 
     monkeypatch.setattr(U, "as_user", fake_as_user)
     config = default_config().replace(state_dir=str(tmp_path / "state"))
+    tp = config.task_prolog.replace(nccl_debug_dir=str(tmp_path / "nccl"))
+    config = config.replace(task_prolog=tp)
     env = HookEnv(job_id="42", node="n2", uid=1234, gid=1234, start_time=1700000000)
+    job_dir = tmp_path / "nccl" / "42"
+    job_dir.mkdir(parents=True)
+    monkeypatch.setattr(FC, "FR_DEFAULT_PREFIX", str(tmp_path / "nccl_trace_rank_"))  # not /tmp
+    assert FC.collect_dumps(config, env, {}, 5.0)["records"] == [] and not seen  # no child
+    (job_dir / "fr_rank_1").write_bytes(b"x")
     got = FC.collect_dumps(config, env, {}, 5.0)
     assert seen["uid"] == 1234 and seen["task"] == FC.TASK
     assert seen["kwargs"]["since"] == 1700000000.0
@@ -171,6 +178,10 @@ def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
 
 def test_collect_says_why_when_the_user_cannot_be_read_as(tmp_path):
     config = default_config()
+    tp = config.task_prolog.replace(nccl_debug_dir=str(tmp_path / "nccl"))
+    config = config.replace(task_prolog=tp)
+    (tmp_path / "nccl" / "42").mkdir(parents=True)
+    (tmp_path / "nccl" / "42" / "fr_rank_0").write_bytes(b"x")
     env = HookEnv(job_id="42", node="n2", uid=None)
     got = FC.collect_dumps(config, env, {}, 5.0)
     assert got["records"] == [] and "not reading its files as root" in got["errors"][0]["error"]
