@@ -275,3 +275,49 @@ def test_the_config_refuses_a_level_beyond_dcgm_and_a_fraction_over_one(tmp_path
         site(tmp_path, "qualify:\n  level: 5\n")
     with pytest.raises(ConfigError, match="min_fraction_of_median"):
         site(tmp_path, "qualify:\n  min_fraction_of_median: 1.5\n")
+
+
+def test_a_new_failure_over_the_drain_budget_is_recorded_not_drained(tmp_path):
+    config = site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
+                  "budget:\n  settle_s: 0\n  max_drained_share: 0.0\n  min_drains_allowed: 0\n"
+                  "  hardware_share: 0.0\n")  # fmt: skip
+    slurm = FakeSlurm(NODES)
+    result = go(config, slurm, FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST}))
+    v = result.verdicts["n2"]
+    assert v["failed"] and v["action"].startswith("not drained (budget")
+    assert slurm.drains == [] and not qualifications(config.state_dir, "n2")[0]["passed"]
+
+
+def test_the_dcgm_step_writes_the_stand_ins_verdict(tmp_path, monkeypatch):
+    from gpugate.commands import qualify as cmd
+
+    standin = os.path.join(os.path.dirname(__file__), "dcgmi_standin")
+    monkeypatch.setenv("GPUGATE_DCGMI_REPLAY", os.path.join(standin, "replay"))
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-memfail")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    out = tmp_path / "dcgm.json"
+    argv = ["--step", "dcgm", "--level", "2", "--dcgmi", os.path.join(standin, "dcgmi"),
+            "--node", "gpu-memfail", "--out", str(out), "--timeout", "60"]  # fmt: skip
+    assert cmd.main(argv) == 1
+    written = json.loads(out.read_text())
+    assert (
+        written["ok"] is False and written["job_id"] == "77" and written["nodes"] == ["gpu-memfail"]
+    )
+    assert cmd.main(["--step", "dcgm", "--node", "x"]) == 2  # no --out
+
+
+def test_no_wait_runs_the_same_qualification_detached(tmp_path, monkeypatch, capsys):
+    from gpugate.commands import qualify as cmd
+
+    started = []
+
+    class Popen:
+        def __init__(self, argv, **kw):
+            started.append((argv, kw))
+            self.pid = 4242
+
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+    assert cmd.background(["n1", "--no-wait", "--level", "2"], str(tmp_path)) == 0
+    ((argv, kw),) = started
+    assert argv[-4:] == ["qualify", "n1", "--level", "2"] and kw["start_new_session"]
+    assert "pid 4242" in capsys.readouterr().out
