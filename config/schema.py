@@ -303,6 +303,11 @@ class Qualify(Record):
     pair_busbw_gbps: float | None
     wait_s: float
     ntasks_per_node: int | None  # null: one per GPU from Slurm's Gres, 1 without GPUs
+    # Priority (sbatch --nice) of every qualification job; a sweep's (`--idle`, sweep.py) QOS
+    # and nice instead.
+    nice: int
+    sweep_qos: str | None
+    sweep_nice: int
 
 
 class SubmitPartition(Record):

@@ -2,7 +2,8 @@
 external asset): drained nodes with reasons and evidence; job failures and GPU-hours lost by
 cause (admin/losses.py, from the bundles), each failed run linked to its bundle, the requeue
 decisions, the drains the budget held back; repeat offenders, and a timeline of drains and
-resumes from the history and the audit log; inline SVG charts (admin/charts.py).
+resumes from the history and the audit log; inline SVG charts (admin/charts.py); each node's
+latest qualification (gpugate/store/qualify.py: values against floors, failures, pair verdict).
 
 Every value is escaped: drain reasons, resume notes and node names can come from anyone able
 to write a job log or run `scontrol update`, and the page must show them as text.
@@ -288,6 +289,49 @@ def held_section(held: list[dict], since: float) -> str:
     return _table(headers, body, "The drain budget held no drain back in the window.")
 
 
+def latest_per_node(entries: list[dict]) -> list[dict]:
+    """Each node's newest qualification entry, by node name."""
+    newest: dict[str, dict] = {}
+    for e in entries:
+        if e["when"] >= newest.get(e["node"], {}).get("when", float("-inf")):
+            newest[e["node"]] = e
+    return [newest[n] for n in sorted(newest)]
+
+
+def _gbps(value: object) -> str:
+    return f" {value:.1f} GB/s" if isinstance(value, (int, float)) else ""
+
+
+def measured(test: dict) -> str:
+    """One test result as a line: `pair n1-n2 3.2 GB/s (floor 9.0): FAIL`."""
+    name = str(test.get("test"))
+    if name == "pair":
+        name += " " + "-".join(map(str, test.get("nodes") or ()))
+    floor = _gbps(test.get("floor_gbps")).replace(" GB/s", "")
+    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]
+    return f"{name}{_gbps(test.get('value_gbps'))}{f' (floor{floor})' if floor else ''}: {verdict}"
+
+
+def qualify_section(entries: list[dict]) -> str:
+    """Each node's latest qualification: level, result, values against floors, failures, why."""
+    body = []
+    for e in latest_per_node(entries):
+        tests = [t for t in e.get("tests") or () if isinstance(t, dict)]
+        values = "<br>".join(esc(measured(t)) for t in tests)
+        failed = "<br>".join(esc(f"{t.get('test')}: {t.get('detail') or 'failed'}") for t in tests
+                             if t.get("ok") is False)  # fmt: skip
+        result = "passed" if e["passed"] else "FAILED"
+        body.append(
+            f'<tr><td class="node">{esc(e["node"])}</td>'
+            f'<td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["level"])}</td>'
+            f"<td>{result}</td><td>{values}</td><td>{failed}</td>"
+            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td></tr>'
+        )
+    headers = ("Node", "Latest run", "Level", "Result", "Measured (floor)", "Failures",
+               "Verdict (pairs: the link or the node)", "Jobs")  # fmt: skip
+    return _table(headers, body, "No qualification recorded (gpugate qualify).")
+
+
 def drains_chart(drains: list[dict], since: float, now: float) -> str:
     """Drains per day by check, stacked, one column per day of the window."""
     first = int(since // 86400)
@@ -366,10 +410,12 @@ def render_html(
     held: list[dict] = (),  # type: ignore[assignment]
     costs: list[dict] = (),  # type: ignore[assignment]
     requeues: list[dict] = (),  # type: ignore[assignment]
+    qualifications: list[dict] = (),  # type: ignore[assignment]
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
-    bundles; `requeues`: losses.requeue_events() of the window."""
+    bundles; `requeues`: losses.requeue_events() of the window; `qualifications`: the
+    qualification records (store/qualify.py), the latest per node shown."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -393,6 +439,8 @@ def render_html(
         f'<div class="cards">{card_html}</div>',
         '<h2 id="drained">Drained nodes</h2>',
         drained_section(rows),
+        '<h2 id="qualify">Qualification</h2>',
+        qualify_section(list(qualifications)),
         *cost_sections(costs, requeues, held, since),
         '<h2 id="record">Drains by check: how they ended</h2>',
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',

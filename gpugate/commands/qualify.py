@@ -39,6 +39,13 @@ def parser() -> ArgumentParser:
     p.add_argument("--qos", help="the jobs' QOS (default qualify.qos)")
     p.add_argument("--partition", help="the jobs' partition (default qualify.partition)")
     p.add_argument("--wait-s", type=float, help="bound on each phase (default qualify.wait_s)")
+    p.add_argument("--idle", action="store_true",
+                   help="a sweep (docs/qualify.md: scrontab): nodes Slurm shows IDLE, not drained, "
+                   "the longest unqualified first, as low-priority jobs (qualify.sweep_qos, "
+                   "sweep_nice)")  # fmt: skip
+    p.add_argument("--max-nodes", type=int, metavar="N", help="with --idle: at most N nodes")
+    p.add_argument("--nice", type=int, metavar="N",
+                   help="sbatch --nice for the jobs (default qualify.sweep_nice with --idle)")  # fmt: skip
     p.add_argument("--resume-passed", action="store_true",
                    help="resume gpugate-drained nodes that pass (audited)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="the run as one JSON object")
@@ -58,13 +65,19 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         return refuse(PROG, "qualification is for root only (it reserves, drains and resumes "
                       "nodes)", EXIT_USAGE)  # fmt: skip
-    if not args.nodes:
-        return refuse(PROG, "name at least one NODE", EXIT_USAGE)
+    if bool(args.nodes) == bool(args.idle):
+        return refuse(PROG, "name at least one NODE, or --idle (not both)", EXIT_USAGE)
     from gpugate.config import load_config
 
     config = load_config(args.config)
     if config.qualify is None:
         return refuse(PROG, "the configuration has no qualify: section", EXIT_USAGE)
+    from gpugate.qualify.sweep import sweep_config
+
+    try:  # a sweep's priority first: --qos and the others below still override it
+        config = sweep_config(config, args.nice, args.idle)
+    except ValueError as exc:
+        return refuse(PROG, exc, EXIT_USAGE)
     over = {k: getattr(args, k) for k in ("reservation", "qos", "partition") if getattr(args, k)}
     config = config.replace(qualify=config.qualify.replace(**over))
     if args.no_wait:
@@ -84,6 +97,13 @@ def run(args: Namespace, config: object) -> int:
     previous = _terminate_as_exit()
     try:
         nodes = [n for expr in args.nodes for n in slurm.expand_hostlist(expr)]
+        if args.idle:
+            from gpugate.qualify.sweep import select_idle
+
+            nodes = select_idle(config, slurm, args.max_nodes)  # type: ignore[arg-type]
+            if not nodes:
+                print(f"{PROG}: no idle node to qualify")
+                return EXIT_OK
         result = qualify_nodes(config, slurm, nodes, level, tests,  # type: ignore[arg-type]
                                resume_passed=args.resume_passed, wait_s=args.wait_s)  # fmt: skip
     except (QualifyError, ValueError) as exc:

@@ -67,6 +67,7 @@ def main(argv: list[str]) -> int:
         held=held_entries(where),
         costs=failure_costs(config, window, os.path.dirname(os.path.abspath(args.html))),
         requeues=losses.requeue_events(config.state_dir, history.window_start(window)),
+        qualifications=qualification_entries(where),
     )
     try:
         report.write_report(args.html, page)
@@ -78,6 +79,16 @@ def main(argv: list[str]) -> int:
         print(f"gpugate report: {notice}", file=sys.stderr)
         return EXIT_UNHEALTHY
     return EXIT_OK
+
+
+def qualification_entries(where: str) -> list[dict]:
+    """The qualification records (gpugate/store/qualify.py); none when they cannot be read."""
+    from gpugate.store.qualify import qualifications
+
+    try:
+        return qualifications(where)
+    except OSError:  # the page shows the rest; the section says none was recorded
+        return []
 
 
 def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict]:

@@ -105,6 +105,8 @@ def sbatch_argv(
             f"--chdir={os.path.dirname(output)}", "--no-requeue",
             # job_submit.lua (submit-policy) asks multi-node jobs for a checkpoint directory.
             "--comment=gpugate:no-ckpt"]  # fmt: skip
+    if qc.nice:  # a sweep's jobs wait behind the users' (gpugate/qualify/sweep.py)
+        argv.append(f"--nice={int(qc.nice)}")
     if gpus_per_node:
         # Every GPU of the node for the job's tasks (an exclusive job's CPUs are not its GPUs).
         argv.append(f"--gres=gpu:{int(gpus_per_node)}")

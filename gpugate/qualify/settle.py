@@ -74,6 +74,7 @@ def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tu
 def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
     """The evidence bundle, the drain history (when drained), qualify.jsonl, an event."""
     from gpugate.store.history import history_dir, note_drain
+    from gpugate.store.metrics import note_qualification
     from gpugate.store.qualify import record_qualification
 
     verdict = result.verdicts[node]
@@ -85,8 +86,9 @@ def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str
     entry = {"node": node, "when": time.time(), "run_id": result.run_id, "level": result.level,
              "passed": verdict["passed"], "tests": verdict["tests"],
              "job_ids": verdict["job_ids"], "why": verdict["why"], "by": by}  # fmt: skip
-    record_qualification(history_dir(run.config), entry, max_per_node=adm.history_max_per_node,
-                         max_entries=adm.history_max_entries)  # fmt: skip
+    full = record_qualification(history_dir(run.config), entry, max_per_node=adm.history_max_per_node,
+                                max_entries=adm.history_max_entries)  # fmt: skip
+    note_qualification(run.config, [full])  # gpugate_qualify_* (never raises)
     log.event(run.config.state_dir, "qualify", node=node, run=result.run_id,
               outcome="passed" if verdict["passed"] else "failed" if verdict["failed"] else
               "not_qualified", action=verdict["action"], jobs=verdict["job_ids"])  # fmt: skip

@@ -16,6 +16,11 @@ Series (every one labelled with the Slurm `node`):
 - `gpugate_checkpoint_age_seconds` gauge: at the last measured job end on the node (an
   abnormal end of a job with `gpugate:ckpt=DIR`), how old its newest complete checkpoint was;
   `gpugate_checkpoint_stale_ends_total` counter: such ends over `checkpoints.max_age_s`.
+- Qualification (`gpugate qualify`, issue 17), in their own file beside it (QUALIFY_FILE: the
+  admin host that runs qualifications writes the series of every node it qualified):
+  `gpugate_qualify_bandwidth_gbps{test}` gauge (the last run's value: allreduce busbw, h2d's
+  slowest GPU, pair: the node's slowest pair), `gpugate_qualify_last_pass_timestamp_seconds`
+  gauge, `gpugate_qualify_runs_total{result}` counter (passed / failed).
 
 The file is the only state: each update reads the previous file back, so counters keep
 counting across runs (a lost file restarts them at 0, which Prometheus reads as a counter
@@ -35,7 +40,7 @@ from gpugate.fsutil import FileLock, atomic_write
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from gpugate.config.schema import Config
 
@@ -76,7 +81,14 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_checkpoint_stale_ends_total": (
         "counter", "Job ends here whose work since the newest complete checkpoint was over "
         "checkpoints.max_age_s.", ()),
+    "gpugate_qualify_bandwidth_gbps": (
+        "gauge", "Bandwidth (GB/s) the node's last qualification measured, by test.", ("test",)),
+    "gpugate_qualify_last_pass_timestamp_seconds": (
+        "gauge", "Unix time of the node's last passed qualification.", ()),
+    "gpugate_qualify_runs_total": (
+        "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
+QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
@@ -226,6 +238,56 @@ def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -
         out[key] = out.get(key, 0) + 1
 
 
+def apply_qualification(samples: Samples, entries: Iterable[dict]) -> Samples:
+    """The samples after qualifications recorded as gpugate/store/qualify.py entries (pure)."""
+    out = dict(samples)
+    for e in entries:
+        n = (("node", str(e["node"])),)
+        result = "passed" if e["passed"] else "failed"
+        key = ("gpugate_qualify_runs_total", (*n, ("result", result)))
+        out[key] = out.get(key, 0) + 1
+        if e["passed"]:
+            out[("gpugate_qualify_last_pass_timestamp_seconds", n)] = round(float(e["when"]), 3)
+        measured: dict[str, float] = {}
+        for t in e.get("tests") or ():
+            value = t.get("value_gbps")
+            if isinstance(value, (int, float)) and e["node"] in (t.get("nodes") or [e["node"]]):
+                name = str(t.get("test"))  # several pairs: the node's slowest one
+                measured[name] = min(float(value), measured.get(name, float("inf")))
+        for name, value in measured.items():
+            out[("gpugate_qualify_bandwidth_gbps", (*n, ("test", name)))] = round(value, 3)
+    return out
+
+
+def note_qualification(config: Config, entries: list[dict]) -> bool:
+    """Fold recorded qualifications into QUALIFY_FILE beside `admin.metrics_file`, never
+    raising (as note_run: nothing without node_exporter's directory); True if written."""
+    path = config.admin.metrics_file
+    if not path or not entries or not os.path.isdir(os.path.dirname(path) or "."):
+        return False
+    path = os.path.join(os.path.dirname(path) or ".", QUALIFY_FILE)
+    try:
+        _fold(path, lambda previous: apply_qualification(previous, entries))
+    except Exception as exc:  # the qualification is recorded; a metric must not undo it
+        log.error(config.state_dir, f"qualify: could not update {path}", exc)
+        return False
+    return True
+
+
+def _fold(path: str, change: Callable[[Samples], Samples]) -> None:
+    """Read the textfile back, change its samples and write it again (locked, atomic)."""
+    directory = os.path.dirname(path) or "."
+    lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
+    with FileLock(lock, 0o644, gid=-1):  # node_exporter's directory: its group stays
+        try:
+            # gpugate's series are a few KB; a bigger file is not ours to parse whole.
+            with open(path, encoding="utf-8") as fh:
+                previous = parse_samples(fh.read(READ_MAX))
+        except (OSError, UnicodeDecodeError):
+            previous = {}
+        atomic_write(path, render(change(previous)), mode=0o644)
+
+
 def update_metrics(
     path: str,
     node: str,
@@ -239,17 +301,7 @@ def update_metrics(
     prolog's replace every check's status, other hooks' update only the checks they name.
     `run` holds apply_run()'s other keywords (duration_s, drained_check, category, ...).
     """
-    directory = os.path.dirname(path) or "."
-    lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
-    with FileLock(lock, 0o644, gid=-1):  # node_exporter's directory: its group stays
-        try:
-            # gpugate's series are a few KB; a bigger file is not ours to parse whole.
-            with open(path, encoding="utf-8") as fh:
-                previous = parse_samples(fh.read(READ_MAX))
-        except (OSError, UnicodeDecodeError):
-            previous = {}
-        samples = apply_run(previous, node, hook, findings, **run)  # type: ignore[arg-type]
-        atomic_write(path, render(samples), mode=0o644)
+    _fold(path, lambda previous: apply_run(previous, node, hook, findings, **run))  # type: ignore[arg-type]
 
 
 def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
