@@ -243,3 +243,12 @@ def test_a_pass_in_the_qualification_store_beside_the_history_counts(tmp_path, m
     record_qualification(where, {"node": NODE, "when": time.time(), "run_id": "q-6", "level": 2,
                                  "passed": False, "tests": [], "job_ids": ["56"], "why": "x", "by": "root"})  # fmt: skip
     assert not site.resume().resumed
+
+
+@pytest.mark.parametrize("bad", ["0", "5", "two"])
+def test_the_cli_refuses_a_level_dcgm_does_not_have(bad, capsys):
+    from gpugate import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["resume", NODE, "--qualify", "--level", bad])
+    assert exc.value.code == 2 and "--level" in capsys.readouterr().err
