@@ -12,7 +12,8 @@ from gpugate.qualify.pairs import judge_bandwidth, judge_pairs, pair_rounds, thr
 def all_pairs(nodes: list[str], fast: float = 40.0, slow: dict | None = None) -> dict:
     """Every pair at `fast` GB/s except those in `slow` ({(a, b): value})."""
     values = {p: fast for p in itertools.combinations(nodes, 2)}
-    values.update(slow or {})
+    # A slow pair may be named in either order: it replaces that pair, never adds a fifth one.
+    values.update({tuple(sorted(pair)): v for pair, v in (slow or {}).items()})
     return values
 
 
