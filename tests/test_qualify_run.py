@@ -139,6 +139,17 @@ def test_a_node_slow_with_every_partner_is_named_and_drained_the_others_pass(con
     assert "allreduce.json" in summary["files"] and "dcgm.json" in summary["files"]
 
 
+def test_a_low_priority_sweep_of_nodes_in_service_makes_no_reservation(config):
+    slurm = FakeSlurm(NODES)
+    ops = FakeOps(slurm, {"n1": FAST, "n2": FAST, "n3": FAST})
+    swept = config.replace(qualify=config.qualify.replace(nice=100))
+    result = go(swept, slurm, ops)
+    assert all(v["passed"] for v in result.verdicts.values())
+    assert ops.reservations == [] and result.reservation is None
+    assert all("--nice=100" in a and not any(x.startswith("--reservation") for x in a)
+               for a in ops.submitted)  # fmt: skip
+
+
 def test_a_drained_node_is_resumed_into_the_reservation_and_drained_again_as_before(config):
     old = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
     slurm = FakeSlurm(["n1", drained("n2", old), "n3"])

@@ -218,7 +218,9 @@ class _Run:
 
     def _reserve(self) -> None:
         # A drained node may only be resumed into a reservation only root can use: gpugate's.
-        if self.reservation and not self.drained:
+        # Without one, a site reservation serves; so does none for a low-priority sweep (nice > 0):
+        # its jobs wait behind the users' instead of holding their nodes for the whole run.
+        if not self.drained and (self.reservation or self.qc.nice):
             return
         phases = 1 + (len(self.nodes) if "pairs" in self.tests else 0)
         minutes = phases * math.ceil(self.wait_s / 60) + 10  # the backstop if gpugate dies
