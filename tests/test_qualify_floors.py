@@ -62,7 +62,7 @@ def test_a_site_file_sets_a_board_floor(tmp_path: Path) -> None:
         350.0,
         "board h200-sxm-8 qualify_busbw_gbps",
     )
-    assert load_config("/dev/null").boards["h200-sxm-8"].qualify_busbw_gbps is None
+    assert load_config("/dev/null").boards["h200-sxm-8"].qualify_busbw_gbps == 225.0
 
 
 def test_the_node_expectations_carry_the_board_floors(tmp_path: Path) -> None:
@@ -75,3 +75,26 @@ def test_the_node_expectations_carry_the_board_floors(tmp_path: Path) -> None:
     expected = expectations(make_facts([make_gpu(name="NVIDIA H200")]), load_config(str(site)))
     assert expected.board == "h200-sxm-8"
     assert (expected.qualify_h2d_gbps, expected.qualify_busbw_gbps) == (50.0, None)
+
+
+def test_with_board_auto_the_payloads_gpu_name_picks_the_board_floor() -> None:
+    from gpugate.qualify.judge import _floor
+
+    config = load_config(str(Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml"))
+    assert config.board == "auto"
+    # The most specific pattern wins: "H200 NVL" is a PCIe card with no NVLink floor.
+    assert _floor(config, "allreduce", "nccl", None, "NVIDIA H200") == (
+        225.0, "board h200-sxm-8 qualify_busbw_gbps")  # fmt: skip
+    assert _floor(config, "allreduce", "nccl", None, "NVIDIA H200 NVL")[0] is None
+    assert _floor(config, "h2d", None, None, "NVIDIA A100-SXM4-80GB")[0] == 15.0
+    # No name (gloo, or an old payload): the median alone, as before.
+    assert _floor(config, "allreduce", "nccl", None, None)[0] is None
+
+
+def test_every_cited_board_floor_is_below_its_links_raw_rate() -> None:
+    # Half the per-direction rate (config/gpugate.yaml): NVLink 4 450, NVLink 5 900, PCIe Gen5 63.
+    config = load_config(str(Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml"))
+    raw = {"h100-sxm-8": 450, "h200-sxm-8": 450, "b200-8": 900, "a100-sxm-8": 300}
+    for name, rate in raw.items():
+        assert config.boards[name].qualify_busbw_gbps == rate / 2
+    assert config.boards["h100-sxm-8"].qualify_h2d_gbps < 63

@@ -178,12 +178,20 @@ def _missing(job: Job, test: str) -> str:
     return f"job {job.job_id} wrote no {test} result (see {job.output})"
 
 
-def _floor(config: Config, test: str, backend: object, site: float | None) -> tuple:
+def _floor(
+    config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
+) -> tuple:
     from gpugate.qualify.floors import floor_for
 
-    board = config.boards.get(config.board)  # "auto": each node's own board, unknown here
+    name = config.board if config.board in config.boards else None
+    if name is None and isinstance(gpu_name, str) and gpu_name:
+        # board: auto. The payload names the GPU model it ran on; the same match the checks use.
+        from gpugate.checks.boards import match_board
+
+        name = match_board([gpu_name], config.boards)[0]
+    board = config.boards.get(name) if name else None
     known = backend if backend in ("nccl", "gloo") else None
-    return floor_for(board, test, known, site, board_name=config.board if board else None)
+    return floor_for(board, test, known, site, board_name=name)
 
 
 def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) -> tuple:
@@ -193,7 +201,7 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
     errors: dict = {}
     missing: dict = {}
     unproven: dict = {}
-    backend = None
+    backend = gpu_name = None
     for job in node_jobs:
         node = job.nodes[0]
         raw = read_result(jobs.result_path(run_dir, job.nodes, test))
@@ -205,9 +213,10 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
         else:
             values[node] = value_of(raw)
             backend = backend or raw.get("backend")
+            gpu_name = gpu_name or raw.get("gpu_name")
     qc = config.qualify
     site = qc.gloo_busbw_gbps if test == "allreduce" and backend == "gloo" else None
-    floor = _floor(config, test, backend, site)
+    floor = _floor(config, test, backend, site, gpu_name)
     ids = {j.nodes[0]: j.job_id for j in node_jobs}
     return bandwidth_results(test, values, errors, missing, floor,
                              qc.min_fraction_of_median, ids), unproven  # fmt: skip

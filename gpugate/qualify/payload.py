@@ -166,11 +166,13 @@ def run_allreduce(args: argparse.Namespace, ranks: Ranks, delays: dict[str, floa
         timeout=timedelta(seconds=args.timeout_s),
     )
     backend = _choose_backend(torch, dist, args.backend)
-    group, device = None, "cpu"
+    group, device, gpu_name = None, "cpu", None
     if backend == "nccl":
         index = ranks.local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
         device = f"cuda:{index}"
+        # The model string NVML reports too: gpugate matches the board profile (its floors) by it.
+        gpu_name = torch.cuda.get_device_name(index)
         group = dist.new_group(backend="nccl")
     nodes: list = [None] * ranks.world_size
     dist.all_gather_object(nodes, ranks.node)
@@ -193,6 +195,7 @@ def run_allreduce(args: argparse.Namespace, ranks: Ranks, delays: dict[str, floa
         "seconds": seconds,
         "algbw_gbps": algbw,
         "busbw_gbps": busbw,
+        "gpu_name": gpu_name,
         "injected_delay": delays,
     }
 
@@ -205,6 +208,7 @@ def run_h2d(args: argparse.Namespace, ranks: Ranks) -> dict:
         result["skipped"] = "no CUDA device"
         return result
     size_bytes = args.size_mib * MIB
+    result["gpu_name"] = torch.cuda.get_device_name(0)
     host = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
     for index in range(torch.cuda.device_count()):
         with torch.cuda.device(index):
