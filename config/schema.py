@@ -193,6 +193,8 @@ class TaskProlog(Record):
     # PyTorch's flight recorder (slurm_hooks/task_prolog.py: flight_recorder_exports).
     flight_recorder: bool
     fr_buffer_size: int
+    # Also the TORCH_NCCL_* names, for PyTorch before 2.8 (2.8+ warns once per process).
+    fr_legacy_names: bool = True
 
 
 class Epilog(Record):

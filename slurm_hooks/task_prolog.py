@@ -58,7 +58,8 @@ def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list
 
 
 # PyTorch's flight recorder, each setting under its newer TORCH_FR_* name and the older
-# TORCH_NCCL_* one (PyTorch 2.2-2.5 read only those). 2.14.1 reads both, the TORCH_FR_* name
+# TORCH_NCCL_* one (PyTorch before 2.8 reads only those: NVIDIA/nvidia-resiliency-ext PR 163;
+# task_prolog.fr_legacy_names: false drops them). 2.14.1 reads both, the TORCH_FR_* name
 # first (torch/csrc/distributed/c10d/FlightRecorder.hpp: getCvarInt({"TORCH_FR_BUFFER_SIZE",
 # "TORCH_NCCL_TRACE_BUFFER_SIZE"}, 2000); the dump names are strings in libtorch_cpu.so). A
 # job that set either name keeps its own setting: neither is exported then.
@@ -94,13 +95,14 @@ def flight_recorder_exports(
     if job_id and (_task_data(config, job_id) or {}).get("no_fr") is True:
         return []
     out: list[tuple[str, str]] = []
+    names = slice(None) if tp.fr_legacy_names else slice(1)  # the TORCH_FR_* name comes first
     if not any(name in environ for name in FR_BUFFER):
-        out += [(name, str(tp.fr_buffer_size)) for name in FR_BUFFER]
+        out += [(name, str(tp.fr_buffer_size)) for name in FR_BUFFER[names]]
     out.append((FR_DUMP_ON_TIMEOUT, "1"))
     job_dir = nccl_job_dir(config, job_id)
     usable = job_dir and os.path.isdir(job_dir) and os.access(job_dir, os.W_OK)
     if usable and not any(name in environ for name in FR_DUMP_FILE):
-        out += [(name, os.path.join(job_dir, FR_PREFIX)) for name in FR_DUMP_FILE]
+        out += [(name, os.path.join(job_dir, FR_PREFIX)) for name in FR_DUMP_FILE[names]]
     return out
 
 

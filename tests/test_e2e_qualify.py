@@ -55,7 +55,10 @@ def cluster(site: Site):
 
 def qualify(site: Site, cluster: LocalSlurm, *args: str) -> subprocess.CompletedProcess:
     """`gpugate qualify` as root against this cluster, n2 slowed by the payload's test hook."""
-    hooks = {"GPUGATE_DCGMI_REPLAY": str(STANDIN / "replay"), "GPUGATE_QUALIFY_TEST_DELAY": "n2:250"}
+    hooks = {
+        "GPUGATE_DCGMI_REPLAY": str(STANDIN / "replay"),
+        "GPUGATE_QUALIFY_TEST_DELAY": "n2:250",
+    }
     return subprocess.run(
         [str(Path(sys.executable).parent / "gpugate"), "qualify", *args, "--config", str(site.config)],
         env={**cluster.env(), **hooks}, capture_output=True, text=True, timeout=240,

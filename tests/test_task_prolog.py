@@ -310,6 +310,18 @@ def test_the_flight_recorder_is_on_under_both_names_dumping_into_the_job_directo
     assert pairs["TORCH_FR_DUMP_TEMP_FILE"] == pairs["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
 
 
+def test_a_fleet_on_pytorch_2_8_or_later_gets_only_the_torch_fr_names(tmp_path):
+    config, made = _prepared(tmp_path, fr_legacy_names=False)
+    pairs = dict(exports(config, {}, "42"))
+    assert pairs["TORCH_FR_BUFFER_SIZE"] == "2000"
+    assert pairs["TORCH_FR_DUMP_TEMP_FILE"] == os.path.join(made, "fr_rank_")
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in pairs
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in pairs
+    # The job's own old-name setting still wins: nothing of that setting is exported then.
+    pairs = dict(exports(config, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "500"}, "42"))
+    assert "TORCH_FR_BUFFER_SIZE" not in pairs
+
+
 def test_no_dump_prefix_without_the_prepared_directory(tmp_path):
     pairs = dict(exports(config_with(tmp_path), {}, "42"))
     assert pairs["TORCH_FR_BUFFER_SIZE"] == "2000"  # the packaged default
@@ -357,9 +369,7 @@ def test_the_site_turns_it_off(tmp_path):
         ("xgpugate:no-fr", False),
     ],
 )
-def test_the_comment_opt_out_reaches_the_task_prolog_through_the_task_file(
-    tmp_path, comment, off
-):
+def test_the_comment_opt_out_reaches_the_task_prolog_through_the_task_file(tmp_path, comment, off):
     from gpugate.slurm_hooks.hookenv import HookEnv
     from gpugate.slurm_hooks.prolog import prepare_task_file
 
