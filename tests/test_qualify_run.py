@@ -332,3 +332,17 @@ def test_no_wait_runs_the_same_qualification_detached(tmp_path, monkeypatch, cap
     ((argv, kw),) = started
     assert argv[-4:] == ["qualify", "n1", "--level", "2"] and kw["start_new_session"]
     assert "pid 4242" in capsys.readouterr().out
+
+
+def test_old_run_directories_are_pruned_keeping_the_newest(tmp_path):
+    from gpugate.qualify.run import new_run
+
+    state = str(tmp_path / "state")
+    made = [new_run(state, keep=3)[1] for _ in range(5)]
+    # A name that is not a run is never touched.
+    (tmp_path / "state" / "qualify" / "notes").mkdir()
+    new_run(state, keep=3)
+    left = sorted(os.listdir(tmp_path / "state" / "qualify"))
+    assert "notes" in left and len(left) == 4
+    assert not os.path.exists(made[0]) and not os.path.exists(made[2])
+    assert os.path.exists(made[4])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 from gpugate import log
@@ -130,13 +131,38 @@ def check_request(config: Config, nodes: list[str], tests: list[str] | None) -> 
     return [t for t in TESTS if t in chosen]
 
 
-def new_run(state_dir: str) -> tuple[str, str]:
-    """(run id, its root-only directory state_dir/qualify/<run id>)."""
+# Run directories kept under state_dir/qualify/ (the newest, by their time-stamped names): each
+# run's results also live in the nodes' evidence bundles, which have their own retention, so a
+# weekly sweep never fills the state directory.
+KEEP_RUNS = 50
+
+
+_RUN_NAME = re.compile(r"\d{8}T\d{12}-[0-9a-f]{6}")
+
+
+def new_run(state_dir: str, keep: int = KEEP_RUNS) -> tuple[str, str]:
+    """(run id, its root-only directory state_dir/qualify/<run id>); the oldest runs pruned."""
     from gpugate.fsutil import private_dir
 
-    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+    # Microseconds in the name: runs sort by when they began, even within one second.
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}"
+    run_id = stamp + "-" + os.urandom(3).hex()
     parent = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
+    prune_runs(parent, keep - 1)
     return run_id, private_dir(os.path.join(parent, run_id), 0o700, gid=-1)
+
+
+def prune_runs(parent: str, keep: int) -> list[str]:
+    """Remove all but the newest `keep` run directories under `parent`; return those removed."""
+    from gpugate.fstree import remove_tree
+
+    runs = sorted(n for n in os.listdir(parent) if _RUN_NAME.fullmatch(n))
+    removed = []
+    for name in runs[: max(0, len(runs) - keep)]:
+        if remove_tree(os.path.join(parent, name)):
+            removed.append(name)
+    return removed
 
 
 def qualify_nodes(
