@@ -361,3 +361,25 @@ def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
     record_vote(config.admin.history_dir, "b", "250", "nccl_timeout", None, None, uid=7)
     decision, done = run_requeue(config, job, slurm, wait_s=0, dry_run=True)
     assert decision.suspects == ("b",) and any("exclude b" in d for d in done)
+
+
+def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None:
+    from fakes import FakeSlurm
+
+    from gpugate.commands.epilog_slurmctld import run_requeue
+
+    config = _controller_site(tmp_path, "306")
+    job = _job("306").replace(state="NODE_FAIL", comment="gpugate:requeue")
+    from gpugate.slurm_hooks.slurm.records import JobInfo
+
+    held = JobInfo(job_id=306, state="NODE_FAIL", nodes=("a", "b", "c"), requeue=True)
+    slurm = FakeSlurm(nodes=("a", "b", "c"), jobs=[held])
+    decision, done = run_requeue(config, job, slurm, wait_s=0)
+    assert decision.requeue and "flight recorder comment" in done
+    comment = slurm.job("306").admin_comment
+    assert "gpugate: flight recorder (the job's dumps): rank 1 on b never entered" in comment
+    # Told once: a second controller epilog of the same run writes nothing more.
+    from gpugate.flightrec.votes import tell_culprit
+
+    again = tell_culprit(config, slurm, job)
+    assert again == "flight recorder comment (unchanged: already there, or no room)"

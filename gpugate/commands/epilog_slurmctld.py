@@ -7,7 +7,7 @@ import os
 from gpugate import log
 from gpugate.checkpoints.freshness import tell_stale
 from gpugate.commands import run_hook_command
-from gpugate.flightrec.votes import with_culprit
+from gpugate.flightrec.votes import tell_culprit, with_culprit
 from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
 from gpugate.slurm_hooks.requeue import (
     JobEnd,
@@ -69,8 +69,8 @@ def run_requeue(
         decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir))
     done = apply(decision, slurm, job, config, dry_run=dry_run)
     if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
-        told = tell_stale(slurm, job.job_id, summaries)
-        done += [told] if told else []
+        told = [tell_stale(slurm, job.job_id, summaries), tell_culprit(config, slurm, job)]
+        done += [t for t in told if t]
     return decision, done
 
 

@@ -15,6 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.requeue import JobEnd
+    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
 
@@ -70,3 +71,23 @@ def with_culprit(
     if not hardware and not earlier:
         return suspects  # the user's dumps alone never exclude a node
     return (node, *(n for n in suspects if n != node))
+
+
+def tell_culprit(config: Config, slurm: SlurmControl, job: JobEnd) -> str | None:
+    """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
+
+    Only on a requeued job (pending again: slurmctld refuses an AdminComment on a finished
+    one, gpugate/checkpoints/freshness.py tell_stale). The text names the job's own dumps as
+    its source; admin_comment makes it one clean, capped line (op names come from the dumps).
+    """
+    _, found = culprit_node(config, job)
+    text = (found or {}).get("text")
+    if not isinstance(text, str) or not text or (found or {}).get("state") is None:
+        return None
+    try:
+        written = slurm.add_admin_comment(job.job_id, f"flight recorder (the job's dumps): {text}")
+    except Exception as exc:  # the requeue is done; the bundles and `gpugate evidence` say it
+        return f"flight recorder comment failed: {exc}"
+    return "flight recorder comment" + (
+        "" if written else " (unchanged: already there, or no room)"
+    )
