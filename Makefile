@@ -13,8 +13,11 @@ venv: $(STAMP)
 
 # PyTorch for the jobs the end-to-end tests run under Slurm (issue 17's bandwidth qualification,
 # issue 18's flight recorder), in a virtualenv of its own: gpugate itself never imports torch,
-# the jobs do, as the job's user. CPU only is enough (the gloo backend). GPUGATE_NO_TORCH=1
-# skips it (those tests then skip, unless GPUGATE_REQUIRE_TORCH=1, as .ci/run sets).
+# the jobs do, as the job's user. CPU only is enough (the gloo backend). Pinned: 2.13.0 is the
+# CPU build these machines keep on disk (about 1 GB installed, against 5.5 GB for a CUDA build
+# and its libraries, whose writes also evict the page cache the timing-sensitive tests rely
+# on); elsewhere pip takes 2.13.0 from PyPI. GPUGATE_NO_TORCH=1 skips it (those tests then
+# skip, unless GPUGATE_REQUIRE_TORCH=1, as .ci/run sets).
 TORCH_VENV ?= .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
@@ -22,7 +25,7 @@ torch: $(TORCH_STAMP)
 
 $(TORCH_STAMP):
 	$(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/pip install --quiet --disable-pip-version-check torch numpy
+	$(TORCH_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 numpy
 	touch $(TORCH_STAMP)
 
 $(STAMP): pyproject.toml
