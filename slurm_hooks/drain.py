@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm_hooks.slurm.records import NodeInfo
 
 
 def drain_detail(failing: list[Finding]) -> tuple[str, str]:
@@ -75,6 +76,17 @@ def drain_node(
     return DrainOutcome(reason=reason, drained=True)
 
 
+# Two jobs' prologs on one node can drain it together; when the other's settle undoes the drain
+# beyond the budget (or an admin resumes the node) while ours waits, refusing our job would have
+# Slurm drain the node itself ("Prolog error"): the job runs instead.
+LIFTED = "the drain was lifted while it settled (beyond the budget, or by an admin)"
+
+
+def _lifted(info: NodeInfo | None) -> bool:
+    """Whether a node record shows gpugate's drain gone (None: the node is not listed)."""
+    return info is not None and not (info.drained and info.gpugate_owned)
+
+
 def settle_budget(
     slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
 ) -> str | None:
@@ -84,12 +96,20 @@ def settle_budget(
         nodes = slurm.nodes()
     except Exception:
         return None  # cannot tell: keep the drain (the normal action)
+    if _lifted(nodes.get(node)):
+        return LIFTED
     verdict = keeps_drain(nodes, node, config.budget, time.time(), check)
     if verdict.allowed:
         return None
     try:
         slurm.resume(node)
     except Exception as exc:
+        try:  # the other prolog on this node may have undone it a moment before us
+            lifted = _lifted(slurm.node(node))
+        except Exception:
+            lifted = False
+        if lifted:
+            return LIFTED
         note(f"could not undo the drain of {node} beyond the budget: {exc}")
         return None
     _over_budget_actions(slurm, node, reason, verdict.why, config)

@@ -8,6 +8,7 @@ from test_prolog import env, setup
 
 from gpugate.slurm_hooks.budget import check_budget, keeps_drain
 from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.slurm_hooks.slurm.control import SlurmError
 from gpugate.slurm_hooks.slurm.records import NodeInfo
 
 NOW = 1_800_000_000.0
@@ -119,3 +120,46 @@ def test_a_drain_beyond_the_budget_is_undone(tmp_path):
     assert slurm.drains and slurm.resumed == ["gpu-node-01"]
     assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
     assert "would drain (budget exceeded" in slurm.node_comments[0][1]
+
+
+class SameNodeSlurm(FakeSlurm):
+    """A second job's prolog on the same node undid the drain while ours settled."""
+
+    def nodes(self, names=None):
+        listing = super().nodes(names)
+        if self.drains:  # our settle's read: the other prolog has resumed the node meanwhile
+            self.infos[NODE] = node(NODE)
+            listing = super().nodes(names)
+        return listing
+
+
+def test_a_drain_lifted_while_it_settles_lets_the_job_run(tmp_path):
+    # Refusing would have Slurm drain the node itself ("Prolog error"), past the budget.
+    slurm = SameNodeSlurm(nodes=[*cluster(4).values(), node(NODE)])
+    config = setup(tmp_path, make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
+    result = run_prolog(config, env(), slurm)
+    assert slurm.drains and slurm.resumed == []  # drained, then lifted by the other prolog
+    assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
+
+
+class ResumedFirstSlurm(FakeSlurm):
+    """Our settle ranks the drain beyond the budget, but the other prolog resumed it first."""
+
+    def __init__(self) -> None:
+        super().__init__(nodes=[*cluster(4).values(), node(NODE), node("a-node")])
+
+    def _write_drain(self, name: str, reason: str) -> None:
+        super()._write_drain(name, reason)
+        self.infos["a-node"] = self.infos[name].replace(name="a-node")  # outranks ours
+
+    def resume(self, name: str, force: bool = False) -> None:
+        self.infos[name] = node(name)  # the other prolog's resume landed a moment earlier
+        raise SlurmError("Invalid node state specified")
+
+
+def test_a_drain_the_other_prolog_undid_first_lets_the_job_run(tmp_path):
+    slurm = ResumedFirstSlurm()
+    config = setup(tmp_path, make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
+    config = config.replace(budget=config.budget.replace(hardware_checks=[]))
+    result = run_prolog(config, env(), slurm)
+    assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
