@@ -24,6 +24,7 @@ _CHOICES = {
     "checks.pcie.generation": ("max", "current"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "prolog.on_error": ("allow", "refuse"),
+    "health.suspect_action": ("qualify", "review"),
 }
 # Mappings whose keys and values are closed sets: path -> (key pattern, what a key is, values).
 _KEYED = {
@@ -52,6 +53,9 @@ _AT_MOST = {
 _AT_LEAST = {
     "health.heal_after_passes": 1,
     "health.suspect_users_min": 1,
+    "health.suspect_votes_per_user": 1,
+    "checks.kernel.app_xid_users_min": 1,
+    "checks.kernel.app_xid_jobs_per_user": 1,
     "checkpoints.max_age_s": 1,
     "qualify.level": 1,
     "qualify.time_limit_min": 1,

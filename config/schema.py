@@ -113,6 +113,7 @@ class KernelChecks(Record):
     app_xid_repeat_max: int  # no longer drains by itself (kept so site files stay valid)
     app_xid_jobs_min: int
     app_xid_users_min: int
+    app_xid_jobs_per_user: int
     app_xid_window_h: float
     xid_actions: dict[str, str]  # Xid code -> drain / reboot / warn / ignore (site override)
 
@@ -267,11 +268,16 @@ class Health(Record):
     reboot: bool
     gpu_reset: bool
     gpu_reset_timeout_s: float
-    # Cross-job suspect voting (gpugate/store/suspects.py): a node that failed first in this
-    # many failed multi-node jobs within the window (hours) is drained; 0: no voting.
+    # Cross-job suspect voting (slurm_hooks/suspicion.py): a node that failed first in this
+    # many failed multi-node jobs within the window (hours) is flagged suspect; 0: no voting.
     suspect_votes: int
     suspect_window_h: float
     suspect_users_min: int  # votes must come from jobs of this many distinct users
+    suspect_votes_per_user: int  # one user's jobs count at most this many votes
+    # A flag asks for `qualify` (gpugate runs it) or a `review` (an admin looks, gpugate nodes);
+    # at most suspect_qualify_per_day qualifications a day for suspects, across the cluster.
+    suspect_action: str
+    suspect_qualify_per_day: int
 
 
 class Checkpoints(Record):

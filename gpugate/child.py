@@ -38,6 +38,7 @@ TASKS = frozenset(
         "gpugate.checkpoints.freshness:newest_complete",
         "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",
+        "gpugate.qualify.launch:qualify_suspect",
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }
 )

@@ -14,6 +14,7 @@ import time
 from gpugate.checks.registry import hardware_checks
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.log import say
 from gpugate.record import Record
 from gpugate.slurm_hooks import collect
 from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
@@ -23,6 +24,8 @@ from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
 from gpugate.store import app_xids as xid_history
+from gpugate.store.history import history_dir
+from gpugate.store.suspects import closed_at
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,9 +114,9 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
-    decision = hardware_decision(
-        facts, fresh, config, app_xids=note_app_xids(config, env, facts, fresh)
-    )
+    app_xids, mine = note_app_xids(config, env, facts, fresh)
+    decision = hardware_decision(facts, fresh, config, app_xids=app_xids)
+    flag_app_xid_suspect(config, env, app_xids, mine)
     hardware = list(decision.failing)
     why = abnormal_end(env)
     if why is None and hardware:
@@ -161,13 +164,42 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
 
 
-def note_app_xids(config: Config, env: HookEnv, facts: Facts, fresh: list[str]) -> tuple:
-    """Record this job's application-class Xids; the node's record within the window, with them."""
+def note_app_xids(
+    config: Config, env: HookEnv, facts: Facts, fresh: list[str]
+) -> tuple[tuple, list[dict]]:
+    """Record this job's application-class Xids; (the node's open record with them, this job's).
+
+    The record counts from the node's last resume or passed qualification on (suspects.closed_at):
+    what jobs raised before an admin cleared the node primes nothing after.
+    """
     now = time.time()
     mine = xid_history.job_events(fresh, env, facts, now)
+    if not mine:  # the rule judges only GPUs this job raised Xids on: nothing else to read
+        return (), []
     known = xid_history.load(config, now)
     xid_history.record(config, mine, now)  # best effort: never fails the epilog
-    return (*known, *mine)
+    since = closed_at(history_dir(config), env.node) if env.node else 0.0
+    return tuple(e for e in (*known, *mine) if e["t"] > since), mine
+
+
+def flag_app_xid_suspect(config: Config, env: HookEnv, app_xids: tuple, mine: list[dict]) -> None:
+    """Flag this node when a GPU of this job passes the application-Xid rule; never a drain."""
+    from gpugate.checks.kernel import app_xid_suspect, repeats
+
+    k = config.checks.kernel
+    for pci in sorted({e["gpu"] for e in mine}):
+        if env.node and app_xid_suspect(app_xids, pci, k):
+            from gpugate.slurm_hooks.suspicion import point_at
+
+            jobs, users = repeats(app_xids, pci)
+            ids = sorted({e["job"] for e in app_xids if e.get("gpu") == pci})
+            detail = f"GPU {pci}: application Xids in {jobs} jobs of {users} users"
+            try:
+                said = point_at(config, env.node, "app_xid", detail, ids, users)
+            except Exception as exc:  # bookkeeping never fails the epilog
+                said = f"not flagged: {type(exc).__name__}: {exc}"
+            say(f"epilog job {env.job_id}: {said}")
+            return
 
 
 def refused_here(config: Config, job_id: str) -> bool:

@@ -152,18 +152,31 @@ def jobs_on(pci: str, *pairs) -> tuple:
     return tuple({"gpu": pci, "xid": 31, "job": job, "uid": uid} for job, uid in pairs)
 
 
-def test_app_xids_fail_when_one_gpu_repeats_them_across_jobs_of_different_users(tmp_path):
+def suspected(f) -> bool:
+    return f.status == "warn" and "flagged for qualification" in f.message
+
+
+def test_app_xids_repeated_by_jobs_of_different_users_make_the_gpu_a_suspect_not_a_failure(
+    tmp_path,
+):
     facts = log(*_xid13_bursts(1))
-    f = app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001), ("3", 1000)))
-    assert (f.status, f.gpu, f.value, f.limit) == ("fail", 2, 3, 3)
-    assert "application Xids in 3 jobs of 2 users within 168 h" in f.message
+    f = app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001), ("3", 1000), ("4", 1001)))
+    assert (f.status, f.gpu, f.value, f.limit) == ("warn", 2, 4, 3) and suspected(f)
+    assert "application Xids in 4 jobs of 2 users within 168 h" in f.message
+    # Three users, one job each: as many users as jobs.
+    assert suspected(app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001), ("3", 1002))))
+    # One user primes (many jobs), a second tips with one: not fair, the application's fault.
+    primed = jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000), ("4", 1000), ("5", 1001))
+    assert not suspected(app_finding(facts, primed))
     # One user's three jobs, two jobs, or other GPUs' history: still the application's fault.
-    assert app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000))).status == "warn"
-    assert app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001))).status == "warn"
-    assert app_finding(facts, jobs_on(GPU5, ("1", 1000), ("2", 1001), ("3", 1002))).status == "warn"
+    assert not suspected(app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000))))
+    assert not suspected(app_finding(facts, jobs_on(GPU2, ("1", 1000), ("2", 1001))))
+    assert not suspected(app_finding(facts, jobs_on(GPU5, ("1", 1000), ("2", 1001), ("3", 1002))))
     config = site(tmp_path, "checks:\n  kernel:\n    app_xid_users_min: 1\n")
     same_user = jobs_on(GPU2, ("1", 1000), ("2", 1000), ("3", 1000))
-    assert app_finding(facts, same_user, config).status == "fail"
+    assert suspected(app_finding(facts, same_user, config))
+    # Whatever the record says, kernel.xid never fails on application Xids.
+    assert app_finding(facts, same_user, config).status != "fail"
 
 
 def test_xid_lines_name_the_process_that_raised_them():

@@ -297,40 +297,35 @@ def _job(job_id: str, uid: int = 1001):
 
 
 def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
-    from fakes import FakeSlurm
 
-    from gpugate.store.suspects import vote, votes
+    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.store.suspects import votes
 
     config = _controller_site(tmp_path, "301")
-    slurm = FakeSlurm(nodes=("a", "b", "c"))
-    said = vote(config, _job("301"), C_FIRST, "nccl_timeout", slurm, 1_800_000_000.0)
+    said = vote(config, _job("301"), C_FIRST, "nccl_timeout", 1_800_000_000.0)
     assert "suspect b" in said
     (v,) = votes(config.admin.history_dir)
     assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
 
 
-def test_the_culprit_vote_alone_never_drains(tmp_path: Path) -> None:
-    from fakes import FakeSlurm
-
-    from gpugate.store.suspects import vote
+def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
+    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.store.suspects import open_flags
 
     config = _controller_site(tmp_path, "302", users_min=2)
-    slurm = FakeSlurm(nodes=("a", "b", "c"))
     for i, job_id in enumerate(("302", "312", "322")):  # one user's jobs: votes only
         if i:
             _fr_bundles(tmp_path, job_id)
-        said = vote(config, _job(job_id), C_FIRST, "nccl_timeout", slurm, 1_800_000_000.0 + i)
-    assert slurm.drains == [] and "not drained" in said
+        said = vote(config, _job(job_id), C_FIRST, "nccl_timeout", 1_800_000_000.0 + i)
+    assert open_flags(config.admin.history_dir) == {} and "not flagged" in said
 
 
 def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
-    from fakes import FakeSlurm
-
-    from gpugate.store.suspects import vote
+    from gpugate.slurm_hooks.suspicion import vote
 
     config = _controller_site(tmp_path, "303")
     own = [dict(s, category="cuda_oom") if s["node"] == "b" else s for s in C_FIRST]
-    said = vote(config, _job("303"), own, "nccl_timeout", FakeSlurm(nodes=("a", "b", "c")), 1.8e9)
+    said = vote(config, _job("303"), own, "nccl_timeout", 1.8e9)
     assert said.startswith("no vote: b failed first")
 
 

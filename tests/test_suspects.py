@@ -10,9 +10,11 @@ from factories import default_config
 from fakes import FakeSlurm
 
 from gpugate.clock import parse_utc
+from gpugate.slurm_hooks import suspicion
 from gpugate.slurm_hooks.requeue import JobEnd
+from gpugate.slurm_hooks.suspicion import vote
 from gpugate.store import history, suspects
-from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, vote, votes
+from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
 
 NODES = ("a", "b", "c")
 T0 = 1_800_000_000.0
@@ -144,54 +146,159 @@ def test_malformed_vote_lines_are_skipped(tmp_path):
     assert [v["job"] for v in votes(str(tmp_path))] == ["9"]
 
 
-# ---------------------------------------------------------------- the vote and the drain
+# ---------------------------------------------------------------- the vote and the flag
 
 
-def cast(config, slurm, job_id: str, summaries=B_FIRST, now: float = T0, **changes) -> str | None:
-    return vote(config, failed_job(job_id, **changes), summaries, "nccl_timeout", slurm, now)
+@pytest.fixture
+def started(qualifications_started, monkeypatch):
+    """The qualifications the flags asked for (node, trigger), as root would start them."""
+    monkeypatch.setattr(suspicion.os, "geteuid", lambda: 0)
+    return qualifications_started
 
 
-def test_the_third_vote_drains_the_suspect_naming_its_jobs(tmp_path):
+def cast(config, job_id: str, summaries=B_FIRST, now: float = T0, **changes) -> str | None:
+    return vote(config, failed_job(job_id, **changes), summaries, "nccl_timeout", now)
+
+
+def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_path, started):
     config = config_for(tmp_path)
+    assert "1/3 votes" in cast(config, "101", now=T0, uid=1001)
+    assert "2/3 votes" in cast(config, "107", now=T0 + 60, uid=1002)
+    assert started == [] and suspects.open_flags(config.admin.history_dir) == {}
+    said = cast(config, "112", now=T0 + 120, uid=1001)
+    assert "flagged b suspect" in said and "qualification started (pid 4242)" in said, said
+    flag = suspects.open_flags(config.admin.history_dir)["b"]
+    assert flag["source"] == "votes" and flag["action"] == "qualify" and flag["users"] == 2
+    assert flag["jobs"] == ["101", "107", "112"]
+    assert started == [("b", "suspect (votes): first to fail in jobs 101,107,112 of 2 user(s)")]
+    # Nothing a user wrote drained anything, nor wrote a drain into the history.
+    assert history.drains(config.admin.history_dir) == []
+
+
+def test_votes_never_drain_however_many(tmp_path, started):
+    config = config_for(tmp_path, votes_needed=1)
     slurm = FakeSlurm(nodes=NODES)
-    assert "1/3 votes" in cast(config, slurm, "101", now=T0, uid=1001)
-    assert "2/3 votes" in cast(config, slurm, "107", now=T0 + 60, uid=1002)
+    from gpugate.commands.epilog_slurmctld import run_requeue
+
+    for i in range(6):
+        run_requeue(config, failed_job(str(200 + i), comment="", uid=1000 + i), slurm, wait_s=0)
     assert slurm.drains == []
-    said = cast(config, slurm, "112", now=T0 + 120, uid=1001)
-    reason = "gpugate: suspect: in jobs 101,107,112 (first to fail)"
-    assert slurm.drains == [("b", reason)] and reason in said
-    entry = history.drains(config.admin.history_dir, "b")[-1]
-    assert entry["check"] == "suspect" and entry["job"] == "101,107,112"
-    assert entry["hook"] == "epilog-slurmctld"
 
 
-def test_one_users_jobs_alone_never_drain_a_node(tmp_path):
+def test_a_flagged_node_is_flagged_once_until_its_suspicion_is_closed(tmp_path, started):
+    config = config_for(tmp_path, votes_needed=1)
+    assert "flagged b" in cast(config, "101", now=T0, uid=1)
+    assert "suspect already" in cast(config, "107", now=T0 + 60, uid=2)
+    assert len(started) == 1
+
+
+def test_one_users_jobs_alone_never_flag_a_node(tmp_path, started):
     # The failure times are the jobs' own output: a user could fake them in every job.
     config = config_for(tmp_path, users_min=2)
     assert default_config().health.suspect_users_min == 2  # the default guards it
-    slurm = FakeSlurm(nodes=NODES)
     for i, job in enumerate(("101", "107", "112", "113")):
-        said = cast(config, slurm, job, now=T0 + 60 * i, uid=1001)
-    assert slurm.drains == [] and "from 1 user(s), 2 needed: not drained" in said
-    assert "drained b" in cast(config, slurm, "120", now=T0 + 600, uid=1002)
+        said = cast(config, job, now=T0 + 60 * i, uid=1001)
+    # Capped at suspect_votes_per_user (2), one user never reaches the threshold...
+    assert started == [] and "(2/3 votes, 1 user(s))" in said
+    assert "flagged b" in cast(config, "120", now=T0 + 600, uid=1002)
 
 
-def test_votes_outside_the_window_do_not_count(tmp_path):
-    config = config_for(tmp_path, window_h=1)
-    slurm = FakeSlurm(nodes=NODES)
-    cast(config, slurm, "101", now=T0)
-    cast(config, slurm, "107", now=T0 + 3600 * 2)
-    # 101 is out of the hour: two votes, not three.
-    assert "(2/3 votes)" in cast(config, slurm, "112", now=T0 + 3600 * 2 + 60)
-    assert slurm.drains == []
+def test_without_the_cap_one_user_still_needs_a_second(tmp_path, started):
+    config = config_for(tmp_path, users_min=2)
+    config = config.replace(health=config.health.replace(suspect_votes_per_user=10))
+    for i, job in enumerate(("101", "107", "112")):
+        said = cast(config, job, now=T0 + 60 * i, uid=1001)
+    assert started == [] and "(3/3 votes, 1 user(s)); 2 users needed: not flagged" in said
 
 
-def test_a_node_already_drained_is_left_alone(tmp_path):
+def test_each_user_counts_at_most_its_share_of_votes(tmp_path, started):
+    config = config_for(tmp_path, users_min=2)
+    config = config.replace(health=config.health.replace(suspect_votes_per_user=1))
+    cast(config, "101", now=T0, uid=1)
+    cast(config, "102", now=T0 + 1, uid=1)
+    said = cast(config, "103", now=T0 + 2, uid=2)
+    # Three jobs, two users, one vote each: 2 of 3.
+    assert "(2/3 votes, 2 user(s))" in said and started == []
+    assert "flagged b" in cast(config, "104", now=T0 + 3, uid=3)
+
+
+def test_an_admin_resume_closes_every_vote_cast_before_it(tmp_path, started):
+    config = config_for(tmp_path, users_min=2)
+    where = config.admin.history_dir
+    cast(config, "101", now=T0, uid=1)
+    cast(config, "102", now=T0 + 1, uid=2)
+    history.record_resume(where, "b", "admin", when=T0 + 10)
+    # One more job after the resume is one vote, not three.
+    assert "(1/3 votes, 1 user(s))" in cast(config, "103", now=T0 + 20, uid=1)
+    assert suspects.open_flags(where) == {} and started == []
+
+
+def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started):
+    from gpugate.store.qualify import record_qualification
+
     config = config_for(tmp_path, votes_needed=1)
-    slurm = FakeSlurm(nodes=NODES)
-    slurm.infos["b"] = slurm.infos["b"].replace(flags=("DRAIN",), reason="bad cable (admin)")
-    assert "already drained" in cast(config, slurm, "101")
-    assert slurm.drains == [] and slurm.infos["b"].reason == "bad cable (admin)"
+    where = config.admin.history_dir
+    cast(config, "101", now=T0, uid=1)
+    assert "b" in suspects.open_flags(where)
+    entry = {"node": "b", "when": T0 + 30, "passed": True, "level": 1, "tests": [],
+             "job_ids": ["9"], "trigger": "suspect (votes): ..."}  # fmt: skip
+    record_qualification(where, entry)
+    assert suspects.open_flags(where) == {}
+    assert suspects.open_votes(where, "b", 72, now=T0 + 60) == []
+    # A refused resume closes nothing; a failed qualification neither.
+    assert "flagged b" in cast(config, "102", now=T0 + 60, uid=1)
+    history.record_resume(where, "b", "admin", when=T0 + 70, resumed=False)
+    record_qualification(where, {**entry, "when": T0 + 80, "passed": False})
+    assert "b" in suspects.open_flags(where) and len(started) == 2
+
+
+def test_the_suspects_allowance_turns_further_flags_into_reviews(tmp_path, started):
+    config = config_for(tmp_path, votes_needed=1)
+    config = config.replace(health=config.health.replace(suspect_qualify_per_day=1))
+    assert "qualify" in cast(config, "101", now=T0, uid=1)
+    other = [summary("a", "2026-12-01T10:00:00Z"), summary("b", "2026-12-01T10:10:00Z"),
+             summary("c", "2026-12-01T10:10:00Z")]  # fmt: skip
+    said = cast(config, "102", summaries=other, now=T0 + 60, uid=2)
+    assert "flagged a" in said and "review: the suspects' allowance is spent" in said
+    assert len(started) == 1
+    assert suspects.open_flags(config.admin.history_dir)["a"]["action"] == "review"
+    # A day later there is room again.
+    history.record_resume(config.admin.history_dir, "a", "admin", when=T0 + 100)
+    assert "qualify" in cast(config, "103", summaries=other, now=T0 + 86400 + 200, uid=3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"health": {"suspect_action": "review"}}, "suspect_action: review"),
+        ({"qualify": None}, "no qualify: section"),
+    ],
+)
+def test_a_flag_asks_for_an_admins_look_when_gpugate_cannot_qualify(
+    tmp_path, started, changes, why
+):
+    config = config_for(tmp_path, votes_needed=1)
+    if "health" in changes:
+        config = config.replace(health=config.health.replace(**changes["health"]))
+    else:
+        config = config.replace(qualify=None)
+    said = cast(config, "101", uid=1)
+    assert "review: " in said and why in said and started == []
+
+
+def test_not_as_root_a_flag_waits_for_the_sweep(tmp_path, started, monkeypatch):
+    monkeypatch.setattr(suspicion.os, "geteuid", lambda: 64030)  # SlurmUser=slurm
+    said = cast(config_for(tmp_path, votes_needed=1), "101", uid=1)
+    assert "not root here" in said and started == []
+
+
+def test_votes_outside_the_window_do_not_count(tmp_path, started):
+    config = config_for(tmp_path, window_h=1)
+    cast(config, "101", now=T0)
+    cast(config, "107", now=T0 + 3600 * 2)
+    # 101 is out of the hour: two votes, not three.
+    assert "(2/3 votes" in cast(config, "112", now=T0 + 3600 * 2 + 60)
+    assert started == []
 
 
 @pytest.mark.parametrize(
@@ -203,11 +310,10 @@ def test_a_node_already_drained_is_left_alone(tmp_path):
         ({}, [*B_FIRST[:1], summary("b", "2026-12-01T10:00:00Z", "cuda_oom"), B_FIRST[2]]),
     ],
 )
-def test_jobs_ended_by_their_user_cast_no_vote(tmp_path, changes, summaries):
+def test_jobs_ended_by_their_user_cast_no_vote(tmp_path, started, changes, summaries):
     config = config_for(tmp_path, votes_needed=1)
-    slurm = FakeSlurm(nodes=NODES)
-    said = cast(config, slurm, "101", summaries=summaries, **changes)
-    assert said.startswith("no vote") and slurm.drains == []
+    said = cast(config, "101", summaries=summaries, **changes)
+    assert said.startswith("no vote") and started == []
     assert votes(config.admin.history_dir) == []
 
 
@@ -217,21 +323,21 @@ def test_jobs_ended_by_their_user_cast_no_vote(tmp_path, changes, summaries):
 )
 def test_single_node_and_successful_jobs_do_not_vote(tmp_path, changes):
     config = config_for(tmp_path, votes_needed=1)
-    assert cast(config, FakeSlurm(nodes=NODES), "101", **changes) is None
+    assert cast(config, "101", **changes) is None
 
 
 def test_voting_off_with_zero_votes(tmp_path):
-    assert cast(config_for(tmp_path, votes_needed=0), FakeSlurm(nodes=NODES), "101") is None
+    assert cast(config_for(tmp_path, votes_needed=0), "101") is None
 
 
 def test_a_tie_records_no_vote(tmp_path):
     config = config_for(tmp_path, votes_needed=1)
     tied = [summary("a", "2026-12-01T10:00:00Z"), summary("b", "2026-12-01T10:00:00Z")]
-    said = cast(config, FakeSlurm(nodes=NODES), "101", summaries=tied, nodes=("a", "b"))
+    said = cast(config, "101", summaries=tied, nodes=("a", "b"))
     assert said.startswith("no suspect") and votes(config.admin.history_dir) == []
 
 
-def test_the_controller_epilog_votes_from_the_bundles(tmp_path):
+def test_the_controller_epilog_votes_from_the_bundles(tmp_path, started):
     from gpugate.commands.epilog_slurmctld import run_requeue
     from gpugate.store.evidence import write_bundle
 
@@ -239,13 +345,22 @@ def test_the_controller_epilog_votes_from_the_bundles(tmp_path):
     for s in B_FIRST:
         write_bundle(config.evidence_dir, "101", s["node"], 0, {}, s)
     slurm = FakeSlurm(nodes=NODES)
-    run_requeue(config, failed_job("101", comment=""), slurm, wait_s=0)
-    assert slurm.drains == [("b", "gpugate: suspect: in jobs 101 (first to fail)")]
+    run_requeue(config, failed_job("101", comment="", uid=5), slurm, wait_s=0)
+    assert slurm.drains == [] and [n for n, _ in started] == ["b"]
 
 
-def test_the_drain_reason_names_the_newest_jobs_when_there_are_many():
-    detail = suspects.suspect_detail([str(i) for i in range(10)])
-    assert detail == "in jobs 2,3,4,5,6,7,8,9 +2 more (first to fail)"
+def test_the_flag_names_the_newest_jobs_when_there_are_many():
+    detail = suspects.suspect_detail([str(i) for i in range(10)], 3)
+    assert detail == "first to fail in jobs 2,3,4,5,6,7,8,9 +2 more of 3 user(s)"
+
+
+def test_malformed_flag_lines_are_skipped(tmp_path):
+    good = {"node": "b", "when": T0, "at": "x", "source": "votes", "detail": "d", "note": "",
+            "jobs": ["1"], "users": 2, "action": "qualify"}  # fmt: skip
+    bad = [{**good, "source": "printed"}, {**good, "jobs": [1]}, {**good, "users": -1}]
+    lines = [json.dumps(good), "{torn", *map(json.dumps, bad)]
+    (tmp_path / "suspect-flags.jsonl").write_text("\n".join(lines) + "\n")
+    assert len(suspects.flags(str(tmp_path))) == 1
 
 
 # ------------------------------------------------------------------------ rma_candidate

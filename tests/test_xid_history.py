@@ -55,14 +55,57 @@ def test_five_bursts_of_xid_31_from_one_jobs_process_never_drain(tmp_path):
     assert run_prolog(config, env(job_id="78"), slurm_with_job("", "78")).exit_code == 0
 
 
-def test_the_same_gpu_in_jobs_of_two_other_users_drains_on_the_third(tmp_path):
+def as_root(monkeypatch):
+    from gpugate.slurm_hooks import suspicion
+
+    monkeypatch.setattr(suspicion.os, "geteuid", lambda: 0)
+
+
+def test_the_same_gpu_in_jobs_of_three_users_flags_the_node_never_drains(
+    tmp_path, monkeypatch, qualifications_started
+):
+    from gpugate.store.suspects import open_flags
+
+    as_root(monkeypatch)
     config = setup(tmp_path)
     now = time.time()
     H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
                       {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
     result, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
-    assert result.drained and result.hardware_checks == ("kernel.xid",)
-    assert "in 3 jobs of 3 users" in slurm.drains[0][1]
+    assert not result.drained and not result.hardware_fault and slurm.drains == []
+    flag = open_flags(config.admin.history_dir or config.state_dir)["gpu-node-01"]
+    assert flag["source"] == "app_xid" and flag["jobs"] == ["70", "71", "77"]
+    assert "in 3 jobs of 3 users" in flag["detail"]
+    assert [n for n, _ in qualifications_started] == ["gpu-node-01"]
+
+
+def test_one_user_primes_and_a_second_does_not_tip(tmp_path, monkeypatch, qualifications_started):
+    # Attack 5 of issue 25: four jobs of one user, then one job of another.
+    as_root(monkeypatch)
+    config = setup(tmp_path)
+    now = time.time()
+    H.record(config, [{"t": now - 600 + i, "gpu": GPU2, "xid": 31, "job": str(60 + i),
+                       "uid": 5001} for i in range(4)], now)  # fmt: skip
+    _, slurm = epilog_after(tmp_path, config, xid31_bursts(1))  # uid of env(): another
+    assert slurm.drains == [] and qualifications_started == []
+    # A second job of that second user makes two users with two jobs each: a suspect.
+    _, slurm = epilog_after(tmp_path, config, xid31_bursts(1), job_id="79")
+    assert slurm.drains == [] and [n for n, _ in qualifications_started] == ["gpu-node-01"]
+
+
+def test_a_resume_starts_the_count_afresh(tmp_path, monkeypatch, qualifications_started):
+    from gpugate.store.history import record_resume
+
+    as_root(monkeypatch)
+    config = setup(tmp_path)
+    now = time.time()
+    H.record(config, [{"t": now - 600, "gpu": GPU2, "xid": 31, "job": "70", "uid": 5001},
+                      {"t": now - 500, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    record_resume(
+        config.admin.history_dir or config.state_dir, "gpu-node-01", "admin", when=now - 60
+    )
+    epilog_after(tmp_path, config, xid31_bursts(1))
+    assert qualifications_started == []
 
 
 def test_old_entries_and_other_gpus_do_not_count(tmp_path):

@@ -21,8 +21,8 @@ from gpugate.slurm_hooks.requeue import (
 )
 from gpugate.slurm_hooks.slurm.choose import backend
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
-from gpugate.store.suspects import vote as cast_vote
-from gpugate.store.suspects import wants_votes
+from gpugate.slurm_hooks.suspicion import vote as cast_vote
+from gpugate.slurm_hooks.suspicion import wants_votes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def run_requeue(
         decision = decision.replace(suspects=named)
     if not dry_run:
         try:
-            voted = cast_vote(config, job, summaries, decision.category, slurm)
+            voted = cast_vote(config, job, summaries, decision.category)
         except Exception as exc:  # a vote must never cost the job its requeue
             voted = f"suspect vote failed: {type(exc).__name__}: {exc}"
         if voted:

@@ -48,6 +48,9 @@ def parser() -> ArgumentParser:
                    help="sbatch --nice for the jobs (default qualify.sweep_nice with --idle)")  # fmt: skip
     p.add_argument("--resume-passed", action="store_true",
                    help="resume gpugate-drained nodes that pass (audited)")  # fmt: skip
+    p.add_argument("--trigger", default="", metavar="TEXT",
+                   help="why this run (kept in qualify.jsonl and the bundle; a suspect flag's "
+                   "detail when gpugate starts it)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="the run as one JSON object")
     p.add_argument("--no-wait", action="store_true",
                    help="run in the background; outcomes go to qualify.jsonl and the log")  # fmt: skip
@@ -105,7 +108,8 @@ def run(args: Namespace, config: object) -> int:
                 print(f"{PROG}: no idle node to qualify")
                 return EXIT_OK
         result = qualify_nodes(config, slurm, nodes, level, tests,  # type: ignore[arg-type]
-                               resume_passed=args.resume_passed, wait_s=args.wait_s)  # fmt: skip
+                               resume_passed=args.resume_passed, wait_s=args.wait_s,
+                               trigger=args.trigger or ("sweep" if args.idle else ""))  # fmt: skip
     except (QualifyError, ValueError) as exc:
         return refuse(PROG, exc, EXIT_USAGE)
     except SlurmError as exc:

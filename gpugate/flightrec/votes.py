@@ -1,10 +1,11 @@
 """The flight-recorder culprit in the controller epilog: its node votes, and may be excluded.
 
 The dumps are the user's process's data: the culprit node only casts a suspect vote (FR is
-stronger than the log's time stamps, so it is the vote's node when it names one), and the
-store's rule still needs `health.suspect_users_min` distinct users before a drain. A requeue
-excludes the culprit node only when root's evidence agrees: the node's own hardware fault in
-its bundle, or suspect votes from earlier jobs (repeated history), never the dumps alone.
+stronger than the log's time stamps, so it is the vote's node when it names one), and votes
+never drain: past their threshold they flag the node for a qualification
+(slurm_hooks/suspicion.py). A requeue excludes the culprit node only when root's evidence
+agrees, the node's own hardware fault in its bundle, or when open votes from earlier jobs
+point at it too (an exclusion keeps one job off one node; it takes nothing out of service).
 """
 
 from __future__ import annotations

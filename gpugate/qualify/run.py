@@ -176,6 +176,7 @@ def qualify_nodes(
     requested_by: str = "",
     wait_s: float | None = None,
     ops: Ops | None = None,
+    trigger: str = "",
 ) -> QualifyRun:
     """Qualify `nodes` at DCGM `level` with `tests` (None: the config's); judge, record, act."""
     chosen = check_request(config, nodes, tests)
@@ -192,6 +193,7 @@ def qualify_nodes(
                            "its own drains, even for a qualification")  # fmt: skip
     ops = ops or Ops(slurm)
     run = _Run(config, slurm, ops, list(nodes), level, chosen, infos, wait_s)
+    run.trigger = trigger  # what asked for it (a suspect flag, an admin): in each record
     return run.go(resume_passed, requested_by or _who())
 
 
@@ -217,6 +219,7 @@ class _Run:
         self.taken: list[str] = []  # drained nodes resumed into the reservation
         self.settled: set[str] = set()  # taken nodes whose drain is decided
         self.jobs: dict[str, Job] = {}  # by name, their latest state
+        self.trigger = ""
 
     def go(self, resume_passed: bool, by: str) -> QualifyRun:
         """Reserve, resume, run, judge, act; the finally puts back whatever is left."""

@@ -85,7 +85,8 @@ def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str
     adm = run.config.admin
     entry = {"node": node, "when": time.time(), "run_id": result.run_id, "level": result.level,
              "passed": verdict["passed"], "tests": verdict["tests"],
-             "job_ids": verdict["job_ids"], "why": verdict["why"], "by": by}  # fmt: skip
+             "job_ids": verdict["job_ids"], "why": verdict["why"], "by": by,
+             "trigger": run.trigger}  # fmt: skip
     full = record_qualification(history_dir(run.config), entry, max_per_node=adm.history_max_per_node,
                                 max_entries=adm.history_max_entries)  # fmt: skip
     note_qualification(run.config, [full])  # gpugate_qualify_* (never raises)
@@ -114,7 +115,8 @@ def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
                "level": result.level, "tests_run": result.tests, "passed": verdict["passed"],
                "why": verdict["why"], "tests": verdict["tests"], "job_ids": verdict["job_ids"],
                "action": verdict["action"], "reservation": result.reservation, "user": "root",
-               "hardware_fault": verdict["failed"], "when": time.time()}  # fmt: skip
+               "hardware_fault": verdict["failed"], "when": time.time(),
+               "trigger": run.trigger}  # fmt: skip
     try:
         return write_bundle(run.config.evidence_dir, job_id, node, 0, files, summary,
                             group=run.config.epilog.evidence_group,

@@ -3,8 +3,9 @@
 A sweep takes only nodes Slurm shows IDLE with no flag that takes them out of normal use
 (drained, down, reserved, rebooting, powered down, completing a job): a drained node is an
 admin's or gpugate's business (`gpugate resume NODE --qualify`), never a sweep's. Of those it
-takes the ones qualified longest ago first, so a weekly sweep of a few nodes comes round the
-whole cluster. Its jobs go in at a low priority (`qualify.sweep_nice`, `qualify.sweep_qos`):
+takes the suspects first (flagged by users' votes or application Xids and not yet cleared:
+slurm_hooks/suspicion.py), then the ones qualified longest ago, so a weekly sweep of a few
+nodes comes round the whole cluster. Its jobs go in at a low priority (`qualify.sweep_nice`, `qualify.sweep_qos`):
 waiting user jobs start first. docs/qualify.md shows the scrontab line that runs it.
 """
 
@@ -44,13 +45,16 @@ def last_qualified(directory: str) -> dict[str, float]:
 def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> list[str]:
     """The idle nodes to qualify now, the longest unqualified first, at most `max_nodes`."""
     from gpugate.store.history import history_dir
+    from gpugate.store.suspects import open_flags
 
     if max_nodes is not None and max_nodes < 1:
         raise ValueError(f"--max-nodes must be at least 1, got {max_nodes}")
     partition = config.qualify.partition if config.qualify is not None else None
     idle = [info for info in slurm.nodes().values() if sweepable(info, partition)]
-    last = last_qualified(history_dir(config))
-    idle.sort(key=lambda info: (last.get(info.name, 0.0), info.name))  # never qualified: first
+    where = history_dir(config)
+    last, flagged = last_qualified(where), open_flags(where)
+    # Suspects first, then never qualified, then the longest ago.
+    idle.sort(key=lambda info: (info.name not in flagged, last.get(info.name, 0.0), info.name))
     return [info.name for info in idle[:max_nodes]]
 
 

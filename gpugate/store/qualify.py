@@ -23,7 +23,7 @@ from gpugate.store.history import (
 )
 
 QUALIFY = "qualify.jsonl"
-_TEXT = ("at", "run_id", "why", "by")
+_TEXT = ("at", "run_id", "why", "by", "trigger")
 
 
 def valid_qualification(e: object) -> bool:
@@ -61,6 +61,8 @@ def record_qualification(
         "job_ids": [str(j) for j in entry.get("job_ids") or []],
         "why": str(entry.get("why") or ""),
         "by": str(entry.get("by") or ""),
+        # What asked for the run: an admin (empty), a sweep, or a suspect flag's detail.
+        "trigger": str(entry.get("trigger") or ""),
     }
     if not valid_qualification(full):
         raise ValueError(f"not a qualification entry: {full!r}")

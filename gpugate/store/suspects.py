@@ -1,17 +1,17 @@
-"""Cross-job suspect voting: the node that failed first in failed multi-node jobs.
+"""The records of suspicion: votes against a node, and the flags that ask for its qualification.
 
 In a multi-node job one node's fault makes every other rank time out; that node's evidence
 need not show hardware (a link that flaps, a GPU that hangs without an Xid). After each failed
-multi-node job the controller epilog (EpilogSlurmctld) names the node whose bundle shows the
-earliest decisive failure (`first_failure_at`, written by the node epilog from the time stamps
-of its diagnosis's decisive lines; the flight recorder's culprit node instead when the bundles'
-dumps name one, gpugate/flightrec/votes.py) and records that vote in `suspects.jsonl` in
-`admin.history_dir`, bounded and locked like drains.jsonl (gpugate.store.history). A node that
-is the suspect of `health.suspect_votes` failed jobs within `health.suspect_window_h` hours is
-drained (slurm_hooks/drain.py: gpugate's reason, ownership, the drain budget) with a reason
-naming those jobs. Never a guess: a node without a time, a tie within the clocks' tolerance, a
-missing bundle, or a job that ended by its user's doing (cancelled, its time limit, a user-kind
-category such as its own OOM) casts no vote.
+multi-node job the controller epilog names the node whose bundle shows the earliest decisive
+failure and records that vote here (`suspects.jsonl` in `admin.history_dir`, bounded and
+locked like drains.jsonl, gpugate.store.history). What decides the vote (the log's time
+stamps, the flight recorder's dumps) is written by the job's user, so a vote only points at a
+node: slurm_hooks/suspicion.py turns enough of them into a flag (`suspect-flags.jsonl`), and a
+flag asks for a root-side check (`gpugate qualify`) or an admin's look, never a drain.
+
+Suspicion is closed by the node's newest admin resume or passed qualification (closed_at):
+votes and application Xids from before it no longer count, so what users did before an admin
+cleared the node cannot take it out again.
 """
 
 from __future__ import annotations
@@ -19,25 +19,21 @@ from __future__ import annotations
 import os
 import time
 
-from gpugate import log
 from gpugate.clock import parse_utc
-from gpugate.diagnosis.categories import USER, kind
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
-from gpugate.flightrec.votes import first_node as fr_first_node
-from gpugate.slurm_hooks.drain import drain_node
-from gpugate.slurm_hooks.requeue import USER_STATES
 from gpugate.store import history
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpugate.config.schema import Config
     from gpugate.diagnosis.verdict import Diagnosis
-    from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
 
 SUSPECTS = "suspects.jsonl"
-CHECK = "suspect"  # the drain reason's check id: `gpugate: suspect: in jobs 101,107 (...)`
-JOBS_SHOWN = 8  # job ids named in a drain reason (Slurm reasons are read truncated)
+FLAGS = "suspect-flags.jsonl"
+JOBS_SHOWN = 8  # job ids named in a flag's detail (it is shown in Slurm-width columns)
+# Where a flag came from: cross-job votes, or the node's application-Xid record.
+SOURCES = ("votes", "app_xid")
+# What a flag asked for: a qualification run by gpugate, or an admin's look (`gpugate nodes`).
+ACTIONS = ("qualify", "review")
 
 
 def first_failure_at(diagnosis: Diagnosis) -> str | None:
@@ -64,15 +60,6 @@ def first_to_fail(summaries: list[dict], nodes: tuple[str, ...]) -> tuple[str, f
     if ordered[1][0] - ordered[0][0] <= TOLERANCE_S:
         return None
     return ordered[0][1], ordered[0][0]
-
-
-def user_caused(job: JobEnd, category: str | None, summaries: list[dict], node: str) -> bool:
-    """Whether the job ended by its user's doing: Slurm's state, its category, the node's own."""
-    # scontrol says `CANCELLED by 1000` for a job a user cancelled.
-    if (job.state or "").upper().split(" ")[0] in USER_STATES:
-        return True
-    own = [s.get("category") for s in summaries if s.get("node") == node]
-    return any(kind(c) == USER for c in (category, *own))
 
 
 def valid_vote(e: object) -> bool:
@@ -112,88 +99,105 @@ def votes(state_dir: str, node: str | None = None, since: float | None = None) -
     return history._select(entries, node, since)
 
 
+def closed_at(state_dir: str, node: str) -> float:
+    """When suspicion of `node` was last closed: its newest resume or passed qualification (0: never).
+
+    A resume that was refused (resumed false) closes nothing; any passed level does: the
+    qualification ran the checks root trusts on that node after the votes were cast.
+    """
+    from gpugate.store.qualify import qualifications
+
+    times = [e["when"] for e in history.resumes(state_dir, node) if e.get("resumed", True)]
+    times += [e["when"] for e in qualifications(state_dir, node) if e.get("passed")]
+    return max(times, default=0.0)
+
+
+def open_votes(state_dir: str, node: str, window_h: float, now: float | None = None) -> list[dict]:
+    """The votes against `node` in the window and since its suspicion was last closed, one per job."""
+    since = (time.time() if now is None else now) - window_h * 3600
+    since = max(since, closed_at(state_dir, node))
+    return list({v["job"]: v for v in votes(state_dir, node, since)}.values())
+
+
 def voting_jobs(state_dir: str, node: str, window_h: float, now: float | None = None) -> list[str]:
-    """The distinct jobs that named `node` suspect in the last `window_h` hours, oldest first."""
-    since = (time.time() if now is None else now) - window_h * 3600
-    return list(dict.fromkeys(v["job"] for v in votes(state_dir, node, since)))
+    """The distinct jobs that named `node` suspect in the window (open votes), oldest first."""
+    return [v["job"] for v in open_votes(state_dir, node, window_h, now)]
 
 
-def voting_users(state_dir: str, node: str, window_h: float, now: float | None = None) -> int:
-    """How many distinct users' jobs named `node` suspect in the window (no uid: one user)."""
-    since = (time.time() if now is None else now) - window_h * 3600
-    return len({v.get("uid") for v in votes(state_dir, node, since)})
+def tally(open_: list[dict], per_user: int) -> tuple[int, int]:
+    """(votes counted, distinct users) of open votes, each user's jobs counted at most `per_user`.
+
+    A vote without a uid (an older entry) counts as one unknown user's.
+    """
+    per: dict[object, int] = {}
+    for v in open_:
+        per[v.get("uid")] = per.get(v.get("uid"), 0) + 1
+    return sum(min(n, per_user) for n in per.values()), len(per)
 
 
-def suspect_detail(jobs: list[str]) -> str:
-    """The drain reason's detail: `in jobs 101,107,112 (first to fail)`."""
+def suspect_detail(jobs: list[str], users: int) -> str:
+    """A flag's detail: `first to fail in jobs 101,107,112 of 2 users`."""
     shown = ",".join(jobs[-JOBS_SHOWN:])
     more = f" +{len(jobs) - JOBS_SHOWN} more" if len(jobs) > JOBS_SHOWN else ""
-    return f"in jobs {shown}{more} (first to fail)"
+    return f"first to fail in jobs {shown}{more} of {users} user(s)"
 
 
-def wants_votes(job: JobEnd, config: Config) -> bool:
-    """Whether this job can cast a vote: voting on, several nodes, and it failed."""
+def valid_flag(e: object) -> bool:
+    """Whether `e` is a flag as record_flag() writes it."""
+    if not history._common_ok(e, ("at", "detail", "note")):
+        return False
+    assert isinstance(e, dict)
+    jobs, users = e.get("jobs"), e.get("users")
     return (
-        config.health.suspect_votes > 0
-        and len(job.nodes) >= 2
-        and (job.state or "").upper() != "COMPLETED"
-        and job.exit_code2 != "0:0"
+        e.get("source") in SOURCES
+        and e.get("action") in ACTIONS
+        and type(jobs) is list
+        and all(type(j) is str for j in jobs)
+        and type(users) is int
+        and users >= 0
     )
 
 
-def vote(
-    config: Config,
-    job: JobEnd,
-    summaries: list[dict],
-    category: str | None,
-    slurm: SlurmControl,
-    now: float | None = None,
-) -> str | None:
-    """Cast this failed job's vote and drain its suspect past the threshold; what was done."""
-    if not wants_votes(job, config):
-        return None
-    # The flight recorder's culprit, when it names one, is stronger than the time stamps.
-    first = fr_first_node(config, job, summaries) or first_to_fail(summaries, job.nodes)
-    if first is None:
-        return "no suspect (a node without a failure time, or a tie)"
-    node, at = first
-    if user_caused(job, category, summaries, node):
-        return f"no vote: {node} failed first, by the job's own doing ({category})"
-    adm = config.admin
-    where = history.history_dir(config)
-    first_at = history.iso(at) if at is not None else None
-    record_vote(where, node, job.job_id, category, first_at, now, uid=job.uid,
-                max_per_node=adm.history_max_per_node,
-                max_entries=adm.history_max_entries)  # fmt: skip
-    jobs = voting_jobs(where, node, config.health.suspect_window_h, now)
-    users = voting_users(where, node, config.health.suspect_window_h, now)
-    said = f"suspect {node} ({len(jobs)}/{config.health.suspect_votes} votes)"
-    if len(jobs) < config.health.suspect_votes:
-        return said
-    # The times come from the jobs' own files, which their users write: one user's jobs alone
-    # must not be able to drain a node (Slurm's uid for the job, read by the controller).
-    if users < config.health.suspect_users_min:
-        return (
-            f"{said}; from {users} user(s), {config.health.suspect_users_min} needed: not drained"
-        )
-    return f"{said}; {drain_suspect(config, slurm, node, jobs, category)}"
+def record_flag(
+    state_dir: str,
+    node: str,
+    source: str,
+    detail: str,
+    jobs: list[str],
+    users: int,
+    action: str,
+    note: str = "",
+    when: float | None = None,
+    *,
+    max_per_node: int = history.MAX_PER_NODE,
+    max_entries: int = history.MAX_ENTRIES,
+) -> dict | None:
+    """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open."""
+    when = time.time() if when is None else float(when)
+    entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "source": source,
+             "detail": detail, "jobs": list(jobs)[-JOBS_SHOWN:], "users": int(users),
+             "action": action, "note": note}  # fmt: skip
+    if not valid_flag(entry):
+        raise ValueError(f"not a suspect flag: {entry!r}")
+    # One open flag per node: a second job pointing at a node already waiting adds nothing.
+    still_open = lambda last: last["when"] > closed_at(state_dir, node)  # noqa: E731
+    return history._add(state_dir, FLAGS, valid_flag, entry, still_open, max_per_node, max_entries)
 
 
-def drain_suspect(
-    config: Config, slurm: SlurmControl, node: str, jobs: list[str], category: str | None
-) -> str:
-    """Drain `node` for the jobs that named it, unless it is drained already; what happened."""
-    try:
-        if slurm.node(node).drained:
-            return f"{node} already drained: left alone"
-    except Exception as exc:  # cannot tell: drain_node leaves an admin's drain alone anyway
-        log.say(f"suspect {node}: cannot read the node from Slurm: {exc}")
-    outcome = drain_node(slurm, node, CHECK, suspect_detail(jobs), config)
-    if outcome.drained:
-        history.note_drain(config, node, outcome.reason, check=CHECK, category=category,
-                           job=",".join(jobs), hook="epilog-slurmctld")  # fmt: skip
-    log.event(config.state_dir, "suspect", node=node, jobs=jobs, drained=outcome.drained,
-              reason=outcome.reason, blocked_by=outcome.blocked_by)  # fmt: skip
-    if outcome.drained:
-        return f"drained {node}: {outcome.reason}"
-    return f"not drained ({outcome.blocked_by}: {outcome.why})"
+def flags(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+    """Flags (of one node, or all; since an epoch time, or all), oldest first."""
+    entries = history._read_lines(os.path.join(state_dir, FLAGS), valid_flag)
+    return history._select(entries, node, since)
+
+
+def open_flags(state_dir: str) -> dict[str, dict]:
+    """{node: its newest flag} for the nodes whose suspicion is not closed yet."""
+    newest: dict[str, dict] = {}
+    for e in flags(state_dir):
+        newest[e["node"]] = e
+    return {n: e for n, e in newest.items() if e["when"] > closed_at(state_dir, n)}
+
+
+def qualifications_asked(state_dir: str, since: float) -> int:
+    """How many flags since `since` asked gpugate for a qualification (the suspects' allowance)."""
+    return sum(1 for e in flags(state_dir, since=since) if e["action"] == "qualify")

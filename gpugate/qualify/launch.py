@@ -1,0 +1,29 @@
+"""A suspect's qualification, started by a hook in a detached child (slurm_hooks/suspicion.py)."""
+
+from __future__ import annotations
+
+from gpugate import log
+
+
+def qualify_suspect(node: str, trigger: str, config: str | None = None) -> bool:
+    """In the detached child: qualify `node` at the configured level; whether it passed.
+
+    The node is in service: qualify_nodes reserves it (MAINT, IGNORE_JOBS: its running jobs
+    finish, no new one starts) and runs the jobs when it is free. A failure drains it as any
+    root-evidenced fault does; a pass closes the suspicion (gpugate/store/suspects.py closed_at).
+    """
+    from gpugate.config import load_config
+    from gpugate.qualify.run import qualify_nodes
+    from gpugate.slurm_hooks.slurm.choose import backend
+
+    cfg = load_config(config)
+    if cfg.qualify is None:
+        return False
+    slurm = backend(cfg.slurm.backend, timeout=cfg.slurm.timeout_s)
+    try:
+        run = qualify_nodes(cfg, slurm, [node], cfg.qualify.level, None,
+                            requested_by="gpugate (suspect)", trigger=trigger)  # fmt: skip
+    except Exception as exc:  # the flag stays open; the sweep or an admin takes it
+        log.error(cfg.state_dir, f"qualify {node} (suspect): not run", exc)
+        return False
+    return bool(run.verdicts[node]["passed"])
