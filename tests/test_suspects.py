@@ -415,3 +415,64 @@ def test_a_transient_check_that_keeps_coming_back_is_no_rma_candidate(tmp_path):
     assert not history.rma_candidate(config, "b", "gpu.temperature", now=T0 + 4 * 3600)
     reason = "gpugate: gpu.temperature: GPU4 91 C > 85"
     assert suggest_action("gpu.temperature", reason, same_check_drains=3) == COOLING
+
+
+# ------------------------------------------------------- gpugate nodes and gpugate report
+
+
+def open_flag(node: str = "gpu-02", action: str = "qualify", when: float = T0) -> dict:
+    return {"node": node, "when": when, "at": history.iso(when), "source": "votes",
+            "detail": "first to fail in jobs 11,12,13 of 2 user(s)", "jobs": ["11", "12", "13"],
+            "users": 2, "action": action, "note": ""}  # fmt: skip
+
+
+def test_gpugate_nodes_lists_a_suspect_in_service_with_what_was_asked():
+    from test_admin import node
+
+    from gpugate.admin import nodes as A
+
+    nodes = [node("gpu-01", flags=()), node("gpu-02", flags=()), node("gpu-03", flags=())]
+    rows = A.node_rows(A.as_groups(nodes), [], "/ev", now=T0, suspects={"gpu-02": open_flag()})
+    assert [r["node"] for r in rows] == ["gpu-02", "gpu-01", "gpu-03"]
+    first = rows[0]
+    assert first["action"] == A.SUSPECT and first["drained"] is False
+    assert first["suspect_source"] == "votes" and first["suspect_asked"] == "qualify"
+    line = next(x for x in A.render_table(rows).splitlines() if x.startswith("gpu-02"))
+    assert "pointed at by users' jobs (votes): first to fail in jobs 11,12,13" in line
+    assert "(not drained)" in line
+    # --drained keeps it too: it waits for an admin or its qualification.
+    only = A.node_rows(A.as_groups(nodes), [], "/ev", now=T0, drained_only=True,
+                       suspects={"gpu-02": open_flag()})  # fmt: skip
+    assert [r["node"] for r in only] == ["gpu-02"]
+    json.loads(A.rows_json(rows))  # every value stays JSON (and hashable for rows_json)
+
+
+@pytest.mark.parametrize(
+    ("qualified", "resumed", "outcome"),
+    [
+        (None, None, "awaiting: qualification started"),
+        (True, None, "qualified and cleared (level 1, job 31): kept in service"),
+        (False, None, "qualification failed (job 31): dcgm: memory"),
+        (None, True, "closed by a resume (alice"),
+    ],
+)
+def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcome):
+    from test_report import Page
+
+    from gpugate.admin import report as R
+
+    quals = []
+    if qualified is not None:
+        quals = [{"node": "gpu-02", "when": T0 + 600, "at": history.iso(T0 + 600), "level": 1,
+                  "passed": qualified, "tests": [], "job_ids": ["31"], "why": "dcgm: memory",
+                  "run_id": "r", "by": "gpugate (suspect)",
+                  "trigger": "suspect (votes): first to fail in jobs 11,12,13"}]  # fmt: skip
+    resumes = []
+    if resumed:
+        resumes = [{"node": "gpu-02", "when": T0 + 60, "who": "alice", "resumed": True}]
+    page = R.render_html([], [], resumes, now=T0 + 3600, qualifications=quals,
+                         flags=[open_flag()])  # fmt: skip
+    text = Page(page).all_text
+    assert "first to fail in jobs 11,12,13 of 2 user(s)" in text and outcome in text, text
+    if qualified is not None:
+        assert "suspect (votes): first to fail in jobs 11,12,13" in text  # "Asked by"

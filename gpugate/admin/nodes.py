@@ -26,6 +26,7 @@ from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
+from gpugate.store.suspects import open_flags
 from gpugate.text import printable
 
 TYPE_CHECKING = False
@@ -47,8 +48,12 @@ RMA = "RMA candidate"
 NOT_RESPONDING = "check node: not responding"
 HOOK_ERROR = "read slurmd log: hook failed"
 ADMIN = "admin's drain: see reason"
+# In service, pointed at by users' jobs (votes, application Xids): a qualification decides
+# (slurm_hooks/suspicion.py); until then an admin may look (gpugate qualify / resume NODE).
+SUSPECT = "suspect: qualify"
 NONE = ""
-ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN, NONE)
+ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN,
+           SUSPECT, NONE)  # fmt: skip
 URGENCY = {a: i for i, a in enumerate(ACTIONS)}
 
 _XID = re.compile(r"\bXid (\d+)")
@@ -271,13 +276,16 @@ def node_rows(
     drained_only: bool = False,
     unknown: list[dict] = (),  # type: ignore[assignment]
     held: dict[str, dict] | None = None,
+    suspects: dict[str, dict] | None = None,
 ) -> list[dict]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
     order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog; `held`:
-    {node: held entry} of drains the budget held back (those nodes in service rank first)."""
+    {node: held entry} of drains the budget held back (those nodes in service rank first);
+    `suspects`: {node: open flag} of nodes users' jobs pointed at, awaiting a qualification."""
     since = history.window_start(window_days, now)
     past = history.by_node(drains)
     held = held or {}
+    suspects = suspects or {}
     xids = unknown_by_node(unknown, since)
     urgent: list[dict] = []
     rest: list[dict] = []
@@ -285,17 +293,19 @@ def node_rows(
         drained = first.drained
         if drained_only and not drained:
             # A held-back drain is shown with the drained nodes: it is one gpugate wanted.
-            names = [n for n in names if n in held]
+            names = [n for n in names if n in held or n in suspects]
         out = urgent if drained else rest
         shared = None  # the row of the group's nodes without history, made once
         for name in names:
-            if name in past or name in xids or name in held:
+            if name in past or name in xids or name in held or name in suspects:
                 node = first.replace(name=name) if name != first.name else first
                 row = node_row(node, past.get(name, []), evidence_dir, since, rma_after,
                                drained, xids.get(name, ()))  # fmt: skip
                 if not drained and name in held:
                     row = held_row(row, held[name])
-                (urgent if row["action"] == HELD else out).append(row)
+                elif not drained and name in suspects:
+                    row = suspect_row(row, suspects[name])
+                (urgent if row["action"] in (HELD, SUSPECT) else out).append(row)
                 continue
             if shared is None:
                 shared = node_row(first, [], evidence_dir, since, rma_after, drained)
@@ -308,6 +318,13 @@ def held_row(row: dict, entry: dict) -> dict:
     """A node in service whose drain the budget held back: what gpugate wanted, why not."""
     return dict(row, check=entry.get("check"), action=HELD, would_drain_reason=entry["reason"],
                 would_drain_why=entry.get("why"), would_drain_since=entry.get("at"))  # fmt: skip
+
+
+def suspect_row(row: dict, flag: dict) -> dict:
+    """A node in service that users' jobs pointed at: where from, why, what gpugate asked for."""
+    return dict(row, action=SUSPECT, suspect_source=flag["source"], suspect_detail=flag["detail"],
+                suspect_since=flag["at"], suspect_asked=flag["action"],
+                suspect_note=flag.get("note") or "")  # fmt: skip
 
 
 def unknown_by_node(entries: Iterable[dict], since: float) -> dict[str, tuple[int, ...]]:
@@ -341,6 +358,7 @@ def rows_for(
         drained_only,
         history.unknown_xids(where),
         current_held(held_entries(where), drains, now),
+        open_flags(where),
     )
 
 
@@ -380,6 +398,10 @@ def _shown(row: dict, key: str) -> object:
     """A row's value for the table: a held-back drain's reason says what gpugate wanted."""
     if key == "reason" and row["action"] == HELD and not row["reason"]:
         return f"wanted: {row['would_drain_reason']} (held back: {row['would_drain_why']})"
+    if key == "reason" and row["action"] == SUSPECT and not row["reason"]:
+        asked = "qualification started" if row["suspect_asked"] == "qualify" else "review"
+        return (f"pointed at by users' jobs ({row['suspect_source']}): {row['suspect_detail']}; "
+                f"{asked} since {row['suspect_since']} (not drained)")  # fmt: skip
     return row[key]
 
 

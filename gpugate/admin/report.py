@@ -325,11 +325,45 @@ def qualify_section(entries: list[dict]) -> str:
             f'<tr><td class="node">{esc(e["node"])}</td>'
             f'<td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["level"])}</td>'
             f"<td>{result}</td><td>{values}</td><td>{failed}</td>"
-            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td></tr>'
+            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td>'
+            f'<td class="reason">{esc(e.get("trigger") or "an admin")}</td></tr>'
         )
     headers = ("Node", "Latest run", "Level", "Result", "Measured (floor)", "Failures",
-               "Verdict (pairs: the link or the node)", "Jobs")  # fmt: skip
+               "Verdict (pairs: the link or the node)", "Jobs", "Asked by")  # fmt: skip
     return _table(headers, body, "No qualification recorded (gpugate qualify).")
+
+
+def flag_outcome(flag: dict, qualifications: list[dict], resumes: list[dict]) -> str:
+    """What became of a suspect flag: the first qualification or resume of its node after it."""
+    after = [(q["when"], "q", q) for q in qualifications
+             if q["node"] == flag["node"] and q["when"] >= flag["when"]]  # fmt: skip
+    after += [(r["when"], "r", r) for r in resumes if r["node"] == flag["node"]
+              and r["when"] >= flag["when"] and r.get("resumed", True)]  # fmt: skip
+    if not after:
+        return "awaiting: " + ("qualification started" if flag["action"] == "qualify" else "review")
+    _, what, e = min(after, key=lambda t: t[0])
+    if what == "r":
+        return f"closed by a resume ({e.get('who')}, {history.iso(e['when'])})"
+    jobs = ", ".join(e.get("job_ids") or ())
+    if e["passed"]:
+        return f"qualified and cleared (level {e['level']}, job {jobs}): kept in service"
+    return f"qualification failed (job {jobs}): {e.get('why')}"
+
+
+def suspects_section(
+    flags: list[dict], qualifications: list[dict], resumes: list[dict], since: float
+) -> str:
+    """The window's suspect flags: source, detail, what gpugate asked for, and the outcome."""
+    body = []
+    for f in reversed([f for f in flags if f["when"] >= since]):
+        body.append(
+            f'<tr><td class="node">{esc(f["node"])}</td><td class="time">{esc(f["at"])}</td>'
+            f'<td>{esc(f["source"])}</td><td class="reason">{esc(f["detail"])}</td>'
+            f'<td>{esc(f["action"])}</td>'
+            f'<td class="reason">{esc(flag_outcome(f, qualifications, resumes))}</td></tr>'
+        )
+    headers = ("Node", "Flagged", "From", "What the jobs showed", "Asked for", "Outcome")
+    return _table(headers, body, "No node was pointed at by users' jobs in the window.")
 
 
 def drains_chart(drains: list[dict], since: float, now: float) -> str:
@@ -411,6 +445,7 @@ def render_html(
     costs: list[dict] = (),  # type: ignore[assignment]
     requeues: list[dict] = (),  # type: ignore[assignment]
     qualifications: list[dict] = (),  # type: ignore[assignment]
+    flags: list[dict] = (),  # type: ignore[assignment]
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -441,6 +476,8 @@ def render_html(
         drained_section(rows),
         '<h2 id="qualify">Qualification</h2>',
         qualify_section(list(qualifications)),
+        '<h2 id="suspects">Suspects: what users\' jobs pointed at</h2>',
+        suspects_section(list(flags), list(qualifications), resumes, since),
         *cost_sections(costs, requeues, held, since),
         '<h2 id="record">Drains by check: how they ended</h2>',
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',

@@ -68,6 +68,7 @@ def main(argv: list[str]) -> int:
         costs=failure_costs(config, window, os.path.dirname(os.path.abspath(args.html))),
         requeues=losses.requeue_events(config.state_dir, history.window_start(window)),
         qualifications=qualification_entries(where),
+        flags=suspect_flags(where),
     )
     try:
         report.write_report(args.html, page)
@@ -88,6 +89,16 @@ def qualification_entries(where: str) -> list[dict]:
     try:
         return qualifications(where)
     except OSError:  # the page shows the rest; the section says none was recorded
+        return []
+
+
+def suspect_flags(where: str) -> list[dict]:
+    """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
+    from gpugate.store.suspects import flags
+
+    try:
+        return flags(where)
+    except OSError:
         return []
 
 
