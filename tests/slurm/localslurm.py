@@ -715,10 +715,12 @@ class LocalSlurm:
         input: str | None = None,
         as_job_user: bool = False,
         extra_env: Mapping[str, str] | None = None,
+        as_user: str | None = None,
     ) -> subprocess.CompletedProcess:
         """Run a Slurm client command (argv list) against this cluster; text output.
 
-        ``as_job_user`` runs it as the cluster's ordinary job user instead of the caller.
+        ``as_job_user`` runs it as the cluster's ordinary job user instead of the caller;
+        ``as_user`` as another ordinary user of that name (created if absent).
         """
         argv = list(argv)
         argv[0] = find_binary(argv[0]) or argv[0]
@@ -727,6 +729,9 @@ class LocalSlurm:
             self.job_uid, self.job_gid = ensure_user(self.job_user)  # from_dir(): look it up
         if as_job_user and self.job_uid is not None:
             user = {"user": self.job_uid, "group": self.job_gid, "extra_groups": []}
+        if as_user is not None:
+            uid, gid = ensure_user(as_user)
+            user = {"user": uid, "group": gid, "extra_groups": []}
         proc = subprocess.run(
             argv,
             env={**self.env(), **(extra_env or {})},
@@ -751,6 +756,7 @@ class LocalSlurm:
         wrap: str | None = None,
         as_root: bool = False,
         env: Mapping[str, str] | None = None,
+        user: str | None = None,
         **options: Any,
     ) -> int:
         """Submit a batch job (script text via stdin, or ``wrap``); return its job id.
@@ -759,7 +765,7 @@ class LocalSlurm:
         ``no_requeue=True`` -> ``--no-requeue``; False/None are left out. Jobs run in
         ``work_dir`` unless ``chdir`` is given, as the ordinary ``job_user`` unless ``as_root``
         (or the cluster has no job user). ``env`` adds variables to the submitter's environment
-        (sbatch passes it on to the job).
+        (sbatch passes it on to the job). ``user`` submits as another ordinary user.
         """
         if (script is None) == (wrap is None):
             raise ValueError("give exactly one of script and wrap")
@@ -767,7 +773,7 @@ class LocalSlurm:
         argv = ["sbatch", "--parsable", *_sbatch_flags(options)]
         if wrap is not None:
             argv.append(f"--wrap={wrap}")
-        proc = self.run(argv, input=script, as_job_user=not as_root, extra_env=env)
+        proc = self.run(argv, input=script, as_job_user=not as_root, extra_env=env, as_user=user)
         # --parsable prints "ID" or "ID;cluster".
         return int(proc.stdout.strip().split(";")[0])
 
