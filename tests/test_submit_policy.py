@@ -93,7 +93,7 @@ def test_cli_names_an_unwritable_output(tmp_path: Path, capsys) -> None:
 
 # ------------------------------------------------------------------ the Lua itself
 
-STUB = "slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294}\nslurm.log_user = function() end\nslurm.log_info = slurm.log_user\n"
+STUB = "slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294, ESLURM_ACCESS_DENIED = 2002}\nslurm.log_user = function() end\nslurm.log_info = slurm.log_user\n"
 
 
 def run_lua(tmp_path: Path, conf: str, body: str, stdin: bytes = b"") -> str:
@@ -279,7 +279,7 @@ MODIFY = [
 @needs_lua
 def test_lua_checks_updates_against_the_job_as_it_would_be(tmp_path: Path) -> None:
     body = "".join(
-        f"print(slurm_job_modify({{{UNSET}, {change}}}, {rec}, {{}}, 1000) == slurm.ERROR)\n"
+        f"print(slurm_job_modify({{{UNSET}, {change}}}, {rec}, {{}}, 1000) == slurm.ESLURM_ACCESS_DENIED)\n"
         for change, rec, _ in MODIFY
     )
     got = run_lua(tmp_path, POLICY, body).split()
