@@ -11,6 +11,10 @@ way around the policy that worked before; each is refused with gpugate's message
 - a heterogeneous job whose components are each small (2 nodes together);
 - `scontrol update jobid=J Comment=nothing` on a large job that declared its checkpoints;
 - `scontrol update jobid=J NumNodes=2-3` on a small job without a checkpoint directory.
+
+Three more of the same kind are refused too (more tasks than a node has CPUs; `--spread-job`;
+`scontrol update ReqNodeList=` of two nodes on a job without -N), and a het job that declares
+its checkpoint directory still goes in.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm  # noqa: E402
+from localslurm import LocalSlurm, cpu_layout  # noqa: E402
 
 from gpugate.commands.submit_policy import main as submit_policy  # noqa: E402
 
@@ -79,8 +83,11 @@ def scontrol_update(cluster: LocalSlurm, jobid: int, change: str):
         (("-N", "1-3"), None),
         (("--ntasks=2", "--ntasks-per-node=1"), None),
         ((), HET_SCRIPT),
+        # beyond the five: more tasks than a node has CPUs, and --spread-job
+        ((f"--ntasks={cpu_layout()['CPUs'] + 1}",), None),
+        (("--ntasks=2", "--spread-job"), None),
     ],
-    ids=["node-range", "tasks-imply-nodes", "het-job"],
+    ids=["node-range", "tasks-imply-nodes", "het-job", "tasks-need-cpus", "spread-job"],
 )
 def test_a_large_job_in_disguise_is_refused_at_sbatch(
     cluster: LocalSlurm, flags: tuple, script: str | None
@@ -91,6 +98,13 @@ def test_a_large_job_in_disguise_is_refused_at_sbatch(
     assert REFUSED in proc.stderr and "declares no checkpoint directory" in proc.stderr
     assert "--comment gpugate:ckpt=" in proc.stderr
     assert cluster.queue() == before  # nothing was queued
+
+
+def test_a_het_job_that_declares_its_checkpoints_is_accepted(cluster: LocalSlurm) -> None:
+    script = HET_SCRIPT.replace("two-small-pieces", "gpugate:ckpt=/shared/ckpt/het")
+    proc = sbatch(cluster, "--hold", script=script)
+    assert proc.returncode == 0, proc.stderr
+    cluster.run(["scancel", proc.stdout.strip().split(";")[0]], check=False)
 
 
 def test_dropping_the_checkpoint_of_a_large_job_is_refused(cluster: LocalSlurm) -> None:
@@ -115,6 +129,17 @@ def test_growing_a_small_job_past_the_threshold_is_refused(cluster: LocalSlurm) 
         assert DENIED in proc.stderr
         assert cluster.job_state(jobid)["NumNodes"] == before
         assert before.split("-")[0] == "1"
+    finally:
+        cluster.run(["scancel", str(jobid)], check=False)
+
+
+def test_naming_more_nodes_in_a_pending_job_is_refused(cluster: LocalSlurm) -> None:
+    # Beyond the five: a job without -N given `ReqNodeList=` of two nodes ran on both.
+    jobid = held_job(cluster)
+    try:
+        proc = scontrol_update(cluster, jobid, f"ReqNodeList={NODES[0]},{NODES[1]}")
+        assert proc.returncode != 0 and DENIED in proc.stderr
+        assert cluster.job_state(jobid)["ReqNodeList"] == "(null)"
     finally:
         cluster.run(["scancel", str(jobid)], check=False)
 

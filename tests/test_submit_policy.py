@@ -217,6 +217,10 @@ JOBS = [
     ("{num_tasks = 1, min_cpus = 4}", TWO_CPUS, True),
     ("{num_tasks = 4}", EIGHT_CPUS, False),
     ("{num_tasks = 3}", "{}", False),
+    # The nodes a job names (slurmctld gave a job without -N both of `ReqNodeList=n[1-2]`).
+    ('{req_nodes = "n[1-2]"}', "{}", True),
+    ('{req_nodes = "n1"}', "{}", False),
+    ('{req_nodes = ""}', "{}", False),
     # --spread-job (bit 8 of bitflags): a node per task.
     ("{num_tasks = 2, bitflags = 16384 + 256}", "{}", True),
     ("{num_tasks = 2, bitflags = 16384}", "{}", False),
@@ -268,6 +272,8 @@ MODIFY = [
     ('tres_per_node = "gres:gpu:16"', SMALL, True),
     ('partition = "big", tres_per_node = "gres:gpu:8"', SMALL, True),
     ('comment = "nothing"', SMALL, False),
+    ('req_nodes = "gpu-node-0[1-2]"', SMALL, True),
+    ('req_nodes = "gpu-node-01"', SMALL, False),
     ("min_nodes = 1, max_nodes = 1", LARGE.replace("gpugate:ckpt=/x", "old"), False),  # shrink
     ("", LARGE.replace("gpugate:ckpt=/x", "old"), False),  # AdminComment, ExcNodeList, ...
     ('comment = "gpugate:ckpt=/x"', SMALL.replace("min_nodes = 1", "min_nodes = 3"), False),
@@ -297,3 +303,13 @@ def test_lua_names_an_update_refusal_and_a_het_job(tmp_path: Path) -> None:
     out = run_lua(tmp_path, "{}", body).splitlines()
     assert "heterogeneous job" in out[0] and out[0].startswith("gpugate: job refused:")
     assert out[1].startswith("gpugate: update refused: it asks for 0 GPU(s) on 2 node(s)")
+
+
+HOSTLISTS = [("n1", 1), ("n[1-2]", 2), ("n[1-3,5],gpu-7", 5), ("r[1-2]n[1-4]", 8), ("", 0)]
+
+
+@needs_lua
+def test_lua_counts_the_nodes_of_a_hostlist(tmp_path: Path) -> None:
+    body = "".join(f"print(gpugate_hosts_in({lua_string(h)}))\n" for h, _ in HOSTLISTS)
+    got = run_lua(tmp_path, "{}", body).split()
+    assert [int(float(n)) for n in got] == [n for _, n in HOSTLISTS]
