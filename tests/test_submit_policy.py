@@ -93,7 +93,7 @@ def test_cli_names_an_unwritable_output(tmp_path: Path, capsys) -> None:
 
 # ------------------------------------------------------------------ the Lua itself
 
-STUB = "slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294}\nslurm.log_user = function() end\nslurm.log_info = slurm.log_user\n"
+STUB = "slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294, ESLURM_ACCESS_DENIED = 2002}\nslurm.log_user = function() end\nslurm.log_info = slurm.log_user\n"
 
 
 def run_lua(tmp_path: Path, conf: str, body: str, stdin: bytes = b"") -> str:
@@ -173,6 +173,10 @@ def test_lua_counts_gpus_in_every_form(tmp_path: Path) -> None:
     assert [int(float(g)) for g in got] == [n for _, n in GPU_FORMS]
 
 
+TWO_CPUS = "{d = {name = 'd', flag_default = 1, total_cpus = 6, total_nodes = 3, max_cpus_per_node = 4294967295}}"
+EIGHT_CPUS = (
+    "{d = {name = 'd', flag_default = 1, total_cpus = 6, total_nodes = 3, max_cpus_per_node = 8}}"
+)
 JOBS = [
     # (job_desc as Lua, part_list as Lua, refused?)
     ('{tres_per_node = "gres:gpu:8", min_nodes = 2}', "{}", True),
@@ -189,6 +193,44 @@ JOBS = [
     ('{min_nodes = 3, partition = "tiny"}', "{}", False),
     ('{tres_per_node = "gres/gpu:8"}', '{big = {name = "big", flag_default = 1}}', True),
     ('{tres_per_node = "gres/gpu:8"}', '{x = {name = "x", flag_default = 0}}', False),
+    # A node range counts at its top (attack 6: `sbatch -N 1-3`); unset tops are no range.
+    ("{min_nodes = 1, max_nodes = 3}", "{}", True),
+    ("{min_nodes = 1, max_nodes = 1}", "{}", False),
+    ("{min_nodes = 1, max_nodes = 4294967294}", "{}", False),
+    ("{min_nodes = 1, max_nodes = 4294967295}", "{}", False),
+    ("{min_nodes = 1, max_nodes = 0}", "{}", False),
+    ('{min_nodes = 1, max_nodes = 2, tres_per_node = "gres:gpu:4", partition = "big"}', "{}", True),
+    # The nodes tasks imply (attack 6: `--ntasks=2 --ntasks-per-node=1`); NO_VAL16 is unset.
+    ("{num_tasks = 2, ntasks_per_node = 1}", "{}", True),
+    ("{num_tasks = 3, ntasks_per_node = 2, min_nodes = 4294967294}", "{}", True),
+    ("{num_tasks = 2, ntasks_per_node = 2}", "{}", False),
+    ("{num_tasks = 2, ntasks_per_node = 65534, cpus_per_task = 65534}", "{}", False),
+    (
+        '{ntasks_per_node = 4, min_nodes = 1, tres_per_task = "gres/gpu:4", partition = "big"}',
+        "{}",
+        True,
+    ),
+    # ... and the partition's CPUs per node: MaxCPUsPerNode, else its CPUs over its nodes.
+    ("{num_tasks = 3}", TWO_CPUS, True),
+    ("{num_tasks = 2}", TWO_CPUS, False),
+    ("{num_tasks = 2, cpus_per_task = 2}", TWO_CPUS, True),
+    ("{num_tasks = 1, min_cpus = 4}", TWO_CPUS, True),
+    ("{num_tasks = 4}", EIGHT_CPUS, False),
+    ("{num_tasks = 3}", "{}", False),
+    # The nodes a job names (slurmctld gave a job without -N both of `ReqNodeList=n[1-2]`).
+    ('{req_nodes = "n[1-2]"}', "{}", True),
+    ('{req_nodes = "n1"}', "{}", False),
+    ('{req_nodes = ""}', "{}", False),
+    # --spread-job (bit 8 of bitflags): a node per task.
+    ("{num_tasks = 2, bitflags = 16384 + 256}", "{}", True),
+    ("{num_tasks = 2, bitflags = 16384}", "{}", False),
+    ("{num_tasks = 2, max_nodes = 1, min_nodes = 1, bitflags = 256}", "{}", False),
+    # A het job's components come one at a time: every het job counts as large.
+    ("{het_job_offset = 0, min_nodes = 1, max_nodes = 1}", "{}", True),
+    ("{het_job_offset = 1, min_nodes = 1}", "{}", True),
+    ('{het_job_offset = 1, min_nodes = 1, comment = "gpugate:ckpt=/c"}', "{}", False),
+    ('{het_job_offset = 0, partition = "tiny"}', "{}", False),
+    ("{het_job_offset = 4294967294, min_nodes = 1}", "{}", False),
 ]
 POLICY = "submit: {partitions: {big: {min_gpus: 8}, tiny: {min_gpus: 0, min_nodes: 0}}}"
 
@@ -210,3 +252,64 @@ def test_lua_opt_out_and_message_follow_the_site(tmp_path: Path) -> None:
     assert "opting out (gpugate:no-ckpt) is not allowed" in out
     assert out.strip().endswith('See the "wiki".')
     assert "to opt out" not in out
+
+
+# scontrol update: job_desc holds only what the update sets (the rest NO_VAL / nil), job_rec the
+# job as it is (Slurm 22.05's record has no num_tasks; max_nodes 0 when unset).
+UNSET = ("min_nodes = 4294967294, max_nodes = 4294967294, num_tasks = 4294967294, "
+         "min_cpus = 4294967294, ntasks_per_node = 65534, cpus_per_task = 65534, het_job_offset = 0")  # fmt: skip
+LARGE = '{comment = "gpugate:ckpt=/x", min_nodes = 2, max_nodes = 2, min_cpus = 2, total_nodes = 0, het_job_id = 0}'
+SMALL = "{min_nodes = 1, max_nodes = 1, min_cpus = 1, total_nodes = 0, het_job_id = 0}"
+MODIFY = [
+    # (the update's fields, job_rec, refused?)
+    ('comment = "nothing"', LARGE, True),  # attack 6: drop the checkpoint of a large job
+    ('comment = ""', LARGE, True),
+    ('comment = "gpugate:ckpt=/y"', LARGE, False),  # another checkpoint directory is fine
+    ('comment = "gpugate:ckpt=y"', LARGE, True),
+    ("min_nodes = 2, max_nodes = 3", SMALL, True),  # attack 6: NumNodes=2-3
+    ("min_nodes = 1, max_nodes = 3", SMALL, True),
+    ("num_tasks = 2, ntasks_per_node = 1", SMALL, True),
+    ('tres_per_node = "gres:gpu:16"', SMALL, True),
+    ('partition = "big", tres_per_node = "gres:gpu:8"', SMALL, True),
+    ('comment = "nothing"', SMALL, False),
+    ('req_nodes = "gpu-node-0[1-2]"', SMALL, True),
+    ('req_nodes = "gpu-node-01"', SMALL, False),
+    ("min_nodes = 1, max_nodes = 1", LARGE.replace("gpugate:ckpt=/x", "old"), False),  # shrink
+    ("", LARGE.replace("gpugate:ckpt=/x", "old"), False),  # AdminComment, ExcNodeList, ...
+    ('comment = "gpugate:ckpt=/x"', SMALL.replace("min_nodes = 1", "min_nodes = 3"), False),
+    ('comment = "x"', SMALL.replace("het_job_id = 0", "het_job_id = 7"), True),
+    ('comment = "x"', SMALL.replace("total_nodes = 0", "total_nodes = 2"), True),  # running
+]
+
+
+@needs_lua
+def test_lua_checks_updates_against_the_job_as_it_would_be(tmp_path: Path) -> None:
+    body = "".join(
+        f"print(slurm_job_modify({{{UNSET}, {change}}}, {rec}, {{}}, 1000) == slurm.ESLURM_ACCESS_DENIED)\n"
+        for change, rec, _ in MODIFY
+    )
+    got = run_lua(tmp_path, POLICY, body).split()
+    assert got == [str(refused).lower() for _, _, refused in MODIFY]
+
+
+@needs_lua
+def test_lua_names_an_update_refusal_and_a_het_job(tmp_path: Path) -> None:
+    body = (
+        f"print(gpugate_check({{het_job_offset = 0, min_nodes = 1}}, {{}}, true))\n"
+        f"local rec = {LARGE}\n"
+        "slurm.log_user = function(fmt, text) print(text) end\n"
+        f'slurm_job_modify({{{UNSET}, comment = "gone"}}, rec, {{}}, 1000)\n'
+    )
+    out = run_lua(tmp_path, "{}", body).splitlines()
+    assert "heterogeneous job" in out[0] and out[0].startswith("gpugate: job refused:")
+    assert out[1].startswith("gpugate: update refused: it asks for 0 GPU(s) on 2 node(s)")
+
+
+HOSTLISTS = [("n1", 1), ("n[1-2]", 2), ("n[1-3,5],gpu-7", 5), ("r[1-2]n[1-4]", 8), ("", 0)]
+
+
+@needs_lua
+def test_lua_counts_the_nodes_of_a_hostlist(tmp_path: Path) -> None:
+    body = "".join(f"print(gpugate_hosts_in({lua_string(h)}))\n" for h, _ in HOSTLISTS)
+    got = run_lua(tmp_path, "{}", body).split()
+    assert [int(float(n)) for n in got] == [n for _, n in HOSTLISTS]
