@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from factories import default_config
@@ -476,3 +477,18 @@ def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcom
     assert "first to fail in jobs 11,12,13 of 2 user(s)" in text and outcome in text, text
     if qualified is not None:
         assert "suspect (votes): first to fail in jobs 11,12,13" in text  # "Asked by"
+
+
+def test_an_admins_resume_of_a_suspect_in_service_clears_it_audited(tmp_path, started):
+    from gpugate.commands.resume import clear_suspicion
+
+    config = config_for(tmp_path, votes_needed=1)
+    where = config.admin.history_dir
+    assert clear_suspicion(config, "b", "looked") is None  # nothing to clear
+    cast(config, "101", now=time.time() - 60, uid=1)
+    said = clear_suspicion(config, "b", "cable reseated, DCGM r3 clean")
+    assert "suspicion (votes: first to fail in jobs 101 of 1 user(s)) is cleared" in said
+    assert suspects.open_flags(where) == {}
+    (entry,) = history.resumes(where, "b")
+    assert entry["why"] == "cable reseated, DCGM r3 clean" and entry["resumed"] is True
+    assert entry["reason"].startswith("suspect: first to fail")

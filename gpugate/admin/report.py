@@ -359,7 +359,7 @@ def suspects_section(
         body.append(
             f'<tr><td class="node">{esc(f["node"])}</td><td class="time">{esc(f["at"])}</td>'
             f'<td>{esc(f["source"])}</td><td class="reason">{esc(f["detail"])}</td>'
-            f'<td>{esc(f["action"])}</td>'
+            f"<td>{esc(f['action'])}</td>"
             f'<td class="reason">{esc(flag_outcome(f, qualifications, resumes))}</td></tr>'
         )
     headers = ("Node", "Flagged", "From", "What the jobs showed", "Asked for", "Outcome")

@@ -12,6 +12,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
 
+    from gpugate.config.schema import Config
+
 
 def parser() -> ArgumentParser:
     """Options of `gpugate resume`."""
@@ -57,6 +59,22 @@ def parser() -> ArgumentParser:
     return p  # fmt: skip
 
 
+def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
+    """An admin's look at a suspect in service closes its flag and votes (audited); what was done."""
+    from gpugate.store.history import history_dir, record_resume
+    from gpugate.store.suspects import open_flags
+
+    flag = open_flags(history_dir(config)).get(node)
+    if flag is None:
+        return None
+    record_resume(history_dir(config), node, why=why or "", reason=f"suspect: {flag['detail']}",
+                  result="suspicion cleared by an admin (the node was in service)")  # fmt: skip
+    return (
+        f"{node} is in service; its suspicion ({flag['source']}: {flag['detail']}) is "
+        "cleared: votes and application Xids before now no longer count (audited)"
+    )
+
+
 def main(argv: list[str]) -> int:
     """Run `gpugate resume`."""
     args = parser().parse_args(argv)
@@ -69,6 +87,10 @@ def main(argv: list[str]) -> int:
         held = held_notice(config, args.node)  # the budget held gpugate's drain back
         if held:
             print(f"gpugate resume: nothing to resume: {held}")
+            return EXIT_OK
+        cleared = clear_suspicion(config, args.node, args.why)
+        if cleared:
+            print(f"gpugate resume: {cleared}")
             return EXIT_OK
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
