@@ -55,7 +55,6 @@ def run_requeue(
     if summaries:  # the flight recorder's culprit node, where root's evidence agrees
         named = with_culprit(config, job, summaries, decision.suspects)
         decision = decision.replace(suspects=named)
-    voted = None
     if not dry_run:
         try:
             voted = cast_vote(config, job, summaries, decision.category)
@@ -63,14 +62,13 @@ def run_requeue(
             voted = f"suspect vote failed: {type(exc).__name__}: {exc}"
         if voted:
             log.say(f"epilog-slurmctld job {job.job_id}: {voted}")
+            log.event(config.state_dir, "vote", job=job.job_id, said=voted)
     if decision.slurm_requeued:
         decision = decision.replace(refused_on=refusals(job, slurm))
     if decision.requeue:
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
         decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir))
     done = apply(decision, slurm, job, config, dry_run=dry_run)
-    if voted:  # in the hook's event too: what the vote did is part of what the hook did
-        done.append(f"vote: {voted}")
     if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
         told = [tell_stale(slurm, job.job_id, summaries), tell_culprit(config, slurm, job)]
         done += [t for t in told if t]
