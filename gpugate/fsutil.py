@@ -4,6 +4,11 @@ gpugate's state (per-job baselines, events, its log, the drain history) holds ke
 users' paths, so it is readable by root and the site's admin group only: files 0640 owned by
 root and the group of the directory they are in, directories no wider than 0751. The helpers
 here create them that way and tighten what an older release left world-readable.
+
+Lock files are stricter: 0600 in a `locks/` directory 0700 of the hook's own user (root). flock
+needs only an open descriptor, read-only will do: a user who can open a lock file can hold it
+and make every hook that waits on it wait. So nobody else may open one, and no hook waits
+without a bound either (FileLock has no unbounded wait).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 PRIVATE_FILE = 0o640
+LOCK_DIR = "locks"  # beside the data it guards: <state_dir>/locks, <history_dir>/locks
+LOCK_DIR_MODE = 0o700
+LOCK_FILE_MODE = 0o600
 # The state directory itself: others may pass through it (to their own job's file under
 # task/, see state.save_task_file) but not list it.
 STATE_DIR_MODE = 0o751
@@ -164,24 +172,38 @@ def atomic_write(
                 pass
 
 
+def lock_file(base: str, name: str) -> str:
+    """`<base>/locks/<name>`, creating the lock directory (0700, ours; never someone else's)."""
+    return os.path.join(private_dir(os.path.join(base, LOCK_DIR), LOCK_DIR_MODE, gid=-1), name)
+
+
+def check_lock_dir(directory: str) -> None:
+    """PermissionError unless `directory` is a real directory of ours that only we can enter."""
+    import stat
+
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PermissionError(
+            f"{directory}: not a private lock directory (uid {st.st_uid}, mode "
+            f"{st.st_mode & 0o7777:04o}; want uid {os.geteuid()}, 0700): another user could "
+            "open a lock file there and hold it"
+        )
+
+
 class FileLock:
     """An exclusive flock on a lock file of its own, for one `with` block (closing releases it).
 
-    A lock file apart from the data, because the data files are replaced by rename. `wait_s`
-    None waits as long as it takes; otherwise `held` says whether the lock came within
-    `wait_s` (the caller then goes on without it). `path` None: no lock, `held` stays False.
-    The lock file is opened as open_private() does (`mode`, group `gid`).
+    A lock file apart from the data, because the data files are replaced by rename. The wait is
+    always bounded: `held` says whether the lock came within `wait_s` (0: one try), and the
+    caller goes on without it as it can. `path` None: no lock, `held` stays False. The file is
+    0600 in a directory lock_file() made; one anywhere else is refused (check_lock_dir).
     Node-local files only: flock on NFS or Lustre is slow or unreliable.
     """
 
-    def __init__(
-        self,
-        path: str | None,
-        mode: int = PRIVATE_FILE,
-        wait_s: float | None = None,
-        gid: int | None = None,
-    ) -> None:
-        self.path, self.mode, self.wait_s, self.gid = path, mode, wait_s, gid
+    def __init__(self, path: str | None, *, wait_s: float) -> None:
+        if not isinstance(wait_s, (int, float)) or not 0 <= wait_s < float("inf"):
+            raise ValueError(f"FileLock({path!r}): wait_s must be a finite number of seconds")
+        self.path, self.wait_s = path, float(wait_s)
         self.fd = -1
         self.held = False
 
@@ -191,11 +213,8 @@ class FileLock:
         import fcntl
         import time
 
-        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, self.mode, self.gid)
-        if self.wait_s is None:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            self.held = True
-            return self
+        check_lock_dir(os.path.dirname(self.path) or ".")
+        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE, gid=-1)
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
@@ -203,9 +222,10 @@ class FileLock:
                 self.held = True
                 return self
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return self
-                time.sleep(0.05)
+                time.sleep(min(0.05, left))
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
