@@ -13,8 +13,8 @@ from factories import site
 from heldlock import held
 
 from gpugate import fstree
-from gpugate.fsutil import lock_file
 from gpugate.config import ConfigError
+from gpugate.fsutil import lock_file
 from gpugate.store import evidence as E
 
 DAY = 86400.0

@@ -140,9 +140,9 @@ def test_a_lock_where_others_could_open_it_is_refused(tmp_path):
     shared = tmp_path / "textfile"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
-    with pytest.raises(PermissionError, match="not a private lock directory"):
-        with fsutil.FileLock(str(shared / "x.lock"), wait_s=0):
-            pass
+    refused = pytest.raises(PermissionError, match="not a private lock directory")
+    with refused, fsutil.FileLock(str(shared / "x.lock"), wait_s=0):
+        pass
     assert not (shared / "x.lock").exists()
     if os.geteuid() == 0:  # a directory of another user's, even 0700, is theirs to lock in
         theirs = tmp_path / "other" / fsutil.LOCK_DIR
@@ -150,9 +150,9 @@ def test_a_lock_where_others_could_open_it_is_refused(tmp_path):
         os.chown(theirs, 12345, 12345)
         with pytest.raises(PermissionError, match="owned by uid 12345"):
             fsutil.lock_file(str(tmp_path / "other"), "x.lock")
-        with pytest.raises(PermissionError, match="not a private lock directory"):
-            with fsutil.FileLock(str(theirs / "x.lock"), wait_s=0):
-                pass
+        refused = pytest.raises(PermissionError, match="not a private lock directory")
+        with refused, fsutil.FileLock(str(theirs / "x.lock"), wait_s=0):
+            pass
 
 
 def test_the_lock_serialises_read_modify_write(tmp_path):
