@@ -173,21 +173,31 @@ def atomic_write(
 
 
 def lock_file(base: str, name: str) -> str:
-    """`<base>/locks/<name>`, creating the lock directory (0700, ours; never someone else's)."""
-    return os.path.join(private_dir(os.path.join(base, LOCK_DIR), LOCK_DIR_MODE, gid=-1), name)
+    """`<base>/locks/<name>`, creating the lock directory (0700); check_lock_dir() vets it."""
+    directory = os.path.join(base, LOCK_DIR)
+    try:
+        private_dir(directory, LOCK_DIR_MODE, gid=-1)
+    except PermissionError:
+        pass  # root finds it someone else's: check_lock_dir says whether that will do
+    check_lock_dir(directory)
+    return os.path.join(directory, name)
 
 
-def check_lock_dir(directory: str) -> None:
-    """PermissionError unless `directory` is a real directory of ours that only we can enter."""
+def check_lock_dir(directory: str) -> int:
+    """The directory's owner; PermissionError unless `directory` is a real directory that only its owner can enter,
+    and that owner is us or the owner of the data beside it (its parent's: a SlurmUser's
+    history directory, which root's admin commands write too); never an ordinary user's."""
     import stat
 
     st = os.lstat(directory)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+    owners = {os.geteuid(), os.stat(os.path.dirname(os.path.abspath(directory))).st_uid}
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or st.st_mode & 0o077:
         raise PermissionError(
             f"{directory}: not a private lock directory (uid {st.st_uid}, mode "
             f"{st.st_mode & 0o7777:04o}; want uid {os.geteuid()}, 0700): another user could "
             "open a lock file there and hold it"
         )
+    return st.st_uid
 
 
 class FileLock:
@@ -213,8 +223,10 @@ class FileLock:
         import fcntl
         import time
 
-        check_lock_dir(os.path.dirname(self.path) or ".")
+        owner = check_lock_dir(os.path.dirname(self.path) or ".")
         self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE, gid=-1)
+        if owner != os.geteuid():  # root in the data owner's directory: the file is theirs too
+            tighten(self.fd, LOCK_FILE_MODE, uid=owner)
         deadline = time.monotonic() + self.wait_s
         while True:
             try:

@@ -203,8 +203,6 @@ def test_with_every_lock_held_by_root_the_hooks_still_finish_in_time(
         assert done.returncode == 0, done.stderr
         assert took <= config.health.deadline_s, (took, done.stderr)
         assert "metrics not updated" in done.stderr, done.stderr
-        print(f"with every lock held: epilog {_utc(epilog['time']) - end:.0f} s, prolog "
-              f"{_prolog_wall_s(site, cluster, job):.0f} s, health {took:.1f} s")
     _in_service(cluster)
     # Released: the next run folds in the updates skipped meanwhile (prolog, epilog, health).
     after_job = cluster.submit(wrap="true", output="/dev/null")

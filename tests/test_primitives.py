@@ -148,11 +148,30 @@ def test_a_lock_where_others_could_open_it_is_refused(tmp_path):
         theirs = tmp_path / "other" / fsutil.LOCK_DIR
         theirs.mkdir(mode=0o700, parents=True)
         os.chown(theirs, 12345, 12345)
-        with pytest.raises(PermissionError, match="owned by uid 12345"):
+        with pytest.raises(PermissionError, match="not a private lock directory"):
             fsutil.lock_file(str(tmp_path / "other"), "x.lock")
         refused = pytest.raises(PermissionError, match="not a private lock directory")
         with refused, fsutil.FileLock(str(theirs / "x.lock"), wait_s=0):
             pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root gives directories away")
+def test_root_locks_in_the_lock_directory_of_the_datas_owner(tmp_path):
+    """A history directory of the SlurmUser's (EpilogSlurmctld writes there) is written by
+    root's admin commands too: its 0700 lock directory is the data's owner's, not a user's."""
+    data = tmp_path / "history"
+    data.mkdir()
+    (data / fsutil.LOCK_DIR).mkdir(mode=0o700)
+    for d in (data, data / fsutil.LOCK_DIR):
+        os.chown(d, 12345, 12345)
+    path = fsutil.lock_file(str(data), "x.lock")
+    with fsutil.FileLock(path, wait_s=0) as lock:
+        assert lock.held
+    st = os.stat(path)
+    assert (st.st_uid, st.st_mode & 0o777) == (12345, 0o600)  # the owner can take it next
+    os.chmod(data / fsutil.LOCK_DIR, 0o755)  # but never one others can enter
+    with pytest.raises(PermissionError, match="not a private lock directory"):
+        fsutil.lock_file(str(data), "x.lock")
 
 
 def test_the_lock_serialises_read_modify_write(tmp_path):
