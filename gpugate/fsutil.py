@@ -184,9 +184,9 @@ def lock_file(base: str, name: str) -> str:
 
 
 def check_lock_dir(directory: str) -> int:
-    """The directory's owner; PermissionError unless `directory` is a real directory that only its owner can enter,
-    and that owner is us or the owner of the data beside it (its parent's: a SlurmUser's
-    history directory, which root's admin commands write too); never an ordinary user's."""
+    """The directory's owner; PermissionError unless only its owner can enter it, us or the
+    data's (its parent's owner: a SlurmUser's history directory, which root's admin commands
+    write too); a real directory, never a symlink."""
     import stat
 
     st = os.lstat(directory)
