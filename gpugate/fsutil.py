@@ -4,6 +4,11 @@ gpugate's state (per-job baselines, events, its log, the drain history) holds ke
 users' paths, so it is readable by root and the site's admin group only: files 0640 owned by
 root and the group of the directory they are in, directories no wider than 0751. The helpers
 here create them that way and tighten what an older release left world-readable.
+
+Lock files are stricter: 0600 in a `locks/` directory 0700 of the hook's own user (root). flock
+needs only an open descriptor, read-only will do: a user who can open a lock file can hold it
+and make every hook that waits on it wait. So nobody else may open one, and no hook waits
+without a bound either (FileLock has no unbounded wait).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 PRIVATE_FILE = 0o640
+LOCK_DIR = "locks"  # beside the data it guards: <state_dir>/locks, <history_dir>/locks
+LOCK_DIR_MODE = 0o700
+LOCK_FILE_MODE = 0o600
 # The state directory itself: others may pass through it (to their own job's file under
 # task/, see state.save_task_file) but not list it.
 STATE_DIR_MODE = 0o751
@@ -164,24 +172,48 @@ def atomic_write(
                 pass
 
 
+def lock_file(base: str, name: str) -> str:
+    """`<base>/locks/<name>`, creating the lock directory (0700); check_lock_dir() vets it."""
+    directory = os.path.join(base, LOCK_DIR)
+    try:
+        private_dir(directory, LOCK_DIR_MODE, gid=-1)
+    except PermissionError:
+        pass  # root finds it someone else's: check_lock_dir says whether that will do
+    check_lock_dir(directory)
+    return os.path.join(directory, name)
+
+
+def check_lock_dir(directory: str) -> int:
+    """The directory's owner; PermissionError unless only its owner can enter it, us or the
+    data's (its parent's owner: a SlurmUser's history directory, which root's admin commands
+    write too); a real directory, never a symlink."""
+    import stat
+
+    st = os.lstat(directory)
+    owners = {os.geteuid(), os.stat(os.path.dirname(os.path.abspath(directory))).st_uid}
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or st.st_mode & 0o077:
+        raise PermissionError(
+            f"{directory}: not a private lock directory (uid {st.st_uid}, mode "
+            f"{st.st_mode & 0o7777:04o}; want uid {os.geteuid()}, 0700): another user could "
+            "open a lock file there and hold it"
+        )
+    return st.st_uid
+
+
 class FileLock:
     """An exclusive flock on a lock file of its own, for one `with` block (closing releases it).
 
-    A lock file apart from the data, because the data files are replaced by rename. `wait_s`
-    None waits as long as it takes; otherwise `held` says whether the lock came within
-    `wait_s` (the caller then goes on without it). `path` None: no lock, `held` stays False.
-    The lock file is opened as open_private() does (`mode`, group `gid`).
+    A lock file apart from the data, because the data files are replaced by rename. The wait is
+    always bounded: `held` says whether the lock came within `wait_s` (0: one try), and the
+    caller goes on without it as it can. `path` None: no lock, `held` stays False. The file is
+    0600 in a directory lock_file() made; one anywhere else is refused (check_lock_dir).
     Node-local files only: flock on NFS or Lustre is slow or unreliable.
     """
 
-    def __init__(
-        self,
-        path: str | None,
-        mode: int = PRIVATE_FILE,
-        wait_s: float | None = None,
-        gid: int | None = None,
-    ) -> None:
-        self.path, self.mode, self.wait_s, self.gid = path, mode, wait_s, gid
+    def __init__(self, path: str | None, *, wait_s: float) -> None:
+        if not isinstance(wait_s, (int, float)) or not 0 <= wait_s < float("inf"):
+            raise ValueError(f"FileLock({path!r}): wait_s must be a finite number of seconds")
+        self.path, self.wait_s = path, float(wait_s)
         self.fd = -1
         self.held = False
 
@@ -191,11 +223,10 @@ class FileLock:
         import fcntl
         import time
 
-        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, self.mode, self.gid)
-        if self.wait_s is None:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            self.held = True
-            return self
+        owner = check_lock_dir(os.path.dirname(self.path) or ".")
+        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE, gid=-1)
+        if owner != os.geteuid():  # root in the data owner's directory: the file is theirs too
+            tighten(self.fd, LOCK_FILE_MODE, uid=owner)
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
@@ -203,9 +234,10 @@ class FileLock:
                 self.held = True
                 return self
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return self
-                time.sleep(0.05)
+                time.sleep(min(0.05, left))
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:

@@ -21,12 +21,13 @@ import re
 import time
 
 from gpugate import log, runner
-from gpugate.fsutil import FileLock, atomic_write
+from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.node import node_name
 from gpugate.slurm_hooks.budget import check_budget
 from gpugate.slurm_hooks.reasons import drain_reason, is_ours, reason_check
 from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError, valid_node_name
 from gpugate.slurm_hooks.state import StateError, ensure_state_dir
+from gpugate.store import locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -278,10 +279,19 @@ def _load(config: Config) -> dict:
 
 
 def _record(config: Config, kind: str, node: str, entry: dict) -> None:
-    """Add one entry under a lock, atomically, root's only; a failure is logged, not raised."""
+    """Add one entry under a lock, atomically, root's only; a failure is logged, not raised.
+
+    Past locks.REPAIRS_WAIT_S the entry is written without the lock (an atomic rewrite: at
+    worst the holder's entry is lost), said in the log: a repair not recorded could be asked
+    for again.
+    """
     try:
         ensure_state_dir(config.state_dir)
-        with FileLock(_path(config) + ".lock", mode=REPAIRS_MODE, wait_s=5.0):
+        lock = FileLock(lock_file(config.state_dir, locks.REPAIRS), wait_s=locks.REPAIRS_WAIT_S)
+        with lock:
+            if not lock.held:
+                log.say(f"{_path(config)}: lock held over {locks.REPAIRS_WAIT_S:g} s: "
+                        "written without it")  # fmt: skip
             data = _load(config)
             nodes = data.setdefault(kind, {})
             nodes.pop(node, None)

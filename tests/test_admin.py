@@ -307,6 +307,25 @@ def test_evidence_of_a_node_newest_first(site, capsys):
     assert "xid: 79" in text and "failing rank: 3" in text and f"raw files: {new}/" in text
 
 
+def test_evidence_says_the_dumps_were_the_users_and_must_not_be_unpickled(site, capsys):
+    files = {"kernel.log": "x\n", "flightrec.json": "{}", "flightrec/fr_rank_0.json": "{}"}
+    write_bundle(str(site / "ev"), "311", "gpu-03", 0, files, {"job_id": "311", "node": "gpu-03"})
+    assert cli.main(["evidence", "311"]) == 0
+    text = capsys.readouterr().out
+    assert "dumps:    the flight-recorder dumps were the job user's (pickles)" in text
+    assert "kept only their parsed JSON" in text and "never unpickle a raw dump" in text
+    # A bundle of an older gpugate that kept the raw pickle: named, with the warning.
+    old = {"flightrec.json": "{}", "flightrec/fr_rank_1": b"\x80\x04."}
+    write_bundle(str(site / "ev"), "312", "gpu-03", 0, old, {"job_id": "312", "node": "gpu-03"})
+    assert cli.main(["evidence", "312", "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)["bundles"]
+    assert (
+        "raw flight-recorder dumps from an older gpugate (flightrec/fr_rank_1)"
+        in item["dumps_note"]
+    )
+    assert "never to be unpickled" in item["dumps_note"]
+
+
 def test_evidence_of_a_job_and_of_a_numeric_node(site, capsys):
     a = bundle(site, "4242", "gpu-01", category="nccl_timeout")
     b = bundle(site, "4242", "gpu-02", category="ecc_error")

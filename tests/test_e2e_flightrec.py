@@ -15,8 +15,8 @@ rank, exactly where the watchdog would put them.
 
 A second job writes a hostile dump (a pickle whose REDUCE would create a marker file) into its
 job directory, another at PyTorch's default `/tmp/nccl_trace_rank_*`, and a symlink: all are
-refused and reported in decisive.txt, the marker never appears, and the default-location file
-is gone after the epilog (the job user's, collected).
+refused and reported in decisive.txt (and by sha256 in flightrec.json, never kept), the marker
+never appears, and the default-location file is gone after the epilog (the job user's, read).
 
 The two slurmd run on one host, so the NCCL directory (node-local on a real cluster) is made
 per node (Site.nccl_dir_per_node); srun passes the batch step's environment on, so
@@ -157,7 +157,12 @@ def test_a_hanging_rank_s_dumps_are_collected_from_both_nodes(
         assert doc["errors"] == [], doc["errors"]
         (record,) = doc["records"]
         assert record["node"] == node and record.get("rank") == rank, record
-        assert os.path.getsize(os.path.join(bundles[node], "flightrec", f"fr_rank_{rank}")) > 0
+        # Kept as the JSON of its plain data, never as the user's pickle under its own name.
+        assert sorted(os.listdir(os.path.join(bundles[node], "flightrec"))) == [
+            f"fr_rank_{rank}.json"
+        ]
+        with open(os.path.join(bundles[node], "flightrec", f"fr_rank_{rank}.json")) as fh:
+            assert isinstance(json.load(fh)["entries"], list)
         with open(os.path.join(bundles[node], "summary.json")) as fh:
             summary = json.load(fh)
         assert summary["flightrec_dumps"] == 1
@@ -213,7 +218,9 @@ def test_a_hostile_dump_is_refused_and_reported_and_runs_nothing(
     assert "gpugate: flight-recorder dump fr_rank_0 refused: " in decisive, decisive
     assert not marker.exists(), "the hostile pickle ran"
     assert not os.path.lexists(default)  # collected, so removed from the shared /tmp
-    assert (bundle / "flightrec" / "fr_rank_0").exists()  # kept for the admin, never loaded
+    # Refused dumps are never kept: their error and sha256 are, in flightrec.json.
+    assert not (bundle / "flightrec").exists()
+    assert all(len(e.get("sha256", "")) == 64 for e in doc["errors"] if e["name"] != "fr_rank_1")
 
 
 if __name__ == "__main__":

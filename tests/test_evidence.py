@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 from factories import site
+from heldlock import held
 
 from gpugate import fstree
 from gpugate.config import ConfigError
+from gpugate.fsutil import lock_file
 from gpugate.store import evidence as E
 
 DAY = 86400.0
@@ -139,7 +141,7 @@ def test_total_size_prunes_oldest_first_through_write_bundle(tmp_path):
     paths = [write(tmp_path, str(j), at=T0 + j, size=1000, retention=limit) for j in range(1, 6)]
     alive = [p for p in paths if os.path.isdir(p)]
     assert alive == paths[-3:]  # about 1,200 bytes each with the summary: three fit
-    assert os.path.isfile(tmp_path / "state" / E.LOCK)
+    assert os.path.isfile(tmp_path / "state" / "locks" / E.LOCK)
     assert sum(e["bytes"] for e in index_lines(tmp_path)) <= 3 * 1300
 
 
@@ -168,15 +170,13 @@ def test_total_limit_still_applies_across_users(tmp_path):
 
 
 def test_busy_lock_indexes_but_leaves_pruning_to_the_next_run(tmp_path, monkeypatch):
-    import fcntl
-
     state = tmp_path / "state"
     state.mkdir()
     monkeypatch.setattr(E, "LOCK_WAIT_S", 0.1)
     limit = keep(max_bytes=1, lock_dir=str(state))
     old = write(tmp_path, "1", at=T0)
-    with open(state / E.LOCK, "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # another epilog on this node is pruning
+    lock = lock_file(str(state), E.LOCK)
+    with held(lock):  # another process (an epilog on this node pruning) holds it
         new = write(tmp_path, "2", at=T0 + 1, retention=limit)
     assert os.path.isdir(old) and os.path.isdir(new)
     assert [e["path"] for e in index_lines(tmp_path)] == ["1/gpu-01-r0", "2/gpu-01-r0"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -32,13 +33,14 @@ def fake_reader(monkeypatch):
     """
     module = types.ModuleType("gpugate.flightrec.reader")
 
-    def read_dump(data: bytes, name: str) -> dict:
+    def read_dump_kept(data: bytes, name: str) -> tuple[dict, dict]:
         if not data.startswith(b"ok"):
             raise FakeDumpError("not a flight-recorder dump")
-        return {"name": name, "rank": int(data[2:] or -1)}
+        rank = int(data[2:] or -1)
+        return {"name": name, "rank": rank}, {"entries": [], "rank": rank}
 
     module.DumpError = FakeDumpError
-    module.read_dump = read_dump
+    module.read_dump_kept = read_dump_kept
     monkeypatch.setitem(sys.modules, "gpugate.flightrec.reader", module)
     return module
 
@@ -58,7 +60,9 @@ def test_dumps_from_the_job_directory_and_the_default_place_are_read(tmp_path, f
     (job / "nccl.n1.77.log").write_text("NCCL INFO ...")  # not a dump
     out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
     assert sorted(r["rank"] for r in out["records"]) == [0, 1]
-    assert sorted(out["raw"]) == ["fr_rank_0", "nccl_trace_rank_1"]
+    assert sorted(out["kept"]) == ["fr_rank_0", "nccl_trace_rank_1"]
+    assert out["kept"]["fr_rank_0"] == {"entries": [], "rank": 0}  # plain data, not bytes
+    assert out["records"][0]["sha256"] == hashlib.sha256(b"ok0").hexdigest()
     assert out["errors"] == [] and out["truncated"] is False
 
 
@@ -68,8 +72,11 @@ def test_a_refused_dump_is_an_error_entry_the_others_still_read(tmp_path, fake_r
     (job / "fr_rank_1").write_bytes(b"\x80\x04evil")
     out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
     assert [r["rank"] for r in out["records"]] == [0]
-    assert out["errors"] == [{"name": "fr_rank_1", "error": "not a flight-recorder dump"}]
-    assert "fr_rank_1" in out["raw"]  # the admin can look at what was refused
+    digest = hashlib.sha256(b"\x80\x04evil").hexdigest()
+    assert out["errors"] == [{"name": "fr_rank_1", "error": "not a flight-recorder dump",
+                              "bytes": 6, "sha256": digest}]  # fmt: skip
+    assert list(out["kept"]) == ["fr_rank_0"]  # the refused dump's bytes are not kept
+    assert "evil" not in json.dumps(out)
 
 
 def test_a_symlink_or_fifo_is_never_followed(tmp_path, fake_reader):
@@ -79,7 +86,7 @@ def test_a_symlink_or_fifo_is_never_followed(tmp_path, fake_reader):
     (job / "fr_rank_0").symlink_to(secret)
     os.mkfifo(job / "fr_rank_1")
     out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024)
-    assert out["records"] == [] and out["raw"] == {}
+    assert out["records"] == [] and out["kept"] == {}
     why = {e["name"]: e["error"] for e in out["errors"]}
     assert "symlink" in why["fr_rank_0"] and "not a regular file" in why["fr_rank_1"]
 
@@ -113,12 +120,13 @@ def test_count_and_size_caps(tmp_path, fake_reader):
     assert "over the cap of 1024 bytes" in out["errors"][0]["error"]
 
 
-def test_raw_bytes_beyond_the_total_are_parsed_but_not_kept(tmp_path, fake_reader):
+def test_dumps_beyond_the_kept_total_are_parsed_but_not_kept(tmp_path, fake_reader):
     job, _, places = _places(tmp_path)
     for rank in range(3):
-        (job / f"fr_rank_{rank}").write_bytes(b"ok%d" % rank + b" " * 97)
-    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, raw_total=250)
-    assert len(out["records"]) == 3 and sorted(out["raw"]) == ["fr_rank_0", "fr_rank_1"]
+        (job / f"fr_rank_{rank}").write_bytes(b"ok%d" % rank)
+    size = len(json.dumps({"entries": [], "rank": 0}))
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, kept_total=2 * size)
+    assert len(out["records"]) == 3 and sorted(out["kept"]) == ["fr_rank_0", "fr_rank_1"]
     assert out["truncated"] is True
 
 
@@ -131,6 +139,15 @@ def test_default_place_dumps_are_removed_once_collected_the_job_directory_is_not
     FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, remove_from=str(default))
     assert not (default / "nccl_trace_rank_1").exists()
     assert (job / "fr_rank_0").exists()  # removed with the whole directory by the cleanup
+
+
+def test_a_refused_dump_at_the_default_place_is_removed_too(tmp_path, fake_reader):
+    """The job's user's own file, read: left there it would block the next user's rank."""
+    _, default, places = _places(tmp_path)
+    (default / "nccl_trace_rank_1").write_bytes(b"\x80\x04evil")
+    out = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=1024, remove_from=str(default))
+    assert [e["name"] for e in out["errors"]] == ["nccl_trace_rank_1"]
+    assert not (default / "nccl_trace_rank_1").exists()
 
 
 def test_the_places_are_the_job_directory_and_pytorchs_default(tmp_path):
@@ -153,7 +170,7 @@ def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
     def fake_as_user(uid, gid, task, kwargs, timeout):
         seen.update(uid=uid, task=task, kwargs=kwargs)
         return {"records": [{"rank": 1}], "errors": [], "truncated": False,
-                "raw": {"../fr_rank_1": "b2sx"}}  # fmt: skip
+                "kept": {"../fr_rank_1": {"entries": [1]}, "fr_rank_2": "\x80\x04."}}  # fmt: skip
 
     monkeypatch.setattr(U, "as_user", fake_as_user)
     config = default_config().replace(state_dir=str(tmp_path / "state"))
@@ -170,7 +187,10 @@ def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
     assert seen["kwargs"]["since"] == 1700000000.0
     assert seen["kwargs"]["max_bytes"] == config.epilog.fr_max_dump_mib * 1024 * 1024
     assert got["records"] == [{"rank": 1, "node": "n2"}]
-    assert got["raw"] == {"_fr_rank_1": b"ok1"}  # a name from the user's side is made safe
+    # A name from the user's side is made safe; the text is root's own JSON of plain data,
+    # and what is not an object (bytes smuggled as a string) is refused, not written.
+    assert got["kept"] == {"_fr_rank_1.json": '{"entries":[1]}'}
+    assert [e["name"] for e in got["errors"]] == ["fr_rank_2"]
     from gpugate.child import TASKS
 
     assert FC.TASK in TASKS
@@ -193,16 +213,20 @@ def test_bundle_members_and_decisive_lines():
         "errors": [{"name": "fr_rank_1", "error": "REDUCE\x1b[31m not allowed"}],
         "searched": ["/x/fr_rank_*"],
         "truncated": False,
-        "raw": {"fr_rank_0": b"\x80\x04."},
+        "kept": {"fr_rank_0.json": '{"entries":[]}'},
     }
     files = FC.bundle_files(flightrec)
-    assert files["flightrec/fr_rank_0"] == b"\x80\x04."
+    assert set(files) == {"flightrec/fr_rank_0.json", "flightrec.json"}  # no PyTorch dump name
     doc = json.loads(files["flightrec.json"])
-    assert doc == {k: flightrec[k] for k in ("records", "errors", "searched", "truncated")}
+    assert {k: doc[k] for k in ("records", "errors", "searched", "truncated")} == {
+        k: flightrec[k] for k in ("records", "errors", "searched", "truncated")
+    }
+    assert doc["kept"] == ["flightrec/fr_rank_0.json"]
+    assert "never unpickle" in doc["note"].lower()
     (line,) = FC.decisive_lines(flightrec)
     assert line.startswith("gpugate: flight-recorder dump fr_rank_1 refused: REDUCE")
     assert "\x1b" not in line
-    assert FC.bundle_files({"records": [], "errors": [], "raw": {}}) == {}
+    assert FC.bundle_files({"records": [], "errors": [], "kept": {}}) == {}
 
 
 def test_the_job_start_falls_back_to_the_prologs_baseline(tmp_path):
@@ -275,7 +299,7 @@ def test_diagnose_over_bundles_counts_a_bundle_with_dumps_and_no_log(tmp_path, c
         (bundle / "logs").mkdir(parents=True)
         (bundle / "summary.json").write_text(json.dumps({"node": node}))
         (bundle / "flightrec.json").write_text(
-            FC.bundle_files({**got, "raw": {}})["flightrec.json"]
+            FC.bundle_files({**got, "kept": {}})["flightrec.json"]
         )
         if log:
             (bundle / "logs" / "00-out.tail").write_text(log)
@@ -283,3 +307,58 @@ def test_diagnose_over_bundles_counts_a_bundle_with_dumps_and_no_log(tmp_path, c
     assert main(["diagnose", "--json", *dirs]) == 0
     fr = json.loads(capsys.readouterr().out)["flight_recorder"]
     assert (fr["rank"], fr["node"], fr["state"]) == (1, "n2", "not_entered")
+
+
+class _System:
+    """A dump a user could write: unpickling it runs a shell command."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def _bundle_bytes(files: dict) -> list[bytes]:
+    return [v.encode() if isinstance(v, str) else v for v in files.values()]
+
+
+def test_a_malicious_dump_leaves_no_pickle_in_the_bundle_only_its_hash_and_error(tmp_path):
+    pytest.importorskip("gpugate.flightrec.reader")
+    job, _, places = _places(tmp_path)
+    marker = tmp_path / "ran"
+    evil = pickle.dumps({"version": "2.10", "entries": [_System(f"touch {marker}")]}, protocol=4)
+    (job / "fr_rank_1").write_bytes(evil)
+    (job / "fr_rank_0").write_bytes(_fixture("not_entered", "pickle", "nccl_trace_rank_0"))
+    got = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=4 << 20)
+    flightrec = {**got, "kept": FC._rewrite(got["kept"], got["errors"]), "searched": []}
+    files = FC.bundle_files(flightrec)
+    assert not marker.exists()
+    assert set(files) == {"flightrec.json", "flightrec/fr_rank_0.json"}
+    for data in _bundle_bytes(files):
+        assert data.isascii() and data[:1] == b"{"  # JSON text: no pickle opcode byte at all
+        with pytest.raises(pickle.UnpicklingError):
+            pickle.loads(data)
+        assert b"touch " not in data  # not even the command's text
+    doc = json.loads(files["flightrec.json"])
+    (error,) = doc["errors"]
+    assert error["name"] == "fr_rank_1" and "refused" in error["error"]
+    assert error["sha256"] == hashlib.sha256(evil).hexdigest() and error["bytes"] == len(evil)
+
+
+def test_an_accepted_dump_is_kept_as_json_that_round_trips(tmp_path):
+    pytest.importorskip("gpugate.flightrec.reader")
+    from gpugate.flightrec.reader import read_dump
+
+    job, _, places = _places(tmp_path)
+    data = _fixture("not_entered", "pickle", "nccl_trace_rank_0")
+    (job / "fr_rank_0").write_bytes(data)
+    got = FC.read_dumps(places, since=None, max_dumps=8, max_bytes=4 << 20)
+    files = FC.bundle_files({**got, "kept": FC._rewrite(got["kept"], got["errors"])})
+    text = files["flightrec/fr_rank_0.json"]
+    assert isinstance(text, str) and text.startswith("{")
+    (record,) = json.loads(files["flightrec.json"])["records"]
+    assert record["sha256"] == hashlib.sha256(data).hexdigest()
+    again = read_dump(text.encode(), "fr_rank_0")  # gpugate's reader takes the kept JSON
+    assert again == {k: v for k, v in record.items() if k != "sha256"}
+    assert json.loads(text) == json.loads(json.dumps(got["kept"]["fr_rank_0"]))

@@ -182,3 +182,24 @@ def test_reader_agrees_with_the_installed_torch(tmp_path: Path) -> None:
                           f"nccl_trace_rank_{r}") for r in range(3)]  # fmt: skip
         assert [r["pgs"]["0"]["last_enqueued"] for r in recs] == [4, 3, 4]
         assert recs[0]["entries"][-1]["op"] == "all_reduce"
+
+
+@pytest.mark.parametrize("scenario", ["not_entered", "mismatch", "subgroup", "gone", "healthy"])
+def test_a_dump_kept_as_json_reads_back_to_the_same_record(scenario: str) -> None:
+    """What the bundle keeps of a real pickle dump is JSON whose own record is the pickle's."""
+    path = FIX / scenario / "pickle" / "nccl_trace_rank_0"
+    record, plain = reader.read_dump_kept(path.read_bytes(), path.name)
+    text = json.dumps(plain)
+    assert read_dump(text.encode(), path.name) == record
+    assert json.loads(text) == plain  # plain JSON values: it round-trips
+    with pytest.raises(pickle.UnpicklingError):
+        pickle.loads(text.encode())  # and no unpickler takes it for a pickle
+
+
+def test_as_json_drops_bytes_and_makes_keys_strings() -> None:
+    dump = {"entries": [(1, b"\x80\x04evil")], 3: {None: "x"}, b"k": True}
+    assert reader.as_json(dump) == {
+        "entries": [[1, {"dropped_bytes": 6}]],
+        "3": {"null": "x"},
+        "k": True,
+    }

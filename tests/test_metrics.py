@@ -9,10 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from heldlock import held
 
 from gpugate.checks.findings import Finding
 from gpugate.config import load_config
 from gpugate.store import metrics as M
+from gpugate.store.locks import lock_paths
 from gpugate.yamlio import parse_yaml
 
 ALERTS = Path(__file__).resolve().parent.parent / "config" / "gpugate-alerts.yml"
@@ -53,15 +55,27 @@ def assert_exposition(text: str) -> dict[str, str]:
     return types
 
 
+def textfile(tmp_path: Path) -> str:
+    """node_exporter's textfile in its own directory (the state directory is beside it)."""
+    (tmp_path / "textfile").mkdir(exist_ok=True)
+    return str(tmp_path / "textfile" / "gpugate.prom")
+
+
+def update(path: str, *args: object, **kwargs: object) -> bool:
+    """update_metrics() with the state directory beside the textfile's directory."""
+    state = os.path.join(os.path.dirname(os.path.dirname(path)), "state")
+    return M.update_metrics(path, *args, state_dir=state, **kwargs)  # type: ignore[arg-type]
+
+
 def value(text: str, name: str, **labels: str) -> float | None:
     return M.parse_samples(text).get((name, (("node", "n1"), *labels.items())))
 
 
 def test_prolog_run_writes_every_family_with_help_and_type(tmp_path):
-    path = str(tmp_path / "gpugate.prom")
+    path = textfile(tmp_path)
     findings = [f("gpu.ecc", "ok", 0), f("gpu.ecc", "fail", 3), f("ib.ports", "warn"),
                 f("gpu.temperature", "unknown"), f("host.nofile", "ok")]  # fmt: skip
-    M.update_metrics(path, "n1", "prolog", findings, duration_s=0.1234567,
+    update(path, "n1", "prolog", findings, duration_s=0.1234567,
                      drained_check="gpu.ecc", now=1790000000.5)  # fmt: skip
     text = Path(path).read_text()
     types = assert_exposition(text)
@@ -78,19 +92,20 @@ def test_prolog_run_writes_every_family_with_help_and_type(tmp_path):
     assert value(text, "gpugate_last_run_timestamp_seconds", hook="prolog") == 1790000000.5
     assert 'gpugate_last_run_timestamp_seconds{node="n1",hook="prolog"} 1790000000.5' in text
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"
-    # Only the textfile and its hidden lock: node_exporter reads *.prom only.
-    assert sorted(os.listdir(tmp_path)) == [".gpugate.prom.lock", "gpugate.prom"]
+    # Only the textfile: its lock is root's, in the state directory, where no user can open it.
+    assert os.listdir(tmp_path / "textfile") == ["gpugate.prom"]
+    assert os.listdir(tmp_path / "state" / "locks") == ["metrics-gpugate.prom.lock"]
 
 
 def test_counters_carry_over_and_statuses_follow_the_hook(tmp_path):
-    path = str(tmp_path / "gpugate.prom")
-    M.update_metrics(path, "n1", "prolog", [f("gpu.ecc", "ok"), f("pcie.link", "ok")])
+    path = textfile(tmp_path)
+    update(path, "n1", "prolog", [f("gpu.ecc", "ok"), f("pcie.link", "ok")])
     text = Path(path).read_text()
     assert value(text, "gpugate_node_healthy") == 1
-    M.update_metrics(path, "n1", "epilog", [f("gpu.ecc", "fail")], drained_check="gpu.ecc",
+    update(path, "n1", "epilog", [f("gpu.ecc", "fail")], drained_check="gpu.ecc",
                      category="ecc_error")  # fmt: skip
-    M.update_metrics(path, "n1", "epilog", category="ecc_error")
-    M.update_metrics(path, "n1", "epilog", internal_error=True)
+    update(path, "n1", "epilog", category="ecc_error")
+    update(path, "n1", "epilog", internal_error=True)
     text = Path(path).read_text()
     assert value(text, "gpugate_diagnoses_total", category="ecc_error") == 2
     assert value(text, "gpugate_drains_total", check="gpu.ecc") == 1
@@ -100,7 +115,7 @@ def test_counters_carry_over_and_statuses_follow_the_hook(tmp_path):
     assert value(text, "gpugate_prolog_duration_seconds") is None
     # After the resume the next prolog passes: healthy again, counters kept, and a check
     # the site disabled since (pcie.link) is no longer reported.
-    M.update_metrics(path, "n1", "prolog", {"gpu.ecc": "ok"}, duration_s=2)
+    update(path, "n1", "prolog", {"gpu.ecc": "ok"}, duration_s=2)
     text = Path(path).read_text()
     assert value(text, "gpugate_node_healthy") == 1
     assert value(text, "gpugate_check_status", check="pcie.link") is None
@@ -110,10 +125,10 @@ def test_counters_carry_over_and_statuses_follow_the_hook(tmp_path):
 
 
 def test_label_values_are_escaped_and_read_back(tmp_path):
-    path = str(tmp_path / "gpugate.prom")
+    path = textfile(tmp_path)
     hostile = 'odd\\cat"egory\nx'
-    M.update_metrics(path, "n1", "epilog", category=hostile)
-    M.update_metrics(path, "n1", "epilog", category=hostile)
+    update(path, "n1", "epilog", category=hostile)
+    update(path, "n1", "epilog", category=hostile)
     text = Path(path).read_text()
     assert 'category="odd\\\\cat\\"egory\\nx"} 2' in text
     assert_exposition(text)
@@ -121,14 +136,14 @@ def test_label_values_are_escaped_and_read_back(tmp_path):
 
 
 def test_other_nodes_series_and_foreign_lines_are_dropped(tmp_path):
-    path = tmp_path / "gpugate.prom"
+    path = Path(textfile(tmp_path))
     path.write_text(
         "# a comment\nnode_load1 3\n"
         'gpugate_drains_total{node="old-name",check="gpu.ecc"} 7\n'
         'gpugate_drains_total{node="n1",check="gpu.ecc"} 4\n'
         'gpugate_drains_total{node="n1",check="ib.ports"} not-a-number\n'
     )
-    M.update_metrics(str(path), "n1", "prolog")
+    update(str(path), "n1", "prolog")
     text = path.read_text()
     assert "old-name" not in text and "node_load1" not in text and "ib.ports" not in text
     assert value(text, "gpugate_drains_total", check="gpu.ecc") == 4
@@ -136,11 +151,13 @@ def test_other_nodes_series_and_foreign_lines_are_dropped(tmp_path):
 
 def _hammer(path: str, n: int) -> None:
     for _ in range(n):
-        M.update_metrics(path, "n1", "epilog", drained_check="gpu.ecc", category="ecc_error")
+        update(path, "n1", "epilog", drained_check="gpu.ecc", category="ecc_error")
 
 
-def test_concurrent_hooks_lose_no_increment(tmp_path):
-    path, workers, n = str(tmp_path / "gpugate.prom"), 4, 15
+def test_concurrent_hooks_lose_no_increment_uncounted(tmp_path):
+    """Folds that meet take turns; one that finds the lock busy past its short try is skipped
+    and counted, so the drains and the skipped updates add up to every run."""
+    path, workers, n = textfile(tmp_path), 4, 15
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_hammer, args=(path, n)) for _ in range(workers)]
     for p in procs:
@@ -148,10 +165,34 @@ def test_concurrent_hooks_lose_no_increment(tmp_path):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+    update(path, "n1", "epilog")  # folds in the skips counted since the last update
     text = Path(path).read_text()
-    assert value(text, "gpugate_drains_total", check="gpu.ecc") == workers * n
-    assert value(text, "gpugate_diagnoses_total", category="ecc_error") == workers * n
-    assert sorted(os.listdir(tmp_path)) == [".gpugate.prom.lock", "gpugate.prom"]
+    drains = value(text, "gpugate_drains_total", check="gpu.ecc")
+    skipped = value(text, "gpugate_metrics_skipped_total")
+    assert drains + skipped == workers * n and drains > 0
+    assert value(text, "gpugate_diagnoses_total", category="ecc_error") == drains
+    assert os.listdir(tmp_path / "textfile") == ["gpugate.prom"]
+
+
+def test_a_held_lock_skips_the_update_it_is_not_waited_for(tmp_path):
+    """A fold never waits on its lock past a short try: skipped, said, counted next time."""
+    prom = tmp_path / "textfile" / "gpugate.prom"
+    prom.parent.mkdir()
+    site = tmp_path / "site.yaml"
+    site.write_text(f"state_dir: {tmp_path / 'state'}\nadmin:\n  metrics_file: {prom}\n")
+    config = load_config(str(site))
+    assert M.note_run(config, "n1", "prolog", findings={"gpu.ecc": "ok"}) is True
+    (lock,) = [p for p in lock_paths(config) if p.endswith("metrics-gpugate.prom.lock")]
+    assert oct(os.stat(lock).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(os.path.dirname(lock)).st_mode & 0o777) == "0o700"
+    with held(lock):
+        assert M.note_run(config, "n1", "epilog", drained_check="gpu.ecc") is False
+    assert value(prom.read_text(), "gpugate_drains_total", check="gpu.ecc") is None
+    assert M.note_run(config, "n1", "epilog") is True
+    assert value(prom.read_text(), "gpugate_metrics_skipped_total") == 1  # counted next time
+    assert M.note_run(config, "n1", "epilog") is True
+    assert value(prom.read_text(), "gpugate_metrics_skipped_total") == 1  # and only once
+    assert os.listdir(prom.parent) == ["gpugate.prom"]  # nothing a user could lock there
 
 
 def test_note_run_writes_only_where_node_exporter_is(tmp_path):
@@ -203,8 +244,8 @@ def test_promtool_accepts_the_textfile_and_the_rules(tmp_path):
     promtool = shutil.which("promtool")
     if not promtool:
         pytest.skip("promtool not installed (Debian package `prometheus`)")
-    path = tmp_path / "gpugate.prom"
-    M.update_metrics(str(path), "gpu-01", "prolog", [f("gpu.ecc", "fail")], duration_s=0.5,
+    path = Path(textfile(tmp_path))
+    update(str(path), "gpu-01", "prolog", [f("gpu.ecc", "fail")], duration_s=0.5,
                      drained_check="gpu.ecc", category='odd"cat\\egory', internal_error=True)  # fmt: skip
     res = subprocess.run([promtool, "check", "metrics"], input=path.read_bytes(),
                          capture_output=True, timeout=60)  # fmt: skip

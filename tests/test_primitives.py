@@ -106,24 +106,83 @@ def test_fresh_names_are_new_and_never_reused(tmp_path, monkeypatch):
 
 
 def test_the_lock_is_exclusive_and_a_bounded_wait_gives_up(tmp_path):
-    path = str(tmp_path / ".lock")
-    with fsutil.FileLock(path) as held:
+    path = fsutil.lock_file(str(tmp_path), "x.lock")
+    with fsutil.FileLock(path, wait_s=0) as held:
         assert held.held
         with fsutil.FileLock(path, wait_s=0.1) as other:  # another open file description
             assert not other.held
     with fsutil.FileLock(path, wait_s=0.1) as again:
         assert again.held
-    with fsutil.FileLock(None) as none:
+    with fsutil.FileLock(None, wait_s=0) as none:
         assert not none.held
+
+
+@pytest.mark.parametrize("wait", [None, -1, float("inf"), float("nan")])
+def test_a_lock_always_has_a_bounded_wait(tmp_path, wait):
+    with pytest.raises(TypeError):
+        fsutil.FileLock(str(tmp_path / "x.lock"))  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="wait_s"):
+        fsutil.FileLock(str(tmp_path / "x.lock"), wait_s=wait)
+
+
+def test_lock_files_are_0600_in_a_0700_directory_of_our_own(tmp_path):
+    path = fsutil.lock_file(str(tmp_path / "state"), "x.lock")
+    assert path == str(tmp_path / "state" / "locks" / "x.lock")
+    with fsutil.FileLock(path, wait_s=0):
+        pass
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    st = os.stat(os.path.dirname(path))
+    assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.geteuid()
+
+
+def test_a_lock_where_others_could_open_it_is_refused(tmp_path):
+    """flock works on a read-only descriptor: a lock file others can open, they can hold."""
+    shared = tmp_path / "textfile"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    refused = pytest.raises(PermissionError, match="not a private lock directory")
+    with refused, fsutil.FileLock(str(shared / "x.lock"), wait_s=0):
+        pass
+    assert not (shared / "x.lock").exists()
+    if os.geteuid() == 0:  # a directory of another user's, even 0700, is theirs to lock in
+        theirs = tmp_path / "other" / fsutil.LOCK_DIR
+        theirs.mkdir(mode=0o700, parents=True)
+        os.chown(theirs, 12345, 12345)
+        with pytest.raises(PermissionError, match="not a private lock directory"):
+            fsutil.lock_file(str(tmp_path / "other"), "x.lock")
+        refused = pytest.raises(PermissionError, match="not a private lock directory")
+        with refused, fsutil.FileLock(str(theirs / "x.lock"), wait_s=0):
+            pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root gives directories away")
+def test_root_locks_in_the_lock_directory_of_the_datas_owner(tmp_path):
+    """A history directory of the SlurmUser's (EpilogSlurmctld writes there) is written by
+    root's admin commands too: its 0700 lock directory is the data's owner's, not a user's."""
+    data = tmp_path / "history"
+    data.mkdir()
+    (data / fsutil.LOCK_DIR).mkdir(mode=0o700)
+    for d in (data, data / fsutil.LOCK_DIR):
+        os.chown(d, 12345, 12345)
+    path = fsutil.lock_file(str(data), "x.lock")
+    with fsutil.FileLock(path, wait_s=0) as lock:
+        assert lock.held
+    st = os.stat(path)
+    assert (st.st_uid, st.st_mode & 0o777) == (12345, 0o600)  # the owner can take it next
+    os.chmod(data / fsutil.LOCK_DIR, 0o755)  # but never one others can enter
+    with pytest.raises(PermissionError, match="not a private lock directory"):
+        fsutil.lock_file(str(data), "x.lock")
 
 
 def test_the_lock_serialises_read_modify_write(tmp_path):
     path = tmp_path / "n"
     path.write_text("0")
+    lock = fsutil.lock_file(str(tmp_path), "n.lock")
 
     def bump() -> None:
         for _ in range(50):
-            with fsutil.FileLock(str(tmp_path / ".lock")):
+            with fsutil.FileLock(lock, wait_s=60) as held:
+                assert held.held
                 path.write_text(str(int(path.read_text()) + 1))
 
     threads = [threading.Thread(target=bump) for _ in range(4)]

@@ -90,6 +90,10 @@ def expected_mode(rel: str) -> int:
         return 0o400
     if rel == "jobs" or (rel.startswith("jobs/") and rel.count("/") == 1):
         return 0o700
+    if rel == "locks":  # root's only: a user who can open a lock file can hold it
+        return 0o700
+    if rel.startswith("locks/"):
+        return 0o600
     return 0o640
 
 
@@ -100,7 +104,7 @@ def assert_private(state: Path, gid: int = 0) -> None:
             assert uid == JOB_UID, rel  # the job's user's own file
             continue
         assert uid == 0, rel
-        if rel != "task":
+        if rel != "task" and not rel.startswith("locks"):  # locks: no group access at all
             assert file_gid == gid, f"{rel}: gid {file_gid}"
 
 
@@ -111,7 +115,7 @@ def test_a_refused_prolog_and_its_epilog_leave_only_private_files(world, monkeyp
     log.error(str(state), "an error with a traceback", RuntimeError("x"))
     found = modes(state)
     for name in ("events.jsonl", "gpugate.log", "kernel-log.pos", "drains.jsonl",
-                 ".history.lock", "jobs/42/baseline.json", "jobs/42/refused.json",
+                 "locks/history.lock", "jobs/42/baseline.json", "jobs/42/refused.json",
                  "task/42.json"):  # fmt: skip
         assert name in found, name
     assert_private(state)

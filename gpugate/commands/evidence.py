@@ -92,7 +92,28 @@ def describe(bundle: str) -> dict:
     out["files"] = summary.get("files") or sorted(_members(bundle))
     if not summary:
         out["why"] = "summary.json missing or unreadable"
+    out["dumps_note"] = dumps_note(out["files"])
     return out
+
+
+# Flight-recorder dumps are pickles the job's user wrote: unpickled by an admin (torchfrtrace
+# calls pickle.load) they run the user's code as the admin.
+DUMPS_KEPT = ("the flight-recorder dumps were the job user's (pickles); gpugate kept only "
+              "their parsed JSON (flightrec.json, flightrec/*.json)")  # fmt: skip
+DUMPS_RAW = ("holds raw flight-recorder dumps from an older gpugate ({names}): the job user's "
+             "pickles, never to be unpickled (torchfrtrace, pickle.load, torch.load run "
+             "their code as you); delete them")  # fmt: skip
+
+
+def dumps_note(files: list) -> str | None:
+    """What an admin must know of the bundle's flight-recorder members, or None."""
+    names = [str(f) for f in files if isinstance(f, str)]
+    raw = [f for f in names if f.startswith("flightrec/") and not f.endswith(".json")]
+    if raw:
+        return DUMPS_RAW.format(names=", ".join(raw[:4]) + (", ..." if len(raw) > 4 else ""))
+    if "flightrec.json" in names:
+        return DUMPS_KEPT + "; never unpickle a raw dump: it runs the user's code as you"
+    return None
 
 
 def _members(bundle: str) -> list[str]:
@@ -147,10 +168,10 @@ def render(target: str, items: list[dict], held: dict | None = None) -> str:
             f"  action:   {d['action'] or '-'}" + (f" ({d['drain_reason']})" if d["drain_reason"] else ""),
             f"  why:      {d['why'] or '-'}",
             *([f"  held back: {d['held_why']}"] if d.get("held_why") else []),
+            *([f"  cause:    {d['summary_text']}"] if d["summary_text"] else []),
             f"  raw files: {d['path']}/  ({', '.join(d['files'])})",
+            *([f"  dumps:    {d['dumps_note']}"] if d.get("dumps_note") else []),
         ]  # fmt: skip
-        if d["summary_text"]:
-            lines.insert(-1, f"  cause:    {d['summary_text']}")
     return "\n".join(lines) + "\n"
 
 

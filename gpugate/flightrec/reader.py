@@ -3,7 +3,8 @@
 A dump is written by the user's job: a pickle (`_dump_fr_trace()`, what the NCCL watchdog writes
 to TORCH_FR_DUMP_TEMP_FILE + rank) or its JSON form (`_dump_fr_trace_json()`). The unpickler here
 resolves no global at all, so a pickle can only build dict/list/tuple/str/bytes/int/float/bool/None;
-every field read afterwards is type-checked. Field names and their meaning: torch 2.14.1,
+every field read afterwards is type-checked. What gpugate keeps of a dump is never its bytes: the
+record (summarize) and, for an accepted dump, its plain data written again as JSON (as_json). Field names and their meaning: torch 2.14.1,
 torch/distributed/flight_recorder/components/{loader,types,builder}.py and the dumps themselves
 (tests/fixtures/flightrec, made by PyTorch's own recorder).
 """
@@ -275,3 +276,30 @@ def summarize(dump: dict, name: str) -> dict:
 def read_dump(data: bytes, name: str) -> dict:
     """summarize(load_dump(data), name): the record of one dump file's bytes."""
     return summarize(load_dump(data), name)
+
+
+def read_dump_kept(data: bytes, name: str) -> tuple[dict, dict]:
+    """(the record, the dump as JSON-able plain data) of one dump file's bytes."""
+    dump = load_dump(data)
+    return summarize(dump, name), as_json(dump)
+
+
+def as_json(obj: object) -> object:
+    """Plain data (what load_dump returns, depth-checked) as JSON values: tuples become lists,
+    keys strings; bytes are dropped (`{"dropped_bytes": N}`): no user bytes are kept, and
+    no field PyTorch's analyzers read is bytes."""
+    if isinstance(obj, dict):
+        return {_key(k): as_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [as_json(v) for v in obj]
+    if isinstance(obj, (bytes, bytearray)):
+        return {"dropped_bytes": len(obj)}
+    return obj
+
+
+def _key(k: object) -> str:
+    if isinstance(k, str):
+        return k
+    if isinstance(k, (bytes, bytearray)):
+        return bytes(k).decode("utf-8", "backslashreplace")
+    return json.dumps(as_json(k))  # 3 -> "3", None -> "null", (1, 2) -> "[1, 2]"

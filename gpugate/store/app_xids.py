@@ -3,7 +3,9 @@
 One JSON object a line in `<state_dir>/app_xids.jsonl` (root only, 0600): `{"t": epoch,
 "gpu": "0000:38:00", "xid": 31, "job": "77", "uid": 1000, "pid": 1234, "name": "python"}`.
 The epilog appends the application-class Xids (xid.APP_XIDS) seen on the job's GPUs while the
-job ran, one O_APPEND write per job under an flock (the file is node-local). Readers validate
+job ran, one O_APPEND write per job under an flock (the file is node-local; the lock is root's
+only and waited for at most locks.APP_XIDS_WAIT_S: past that the job's lines are appended
+without it and the pruning waits for the next job). Readers validate
 every line and skip bad ones; the file is kept to the window and to MAX_ENTRIES lines, so a
 job raising a million Xids costs one bounded file.
 """
@@ -15,9 +17,10 @@ import re
 
 from gpugate import log
 from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
-from gpugate.fsutil import FileLock, atomic_write
+from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.jsonl import append, dumps, read_tail
 from gpugate.jsonl import parse as parse_lines
+from gpugate.store import locks
 
 NAME = "app_xids.jsonl"
 MAX_ENTRIES = 2000  # lines kept; per job at most PER_JOB_MAX
@@ -113,10 +116,14 @@ def record(config: Config, entries: list[dict], now: float) -> bool:
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
         # A lock file apart from the data: pruning replaces the data file's inode.
-        with FileLock(path + ".lock", 0o600):
+        lock = FileLock(lock_file(config.state_dir, locks.APP_XIDS), wait_s=locks.APP_XIDS_WAIT_S)
+        with lock:
             size = append(path, [e for e in entries if valid(e)], 0o600, gid=-1)
-            if size > MAX_ENTRIES * MAX_LINE // 4:
+            if lock.held and size > MAX_ENTRIES * MAX_LINE // 4:
                 _prune(path, config, now)
+        if not lock.held:
+            log.say(f"app-Xid history {path}: lock held over {locks.APP_XIDS_WAIT_S:g} s: "
+                    "appended without it, not pruned")  # fmt: skip
         return True
     except OSError as exc:  # bookkeeping never fails the hook
         log.say(f"app-Xid history {path}: not written: {exc.strerror}")

@@ -10,7 +10,9 @@ Each node also keeps an index of its own bundles, `<evidence_dir>/.index/<node>.
 line appended (one O_APPEND write) per bundle, so `gpugate evidence NODE` reads that node's
 lines instead of listing every job directory, and retention knows each bundle's size, age and
 user without walking the tree. Only the node writes its index, under a lock in its own local
-`state_dir` (flock on NFS or Lustre is slow or unreliable, docs/flow.md), and only the node
+`state_dir/locks/` (root's only; flock on NFS or Lustre is slow or unreliable, docs/flow.md:
+never beside the evidence, which may be shared), waited for at most locks.EVIDENCE_WAIT_S; past
+that the bundle is indexed without it and pruning waits a run. Only the node
 prunes its own bundles: oldest first, by age, by one user's share and by the node's total.
 """
 
@@ -23,10 +25,11 @@ import time
 
 from gpugate import jsonl
 from gpugate.fstree import remove_tree, tree_bytes
-from gpugate.fsutil import FileLock, atomic_write, fresh_dir
+from gpugate.fsutil import FileLock, atomic_write, fresh_dir, lock_file
 from gpugate.jsonl import NOT_JSON, append, dumps
 from gpugate.log import say
 from gpugate.record import Record
+from gpugate.store import locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,10 +39,10 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
 INDEX_DIR = ".index"  # job directories are digits: no job can be named this
-LOCK = "evidence.lock"  # in the node's local state_dir
+LOCK = locks.EVIDENCE  # in the node's local state_dir/locks/
 # What an index line may name: `<job>/<node>-r<n>`, or an older copy kept beside it.
 _ENTRY_PATH = re.compile(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
-LOCK_WAIT_S = 10.0  # past this, the bundle is indexed without the lock and pruning waits a run
+LOCK_WAIT_S = locks.EVIDENCE_WAIT_S  # past it: indexed without the lock, pruned next run
 
 
 class EvidenceError(OSError):
@@ -79,7 +82,7 @@ class Retention(Record):
     days: float | None = None  # bundles older than this go
     max_bytes: int | None = None  # the node's bundles together
     user_share: float | None = None  # of max_bytes, for one user's bundles on this node
-    lock_dir: str | None = None  # node-local directory for the lock (state_dir)
+    lock_dir: str | None = None  # node-local base for the lock: its locks/ (state_dir)
 
 
 def retention_for(config: Config) -> Retention:
@@ -310,11 +313,12 @@ def node_bundle_paths(
 
 
 def _node_lock(lock_dir: str | None) -> FileLock:
-    """The lock on `<lock_dir>/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
+    """The lock on `<lock_dir>/locks/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
     if lock_dir:
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     # Past the wait, another epilog is pruning: this one indexes and goes on.
-    return FileLock(os.path.join(lock_dir, LOCK) if lock_dir else None, 0o600, LOCK_WAIT_S)
+    path = lock_file(lock_dir, LOCK) if lock_dir else None
+    return FileLock(path, wait_s=LOCK_WAIT_S)
 
 
 def prune(

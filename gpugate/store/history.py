@@ -14,8 +14,11 @@ Two files, both JSON lines (one object per line, oldest first):
   `gpugate nodes`. Bounded and rewritten like drains.jsonl.
 
 Writers (prologs and epilogs of many jobs, on many nodes when the directory is shared) take an
-exclusive `fcntl.flock` on `.history.lock` for the read-modify-write. Drains are rare, so a
-whole rewrite is cheap next to the Slurm call that caused it.
+exclusive `fcntl.flock` on `locks/history.lock` (0600 in a 0700 directory: no user can open it,
+gpugate/store/locks.py) for the read-modify-write, waiting at most locks.HISTORY_WAIT_S: past
+that they write without it (an atomic rewrite, so the file is never torn; at worst an entry is
+lost to the writer that held the lock) rather than lose their own entry or stall a hook. Drains
+are rare, so a whole rewrite is cheap next to the Slurm call that caused it.
 
 Both files are 0640, root and the admin group's (fsutil). Readers trust neither: an entry
 that is not what gpugate writes (a torn line, `[]`, `{"node": 5}`, `{"when": "x"}`, binary,
@@ -37,12 +40,14 @@ from gpugate.fsutil import (
     FileLock,
     atomic_write,
     dir_group,
+    lock_file,
     private_dir,
 )
 from gpugate.jsonl import append, dumps
 
 # Drain reasons are built and read back in one place (re-exported for the history's readers).
 from gpugate.slurm_hooks.reasons import reason_bundle, reason_check  # noqa: F401
+from gpugate.store import locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
 DRAINS = "drains.jsonl"
 AUDIT = "audit.jsonl"
 UNKNOWN_XIDS = "unknown-xids.jsonl"
-LOCK = ".history.lock"
+LOCK = locks.HISTORY  # in <history_dir>/locks/
 MAX_PER_NODE = 50
 MAX_ENTRIES = 20000
 # 20,000 entries of a few hundred bytes: a few MB. Beyond READ_MAX only the newest part is
@@ -81,10 +86,17 @@ def iso(when: float | None) -> str:
 
 
 def _lock(directory: str) -> FileLock:
-    """The exclusive lock on the directory's lock file, for one read-modify-write."""
+    """The exclusive lock of the directory's history, for one read-modify-write (bounded)."""
     if not os.path.isdir(directory):
         private_dir(directory, STATE_DIR_MODE, gid=-1)  # group: secure_state_dir
-    return FileLock(os.path.join(directory, LOCK))
+    return FileLock(lock_file(directory, LOCK), wait_s=locks.HISTORY_WAIT_S)
+
+
+def _unlocked(lock: FileLock, path: str) -> None:
+    """Say that `path` is written without its lock (another writer held it past the wait)."""
+    if not lock.held:
+        log.say(f"{path}: {LOCK} held over {locks.HISTORY_WAIT_S:g} s by another writer: "
+                "written without it")  # fmt: skip
 
 
 def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
@@ -196,7 +208,8 @@ def _add(
     """Append `entry` to the bounded file `name` under the lock (rewritten whole, atomically);
     the entry, or None when `repeats` says it repeats its node's last one."""
     path = os.path.join(state_dir, name)
-    with _lock(state_dir):
+    with _lock(state_dir) as lock:
+        _unlocked(lock, path)
         entries = _read_lines(path, valid)
         last = next((e for e in reversed(entries) if e["node"] == entry["node"]), None)
         if last and repeats(last):
@@ -256,7 +269,8 @@ def record_resume(
     if qualification:  # the qualification the lift rests on (admin/resume.py: Proof)
         entry["qualification"] = qualification
 
-    with _lock(state_dir):
+    with _lock(state_dir) as lock:  # an append (one O_APPEND write) is safe without it, too
+        _unlocked(lock, os.path.join(state_dir, AUDIT))
         append(os.path.join(state_dir, AUDIT), [entry], sync=True)
     return entry
 

@@ -25,8 +25,14 @@ Series (every one labelled with the Slurm `node`):
 The file is the only state: each update reads the previous file back, so counters keep
 counting across runs (a lost file restarts them at 0, which Prometheus reads as a counter
 reset). Prologs and epilogs of several jobs can run at once, so the read-modify-write holds an
-flock on a hidden lock file beside it; the new file is written to a hidden temporary name in
-the same directory and renamed over the old one (node_exporter reads only `*.prom`).
+flock on a lock file of its own in `<state_dir>/locks/` (root's only), never in node_exporter's
+directory: any user can open a 0644 file there read-only, and flock it, and a fold that waited
+on it froze every hook of the node (issue 25, attack 8). The lock is tried for at most
+locks.METRICS_WAIT_S: a metric is never worth a hook's time, so without the lock the update is
+skipped, said in slurmd's log and counted (`metrics.skipped` in the state directory, added to
+`gpugate_metrics_skipped_total` by the next update). The new file is written to a hidden
+temporary name in the same directory and renamed over the old one (node_exporter reads only
+`*.prom`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import re
 import time
 
 from gpugate import log
-from gpugate.fsutil import FileLock, atomic_write
+from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private
+from gpugate.store import locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,6 +78,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Runs in which gpugate itself failed (logged in the state directory).", ()),
     "gpugate_drain_budget_exceeded_total": (
         "counter", "Drains gpugate did not do because the drain budget was spent.", ()),
+    "gpugate_metrics_skipped_total": (
+        "counter", "Hook runs whose metrics update was skipped: the textfile's lock was busy.",
+        ()),
     "gpugate_false_drains_total": (
         "counter", "Drains of this node lifted without any repair (no new boot, no GPU reset "
         "recorded), by the check that drained it.", ("check",)),
@@ -89,6 +99,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
 QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
+SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
+_SKIPPED_MAX = 1 << 20
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
@@ -179,8 +191,10 @@ def apply_run(
     false_drain_check: str | None = None,
     checkpoint_age_s: float | None = None,
     checkpoint_stale: bool = False,
+    skipped: int = 0,
 ) -> Samples:
-    """The samples after one hook run (pure: the file handling is in update_metrics)."""
+    """The samples after one hook run (pure: the file handling is in update_metrics);
+    `skipped`: earlier updates skipped since the last one (their lock was busy)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
     out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
     n = (("node", node),)
@@ -213,6 +227,8 @@ def apply_run(
     out[key] = out.get(key, 0) + (1 if internal_error else 0)
     key = ("gpugate_drain_budget_exceeded_total", n)
     out[key] = out.get(key, 0) + (1 if budget_exceeded else 0)
+    key = ("gpugate_metrics_skipped_total", n)
+    out[key] = out.get(key, 0) + max(0, int(skipped))
     _note_checkpoint(out, n, checkpoint_age_s, checkpoint_stale)
     if duration_s is not None and hook == "prolog":
         out[("gpugate_prolog_duration_seconds", n)] = round(float(duration_s), 6)
@@ -267,18 +283,22 @@ def note_qualification(config: Config, entries: list[dict]) -> bool:
         return False
     path = os.path.join(os.path.dirname(path) or ".", QUALIFY_FILE)
     try:
-        _fold(path, lambda previous: apply_qualification(previous, entries))
+        written = _fold(path, config.state_dir, lambda prev: apply_qualification(prev, entries))
     except Exception as exc:  # the qualification is recorded; a metric must not undo it
         log.error(config.state_dir, f"qualify: could not update {path}", exc)
         return False
-    return True
+    if not written:
+        _skipped(config.state_dir, path, "qualify")
+    return written
 
 
-def _fold(path: str, change: Callable[[Samples], Samples]) -> None:
-    """Read the textfile back, change its samples and write it again (locked, atomic)."""
-    directory = os.path.dirname(path) or "."
-    lock = os.path.join(directory, "." + os.path.basename(path) + ".lock")
-    with FileLock(lock, 0o644, gid=-1):  # node_exporter's directory: its group stays
+def _fold(path: str, state_dir: str, change: Callable[[Samples], Samples]) -> bool:
+    """Read the textfile back, change its samples and write it again (locked, atomic); False
+    when the lock was not had within locks.METRICS_WAIT_S (nothing written)."""
+    lock = FileLock(lock_file(state_dir, locks.metrics_lock(path)), wait_s=locks.METRICS_WAIT_S)
+    with lock:
+        if not lock.held:
+            return False
         try:
             # gpugate's series are a few KB; a bigger file is not ours to parse whole.
             with open(path, encoding="utf-8") as fh:
@@ -286,6 +306,7 @@ def _fold(path: str, change: Callable[[Samples], Samples]) -> None:
         except (OSError, UnicodeDecodeError):
             previous = {}
         atomic_write(path, render(change(previous)), mode=0o644)
+    return True
 
 
 def update_metrics(
@@ -293,15 +314,23 @@ def update_metrics(
     node: str,
     hook: str,
     findings: Iterable[object] | Mapping[str, str] | None = None,
+    *,
+    state_dir: str,
     **run: object,
-) -> None:
-    """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure.
+) -> bool:
+    """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure,
+    False when skipped (the lock, in `state_dir`, was busy).
 
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
     `run` holds apply_run()'s other keywords (duration_s, drained_check, category, ...).
     """
-    _fold(path, lambda previous: apply_run(previous, node, hook, findings, **run))  # type: ignore[arg-type]
+
+    def change(previous: Samples) -> Samples:
+        skipped = _take_skipped(state_dir)  # under the lock: counted once
+        return apply_run(previous, node, hook, findings, skipped=skipped, **run)  # type: ignore[arg-type]
+
+    return _fold(path, state_dir, change)
 
 
 def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
@@ -314,8 +343,43 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
         return False
     try:
-        update_metrics(path, node, hook, **run)  # type: ignore[arg-type]
+        written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)  # type: ignore[arg-type]
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False
-    return True
+    if not written:
+        _skipped(config.state_dir, path, hook)
+    return written
+
+
+def _skipped(state_dir: str, path: str, hook: str) -> None:
+    """Say and count one skipped update (one byte in SKIPPED_FILE; best effort)."""
+    log.say(f"{hook}: metrics not updated: the lock of {path} was busy over "
+            f"{locks.METRICS_WAIT_S:g} s (counted in gpugate_metrics_skipped_total)")  # fmt: skip
+    try:
+        fd = open_private(
+            os.path.join(state_dir, SKIPPED_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        )
+        try:
+            if os.fstat(fd).st_size < _SKIPPED_MAX:
+                os.write(fd, b".")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _take_skipped(state_dir: str) -> int:
+    """How many updates were skipped since the last fold, and reset the count (under the lock)."""
+    try:
+        fd = open_private(os.path.join(state_dir, SKIPPED_FILE), os.O_RDWR)
+    except OSError:
+        return 0  # none skipped (no file), or unreadable: nothing to add
+    try:
+        count = os.fstat(fd).st_size
+        os.ftruncate(fd, 0)
+        return min(count, _SKIPPED_MAX)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
