@@ -38,6 +38,7 @@ TASKS = frozenset(
         "gpugate.checkpoints.freshness:newest_complete",
         "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",
+        "gpugate.slurm_hooks.nccl_dir:sweep",  # the epilog's NCCL directory, set aside
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }
 )

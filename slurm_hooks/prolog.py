@@ -20,6 +20,7 @@ from gpugate.record import Record
 from gpugate.slurm_hooks.budget import warn_daily
 from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
+from gpugate.slurm_hooks.nccl_dir import prepare_nccl_dir
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
 from gpugate.slurm_hooks.reasons import drain_reason, refusal_comment
 from gpugate.slurm_hooks.slurm.choose import backend, with_slurm_gres
@@ -33,7 +34,7 @@ from gpugate.slurm_hooks.state import (
     save_task_file,
     write_private,
 )
-from gpugate.slurm_hooks.task_prolog import fr_opted_out, prepare_nccl_dir
+from gpugate.slurm_hooks.task_prolog import fr_opted_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
