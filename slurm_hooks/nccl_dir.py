@@ -17,9 +17,9 @@ import os
 import stat
 import time
 
+from gpugate import log
 from gpugate.child import ChildError, detach
 from gpugate.fstree import remove_at
-from gpugate.log import say
 from gpugate.names import is_job_id
 from gpugate.slurm_hooks.state import StateError
 
@@ -214,8 +214,8 @@ def remove_nccl_dir(
         if problem:
             raise StateError(problem)
         set_aside(base, job_dir)
-    except (OSError, StateError) as exc:
-        say(f"job {job_id}: NCCL directory {job_dir} not removed: {exc}")
+    except (OSError, StateError) as exc:  # an admin's to look at: in gpugate.log too
+        log.error(config.state_dir, f"job {job_id}: NCCL directory {job_dir} not removed: {exc}")
         return False
     (hand_off or remove_in_background)(base)
     return True
@@ -249,7 +249,7 @@ def remove_in_background(base: str) -> None:
     try:
         detach(f"{__name__}:sweep", {"base": base, "budget_s": BACKGROUND_S}, BACKGROUND_S + 5)
     except ChildError as exc:
-        say(f"NCCL directories set aside in {base} left for the next health run: {exc}")
+        log.say(f"NCCL directories set aside in {base} left for the next health run: {exc}")
 
 
 def sweep(base: str, budget_s: float) -> dict:

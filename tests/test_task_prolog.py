@@ -29,7 +29,7 @@ def wait_swept(base, timeout: float = 60.0) -> None:
 def config_with(tmp_path, **task_prolog):
     config = default_config()
     tp = config.task_prolog.replace(nccl_debug_dir=str(tmp_path / "nccl"), **task_prolog)
-    return config.replace(task_prolog=tp)
+    return config.replace(task_prolog=tp, state_dir=str(tmp_path / "state"))
 
 
 def test_exports_the_seed_settings(tmp_path):
