@@ -39,6 +39,7 @@ TASKS = frozenset(
         "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",
         "gpugate.qualify.launch:qualify_suspect",
+        "gpugate.slurm_hooks.nccl_dir:sweep",  # the epilog's NCCL directory, set aside
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }
 )

@@ -19,10 +19,10 @@ from gpugate.record import Record
 from gpugate.slurm_hooks import collect
 from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.slurm_hooks.flightrec_collect import collect_dumps
+from gpugate.slurm_hooks.nccl_dir import remove_nccl_dir
 from gpugate.slurm_hooks.policy import DRAIN, decide
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
-from gpugate.slurm_hooks.task_prolog import remove_nccl_dir
 from gpugate.store import app_xids as xid_history
 from gpugate.store.history import history_dir
 from gpugate.store.suspects import closed_at
@@ -220,4 +220,7 @@ def cleanup(config: Config, env: HookEnv) -> None:
         except Exception:
             pass
 
-        remove_nccl_dir(config, env.job_id)  # its files are in the bundle now (or never mattered)
+        # Its files are in the bundle now (or never mattered). Only renamed here, whatever the
+        # user left in it (a million files, a chain deeper than any recursion limit): a
+        # detached child removes it, or the next health run, outside the epilog's deadline.
+        remove_nccl_dir(config, env.job_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
+from gpugate import log
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY
 from gpugate.checks.kernel import unknown_xids
@@ -20,11 +21,13 @@ from gpugate.record import Record
 from gpugate.slurm_hooks.budget import warn_daily
 from gpugate.slurm_hooks.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.slurm_hooks.hookenv import comment_tokens
+from gpugate.slurm_hooks.nccl_dir import prepare_nccl_dir
 from gpugate.slurm_hooks.policy import DRAIN, decide, effective_status
 from gpugate.slurm_hooks.reasons import drain_reason, refusal_comment
 from gpugate.slurm_hooks.slurm.choose import backend, with_slurm_gres
 from gpugate.slurm_hooks.slurm.cli import expand_hostlist
 from gpugate.slurm_hooks.state import (
+    StateError,
     ensure_job_dir,
     load_kernel_pos,
     remove_task_file,
@@ -33,7 +36,7 @@ from gpugate.slurm_hooks.state import (
     save_task_file,
     write_private,
 )
-from gpugate.slurm_hooks.task_prolog import fr_opted_out, prepare_nccl_dir
+from gpugate.slurm_hooks.task_prolog import fr_opted_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -229,8 +232,10 @@ def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
         note(f"could not write the job's TaskProlog file: {exc}")
     try:
         prepare_nccl_dir(config, env.job_id, env.uid, env.gid)
+    except StateError as exc:  # an unsafe (squatted) base: the job runs without NCCL paths
+        log.error(config.state_dir, f"job {env.job_id}: NCCL debug directory not prepared: {exc}")
     except Exception as exc:
-        note(f"could not prepare the job's NCCL debug directory: {exc}")
+        log.error(config.state_dir, f"job {env.job_id}: NCCL debug directory not prepared", exc)
 
 
 def prepare_task_file(config: Config, env: HookEnv) -> str | None:

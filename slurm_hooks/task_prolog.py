@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 
 from gpugate.checkpoints.discover import latest_complete
-from gpugate.fstree import remove_tree
-from gpugate.log import say
-from gpugate.names import is_job_id
-from gpugate.slurm_hooks.state import StateError, ensure_dir, load_baseline, load_task_file
+from gpugate.slurm_hooks.nccl_dir import (  # noqa: F401  (prepare/remove: the hooks' names)
+    job_dir_problem,
+    nccl_job_dir,
+    prepare_nccl_dir,
+    remove_nccl_dir,
+)
+from gpugate.slurm_hooks.state import StateError, load_baseline, load_task_file
 from gpugate.text import printable
 
 TYPE_CHECKING = False
@@ -23,16 +26,36 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 
-def nccl_job_dir(config: Config, job_id: str | None) -> str | None:
-    """Where this job's NCCL debug files go (created by the prolog), or None."""
-    base = config.task_prolog.nccl_debug_dir
-    if not base or not job_id:
+def usable_nccl_dir(
+    config: Config, job_id: str | None, note: Callable[[str], None] | None = None
+) -> str | None:
+    """The job's NCCL directory if this user may point NCCL and PyTorch at it, else None.
+
+    Runs as the job's user: the directory must be the user's own real directory in a base
+    only root controls (nccl_dir.job_dir_problem). Otherwise another user may have squatted
+    the base to receive this job's debug log, or to have its flight-recorder dump follow a
+    planted symlink; the reason goes to `note` (stderr: Slurm keeps only the export lines of
+    stdout), and no NCCL or dump path is exported.
+    """
+    job_dir = nccl_job_dir(config, job_id)
+    if not job_dir:
         return None
+    problem = job_dir_problem(job_dir, os.getuid())
+    if problem is None:
+        return job_dir
+    (note or _note_to_stderr)(
+        f"task-prolog: NCCL_DEBUG_FILE and the flight-recorder dump path not exported: "
+        f"{printable(problem)}"
+    )
+    return None
 
-    return os.path.join(base, job_id) if is_job_id(job_id) else None
 
-
-def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list[tuple[str, str]]:
+def exports(
+    config: Config,
+    environ: dict[str, str],
+    job_id: str | None,
+    note: Callable[[str], None] | None = None,
+) -> list[tuple[str, str]]:
     """The (name, value) pairs to export, skipping what the job set itself."""
     tp = config.task_prolog
     wanted: list[tuple[str, str]] = []
@@ -46,13 +69,13 @@ def exports(config: Config, environ: dict[str, str], job_id: str | None) -> list
         # PyTorch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING; older releases the NCCL_ name.
         wanted.append(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"))
         wanted.append(("NCCL_ASYNC_ERROR_HANDLING", "1"))
-    job_dir = nccl_job_dir(config, job_id)
-    if job_dir and os.path.isdir(job_dir) and os.access(job_dir, os.W_OK):
+    job_dir = usable_nccl_dir(config, job_id, note)
+    if job_dir:
         # %h and %p are expanded by NCCL: one file per host and process.
         wanted.append(("NCCL_DEBUG_FILE", os.path.join(job_dir, "nccl.%h.%p.log")))
     if job_id:
         wanted.append(("GPUGATE_JOB_ID", job_id))
-    wanted += flight_recorder_exports(config, environ, job_id)
+    wanted += flight_recorder_exports(config, environ, job_id, job_dir)
     wanted += resume_exports(config, environ, job_id)
     return [(k, v) for k, v in wanted if k not in environ]
 
@@ -84,9 +107,13 @@ def fr_opted_out(comment: str | None) -> bool:
 
 
 def flight_recorder_exports(
-    config: Config, environ: dict[str, str], job_id: str | None
+    config: Config, environ: dict[str, str], job_id: str | None, job_dir: str | None = None
 ) -> list[tuple[str, str]]:
-    """The flight recorder's variables, unless the site, the job's comment or its env turned it off."""
+    """The flight recorder's variables, unless the site, the job's comment or its env turned it off.
+
+    The dump prefix goes into `job_dir`, the job's NCCL directory once usable_nccl_dir
+    vetted it; without one PyTorch keeps its default (/tmp/nccl_trace_rank_).
+    """
     tp = config.task_prolog
     if not tp.flight_recorder or tp.fr_buffer_size <= 0:
         return []
@@ -99,9 +126,7 @@ def flight_recorder_exports(
     if not any(name in environ for name in FR_BUFFER):
         out += [(name, str(tp.fr_buffer_size)) for name in FR_BUFFER[names]]
     out.append((FR_DUMP_ON_TIMEOUT, "1"))
-    job_dir = nccl_job_dir(config, job_id)
-    usable = job_dir and os.path.isdir(job_dir) and os.access(job_dir, os.W_OK)
-    if usable and not any(name in environ for name in FR_DUMP_FILE):
+    if job_dir and not any(name in environ for name in FR_DUMP_FILE):
         out += [(name, os.path.join(job_dir, FR_PREFIX)) for name in FR_DUMP_FILE[names]]
     return out
 
@@ -192,87 +217,3 @@ def _note_to_stderr(text: str) -> None:
     import sys
 
     print(text, file=sys.stderr)
-
-
-def prepare_nccl_dir(
-    config: Config, job_id: str | None, uid: int | None, gid: int | None
-) -> str | None:
-    """Prolog side (root): create the job's NCCL directory afresh, owned by the job's user, 0700.
-
-    The base directory lives in a world-writable place, so it is checked to be root's own real
-    directory (not a user's symlink) before anything is created inside it. Whatever an earlier
-    job of the same id left there (a reused id, an epilog that never ran) is moved away and
-    removed first: one user's files are never handed to another.
-    """
-    job_dir = nccl_job_dir(config, job_id)
-    if not job_dir or uid is None:
-        return None
-    base = _safe_nccl_base(job_dir, create=True)
-    _discard(base, job_dir)
-    # No one else can create job_dir in between: base is root's and not writable by others.
-    os.mkdir(job_dir, 0o700)
-    fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchown(fd, uid, gid if gid is not None else -1)
-        os.fchmod(fd, 0o700)
-    finally:
-        os.close(fd)
-    return job_dir
-
-
-def remove_nccl_dir(config: Config, job_id: str | None) -> bool:
-    """Epilog side (root): remove the job's NCCL directory once its files were collected.
-
-    Returns whether it is gone (True also when there was none); never raises (the epilog's
-    cleanup must go on), says what went wrong instead. The user's files are removed without
-    following any symlink the user put there.
-    """
-    job_dir = nccl_job_dir(config, job_id)
-    try:
-        if not job_dir or not os.path.lexists(job_dir):
-            return True
-        if _discard(_safe_nccl_base(job_dir, create=False), job_dir):
-            return True
-        why = "left under a hidden name (too deep, or no symlink-safe removal here)"
-    except (OSError, RuntimeError) as exc:  # StateError: an unsafe base is not touched
-        why = str(exc)
-
-    say(f"job {job_id}: NCCL directory {job_dir} not removed: {why}")
-    return False
-
-
-def _safe_nccl_base(job_dir: str, create: bool) -> str:
-    import stat
-
-    base = os.path.dirname(job_dir)
-    if create:
-        ensure_dir(base, 0o755)
-    st = os.lstat(base)
-    if not stat.S_ISDIR(st.st_mode):
-        raise StateError(f"{base}: not a plain directory")
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise StateError(f"{base}: not owned by root or writable by others; not using it")
-    if create and st.st_mode & 0o111 != 0o111:
-        # The hooks run with a private umask (027): the job's user must still get through the
-        # base to reach its own 0700 directory, or NCCL_DEBUG_FILE is never exported.
-        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o111)
-        finally:
-            os.close(fd)
-    return base
-
-
-def _discard(base: str, job_dir: str) -> bool:
-    # Rename first, so the job's name is free at once even if removing the tree fails (a tree
-    # deeper than Python's recursion limit); what is left is a hidden, unused name.
-    if not os.path.lexists(job_dir):
-        return True
-    import time
-
-    gone = os.path.join(base, f".gone-{os.path.basename(job_dir)}-{os.getpid()}-{time.time_ns()}")
-    os.rename(job_dir, gone)
-    try:
-        return remove_tree(gone)
-    except (OSError, RecursionError):
-        return False

@@ -159,6 +159,7 @@ def test_modes_owners_and_the_relative_symlink(deb_file):
     assert entries["/opt/gpugate/bin/gpugate"][0] == "-rwxr-xr-x"
     assert entries["/var/lib/gpugate"][0] == "drwxr-x--x"  # others only pass through to task/
     assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x---"
+    assert entries["/var/lib/gpugate/nccl"][0] == "drwxr-xr-x"  # root's: no user squats it
     assert entries["/var/cache/gpugate"][0] == "drwx------"
     assert entries["/etc/gpugate/hook.env"][0] == "-rw-r--r--"  # sourced by root
     assert entries["/usr/bin/gpugate"] == (

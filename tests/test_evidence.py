@@ -207,10 +207,6 @@ def test_retention_comes_from_the_config_with_documented_defaults(tmp_path):
 # ------------------------------------------------------------------------------ removal
 
 
-def test_rmtree_here_is_the_symlink_safe_one():
-    assert shutil.rmtree.avoids_symlink_attacks  # fd-based on Linux: remove_tree relies on it
-
-
 def test_remove_tree_never_follows_a_users_symlink(tmp_path):
     precious = tmp_path / "precious"
     precious.mkdir()
@@ -224,18 +220,6 @@ def test_remove_tree_never_follows_a_users_symlink(tmp_path):
     os.symlink(precious, tmp_path / "top-link")
     assert fstree.remove_tree(str(tmp_path / "top-link"))  # the link goes, not its target
     assert (precious / "keep.txt").exists()
-
-
-def test_remove_tree_refuses_where_rmtree_is_not_symlink_safe(tmp_path, monkeypatch):
-    (tmp_path / "t").mkdir()
-
-    def unsafe(path):
-        raise AssertionError("must not be called")
-
-    unsafe.avoids_symlink_attacks = False
-    monkeypatch.setattr(shutil, "rmtree", unsafe)
-    assert fstree.remove_tree(str(tmp_path / "t")) is False
-    assert (tmp_path / "t").is_dir()
 
 
 def test_the_newest_hardware_bundle_outlives_the_limits(tmp_path):

@@ -16,10 +16,20 @@ from gpugate.slurm_hooks.task_prolog import (
 )
 
 
+def wait_swept(base, timeout: float = 60.0) -> None:
+    """Until nothing set aside (`.gone-*`) is left in `base`: the background removal is done."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while any(n.startswith(".gone-") for n in os.listdir(base)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(n.startswith(".gone-") for n in os.listdir(base))
+
+
 def config_with(tmp_path, **task_prolog):
     config = default_config()
     tp = config.task_prolog.replace(nccl_debug_dir=str(tmp_path / "nccl"), **task_prolog)
-    return config.replace(task_prolog=tp)
+    return config.replace(task_prolog=tp, state_dir=str(tmp_path / "state"))
 
 
 def test_exports_the_seed_settings(tmp_path):
@@ -227,7 +237,8 @@ def test_a_reused_job_id_gets_a_fresh_empty_directory(tmp_path):
     again = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
     assert again == first and os.listdir(again) == []  # nothing of the first job is handed on
     assert (tmp_path / "precious").read_text() == "another user's"  # the link was not followed
-    assert [n for n in os.listdir(tmp_path / "nccl") if n.startswith(".gone-")] == []
+    wait_swept(tmp_path / "nccl")  # the first job's files, set aside, go in the background
+    assert (tmp_path / "precious").read_text() == "another user's"
 
 
 def test_a_symlink_in_place_of_the_job_directory_is_replaced_not_followed(tmp_path):
@@ -253,7 +264,9 @@ def test_the_epilog_removes_the_jobs_nccl_directory(tmp_path):
     with open(os.path.join(made, "huge"), "wb") as fh:
         fh.truncate(50 << 30)  # 50 GB sparse: removal costs an unlink, not a read
     cleanup(config, SimpleNamespace(job_id="42"))
-    assert not os.path.lexists(made) and (tmp_path / "keep").read_text() == "x"
+    assert not os.path.lexists(made)  # renamed away at once, removed by a detached child
+    wait_swept(tmp_path / "nccl")
+    assert (tmp_path / "keep").read_text() == "x"
     assert os.listdir(tmp_path / "nccl") == []
     assert remove_nccl_dir(config, "42") is True  # nothing there: nothing to do
 

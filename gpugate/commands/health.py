@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from gpugate import log
 from gpugate.commands import each_on_its_own, run_hook_command
 from gpugate.slurm_hooks.hookenv import from_environ
+from gpugate.slurm_hooks.nccl_dir import sweep_nccl_base
 from gpugate.store import history, metrics
 
 TYPE_CHECKING = False
@@ -27,9 +30,25 @@ def _body(config: Config) -> int:
     node = from_environ().node or ""
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
     result = run_health(config, node, slurm)
+    started = time.monotonic() - result.duration_s
     each_on_its_own("health", (say_verdict, note_history, note_metrics, note_event), "decision",
                     config, node, result)  # fmt: skip
+    left = config.health.deadline_s - (time.monotonic() - started) - _SWEEP_MARGIN_S
+    each_on_its_own("health", (sweep_nccl,), "decision", config, node, left)
     return 0
+
+
+# What the health run keeps for itself after the sweep (writing its lines, exiting).
+_SWEEP_MARGIN_S = 2.0
+
+
+def sweep_nccl(config: Config, node: str, left: float) -> None:
+    """Remove the NCCL directories epilogs set aside (and their children left), in `left` s."""
+    done = sweep_nccl_base(config, left)
+    if done and done["left"]:
+        log.say(
+            f"health on {node}: {done['left']} set-aside NCCL directories left for the next run"
+        )
 
 
 def say_verdict(config: Config, node: str, result: HealthResult) -> None:

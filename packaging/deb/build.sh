@@ -52,6 +52,9 @@ install -m 0644 "$tree/etc/gpugate.yaml" "$tree/etc/hook.env" "$root/etc/gpugate
 # evidence bundles hold job logs (secrets); the parsed-YAML cache is root's alone.
 install -d -m 0751 "$root/var/lib/gpugate"
 install -d -m 0750 "$root/var/lib/gpugate/evidence"
+# The jobs' NCCL directories (task_prolog.nccl_debug_dir): root's, 0755, so no user can create
+# it first (issue 25: a squatted /var/tmp/gpugate-nccl received other users' NCCL logs).
+install -d -m 0755 "$root/var/lib/gpugate/nccl"
 install -d -m 0700 "$root/var/cache/gpugate"
 cp -pr "$tree/doc/." "$root/usr/share/doc/gpugate/"
 rmdir --ignore-fail-on-non-empty "$root/usr/share/doc/gpugate/examples"

@@ -1,0 +1,236 @@
+"""Red team, end to end: the jobs' NCCL directory on a real local Slurm, as ordinary users.
+
+Repeats two attacks of issue 25 with all the node hooks installed as the README says:
+
+- Attack 4 (a squatted NCCL base directory): a second ordinary user creates the configured
+  `task_prolog.nccl_debug_dir` first, inside a world-writable directory, 0777 and their own,
+  with a directory for the victim's next job id holding a symlink `fr_rank_0` to a file of
+  the victim's. The victim's job then runs and writes wherever NCCL_DEBUG_FILE and the
+  flight-recorder dump prefixes point. The victim's secret must never land in the attacker's
+  tree, the victim's file must be untouched, the job must still run, the node stay in service.
+- Attack 9 (a user's file count stretches the epilog): a job leaves 200,000 files and a chain
+  of directories deeper than Python's recursion limit in its NCCL directory. The epilog must
+  end well within its deadline (the node is not drained for "Epilog error", the job ends
+  normally), and the tree must be gone afterwards (the epilog's detached child removes it).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from e2e import Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from localslurm import LocalSlurm, ensure_user  # noqa: E402
+
+NODE = "gpu-node-01"
+ATTACKER = "gpugate-e2e-squat"  # a second ordinary user, besides the cluster's job user
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    site = Site(tmp_path_factory.mktemp("e2e-redteam-nccl"))  # its base: 1777, like /tmp
+    site.use_snapshot(NODE, "h100-healthy")
+    return site
+
+
+@pytest.fixture(scope="module")
+def cluster(site: Site):
+    with site.cluster([NODE]) as c:
+        yield c
+
+
+def use_nccl_base(site: Site, base: Path) -> None:
+    """Point task_prolog.nccl_debug_dir at `base` (the hooks read the config at each run)."""
+    text = site.config.read_text()
+    current = next(line for line in text.splitlines() if "nccl_debug_dir:" in line)
+    site.config.write_text(text.replace(current, f"  nccl_debug_dir: {base}"))
+
+
+def as_user(name: str, code: str, *args: str) -> None:
+    """Run Python `code` (argv: `args`) as the ordinary user `name`."""
+    uid, gid = ensure_user(name)
+    subprocess.run([PYTHON, "-c", code, *args], user=uid, group=gid, extra_groups=[],
+                   cwd="/", check=True, timeout=30, capture_output=True)  # fmt: skip
+
+
+def node_in_service(cluster: LocalSlurm) -> None:
+    state = cluster.node(NODE).get("State", "")
+    assert not cluster.is_drained(NODE), f"{NODE} drained: {cluster.node(NODE)}"
+    assert "DOWN" not in state and "FAIL" not in state, state
+
+
+def epilog_event(site: Site, job: int, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+        if found:
+            return found[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"no epilog event for job {job}: {site.events()[-3:]}")
+
+
+def files_under(top: Path) -> dict[str, bytes]:
+    """Every regular file below `top` (as root, links not followed) and its content."""
+    found = {}
+    for directory, _, names in os.walk(top):
+        for name in names:
+            path = Path(directory) / name
+            if path.is_file() and not path.is_symlink():
+                found[str(path.relative_to(top))] = path.read_bytes()
+    return found
+
+
+SQUAT = """\
+import os, sys
+base, victim_file, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.mkdir(base)
+os.chmod(base, 0o777)
+for job in range(first, first + 5):  # the next job ids: the victim's is among them
+    d = os.path.join(base, str(job))
+    os.mkdir(d)
+    os.chmod(d, 0o777)
+    for name in ("fr_rank_0", "fr_rank_1"):
+        os.symlink(victim_file, os.path.join(d, name))
+"""
+
+VICTIM_JOB = """\
+#!/bin/sh
+# What NCCL and PyTorch do with the exported paths: NCCL expands %h and %p, PyTorch's flight
+# recorder writes <prefix><rank>.
+echo "NCCL_DEBUG_FILE=${{NCCL_DEBUG_FILE-unset}}"
+echo "TORCH_FR_DUMP_TEMP_FILE=${{TORCH_FR_DUMP_TEMP_FILE-unset}}"
+echo "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=${{TORCH_NCCL_DEBUG_INFO_TEMP_FILE-unset}}"
+if [ -n "$NCCL_DEBUG_FILE" ]; then
+    f=$(printf %s "$NCCL_DEBUG_FILE" | sed "s/%h/$(hostname)/; s/%p/$$/")
+    echo "NCCL WARN wandb key {secret}" > "$f"
+fi
+for prefix in "$TORCH_FR_DUMP_TEMP_FILE" "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE"; do
+    [ -n "$prefix" ] && echo "flight recorder dump {secret}" > "${{prefix}}0"
+done
+echo "VICTIM-JOB-RAN"
+"""
+
+
+def test_a_squatted_nccl_base_receives_nothing_of_another_users_job(
+    cluster: LocalSlurm, site: Site
+):
+    """Attack 4."""
+    site.restore(cluster, [NODE])
+    secret = f"SECRET-{secrets.token_hex(8)}"
+    base = site.base / "squatted-nccl"  # in the site's base: sticky and world-writable, as /tmp
+    use_nccl_base(site, base)
+    victim_file = site.base / "victim-notes.txt"
+    victim_file.write_text("the victim's own work\n")
+    uid, gid = ensure_user()  # the cluster's job user: the victim
+    os.chown(victim_file, uid, gid)
+    victim_file.chmod(0o644)
+
+    job = cluster.submit(script=VICTIM_JOB.format(secret=secret), hold=True,
+                         output=str(site.base / "victim.out"), gres="gpu:8")  # fmt: skip
+    as_user(ATTACKER, SQUAT, str(base), str(victim_file), str(job))
+    planted = files_under(base)
+    cluster.release(job)
+    cluster.wait_job(job, "COMPLETED", timeout=120)
+    epilog_event(site, job)
+
+    out = (site.base / "victim.out").read_text()
+    assert "VICTIM-JOB-RAN" in out, out  # the victim's job still ran
+    for name in ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        assert f"{name}=unset" in out, out  # never pointed into the attacker's tree
+    assert victim_file.read_text() == "the victim's own work\n"  # the symlink was never followed
+    after = files_under(base)
+    assert after == planted and not any(secret.encode() in v for v in after.values())
+    assert os.lstat(base).st_uid != 0 and sorted(os.listdir(base)) == sorted(
+        str(j) for j in range(job, job + 5)
+    )  # root created nothing in it, removed nothing of it
+    assert (
+        f"job {job}: NCCL debug directory not prepared: {base}"
+        in (site.state / "gpugate.log").read_text()
+    )  # the prolog says so; the node was not drained for it
+    node_in_service(cluster)
+
+
+def test_the_hooks_say_why_they_left_the_squatted_base_alone(cluster: LocalSlurm, site: Site):
+    """Attack 4: the prolog and epilog record why (gpugate.log, root's); the TaskProlog, run as
+    the job's user, says on stderr why it exported no NCCL path."""
+    site.restore(cluster, [NODE])
+    base = site.base / "squatted-nccl-2"
+    use_nccl_base(site, base)
+    as_user(ATTACKER, "import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)",
+            str(base))  # fmt: skip
+    job = cluster.submit(wrap="echo ran", output=str(site.base / "why.out"), gres="gpu:8")
+    cluster.wait_job(job, "COMPLETED", timeout=120)
+    epilog_event(site, job)
+    assert (site.base / "why.out").read_text() == "ran\n"
+    logged = (site.state / "gpugate.log").read_text()
+    assert f"job {job}: NCCL debug directory not prepared: {base}: owned by uid" in logged
+    # What slurmstepd runs, as the job's user (Slurm itself drops the TaskProlog's stderr).
+    uid, gid = ensure_user()
+    proc = subprocess.run([site.hook("task-prolog")], user=uid, group=gid, extra_groups=[],
+                          env={"SLURM_JOB_ID": str(job), "PATH": "/usr/bin:/bin"}, cwd="/",
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert "export NCCL_DEBUG=WARN" in proc.stdout.splitlines()
+    assert "NCCL_DEBUG_FILE=" not in proc.stdout and "DUMP_TEMP_FILE=" not in proc.stdout
+    assert "not exported" in proc.stderr and f"{base}: owned by uid" in proc.stderr, proc.stderr
+    node_in_service(cluster)
+
+
+MANY_FILES = 200_000
+DEPTH = 1200  # deeper than Python's recursion limit (1000)
+HOARD_JOB = f"""\
+#!/bin/sh
+d=${{NCCL_DEBUG_FILE%/*}}
+if [ -z "$NCCL_DEBUG_FILE" ] || [ ! -d "$d" ]; then
+    echo "no NCCL directory: NCCL_DEBUG_FILE=${{NCCL_DEBUG_FILE-unset}}"
+    exit 3
+fi
+{PYTHON} - "$d" <<'EOF'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+for i in range({MANY_FILES}):
+    os.close(os.open(f"f{{i}}", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+for _ in range({DEPTH}):
+    os.mkdir("d", dir_fd=fd)
+    sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.close(fd)
+    fd = sub
+print("hoarded", flush=True)
+EOF
+"""
+
+
+def test_a_job_hoarding_files_in_its_nccl_directory_does_not_stretch_the_epilog(
+    cluster: LocalSlurm, site: Site
+):
+    """Attack 9."""
+    site.restore(cluster, [NODE])
+    base = site.base / "nccl"
+    use_nccl_base(site, base)
+    job = cluster.submit(script=HOARD_JOB, output=str(site.base / "hoard.out"), gres="gpu:8")
+    cluster.wait_job(job, "COMPLETED", timeout=300)
+    assert "hoarded" in (site.base / "hoard.out").read_text()
+    event = epilog_event(site, job)
+    import yaml
+
+    deadline_s = yaml.safe_load(
+        (Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml").read_text()
+    )["epilog"]["deadline_s"]
+    assert event["duration_s"] < deadline_s / 3, event  # only a rename, whatever the count
+    assert not os.path.lexists(base / str(job))  # set aside before the epilog ended
+    node_in_service(cluster)  # no "Epilog error" drain
+    deadline = time.monotonic() + 300
+    while os.listdir(base) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert os.listdir(base) == [], "the set-aside tree was not removed"
+    node_in_service(cluster)
