@@ -108,12 +108,8 @@ def gpugate(cluster: LocalSlurm, site: Site, *args: str) -> subprocess.Completed
 
 
 def controller_done(site: Site, job: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(e["hook"] == "epilog-slurmctld" and e.get("job") == str(job) for e in site.events()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no epilog-slurmctld run for job {job}")
+    """Wait until the controller epilog (which votes) has run for `job`."""
+    site.wait_event("epilog-slurmctld", job, timeout)
 
 
 def faked_failure(cluster: LocalSlurm, site: Site, user: str | None, name: str) -> int:

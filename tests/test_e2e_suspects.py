@@ -80,14 +80,9 @@ def cluster(site: Site):
         yield c
 
 
-def controller_done(site: Site, job: int, timeout: float = 45) -> None:
+def controller_done(site: Site, job: int, timeout: float = 60) -> None:
     """Wait until the controller epilog (which votes) has run for `job`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(e["hook"] == "epilog-slurmctld" and e.get("job") == str(job) for e in site.events()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no epilog-slurmctld run for job {job}")
+    site.wait_event("epilog-slurmctld", job, timeout)
 
 
 def test_the_node_that_fails_first_in_three_jobs_is_flagged_never_drained(

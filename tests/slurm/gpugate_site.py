@@ -142,3 +142,15 @@ class Site:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def wait_event(self, hook: str, job: int, timeout: float = 60) -> dict:
+        """Wait until `hook` has recorded a run for `job`; its newest event."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [e for e in self.events() if e["hook"] == hook and e.get("job") == str(job)]
+            if found:
+                return found[-1]
+            time.sleep(0.5)
+        raise AssertionError(f"no {hook} event for job {job}")
