@@ -245,3 +245,40 @@ def test_stop_kills_running_jobs_and_is_idempotent(slurm_ok: None, tmp_path: Pat
 
 def test_version_is_known(slurm_ok: None) -> None:
     assert slurm_version() >= (22, 5)
+
+
+# ------------------------------------------------------------------------- SlurmUser=slurm
+
+# Records who runs it: slurmctld runs EpilogSlurmctld as SlurmUser.
+CTLD_EPILOG = """#!/bin/sh
+id -u > "{dir}/ctld-epilog.$SLURM_JOB_ID.uid"
+"""
+
+
+def test_slurm_user_slurm_runs_the_controller_epilog_as_slurm(
+    tmp_path_factory: pytest.TempPathFactory, slurm_ok: None
+) -> None:
+    import pwd
+
+    base = tmp_path_factory.mktemp("slurmuser")
+    out = base / "out"
+    out.mkdir()
+    out.chmod(0o1777)  # the controller epilog (slurm) and the job (the job user) write here
+    hook = base / "ctld-epilog.sh"
+    hook.write_text(CTLD_EPILOG.format(dir=out))
+    hook.chmod(0o755)
+    open_path(out)
+    with LocalSlurm(base / "c", epilog_slurmctld=hook, slurm_user="slurm") as cluster:
+        assert "SlurmUser=slurm" in cluster.conf_path.read_text().splitlines()
+        slurm_uid = pwd.getpwnam("slurm").pw_uid
+        assert slurm_uid != 0
+        # slurmctld itself dropped to slurm (slurmd stays root).
+        ctld_pid = int((cluster.base / "run" / "slurmctld.pid").read_text().split()[0])
+        assert os.stat(f"/proc/{ctld_pid}").st_uid == slurm_uid
+        job = cluster.submit(wrap="true", output=str(out / "job.%j"))
+        cluster.wait_job(job, "COMPLETED", timeout=30)
+        uid_file = out / f"ctld-epilog.{job}.uid"
+        deadline = time.monotonic() + 20
+        while not uid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert uid_file.read_text().strip() == str(slurm_uid)

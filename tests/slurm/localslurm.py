@@ -73,6 +73,10 @@ SHORT_DIR_ROOT = Path("/run/localslurm")
 # The ordinary user that submits the tests' jobs: hooks must be tried on a real user's job, not
 # only on root's (root's jobs hide every permission bug: reading as the user, file modes).
 JOB_USER = "gpugate-e2e"
+# SlurmUser as Debian and RHEL ship it: slurmctld starts as root and drops to this account, so
+# EpilogSlurmctld runs as it (slurmd stays root). Debian's package creates it with this uid.
+SLURM_USER = "slurm"
+DEBIAN_SLURM_UID = 64030
 # A RebootProgram for tests: restarts the node's slurmd with -b (see fake_reboot.py).
 FAKE_REBOOT = Path(__file__).resolve().with_name("fake_reboot.py")
 
@@ -148,6 +152,27 @@ def ensure_user(name: str = JOB_USER) -> tuple[int, int]:
              "--home-dir", "/nonexistent", "--shell", "/bin/sh", name]
         )  # fmt: skip
         entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+def ensure_slurm_user() -> tuple[int, int]:
+    """(uid, gid) of the `slurm` account, created as Debian's package does if absent.
+
+    Debian: a system user and group `slurm`, uid 64030, home /nonexistent, no login shell.
+    """
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(SLURM_USER)
+    except KeyError:
+        argv = [_need("useradd"), "--system", "--user-group", "--no-create-home",
+                "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"]  # fmt: skip
+        try:
+            pwd.getpwuid(DEBIAN_SLURM_UID)
+        except KeyError:  # Debian's uid when it is free, so files look as on a real site
+            argv += ["--uid", str(DEBIAN_SLURM_UID)]
+        _run_quiet([*argv, SLURM_USER])
+        entry = pwd.getpwnam(SLURM_USER)
     return entry.pw_uid, entry.pw_gid
 
 
@@ -251,6 +276,7 @@ class LocalSlurm:
         health_check_interval: int | None = None,
         health_check_node_state: str | None = None,
         job_submit_lua: str | os.PathLike | None = None,
+        slurm_user: str = "root",
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -283,6 +309,11 @@ class LocalSlurm:
         self.job_submit_lua = _abs_or_none(job_submit_lua)
         self.job_uid: int | None = None
         self.job_gid: int | None = None
+        # SlurmUser: "root", or "slurm" (created as Debian's package does when missing), which
+        # owns what slurmctld writes (state, its log and pid file) and runs EpilogSlurmctld.
+        if slurm_user not in ("root", SLURM_USER):
+            raise ValueError(f"slurm_user is 'root' or {SLURM_USER!r}, not {slurm_user!r}")
+        self.slurm_user = slurm_user
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
 
@@ -350,6 +381,7 @@ class LocalSlurm:
         self._kill_leftovers()  # a crashed earlier run of this base dir
         self._prepare_dirs()
         self._prepare_job_user()
+        self._prepare_slurm_user()
         self._pick_ports()
         self._write_munge_key()
         self._write_fake_gpus()
@@ -413,6 +445,24 @@ class LocalSlurm:
             open_path(path)
         os.chown(self.work_dir, self.job_uid, self.job_gid)
 
+    def _prepare_slurm_user(self) -> None:
+        """For SlurmUser=slurm: what slurmctld writes is slurm's, what it reads it can reach."""
+        if self.slurm_user == "root":
+            return
+        uid, gid = ensure_slurm_user()
+        # slurmctld drops to SlurmUser after reading slurm.conf and creating its pid file: the
+        # state dir, its log and pid file must be the account's, as Debian's package sets up.
+        state = self.base / "state"
+        os.chown(state, uid, gid)
+        state.chmod(0o700)
+        for path in (self.log_dir / "slurmctld.log", self.base / "run" / "slurmctld.pid"):
+            path.touch()
+            os.chown(path, uid, gid)
+        # It reads slurm.conf, reaches munged's socket and runs EpilogSlurmctld (extra_env's
+        # wrappers live in hooks/): traversal down to them, nothing listed.
+        for path in (self.base / "etc", self.munge_socket.parent, self.base / "hooks"):
+            open_path(path)
+
     def _pick_ports(self) -> None:
         """Choose free TCP ports for slurmctld and each slurmd."""
         ports = _free_ports(1 + len(self.nodes))
@@ -457,7 +507,7 @@ class LocalSlurm:
         lines = [
             f"ClusterName={self.cluster_name}",
             f"SlurmctldHost={_hostname()}(127.0.0.1)",
-            "SlurmUser=root",
+            f"SlurmUser={self.slurm_user}",
             f"SlurmctldPort={self.ctld_port}",
             f"SlurmdPort={self.node_ports[self.nodes[0]]}",
             "AuthType=auth/munge",
@@ -1081,6 +1131,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     start.add_argument("--prolog-epilog-timeout", type=int)
     start.add_argument("--prolog-flags", default="Alloc")
     start.add_argument("--scheduler-parameters")
+    start.add_argument("--slurm-user", default="root", choices=("root", SLURM_USER),
+                       help="SlurmUser: slurmctld drops to it, EpilogSlurmctld runs as it")  # fmt: skip
     start.add_argument(
         "--env", action="append", default=[], help="NAME=VALUE for the daemons and hooks"
     )
@@ -1110,6 +1162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 prolog_flags=args.prolog_flags or None,
                 scheduler_parameters=args.scheduler_parameters,
                 extra_env=_parse_env(args.env),
+                slurm_user=args.slurm_user,
             )
             cluster.start()
             print(cluster.conf_path)
