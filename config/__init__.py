@@ -107,7 +107,21 @@ def load_config(path: str | None = None) -> schema.Config:
     # Check the site file on its own first, so an error names the file that holds it.
     _check_partial(schema.Config, site, site_path or "", "")
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
-    return build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
+    config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
+    _check_together(config, site_path or PACKAGED_FILE)
+    return config  # type: ignore[return-value]
+
+
+def _check_together(config: Record, source: str) -> None:
+    """Refuse values that are each valid but wrong together."""
+    wait = config.requeue.wait_for_bundles_s  # type: ignore[attr-defined]
+    deadline = config.epilog.deadline_s  # type: ignore[attr-defined]
+    if wait < deadline:
+        raise ConfigError(
+            f"{source}: requeue.wait_for_bundles_s: {wait:g} s is shorter than "
+            f"epilog.deadline_s ({deadline:g} s): the controller would decide while a node "
+            f"epilog may still be finding the fault; set it to at least {deadline:g}"
+        )
 
 
 def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:

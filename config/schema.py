@@ -361,4 +361,6 @@ class Config(Record):
     submit: Submit
     checkpoints: Checkpoints
     drill: Drill = Drill(max_minutes=30.0)  # a default: configs built before drills
+    # Where EpilogSlurmctld writes (events, votes, flags, locks, log); None: <state_dir>/controller.
+    controller_dir: str | None = None
     qualify: Qualify | None = None  # None: a config built in code (the packaged file has it)

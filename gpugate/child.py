@@ -35,6 +35,7 @@ TASKS = frozenset(
         "gpugate.checks.sources.mounts:timed_probe",
         "gpugate.slurm_hooks.collect:_read_and_diagnose",
         "gpugate.userfiles:latest_checkpoint_path",
+        "gpugate.userfiles:write_note",  # the controller's "not requeued" note, as the user
         "gpugate.checkpoints.freshness:newest_complete",
         "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",

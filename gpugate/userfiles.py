@@ -119,6 +119,26 @@ def as_user(
         raise UserFileError(message) from None
 
 
+NOTE_MAX = 4096  # a note is a few lines: what happened to the job, where to read more
+
+
+def write_note(path: str, text: str) -> str:
+    """Write a short note as the job's user (a child task): never through a symlink, never
+    into a FIFO or device (O_NONBLOCK, then a regular file only); the path written."""
+    import stat
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserFileError(f"{path}: not a regular file; not written")
+        os.ftruncate(fd, 0)
+        os.write(fd, text.encode()[:NOTE_MAX])
+    finally:
+        os.close(fd)
+    return path
+
+
 def latest_checkpoint_path(ckpt_dir: str) -> str | None:
     """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
     # Lazy: the checkpoint readers import this module (a cycle at import time otherwise).

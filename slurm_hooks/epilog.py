@@ -24,6 +24,7 @@ from gpugate.slurm_hooks.policy import DRAIN, decide
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.store import app_xids as xid_history
+from gpugate.store import controller_view
 from gpugate.store.history import history_dir
 from gpugate.store.suspects import closed_at
 
@@ -104,7 +105,54 @@ def hardware_decision(
 
 
 def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
-    """Run the whole epilog for one job on this node."""
+    """Run the whole epilog for one job on this node, its decision record around it."""
+    # The controller waits for this node while the record says running, up to its deadline.
+    view_start(config, env)
+    found: dict = {}
+    result = None
+    try:
+        result = _run_epilog(config, env, slurm, found)
+        return result
+    finally:
+        view_finish(config, env, result, found.get("flightrec"))
+
+
+def view_start(config: Config, env: HookEnv) -> None:
+    """The controller's record of this node's epilog: running, until the epilog's deadline."""
+    _view_write(config, env, controller_view.running(config.epilog.deadline_s))
+
+
+def view_finish(
+    config: Config, env: HookEnv, result: EpilogResult | None, flightrec: dict | None
+) -> None:
+    """The record: done, with the bundle's decision fields (a normal end: none; no log text)."""
+    from gpugate.store.evidence import read_summary
+
+    if result is None:
+        record = controller_view.done(None, error="the epilog did not finish")
+    elif result.bundle:
+        record = controller_view.done(read_summary(result.bundle), flightrec, bundle=True)
+    else:  # a normal end, or the bundle could not be written: what the epilog knows itself
+        record = controller_view.done(None, flightrec, why=result.why, bundle=False,
+                                      category=result.category, confidence=result.confidence,
+                                      hardware_fault=result.hardware_fault)  # fmt: skip
+    _view_write(config, env, record)
+
+
+def _view_write(config: Config, env: HookEnv, record: dict) -> None:
+    if not env.job_id or not env.node:
+        return
+    try:
+        controller_view.write_record(config.evidence_dir, env.job_id, env.node,
+                                     env.restart_count, record)  # fmt: skip
+    except (OSError, ValueError) as exc:  # never fails the epilog; the controller waits it out
+        say(f"epilog job {env.job_id}: cannot write the controller's record: {exc}")
+
+
+def _run_epilog(
+    config: Config, env: HookEnv, slurm: SlurmControl | None, found: dict
+) -> EpilogResult:
+    """The epilog's work; `found` gets the flight-recorder dumps for the record."""
     started = time.monotonic()
     if env.job_id and refused_here(config, env.job_id):
         cleanup(config, env)
@@ -136,6 +184,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5
     flightrec = collect_dumps(config, env, job, max(1.0, min(left, 30)))
+    found["flightrec"] = flightrec
     result = EpilogResult(
         abnormal=why is not None,
         why=why or "always_bundle",

@@ -44,15 +44,20 @@ def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> i
         log.error("/var/lib/gpugate", f"{hook}: configuration unusable, allowing the job", exc)
         log.event("/var/lib/gpugate", hook, outcome="internal_error", error=str(exc)[:500])
         return 0
-    _secure(config)
+    # The controller (SlurmUser) writes only its own directory; the node hooks their state_dir.
+    where = config.state_dir
+    if hook == "epilog-slurmctld":
+        from gpugate.store.history import controller_dir
+
+        where = controller_dir(config)
+    else:
+        _secure(config)
     try:
         return body(config)
     except BaseException as exc:
         code = 1 if config.prolog.on_error == "refuse" and hook == "prolog" else 0
-        log.error(
-            config.state_dir, f"{hook}: internal error (exit {code} per prolog.on_error)", exc
-        )
-        log.event(config.state_dir, hook, outcome="internal_error", error=f"{type(exc).__name__}: {exc}"[:500],
+        log.error(where, f"{hook}: internal error (exit {code} per prolog.on_error)", exc)
+        log.event(where, hook, outcome="internal_error", error=f"{type(exc).__name__}: {exc}"[:500],
                   duration_s=round(time.monotonic() - started, 3))  # fmt: skip
         _count_internal_error(config, hook)
         return code

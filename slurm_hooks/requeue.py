@@ -2,7 +2,9 @@
 
 The decision (pure, `decide_requeue`) takes what the controller knows: the job's request
 (`--comment` tokens), its end (exit code, Slurm's job state), its restart count, and the node
-epilogs' evidence summaries. User errors are never requeued; neither is a job out of restarts.
+epilogs' decision records (gpugate/store/controller_view.py: never the bundles, which SlurmUser
+may not read). User errors are never requeued; neither is a job out of restarts. Evidence the
+controller cannot read is never taken for "no infrastructure fault": the decision says so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from gpugate.slurm_hooks.hookenv import comment_tokens
 from gpugate.slurm_hooks.reasons import refused_nodes
 from gpugate.slurm_hooks.slurm.choose import backend as slurm_backend
 from gpugate.slurm_hooks.slurm.records import PROLOG_FAILED_SIGNAL
-from gpugate.store.evidence import bundle_name, read_summary, suspect_node
+from gpugate.store import controller_view
+from gpugate.store.evidence import suspect_node
 from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
@@ -45,6 +48,9 @@ class JobEnd(Record):
     requeued: bool = False
     launch_failed: bool = False
     admin_comment: str = ""
+    stdout: str = (
+        ""  # the job's StdOut path (Slurm's, expanded): its "not requeued" note goes beside
+    )
 
 
 class RequeueDecision(Record):
@@ -63,10 +69,14 @@ class RequeueDecision(Record):
     slurm_requeued: bool = False
     refused_on: tuple[str, ...] = ()  # nodes whose gpugate prolog refused the job, now drained
     pinned: tuple[str, ...] = ()  # suspects the job asks for by name (-w): not excluded
+    # The job's checkpoint directory, said when the controller could not look into it.
+    ckpt_dir: str | None = None
+    # Node -> why its decision record could not be read (as SlurmUser, say).
+    unreadable: dict = {}
 
     def describe(self) -> str:
         """One line for logs and the job's AdminComment."""
-        verb = "requeue" if self.requeue else "no requeue"
+        verb = "requeued" if self.requeue else "not requeued"
         text = f"{verb}: {self.why}"
         if self.requeue:
             text += f"; restart {self.restarts + 1}/{self.max_restarts}"
@@ -78,6 +88,9 @@ class RequeueDecision(Record):
                 text += f"; kept the -w pin on {pins} (not excluded: the job waits for {pins})"
             if self.checkpoint:
                 text += f"; resume from {self.checkpoint}"
+            elif self.ckpt_dir:
+                text += (f"; resumes from the newest complete checkpoint in {self.ckpt_dir}, "
+                         "found by the job's TaskProlog")  # fmt: skip
         return text
 
 
@@ -127,8 +140,11 @@ def sure_infrastructure(summary: dict) -> bool:
     return summary.get("category_trusted") is True and sure
 
 
-def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> RequeueDecision:
-    """The decision for one finished job (no I/O)."""
+def decide_requeue(
+    job: JobEnd, summaries: list[dict], config: Config, unreadable: dict | None = None
+) -> RequeueDecision:
+    """The decision for one finished job (no I/O); `unreadable`: node -> why its record
+    could not be read (then no evidence is not "no fault")."""
     opted, limit, _ = requested(comment_tokens(job.comment), config)
     category, suspects, infra = cause(job, summaries)
     base = {
@@ -149,6 +165,10 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
         )
     # An opted-in job that failed hears why it was not requeued; one that ended well, nothing.
     tell = ended_abnormally(job)
+    if not infra and unreadable:
+        why = next(iter(unreadable.values()))
+        return RequeueDecision(requeue=False, why=why, tell=tell, unreadable=dict(unreadable),
+                               **base)  # fmt: skip
     if not infra:
         what = category or "no evidence of an infrastructure fault"
         why = f"not an infrastructure failure ({what})"
@@ -186,26 +206,53 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
     return not slurm_requeued(job) and ended_abnormally(job)
 
 
-def wait_for_summaries(config: Config, job: JobEnd, wait_s: float) -> list[dict]:
-    """The node epilogs' summaries for this run of the job, waiting up to `wait_s` for all."""
-    import os
+def wait_for_summaries(
+    config: Config, job: JobEnd, wait_s: float
+) -> tuple[list[dict], dict[str, str]]:
+    """(the nodes' done records for this run of the job, node -> why unreadable).
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for node in job.nodes:
-            summary = read_summary(
-                os.path.join(config.evidence_dir, job.job_id, bundle_name(node, job.restarts))
-            )
-            if summary is not None:
-                found.append(summary)
-        if len(found) == len(job.nodes) or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.5)
+    Waits until every node epilog has ended (its record done, or past its deadline): a record
+    not there yet up to `wait_s`, a running one up to its deadline (at most wait_s plus
+    epilog.deadline_s in all). The records are all the controller reads, never the bundles.
+    """
+    if not job.nodes or not job.job_id:
+        return [], {}
+    cap = wait_s + config.epilog.deadline_s if wait_s > 0 else 0.0
+    try:
+        summaries, problems, _ = controller_view.wait_for_records(
+            config.evidence_dir, job.job_id, job.nodes, job.restarts, wait_s, cap
+        )
+    except (OSError, ValueError) as exc:  # a node name unfit for a path, say
+        return [], {"*": f"cannot read the decision records: {exc}"}
+    return summaries, {n: cannot_read(why) for n, why in problems.items()}
+
+
+def cannot_read(problem: str) -> str:
+    """The plain line for a record this process cannot read: where, as whom, and the fix."""
+    who = user_name()
+    what, _, why = problem.removeprefix("cannot read ").partition(": ")
+    return (f"cannot read {what} as {who}: let {who} pass through it and its parents "
+            "(chmod o+x; the node epilog keeps evidence_dir 0751 and controller-view/ 0711) "
+            f"[{why or 'unreadable'}]")  # fmt: skip
+
+
+def user_name() -> str:
+    """This process's user name (EpilogSlurmctld runs as SlurmUser), else `uid N`."""
+    import os
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | None:
-    """The newest complete checkpoint, looked up as the job's user (None when unknown)."""
+    """The newest complete checkpoint, looked up as the job's user (None when unknown).
+
+    Unknown also where the controller cannot look (SlurmUser cannot run a task as the user;
+    not mounted here): the TaskProlog finds it on the node, and the comment says so.
+    """
     if not ckpt_dir:
         return None
 
@@ -213,9 +260,9 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
     try:
         found = as_user(job.uid, job.gid, task, {"ckpt_dir": ckpt_dir}, timeout=30)
         # The child runs as the user: take only what a path can be from its answer.
-        return found if found is None or isinstance(found, str) else None
-    except Exception as exc:  # not mounted on the controller, say: the TaskProlog looks again
-        return f"(not visible here: {exc})"
+        return found if isinstance(found, str) and found.startswith("/") else None
+    except Exception:  # not mounted on the controller, or not root here: the TaskProlog looks
+        return None
 
 
 def apply(
@@ -251,8 +298,12 @@ def apply(
         written = slurm.add_admin_comment(job.job_id, told["decision"].describe())
         return "" if written else "unchanged: already there, or no room"
 
-    if decision.tell:
+    # Slurm takes an AdminComment only on a job that is not finished: a requeued one. A job
+    # left finished hears why beside its output (root) and in `gpugate evidence` (always).
+    if decision.tell and decision.requeue:
         steps.append(("admin comment", comment))
+    elif decision.tell:
+        steps.append(("note beside the job's output", lambda: tell_user(job, decision)))
     for what, step in steps:
         if dry_run:
             done.append(f"would {what}")
@@ -263,6 +314,35 @@ def apply(
         except Exception as exc:  # each step is independent; report, carry on
             done.append(f"{what} failed: {exc}")
     return done
+
+
+def note_path(job: JobEnd) -> str | None:
+    """`<the job's StdOut directory>/gpugate-<job id>.requeue.txt`, or None when unknown."""
+    import os
+
+    if not job.stdout.startswith("/") or not job.job_id.replace("_", "").isdigit():
+        return None
+    return os.path.join(os.path.dirname(job.stdout), f"gpugate-{job.job_id}.requeue.txt")
+
+
+def tell_user(job: JobEnd, decision: RequeueDecision) -> str:
+    """Why a failed job was not requeued, in a note beside its output, written as its user.
+
+    Slurm refuses an AdminComment on a finished job. Only root can write as the user: as
+    SlurmUser the note is skipped (the decision is in `gpugate evidence JOB` and the log).
+    """
+    import os
+
+    path = note_path(job)
+    if path is None:
+        return "skipped: the job's output directory is unknown"
+    if os.geteuid() != 0:
+        return f"skipped: running as {user_name()}, not root (see gpugate evidence {job.job_id})"
+    text = (f"gpugate: job {job.job_id} (run {job.restarts}) ended and was {decision.describe()}\n"
+            f"gpugate: your admin reads more with `gpugate evidence {job.job_id}`.\n")  # fmt: skip
+    task = "gpugate.userfiles:write_note"
+    as_user(job.uid, job.gid, task, {"path": path, "text": text}, timeout=10)
+    return path
 
 
 def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:

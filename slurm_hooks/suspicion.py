@@ -77,12 +77,13 @@ def vote(
     if user_caused(job, category, summaries, node):
         return f"no vote: {node} failed first, by the job's own doing ({category})"
     adm, hc = config.admin, config.health
-    where = history.history_dir(config)
+    # The controller writes its own directory (SlurmUser's), reads it with the history's.
+    mine, read = history.controller_dir(config), history.read_dirs(config)
     first_at = history.iso(at) if at is not None else None
-    S.record_vote(where, node, job.job_id, category, first_at, now, uid=job.uid,
+    S.record_vote(mine, node, job.job_id, category, first_at, now, uid=job.uid,
                   max_per_node=adm.history_max_per_node,
                   max_entries=adm.history_max_entries)  # fmt: skip
-    open_ = S.open_votes(where, node, hc.suspect_window_h, now)
+    open_ = S.open_votes(read, node, hc.suspect_window_h, now)
     counted, users = S.tally(open_, hc.suspect_votes_per_user)
     said = f"suspect {node} ({counted}/{hc.suspect_votes} votes, {users} user(s))"
     if counted < hc.suspect_votes:
@@ -92,7 +93,8 @@ def vote(
     if users < hc.suspect_users_min:
         return f"{said}; {hc.suspect_users_min} users needed: not flagged"
     jobs = [v["job"] for v in open_]
-    flagged = point_at(config, node, "votes", S.suspect_detail(jobs, users), jobs, users, now)
+    flagged = point_at(config, node, "votes", S.suspect_detail(jobs, users), jobs, users, now,
+                       where=mine)  # fmt: skip
     return f"{said}; {flagged}"
 
 
@@ -104,15 +106,20 @@ def point_at(
     jobs: list[str],
     users: int,
     now: float | None = None,
+    where: str | None = None,
 ) -> str:
-    """Flag `node` and ask for its qualification (or an admin's look); what was done."""
-    where = history.history_dir(config)
+    """Flag `node` and ask for its qualification (or an admin's look); what was done.
+
+    `where`: the directory written (the controller's for its votes); default the history's.
+    """
+    where = where or history.history_dir(config)
+    read = tuple(dict.fromkeys((where, *history.read_dirs(config))))
     now = time.time() if now is None else now
-    action, note = choose_action(config, where, now)
+    action, note = choose_action(config, read, now)
     adm = config.admin
     entry = S.record_flag(where, node, source, detail, jobs, users, action, note, now,
                           max_per_node=adm.history_max_per_node,
-                          max_entries=adm.history_max_entries)  # fmt: skip
+                          max_entries=adm.history_max_entries, read_from=read)  # fmt: skip
     if entry is None:
         return f"{node} is a suspect already, awaiting its qualification or an admin"
     said = f"flagged {node} suspect ({source}: {detail})"
@@ -122,12 +129,14 @@ def point_at(
             note = f"qualification started (pid {pid})"
         except ChildError as exc:  # the flag stays open: the sweep or an admin takes it
             note = f"qualification could not start: {exc}; awaiting an admin or the sweep"
-    log.event(config.state_dir, "suspect", node=node, source=source, detail=detail,
+    # The controller's event goes to its own directory; a node epilog's to its state_dir.
+    events = where if where == history.controller_dir(config) else config.state_dir
+    log.event(events, "suspect", node=node, source=source, detail=detail,
               jobs=jobs, users=users, action=action, note=note)  # fmt: skip
     return f"{said}; {action}: {note}" if note else f"{said}; {action}"
 
 
-def choose_action(config: Config, where: str, now: float) -> tuple[str, str]:
+def choose_action(config: Config, where: S.Dirs, now: float) -> tuple[str, str]:
     """(action, why) for a new flag: a qualification within the allowance, else a review."""
     hc = config.health
     if hc.suspect_action != "qualify":

@@ -174,7 +174,7 @@ def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
     for requeue, expected in ((True, ["requeued", "checkpoint age comment"]), (False, ["kept"])):
         slurm = FakeSlurm(jobs=[job_77("")])
         decision = RequeueDecision(requeue=requeue, why="x")
-        monkeypatch.setattr(E, "wait_for_summaries", lambda *a: [stale])
+        monkeypatch.setattr(E, "wait_for_summaries", lambda *a: ([stale], {}))
         monkeypatch.setattr(E, "decide_requeue", lambda *a, d=decision: d)
         monkeypatch.setattr(E, "apply", lambda *a, r=requeue, **k: ["requeued" if r else "kept"])
         monkeypatch.setattr(E, "cast_vote", lambda *a: None)

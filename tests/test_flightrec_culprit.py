@@ -10,6 +10,7 @@ import pytest
 
 from gpugate.flightrec.culprit import find_culprit, job_culprit
 from gpugate.flightrec.reader import read_dump
+from gpugate.store.history import read_dirs
 
 FIX = Path(__file__).parent / "fixtures" / "flightrec"
 
@@ -280,14 +281,21 @@ def _controller_site(tmp_path: Path, job_id: str, users_min: int = 1):
 
 
 def _fr_bundles(tmp_path: Path, job_id: str) -> None:
-    from gpugate.store.evidence import bundle_name
+    """Each node's decision record with its flight-recorder digest, as the epilog writes it."""
+    from gpugate.store.controller_view import done, write_record
 
     for rec in _records("not_entered"):  # rank r on node "abc"[r]
         node = "abc"[rec["rank"]]
-        d = tmp_path / "ev" / job_id / bundle_name(node, 0)
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps({"node": node}))
-        (d / "flightrec.json").write_text(json.dumps({"records": [rec], "errors": []}))
+        s = next(s for s in C_FIRST if s["node"] == node)
+        write_record(str(tmp_path / "ev"), job_id, node, 0, done(s, {"records": [rec]}))
+
+
+def _with_fr(summaries: list[dict]) -> list[dict]:
+    """The summaries as the controller reads them: each with its node's digest."""
+    from gpugate.store.controller_view import fr_digest
+
+    digests = {"abc"[r["rank"]]: fr_digest({"records": [r]}) for r in _records("not_entered")}
+    return [dict(s, flightrec=digests[s["node"]]) for s in summaries]
 
 
 def _job(job_id: str, uid: int = 1001):
@@ -302,9 +310,9 @@ def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
     from gpugate.store.suspects import votes
 
     config = _controller_site(tmp_path, "301")
-    said = vote(config, _job("301"), C_FIRST, "nccl_timeout", 1_800_000_000.0)
+    said = vote(config, _job("301"), _with_fr(C_FIRST), "nccl_timeout", 1_800_000_000.0)
     assert "suspect b" in said
-    (v,) = votes(config.admin.history_dir)
+    (v,) = votes(read_dirs(config))
     assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
 
 
@@ -316,8 +324,8 @@ def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
     for i, job_id in enumerate(("302", "312", "322")):  # one user's jobs: votes only
         if i:
             _fr_bundles(tmp_path, job_id)
-        said = vote(config, _job(job_id), C_FIRST, "nccl_timeout", 1_800_000_000.0 + i)
-    assert open_flags(config.admin.history_dir) == {} and "not flagged" in said
+        said = vote(config, _job(job_id), _with_fr(C_FIRST), "nccl_timeout", 1.8e9 + i)
+    assert open_flags(read_dirs(config)) == {} and "not flagged" in said
 
 
 def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
@@ -325,7 +333,7 @@ def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
 
     config = _controller_site(tmp_path, "303")
     own = [dict(s, category="cuda_oom") if s["node"] == "b" else s for s in C_FIRST]
-    said = vote(config, _job("303"), own, "nccl_timeout", 1.8e9)
+    said = vote(config, _job("303"), _with_fr(own), "nccl_timeout", 1.8e9)
     assert said.startswith("no vote: b failed first")
 
 
@@ -335,11 +343,11 @@ def test_requeue_excludes_the_culprit_only_with_roots_evidence(tmp_path: Path) -
 
     config = _controller_site(tmp_path, "304")
     job = _job("304")
-    assert with_culprit(config, job, C_FIRST, ()) == ()  # the dumps alone: nothing excluded
-    hw = [dict(s, hardware_fault=s["node"] == "b") for s in C_FIRST]
+    assert with_culprit(config, job, _with_fr(C_FIRST), ()) == ()  # the dumps alone: nothing
+    hw = [dict(s, hardware_fault=s["node"] == "b") for s in _with_fr(C_FIRST)]
     assert with_culprit(config, job, hw, ("c",)) == ("b", "c")  # agrees with its hardware
     record_vote(config.admin.history_dir, "b", "250", "nccl_timeout", None, None, uid=7)
-    assert with_culprit(config, job, C_FIRST, ()) == ("b",)  # repeated suspect history
+    assert with_culprit(config, job, _with_fr(C_FIRST), ()) == ("b",)  # repeated suspicion
 
 
 def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
@@ -378,5 +386,5 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     # Told once: a second controller epilog of the same run writes nothing more.
     from gpugate.flightrec.votes import tell_culprit
 
-    again = tell_culprit(config, slurm, job)
+    again = tell_culprit(config, slurm, job, _with_fr(C_FIRST))
     assert again == "flight recorder comment (unchanged: already there, or no room)"

@@ -135,8 +135,8 @@ def slurm_for(nodes: dict | None = None, pinned: tuple = ()) -> FakeSlurm:
     return FakeSlurm(nodes=(nodes or {}).values(), jobs=[JobInfo(job_id=5, required_nodes=pinned)])
 
 
-def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
-    from gpugate.store.evidence import write_bundle
+def test_run_requeue_reads_the_records_and_records_the_checkpoint(tmp_path):
+    from gpugate.store.controller_view import done, write_record
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -146,8 +146,8 @@ def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
     (ckpt / "ckpt_300.pt").write_bytes(b"PK\x03\x04 cut short")
     config = default_config().replace(evidence_dir=str(tmp_path / "ev"))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
-    write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
-    write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
+    write_record(config.evidence_dir, "5", "n1", 0, done(HW))
+    write_record(config.evidence_dir, "5", "n2", 0, done(TIMEOUT))
     slurm = slurm_for()
     decision, done = run_requeue(config, job(comment=f"gpugate:ckpt={ckpt}"), slurm, wait_s=0)
     assert decision.requeue and decision.checkpoint == str(ckpt / "ckpt_200.pt")
@@ -274,12 +274,12 @@ def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
 
 
 def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
-    from gpugate.store.evidence import write_bundle
+    from gpugate.store.controller_view import done, write_record
 
     config = default_config().replace(evidence_dir=str(tmp_path))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
-    write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
-    write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)
+    write_record(config.evidence_dir, "5", "n1", 0, done(HW))
+    write_record(config.evidence_dir, "5", "n2", 0, done(TIMEOUT))
     slurm = slurm_for(pinned=("n1",))  # sbatch -w n1
     decision, done = run_requeue(config, job(comment="gpugate:requeue"), slurm, wait_s=0)
     assert decision.requeue and decision.suspects == ("n1",)
@@ -399,5 +399,6 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     # `gpugate report` matches a decision to its run (and checkpoint) by the run's number.
     import json
 
-    event = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
+    # In the controller's own directory (controller_dir, default <state_dir>/controller).
+    event = json.loads((tmp_path / "controller" / "events.jsonl").read_text().splitlines()[-1])
     assert event["job"] == job_id and isinstance(event["restarts"], int)

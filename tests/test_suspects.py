@@ -165,10 +165,10 @@ def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_pat
     config = config_for(tmp_path)
     assert "1/3 votes" in cast(config, "101", now=T0, uid=1001)
     assert "2/3 votes" in cast(config, "107", now=T0 + 60, uid=1002)
-    assert started == [] and suspects.open_flags(config.admin.history_dir) == {}
+    assert started == [] and suspects.open_flags(history.read_dirs(config)) == {}
     said = cast(config, "112", now=T0 + 120, uid=1001)
     assert "flagged b suspect" in said and "qualification started (pid 4242)" in said, said
-    flag = suspects.open_flags(config.admin.history_dir)["b"]
+    flag = suspects.open_flags(history.read_dirs(config))["b"]
     assert flag["source"] == "votes" and flag["action"] == "qualify" and flag["users"] == 2
     assert flag["jobs"] == ["101", "107", "112"]
     assert started == [("b", "suspect (votes): first to fail in jobs 101,107,112 of 2 user(s)")]
@@ -231,7 +231,7 @@ def test_an_admin_resume_closes_every_vote_cast_before_it(tmp_path, started):
     history.record_resume(where, "b", "admin", when=T0 + 10)
     # One more job after the resume is one vote, not three.
     assert "(1/3 votes, 1 user(s))" in cast(config, "103", now=T0 + 20, uid=1)
-    assert suspects.open_flags(where) == {} and started == []
+    assert suspects.open_flags(history.read_dirs(config)) == {} and started == []
 
 
 def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started):
@@ -240,17 +240,17 @@ def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started)
     config = config_for(tmp_path, votes_needed=1)
     where = config.admin.history_dir
     cast(config, "101", now=T0, uid=1)
-    assert "b" in suspects.open_flags(where)
+    assert "b" in suspects.open_flags(history.read_dirs(config))
     entry = {"node": "b", "when": T0 + 30, "passed": True, "level": 1, "tests": [],
              "job_ids": ["9"], "trigger": "suspect (votes): ..."}  # fmt: skip
     record_qualification(where, entry)
-    assert suspects.open_flags(where) == {}
-    assert suspects.open_votes(where, "b", 72, now=T0 + 60) == []
+    assert suspects.open_flags(history.read_dirs(config)) == {}
+    assert suspects.open_votes(history.read_dirs(config), "b", 72, now=T0 + 60) == []
     # A refused resume closes nothing; a failed qualification neither.
     assert "flagged b" in cast(config, "102", now=T0 + 60, uid=1)
     history.record_resume(where, "b", "admin", when=T0 + 70, resumed=False)
     record_qualification(where, {**entry, "when": T0 + 80, "passed": False})
-    assert "b" in suspects.open_flags(where) and len(started) == 2
+    assert "b" in suspects.open_flags(history.read_dirs(config)) and len(started) == 2
 
 
 def test_the_suspects_allowance_turns_further_flags_into_reviews(tmp_path, started):
@@ -262,7 +262,7 @@ def test_the_suspects_allowance_turns_further_flags_into_reviews(tmp_path, start
     said = cast(config, "102", summaries=other, now=T0 + 60, uid=2)
     assert "flagged a" in said and "review: the suspects' allowance is spent" in said
     assert len(started) == 1
-    assert suspects.open_flags(config.admin.history_dir)["a"]["action"] == "review"
+    assert suspects.open_flags(history.read_dirs(config))["a"]["action"] == "review"
     # A day later there is room again.
     history.record_resume(config.admin.history_dir, "a", "admin", when=T0 + 100)
     assert "qualify" in cast(config, "103", summaries=other, now=T0 + 86400 + 200, uid=3)
@@ -315,7 +315,7 @@ def test_jobs_ended_by_their_user_cast_no_vote(tmp_path, started, changes, summa
     config = config_for(tmp_path, votes_needed=1)
     said = cast(config, "101", summaries=summaries, **changes)
     assert said.startswith("no vote") and started == []
-    assert votes(config.admin.history_dir) == []
+    assert votes(history.read_dirs(config)) == []
 
 
 @pytest.mark.parametrize(
@@ -335,16 +335,16 @@ def test_a_tie_records_no_vote(tmp_path):
     config = config_for(tmp_path, votes_needed=1)
     tied = [summary("a", "2026-12-01T10:00:00Z"), summary("b", "2026-12-01T10:00:00Z")]
     said = cast(config, "101", summaries=tied, nodes=("a", "b"))
-    assert said.startswith("no suspect") and votes(config.admin.history_dir) == []
+    assert said.startswith("no suspect") and votes(history.read_dirs(config)) == []
 
 
 def test_the_controller_epilog_votes_from_the_bundles(tmp_path, started):
     from gpugate.commands.epilog_slurmctld import run_requeue
-    from gpugate.store.evidence import write_bundle
+    from gpugate.store.controller_view import done, write_record
 
     config = config_for(tmp_path, votes_needed=1)
     for s in B_FIRST:
-        write_bundle(config.evidence_dir, "101", s["node"], 0, {}, s)
+        write_record(config.evidence_dir, "101", s["node"], 0, done(s))
     slurm = FakeSlurm(nodes=NODES)
     run_requeue(config, failed_job("101", comment="", uid=5), slurm, wait_s=0)
     assert slurm.drains == [] and [n for n, _ in started] == ["b"]
@@ -488,7 +488,7 @@ def test_an_admins_resume_of_a_suspect_in_service_clears_it_audited(tmp_path, st
     cast(config, "101", now=time.time() - 60, uid=1)
     said = clear_suspicion(config, "b", "cable reseated, DCGM r3 clean")
     assert "suspicion (votes: first to fail in jobs 101 of 1 user(s)) is cleared" in said
-    assert suspects.open_flags(where) == {}
+    assert suspects.open_flags(history.read_dirs(config)) == {}
     (entry,) = history.resumes(where, "b")
     assert entry["why"] == "cable reseated, DCGM r3 clean" and entry["resumed"] is True
     assert entry["reason"].startswith("suspect: first to fail")

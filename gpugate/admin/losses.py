@@ -17,6 +17,10 @@ from gpugate import jsonl
 from gpugate.clock import parse_utc
 from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 UNDIAGNOSED = "undiagnosed"  # a bundle whose diagnosis named no category
 EVENTS = "events.jsonl"  # gpugate.log's file in the state directory
 REQUEUE_HOOK = "epilog-slurmctld"
@@ -97,10 +101,18 @@ def _gpus(summary: dict) -> int | None:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def requeue_events(state_dir: str, since: float) -> list[dict]:
-    """EpilogSlurmctld's decisions since `since`, oldest first (events.jsonl, newest 32 MiB)."""
+def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict]:
+    """EpilogSlurmctld's decisions since `since`, oldest first (events.jsonl, newest 32 MiB of
+    each directory: the controller's, and state_dir where older releases wrote them)."""
+    out = []
+    for directory in (dirs,) if isinstance(dirs, str) else dict.fromkeys(dirs):
+        out += _requeue_lines(os.path.join(directory, EVENTS), since)
+    return sorted(out, key=lambda e: e["when"])
+
+
+def _requeue_lines(path: str, since: float) -> list[dict]:
     try:
-        data, _ = jsonl.read_tail(os.path.join(state_dir, EVENTS))
+        data, _ = jsonl.read_tail(path)
     except OSError:
         return []
     out = []
@@ -111,13 +123,13 @@ def requeue_events(state_dir: str, since: float) -> list[dict]:
         if when is None or when < since or not isinstance(e.get("job"), str):
             continue
         out.append(dict(e, when=when))
-    return sorted(out, key=lambda e: e["when"])
+    return out
 
 
 def checkpoint_time(path: object) -> float | None:
     """A checkpoint's modification time, when this user can see it (None otherwise)."""
     if not isinstance(path, str) or not path.startswith("/"):
-        return None  # no checkpoint, or "(not visible here: ...)"
+        return None  # no checkpoint, or an older release's "(not visible here: ...)"
     try:
         return os.stat(path).st_mtime
     except (OSError, ValueError):

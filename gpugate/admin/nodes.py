@@ -358,7 +358,7 @@ def rows_for(
         drained_only,
         history.unknown_xids(where),
         current_held(held_entries(where), drains, now),
-        open_flags(where),
+        open_flags(history.read_dirs(config)),  # the controller's votes' flags too
     )
 
 

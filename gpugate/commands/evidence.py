@@ -207,6 +207,9 @@ def main(argv: list[str]) -> int:
     else:
         bundles, notes = node_bundles(config, target, scan=args.scan)
     what = "job" if is_job else "node"
+    decisions = job_decisions(config, target) if is_job else []
+    if not bundles and decisions:  # what the controller decided stands without any bundle
+        return _print_decisions_only(target, decisions, args.json)
     if not bundles and (locked := admin_only(config, target if is_job else None)):
         return names.refuse("gpugate evidence", locked, EXIT_UNHEALTHY)
     if not bundles:
@@ -224,12 +227,49 @@ def main(argv: list[str]) -> int:
         out = {"target": target, "kind": what, "would_drain": held, "bundles": items}
         if is_job:  # the rank the others waited for, from the dumps the epilog read
             out["flight_recorder"] = fr
+            out["decisions"] = decisions
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render(target, items, held))
         if fr is not None and fr.get("text"):
             sys.stdout.write(f"\nflight recorder: {_line(fr['text'])}\n")
+        sys.stdout.write(render_decisions(decisions))
+    return EXIT_OK
+
+
+def job_decisions(config: Config, job: str) -> list[dict]:
+    """EpilogSlurmctld's decisions on `job`, oldest first (its events in controller_dir, and
+    in state_dir where an older release wrote them)."""
+    from gpugate.admin import losses
+
+    dirs = tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
+    return [e for e in losses.requeue_events(dirs, 0.0) if e.get("job") == job]
+
+
+def decision_line(e: dict) -> str:
+    """One decision: `run 0 (2026-12-01T10:00:00Z): requeued: infrastructure failure (...)`."""
+    said = e.get("said")
+    if not isinstance(said, str) or not said:
+        said = f"{'requeued' if e.get('requeue') else 'not requeued'}: {e.get('why') or '?'}"
+    return f"run {e.get('restarts', '?')} ({e.get('time', '?')}): {said}"
+
+
+def render_decisions(decisions: list[dict]) -> str:
+    """The controller's decisions block ("" when there are none)."""
+    if not decisions:
+        return ""
+    lines = ["", "controller decisions (EpilogSlurmctld), oldest first:"]
+    lines += [f"  {_line(decision_line(e))}" for e in decisions]
+    return "\n".join(lines) + "\n"
+
+
+def _print_decisions_only(target: str, decisions: list[dict], as_json: bool) -> int:
+    if as_json:
+        out = {"target": target, "kind": "job", "bundles": [], "decisions": decisions}
+        sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(f"0 evidence bundles for job {target}." + render_decisions(decisions))
     return EXIT_OK
 
 

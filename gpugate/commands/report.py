@@ -66,9 +66,9 @@ def main(argv: list[str]) -> int:
         notice=notice,
         held=held_entries(where),
         costs=failure_costs(config, window, os.path.dirname(os.path.abspath(args.html))),
-        requeues=losses.requeue_events(config.state_dir, history.window_start(window)),
+        requeues=losses.requeue_events(events_dirs(config), history.window_start(window)),
         qualifications=qualification_entries(where),
-        flags=suspect_flags(where),
+        flags=suspect_flags(history.read_dirs(config)),
     )
     try:
         report.write_report(args.html, page)
@@ -92,7 +92,12 @@ def qualification_entries(where: str) -> list[dict]:
         return []
 
 
-def suspect_flags(where: str) -> list[dict]:
+def events_dirs(config: Config) -> tuple[str, ...]:
+    """Where hooks record their runs: the nodes' state_dir and the controller's directory."""
+    return tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
+
+
+def suspect_flags(where: str | tuple[str, ...]) -> list[dict]:
     """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
     from gpugate.store.suspects import flags
 
@@ -106,7 +111,7 @@ def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dic
     """The window's bundles with their requeue, GPU-hours lost and a link from the page."""
     since = history.window_start(window_days)
     failures = losses.read_failures(config.evidence_dir, since)
-    costs = losses.costed(failures, losses.requeue_events(config.state_dir, since))
+    costs = losses.costed(failures, losses.requeue_events(events_dirs(config), since))
     for c in costs:
         c["href"] = report.bundle_href(config.evidence_dir, c["path"], page_dir)
     return costs

@@ -61,10 +61,10 @@ def parser() -> ArgumentParser:
 
 def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
     """An admin's look at a suspect in service closes its flag and votes (audited); what was done."""
-    from gpugate.store.history import history_dir, record_resume
+    from gpugate.store.history import history_dir, read_dirs, record_resume
     from gpugate.store.suspects import open_flags
 
-    flag = open_flags(history_dir(config)).get(node)
+    flag = open_flags(read_dirs(config)).get(node)
     if flag is None:
         return None
     record_resume(history_dir(config), node, why=why or "", reason=f"suspect: {flag['detail']}",

@@ -283,6 +283,38 @@ def job_culprit(bundle_dirs: list[str]) -> dict | None:
                 errors.append(
                     {"name": err["name"][:256], "error": err["error"][:512], "node": node}
                 )
+    return _culprit(records, errors)
+
+
+def records_culprit(views: list[dict]) -> dict | None:
+    """find_culprit over the flight-recorder digests of the nodes' decision records.
+
+    The controller's view (gpugate/store/controller_view.py): each record names its node
+    (root wrote it) and carries the compact records and refusals of that node's dumps.
+    """
+    records: list[dict] = []
+    errors: list[dict] = []
+    for view in views:
+        fr = view.get("flightrec")
+        if not isinstance(fr, dict):
+            continue
+        node = _str(view.get("node"))
+        for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
+            got = _clean(rec, node)
+            if got is None:
+                errors.append({"name": node or "?", "error": "a record without rank or pgs"})
+            else:
+                records.append(got)
+        for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
+            if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
+                errors.append(
+                    {"name": err["name"][:256], "error": err["error"][:512], "node": node}
+                )
+    return _culprit(records, errors)
+
+
+def _culprit(records: list[dict], errors: list[dict]) -> dict | None:
+    """The culprit of the merged records, or the refusals when there is none to name."""
     found = find_culprit(records) if records else None
     if found is None and not errors:
         return None

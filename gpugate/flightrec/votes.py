@@ -10,8 +10,6 @@ point at it too (an exclusion keeps one job off one node; it takes nothing out o
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
@@ -21,19 +19,14 @@ if TYPE_CHECKING:
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
 
 
-def culprit_node(config: Config, job: JobEnd) -> tuple[str | None, dict | None]:
-    """(node, culprit) of this run's bundles; node None unless a decided rank on a job node."""
-    from gpugate.flightrec.culprit import job_culprit
-    from gpugate.store.evidence import bundle_name
+def culprit_node(job: JobEnd, summaries: list[dict]) -> tuple[str | None, dict | None]:
+    """(node, culprit) of this run's decision records; node None unless a decided rank on a
+    job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
+    from gpugate.flightrec.culprit import records_culprit
 
-    # The bundles' paths from root's layout, the node names from their summaries (root's).
-    dirs = [
-        os.path.join(config.evidence_dir, job.job_id, bundle_name(n, job.restarts))
-        for n in job.nodes
-    ]
     try:
-        found = job_culprit(dirs)
-    except (OSError, ValueError) as exc:
+        found = records_culprit(summaries)
+    except (ValueError, TypeError) as exc:
         return None, {"error": f"{type(exc).__name__}: {exc}"}
     node = found.get("node") if found else None
     if found is None or found.get("state") not in DECIDED or node not in job.nodes:
@@ -47,7 +40,7 @@ def first_node(
     """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
     from gpugate.clock import parse_utc
 
-    node, _ = culprit_node(config, job)
+    node, _ = culprit_node(job, summaries)
     if node is None:
         return None
     own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
@@ -61,11 +54,11 @@ def with_culprit(
     from gpugate.store import history
     from gpugate.store.suspects import voting_jobs
 
-    node, _ = culprit_node(config, job)
+    node, _ = culprit_node(job, summaries)
     if node is None:
         return suspects
     hardware = any(s.get("node") == node and s.get("hardware_fault") for s in summaries)
-    where = history.history_dir(config)
+    where = history.read_dirs(config)
     earlier = [
         j for j in voting_jobs(where, node, config.health.suspect_window_h) if j != job.job_id
     ]
@@ -74,14 +67,16 @@ def with_culprit(
     return (node, *(n for n in suspects if n != node))
 
 
-def tell_culprit(config: Config, slurm: SlurmControl, job: JobEnd) -> str | None:
+def tell_culprit(
+    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[dict]
+) -> str | None:
     """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
 
     Only on a requeued job (pending again: slurmctld refuses an AdminComment on a finished
     one, gpugate/checkpoints/freshness.py tell_stale). The text names the job's own dumps as
     its source; admin_comment makes it one clean, capped line (op names come from the dumps).
     """
-    _, found = culprit_node(config, job)
+    _, found = culprit_node(job, summaries)
     text = (found or {}).get("text")
     if not isinstance(text, str) or not text or (found or {}).get("state") is None:
         return None

@@ -44,7 +44,7 @@ def last_qualified(directory: str) -> dict[str, float]:
 
 def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> list[str]:
     """The idle nodes to qualify now, the longest unqualified first, at most `max_nodes`."""
-    from gpugate.store.history import history_dir
+    from gpugate.store.history import history_dir, read_dirs
     from gpugate.store.suspects import open_flags
 
     if max_nodes is not None and max_nodes < 1:
@@ -52,7 +52,7 @@ def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> l
     partition = config.qualify.partition if config.qualify is not None else None
     idle = [info for info in slurm.nodes().values() if sweepable(info, partition)]
     where = history_dir(config)
-    last, flagged = last_qualified(where), open_flags(where)
+    last, flagged = last_qualified(where), open_flags(read_dirs(config))
     # Suspects first, then never qualified, then the longest ago.
     idle.sort(key=lambda info: (info.name not in flagged, last.get(info.name, 0.0), info.name))
     return [info.name for info in idle[:max_nodes]]

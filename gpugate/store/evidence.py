@@ -4,7 +4,9 @@ Layout: `<evidence_dir>/<job id>/<node>-r<restart count>/` holding `summary.json
 times, category, xid, failing rank, suspected node, action taken) and the raw evidence. The
 bundle is assembled in a hidden temporary directory and renamed into place, so a reader never
 sees half of one. Directories are 0750 and files 0640, owned by root and by the configured
-admin group: readable by admins, not by other users (logs can hold secrets).
+admin group: readable by admins, not by other users (logs can hold secrets). The evidence
+directory itself is 0751: SlurmUser passes through it to the decision records beside the
+bundles (`controller-view/`, gpugate/store/controller_view.py), and lists nothing.
 
 Each node also keeps an index of its own bundles, `<evidence_dir>/.index/<node>.jsonl`: one
 line appended (one O_APPEND write) per bundle, so `gpugate evidence NODE` reads that node's
@@ -42,6 +44,7 @@ INDEX_DIR = ".index"  # job directories are digits: no job can be named this
 LOCK = locks.EVIDENCE  # in the node's local state_dir/locks/
 # What an index line may name: `<job>/<node>-r<n>`, or an older copy kept beside it.
 _ENTRY_PATH = re.compile(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
+EVIDENCE_DIR_MODE = 0o751  # the controller's records below it (store/controller_view.py)
 LOCK_WAIT_S = locks.EVIDENCE_WAIT_S  # past it: indexed without the lock, pruned next run
 
 
@@ -67,11 +70,11 @@ def _group_id(group: str | None) -> int:
         raise EvidenceError(f"evidence_group {group!r} does not exist") from None
 
 
-def _private_dir(path: str, gid: int) -> None:
-    os.makedirs(path, mode=0o750, exist_ok=True)
+def _private_dir(path: str, gid: int, mode: int = 0o750) -> None:
+    os.makedirs(path, mode=mode, exist_ok=True)
     if os.path.islink(path) or not os.path.isdir(path):
         raise EvidenceError(f"{path}: not a plain directory")
-    os.chmod(path, 0o750)  # noqa: S103 - group read is the point: the admins' group
+    os.chmod(path, mode)
     if gid >= 0:
         os.chown(path, -1, gid)
 
@@ -117,7 +120,8 @@ def write_bundle(
         raise EvidenceError(f"not a Slurm job id: {job_id!r}")
     gid = _group_id(group)
     job_dir = os.path.join(evidence_dir, job_id)
-    _private_dir(evidence_dir, gid)
+    # Others may pass through evidence_dir (SlurmUser to controller-view/), list nothing.
+    _private_dir(evidence_dir, gid, EVIDENCE_DIR_MODE)
     _private_dir(job_dir, gid)
     name = bundle_name(node, restart)
     final = os.path.join(job_dir, name)

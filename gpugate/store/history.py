@@ -80,6 +80,20 @@ def history_dir(config: Config) -> str:
     return config.admin.history_dir or config.state_dir
 
 
+CONTROLLER = "controller"  # <state_dir>/controller: the default controller_dir
+
+
+def controller_dir(config: Config) -> str:
+    """Where EpilogSlurmctld writes (events, votes, flags, locks, log): `controller_dir`, else
+    `<state_dir>/controller` (the package makes it the SlurmUser's)."""
+    return config.controller_dir or os.path.join(config.state_dir, CONTROLLER)
+
+
+def read_dirs(config: Config) -> tuple[str, ...]:
+    """Every directory whose history and events the readers merge: the history's, the controller's."""
+    return tuple(dict.fromkeys((history_dir(config), controller_dir(config))))
+
+
 def iso(when: float | None) -> str:
     """Epoch seconds as `2026-11-29T10:00:00Z` (empty for None)."""
     return "" if when is None else utc(when)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
@@ -93,13 +94,22 @@ def record_vote(
     return history._add(state_dir, SUSPECTS, valid_vote, entry, same, max_per_node, max_entries)
 
 
-def votes(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+Dirs = str | Sequence[str]  # one directory, or several whose files are read together
+
+
+def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict]:
+    """The entries of `name` in every directory (the history's, the controller's), oldest first."""
+    many = (dirs,) if isinstance(dirs, str) else tuple(dict.fromkeys(dirs))
+    entries = [e for d in many for e in history._read_lines(os.path.join(d, name), valid)]
+    return sorted(entries, key=lambda e: e.get("when", 0)) if len(many) > 1 else entries
+
+
+def votes(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[dict]:
     """Votes (against one node, or all; since an epoch time, or all), oldest first."""
-    entries = history._read_lines(os.path.join(state_dir, SUSPECTS), valid_vote)
-    return history._select(entries, node, since)
+    return history._select(_merged(state_dir, SUSPECTS, valid_vote), node, since)
 
 
-def closed_at(state_dir: str, node: str) -> float:
+def closed_at(state_dir: Dirs, node: str) -> float:
     """When suspicion of `node` was last closed: its newest resume or passed qualification (0: never).
 
     A resume that was refused (resumed false) closes nothing; any passed level does: the
@@ -107,19 +117,20 @@ def closed_at(state_dir: str, node: str) -> float:
     """
     from gpugate.store.qualify import qualifications
 
-    times = [e["when"] for e in history.resumes(state_dir, node) if e.get("resumed", True)]
-    times += [e["when"] for e in qualifications(state_dir, node) if e.get("passed")]
+    many = (state_dir,) if isinstance(state_dir, str) else tuple(state_dir)
+    times = [e["when"] for d in many for e in history.resumes(d, node) if e.get("resumed", True)]
+    times += [e["when"] for d in many for e in qualifications(d, node) if e.get("passed")]
     return max(times, default=0.0)
 
 
-def open_votes(state_dir: str, node: str, window_h: float, now: float | None = None) -> list[dict]:
+def open_votes(state_dir: Dirs, node: str, window_h: float, now: float | None = None) -> list[dict]:
     """The votes against `node` in the window and since its suspicion was last closed, one per job."""
     since = (time.time() if now is None else now) - window_h * 3600
     since = max(since, closed_at(state_dir, node))
     return list({v["job"]: v for v in votes(state_dir, node, since)}.values())
 
 
-def voting_jobs(state_dir: str, node: str, window_h: float, now: float | None = None) -> list[str]:
+def voting_jobs(state_dir: Dirs, node: str, window_h: float, now: float | None = None) -> list[str]:
     """The distinct jobs that named `node` suspect in the window (open votes), oldest first."""
     return [v["job"] for v in open_votes(state_dir, node, window_h, now)]
 
@@ -171,8 +182,12 @@ def record_flag(
     *,
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
+    read_from: Sequence[str] = (),
 ) -> dict | None:
-    """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open."""
+    """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open.
+
+    Written to `state_dir`; `read_from`: the other directories whose resumes close a flag.
+    """
     when = time.time() if when is None else float(when)
     entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "source": source,
              "detail": detail, "jobs": list(jobs)[-JOBS_SHOWN:], "users": int(users),
@@ -180,17 +195,17 @@ def record_flag(
     if not valid_flag(entry):
         raise ValueError(f"not a suspect flag: {entry!r}")
     # One open flag per node: a second job pointing at a node already waiting adds nothing.
-    still_open = lambda last: last["when"] > closed_at(state_dir, node)  # noqa: E731
+    everywhere = (state_dir, *read_from)
+    still_open = lambda last: last["when"] > closed_at(everywhere, node)  # noqa: E731
     return history._add(state_dir, FLAGS, valid_flag, entry, still_open, max_per_node, max_entries)
 
 
-def flags(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+def flags(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[dict]:
     """Flags (of one node, or all; since an epoch time, or all), oldest first."""
-    entries = history._read_lines(os.path.join(state_dir, FLAGS), valid_flag)
-    return history._select(entries, node, since)
+    return history._select(_merged(state_dir, FLAGS, valid_flag), node, since)
 
 
-def open_flags(state_dir: str) -> dict[str, dict]:
+def open_flags(state_dir: Dirs) -> dict[str, dict]:
     """{node: its newest flag} for the nodes whose suspicion is not closed yet."""
     newest: dict[str, dict] = {}
     for e in flags(state_dir):
@@ -198,6 +213,6 @@ def open_flags(state_dir: str) -> dict[str, dict]:
     return {n: e for n, e in newest.items() if e["when"] > closed_at(state_dir, n)}
 
 
-def qualifications_asked(state_dir: str, since: float) -> int:
+def qualifications_asked(state_dir: Dirs, since: float) -> int:
     """How many flags since `since` asked gpugate for a qualification (the suspects' allowance)."""
     return sum(1 for e in flags(state_dir, since=since) if e["action"] == "qualify")

@@ -134,14 +134,21 @@ class Site:
                 cluster.resume(node)  # type: ignore[attr-defined]
         cluster.wait_idle()  # type: ignore[attr-defined]
 
+    @property
+    def controller(self) -> Path:
+        """The controller's directory (controller_dir's default, <state_dir>/controller)."""
+        return self.state / "controller"
+
     def events(self) -> list[dict]:
-        """The hook runs recorded in the state directory."""
+        """The hook runs recorded in the state directory and the controller's, by time."""
         import json
 
-        path = self.state / "events.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found = []
+        for path in (self.state / "events.jsonl", self.controller / "events.jsonl"):
+            if path.exists():
+                text = path.read_text().splitlines()
+                found += [json.loads(line) for line in text if line.strip()]
+        return sorted(found, key=lambda e: e.get("time", ""))
 
     def wait_event(self, hook: str, job: int, timeout: float = 60) -> dict:
         """Wait until `hook` has recorded a run for `job`; its newest event."""
