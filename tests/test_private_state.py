@@ -52,8 +52,7 @@ def make_site(top: Path, monkeypatch, broken: bool = False, extra: str = "", **e
     site.write_text(
         f"facts_file: {top}/{{node}}.yaml\nstate_dir: {top / 'state'}\n"
         f"evidence_dir: {top / 'ev'}\ntask_prolog:\n  nccl_debug_dir: null\n"
-        f"budget:\n  settle_s: 0\nadmin:\n  metrics_file: {top / 'prom' / 'gpugate.prom'}\n"
-        "requeue:\n  wait_for_bundles_s: 0\n" + extra
+        f"budget:\n  settle_s: 0\nadmin:\n  metrics_file: {top / 'prom' / 'gpugate.prom'}\n" + extra
     )
     os.chmod(site, 0o644)
     values = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": NODE, "SLURM_JOB_GPUS": "2,3",

@@ -37,7 +37,6 @@ def hook_env(tmp_path, monkeypatch):
     site.write_text(
         f"facts_file: {tmp_path}/{{node}}.yaml\nstate_dir: {tmp_path / 'state'}\n"
         f"evidence_dir: {tmp_path / 'ev'}\ntask_prolog:\n  nccl_debug_dir: null\n"
-        "requeue:\n  wait_for_bundles_s: 0\n"
     )
     for key, value in {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu-node-01", "SLURM_JOB_UID": str(os.getuid()),
                        "SLURM_JOB_GID": str(os.getgid()), "SLURM_JOB_EXIT_CODE2": "1:0"}.items():  # fmt: skip
@@ -49,8 +48,16 @@ def hook_env(tmp_path, monkeypatch):
 
 
 def events(tmp_path: Path) -> list[dict]:
-    path = tmp_path / "state" / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The node hooks' events (state_dir) and the controller's (controller_dir), in that order."""
+    found = []
+    for path in (
+        tmp_path / "state" / "events.jsonl",
+        tmp_path / "state" / "controller" / "events.jsonl",
+    ):
+        found += (
+            [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        )
+    return found
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -69,7 +76,9 @@ def test_a_crash_in_any_hook_lets_the_job_run(hook, hook_env, monkeypatch, capsy
     else:
         assert "injected bug" in captured.err
         assert events(tmp_path)[-1]["outcome"] == "internal_error"
-        assert "injected bug" in (tmp_path / "state" / "gpugate.log").read_text()
+        # The controller writes only its own directory (controller_dir: state/controller).
+        where = tmp_path / "state" / ("controller" if hook == "epilog-slurmctld" else "")
+        assert "injected bug" in (where / "gpugate.log").read_text()
 
 
 @pytest.mark.parametrize("hook", HOOKS)
