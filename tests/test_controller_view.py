@@ -1,0 +1,288 @@
+"""The controller's view: decision records, the waiting rule, controller_dir, its readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from factories import default_config
+
+from gpugate.config import ConfigError, load_config
+from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, note_path, tell_user
+from gpugate.store import controller_view as V
+from gpugate.store import history
+
+HW = {"node": "n1", "hardware_fault": True, "category": "gpu_xid_hardware",
+      "first_hardware_error_at": "2026-11-29T10:00:00Z"}  # fmt: skip
+NODES = ("n1", "n2")
+
+
+def job(**changes) -> JobEnd:
+    values = {"job_id": "5", "uid": os.getuid(), "gid": os.getgid(), "comment": "gpugate:ckpt=/c",
+              "restarts": 0, "state": "FAILED", "exit_code2": "1:0", "nodes": NODES}  # fmt: skip
+    values.update(changes)
+    return JobEnd(**values)
+
+
+# ------------------------------------------------------------------------------ the records
+
+
+def test_a_record_is_readable_by_anyone_in_directories_nobody_can_list(tmp_path):
+    ev = tmp_path / "ev"
+    ev.mkdir(mode=0o750)
+    path = V.write_record(str(ev), "5", "n1", 2, V.running(45, now=1000.0))
+    assert path == str(ev / "controller-view" / "5" / "n1-r2.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    for d in (ev / "controller-view", ev / "controller-view" / "5"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o711
+    assert stat.S_IMODE(ev.stat().st_mode) & 0o001  # others pass through, never list
+    assert not stat.S_IMODE(ev.stat().st_mode) & 0o004
+    doc, why = V.read_record(path)
+    assert why is None and doc["state"] == "running" and doc["deadline"] == 1045.0
+    assert (doc["node"], doc["run"]) == ("n1", 2)
+
+
+def test_a_done_record_holds_the_decision_fields_and_no_log_text():
+    summary = dict(HW, summary_text="NCCL WARN secret token", untrusted_claims=["Xid 79"],
+                   checkpoint_stale=True, checkpoint_message="no complete checkpoint in /c")  # fmt: skip
+    rec = {"rank": 1, "node": "n1", "frames": ["train.py:12"], "pgs": {"0": {"name": "g",
+           "last_enqueued": 3, "secret": 1}}, "entries": [{"seq": 3, "pg_id": "0", "op": "x",
+           "frames": ["f"]}]}  # fmt: skip
+    doc = V.done(summary, {"records": [rec], "errors": []})
+    text = json.dumps(doc)
+    assert doc["state"] == "done" and doc["hardware_fault"] is True
+    assert doc["checkpoint_stale"] is True
+    assert "secret" not in text and "train.py" not in text and "untrusted" not in text
+    assert doc["flightrec"]["records"][0]["entries"] == [{"seq": 3, "pg_id": "0", "op": "x"}]
+
+
+@pytest.mark.parametrize("content", [b"not json", b"[1]", b'{"state": "other"}'])
+def test_what_is_not_a_record_is_said_not_taken(tmp_path, content):
+    path = tmp_path / "r.json"
+    path.write_bytes(content)
+    doc, why = V.read_record(str(path))
+    assert doc is None and why
+
+
+def test_a_fifo_in_place_of_a_record_never_blocks(tmp_path):
+    path = tmp_path / "r.json"
+    os.mkfifo(path)
+    doc, why = V.read_record(str(path))
+    assert doc is None and why == "not a regular file"
+
+
+# ------------------------------------------------------------------------------ the waiting rule
+
+
+class Clock:
+    """A fake clock that sleep() moves forward."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.slept = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        self.slept += s
+
+
+def wait(ev, clock, wait_s=60.0, cap_s=105.0, nodes=NODES):
+    return V.wait_for_records(str(ev), "5", nodes, 0, wait_s, cap_s, clock.sleep, clock.time)
+
+
+def test_done_records_end_the_wait_at_once(tmp_path):
+    for node in NODES:
+        V.write_record(str(tmp_path), "5", node, 0, V.done(dict(HW, node=node)))
+    clock = Clock(1000.0)
+    summaries, problems, _ = wait(tmp_path, clock)
+    assert len(summaries) == 2 and problems == {} and clock.slept == 0
+
+
+def test_a_running_epilog_is_waited_for_until_its_deadline_even_past_the_wait(tmp_path):
+    V.write_record(str(tmp_path), "5", "n1", 0, V.done(HW))
+    V.write_record(str(tmp_path), "5", "n2", 0, V.running(45, now=1050.0))  # ends at 1095
+    clock = Clock(1000.0)
+    summaries, _, found = wait(tmp_path, clock, wait_s=60)
+    assert 1095.0 <= clock.now < 1096.0  # past wait_s (1060): n2 might still find a fault
+    assert [s["node"] for s in summaries] == ["n1"] and found["n2"]["state"] == "running"
+
+
+def test_a_running_record_that_turns_done_is_taken(tmp_path):
+    V.write_record(str(tmp_path), "5", "n1", 0, V.done(HW))
+    V.write_record(str(tmp_path), "5", "n2", 0, V.running(45, now=1000.0))
+    clock = Clock(1000.0)
+
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        if clock.now >= 1030:  # the node epilog found an Xid 79 after 30 s
+            V.write_record(str(tmp_path), "5", "n2", 0, V.done(dict(HW, node="n2")))
+
+    summaries, _, _ = V.wait_for_records(str(tmp_path), "5", NODES, 0, 60, 105, sleep, clock.time)
+    assert sorted(s["node"] for s in summaries) == ["n1", "n2"] and clock.now < 1031
+
+
+def test_a_missing_record_is_waited_for_the_configured_wait_only(tmp_path):
+    V.write_record(str(tmp_path), "5", "n1", 0, V.done(HW))
+    clock = Clock(1000.0)
+    summaries, problems, _ = wait(tmp_path, clock, wait_s=60)
+    assert 1060.0 <= clock.now < 1061.0 and len(summaries) == 1 and problems == {}
+
+
+def test_the_cap_bounds_a_deadline_far_off(tmp_path):
+    V.write_record(str(tmp_path), "5", "n1", 0, V.running(10_000, now=1000.0))
+    clock = Clock(1000.0)
+    wait(tmp_path, clock, wait_s=60, cap_s=105, nodes=("n1",))
+    assert 1105.0 <= clock.now < 1106.0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to an ordinary user to be denied")
+def test_an_unreadable_evidence_dir_is_said_at_once_never_waited_for(tmp_path):
+    import subprocess
+    import sys
+
+    ev = tmp_path / "ev"
+    ev.mkdir(mode=0o700)
+    V.write_record(str(ev), "5", "n1", 0, V.done(HW))
+    ev.chmod(0o700)  # an older release's evidence dir: SlurmUser cannot pass
+
+    code = ("import json,sys; from gpugate.store import controller_view as V; "
+            "s,p,_=V.wait_for_records(sys.argv[1],'5',('n1',),0,60,105); print(json.dumps(p))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(ev)], user=65534, group=65534,
+                         extra_groups=[], capture_output=True, text=True, timeout=30)  # fmt: skip
+    problems = json.loads(out.stdout)
+    assert "cannot read" in problems["n1"] and str(ev) in problems["n1"]
+
+
+# ------------------------------------------------------------------------------ the decision
+
+
+def test_evidence_that_cannot_be_read_is_never_no_fault():
+    config = default_config()
+    unreadable = {"n1": "cannot read /ev/controller-view/5 as slurm: chmod o+x"}
+    d = decide_requeue(job(), [], config, unreadable)
+    assert not d.requeue and d.why.startswith("cannot read /ev/controller-view/5 as slurm")
+    assert "not an infrastructure failure" not in d.describe()
+    # Readable hardware evidence from another node still requeues.
+    assert decide_requeue(job(), [HW], config, {"n2": "cannot read x as slurm: y"}).requeue
+
+
+def test_the_comment_names_the_checkpoint_directory_when_the_controller_cannot_look():
+    config = default_config()
+    d = decide_requeue(job(), [HW], config).replace(ckpt_dir="/c")
+    text = d.describe()
+    assert text.startswith("requeued: infrastructure failure") and "excluded n1" in text
+    assert "the newest complete checkpoint in /c, found by the job's TaskProlog" in text
+    assert "not visible" not in text
+    assert "resume from /c/ckpt_2.pt" in d.replace(checkpoint="/c/ckpt_2.pt").describe()
+
+
+def test_a_failed_job_not_requeued_gets_a_note_beside_its_output_as_its_user(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    end = job(job_id="77", stdout=str(out / "slurm-77.out"))
+    d = decide_requeue(end, [], default_config())
+    assert not d.requeue and d.tell
+    assert note_path(end) == str(out / "gpugate-77.requeue.txt")
+    said = tell_user(end, d)
+    text = (out / "gpugate-77.requeue.txt").read_text()
+    if os.geteuid() == 0:
+        assert said == note_path(end)
+        assert "was not requeued: not an infrastructure failure" in text
+        assert "gpugate evidence 77" in text
+
+
+def test_the_note_never_follows_a_symlink(tmp_path):
+    from gpugate.userfiles import write_note
+
+    target = tmp_path / "target"
+    target.write_text("keep")
+    (tmp_path / "note.txt").symlink_to(target)
+    with pytest.raises(OSError):
+        write_note(str(tmp_path / "note.txt"), "x")
+    assert target.read_text() == "keep"
+
+
+# ------------------------------------------------------------------------------ controller_dir
+
+
+def test_controller_dir_defaults_below_state_dir_and_readers_merge_it(tmp_path):
+    config = default_config().replace(state_dir=str(tmp_path / "state"))
+    assert history.controller_dir(config) == str(tmp_path / "state" / "controller")
+    assert history.read_dirs(config) == (str(tmp_path / "state"), str(tmp_path / "state" / "controller"))  # fmt: skip
+    other = config.replace(controller_dir=str(tmp_path / "ctl"))
+    assert history.controller_dir(other) == str(tmp_path / "ctl")
+
+
+def test_the_report_reads_decisions_from_both_directories(tmp_path):
+    from gpugate.admin.losses import requeue_events
+    from gpugate.jsonl import append
+
+    old, new = tmp_path / "state", tmp_path / "ctl"
+    for d in (old, new):
+        d.mkdir()
+    append(str(old / "events.jsonl"), [{"time": "2026-12-01T10:00:00Z", "hook": "epilog-slurmctld",
+                                        "job": "1", "requeue": False}])  # fmt: skip
+    append(str(new / "events.jsonl"), [{"time": "2026-12-01T11:00:00Z", "hook": "epilog-slurmctld",
+                                        "job": "2", "requeue": True}])  # fmt: skip
+    assert [e["job"] for e in requeue_events((str(old), str(new)), 0)] == ["1", "2"]
+
+
+def test_votes_go_to_controller_dir_and_flags_are_read_from_both(tmp_path):
+    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.store import suspects
+
+    config = default_config()
+    config = config.replace(
+        state_dir=str(tmp_path / "state"),
+        controller_dir=str(tmp_path / "ctl"),
+        health=config.health.replace(suspect_votes=1, suspect_users_min=1, suspect_action="review"),
+    )
+    summaries = [{"node": "a", "first_failure_at": "2026-12-01T10:00:00Z"},
+                 {"node": "b", "first_failure_at": "2026-12-01T10:10:00Z"}]  # fmt: skip
+    end = job(job_id="9", nodes=("a", "b"), comment="")
+    said = vote(config, end, summaries, "nccl_timeout", 1.8e9)
+    assert "flagged a" in said
+    assert (tmp_path / "ctl" / suspects.SUSPECTS).exists()
+    assert not (tmp_path / "state" / suspects.SUSPECTS).exists()
+    assert "a" in suspects.open_flags(history.read_dirs(config))
+    # An admin's resume (root, in the history) closes the controller's flag.
+    history.record_resume(str(tmp_path / "state"), "a", "admin", when=1.8e9 + 10)
+    assert suspects.open_flags(history.read_dirs(config)) == {}
+
+
+def test_gpugate_evidence_shows_the_controllers_decision_for_a_job(tmp_path, capsys):
+    from gpugate.commands.evidence import main
+    from gpugate.jsonl import append
+
+    site = tmp_path / "site.yaml"
+    site.write_text(f"state_dir: {tmp_path / 'state'}\nevidence_dir: {tmp_path / 'ev'}\n")
+    (tmp_path / "state" / "controller").mkdir(parents=True)
+    said = "not requeued: not an infrastructure failure (cuda_oom)"
+    append(str(tmp_path / "state" / "controller" / "events.jsonl"),
+           [{"time": "2026-12-01T10:00:00Z", "hook": "epilog-slurmctld", "job": "42",
+             "restarts": 0, "requeue": False, "why": "x", "said": said}])  # fmt: skip
+    assert main(["42", "--config", str(site)]) == 0
+    assert f"run 0 (2026-12-01T10:00:00Z): {said}" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ the config
+
+
+def test_a_wait_shorter_than_the_epilog_deadline_is_refused(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("requeue:\n  wait_for_bundles_s: 30\nepilog:\n  deadline_s: 45\n")
+    with pytest.raises(ConfigError, match=r"wait_for_bundles_s: 30 s is shorter than epilog\."):
+        load_config(str(site))
+    site.write_text("requeue:\n  wait_for_bundles_s: 45\nepilog:\n  deadline_s: 45\n")
+    assert load_config(str(site)).requeue.wait_for_bundles_s == 45
+
+
+def test_the_packaged_wait_covers_the_packaged_deadline():
+    config = default_config()
+    assert config.requeue.wait_for_bundles_s >= config.epilog.deadline_s
+    assert config.controller_dir is None
