@@ -158,7 +158,10 @@ def test_modes_owners_and_the_relative_symlink(deb_file):
         assert entries[f"/usr/libexec/gpugate/gpugate-{hook}"][0] == "-rwxr-xr-x"
     assert entries["/opt/gpugate/bin/gpugate"][0] == "-rwxr-xr-x"
     assert entries["/var/lib/gpugate"][0] == "drwxr-x--x"  # others only pass through to task/
-    assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x---"
+    # SlurmUser passes through to the decision records (evidence/controller-view/).
+    assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x--x"
+    # EpilogSlurmctld's own directory: root's in the package, the slurm user's after install.
+    assert entries["/var/lib/gpugate/controller"][0] == "drwxr-x--x"
     assert entries["/var/lib/gpugate/nccl"][0] == "drwxr-xr-x"  # root's: no user squats it
     assert entries["/var/cache/gpugate"][0] == "drwx------"
     assert entries["/etc/gpugate/hook.env"][0] == "-rw-r--r--"  # sourced by root

@@ -121,6 +121,7 @@ def test_file_list(rpm_file):
         *CONFIG_FILES,
         "/var/lib/gpugate",
         "/var/lib/gpugate/evidence",
+        "/var/lib/gpugate/controller",
         "/var/lib/gpugate/nccl",
         "/usr/share/doc/gpugate/README.md",
         "/usr/share/doc/gpugate/slurm.conf.example",
@@ -161,7 +162,10 @@ def test_modes_owners_and_the_relative_symlink(rpm_file):
         assert entries[f"/usr/libexec/gpugate/{hook}"][0] == "-rwxr-xr-x"
     assert entries["/opt/gpugate/bin/gpugate"][0] == "-rwxr-xr-x"
     assert entries["/var/lib/gpugate"][0] == "drwxr-x--x"  # others only pass through to task/
-    assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x---"
+    # SlurmUser passes through to the decision records (evidence/controller-view/).
+    assert entries["/var/lib/gpugate/evidence"][0] == "drwxr-x--x"
+    # EpilogSlurmctld's own directory: root's in the package, the slurm user's after install.
+    assert entries["/var/lib/gpugate/controller"][0] == "drwxr-x--x"
     assert entries["/var/lib/gpugate/nccl"][0] == "drwxr-xr-x"  # root's: no user squats it
     assert entries["/etc/gpugate/hook.env"][0] == "-rw-r--r--"  # sourced by root
     # Relative, so it also resolves inside an unpacked or image root.

@@ -49,9 +49,12 @@ for hook in $HOOKS; do
 done
 install -m 0644 "$tree/etc/gpugate.yaml" "$tree/etc/hook.env" "$root/etc/gpugate/"
 # State: others may only pass through, to their own job's task/<job id>.json (the TaskProlog);
-# evidence bundles hold job logs (secrets); the parsed-YAML cache is root's alone.
+# evidence bundles hold job logs (secrets), but SlurmUser passes through evidence/ to the
+# decision records in evidence/controller-view/ (0751); controller/ is where EpilogSlurmctld
+# writes, given to the slurm user by postinst; the parsed-YAML cache is root's alone.
 install -d -m 0751 "$root/var/lib/gpugate"
-install -d -m 0750 "$root/var/lib/gpugate/evidence"
+install -d -m 0751 "$root/var/lib/gpugate/evidence"
+install -d -m 0751 "$root/var/lib/gpugate/controller"
 # The jobs' NCCL directories (task_prolog.nccl_debug_dir): root's, 0755, so no user can create
 # it first (issue 25: a squatted /var/tmp/gpugate-nccl received other users' NCCL logs).
 install -d -m 0755 "$root/var/lib/gpugate/nccl"
