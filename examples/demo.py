@@ -229,7 +229,7 @@ def slurm_part() -> None:
         banner(f"2. Skipped the Slurm part: {exc}")
         return
     base = Path(tempfile.mkdtemp(prefix="gpugate-demo-"))
-    site = Site(base, "requeue:\n  wait_for_bundles_s: 15\n")
+    site = Site(base, "requeue:\n  wait_for_bundles_s: 45\n")
     for node in NODES:
         site.use_snapshot(node, "h100-healthy")
     print(f"\nA local Slurm (slurmctld, 3 slurmd, munge) with gpugate's hooks, in {base}")

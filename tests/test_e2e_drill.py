@@ -35,7 +35,7 @@ HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-drill"), "requeue:\n  wait_for_bundles_s: 15\n")
+    site = Site(tmp_path_factory.mktemp("e2e-drill"), "requeue:\n  wait_for_bundles_s: 45\n")
     for node in NODES:
         site.use_snapshot(node, "h100-healthy")
     return site

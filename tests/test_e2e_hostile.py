@@ -46,7 +46,7 @@ HARDWARE = {"gpu_xid_hardware", "ecc_error", "nvlink_error"}
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-hostile"), "requeue:\n  wait_for_bundles_s: 15\n")
+    site = Site(tmp_path_factory.mktemp("e2e-hostile"), "requeue:\n  wait_for_bundles_s: 45\n")
     site.use_snapshot(NODE, "h100-healthy")
     snapshot = yaml.safe_load((site.snapshots / f"{NODE}.yaml").read_text())
     bursts = [XID31.format(hh=f"{7 + i // 6:02d}", mm=f"{i % 6 * 10:02d}") for i in range(5)]

@@ -45,7 +45,7 @@ XID31 = (
 
 def config_extra(base: Path) -> str:
     return (
-        "requeue:\n  wait_for_bundles_s: 20\nbudget:\n  settle_s: 0.5\n"
+        "requeue:\n  wait_for_bundles_s: 45\nbudget:\n  settle_s: 0.5\n"
         "qualify:\n"
         f"  dcgmi: {base / 'dcgmi'}\n  tests: [dcgm]\n  wait_s: 90\n  time_limit_min: 5\n"
         # The test nodes say Gres=gpu:8 on 2 CPUs: one rank, not one per GPU.

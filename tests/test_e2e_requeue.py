@@ -45,7 +45,7 @@ def torch_zip(path: Path, truncate: bool = False) -> None:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     # checkpoints.max_age_s 1: a run of a few seconds already outlives its checkpoint policy.
-    yaml = "requeue:\n  wait_for_bundles_s: 15\ncheckpoints:\n  max_age_s: 1\n"
+    yaml = "requeue:\n  wait_for_bundles_s: 45\ncheckpoints:\n  max_age_s: 1\n"
     site = Site(tmp_path_factory.mktemp("e2e-requeue"), yaml)
     for node in NODES:
         site.use_snapshot(node, "h100-healthy")
@@ -118,7 +118,7 @@ def test_hardware_failure_is_requeued_to_the_healthy_node_and_resumes(
     assert runs[1].endswith(f"resume={ckpt}/ckpt_200.pt"), runs[1]
     assert cluster.is_drained(first_node)
     assert cluster.node(first_node)["Reason"].startswith("gpugate: kernel.xid: evidence")
-    assert "requeue: infrastructure failure" in state["AdminComment"]
+    assert "requeued: infrastructure failure" in state["AdminComment"]
     # The first run's epilog measured the checkpoint as the user and told the user.
     told = "newest complete checkpoint was 42 min old at the end (policy: 1 s)"
     assert told in state["AdminComment"], state["AdminComment"]
@@ -147,7 +147,7 @@ def test_a_refused_job_keeps_the_prologs_comment_and_starts_elsewhere_at_once(
     decision(site, job, runs=2)  # both EpilogSlurmctld runs are over
     comment = cluster.job_state(job).get("AdminComment", "")
     assert comment.startswith("gpugate: node n1 refused: gpu.ecc"), comment
-    assert "no requeue" not in comment, comment
+    assert "not requeued" not in comment, comment
 
 
 def test_a_job_that_ends_well_gets_no_admin_comment(cluster: LocalSlurm, site: Site):

@@ -33,7 +33,7 @@ TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNu
 # The jobs all run as the one e2e user: one distinct user is enough here (the default, 2, is
 # covered by tests/test_suspects.py).
 EXTRA = (
-    "requeue:\n  wait_for_bundles_s: 20\nbudget:\n  settle_s: 0.5\nhealth:\n"
+    "requeue:\n  wait_for_bundles_s: 45\nbudget:\n  settle_s: 0.5\nhealth:\n"
     "  suspect_users_min: 1\n  suspect_votes_per_user: 3\n  suspect_action: review\n"
 )
 
