@@ -13,7 +13,6 @@ The three slurmd run on one host, so the NCCL debug directory (node-local on a r
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -98,7 +97,7 @@ def test_the_node_that_fails_first_in_three_jobs_is_flagged_never_drained(
         jobs.append(job)
     summary = site.evidence / str(jobs[0]) / f"{FIRST}-r0" / "summary.json"
     assert '"first_failure_at": "' in summary.read_text(), summary.read_text()
-    flags = [json.loads(x) for x in (site.state / "suspect-flags.jsonl").read_text().splitlines()]
+    flags = site.flags()  # the controller's votes flag in controller_dir
     assert [(f["node"], f["action"]) for f in flags] == [(FIRST, "review")]
     assert f"first to fail in jobs {','.join(map(str, jobs))}" in flags[0]["detail"]
     for node in NODES:

@@ -150,6 +150,17 @@ class Site:
                 found += [json.loads(line) for line in text if line.strip()]
         return sorted(found, key=lambda e: e.get("time", ""))
 
+    def flags(self) -> list[dict]:
+        """The suspect flags: the controller's (votes, in controller_dir) and the nodes'
+        (application Xids, in state_dir)."""
+        import json
+
+        found = []
+        for path in (self.state / "suspect-flags.jsonl", self.controller / "suspect-flags.jsonl"):
+            if path.exists():
+                found += [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return sorted(found, key=lambda e: e.get("when", 0))
+
     def wait_event(self, hook: str, job: int, timeout: float = 60) -> dict:
         """Wait until `hook` has recorded a run for `job`; its newest event."""
         import time
