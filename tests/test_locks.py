@@ -52,7 +52,8 @@ def short(monkeypatch):
 
 
 def _lock(config, name: str) -> str:
-    (path,) = [p for p in lock_paths(config) if os.path.basename(p) == name]
+    # The history's own lock (the controller's, in controller_dir, is the second of that name).
+    path = next(p for p in lock_paths(config) if os.path.basename(p) == name)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     return path
 
@@ -118,6 +119,9 @@ def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monk
     )
     where = history.history_dir(config)
     history.record_drain(where, "n1", "gpugate: gpu.ecc: x")
+    from gpugate.store import suspects
+
+    suspects.record_vote(history.controller_dir(config), "n1", "7")  # the controller's
     entry = {"t": time.time(), "gpu": "0000:18:00", "xid": 31, "job": "7", "uid": 1000}
     app_xids.record(config, [entry], time.time())
     repair._record(config, repair.RESET, "n1", {"gpus": [0]})

@@ -402,3 +402,18 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     # In the controller's own directory (controller_dir, default <state_dir>/controller).
     event = json.loads((tmp_path / "controller" / "events.jsonl").read_text().splitlines()[-1])
     assert event["job"] == job_id and isinstance(event["restarts"], int)
+
+
+def test_a_failed_job_not_requeued_gets_no_admin_comment_slurm_would_refuse(tmp_path):
+    # slurmctld refuses an AdminComment on a finished job: the reason goes beside its output.
+    config = default_config().replace(evidence_dir=str(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    slurm = slurm_for()
+    end = job(exit_code2="1:0", nodes=(), stdout=str(out / "slurm-5.out"))
+    decision, done = run_requeue(config, end, slurm, wait_s=0)
+    assert not decision.requeue and decision.tell
+    assert [c for c in slurm.calls if c[0] == "comment"] == []
+    assert any(d.startswith("note beside the job's output") for d in done), done
+    if os.geteuid() == 0:  # written as the job's user (here: ourselves)
+        assert "was not requeued" in (out / "gpugate-5.requeue.txt").read_text()

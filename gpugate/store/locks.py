@@ -8,7 +8,7 @@ when the lock does not come in time:
 
 | lock | in | wait | without it |
 |---|---|---|---|
-| HISTORY | `<history_dir>/locks/` | HISTORY_WAIT_S | writes anyway (atomic rewrite; an entry may be lost to a stuck writer), says so |
+| HISTORY | `<history_dir>/locks/`; the controller's votes and flags: `<controller_dir>/locks/` (the SlurmUser's) | HISTORY_WAIT_S | writes anyway (atomic rewrite; an entry may be lost to a stuck writer), says so |
 | EVIDENCE | `<state_dir>/locks/` (node-local even when evidence_dir is shared) | EVIDENCE_WAIT_S | indexes the bundle, prunes at the next run |
 | APP_XIDS | `<state_dir>/locks/` | APP_XIDS_WAIT_S | appends (one O_APPEND write), prunes at the next run |
 | REPAIRS | `<state_dir>/locks/` | REPAIRS_WAIT_S | writes anyway (atomic), says so |
@@ -50,11 +50,13 @@ def metrics_lock(textfile: str) -> str:
 
 def lock_paths(config: Config) -> list[str]:
     """Every lock file gpugate's hooks and commands may take under `config` (none created)."""
-    from gpugate.store.history import history_dir
+    from gpugate.store.history import controller_dir, history_dir
     from gpugate.store.metrics import QUALIFY_FILE
 
     state = os.path.join(config.state_dir, LOCK_DIR)
     paths = [os.path.join(history_dir(config), LOCK_DIR, HISTORY)]
+    # EpilogSlurmctld's votes and flags, in its own directory.
+    paths.append(os.path.join(controller_dir(config), LOCK_DIR, HISTORY))
     paths += [os.path.join(state, name) for name in (EVIDENCE, APP_XIDS, REPAIRS)]
     textfile = config.admin.metrics_file
     if textfile:

@@ -2,9 +2,11 @@
 
 In a multi-node job one node's fault makes every other rank time out; that node's evidence
 need not show hardware (a link that flaps, a GPU that hangs without an Xid). After each failed
-multi-node job the controller epilog names the node whose bundle shows the earliest decisive
-failure and records that vote here (`suspects.jsonl` in `admin.history_dir`, bounded and
-locked like drains.jsonl, gpugate.store.history). What decides the vote (the log's time
+multi-node job the controller epilog names the node whose decision record shows the earliest
+decisive failure and records that vote here (`suspects.jsonl` in `controller_dir`, the
+SlurmUser's, bounded and locked like drains.jsonl, gpugate.store.history; every reader merges
+it with `admin.history_dir`'s, where the node epilogs' application-Xid flags and root's
+resumes and qualifications are). What decides the vote (the log's time
 stamps, the flight recorder's dumps) is written by the job's user, so a vote only points at a
 node: slurm_hooks/suspicion.py turns enough of them into a flag (`suspect-flags.jsonl`), and a
 flag asks for a root-side check (`gpugate qualify`) or an admin's look, never a drain.
