@@ -388,3 +388,24 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
 
     again = tell_culprit(config, slurm, job, _with_fr(C_FIRST))
     assert again == "flight recorder comment (unchanged: already there, or no room)"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "not_entered", "gone", "subgroup", "mismatch"])
+def test_the_controllers_digest_names_the_same_culprit_as_the_dumps(scenario: str) -> None:
+    # The decision record carries a digest (no frames, the newest entries): the controller,
+    # which reads only that, must reach the verdict the full records reach.
+    from gpugate.flightrec.culprit import records_culprit
+    from gpugate.store.controller_view import fr_digest
+
+    recs = _records(scenario)
+    by_node: dict[str, list[dict]] = {}
+    for rec in recs:
+        by_node.setdefault(rec["node"], []).append(rec)
+    views = [{"node": n, "flightrec": fr_digest({"records": rs})} for n, rs in by_node.items()]
+    full, digest = find_culprit(recs), records_culprit(views)
+    if full is None:
+        assert digest is None
+    else:
+        assert digest is not None and digest["text"] == full["text"]
+        assert (digest["rank"], digest["node"], digest["state"]) == (
+            full["rank"], full["node"], full["state"])  # fmt: skip
