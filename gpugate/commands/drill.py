@@ -261,15 +261,18 @@ def follow_job(
 def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
     """The checkpoint EpilogSlurmctld requeued `job` from (its event line, else its comment)."""
     from gpugate import jsonl
+    from gpugate.store.history import controller_dir
 
-    path = os.path.join(config.state_dir, "events.jsonl")
-    try:
-        events, _, _ = jsonl.load(path, lambda e: type(e) is dict)
-    except OSError:
-        events = []
-    for e in reversed(events):
-        if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-            return e.get("checkpoint")
+    # The controller's own directory first (where it writes), then state_dir (older releases).
+    for directory in (controller_dir(config), config.state_dir):
+        try:
+            events, _, _ = jsonl.load(os.path.join(directory, "events.jsonl"),
+                                      lambda e: type(e) is dict)  # fmt: skip
+        except OSError:
+            continue
+        for e in reversed(events):
+            if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
+                return e.get("checkpoint")
     marker = "resume from "
     if marker in comment:
         return comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
