@@ -9,6 +9,8 @@ Layout under `state_dir` (root:<admin_group>, 0751; files 0640 unless said):
                                 that user) needs from the prolog, e.g. the checkpoint directory
   kernel-log.pos                the kernel-log position the last check reached (boot id, seq)
   events.jsonl, gpugate.log     one line per hook run; errors (gpugate.log)
+  controller/                   controller_dir's default: EpilogSlurmctld's own (the SlurmUser's),
+                                see gpugate.store.history.controller_dir; left to its owner here
 Several jobs share a node, so everything is keyed by job id and written atomically.
 """
 
