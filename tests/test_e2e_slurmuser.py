@@ -150,6 +150,13 @@ def test_evidence_slurm_cannot_reach_is_said_plainly_never_no_fault(
     finally:
         site.config.write_text(before)
     assert decision["requeue"] is False
-    assert decision["why"].startswith(f"cannot read {hidden}"), decision
-    assert " as slurm: " in decision["why"] and "chmod o+x" in decision["why"]
-    assert "not an infrastructure failure" not in decision["why"]
+    assert decision["why"].startswith(f"cannot read {hidden} as slurm: "), decision
+    assert "chmod o+x" in decision["why"] and "not an infrastructure" not in decision["why"]
+    # The user's admin reads it with `gpugate evidence JOB` (Slurm takes no AdminComment on a
+    # finished job; as slurm no note can be written as the user).
+    gpugate = str(Path(sys.executable).parent / "gpugate")
+    proc = subprocess.run([gpugate, "evidence", str(job), "--config", str(site.config)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"not requeued: cannot read {hidden} as slurm" in proc.stdout, proc.stdout
+    assert cluster.job_state(job).get("AdminComment", "") == ""

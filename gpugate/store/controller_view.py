@@ -180,35 +180,32 @@ def gather(evidence_dir: str, job_id: str, nodes: tuple[str, ...], restart: int)
         doc, why = read_record(path)
         if doc is not None:
             found[node] = doc
+            continue
+        blocked = _blocked(path)  # a directory on the way this process cannot pass
+        if blocked is not None:
+            problems[node] = f"cannot read {blocked[0]}: {blocked[1]}"
         elif why is not None:
             problems[node] = f"cannot read {path}: {why}"
-        elif not _can_reach(os.path.dirname(path)):
-            problems[node] = f"cannot read {os.path.dirname(path)}: {_reach_error(path)}"
     return found, problems
 
 
-def _can_reach(directory: str) -> bool:
-    """Whether a missing record is just not there yet (its directory is reachable, or absent)."""
-    return _reach_error(os.path.join(directory, "x")) is None
-
-
-def _reach_error(path: str) -> str | None:
-    """Why this process cannot pass through the directories above `path` (None: it can)."""
-    parent = os.path.dirname(path)
-    probe = parent
-    while probe and not os.path.exists(probe):  # not there yet: the epilog will make it
+def _blocked(path: str) -> tuple[str, str] | None:
+    """(directory, why) of the nearest existing directory above `path` this process cannot
+    pass through; None when it can (a missing record is then just not there yet)."""
+    probe = os.path.dirname(path)
+    while not os.path.exists(probe):  # False also where a parent cannot be passed
         up = os.path.dirname(probe)
         if up == probe:
             return None
         probe = up
     try:
         os.stat(os.path.join(probe, "."))
-        if not os.access(probe, os.X_OK):
-            return "permission denied (no search permission)"
     except PermissionError as exc:
-        return exc.strerror or "permission denied"
+        return probe, exc.strerror or "permission denied"
     except OSError:
         return None
+    if probe != os.path.dirname(path) and not os.access(probe, os.X_OK):
+        return probe, "no search permission"
     return None
 
 
