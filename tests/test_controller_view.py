@@ -288,3 +288,21 @@ def test_the_packaged_wait_covers_the_packaged_deadline():
     config = default_config()
     assert config.requeue.wait_for_bundles_s >= config.epilog.deadline_s
     assert config.controller_dir is None
+
+
+def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
+    from fakes import FakeSlurm
+
+    from gpugate.commands.epilog_slurmctld import tell_unreadable, writable_problem
+    from gpugate.slurm_hooks.slurm.records import JobInfo
+
+    pending = JobInfo(job_id=5, state="PENDING", nodes=NODES, requeue=True)
+    slurm = FakeSlurm(nodes=NODES, jobs=[pending])
+    said = tell_unreadable(slurm, "5", {"n2": "cannot read /ev as slurm: let slurm pass"})
+    assert said == "admin comment: a record unreadable"
+    assert "cannot read /ev as slurm: let slurm pass" in slurm.job("5").admin_comment
+    assert tell_unreadable(slurm, "5", {}) is None
+    assert writable_problem(str(tmp_path / "ctl")) is None and (tmp_path / "ctl").is_dir()
+    (tmp_path / "file").write_text("")
+    problem = writable_problem(str(tmp_path / "file"))
+    assert problem.startswith(f"cannot write {tmp_path / 'file'} as ")

@@ -80,7 +80,8 @@ def run_requeue(
     done = apply(decision, slurm, job, config, dry_run=dry_run)
     if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
         told = [tell_stale(slurm, job.job_id, summaries),
-                tell_culprit(config, slurm, job, summaries)]  # fmt: skip
+                tell_culprit(config, slurm, job, summaries),
+                tell_unreadable(slurm, job.job_id, unreadable)]  # fmt: skip
         done += [t for t in told if t]
     return decision, done
 
@@ -111,7 +112,7 @@ def _body(config: Config) -> int:
         log.say(f"epilog-slurmctld job {job.job_id}: {cannot_write}")
     decision, done = run_requeue(config, job, slurm, config.requeue.wait_for_bundles_s)
     if cannot_write and decision.requeue:  # a requeued job takes an AdminComment
-        done.append(_comment(slurm, job.job_id, cannot_write))
+        done.append(_comment(slurm, job.job_id, cannot_write, "controller_dir unwritable"))
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
     log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
               requeue=decision.requeue,
@@ -122,6 +123,13 @@ def _body(config: Config) -> int:
               checkpoint=decision.checkpoint, ckpt_dir=decision.ckpt_dir,
               steps=done, pid=os.getpid())  # fmt: skip
     return 0
+
+
+def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]) -> str | None:
+    """A requeued job's AdminComment also says which node's record could not be read."""
+    if not unreadable:
+        return None
+    return _comment(slurm, job_id, next(iter(unreadable.values())), "a record unreadable")
 
 
 def writable_problem(directory: str) -> str | None:
@@ -145,9 +153,9 @@ def writable_problem(directory: str) -> str | None:
             "decisions are not recorded for gpugate report")  # fmt: skip
 
 
-def _comment(slurm: SlurmControl, job_id: str, text: str) -> str:
+def _comment(slurm: SlurmControl, job_id: str, text: str, what: str) -> str:
     try:
         slurm.add_admin_comment(job_id, text)
-        return "admin comment: controller_dir unwritable"
+        return f"admin comment: {what}"
     except Exception as exc:  # the requeue is done; the log line says it
         return f"admin comment failed: {exc}"
