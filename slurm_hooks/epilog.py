@@ -128,15 +128,27 @@ def view_finish(
     """The record: done, with the bundle's decision fields (a normal end: none; no log text)."""
     from gpugate.store.evidence import read_summary
 
+    if result is not None and not result.bundle and not result.abnormal:
+        _view_forget(config, env)  # nothing to decide on: no file left for every job
+        return
     if result is None:
         record = controller_view.done(None, error="the epilog did not finish")
     elif result.bundle:
         record = controller_view.done(read_summary(result.bundle), flightrec, bundle=True)
-    else:  # a normal end, or the bundle could not be written: what the epilog knows itself
+    else:  # the bundle could not be written: what the epilog knows itself
         record = controller_view.done(None, flightrec, why=result.why, bundle=False,
                                       category=result.category, confidence=result.confidence,
                                       hardware_fault=result.hardware_fault)  # fmt: skip
     _view_write(config, env, record)
+
+
+def _view_forget(config: Config, env: HookEnv) -> None:
+    if not env.job_id or not env.node:
+        return
+    try:
+        controller_view.forget(config.evidence_dir, env.job_id, env.node, env.restart_count)
+    except (OSError, ValueError) as exc:
+        say(f"epilog job {env.job_id}: cannot remove the controller's record: {exc}")
 
 
 def _view_write(config: Config, env: HookEnv, record: dict) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from factories import default_config
@@ -306,3 +307,31 @@ def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
     (tmp_path / "file").write_text("")
     problem = writable_problem(str(tmp_path / "file"))
     assert problem.startswith(f"cannot write {tmp_path / 'file'} as ")
+
+
+# ------------------------------------------------------------------------------ the node epilog
+
+
+def test_the_epilog_leaves_a_done_record_after_an_abnormal_end_and_none_after_a_good_one(
+    tmp_path,
+):
+    from factories import make_facts
+    from test_epilog import XID79, job_run
+
+    from gpugate.store import evidence as E
+
+    broken = make_facts().replace(kernel_log=(XID79,))
+    for sub in ("bad", "good"):
+        (tmp_path / sub).mkdir()
+    _, _, config = job_run(tmp_path / "bad", "NCCL WARN x\n", after=broken)
+    record = Path(config.evidence_dir) / "controller-view" / "77" / "gpu-node-01-r0.json"
+    doc = json.loads(record.read_text())
+    assert doc["state"] == "done" and doc["hardware_fault"] is True and doc["bundle"] is True
+    assert doc["node"] == "gpu-node-01" and "NCCL WARN" not in record.read_text()
+    # The record goes with its bundle when the node prunes it (retention's removal).
+    assert E._remove_bundle(config.evidence_dir, "77/gpu-node-01-r0")
+    assert not record.exists() and not record.parent.exists()
+
+    good, _, config = job_run(tmp_path / "good", "done\n", exit_code=0, exit_code2="0:0")
+    assert good.bundle is None
+    assert not (Path(config.evidence_dir) / "controller-view" / "77").exists()

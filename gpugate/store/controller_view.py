@@ -8,8 +8,12 @@ evidence bundles (root's and the admin group's: logs can hold secrets). So each 
 
 Directories 0711 root's (anyone may pass, nobody but root may list), files 0644, written
 atomically. The epilog writes `{"state": "running", "deadline": <epoch>}` when it starts and
-`{"state": "done", ...}` when it ends (with a bundle or not), so the controller waits exactly
-as long as a node epilog may still be writing (`wait_for_records`), and never longer.
+`{"state": "done", ...}` when it ends, so the controller waits exactly as long as a node
+epilog may still be writing (`wait_for_records`), and never longer. A normal end (no bundle:
+the job ended well, or the prolog refused it here) removes the record instead, so not every
+job leaves a file: the controller waits for evidence only after an abnormal end, which the
+node epilog sees too (the job's exit code) and answers with a bundle. A record goes with its
+bundle when the node prunes it (evidence.remove_view).
 """
 
 from __future__ import annotations
@@ -19,13 +23,12 @@ import os
 import time
 
 from gpugate.fsutil import atomic_write
-from gpugate.store.evidence import _JOB, bundle_name
+from gpugate.store.evidence import _JOB, VIEW_DIR, bundle_name, remove_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-VIEW_DIR = "controller-view"  # job directories are digits: no job can be named this
 DIR_MODE = 0o711
 FILE_MODE = 0o644
 RUNNING, DONE = "running", "done"
@@ -84,6 +87,11 @@ def write_record(evidence_dir: str, job_id: str, node: str, restart: int, record
     doc = dict(record, node=node, run=int(restart), written_at=round(time.time(), 3))
     atomic_write(path, json.dumps(doc, default=str), mode=FILE_MODE)
     return path
+
+
+def forget(evidence_dir: str, job_id: str, node: str, restart: int) -> None:
+    """Remove a record with nothing to decide on (a normal end): nothing is left per job."""
+    remove_view(evidence_dir, f"{job_id}/{bundle_name(node, restart)}")
 
 
 def running(deadline_s: float, now: float | None = None) -> dict:

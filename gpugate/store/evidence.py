@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
 INDEX_DIR = ".index"  # job directories are digits: no job can be named this
+VIEW_DIR = "controller-view"  # the decision records (controller_view.py); no job is named so
 LOCK = locks.EVIDENCE  # in the node's local state_dir/locks/
 # What an index line may name: `<job>/<node>-r<n>`, or an older copy kept beside it.
 _ENTRY_PATH = re.compile(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
@@ -402,7 +403,20 @@ def _remove_bundle(evidence_dir: str, rel: str) -> bool:
         os.rmdir(os.path.dirname(full))  # the job's directory, once no node's bundle is left
     except OSError:
         pass
+    remove_view(evidence_dir, rel)
     return True
+
+
+def remove_view(evidence_dir: str, rel: str) -> None:
+    """Remove the decision record of bundle `<job>/<node>-r<n>` (and its emptied job dir)."""
+    job, _, name = rel.partition("/")
+    record = os.path.join(evidence_dir, VIEW_DIR, job, name.split(".old-")[0] + ".json")
+    try:
+        if ".old-" not in name:
+            os.unlink(record)
+        os.rmdir(os.path.dirname(record))
+    except OSError:  # none, or the job's other nodes still have theirs
+        pass
 
 
 # ------------------------------------------------------------------------------ reading
