@@ -70,9 +70,25 @@ def abnormal_end(env: HookEnv) -> str | None:
         return f"killed by signal {signal}"
     if env.exit_code:  # the raw wait status, where EXIT_CODE2 is missing
         return f"wait status {env.exit_code}"
-    if env.derived_ec:
+    if env.derived_ec and not derived_ec_of_an_earlier_run(env):
         return f"a job step failed (derived exit code {env.derived_ec >> 8 or env.derived_ec})"
     return None
+
+
+def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
+    """Whether SLURM_JOB_DERIVED_EC may be an earlier run's, not this run's: after a requeue.
+
+    The node Epilog gets SLURM_JOB_EXIT_CODE, SLURM_JOB_EXIT_CODE2, SLURM_JOB_DERIVED_EC and
+    SLURM_JOB_RESTART_COUNT in 22.05 and 24.11 alike (SLURM_JOB_START_TIME/_END_TIME only from
+    23.x on): reference/slurm-in-ci.md, "What the hooks see", and the epilog captures in
+    reference/real-outputs/slurm-24.11-debian13/hook-env/ (Slurm's prolog_epilog.html lists
+    them). EXIT_CODE(2) is this run's batch script; DERIVED_EC is the highest step exit code
+    of the job and Slurm keeps it across a requeue (issue 26: run 1 of a requeued job that
+    completed 0:0 still showed run 0's 1). Which run a step failed in cannot be told, so on
+    a restarted job whose own exit code is 0 it is not used.
+    """
+    own_exit_ok = (env.exit_code2 or "0:0") == "0:0" and not env.exit_code
+    return env.restart_count > 0 and own_exit_ok
 
 
 def gather_now(

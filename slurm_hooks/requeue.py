@@ -143,6 +143,10 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
             " (its prolog failed on a node)" if job.launch_failed else ""
         )
         return RequeueDecision(requeue=False, why=why, slurm_requeued=True, **base)
+    if ended_well(job):
+        # Whatever a bundle says (a fault the prolog already knew, one on another job's GPUs):
+        # the run did what it was asked, and running it again would only lose its result.
+        return RequeueDecision(requeue=False, why="the job completed (exit 0:0)", **base)
     if not opted:
         return RequeueDecision(
             requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
@@ -167,6 +171,11 @@ def slurm_requeued(job: JobEnd) -> bool:
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
     prolog_code = job.exit_code2 == f"0:{PROLOG_FAILED_SIGNAL}"
     return state == "PENDING" or job.requeued or job.launch_failed or prolog_code
+
+
+def ended_well(job: JobEnd) -> bool:
+    """Slurm says this run completed with exit 0:0: never requeued, whatever the bundles say."""
+    return (job.state or "").upper() == "COMPLETED" and job.exit_code2 == "0:0"
 
 
 def ended_abnormally(job: JobEnd) -> bool:

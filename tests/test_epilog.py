@@ -177,6 +177,15 @@ def test_abnormal_end_from_the_epilog_environment():
     assert abnormal_end(env(exit_code=4022, exit_code2="0:54")) is None  # prolog refused it (24.11)
 
 
+def test_a_requeued_run_that_ended_well_is_not_judged_by_an_earlier_runs_steps():
+    # Slurm keeps the derived exit code of run 0's failed steps after a requeue (issue 26).
+    rerun = env(exit_code=0, exit_code2="0:0", derived_ec=256, restart_count=1)
+    assert abnormal_end(rerun) is None
+    # The first run's own failed step still counts; so does a rerun's own non-zero exit.
+    assert abnormal_end(rerun.replace(restart_count=0)) == "a job step failed (derived exit code 1)"
+    assert abnormal_end(rerun.replace(exit_code=768, exit_code2="3:0")) == "exit code 3"
+
+
 def test_the_suspect_is_the_node_with_the_first_hardware_error():
     from gpugate.store.evidence import suspect_node
 
