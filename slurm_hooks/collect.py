@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from gpugate import log
+from gpugate import fsutil, log
 from gpugate.checks.kerneltime import line_utc
 from gpugate.clock import utc
 from gpugate.diagnosis.engine import Input, diagnose_streams
@@ -242,7 +242,7 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
     """After the drain, say in the bundle's summary.json what it did (atomic rewrite); True if so."""
     path = os.path.join(bundle, "summary.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = fsutil.open_regular(path, follow=False)  # never blocks, never a symlink
         with os.fdopen(fd) as fh:
             st = os.fstat(fh.fileno())
             summary = json.load(fh)

@@ -42,7 +42,7 @@ import re
 import time
 
 from gpugate import log
-from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private
+from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
 from gpugate.store import locks
 
 TYPE_CHECKING = False
@@ -301,7 +301,8 @@ def _fold(path: str, state_dir: str, change: Callable[[Samples], Samples]) -> bo
             return False
         try:
             # gpugate's series are a few KB; a bigger file is not ours to parse whole.
-            with open(path, encoding="utf-8") as fh:
+            fd = open_regular(path, follow=False)  # a FIFO in its place hangs no hook
+            with os.fdopen(fd, encoding="utf-8") as fh:
                 previous = parse_samples(fh.read(READ_MAX))
         except (OSError, UnicodeDecodeError):
             previous = {}
