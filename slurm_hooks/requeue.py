@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # Slurm's own verdicts on the job (JobState) that settle the question without logs.
 USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
 INFRA_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+ENDED_WELL = "the job ended well (exit 0:0)"
 
 
 class JobEnd(Record):
@@ -146,7 +147,7 @@ def decide_requeue(job: JobEnd, summaries: list[dict], config: Config) -> Requeu
     if ended_well(job):
         # Whatever a bundle says (a fault the prolog already knew, one on another job's GPUs):
         # the run did what it was asked, and running it again would only lose its result.
-        return RequeueDecision(requeue=False, why="the job completed (exit 0:0)", **base)
+        return RequeueDecision(requeue=False, why=ENDED_WELL, **base)
     if not opted:
         return RequeueDecision(
             requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
@@ -174,8 +175,12 @@ def slurm_requeued(job: JobEnd) -> bool:
 
 
 def ended_well(job: JobEnd) -> bool:
-    """Slurm says this run completed with exit 0:0: never requeued, whatever the bundles say."""
-    return (job.state or "").upper() == "COMPLETED" and job.exit_code2 == "0:0"
+    """This run ended with exit 0:0 and Slurm calls it completed: never requeued, whatever the
+    bundles say. EpilogSlurmctld reads the state while the job is still COMPLETING (scontrol
+    prints COMPLETING over the final state until the epilogs are done), so that counts too."""
+    state = (job.state or "").upper()
+    done = state in ("COMPLETED", "COMPLETING") and not (job.requeued or job.launch_failed)
+    return done and job.exit_code2 == "0:0"
 
 
 def ended_abnormally(job: JobEnd) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import zipfile
@@ -177,6 +178,63 @@ def test_a_job_past_its_restart_limit_is_not_requeued(cluster: LocalSlurm, site:
     state = cluster.wait_job(job, "FAILED", timeout=60)
     assert state["Restarts"] == "0" and len(log.read_text().splitlines()) == 1
     assert decision(site, job)["why"] == "gpu_xid_hardware, but no restarts left (0/0)"
+
+
+def test_a_two_node_job_that_fails_then_completes_is_a_success_for_its_last_run(
+    cluster: LocalSlurm, site: Site
+):
+    """Issue 26: run 0 fails (a failed step, then an Xid 79 on its batch node and a NCCL
+    timeout in the log), is requeued off that node and completes. Slurm keeps run 0's derived
+    exit code and the appended log keeps run 0's lines: run 1 is still a success everywhere."""
+    from gpugate.store.metrics import parse_samples
+
+    ckpt = checkpoints(site, "two")
+    log = site.base / "two.runs"
+    snaps = site.snapshots
+    script = f"""#!/bin/sh
+echo "run=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> {log}
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+    srun -N2 --ntasks-per-node=1 false
+    sed "s/gpu-node-01/$SLURMD_NODENAME/" {snaps}/broken-template.yaml > {snaps}/.t.$SLURMD_NODENAME
+    mv {snaps}/.t.$SLURMD_NODENAME {snaps}/$SLURMD_NODENAME.yaml
+    echo '{NCCL_TIMEOUT}'; sleep 2; exit 1
+fi
+srun -N2 --ntasks-per-node=1 true
+echo done
+"""
+    before = parse_samples(site.metrics.read_text()) if site.metrics.exists() else {}
+    job = cluster.submit(script=script, output=str(site.base / "two.out"), open_mode="append",
+                         nodes=2, comment=f"gpugate:ckpt={ckpt}")  # fmt: skip
+    state = cluster.wait_job(job, "COMPLETED", timeout=150)
+    assert state["Restarts"] == "1" and len(log.read_text().splitlines()) == 2, state
+    last = decision(site, job, runs=2)
+    assert last["why"] == "the job ended well (exit 0:0)", last
+    # Bundles: run 0's on both nodes; none for run 1, which ended well.
+    bundles = sorted(p.name for p in (site.evidence / str(job)).iterdir())
+    assert [b for b in bundles if b.endswith("-r1")] == [] and len(bundles) == 2, bundles
+    ends = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+    assert [e["abnormal"] for e in ends] == [True, True, False, False], ends
+    assert all(e.get("bundle") is None for e in ends[2:]), ends
+    # Metrics: run 1's two ends are counted ok (an update may be skipped under a busy lock).
+    after = parse_samples(site.metrics.read_text())
+
+    def ends_of(samples: dict, result: str) -> float:
+        return sum(v for (name, labels), v in samples.items()
+                   if name == "gpugate_job_ends_total" and dict(labels)["result"] == result)  # fmt: skip
+
+    assert ends_of(after, "ok") - ends_of(before, "ok") >= 1
+    assert ends_of(after, "failed") - ends_of(before, "failed") <= 2
+    # The report: run 0 is a failed run, run 1 is not; the requeue section says why not.
+    page = site.base / "two.html"
+    env = dict(cluster.env(), GPUGATE_CONFIG=str(site.config))
+    gpugate = str(Path(sys.executable).parent / "gpugate")
+    done = subprocess.run([gpugate, "report", "--html", str(page)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert f'<td>{job}</td><td class="n">0</td><td class="node">' in html
+    assert f'<td>{job}</td><td class="n">1</td><td class="node">' not in html
+    assert "the job ended well (exit 0:0)" in html
 
 
 def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:
