@@ -231,7 +231,11 @@ def prepare_job(
     from gpugate.slurm_hooks.runs import run_record
 
     try:
-        extra = run_record(env, findings or [], slurm or _slurm(config))
+        # Only a rerun asks Slurm for its files (a first run's are new): a healthy first
+        # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
+        if slurm is None and env.restart_count > 0:
+            slurm = _slurm(config)
+        extra = run_record(env, findings or [], slurm)
     except Exception as exc:  # the record serves the epilog's judgement; never stops a job
         note(f"could not record the run's start: {exc}")
         extra = {"restart_count": env.restart_count}

@@ -4,10 +4,13 @@ epilog reads it back.
 A requeued job keeps its id, its output files and some of Slurm's bookkeeping (the derived
 exit code of an earlier run's steps, see epilog.abnormal_end). So the prolog records, per run,
 in the job's root-only baseline (state.save_baseline):
-- `log_offsets`: the size of the job's StdOut/StdErr as the run starts, read as the job's user
-  (a child, userfiles.as_user: root never follows a user's symlink nor blocks on a FIFO). With
+- `log_offsets` (on a rerun, SLURM_JOB_RESTART_COUNT > 0): the size of the job's StdOut/StdErr
+  (`scontrol show job`) as the run starts, read as the job's user (a child,
+  userfiles.as_user: root never follows a user's symlink nor blocks on a FIFO). With
   `--open-mode=append` (or JobFileAppend=1) the file still holds the earlier runs' lines; the
   epilog's diagnosis reads from the offset on, so an earlier run's failure is never replayed.
+  A first run asks nothing: its files are created after its prolog (a file another job
+  appended to before is read by its tail, as before).
 - `known_faults`: the failing findings (check id, GPU) the prolog itself found, e.g. a GPU
   already lost outside the job's allocation that the prolog let the job run beside. They are
   not "new since the prolog", and never the job's hardware fault.
@@ -109,7 +112,7 @@ def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None
         "job_gpus": None if env.gpus is None else list(env.gpus),
         "started_at": time.time(),
     }
-    if slurm is not None:
+    if slurm is not None and env.restart_count > 0:
         record["log_offsets"] = record_log_offsets(env, slurm)
     return record
 

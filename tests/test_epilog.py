@@ -379,6 +379,17 @@ def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
     assert baseline["log_offsets"] == {str(out): len("run 0 said this\n")}
 
 
+def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
+    from gpugate.slurm_hooks.state import load_baseline
+
+    config = setup(tmp_path)
+    out = tmp_path / "job.out"
+    out.write_text("another job's lines\n")
+    snapshot(tmp_path, make_facts())
+    run_prolog(config, env(), slurm_with_job(str(out)))  # restart 0: its file comes after
+    assert "log_offsets" not in load_baseline(config.state_dir, "77")
+
+
 def test_an_appended_log_never_replays_an_earlier_runs_failure(tmp_path):
     result, _, _ = rerun(tmp_path, "step 10\n" + NCCL_TIMEOUT, "step 11\n" + CUDA_OOM)
     assert result.category == "cuda_oom", result
