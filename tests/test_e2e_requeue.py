@@ -236,6 +236,23 @@ echo done
     assert "the job ended well (exit 0:0)" in html
 
 
+def test_a_job_beside_a_gpu_its_prolog_found_lost_ends_well_and_stays_ended(
+    cluster: LocalSlurm, site: Site
+):
+    """Issue 26: n1's GPU5 is lost; the prolog drains n1 but lets a 2-GPU job run on its
+    healthy GPUs. The job completes: no bundle calls the known fault the job's, no requeue."""
+    site.use_snapshot("n1", "h100-gpu-lost")
+    job = cluster.submit(wrap="true", output=str(site.base / "beside.out"), nodelist="n1",
+                         gres="gpu:2", comment="gpugate:requeue")  # fmt: skip
+    state = cluster.wait_job(job, "COMPLETED", timeout=60)
+    assert state["Restarts"] == "0" and cluster.is_drained("n1"), state
+    assert cluster.node("n1")["Reason"].startswith("gpugate: gpu.lost"), cluster.node("n1")
+    assert decision(site, job)["why"] == "the job ended well (exit 0:0)"
+    assert not (site.evidence / str(job)).exists()
+    (end,) = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+    assert (end["abnormal"], end["hardware_fault"], end["drained"]) == (False, False, False), end
+
+
 def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:
     """The controller epilog's decision for `job`, from its event line (a finished job takes
     no AdminComment), once it has run `runs` times."""
