@@ -91,7 +91,9 @@ def load_config(path: str | None = None) -> schema.Config:
         raise ConfigError(str(exc)) from None
     site_path, required = site_config_path(path)
     site: object = {}
-    if site_path and (required or os.path.exists(site_path)):
+    # /dev/null names "no site file" (the only non-regular file read, as empty): any other
+    # device or FIFO is refused by load_yaml, never waited on.
+    if site_path and site_path != os.devnull and (required or os.path.exists(site_path)):
         try:
             site = load_yaml(site_path)
         except YamlError as exc:

@@ -36,6 +36,7 @@ TASKS = frozenset(
         "gpugate.slurm_hooks.collect:_read_and_diagnose",
         "gpugate.userfiles:latest_checkpoint_path",
         "gpugate.userfiles:write_note",  # the controller's "not requeued" note, as the user
+        "gpugate.slurm_hooks.runs:log_sizes",  # the prolog's log offsets, as the job's user
         "gpugate.checkpoints.freshness:newest_complete",
         "gpugate.slurm_hooks.flightrec_collect:read_dumps",
         "gpugate.slurm_hooks.requeue:start_now_when_pending",

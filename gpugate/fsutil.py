@@ -243,3 +243,90 @@ class FileLock:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class FileRefused(OSError):
+    """A file gpugate was given, or keeps, is not one it reads: the message names the path and
+    what is wrong (not a regular file, too big, a symlink where none is followed)."""
+
+
+MIB = 1 << 20
+
+
+def _kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):  # fmt: skip
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def open_regular(path: str, follow: bool = True) -> int:
+    """Open a regular file for reading without ever blocking on it; its descriptor.
+
+    O_NONBLOCK makes the open of a FIFO (or a device) return at once, and the fstat after it
+    refuses anything but a regular file: a FIFO put in place of a state file, or `/dev/zero`
+    given as an input, cannot hang or flood a command. `follow` False: a symlink is refused
+    (state files, and anything root opens in a place others can write).
+    Raises FileRefused (an OSError) or the open's own OSError, naming the path.
+    """
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise FileRefused(errno.ELOOP, "is a symlink; not followed", path) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise FileRefused(errno.EINVAL, f"not a regular file ({_kind(mode)}); not read", path)
+    return fd
+
+
+def read_regular(path: str, cap: int, follow: bool = True) -> bytes:
+    """The whole of a regular file of at most `cap` bytes, opened as open_regular() does.
+
+    A bigger file is refused (FileRefused), never read in part: a truncated JSON or YAML
+    would mislead more than an error. At most `cap` + 1 bytes are read, whatever fstat said.
+    """
+    fd = open_regular(path, follow)
+    try:
+        size = os.fstat(fd).st_size
+        data = b"" if size > cap else _read_upto(fd, cap + 1)
+    finally:
+        os.close(fd)
+    if size > cap or len(data) > cap:
+        raise FileRefused(errno.EFBIG, f"bigger than {_size(cap)}; not read", path)
+    return data
+
+
+def read_text(path: str, cap: int, follow: bool = True) -> str:
+    """read_regular() decoded as UTF-8 (undecodable bytes replaced)."""
+    return read_regular(path, cap, follow).decode("utf-8", "replace")
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, MIB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB else f"{n} bytes"
+
+
+def refusal(exc: OSError) -> str:
+    """`PATH: what is wrong` for one line of a command's error output."""
+    what = exc.strerror or str(exc)
+    return f"{exc.filename}: {what}" if exc.filename else what

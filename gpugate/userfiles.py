@@ -16,7 +16,6 @@ cannot become the user (not root), it does not read with its own rights: it says
 from __future__ import annotations
 
 import os
-import stat
 
 from gpugate import child
 
@@ -27,17 +26,12 @@ class UserFileError(OSError):
 
 def open_regular(path: str) -> int:
     """Open a regular file without following a final symlink or blocking on a FIFO."""
+    from gpugate.fsutil import open_regular as open_plain
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symlink
-            raise UserFileError(f"{path}: is a symlink; not followed") from None
-        raise UserFileError(f"{path}: {exc.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise UserFileError(f"{path}: not a regular file; not read")
-    return fd
+        return open_plain(path, follow=False)
+    except OSError as exc:  # fsutil.FileRefused says what the file is instead
+        raise UserFileError(f"{path}: {exc.strerror or exc}") from None
 
 
 def read_tail(path: str, max_bytes: int) -> bytes:

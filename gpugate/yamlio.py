@@ -13,6 +13,9 @@ import os
 
 # Bump when the cached representation changes.
 _CACHE_FORMAT = "1"
+# A config or a snapshot (kernel lines included) is well under this; a bigger one is refused.
+YAML_MAX = 64 << 20
+CACHE_MAX = 256 << 20  # a cached parse is JSON of a file under YAML_MAX
 
 
 class YamlError(ValueError):
@@ -32,8 +35,14 @@ def cache_dir() -> str | None:
 
 def load_yaml(path: str) -> object:
     """Parse a YAML file (or fetch its parsed form from the cache)."""
-    try:
-        st = os.stat(path)
+    from gpugate.fsutil import open_regular, read_regular
+
+    try:  # a FIFO or a device named as a config or snapshot is refused, never waited on
+        fd = open_regular(path)
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
     key = _cache_key(path, st)
@@ -41,9 +50,10 @@ def load_yaml(path: str) -> object:
     if cached is not None:
         return cached[0]
     try:
-        with open(path, encoding="utf-8", errors="strict") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular(path, YAML_MAX).decode("utf-8", errors="strict")
+    except OSError as exc:
+        raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
         raise YamlError(f"{path}: cannot read: {exc}") from None
     data = parse_yaml(text, path)
     _cache_write(key, data)
@@ -86,9 +96,10 @@ def _cache_read(key: str) -> tuple[object] | None:
     if not directory:
         return None
     try:
-        fd = os.open(os.path.join(directory, key + ".json"), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            return (json.load(fh),)
+        from gpugate.fsutil import read_regular
+
+        raw = read_regular(os.path.join(directory, key + ".json"), CACHE_MAX, follow=False)
+        return (json.loads(raw),)
     except (OSError, ValueError):
         return None
 

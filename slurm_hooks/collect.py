@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
-from gpugate import log
+from gpugate import fsutil, log
 from gpugate.checks.kerneltime import line_utc
 from gpugate.clock import utc
 from gpugate.diagnosis.engine import Input, diagnose_streams
@@ -47,7 +48,7 @@ def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) ->
             stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
             nodes=list(job.nodes), state=job.state, exit_code=job.exit_code,
             exit_signal=job.exit_signal, restarts=job.restarts, work_dir=job.work_dir,
-            comment=job.comment,
+            comment=job.comment, start_time=job.start_time, end_time=job.end_time,
         )  # fmt: skip
     except Exception as exc:  # Slurm slow or the job gone: fall back to the environment
         info["slurm_error"] = f"{type(exc).__name__}: {exc}"
@@ -80,9 +81,18 @@ def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
 
 
 def read_job_files(
-    config: Config, env: HookEnv, job: dict, kernel_lines: list[str], timeout: float | None = None
+    config: Config,
+    env: HookEnv,
+    job: dict,
+    kernel_lines: list[str],
+    timeout: float | None = None,
+    offsets: dict[str, int] | None = None,
 ) -> dict:
-    """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user."""
+    """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user.
+
+    `offsets`: where this run's part of a file starts (runs.record_log_offsets, taken by the
+    prolog): nothing before it is read, so an appended log never replays an earlier run.
+    """
     files = job_files(config, env, job)
     cap = config.epilog.log_tail_kib * 1024
     kernel_text = "\n".join(kernel_lines) + "\n" if kernel_lines else ""
@@ -94,6 +104,7 @@ def read_job_files(
     reader_kwargs = {
         "files": files, "kernel_text": kernel_text, "cap": cap,
         "max_files": config.epilog.max_log_files, "diag_cap": diag_cap, "budget_s": budget_s,
+        "offsets": {p: n for p, n in (offsets or {}).items() if p in files},
     }  # fmt: skip
 
     uid = env.uid if env.uid is not None else job.get("uid")
@@ -116,8 +127,13 @@ def _read_and_diagnose(
     max_files: int,
     diag_cap: int = 64 << 20,
     budget_s: float | None = None,
+    offsets: dict[str, int] | None = None,
 ) -> dict:
     """In the child, as the user: safe tails of each file, then one diagnosis over all.
+
+    A file with an offset (this run's start in it) is read from there on, never before: an
+    earlier run's lines are not this run's. A file now shorter than its offset was truncated
+    (`--open-mode=truncate` on the rerun): all of it is this run's.
 
     Each file is opened once (no symlink, no FIFO, a regular file); its tail for the bundle
     and the bytes the diagnosis reads both come from that descriptor: the last `diag_cap`
@@ -140,7 +156,7 @@ def _read_and_diagnose(
         else:
             paths.append(entry)
     tails: dict[str, str] = {}
-    opened: list[tuple[str, int, int]] = []  # (path, fd, size)
+    opened: list[tuple[str, int, int, int]] = []  # (path, fd, size, this run's start)
     try:
         for path in paths:
             try:
@@ -150,31 +166,42 @@ def _read_and_diagnose(
                 continue
             try:
                 size = os.fstat(fd).st_size
-                os.lseek(fd, max(0, size - cap), os.SEEK_SET)
+                start = run_start(size, (offsets or {}).get(path))
+                os.lseek(fd, max(start, size - cap), os.SEEK_SET)
                 tails[path] = read_fd(fd, cap).decode("utf-8", "replace")
-                opened.append((path, fd, size))
+                opened.append((path, fd, size, start))
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror}")
                 os.close(fd)
         diagnosis = _diagnose(opened, kernel_text, diag_cap, budget_s)
     finally:
-        for _, fd, _ in opened:
+        for _, fd, _, _ in opened:
             os.close(fd)
     return {"tails": tails, "errors": errors, "diagnosis": diagnosis}
 
 
+def run_start(size: int, offset: object) -> int:
+    """Where this run's part of a file of `size` bytes starts, given the prolog's offset."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or offset > size:
+        return 0  # none recorded, or the file was truncated since: all of it is this run's
+    return offset
+
+
 def _diagnose(
-    opened: list[tuple[str, int, int]], kernel_text: str, diag_cap: int, budget_s: float | None
+    opened: list[tuple[str, int, int, int]],
+    kernel_text: str,
+    diag_cap: int,
+    budget_s: float | None,
 ) -> dict:
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
     share = budget_s / len(opened) if budget_s and opened else None
-    inputs = [
-        Input(name=path, source=JOB_FILE, offset=max(0, size - diag_cap),
-              stream=LimitedStream(fd, max(0, size - diag_cap), diag_cap, seconds=share))
-        for path, fd, size in opened
-    ]  # fmt: skip
+    inputs = []
+    for path, fd, size, start in opened:
+        begin = max(start, size - diag_cap)  # the cap keeps its tail; never before this run
+        inputs.append(Input(name=path, source=JOB_FILE, offset=begin,
+                            stream=LimitedStream(fd, begin, diag_cap, seconds=share)))  # fmt: skip
     if kernel_text:
         inputs.append(Input(name="kernel log", source=KERNEL_LOG,
                             stream=io.BytesIO(kernel_text.encode())))  # fmt: skip
@@ -215,7 +242,7 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
     """After the drain, say in the bundle's summary.json what it did (atomic rewrite); True if so."""
     path = os.path.join(bundle, "summary.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = fsutil.open_regular(path, follow=False)  # never blocks, never a symlink
         with os.fdopen(fd) as fh:
             st = os.fstat(fh.fileno())
             summary = json.load(fh)
@@ -283,13 +310,21 @@ def write_evidence(
     pending_drain: bool = False,
     freshness: Freshness | None = None,
     flightrec: dict | None = None,
+    elsewhere: list[Finding] | None = None,
+    baseline: dict | None = None,
 ) -> str | None:
-    """Write the bundle (atomically, admins only); returns its path or None on failure."""
+    """Write the bundle (atomically, admins only); returns its path or None on failure.
+
+    `hardware`: the faults that are the job's (new since its prolog, on its GPUs or node-wide);
+    `elsewhere`: new ones on GPUs outside its allocation, recorded but never the job's.
+    """
     from gpugate.checkpoints.freshness import message, summary_fields
 
     ep = config.epilog
     kernel = fresh[-ep.kernel_lines_max :]
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
+    summary.update(run_times(env, job, facts, baseline))
+    summary["faults_outside_job"] = [f.message for f in elsewhere or ()]
     summary.update(summary_fields(freshness))
     files = _bundle_files(facts, kernel, deltas, logs)
     stale = message(freshness) if freshness is not None else None
@@ -334,9 +369,6 @@ def _summary(
         "node": env.node,
         "restart": env.restart_count,
         "user": env.user,
-        "collected_at": facts.collected_at,
-        "job_start": _iso(env.start_time),
-        "job_end": _iso(env.end_time),
         "why": result.why,
         "exit_code2": env.exit_code2,
         # The job's GPUs here (SLURM_JOB_GPUS; null: not known, read as the whole node's
@@ -390,7 +422,39 @@ def _bundle_files(
     return files
 
 
-def _iso(epoch: int | None) -> str | None:
+def run_times(env: HookEnv, job: dict, facts: Facts, baseline: dict | None) -> dict:
+    """The bundle's times: when it was collected (now) and this run's start and end.
+
+    The run's start and end come from Slurm: the Epilog's SLURM_JOB_START_TIME and
+    SLURM_JOB_END_TIME (23.x on; 22.05's Epilog has neither: reference/slurm-in-ci.md, "Slurm
+    24.11", and the captures in reference/real-outputs/slurm-24.11-debian13/hook-env/), else
+    `scontrol show job`'s StartTime/EndTime (job_info), else the start the prolog recorded and
+    the epilog's own clock for the end (it runs as the job ends). `collected_at` is the real
+    time of the collection, also when the facts are a replayed snapshot, whose own time is
+    kept as `facts_time`.
+    """
+    now = time.time()
+    start = (
+        env.start_time
+        or _epoch(job.get("start_time"))
+        or _epoch((baseline or {}).get("started_at"))
+    )
+    end = env.end_time or _epoch(job.get("end_time")) or now
+    return {
+        "collected_at": utc(now),
+        "facts_time": facts.collected_at,
+        "job_start": _iso(start),
+        "job_end": _iso(end),
+    }
+
+
+def _epoch(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
+def _iso(epoch: float | None) -> str | None:
 
     return utc(epoch) if epoch else None
 

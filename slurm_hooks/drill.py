@@ -26,6 +26,7 @@ import json
 import os
 import time
 
+from gpugate.fsutil import read_regular
 from gpugate.slurm_hooks import reasons
 
 TYPE_CHECKING = False
@@ -132,8 +133,7 @@ def active_drill(config: Config, now: float | None = None) -> dict | None:
     """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
     path = drill_path(config)
     try:
-        with open(path, encoding="utf-8") as fh:
-            drill = json.load(fh)
+        drill = json.loads(read_regular(path, 1 << 20, follow=False))  # never blocks
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

@@ -21,6 +21,13 @@ from gpugate.slurm_hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.slurm_hooks.flightrec_collect import collect_dumps
 from gpugate.slurm_hooks.nccl_dir import remove_nccl_dir
 from gpugate.slurm_hooks.policy import DRAIN, decide
+from gpugate.slurm_hooks.runs import (
+    baseline_offsets,
+    job_gpus,
+    job_kernel_lines,
+    new_since_prolog,
+    split_by_allocation,
+)
 from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
 from gpugate.slurm_hooks.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.store import app_xids as xid_history
@@ -71,9 +78,25 @@ def abnormal_end(env: HookEnv) -> str | None:
         return f"killed by signal {signal}"
     if env.exit_code:  # the raw wait status, where EXIT_CODE2 is missing
         return f"wait status {env.exit_code}"
-    if env.derived_ec:
+    if env.derived_ec and not derived_ec_of_an_earlier_run(env):
         return f"a job step failed (derived exit code {env.derived_ec >> 8 or env.derived_ec})"
     return None
+
+
+def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
+    """Whether SLURM_JOB_DERIVED_EC may be an earlier run's, not this run's: after a requeue.
+
+    The node Epilog gets SLURM_JOB_EXIT_CODE, SLURM_JOB_EXIT_CODE2, SLURM_JOB_DERIVED_EC and
+    SLURM_JOB_RESTART_COUNT in 22.05 and 24.11 alike (SLURM_JOB_START_TIME/_END_TIME only from
+    23.x on): reference/slurm-in-ci.md, "What the hooks see", and the epilog captures in
+    reference/real-outputs/slurm-24.11-debian13/hook-env/ (Slurm's prolog_epilog.html lists
+    them). EXIT_CODE(2) is this run's batch script; DERIVED_EC is the highest step exit code
+    of the job and Slurm keeps it across a requeue (issue 26: run 1 of a requeued job that
+    completed 0:0 still showed run 0's 1). Which run a step failed in cannot be told, so on
+    a restarted job whose own exit code is 0 it is not used.
+    """
+    own_exit_ok = (env.exit_code2 or "0:0") == "0:0" and not env.exit_code
+    return env.restart_count > 0 and own_exit_ok
 
 
 def gather_now(
@@ -87,9 +110,14 @@ def gather_now(
 
 
 def hardware_decision(
-    facts: Facts, fresh_kernel: list[str], config: Config, app_xids: tuple = ()
+    facts: Facts,
+    fresh_kernel: list[str],
+    config: Config,
+    app_xids: tuple = (),
+    baseline: dict | None = None,
 ) -> Decision:
-    """The policy's decision on the hardware checks now, judging only this job's kernel lines.
+    """The policy's decision on the hardware checks now, judging only this job's kernel lines
+    and only the faults the job's own prolog did not already report (runs.new_since_prolog).
 
     Its `failing` findings are the node's hardware faults; its action is a drain only where
     the site lets the epilog drain (`epilog.drain_on_hardware`, not `policy.report_only`).
@@ -100,6 +128,7 @@ def hardware_decision(
     # Only the checks marked `hardware` on their @check line (see checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
     found = run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+    found = new_since_prolog(found, baseline)
     may_drain = config.epilog.drain_on_hardware
     return decide(found, config.policy, phase="epilog", may_drain=may_drain)
 
@@ -175,20 +204,33 @@ def _run_epilog(
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
     app_xids, mine = note_app_xids(config, env, facts, fresh)
-    decision = hardware_decision(facts, fresh, config, app_xids=app_xids)
+    decision = hardware_decision(facts, fresh, config, app_xids=app_xids, baseline=baseline)
     flag_app_xid_suspect(config, env, app_xids, mine)
-    hardware = list(decision.failing)
+    new_faults = list(decision.failing)  # what the drain acts on: the node's own health
+    # The job's verdict: only the new faults on its GPUs (or node-wide). One on another
+    # job's GPUs may still drain the node, never make this job an infrastructure failure.
+    gpus = job_gpus(env, baseline)
+    hardware, elsewhere = split_by_allocation(new_faults, gpus)
     why = abnormal_end(env)
     if why is None and hardware:
-        why = "hardware errors on the node since the job's prolog"
+        why = "hardware errors on the job's GPUs since its prolog"
     if why is None and not config.epilog.always_bundle:
+        result = EpilogResult(abnormal=False, why="normal end")
+        if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
+            reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm)
+            result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         cleanup(config, env)
-        return EpilogResult(abnormal=False, why="normal end", duration_s=time.monotonic() - started)
+        return result.replace(duration_s=time.monotonic() - started)
 
     job = collect.job_info(config, env, slurm)
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5  # keep time to write
     logs = collect.read_job_files(
-        config, env, job, fresh, timeout=max(1.0, min(left, config.epilog.read_timeout_s))
+        config,
+        env,
+        job,
+        job_kernel_lines(fresh, facts, gpus),  # another job's GPU is not this job's cause
+        timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
+        offsets=baseline_offsets(baseline),
     )
     diagnosis = logs.get("diagnosis") or {}
     # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
@@ -214,9 +256,10 @@ def _run_epilog(
     # not be written. The drain's outcome is then added to the bundle's summary.
     bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
                                     pending_drain=drain, freshness=freshness,
-                                    flightrec=flightrec)  # fmt: skip
+                                    flightrec=flightrec, elsewhere=elsewhere,
+                                    baseline=baseline)  # fmt: skip
     if drain:
-        reason, drained, blocked = collect.drain_for_hardware(config, env, hardware, slurm,
+        reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
                                                               bundle=bundle)  # fmt: skip
         result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         if bundle:

@@ -127,7 +127,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     try:
         remember_kernel_pos(config, facts)
         if env.job_id:
-            prepare_job(config, env, facts)
+            prepare_job(config, env, facts, findings, slurm)
     except Exception as exc:  # each step catches its own; this is for what they did not foresee
         note(f"could not prepare the job's state: {exc}")
     took = time.monotonic() - started
@@ -219,9 +219,26 @@ def remember_kernel_pos(config: Config, facts: Facts) -> None:
         note(f"could not save the kernel-log position: {exc}")
 
 
-def prepare_job(config: Config, env: HookEnv, facts: Facts) -> None:
-    """Save the counters' baseline for the epilog and the job's NCCL debug directory."""
-    extra = {"restart_count": env.restart_count}
+def prepare_job(
+    config: Config,
+    env: HookEnv,
+    facts: Facts,
+    findings: list[Finding] | None = None,
+    slurm: SlurmControl | None = None,
+) -> None:
+    """Save the counters' baseline for the epilog (with what makes this run its own: the
+    faults already known, its logs' start offsets, see runs.py) and the job's NCCL directory."""
+    from gpugate.slurm_hooks.runs import run_record
+
+    try:
+        # Only a rerun asks Slurm for its files (a first run's are new): a healthy first
+        # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
+        if slurm is None and env.restart_count > 0:
+            slurm = _slurm(config)
+        extra = run_record(env, findings or [], slurm)
+    except Exception as exc:  # the record serves the epilog's judgement; never stops a job
+        note(f"could not record the run's start: {exc}")
+        extra = {"restart_count": env.restart_count}
     try:
         save_baseline(config.state_dir, env.job_id or "", facts, extra=extra)
     except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job

@@ -21,7 +21,7 @@ import re
 import time
 
 from gpugate import log, runner
-from gpugate.fsutil import FileLock, atomic_write, lock_file
+from gpugate.fsutil import FileLock, atomic_write, lock_file, read_regular
 from gpugate.node import node_name
 from gpugate.slurm_hooks.budget import check_budget
 from gpugate.slurm_hooks.reasons import drain_reason, is_ours, reason_check
@@ -268,9 +268,7 @@ def _path(config: Config) -> str:
 def _load(config: Config) -> dict:
     """`repairs.json` ({"reboot": {node: entry}, "reset": {node: entry}}), {} when unusable."""
     try:
-        fd = os.open(_path(config), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular(_path(config), 16 << 20, follow=False))  # never blocks
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return {}
     if not isinstance(data, dict):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # Slurm's own verdicts on the job (JobState) that settle the question without logs.
 USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
 INFRA_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+ENDED_WELL = "the job ended well (exit 0:0)"
 
 
 class JobEnd(Record):
@@ -159,6 +160,10 @@ def decide_requeue(
             " (its prolog failed on a node)" if job.launch_failed else ""
         )
         return RequeueDecision(requeue=False, why=why, slurm_requeued=True, **base)
+    if ended_well(job):
+        # Whatever a bundle says (a fault the prolog already knew, one on another job's GPUs):
+        # the run did what it was asked, and running it again would only lose its result.
+        return RequeueDecision(requeue=False, why=ENDED_WELL, **base)
     if not opted:
         return RequeueDecision(
             requeue=False, why="the job did not opt in (gpugate:ckpt= or gpugate:requeue)", **base
@@ -187,6 +192,15 @@ def slurm_requeued(job: JobEnd) -> bool:
     # 24.11's EpilogSlurmctld sees the prolog's failure as the exit code (see slurm_parse).
     prolog_code = job.exit_code2 == f"0:{PROLOG_FAILED_SIGNAL}"
     return state == "PENDING" or job.requeued or job.launch_failed or prolog_code
+
+
+def ended_well(job: JobEnd) -> bool:
+    """This run ended with exit 0:0 and Slurm calls it completed: never requeued, whatever the
+    bundles say. EpilogSlurmctld reads the state while the job is still COMPLETING (scontrol
+    prints COMPLETING over the final state until the epilogs are done), so that counts too."""
+    state = (job.state or "").upper()
+    done = state in ("COMPLETED", "COMPLETING") and not (job.requeued or job.launch_failed)
+    return done and job.exit_code2 == "0:0"
 
 
 def ended_abnormally(job: JobEnd) -> bool:

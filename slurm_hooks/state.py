@@ -27,6 +27,7 @@ from gpugate.fsutil import (
     atomic_write,
     dir_group,
     private_dir,
+    read_regular,
     tighten,
 )
 
@@ -61,6 +62,9 @@ JOBS_MODE = 0o700
 TASK_DIR_MODE = 0o711
 TASK_FILE_MODE = 0o400
 _TASK_MAX = 64 * 1024  # the task file holds a path or two; anything bigger is not ours
+# The state files are read without blocking (a FIFO in their place hangs nothing) and capped:
+_POS_MAX = 4096  # a boot id and a number
+_BASELINE_MAX = 16 << 20  # counters of every GPU and port, 200 kernel lines, the run's record
 
 
 def _private(path: str, mode: int, gid: int | None = None) -> str:
@@ -203,9 +207,7 @@ def counters(facts: Facts) -> dict:
 def load_kernel_pos(state_dir: str) -> tuple[str | None, int | None]:
     """(boot id, sequence number) the last check reached, or (None, None)."""
     try:
-        fd = os.open(os.path.join(state_dir, "kernel-log.pos"), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular(os.path.join(state_dir, "kernel-log.pos"), _POS_MAX, False))
         return data.get("boot_id"), int(data["seq"])
     # OverflowError: `"seq": Infinity`; RecursionError: `[[[[...` 100k deep.
     except (
@@ -249,9 +251,7 @@ def load_baseline(state_dir: str, job_id: str) -> dict | None:
     """The job's baseline, or None when there is none (or it is unreadable)."""
     path = os.path.join(job_dir(state_dir, job_id), "baseline.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular(path, _BASELINE_MAX, follow=False))
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
     return data if isinstance(data, dict) else None

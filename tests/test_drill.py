@@ -276,3 +276,51 @@ def test_the_drill_mark_follows_each_gather(config):
     drill.end_drill(config)
     gather(config, "n1")
     assert reasons.drain_reason("gpu.ecc", "x") == "gpugate: gpu.ecc: x"
+
+
+class NotASlurmNode(FakeOps):
+    """This host as Slurm sees it when it is no Slurm node (or has no scontrol)."""
+
+    def __init__(self, config, error) -> None:
+        super().__init__(config)
+        self.error = error
+
+    def node(self, node):
+        raise self.error
+
+
+def scontrol_result(status: str) -> object:
+    from gpugate.runner import CommandResult
+
+    return CommandResult(argv=("scontrol", "-o", "show", "node"), status=status)
+
+
+@pytest.mark.parametrize("why", ["no scontrol", "unknown node", "no slurm.conf"])
+def test_end_on_a_host_that_is_not_a_slurm_node_says_so_and_exits_2(config, monkeypatch,
+                                                                     capsys, why):  # fmt: skip
+    from gpugate.runner import CommandResult
+    from gpugate.slurm_hooks.slurm import control
+
+    monkeypatch.setenv("SLURMD_NODENAME", "laptop")
+    if why == "no scontrol":
+        error = control.SlurmMissing(scontrol_result("missing"))
+    elif why == "unknown node":
+        error = control.NodeNotFound("node laptop not found")
+    else:  # scontrol installed, this host configured for no cluster
+        fatal = "scontrol: fatal: Could not establish a configuration source"
+        error = control.SlurmCommandError(CommandResult(argv=("scontrol",), status="nonzero",
+                                                        returncode=1, stderr=fatal))  # fmt: skip
+    assert cmd.end_now(config, NotASlurmNode(config, error)) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("gpugate drill: laptop is not a Slurm node here") and "Traceback" not in err
+    )
+
+
+def test_end_while_slurmctld_is_away_says_so_and_exits_1(config, monkeypatch, capsys):
+    from gpugate.slurm_hooks.slurm.control import SlurmTimeout
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    ops = NotASlurmNode(config, SlurmTimeout(scontrol_result("timeout")))
+    assert cmd.end_now(config, ops) == 1
+    assert "cannot ask Slurm about n1" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import zipfile
@@ -177,6 +178,79 @@ def test_a_job_past_its_restart_limit_is_not_requeued(cluster: LocalSlurm, site:
     state = cluster.wait_job(job, "FAILED", timeout=60)
     assert state["Restarts"] == "0" and len(log.read_text().splitlines()) == 1
     assert decision(site, job)["why"] == "gpu_xid_hardware, but no restarts left (0/0)"
+
+
+def test_a_two_node_job_that_fails_then_completes_is_a_success_for_its_last_run(
+    cluster: LocalSlurm, site: Site
+):
+    """Issue 26: run 0 fails (a failed step, then an Xid 79 on its batch node and a NCCL
+    timeout in the log), is requeued off that node and completes. Slurm keeps run 0's derived
+    exit code and the appended log keeps run 0's lines: run 1 is still a success everywhere."""
+    from gpugate.store.metrics import parse_samples
+
+    ckpt = checkpoints(site, "two")
+    log = site.base / "two.runs"
+    snaps = site.snapshots
+    script = f"""#!/bin/sh
+echo "run=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> {log}
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+    srun -N2 --ntasks-per-node=1 false
+    sed "s/gpu-node-01/$SLURMD_NODENAME/" {snaps}/broken-template.yaml > {snaps}/.t.$SLURMD_NODENAME
+    mv {snaps}/.t.$SLURMD_NODENAME {snaps}/$SLURMD_NODENAME.yaml
+    echo '{NCCL_TIMEOUT}'; sleep 2; exit 1
+fi
+srun -N2 --ntasks-per-node=1 true
+echo done
+"""
+    job = cluster.submit(script=script, output=str(site.base / "two.out"), open_mode="append",
+                         nodes=2, comment=f"gpugate:ckpt={ckpt}")  # fmt: skip
+    state = cluster.wait_job(job, "COMPLETED", timeout=150)
+    assert state["Restarts"] == "1" and len(log.read_text().splitlines()) == 2, state
+    last = decision(site, job, runs=2)
+    assert last["why"] == "the job ended well (exit 0:0)", last
+    # Bundles: run 0's on both nodes; none for run 1, which ended well.
+    bundles = sorted(p.name for p in (site.evidence / str(job)).iterdir())
+    assert [b for b in bundles if b.endswith("-r1")] == [] and len(bundles) == 2, bundles
+    ends = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+    assert [e["abnormal"] for e in ends] == [True, True, False, False], ends
+    assert all(e.get("bundle") is None for e in ends[2:]), ends
+    # Metrics: the nodes share one textfile here, and each write keeps only its own node's
+    # series (metrics.apply_run), so the file holds the last writer's: one of run 1's epilogs,
+    # which counted its run ok and nothing failed.
+    after = parse_samples(site.metrics.read_text())
+    (node,) = {dict(labels)["node"] for _, labels in after}
+    assert node in hostlist_expand(state["NodeList"]), (node, state["NodeList"])
+    counted = {dict(labels)["result"]: v for (name, labels), v in after.items()
+            if name == "gpugate_job_ends_total"}  # fmt: skip
+    assert counted == {"ok": 1}, counted
+    # The report: run 0 is a failed run, run 1 is not; the requeue section says why not.
+    page = site.base / "two.html"
+    env = dict(cluster.env(), GPUGATE_CONFIG=str(site.config))
+    gpugate = str(Path(sys.executable).parent / "gpugate")
+    done = subprocess.run([gpugate, "report", "--html", str(page)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert f'<td>{job}</td><td class="n">0</td><td class="node">' in html
+    assert f'<td>{job}</td><td class="n">1</td><td class="node">' not in html
+    assert "the job ended well (exit 0:0)" in html
+
+
+def test_a_job_beside_a_gpu_its_prolog_found_lost_ends_well_and_stays_ended(
+    cluster: LocalSlurm, site: Site
+):
+    """Issue 26: n1's GPU5 is lost; the prolog drains n1 but lets a 2-GPU job run on its
+    healthy GPUs. The job completes: no bundle calls the known fault the job's, no requeue."""
+    site.use_snapshot("n1", "h100-gpu-lost")
+    job = cluster.submit(wrap="true", output=str(site.base / "beside.out"), nodelist="n1",
+                         gres="gpu:2", comment="gpugate:requeue")  # fmt: skip
+    state = cluster.wait_job(job, "COMPLETED", timeout=60)
+    assert state["Restarts"] == "0" and cluster.is_drained("n1"), state
+    assert cluster.node("n1")["Reason"].startswith("gpugate: gpu.lost"), cluster.node("n1")
+    assert decision(site, job)["why"] == "the job ended well (exit 0:0)"
+    assert not (site.evidence / str(job)).exists()
+    (end,) = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
+    assert (end["abnormal"], end["hardware_fault"], end["drained"]) == (False, False, False), end
 
 
 def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:

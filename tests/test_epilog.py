@@ -177,6 +177,15 @@ def test_abnormal_end_from_the_epilog_environment():
     assert abnormal_end(env(exit_code=4022, exit_code2="0:54")) is None  # prolog refused it (24.11)
 
 
+def test_a_requeued_run_that_ended_well_is_not_judged_by_an_earlier_runs_steps():
+    # Slurm keeps the derived exit code of run 0's failed steps after a requeue (issue 26).
+    rerun = env(exit_code=0, exit_code2="0:0", derived_ec=256, restart_count=1)
+    assert abnormal_end(rerun) is None
+    # The first run's own failed step still counts; so does a rerun's own non-zero exit.
+    assert abnormal_end(rerun.replace(restart_count=0)) == "a job step failed (derived exit code 1)"
+    assert abnormal_end(rerun.replace(exit_code=768, exit_code2="3:0")) == "exit code 3"
+
+
 def test_the_suspect_is_the_node_with_the_first_hardware_error():
     from gpugate.store.evidence import suspect_node
 
@@ -338,3 +347,169 @@ def test_a_50_gb_sparse_nccl_file_does_not_cost_the_jobs_stdout(tmp_path):
     cap = config.epilog.diagnose_max_mib * 1024 * 1024
     assert sparse["offset"] >= 50 * 10**9 - cap
     assert sparse["offset"] + sparse["bytes"] <= 50 * 10**9
+
+
+# A run is judged by its own run (issue 26, deliver 5).
+
+
+def rerun(tmp_path, before: str, this_run: str, prolog_facts=None, after=None, **env_changes):
+    """Run 1 of a requeued job whose log (--open-mode=append) holds run 0's lines `before`."""
+    config = setup(tmp_path)
+    out = tmp_path / "job.out"
+    out.write_text(before)
+    snapshot(tmp_path, prolog_facts or make_facts())
+    slurm = slurm_with_job(str(out))
+    changes = {"restart_count": 1, **env_changes}
+    assert run_prolog(config, env(**changes), slurm).exit_code == 0
+    with open(out, "a") as fh:
+        fh.write(this_run)
+    snapshot(tmp_path, after or prolog_facts or make_facts())
+    return run_epilog(config, env(**changes), slurm), slurm, config
+
+
+def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
+    from gpugate.slurm_hooks.state import load_baseline
+
+    config = setup(tmp_path)
+    out = tmp_path / "job.out"
+    out.write_text("run 0 said this\n")
+    snapshot(tmp_path, make_facts())
+    run_prolog(config, env(restart_count=1), slurm_with_job(str(out)))
+    baseline = load_baseline(config.state_dir, "77")
+    assert baseline["log_offsets"] == {str(out): len("run 0 said this\n")}
+
+
+def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
+    from gpugate.slurm_hooks.state import load_baseline
+
+    config = setup(tmp_path)
+    out = tmp_path / "job.out"
+    out.write_text("another job's lines\n")
+    snapshot(tmp_path, make_facts())
+    run_prolog(config, env(), slurm_with_job(str(out)))  # restart 0: its file comes after
+    assert "log_offsets" not in load_baseline(config.state_dir, "77")
+
+
+def test_an_appended_log_never_replays_an_earlier_runs_failure(tmp_path):
+    result, _, _ = rerun(tmp_path, "step 10\n" + NCCL_TIMEOUT, "step 11\n" + CUDA_OOM)
+    assert result.category == "cuda_oom", result
+    tails = "".join(member(result, f) for f in summary(result)["files"] if f.startswith("logs/"))
+    assert "Watchdog caught collective" not in tails and "CUDA out of memory" in tails
+
+
+def test_a_requeued_run_that_completes_is_a_success_whatever_its_log_held(tmp_path):
+    result, slurm, config = rerun(tmp_path, NCCL_TIMEOUT, "step 12\ndone\n",
+                                  exit_code=0, exit_code2="0:0", derived_ec=256)  # fmt: skip
+    assert (result.abnormal, result.bundle, slurm.drains) == (False, None, [])
+    assert not os.path.exists(os.path.join(config.evidence_dir, "77"))
+
+
+def test_a_log_truncated_by_the_rerun_is_read_from_its_start(tmp_path):
+    config = setup(tmp_path)
+    out = tmp_path / "job.out"
+    out.write_text("x" * 4096)
+    snapshot(tmp_path, make_facts())
+    slurm = slurm_with_job(str(out))
+    run_prolog(config, env(restart_count=1), slurm)
+    out.write_text(CUDA_OOM)  # --open-mode=truncate: the rerun starts the file again
+    result = run_epilog(config, env(restart_count=1), slurm)
+    assert result.category == "cuda_oom"
+
+
+LOST_OUTSIDE = make_facts(gpus={5: {"error": "gpu_is_lost"}})
+
+
+def test_a_gpu_the_prolog_found_lost_outside_the_job_is_not_the_jobs_fault(tmp_path):
+    # The prolog drains the node but lets the job run on its two healthy GPUs.
+    result, slurm, _ = rerun(tmp_path, "", "done\n", prolog_facts=LOST_OUTSIDE, gpus=(0, 1),
+                             restart_count=0, exit_code=0, exit_code2="0:0")  # fmt: skip
+    assert (result.abnormal, result.hardware_fault, result.bundle) == (False, False, None)
+    assert len(slurm.drains) == 1  # the prolog's own drain; the epilog adds none
+
+
+def test_a_known_fault_does_not_make_a_failed_job_an_infrastructure_failure(tmp_path):
+    result, _, _ = rerun(tmp_path, "", CUDA_OOM, prolog_facts=LOST_OUTSIDE, gpus=(0, 1),
+                         restart_count=0)  # fmt: skip
+    s = summary(result)
+    assert result.abnormal and s["hardware_fault"] is False and s["hardware_findings"] == []
+    assert s["category"] == "cuda_oom" and s["suspected_node"] is None
+
+
+def test_the_epilog_takes_the_jobs_gpus_from_the_prolog_when_its_env_lacks_them(tmp_path):
+    config = setup(tmp_path)
+    snapshot(tmp_path, LOST_OUTSIDE)
+    run_prolog(config, env(gpus=(0, 1)), slurm_with_job(""))  # runs beside the lost GPU5
+    result = run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm_with_job(""))
+    assert (result.hardware_fault, result.bundle, result.drained) == (False, None, False)
+
+
+def test_a_fault_the_prolog_reported_is_not_new_since_the_prolog():
+    from gpugate.slurm_hooks.epilog import hardware_decision
+
+    config = default_config()
+    known = {"known_faults": [{"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]}
+    assert hardware_decision(LOST_OUTSIDE, [], config).failing  # without the prolog's record
+    assert not hardware_decision(LOST_OUTSIDE, [], config, baseline=known).failing
+    # Another GPU lost since then is new.
+    both = make_facts(gpus={5: {"error": "gpu_is_lost"}, 6: {"error": "gpu_is_lost"}})
+    failing = hardware_decision(both, [], config, baseline=known).failing
+    assert [(f.check, f.gpu) for f in failing] == [("gpu.lost", 6)]
+
+
+def test_a_new_fault_on_another_jobs_gpu_drains_but_is_not_this_jobs_verdict(tmp_path):
+    broken = make_facts(kernel_log=(XID79,))  # GPU4 (0000:58:00) falls off the bus
+    result, slurm, _ = rerun(tmp_path, "", "step 1\n" + NCCL_TIMEOUT, after=broken,
+                             gpus=(0, 1), restart_count=0)  # fmt: skip
+    s = summary(result)
+    assert result.drained and slurm.drains[-1][1].startswith("gpugate: kernel.xid")
+    assert s["hardware_fault"] is False and any("Xid 79" in m for m in s["faults_outside_job"])
+    # Root's kernel line about GPU4 is no cause of this job's end: its own log decides.
+    assert s["category"] == "nccl_timeout" and s["category_trusted"] is False
+
+
+def test_a_new_fault_on_the_jobs_own_gpu_is_its_hardware_fault(tmp_path):
+    broken = make_facts(kernel_log=(XID79,))
+    result, _, _ = rerun(tmp_path, "", NCCL_TIMEOUT, after=broken, gpus=(4, 5), restart_count=0)
+    assert result.hardware_fault and summary(result)["category"] == "gpu_xid_hardware"
+
+
+def test_a_completed_job_beside_a_new_fault_elsewhere_gets_no_bundle_but_the_node_drains(tmp_path):
+    broken = make_facts(kernel_log=(XID79,))
+    result, slurm, _ = rerun(tmp_path, "", "done\n", after=broken, gpus=(0, 1), restart_count=0,
+                             exit_code=0, exit_code2="0:0")  # fmt: skip
+    assert (result.abnormal, result.bundle, result.hardware_fault) == (False, None, False)
+    assert result.drained and slurm.drains[-1][1].startswith("gpugate: kernel.xid")
+
+
+def test_the_bundle_carries_the_real_collection_time_and_the_runs_times(tmp_path):
+    import time
+
+    from gpugate.clock import parse_utc
+
+    before = time.time()
+    result, _, _ = job_run(tmp_path, NCCL_TIMEOUT, start_time=1795945822, end_time=1795945844)
+    s = summary(result)
+    assert parse_utc(s["collected_at"]) >= int(before)  # not the snapshot's 2026-11-29T10:00
+    assert s["facts_time"] == "2026-11-29T10:00:00Z"
+    assert (s["job_start"], s["job_end"]) == ("2026-11-29T09:50:22Z", "2026-11-29T09:50:44Z")
+
+
+def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_path):
+    import time
+
+    from gpugate.clock import parse_utc
+
+    config = setup(tmp_path)
+    snapshot(tmp_path, make_facts())
+    out = tmp_path / "job.out"
+    before = time.time()
+    run_prolog(config, env(), slurm_with_job(str(out)))
+    out.write_text(NCCL_TIMEOUT)
+    # 22.05: no SLURM_JOB_START_TIME; scontrol's StartTime/EndTime are taken first.
+    told = FakeSlurm(jobs=[job_77(str(out)).replace(start_time=1795945000, end_time=1795945100)])
+    s = summary(run_epilog(config, env(), told))
+    assert (s["job_start"], s["job_end"]) == ("2026-11-29T09:36:40Z", "2026-11-29T09:38:20Z")
+    # Slurm says nothing: the prolog's own record of the start.
+    run_prolog(config, env(), slurm_with_job(str(out)))
+    s = summary(run_epilog(config, env(), slurm_with_job(str(out))))
+    assert int(before) <= parse_utc(s["job_start"]) <= parse_utc(s["job_end"])

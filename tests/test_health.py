@@ -383,3 +383,23 @@ def test_a_drill_drain_is_lifted_once_its_window_closed_even_if_the_drill_died(t
     result = run_health(config, NODE, slurm)
     assert (result.action, slurm.resumed) == ("lift", [NODE])
     assert audit(config)[-1]["who"] == "gpugate health"
+
+
+def test_a_fifo_in_place_of_the_healing_file_hangs_no_health_check(tmp_path):
+    import os
+    import threading
+
+    from gpugate.store.healing import healing_path
+
+    config = setup(tmp_path, make_facts(), passes=1)
+    os.makedirs(config.state_dir, exist_ok=True)
+    os.mkfifo(healing_path(config.state_dir))
+    slurm = cluster(drained(NODE, "gpugate: gpu.temperature: GPU3 95 C", when=1000))
+    done: list = []
+    # A daemon thread: a health run blocked on the FIFO fails the test instead of hanging it.
+    worker = threading.Thread(target=lambda: done.append(run_health(config, NODE, slurm)),
+                              daemon=True)  # fmt: skip
+    worker.start()
+    worker.join(30)
+    assert done, "the health check blocked on a FIFO healing.json"
+    assert done[0].action == "lift" and slurm.resumed == [NODE]  # read as no entry: counts anew

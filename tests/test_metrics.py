@@ -124,6 +124,17 @@ def test_counters_carry_over_and_statuses_follow_the_hook(tmp_path):
     assert_exposition(text)
 
 
+def test_each_job_run_is_counted_by_its_own_end(tmp_path):
+    path = textfile(tmp_path)
+    update(path, "n1", "epilog", category="gpu_xid_hardware", job_end="failed")  # run 0
+    update(path, "n1", "epilog", job_end="ok")  # the requeued run completed
+    update(path, "n1", "epilog", job_end="bogus")  # not a result: counted nowhere
+    text = Path(path).read_text()
+    assert value(text, "gpugate_job_ends_total", result="failed") == 1
+    assert value(text, "gpugate_job_ends_total", result="ok") == 1
+    assert assert_exposition(text)["gpugate_job_ends_total"] == "counter"
+
+
 def test_label_values_are_escaped_and_read_back(tmp_path):
     path = textfile(tmp_path)
     hostile = 'odd\\cat"egory\nx'

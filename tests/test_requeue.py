@@ -92,6 +92,26 @@ def test_a_job_slurm_already_requeued_is_left_alone():
     assert not decision.requeue and "Slurm requeued the job already" in decision.why
 
 
+# EpilogSlurmctld reads COMPLETING while the node epilogs run (see records.back_in_queue).
+@pytest.mark.parametrize(
+    "states", [("COMPLETED", "0:0"), ("completed", "0:0"), ("COMPLETING", "0:0")]
+)
+def test_a_job_that_ended_well_is_never_requeued_whatever_the_bundles_say(states):
+    state, code = states
+    # A GPU the prolog already found lost, outside the job's GPUs, marked in an older bundle.
+    decision = decide_requeue(job(state=state, exit_code2=code), [HW, HW], default_config())
+    assert (decision.requeue, decision.tell) == (False, False)
+    assert decision.why == "the job ended well (exit 0:0)"
+
+
+@pytest.mark.parametrize(
+    ("state", "code"), [("COMPLETED", "1:0"), ("FAILED", "0:0"), ("COMPLETING", "0:9")]
+)
+def test_only_completed_with_exit_0_counts_as_ended_well(state, code):
+    decision = decide_requeue(job(state=state, exit_code2=code), [HW], default_config())
+    assert decision.requeue is True
+
+
 @pytest.mark.parametrize(
     ("changes", "wait"),
     [

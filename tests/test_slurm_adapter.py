@@ -206,6 +206,7 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
                 partition=j.partition,
                 required_nodes=",".join(j.required_nodes) or None,
                 end_time=j.end_time,
+                start_time=j.start_time,
             )
             return job
 
@@ -1146,3 +1147,11 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_parse_version(text: str, version: tuple | None) -> None:
     assert slurm_cli.parse_version(text) == version
+
+
+def test_a_jobs_start_time_is_read_and_a_forecast_is_not():
+    text = fixture("22.05/scontrol-show-job.epilog-slurmctld.prolog-refused-held.txt")
+    started = int(time.mktime(time.strptime("2026-12-01T06:57:13", "%Y-%m-%dT%H:%M:%S")))
+    assert parse_show_job_text(text).start_time == started
+    forecast = text.replace("StartTime=2026-12-01T06:57:13", "StartTime=2999-01-01T00:00:00")
+    assert parse_show_job_text(forecast).start_time is None

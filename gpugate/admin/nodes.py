@@ -99,12 +99,20 @@ def parse_node_groups(text: str) -> list[Group]:
     return groups
 
 
+# `sinfo --json` of 10,000 nodes is some tens of MiB; a bigger file is no saved sinfo output.
+SINFO_JSON_MAX = 256 << 20
+
+
 def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = None) -> list[Group]:
     """Every node: from a saved `sinfo --json` file, else one `sinfo --json` call, else the
     `scontrol -o show node` text (where sinfo has no JSON)."""
     if sinfo_json:
-        with open(sinfo_json, encoding="utf-8") as fh:
-            text = fh.read()
+        from gpugate.fsutil import read_text
+
+        try:  # an admin's path: a regular file under the cap, opened without blocking
+            text = read_text(sinfo_json, SINFO_JSON_MAX)
+        except OSError as exc:
+            raise ValueError(exc.strerror or str(exc)) from None
         try:
             return parse_node_groups(text)
         except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:

@@ -304,8 +304,19 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     mark = f"DRILL {drill['id']}" if drill else "gpugate: DRILL "
     if drill:
         say(f"DRILL {drill['id']}: ended early")
-    ops = ops or Ops(config)
-    reason = drilled_reason(ops, node, mark)
+    from gpugate.slurm_hooks.slurm.control import NodeNotFound, SlurmError, SlurmMissing
+
+    try:
+        ops = ops or Ops(config)
+        reason = drilled_reason(ops, node, mark)
+    except SlurmError as exc:
+        if isinstance(exc, (NodeNotFound, SlurmMissing)) or _no_slurm_here(exc):
+            return refuse(PROG, f"{node} is not a Slurm node here ({exc}): run --end on the "
+                          "drilled node itself, where scontrol and SLURM_CONF reach slurmctld",
+                          EXIT_USAGE)  # fmt: skip
+        # slurmctld away: the drain, if any, stays until it answers
+        return refuse(PROG, f"cannot ask Slurm about {node}: {exc}; run --end again later",
+                      EXIT_UNHEALTHY)  # fmt: skip
     if not reason:
         if drill:
             return EXIT_OK
@@ -313,6 +324,11 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     resumed, why = ops.resume(node, drill["id"] if drill else "left over")
     say(f"{node}: {'resumed' if resumed else 'not resumed: ' + why} ({reason})")
     return EXIT_OK if resumed else EXIT_UNHEALTHY
+
+
+def _no_slurm_here(exc: BaseException) -> bool:
+    """scontrol ran but has no slurm.conf to read: this host is no configured Slurm node."""
+    return "Could not establish a configuration source" in str(exc)
 
 
 def report(config: Config, node: str | None, as_json: bool) -> int:

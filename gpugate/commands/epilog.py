@@ -52,6 +52,7 @@ def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
                      drained_check=history.reason_check(r.reason) if r.drained else None,
                      category=r.category if r.abnormal else None,
+                     job_end="failed" if r.abnormal else "ok",
                      confidence=r.confidence, checkpoint_age_s=r.checkpoint_age_s,
                      checkpoint_stale=r.checkpoint_stale)  # fmt: skip
 

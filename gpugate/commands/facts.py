@@ -10,6 +10,8 @@ from gpugate.config import load_config
 from gpugate.fsutil import atomic_write
 from gpugate.node import node_name
 
+XML_MAX = 64 << 20  # `nvidia-smi -q -x` of 8 GPUs is well under 1 MiB
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
@@ -62,10 +64,12 @@ def main(argv: list[str]) -> int:
 
 def _from_xml(path: str) -> dict | None:
     from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
+    from gpugate.fsutil import read_text
 
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return snapshot_from_xml(f.read())
-    except (OSError, NvidiaSmiXmlError) as exc:
+    try:  # a regular file under the cap, opened without blocking (never a FIFO or a device)
+        return snapshot_from_xml(read_text(path, XML_MAX))
+    except OSError as exc:
+        print(f"gpugate facts: {path}: {exc.strerror or exc}", file=sys.stderr)
+    except NvidiaSmiXmlError as exc:
         print(f"gpugate facts: {path}: {exc}", file=sys.stderr)
         return None

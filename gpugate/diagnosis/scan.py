@@ -97,12 +97,15 @@ def _hit_lines(buf: bytes, end: int, first_line: int) -> Iterator[tuple[int, byt
         yield line_no, buf[start : spans[start]]
 
 
-def grep_hits(path: str, grep: str, size: int) -> Iterator[tuple[int, bytes]]:
+def grep_hits(
+    path: str, grep: str, size: int, stdin: BinaryIO | None = None
+) -> Iterator[tuple[int, bytes]]:
     """Lines of a file holding an anchor, found by `grep -a -n -E` (argument list, timeout).
 
     One alternation of the anchors with ERE metacharacters bracketed (`.cc:` is `[.]cc:`), so
     grep reads each anchor as Python's `in` does; GNU grep's `-E` alternation measured twice as
-    fast as `-F` with one `-e` per anchor on the benchmark log.
+    fast as `-F` with one `-e` per anchor on the benchmark log. `path` "-" with `stdin`: grep
+    reads a file already open (checked once, never opened again by name).
     """
     import subprocess
     import threading
@@ -110,8 +113,9 @@ def grep_hits(path: str, grep: str, size: int) -> Iterator[tuple[int, bytes]]:
     argv = [grep, "-a", "-n", "-E", S.GREP_ERE, "--", path]
     env = dict(os.environ, LC_ALL="C")
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
+        argv, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
     timer = threading.Timer(60 + GREP_SECONDS_PER_GB * size / 1e9, proc.kill)
     timer.start()
     try:
@@ -216,24 +220,28 @@ def scan_input(
 
 
 def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
-    size = os.stat(path).st_size
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
+    """Scan one named file: opened once, without blocking, and only if it is a regular file
+    (a FIFO or `/dev/zero` named as a log is refused, never read until killed); grep and
+    gzip read that same descriptor. No size cap: a log is streamed, never held in memory."""
+    from gpugate.fsutil import open_regular
+
+    with os.fdopen(open_regular(path), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        # pread: the descriptor's offset stays at 0 for grep, which reads it as its stdin.
+        gz = os.pread(f.fileno(), 2, 0) == b"\x1f\x8b"
         if not gz:
             grep = _find_grep() if engine != "python" else None
-            use_grep = grep is not None and (engine == "grep" or size >= GREP_MIN_BYTES)
-            if use_grep and os.path.isfile(path):
-                n = _feed(grep_hits(path, grep, size), file, col)  # type: ignore[arg-type]
+            if grep is not None and (engine == "grep" or size >= GREP_MIN_BYTES):
+                n = _feed(grep_hits("-", grep, size, stdin=f), file, col)  # type: ignore[arg-type]
                 return FileScan(path=path, bytes=size, hit_lines=n, engine="grep")
-            f.seek(0)
             n = scan_stream(f, file, col)
             return FileScan(path=path, bytes=size, hit_lines=n, engine="python")
-    import gzip
+        import gzip
 
-    with gzip.open(path, "rb") as g:
-        counter = Counting(g)
-        n = scan_stream(counter, file, col)
-    return FileScan(path=path, bytes=counter.total, hit_lines=n, engine="python+gzip")
+        with gzip.open(f, "rb") as g:
+            counter = Counting(g)
+            n = scan_stream(counter, file, col)
+        return FileScan(path=path, bytes=counter.total, hit_lines=n, engine="python+gzip")
 
 
 class Counting:

@@ -434,12 +434,16 @@ def list_bundles(evidence_dir: str, job_id: str) -> list[str]:
     )
 
 
+SUMMARY_MAX = 16 << 20  # a summary is a few KiB; far bigger is not the epilog's
+
+
 def read_summary(bundle: str) -> dict | None:
     """A bundle's summary.json, or None when missing or unreadable."""
     try:
-        fd = os.open(os.path.join(bundle, "summary.json"), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            data = json.load(fh)
+        from gpugate.fsutil import read_regular
+
+        # Never blocks (a FIFO in its place is refused), never follows a symlink, capped.
+        data = json.loads(read_regular(os.path.join(bundle, "summary.json"), SUMMARY_MAX, False))
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
     return data if isinstance(data, dict) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 
+from gpugate.fsutil import read_regular
 from gpugate.record import Record
 
 HEALING_FILE = "healing.json"
@@ -61,11 +62,8 @@ def _valid(node: object, e: object) -> Healing | None:
 def load(state_dir: str) -> dict[str, Healing]:
     """Every node's healing entry; {} when the file is missing or unreadable (never raises)."""
     try:
-        fd = os.open(healing_path(state_dir), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(_READ_MAX + 1)
-        if len(raw) > _READ_MAX:
-            return {}
+        # Never blocks: a FIFO in its place must not hang every health check (fsutil).
+        raw = read_regular(healing_path(state_dir), _READ_MAX, follow=False)
         data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return {}

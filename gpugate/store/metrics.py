@@ -8,7 +8,9 @@ Series (every one labelled with the Slurm `node`):
   `== 2`, and a status change never leaves a stale series behind.
 - `gpugate_prolog_duration_seconds` gauge: the last prolog's own run time.
 - `gpugate_drains_total{check}`, `gpugate_diagnoses_total{category}` (a verdict of medium or
-  low confidence counts as category "uncertain"),
+  low confidence counts as category "uncertain"), `gpugate_job_ends_total{result}` (ok /
+  failed: each job run as the epilog judged it by its own end; a requeued run that completes
+  is an ok),
   `gpugate_unknown_xids_total{xid}`, `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
 - `gpugate_false_drains_total{check}` counter: drains lifted (by `gpugate resume` or by
   healing) with no repair since the drain (history.lifted_without_repair).
@@ -42,7 +44,7 @@ import re
 import time
 
 from gpugate import log
-from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private
+from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
 from gpugate.store import locks
 
 TYPE_CHECKING = False
@@ -71,6 +73,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_diagnoses_total": (
         "counter", "Abnormal job ends diagnosed by the epilog, by failure category.",
         ("category",)),
+    "gpugate_job_ends_total": (
+        "counter", "Job runs ended on this node, as the epilog judged each run by its own end: "
+        "ok or failed.", ("result",)),
     "gpugate_unknown_xids_total": (
         "counter", "Xids not in NVIDIA's catalog seen by a prolog on this node (warned, kept).",
         ("xid",)),
@@ -99,6 +104,7 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
 QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
+JOB_END_RESULTS = ("ok", "failed")
 SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
 _SKIPPED_MAX = 1 << 20
 
@@ -192,6 +198,7 @@ def apply_run(
     checkpoint_age_s: float | None = None,
     checkpoint_stale: bool = False,
     skipped: int = 0,
+    job_end: str | None = None,
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics);
     `skipped`: earlier updates skipped since the last one (their lock was busy)."""
@@ -216,6 +223,9 @@ def apply_run(
         if confidence not in (None, "high"):
             category = UNCERTAIN
         key = ("gpugate_diagnoses_total", (*n, ("category", category)))
+        out[key] = out.get(key, 0) + 1
+    if job_end in JOB_END_RESULTS:  # the epilog: this run's own end (ok / failed)
+        key = ("gpugate_job_ends_total", (*n, ("result", job_end)))
         out[key] = out.get(key, 0) + 1
     for code in unknown_xids:
         key = ("gpugate_unknown_xids_total", (*n, ("xid", str(int(code)))))
@@ -301,7 +311,8 @@ def _fold(path: str, state_dir: str, change: Callable[[Samples], Samples]) -> bo
             return False
         try:
             # gpugate's series are a few KB; a bigger file is not ours to parse whole.
-            with open(path, encoding="utf-8") as fh:
+            fd = open_regular(path, follow=False)  # a FIFO in its place hangs no hook
+            with os.fdopen(fd, encoding="utf-8") as fh:
                 previous = parse_samples(fh.read(READ_MAX))
         except (OSError, UnicodeDecodeError):
             previous = {}

@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-from gpugate.fsutil import atomic_write
+from gpugate.fsutil import atomic_write, read_regular
 from gpugate.record import Record
 from gpugate.slurm_hooks.slurm.cli import CliBackend, parse_version
 from gpugate.slurm_hooks.slurm.control import (
@@ -131,9 +131,7 @@ def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int
     path = os.path.join(state_dir, _GRES_CACHE)
     now = time.time()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            data = json.loads(fh.read(4096))
+        data = json.loads(read_regular(path, 4096, follow=False))  # never blocks, capped
         gpus = data["gpus"]
         fresh = 0 <= now - float(data["at"]) < GRES_CACHE_S
         if data["node"] == node and fresh and type(gpus) is int and gpus >= 0:

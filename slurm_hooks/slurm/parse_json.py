@@ -151,6 +151,7 @@ def _job_from_record(rec: dict, expand: Callable[[str], list[str]]) -> JobInfo:
         partition=rec.get("partition") or "",
         required_nodes=tuple(expand(rec.get("required_nodes") or "")),
         end_time=ended_at(_epoch(rec.get("end_time"))),
+        start_time=ended_at(_epoch(rec.get("start_time"))),  # a pending job's is a forecast
     )
 
 

@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 
 from gpugate.slurm_hooks.slurm.hostlist import NULLS, expand_lenient
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, gres_gpu_count, split_state
+from gpugate.slurm_hooks.slurm.records import (
+    JobInfo,
+    NodeInfo,
+    ended_at,
+    gres_gpu_count,
+    split_state,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -172,6 +178,7 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
         partition=_text(kv.get("Partition")),
         required_nodes=tuple(expand(_text(kv.get("ReqNodeList")))),
         end_time=_text_time(kv.get("EndTime") or ""),
+        start_time=ended_at(_text_time(kv.get("StartTime") or "")),  # pending: a forecast
     )
 
 

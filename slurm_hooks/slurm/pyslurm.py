@@ -101,6 +101,7 @@ class PyslurmBackend(SlurmControl):
             partition=j.partition or "",
             required_nodes=tuple(self.expand_hostlist(getattr(j, "required_nodes", None) or "")),
             end_time=ended_at(_pyslurm_epoch(getattr(j, "end_time", None))),
+            start_time=ended_at(_pyslurm_epoch(getattr(j, "start_time", None))),
         )
 
     def _job(self, job_id: int | str) -> object:

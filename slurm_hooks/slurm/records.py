@@ -89,6 +89,7 @@ class JobInfo(Record):
     partition: str = ""
     required_nodes: tuple = ()  # `-w`/ReqNodeList, expanded host names
     end_time: int | None = None  # epoch; None while the job has not ended (or was requeued)
+    start_time: int | None = None  # epoch; this run's start (None: not started, unknown)
 
     @property
     def back_in_queue(self) -> bool:
