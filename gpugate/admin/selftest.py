@@ -289,7 +289,7 @@ def run_wrapper(wrapper: str, who: Account, node: str, timeout: float) -> Proble
 def selftest(
     hooks_dir: str,
     users: dict[str, str | None],
-    system_hook_env: str = SYSTEM_HOOK_ENV,
+    system_hook_env: str | None = None,
     node: str = "selftest",
     timeout: float = HOOK_TIMEOUT_S,
     slurm: SlurmFacts | None = None,
@@ -297,7 +297,8 @@ def selftest(
     """Each installed hook wrapper of `hooks_dir`, judged and run as `users[role]`, then the
     site's Slurm settings (`site`); `users["slurm"]` None: SlurmUser from `scontrol show config`.
     `slurm`: the facts of the running Slurm (None: gathered here)."""
-    env_files = [system_hook_env, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
+    system = system_hook_env or SYSTEM_HOOK_ENV  # read at the call: tests point it elsewhere
+    env_files = [system, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
     env_problems = check_hook_env(env_files)
     envs = {hook: read_hook_env(env_files, hook) for hook in HOOK_USERS}
     if slurm is None:
@@ -345,9 +346,9 @@ def config_path(env: dict[str, str]) -> str | None:
 def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
     """The site's Slurm settings that gpugate's requeues and `gpugate qualify` rely on."""
     report = HookReport("site", "slurm.conf")
-    report.problems = [*check_slurm_read(slurm), *check_job_requeue(slurm.conf),
-                       *check_prolog_hold(slurm.conf)]  # fmt: skip
+    report.problems = check_slurm_read(slurm)
     if not slurm.error:
+        report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
         config, _ = check_config(path, account("root"))  # its problems are the hooks' already
         report.problems += check_qualify_geometry(getattr(config, "qualify", None), slurm)
         if slurm.nodes_error:

@@ -228,9 +228,9 @@ def check_records(evidence_dir: str, who: Account) -> list[Problem]:
         return [Problem(f"EpilogSlurmctld (as {who.name}) cannot reach the nodes' decision "
                         f"records in {view}: {', '.join(d for d, _ in closed)} closed to "
                         f"{who.name}; it could not see an infrastructure failure, and no "
-                        "opted-in job would be requeued",
-                        " && ".join(c for _, c in closed) + " (traversal only: the evidence "
-                        "stays unlisted and unread)")]  # fmt: skip
+                        "opted-in job would be requeued (the fix opens them for traversal "
+                        "only: the evidence stays unlisted and unread)",
+                        " && ".join(c for _, c in closed))]  # fmt: skip
     bad = unreadable_records(view, who)
     if not bad:
         return []
