@@ -385,3 +385,14 @@ def test_the_task_prolog_as_an_ordinary_user(tmp_path):
     private.chmod(0o701)
     again = _selftest(libexec, tmp_path, root="root", job=JOB_USER)
     assert again["task-prolog"].status == "ok", again["task-prolog"].problems
+
+
+def test_a_hook_env_the_job_user_cannot_read(tmp_path):
+    """An admin's `chmod 0600 hook.env`: the TaskProlog's `.` stops the wrapper, the job fails."""
+    env = _env_file(tmp_path / "hook.env", "GPUGATE_BIN=/x\n", 0o600)
+    (problem,) = S.check_hook_env_readable([env, str(tmp_path / "absent.env")], "task-prolog",
+                                           STRANGER)  # fmt: skip
+    assert f"{env} is not readable by stranger, who runs task-prolog" in problem.what
+    assert problem.fix.startswith(f"chmod 0644 {env}")
+    os.chmod(env, 0o644)
+    assert S.check_hook_env_readable([env], "task-prolog", STRANGER) == []

@@ -181,6 +181,20 @@ def check_hook_env(paths: list[str]) -> list[Problem]:
     return problems
 
 
+def check_hook_env_readable(paths: list[str], hook: str, who: Account) -> list[Problem]:
+    """The hook's user reads each hook.env: the wrapper's `.` of an unreadable one stops its
+    shell, and the hook fails (the TaskProlog, run as the job's user, fails the job)."""
+    problems = []
+    for path in paths:
+        if os.path.isfile(path):
+            why = denied(path, who, 4)
+            if why:
+                problems.append(Problem(f"{path} is not readable by {who.name}, who runs {hook}: "
+                                        f"{why}; the wrapper stops there and {hook} fails",
+                                        f"chmod 0644 {path} (no secrets in hook.env)"))  # fmt: skip
+    return problems
+
+
 def check_state_dir(state_dir: str, hook: str, who: Account) -> list[Problem]:
     """root's hooks write the state directory; the TaskProlog reads its task file through it."""
     if HOOK_USERS[hook] == "job":
@@ -322,6 +336,7 @@ def selftest(
             continue
         env, env_error = envs[hook]
         report.problems = judge(hook, wrapper, who, env, env_problems, slurm)
+        report.problems += check_hook_env_readable(env_files, hook, who)
         if env_error:
             report.problems.append(Problem(
                 f"the wrapper's /bin/sh stops in hook.env ({env_error}): {hook} would fail",
