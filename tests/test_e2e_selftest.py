@@ -9,6 +9,7 @@ type it, and selftest then passes (issue 26, deliver 4).
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import pytest
 from e2e import Site, slurm_or_skip
 
 from gpugate.admin import selftest as S
+from gpugate.admin.sitecheck import controller_dir_of
 from gpugate.cli import main as cli_main
+from gpugate.config import load_config
 
 pytestmark = pytest.mark.slurm
 
@@ -77,7 +80,7 @@ def admin_types(fix: str) -> None:
 def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, capsys):
     """The site of the issue: slurm.conf elsewhere, hook.env without it, refused jobs held."""
     hook_env(site, "")
-    code, report = selftest(site, capsys)
+    code, report = selftest(site, capsys, "--slurm-user", "root")  # SlurmUser's reach: below
     assert code == 1 and report["ok"] is False
     (held,) = problems(report, "site")
     assert "lacks nohold_on_prolog_fail" in held["what"]
@@ -95,7 +98,7 @@ def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, c
         "SchedulerParameters=batch_sched_delay=0",
         "SchedulerParameters=batch_sched_delay=0,nohold_on_prolog_fail"))  # fmt: skip
     cluster.run(["scontrol", "reconfigure"])
-    code, report = selftest(site, capsys)
+    code, report = selftest(site, capsys, "--slurm-user", "root")
     assert code == 0, json.dumps(report, indent=1)
     assert {h["hook"]: h["status"] for h in report["hooks"]} == dict.fromkeys(S.HOOK_USERS, "ok")
 
@@ -109,14 +112,18 @@ def test_a_slurm_user_that_cannot_reach_the_evidence(site, cluster, capsys):
     hook_env(site, f"SLURM_CONF={cluster.conf_path}\n")
     (site.evidence / "controller-view").mkdir(exist_ok=True)
     site.evidence.chmod(0o700)
+    # What a root SlurmUser left behind (or nothing yet): root's, closed to slurm.
+    controller = Path(controller_dir_of(load_config(str(site.config))))
+    controller.mkdir(exist_ok=True)
+    os.chown(controller, 0, 0)
+    controller.chmod(0o755)
     code, report = selftest(site, capsys, "--slurm-user", "slurm")
     assert code == 1
     found = {p["what"]: p["fix"] for p in problems(report, "epilog-slurmctld")}
     reach = next(w for w in found if "cannot reach the nodes' decision records" in w)
     assert found[reach] == f"chmod o+x {site.evidence}"
-    record = next(w for w in found if "controller_dir" in w)
-    controller = site.state / "controller"
-    assert f"install -d -o slurm -g slurm -m 0750 {controller}" in found[record]
+    record = next(w for w in found if "cannot record its decisions" in w)
+    assert found[record] == f"install -d -o slurm -g slurm -m 0750 {controller}"
     for fix in (found[reach], found[record]):
         admin_types(fix)
     code, report = selftest(site, capsys, "--slurm-user", "slurm")
