@@ -165,8 +165,8 @@ def check_slurm_conf_reaches(hook: str, env: dict[str, str], facts: SlurmFacts) 
     label = NO_SLURM_CONF[hook]
     if facts.bare_error:
         return [Problem(f"{label} gets no SLURM_CONF from Slurm and hook.env sets none; "
-                        f"without it scontrol fails here ({facts.bare_error}), so every "
-                        f"{hook} run would fail so", fix)]  # fmt: skip
+                        f"without it scontrol fails here ({facts.bare_error}); every "
+                        f"{hook} run would fail the same way", fix)]  # fmt: skip
     if running and facts.bare_path and not _same_file(running, facts.bare_path):
         return [Problem(f"{label} gets no SLURM_CONF from Slurm and hook.env sets none; without "
                         f"it scontrol reads {facts.bare_path}, not this cluster's {running}",
