@@ -1,9 +1,11 @@
 """End to end: `gpugate selftest` against a real local Slurm finds what would lose requeues.
 
 The site is the test install of every end-to-end test (tests/slurm/gpugate_site.py): the five
-wrappers beside a hook.env, slurm.conf at a private path. Each problem the issue met on a
-default site is made here, found by selftest with its fix, the fix applied as an admin would
-type it, and selftest then passes (issue 26, deliver 4).
+wrappers beside a hook.env, slurm.conf at a private path, nodes of 8 GPUs and 2 CPUs. Each
+problem the issue met on a default site is made here (no nohold_on_prolog_fail, hook.env without
+SLURM_CONF, evidence and controller_dir closed to slurm; and a qualify geometry the nodes cannot
+run), found by selftest with its fix, the fix applied as an admin would, and selftest then
+passes (issue 26, deliver 4).
 """
 
 from __future__ import annotations
@@ -82,17 +84,22 @@ def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, c
     hook_env(site, "")
     code, report = selftest(site, capsys, "--slurm-user", "root")  # SlurmUser's reach: below
     assert code == 1 and report["ok"] is False
-    (held,) = problems(report, "site")
+    held, geometry = problems(report, "site")
     assert "lacks nohold_on_prolog_fail" in held["what"]
     assert "SchedulerParameters=batch_sched_delay=0,nohold_on_prolog_fail" in held["fix"]
+    # The test nodes have 8 GPUs in Gres and 2 CPUs: one rank per GPU cannot be placed.
+    assert "one rank per Gres GPU asks 8 tasks of gpu-node-01" in geometry["what"]
+    assert geometry["fix"].startswith("set qualify.ntasks_per_node: 2 ")
     for hook in ("health", "epilog-slurmctld"):
         fixes = [p["fix"] for p in problems(report, hook)]
         assert f"add the line SLURM_CONF={cluster.conf_path} to /etc/gpugate/hook.env" in fixes
     for hook in ("prolog", "epilog", "task-prolog"):  # slurmd gives these SLURM_CONF
         assert problems(report, hook) == [], problems(report, hook)
 
-    # The fixes: a plain SLURM_CONF= line (the documented spelling), the scheduler option.
+    # The fixes: a plain SLURM_CONF= line (the documented spelling), the scheduler option,
+    # the ranks per node.
     hook_env(site, f"SLURM_CONF={cluster.conf_path}\n")
+    site.write_config("qualify:\n  ntasks_per_node: 2\n")
     text = cluster.conf_path.read_text()
     cluster.conf_path.write_text(text.replace(
         "SchedulerParameters=batch_sched_delay=0",

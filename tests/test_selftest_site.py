@@ -114,7 +114,9 @@ def test_gathering_with_hook_envs_slurm_conf_and_without_any(monkeypatch):
     assert "Could not establish a configuration source" in facts.bare_error
     assert facts.bare_path is None
     assert facts.partitions == ("debug", "big") and facts.default_partition == "debug"
-    assert facts.nodes and all(isinstance(n, NodeInfo) for n in facts.nodes)
+    (node,) = facts.nodes
+    assert (node.name, node.partitions, node.gres_gpus) == ("vm", ("debug",), 8)
+    assert facts.cpus == {"vm": 2}
 
 
 def test_gathering_without_any_slurm_conf_runs_scontrol_once_for_both(monkeypatch):
@@ -230,6 +232,18 @@ def test_more_ranks_per_node_than_gpus(qualify):
     assert C.check_qualify_geometry(qualify.replace(ntasks_per_node=4), _facts()) == []
     big = qualify.replace(ntasks_per_node=8, partition="big")  # n1 alone: 8 GPUs
     assert C.check_qualify_geometry(big, _facts()) == []
+
+
+def test_more_ranks_per_node_than_cpus(qualify):
+    """One rank per Gres GPU (8 and 4) on 2-CPU nodes: the job would stay PENDING."""
+    facts = _facts(cpus={"n1": 2, "n2": 2})
+    (problem,) = C.check_qualify_geometry(qualify, facts)
+    assert "one rank per Gres GPU asks 8 tasks of n1, n2, which has 2 CPUs" in problem.what
+    assert "PartitionConfig" in problem.what
+    assert problem.fix.startswith("set qualify.ntasks_per_node: 2 ")
+    assert C.check_qualify_geometry(qualify.replace(ntasks_per_node=2), facts) == []
+    (problem,) = C.check_qualify_geometry(qualify.replace(ntasks_per_node=3), facts)
+    assert "qualify.ntasks_per_node 3 asks 3 tasks" in problem.what
 
 
 # --- what SlurmUser must reach ---------------------------------------------------------------

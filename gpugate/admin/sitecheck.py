@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpugate.admin.access import Account, Problem, bits, closed_dirs, denied, group_name
+from gpugate.qualify.jobs import ntasks_for
 from gpugate.slurm_hooks.slurm.cli import CliBackend
 from gpugate.slurm_hooks.slurm.control import SlurmError
-from gpugate.slurm_hooks.slurm.parse_text import parse_kv
+from gpugate.slurm_hooks.slurm.parse_text import parse_kv, parse_show_node_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class SlurmFacts:
     bare_path: str | None = None
     bare_error: str = ""
     nodes: tuple[NodeInfo, ...] = ()
+    cpus: dict[str, int] = field(default_factory=dict)  # node -> CPUTot
     partitions: tuple[str, ...] = ()
     default_partition: str | None = None
     nodes_error: str = ""
@@ -95,14 +97,21 @@ def gather_slurm(
     if error:
         return facts
     try:
-        nodes = tuple(backend.nodes().values())
-        partitions = [parse_kv(line) for line in backend.scontrol("-o", "show", "partition")
-                      .splitlines() if line.startswith("PartitionName=")]  # fmt: skip
+        text = backend.scontrol("-o", "show", "node")
+        partitions = _records(backend.scontrol("-o", "show", "partition"), "PartitionName")
     except SlurmError as exc:
         return replace(facts, nodes_error=str(exc))
+    cpus = {kv["NodeName"]: int(kv["CPUTot"]) for kv in _records(text, "NodeName")
+            if kv.get("CPUTot", "").isdigit()}  # fmt: skip
     default = next((p["PartitionName"] for p in partitions if p.get("Default") == "YES"), None)
-    names = tuple(p["PartitionName"] for p in partitions)
-    return replace(facts, nodes=nodes, partitions=names, default_partition=default)
+    return replace(facts, nodes=tuple(parse_show_node_text(text)), cpus=cpus,
+                   partitions=tuple(p["PartitionName"] for p in partitions),
+                   default_partition=default)  # fmt: skip
+
+
+def _records(text: str, key: str) -> list[dict[str, str]]:
+    """The `scontrol -o` records of `text` that start with `key=`."""
+    return [parse_kv(line) for line in text.splitlines() if line.startswith(f"{key}=")]
 
 
 # --- Slurm's settings ------------------------------------------------------------------------
@@ -193,6 +202,10 @@ def check_qualify_geometry(qc: Qualify | None, facts: SlurmFacts) -> list[Proble
     nodes = [n for n in facts.nodes if partition in n.partitions]
     if not nodes:
         return [Problem(f"qualify partition {partition!r} holds no nodes", choose)]
+    return [*_more_ranks_than_gpus(qc, nodes), *_more_ranks_than_cpus(qc, nodes, facts.cpus)]
+
+
+def _more_ranks_than_gpus(qc: Qualify, nodes: list[NodeInfo]) -> list[Problem]:
     wanted = qc.ntasks_per_node
     short = sorted((n for n in nodes if wanted and n.gres_gpus and n.gres_gpus < wanted),
                    key=lambda n: n.gres_gpus or 0)  # fmt: skip
@@ -203,6 +216,28 @@ def check_qualify_geometry(qc: Qualify | None, facts: SlurmFacts) -> list[Proble
                         "which NCCL refuses", f"set qualify.ntasks_per_node: null (one rank "
                         f"per GPU, from Gres) or at most {short[0].gres_gpus}")]  # fmt: skip
     return []
+
+
+def _more_ranks_than_cpus(
+    qc: Qualify, nodes: list[NodeInfo], cpus: dict[str, int]
+) -> list[Problem]:
+    """A job asking more tasks per node than the node has CPUs is accepted by sbatch and then
+    stays PENDING (Reason=PartitionConfig; seen on 22.05.8) until qualify.wait_s cancels it."""
+    short = [(n.name, ntasks_for(qc, n.gres_gpus), cpus[n.name]) for n in nodes
+             if n.name in cpus and ntasks_for(qc, n.gres_gpus) > cpus[n.name]]  # fmt: skip
+    if not short:
+        return []
+    fewest = min(c for _, _, c in short)
+    names = ", ".join(name for name, _, _ in short[:5]) + (" ..." if len(short) > 5 else "")
+    ranks = (
+        f"qualify.ntasks_per_node {qc.ntasks_per_node}"
+        if qc.ntasks_per_node
+        else ("one rank per Gres GPU")
+    )
+    return [Problem(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
+                    "its qualification job stays PENDING (PartitionConfig) until qualify.wait_s "
+                    "cancels it", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
+                    "runs on that many GPUs of each node)")]  # fmt: skip
 
 
 # --- what SlurmUser must reach -----------------------------------------------------------------
