@@ -179,3 +179,51 @@ def test_an_interpreter_closed_to_the_job_user_allows_the_job(tmp_path):
     assert (done.returncode, done.stdout) == (0, "")
     assert f"gpugate: task-prolog: {python} is not executable for {JOB_USER} (" in done.stderr
     assert "task-prolog skipped, job allowed" in done.stderr
+
+
+# --- hook.env as admins write it (issue 26, deliver 3) ----------------------------------------
+
+
+@pytest.fixture
+def env_bin(tmp_path: Path) -> Path:
+    """A GPUGATE_BIN that prints the environment it was exec'd with, one NAME=value a line."""
+    script = tmp_path / "env-gpugate"
+    script.write_text("#!/bin/sh\nexec env\n")
+    script.chmod(0o755)
+    return script
+
+
+def _exported(done: subprocess.CompletedProcess) -> dict[str, str]:
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("hook", [*HOOKS, "health"])
+def test_plain_and_export_lines_both_reach_gpugate(tmp_path, env_bin, hook):
+    """`SLURM_CONF=/x` (the documented spelling) and `export NAME=value` are both exported."""
+    script = tmp_path / f"gpugate-{hook}"
+    shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+    text = (
+        f"GPUGATE_BIN={env_bin}\n"
+        "SLURM_CONF=/x/slurm.conf\n"
+        "export GPUGATE_CACHE_DIR=/y/cache\n"
+        "# a comment, and a quoted value with a space\n"
+        "SITE_NOTE='two words'\n"
+    )
+    seen = _exported(run(script, text))
+    assert seen["SLURM_CONF"] == "/x/slurm.conf"
+    assert seen["GPUGATE_CACHE_DIR"] == "/y/cache"
+    assert seen["SITE_NOTE"] == "two words"
+    assert seen["GPUGATE_BIN"] == str(env_bin)
+
+
+def test_a_hook_env_line_may_depend_on_the_hook(tmp_path, env_bin):
+    """A `case $hook in` line sees the hook's name, as selftest's reading of hook.env does."""
+    text = (
+        f"GPUGATE_BIN={env_bin}\n"
+        "case $hook in health | epilog-slurmctld) SLURM_CONF=/ctl/slurm.conf ;; esac\n"
+    )
+    for hook, expected in (("health", "/ctl/slurm.conf"), ("prolog", None)):
+        script = tmp_path / f"gpugate-{hook}"
+        shutil.copy(HOOKS_DIR / "gpugate-hook", script)
+        assert _exported(run(script, text)).get("SLURM_CONF") == expected

@@ -10,16 +10,33 @@ from __future__ import annotations
 
 import grp
 import os
-import pwd
+import stat
 from dataclasses import dataclass, field
 
+from gpugate.admin.access import Account, Problem, account, denied
+from gpugate.admin.sitecheck import (
+    SlurmFacts,
+    check_controller_access,
+    check_job_requeue,
+    check_prolog_hold,
+    check_qualify_geometry,
+    check_slurm_conf_reaches,
+    check_slurm_read,
+    controller_dir_of,
+    gather_slurm,
+)
 from gpugate.runner import TIMEOUT, run
+
+__all__ = ["Account", "HookReport", "Problem", "account", "denied", "selftest"]
 
 SYSTEM_HOOK_ENV = "/etc/gpugate/hook.env"
 DEFAULT_BIN = "/opt/gpugate/bin/gpugate"
 DEFAULT_CONFIG = "/etc/gpugate/gpugate.yaml"
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+# The PATH the wrapper sets (slurm_hooks/gpugate-hook): slurmd gives hooks none.
+WRAPPER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOOK_TIMEOUT_S = 60.0
+HOOK_ENV_TIMEOUT_S = 10.0
 FAKE_JOB_ID = "4294967000"  # no real job: the hooks take no action in selftest mode anyway
 # hook -> who Slurm runs it as: root, the job's user, or SlurmUser (on the controller).
 HOOK_USERS = {
@@ -31,23 +48,6 @@ HOOK_USERS = {
 }
 # What the hook prints in selftest mode (gpugate.commands.selftest_dry_run).
 OK_MARK = "selftest ok"
-
-
-@dataclass(frozen=True)
-class Account:
-    """A local user as the kernel judges it: uid and every group id."""
-
-    name: str
-    uid: int
-    gids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing that would break, and what to do about it."""
-
-    what: str
-    fix: str
 
 
 @dataclass
@@ -66,64 +66,52 @@ class HookReport:
                 "problems": [{"what": p.what, "fix": p.fix} for p in self.problems]}  # fmt: skip
 
 
-def account(name: str) -> Account:
-    """The account `name`; KeyError when there is none."""
-    entry = pwd.getpwnam(name)
-    return Account(name, entry.pw_uid, tuple(os.getgrouplist(name, entry.pw_gid)))
-
-
-def _bits(st: os.stat_result, who: Account) -> int:
-    """The rwx bits (as 0o7) that apply to `who` on a file of this stat."""
-    if who.uid == st.st_uid:
-        return (st.st_mode >> 6) & 7
-    if st.st_gid in who.gids:
-        return (st.st_mode >> 3) & 7
-    return st.st_mode & 7
-
-
-def denied(path: str, who: Account, want: int) -> str | None:
-    """Why `who` may not open `path` for `want` (4 read, 2 write, 1 execute); None if allowed."""
-    path = os.path.abspath(path)
-    # The directories on the way, of the path as named and of where its links lead.
-    for place in dict.fromkeys((path, os.path.realpath(path))):
-        parent = os.path.dirname(place)
-        while True:
-            try:
-                st = os.stat(parent)
-            except OSError:
-                break  # reported below, as the file's own absence
-            if who.uid != 0 and not _bits(st, who) & 1:
-                return f"{parent} is closed to {who.name} (mode {st.st_mode & 0o7777:04o})"
-            if parent == "/":
-                break
-            parent = os.path.dirname(parent)
+def trusted_hook_env(path: str) -> bool:
+    """A hook.env selftest may source: a regular file of root's (or this process's own user's),
+    writable by its owner alone; check_hook_env reports any other."""
     try:
         st = os.stat(path)
-    except OSError as exc:
-        return f"{path}: {exc.strerror.lower() if exc.strerror else exc}"
-    if who.uid == 0:  # root may do anything but run a file no one may run
-        return None if want != 1 or st.st_mode & 0o111 or os.path.isdir(path) else "no x bit"
-    if _bits(st, who) & want != want:
-        return f"{path} is mode {st.st_mode & 0o7777:04o} owned by {st.st_uid}:{st.st_gid}"
-    return None
-
-
-def read_hook_env(path: str) -> dict[str, str]:
-    """The `NAME=value` lines of a hook.env (as the wrapper's `.` would set them, simply)."""
-    values: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read(64 * 1024).splitlines()
     except OSError:
-        return values
-    for line in lines:
-        line = line.strip()
-        if line.startswith("export "):
-            line = line[len("export ") :].strip()
-        name, eq, value = line.partition("=")
-        if eq and name.isidentifier() and not line.startswith("#"):
-            values[name] = value.strip().strip("'\"")
-    return values
+        return False
+    mine = st.st_uid in (0, os.geteuid())
+    return stat.S_ISREG(st.st_mode) and mine and not st.st_mode & 0o022
+
+
+def read_hook_env(
+    paths: list[str], hook: str = "", timeout: float = HOOK_ENV_TIMEOUT_S
+) -> tuple[dict[str, str], str]:
+    """What the wrapper exports to gpugate from these hook.env files, read as it reads them
+    (/bin/sh, `set -a`, `.` in order, `$hook` set); and why the shell failed, or ""."""
+    files = [p for p in paths if trusted_hook_env(p)]
+    if not files:
+        return {}, ""
+    # The wrapper's own lines, with a clean environment: PATH as it sets it, no Slurm variables.
+    argv = ["env", "-i", f"PATH={WRAPPER_PATH}", "/bin/sh", "-c", _SOURCE_HOOK_ENV, "sh", hook,
+            *files]  # fmt: skip
+    done = run(argv, timeout)
+    if not done.ok:
+        said = [ln for ln in done.stderr.splitlines() if ln.strip()][-1:]
+        return {}, (said[0] if said else done.describe())
+    _, mark, exported = done.stdout.partition(_MARK)
+    values = {}
+    for entry in exported.split("\0") if mark else ():
+        name, eq, value = entry.partition("=")
+        if eq and name not in _SHELL_OWN:
+            values[name] = value
+    if values.get("PATH") == WRAPPER_PATH:
+        del values["PATH"]  # the wrapper's, not hook.env's
+    return values, ""
+
+
+# `set -a` exports each assignment, as in slurm_hooks/gpugate-hook; a file that fails to be
+# sourced stops the shell there, as it stops the wrapper (the hook then fails).
+_MARK = "\0gpugate-hook-env\0"
+_SOURCE_HOOK_ENV = (
+    'hook=$1; shift; cd / || exit 1; set -a; for f in "$@"; do [ -f "$f" ] && . "$f"; done; '
+    "set +a; printf '\\0gpugate-hook-env\\0'; exec env -0"
+)
+# What sh itself exports, and the wrapper's loop variable (`set -a` exports it too).
+_SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_", "f"}
 
 
 def interpreter(launcher: str) -> str | None:
@@ -151,9 +139,6 @@ def _on_path(command: str, path: str) -> str | None:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-WRAPPER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def check_launcher(bin_path: str, who: Account) -> list[Problem]:
@@ -196,6 +181,20 @@ def check_hook_env(paths: list[str]) -> list[Problem]:
     return problems
 
 
+def check_hook_env_readable(paths: list[str], hook: str, who: Account) -> list[Problem]:
+    """The hook's user reads each hook.env: the wrapper's `.` of an unreadable one stops its
+    shell, and the hook fails (the TaskProlog, run as the job's user, fails the job)."""
+    problems = []
+    for path in paths:
+        if os.path.isfile(path):
+            why = denied(path, who, 4)
+            if why:
+                problems.append(Problem(f"{path} is not readable by {who.name}, who runs {hook}: "
+                                        f"{why}; the wrapper stops there and {hook} fails",
+                                        f"chmod 0644 {path} (no secrets in hook.env)"))  # fmt: skip
+    return problems
+
+
 def check_state_dir(state_dir: str, hook: str, who: Account) -> list[Problem]:
     """root's hooks write the state directory; the TaskProlog reads its task file through it."""
     if HOOK_USERS[hook] == "job":
@@ -221,30 +220,33 @@ def check_state_dir(state_dir: str, hook: str, who: Account) -> list[Problem]:
     return []
 
 
-def check_slurmctld(env: dict[str, str], config: object, who: Account) -> list[Problem]:
-    """EpilogSlurmctld: SLURM_CONF for scontrol, the evidence group SlurmUser reads bundles by."""
+def check_slurmctld(
+    env: dict[str, str], config: object, who: Account, slurm: SlurmFacts
+) -> list[Problem]:
+    """EpilogSlurmctld reads slurm.conf as SlurmUser; epilog.evidence_group names a group."""
     problems = []
     conf = env.get("SLURM_CONF")
-    named = f"SLURM_CONF={conf} in hook.env" if conf else f"the default {DEFAULT_SLURM_CONF}"
-    why = denied(conf or DEFAULT_SLURM_CONF, who, 4)
+    named = f"SLURM_CONF={conf} in hook.env"
+    if not conf and (slurm.bare_path or slurm.error):
+        conf = slurm.bare_path or DEFAULT_SLURM_CONF  # what its scontrol reads without one
+        named = f"{conf}, which scontrol reads without SLURM_CONF"
+    why = denied(conf, who, 4) if conf else None  # none at all: check_slurm_conf_reaches says
     if why:
         problems.append(Problem(
             f"EpilogSlurmctld (as {who.name} on the controller) cannot read {named}: {why}; "
-            "its scontrol calls would wait out their timeout",
-            "put SLURM_CONF=/path/to/slurm.conf in /etc/gpugate/hook.env"))  # fmt: skip
+            "its scontrol calls would fail",
+            f"make {conf} readable by {who.name} (chmod 0644, o+x its directories), or put "
+            "the line SLURM_CONF=/path/to/slurm.conf (the one slurmctld reads) in "
+            "/etc/gpugate/hook.env"))  # fmt: skip
+    # The controller reads only the nodes' decision records, never the bundles: the group is
+    # the admins' (gpugate evidence), but the node epilog's chgrp needs it to exist.
     group = getattr(getattr(config, "epilog", None), "evidence_group", None)
     if group:
         try:
-            gid = grp.getgrnam(group).gr_gid
+            grp.getgrnam(group)
         except KeyError:
             problems.append(Problem(f"epilog.evidence_group {group!r} is no group on this host",
                                     f"groupadd {group}, or fix epilog.evidence_group"))  # fmt: skip
-        else:
-            if gid not in who.gids:
-                problems.append(Problem(
-                    f"SlurmUser {who.name} is not in epilog.evidence_group {group!r}: "
-                    "EpilogSlurmctld cannot read the bundles it decides requeues by",
-                    f"usermod -aG {group} {who.name}"))  # fmt: skip
     return problems
 
 
@@ -298,34 +300,25 @@ def run_wrapper(wrapper: str, who: Account, node: str, timeout: float) -> Proble
     return Problem(f"{wrapper} as {who.name}: {said}", fix)
 
 
-def slurm_user(timeout: float = 15.0) -> str | None:
-    """SlurmUser from `scontrol show config` (`SlurmUser = slurm(64030)`), or None."""
-    done = run(["scontrol", "show", "config"], timeout)
-    if not done.ok:
-        return None
-    for line in done.stdout.splitlines():
-        name, _, value = line.partition("=")
-        if name.strip() == "SlurmUser" and value.strip():
-            return value.strip().split("(")[0] or None
-    return None
-
-
 def selftest(
     hooks_dir: str,
     users: dict[str, str | None],
-    system_hook_env: str = SYSTEM_HOOK_ENV,
+    system_hook_env: str | None = None,
     node: str = "selftest",
     timeout: float = HOOK_TIMEOUT_S,
+    slurm: SlurmFacts | None = None,
 ) -> list[HookReport]:
-    """Each installed hook wrapper of `hooks_dir`, judged and run as `users[role]`."""
-    env_files = [system_hook_env, os.path.join(hooks_dir, "hook.env")]
-    env: dict[str, str] = {}
-    for path in env_files:  # the wrapper's order: the one beside it wins
-        env.update(read_hook_env(path))
+    """Each installed hook wrapper of `hooks_dir`, judged and run as `users[role]`, then the
+    site's Slurm settings (`site`); `users["slurm"]` None: SlurmUser from `scontrol show config`.
+    `slurm`: the facts of the running Slurm (None: gathered here)."""
+    system = system_hook_env or SYSTEM_HOOK_ENV  # read at the call: tests point it elsewhere
+    env_files = [system, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
     env_problems = check_hook_env(env_files)
-    config_path = env.get("GPUGATE_CONFIG") or (
-        DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None
-    )
+    envs = {hook: read_hook_env(env_files, hook) for hook in HOOK_USERS}
+    if slurm is None:
+        # With hook.env's SLURM_CONF where the controller's hook has one: what the hooks read.
+        slurm = gather_slurm(envs["epilog-slurmctld"][0].get("SLURM_CONF"))
+    users = {**users, "slurm": users.get("slurm") or slurm.slurm_user}
     reports = []
     for hook, role in HOOK_USERS.items():
         wrapper = os.path.join(hooks_dir, f"gpugate-{hook}")
@@ -341,7 +334,14 @@ def selftest(
             report.status = "skipped"
             report.note = f"no user {name!r} on this host" if name else f"no {role} user known"
             continue
-        report.problems = judge(hook, wrapper, who, env, config_path, env_problems)
+        env, env_error = envs[hook]
+        report.problems = judge(hook, wrapper, who, env, env_problems, slurm)
+        report.problems += check_hook_env_readable(env_files, hook, who)
+        if env_error:
+            report.problems.append(Problem(
+                f"the wrapper's /bin/sh stops in hook.env ({env_error}): {hook} would fail",
+                f"fix that line of {' or '.join(env_files)}; plain NAME=value lines are "
+                "enough"))  # fmt: skip
         if who.uid != os.geteuid() and os.geteuid() != 0:
             report.note = f"not run: only root may run it as {who.name}"
         else:
@@ -349,7 +349,29 @@ def selftest(
             if ran is not None:
                 report.problems.append(ran)
         report.status = "broken" if report.problems else "ok"
+    reports.append(site_report(config_path(envs["epilog-slurmctld"][0]), slurm))
     return reports
+
+
+def config_path(env: dict[str, str]) -> str | None:
+    """The config a hook loads: hook.env's GPUGATE_CONFIG, else the system one if present."""
+    return env.get("GPUGATE_CONFIG") or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+
+
+def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
+    """The site's Slurm settings that gpugate's requeues and `gpugate qualify` rely on."""
+    report = HookReport("site", "slurm.conf")
+    report.problems = check_slurm_read(slurm)
+    if not slurm.error:
+        report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
+        config, _ = check_config(path, account("root"))  # its problems are the hooks' already
+        report.problems += check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        if slurm.nodes_error:
+            report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "
+                                           "qualify partition is unchecked",
+                                           "run gpugate selftest where scontrol works"))  # fmt: skip
+    report.status = "broken" if report.problems else "ok"
+    return report
 
 
 def judge(
@@ -357,8 +379,8 @@ def judge(
     wrapper: str,
     who: Account,
     env: dict[str, str],
-    config_path: str | None,
     env_problems: list[Problem],
+    slurm: SlurmFacts,
 ) -> list[Problem]:
     """The static checks of one hook for its user (before it is run)."""
     problems = list(env_problems)
@@ -367,10 +389,14 @@ def judge(
         problems.append(Problem(f"the wrapper {wrapper} is not runnable by {who.name}: {why}",
                                 f"chmod 0755 {wrapper}"))  # fmt: skip
     problems += check_launcher(env.get("GPUGATE_BIN") or DEFAULT_BIN, who)
-    config, found = check_config(config_path, who)
+    config, found = check_config(config_path(env), who)
     problems += found
     if config is not None:
         problems += check_state_dir(config.state_dir, hook, who)  # type: ignore[attr-defined]
+    problems += check_slurm_conf_reaches(hook, env, slurm)
     if hook == "epilog-slurmctld":
-        problems += check_slurmctld(env, config, who)
+        problems += check_slurmctld(env, config, who, slurm)
+        if config is not None:
+            evidence_dir = config.evidence_dir  # type: ignore[attr-defined]
+            problems += check_controller_access(evidence_dir, controller_dir_of(config), who)
     return problems

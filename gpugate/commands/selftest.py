@@ -12,13 +12,17 @@ DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
 
 
 def main(argv: list[str]) -> int:
-    """Run the selftest; 0 all ok, 1 something would break, 2 usage."""
-    from gpugate.admin.selftest import selftest, slurm_user
+    """Run the selftest; 0 all ok, 1 something would break (a requeue lost, a hook failed), 2
+    usage."""
+    from gpugate.admin.selftest import selftest
 
     p = make_parser("gpugate selftest", "Run each installed hook wrapper on this node the way "
                     "Slurm would (Prolog, Epilog, HealthCheckProgram as root; TaskProlog as a "
                     "job user; EpilogSlurmctld as SlurmUser) with GPUGATE_SELFTEST=1, in which "
-                    "the hooks take no action, and report what would break with the fix.")  # fmt: skip
+                    "the hooks take no action; check what SlurmUser must reach and the Slurm "
+                    "settings requeues rely on (JobRequeue, nohold_on_prolog_fail, SLURM_CONF "
+                    "for the hooks Slurm gives none, the qualify partition); report what "
+                    "would break with the fix.")  # fmt: skip
     p.add_argument("--hooks-dir", default=DEFAULT_HOOKS_DIR, metavar="DIR",
                    help=f"where the wrappers are (default {DEFAULT_HOOKS_DIR})")  # fmt: skip
     p.add_argument("--user", default="nobody", help="the job user for the TaskProlog (nobody)")
@@ -34,11 +38,14 @@ def main(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("gpugate selftest: --timeout must be positive", file=sys.stderr)
         return EXIT_USAGE
-    users = {"root": "root", "job": args.user, "slurm": args.slurm_user or slurm_user()}
+    users = {"root": "root", "job": args.user, "slurm": args.slurm_user}
     reports = selftest(args.hooks_dir, users, timeout=args.timeout)
     broken = any(r.status == "broken" for r in reports)
     if args.json:
-        print(json.dumps({"ok": not broken, "hooks": [r.to_dict() for r in reports]}, indent=2))
+        hooks = [r.to_dict() for r in reports if r.hook != "site"]
+        site = [r.to_dict() for r in reports if r.hook == "site"]
+        print(json.dumps({"ok": not broken, "hooks": hooks, "site": site[0] if site else None},
+                         indent=2))  # fmt: skip
     else:
         print(render(reports))
     return EXIT_UNHEALTHY if broken else EXIT_OK
@@ -48,10 +55,14 @@ def render(reports: list) -> str:
     """The report for a terminal: a line per hook, then each problem and its fix."""
     lines = []
     for r in reports:
-        head = f"{r.hook:<17} as {r.user:<12} {r.status}"
+        who = f"as {r.user}" if r.hook != "site" else f"({r.user}, qualify)"
+        head = f"{r.hook:<17} {who:<15} {r.status}"
         lines.append(head + (f" ({r.note})" if r.note else ""))
         for problem in r.problems:
             lines += [f"    - {problem.what}", f"      fix: {problem.fix}"]
-    broken = sum(r.status == "broken" for r in reports)
-    lines.append(f"{broken} hook(s) would break" if broken else "all hooks ok")
+    broken = [r.hook for r in reports if r.status == "broken"]
+    if not broken:
+        lines.append("all hooks ok; Slurm's settings ok")
+    else:
+        lines.append(f"would break: {', '.join(broken)}")
     return "\n".join(lines)
