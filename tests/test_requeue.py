@@ -144,7 +144,7 @@ def test_run_requeue_reads_bundles_and_records_the_checkpoint(tmp_path):
         with zipfile.ZipFile(ckpt / f"ckpt_{step}.pt", "w") as z:
             z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
     (ckpt / "ckpt_300.pt").write_bytes(b"PK\x03\x04 cut short")
-    config = default_config().replace(evidence_dir=str(tmp_path / "ev"))
+    config = default_config().replace(evidence_dir=str(tmp_path / "ev"), state_dir=str(tmp_path))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     write_bundle(config.evidence_dir, "5", "n1", 0, {}, HW)
     write_bundle(config.evidence_dir, "5", "n2", 0, {}, TIMEOUT)

@@ -16,6 +16,9 @@ from gpugate.admin import selftest as S
 from gpugate.cli import main as cli_main
 from gpugate.runner import CommandResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+from gpugate_site import own_hook_env_only
+
 REPO = Path(__file__).resolve().parent.parent
 WRAPPER = REPO / "slurm_hooks" / "gpugate-hook"
 GPUGATE = Path(sys.executable).parent / "gpugate"
@@ -46,6 +49,7 @@ def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = N
     for hook in S.HOOK_USERS:
         shutil.copy(WRAPPER, libexec / f"gpugate-{hook}")
         (libexec / f"gpugate-{hook}").chmod(0o755)
+        own_hook_env_only(libexec / f"gpugate-{hook}")  # never the host's /etc/gpugate/hook.env
     site = tmp_path / "gpugate.yaml"
     site.write_text(config if config is not None else f"state_dir: {tmp_path / 'state'}\n")
     site.chmod(0o644)
@@ -54,6 +58,7 @@ def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = N
     slurm_conf.chmod(0o644)
     (libexec / "hook.env").write_text(
         f"GPUGATE_BIN={bin_path}\nGPUGATE_CONFIG={site}\nSLURM_CONF={slurm_conf}\n"
+        f"GPUGATE_CACHE_DIR={tmp_path / 'cache'}\n"  # the hooks' env is clean: not the host's cache
     )
     return libexec
 
