@@ -210,7 +210,7 @@ def install_or_skip(deb_file: str) -> None:
     """`dpkg -i` the package in this throwaway root, over whatever the host had installed."""
     if not installing_here():
         pytest.skip(
-            "installs only in a throwaway root (test_the_install_tests_pass_in_a_throwaway_root)"
+            "installs only in a throwaway root (its module's test ..._in_a_throwaway_root runs it there)"
         )
     if os.geteuid() != 0 or not shutil.which("dpkg"):
         pytest.skip("installing the .deb needs root and dpkg")

@@ -55,9 +55,12 @@ def record() -> dict[str, tuple]:
     """{path: (kind, mode, uid, gid, content digest or link target)} of everything watched,
     with dpkg's own record of the package (status, version, conffiles and their sums)."""
     found: dict[str, tuple] = {}
-    listed = run(["dpkg", "-L", "gpugate"]).stdout.split()
-    for top in (*WATCHED, *listed):
+    for top in WATCHED:
         for path in walk(top):
+            found[path] = describe(path)
+    # Each path the package lists, itself only (it lists /usr, /etc...: not walked).
+    for path in run(["dpkg", "-L", "gpugate"]).stdout.splitlines():
+        if path not in ("/.", "") and os.path.lexists(path):
             found[path] = describe(path)
     query = ["dpkg-query", "-W", "-f", "${Status}|${Version}|${Conffiles}", "gpugate"]
     found["dpkg-query"] = (run(query).stdout,)
