@@ -61,19 +61,7 @@ def install_for_jobs(prefix: Path) -> Path:
     """gpugate and its dependencies under PREFIX (lib/, bin/gpugate), readable by every user;
     the launcher's path. Checked by running it as the job user: JobUserCannotRun if it fails."""
     lib = prefix / "lib"
-    for source, target in PACKAGE_DIRS.items():
-        shutil.copytree(ROOT / source, lib / target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
-    for module in DEPENDENCIES:
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.origin is None:
-            raise JobUserCannotRun(f"{module} is not installed for {sys.executable}")
-        if spec.submodule_search_locations:  # a package: its whole folder
-            source = Path(spec.origin).parent
-            shutil.copytree(source, lib / source.name, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-        else:
-            shutil.copy(spec.origin, lib / Path(spec.origin).name)
+    copy_gpugate(lib)
     interpreter = job_interpreter()
     launcher = prefix / "bin" / "gpugate"
     launcher.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +77,23 @@ def install_for_jobs(prefix: Path) -> Path:
     if problem:
         raise JobUserCannotRun(f"the job user {JOB_USER} cannot run {launcher}: {problem}")
     return launcher
+
+
+def copy_gpugate(lib: Path) -> None:
+    """This checkout's gpugate, laid out as installed, and its dependencies, into LIB."""
+    for source, target in PACKAGE_DIRS.items():
+        shutil.copytree(ROOT / source, lib / target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+    for module in DEPENDENCIES:
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise JobUserCannotRun(f"{module} is not installed for {sys.executable}")
+        if spec.submodule_search_locations:  # a package: its whole folder
+            source = Path(spec.origin).parent
+            shutil.copytree(source, lib / source.name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        else:
+            shutil.copy(spec.origin, lib / Path(spec.origin).name)
 
 
 def job_interpreter() -> str:
