@@ -41,10 +41,8 @@ class JobUserCannotRun(RuntimeError):
 
 def wrapper_text() -> str:
     """slurm_hooks/gpugate-hook as the tests install it: it never reads /etc/gpugate/hook.env."""
-    text = (ROOT / "slurm_hooks" / "gpugate-hook").read_text()
-    if SYSTEM_HOOK_ENV_LOOP not in text:
-        raise AssertionError(f"slurm_hooks/gpugate-hook no longer has {SYSTEM_HOOK_ENV_LOOP!r}")
-    return text.replace(SYSTEM_HOOK_ENV_LOOP, OWN_HOOK_ENV_LOOP)
+    source = ROOT / "slurm_hooks" / "gpugate-hook"
+    return _own_hook_env(source, source.read_text())
 
 
 def own_hook_env_only(wrapper: Path) -> None:
@@ -52,9 +50,15 @@ def own_hook_env_only(wrapper: Path) -> None:
     real = Path(os.path.realpath(wrapper))
     if real.parent == ROOT / "slurm_hooks":
         raise AssertionError(f"{wrapper}: tests run copies of the wrapper, not the source")
-    text = real.read_text()
-    if SYSTEM_HOOK_ENV_LOOP in text:
-        real.write_text(text.replace(SYSTEM_HOOK_ENV_LOOP, OWN_HOOK_ENV_LOOP))
+    real.write_text(_own_hook_env(wrapper, real.read_text()))
+
+
+def _own_hook_env(path: Path, text: str) -> str:
+    if OWN_HOOK_ENV_LOOP in text and SYSTEM_HOOK_ENV_LOOP not in text:
+        return text  # rewritten already
+    if SYSTEM_HOOK_ENV_LOOP not in text:  # the wrapper changed: this must follow it
+        raise AssertionError(f"{path}: no line {SYSTEM_HOOK_ENV_LOOP!r} to replace")
+    return text.replace(SYSTEM_HOOK_ENV_LOOP, OWN_HOOK_ENV_LOOP)
 
 
 def install_for_jobs(prefix: Path) -> Path:
