@@ -169,7 +169,7 @@ def _other_mounts(root: str, base: str, layers: Path, binds: Sequence[str]) -> N
 
 def enter(base: str, binds: Sequence[str], cwd: str, argv: Sequence[str]) -> None:
     """Inside the new namespace: build the root under BASE, chroot into it, exec ARGV."""
-    _mount("--make-rprivate", "/")  # nothing below propagates back to the host
+    # `unshare --propagation private` made every mount private: nothing propagates back.
     _mount("-t", "tmpfs", "-o", "mode=0700", "gpugate-throwaway", base)
     root, layers = os.path.join(base, "root"), Path(base) / "layers"
     os.mkdir(root)
