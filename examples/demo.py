@@ -170,7 +170,8 @@ def evidence_step(cluster: LocalSlurm, site: Site, job: int) -> None:
     config = ["--config", str(site.config)]
     show([GPUGATE, "evidence", str(job), *config])
     banner("4b. The same question from the job's own user (bundles hold other users' logs)")
-    show([GPUGATE, "evidence", str(job), *config], user=cluster.job_uid)
+    # The site's own copy of gpugate: the user may not reach this checkout's (a clone in /root).
+    show([str(site.gpugate), "evidence", str(job), *config], user=cluster.job_uid)
 
 
 def requeue_step(cluster: LocalSlurm, job: int, ckpt: Path, runs: Path) -> None:

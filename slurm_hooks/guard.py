@@ -19,6 +19,19 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 
+# Where a hook logs when its config cannot be loaded (so state_dir is unknown): the packaged
+# default, unless GPUGATE_FALLBACK_STATE_DIR names another (tests: never the host's).
+FALLBACK_STATE_DIR = "/var/lib/gpugate"
+FALLBACK_ENV = "GPUGATE_FALLBACK_STATE_DIR"
+
+
+def fallback_state_dir() -> str:
+    """The state directory a hook with an unusable config logs to."""
+    import os
+
+    return os.environ.get(FALLBACK_ENV) or FALLBACK_STATE_DIR
+
+
 # No world bits on anything a hook creates, including what libraries create without asking
 # for a mode (loguru's rotated logs, temporary files): state can quote users' files.
 HOOK_UMASK = 0o027
@@ -41,8 +54,9 @@ def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> i
     try:
         config = load_config(config_path)
     except BaseException as exc:
-        log.error("/var/lib/gpugate", f"{hook}: configuration unusable, allowing the job", exc)
-        log.event("/var/lib/gpugate", hook, outcome="internal_error", error=str(exc)[:500])
+        state_dir = fallback_state_dir()
+        log.error(state_dir, f"{hook}: configuration unusable, allowing the job", exc)
+        log.event(state_dir, hook, outcome="internal_error", error=str(exc)[:500])
         return 0
     # The controller (SlurmUser) writes only its own directory; the node hooks their state_dir.
     where = config.state_dir

@@ -1,9 +1,15 @@
-"""Shared pytest setup: keep the parsed-YAML cache private to the test run."""
+"""Shared pytest setup: nothing a test runs reads or writes the host's own gpugate.
+
+The host may have gpugate installed and configured (issue 26): its parsed-YAML cache
+(/var/cache/gpugate), its site file (/etc/gpugate/gpugate.yaml) and the state directory a hook
+with a broken config logs to (/var/lib/gpugate) are replaced by the test run's own.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,9 +17,18 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    import gpugate.config
+    from gpugate.slurm_hooks.guard import FALLBACK_ENV
+
     os.environ["GPUGATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("yamlcache"))
+    os.environ[FALLBACK_ENV] = str(tmp_path_factory.mktemp("fallback-state"))
     os.environ.pop("GPUGATE_CONFIG", None)
+    # No --config and no GPUGATE_CONFIG means the packaged defaults, never the host's site file.
+    site_file = gpugate.config.DEFAULT_SITE_FILE
+    gpugate.config.DEFAULT_SITE_FILE = str(tmp_path_factory.mktemp("no-site") / "gpugate.yaml")
+    yield
+    gpugate.config.DEFAULT_SITE_FILE = site_file
 
 
 @pytest.fixture(autouse=True)

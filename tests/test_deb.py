@@ -1,9 +1,10 @@
 """The .deb (packaging/deb): built once by build.sh, inspected with dpkg-deb, then installed.
 
 The inspection needs only dpkg-deb (Debian's dpkg) and PyPI for the bundled dependencies. The
-install tests need root and a host where the package's paths are free (CI's fresh machine):
-they `dpkg -i` it, run `gpugate check` and every hook wrapper as an ordinary user with the
-system python3, as slurmd runs the TaskProlog, then `dpkg --purge` it.
+install tests need root and run only in a throwaway root (tests/throwaway_root.py), never on
+the host: they `dpkg -i` it, run `gpugate check` and every hook wrapper as an ordinary user with
+the system python3, as slurmd runs the TaskProlog, then `dpkg --purge` it. Where no throwaway
+root can be made (not root, no overlayfs), they skip and touch nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ PACKAGE_PATHS = (
     "/usr/share/gpugate",
 )
 SNAPSHOTS = "/opt/gpugate/lib/gpugate/config/snapshots"
+# The install tests never run on the host itself (issue 26): `dpkg -i` there would replace an
+# admin's package and `dpkg --purge` would take its conffiles with it. The host's run of this
+# module runs them again in a throwaway root (tests/throwaway_root.py: an overlay over `/` in a
+# private mount namespace), with INSTALL_HERE set; there they install, run and purge freely.
+INSTALL_HERE = "GPUGATE_INSTALL_HERE"
+# A .deb an outer run built already (not built again inside).
+PREBUILT_DEB = "GPUGATE_TEST_DEB"
 
 
 def run(argv: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
@@ -64,6 +72,8 @@ def build_deb(base: str) -> str:
 @pytest.fixture(scope="module")
 def deb_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The .deb, built once for this module in a private build and dist directory."""
+    if os.environ.get(PREBUILT_DEB):
+        return os.environ[PREBUILT_DEB]  # an outer run's, for the run in its throwaway root
     return build_deb(str(tmp_path_factory.mktemp("deb")))
 
 
@@ -189,36 +199,34 @@ def test_conffiles_and_scripts(deb_file):
     assert not re.search(r"scontrol|slurm|systemctl", code)
 
 
-# --- the package, installed (root, CI) -----------------------------------------------------
+# --- the package, installed (root, in a throwaway root) ------------------------------------
 
 
-# Left by gpugate runs with the default config (as root, outside the tests), not by a package:
-# the state is set aside while the package is installed and put back after the purge, the
-# cache (rebuilt from the YAML) goes with the purge.
-RUNTIME_PATHS = ("/var/lib/gpugate", "/var/cache/gpugate")
+def installing_here() -> bool:
+    """True in the run a throwaway root was made for (never on the host)."""
+    from throwaway_root import INSIDE_VAR
+
+    return os.environ.get(INSTALL_HERE) == "1" and os.environ.get(INSIDE_VAR) == "1"
 
 
 def install_or_skip(deb_file: str) -> None:
-    """`dpkg -i` the package; skip unless root, with dpkg, on a host where its paths are free."""
+    """`dpkg -i` the package in this throwaway root, over whatever the host had installed."""
+    if not installing_here():
+        pytest.skip(
+            "installs only in a throwaway root (its module's test ..._in_a_throwaway_root runs it there)"
+        )
     if os.geteuid() != 0 or not shutil.which("dpkg"):
-        pytest.skip("installing the .deb needs root and dpkg (CI's own machine)")
+        pytest.skip("installing the .deb needs root and dpkg")
+    # The host's own gpugate (package, state, cache), as this root sees it: gone from here only.
     if run(["dpkg-query", "-W", "gpugate"]).returncode == 0:
-        pytest.skip("a gpugate package is installed here already: not replaced by a test")
-    taken = [p for p in PACKAGE_PATHS if os.path.lexists(p) and p not in RUNTIME_PATHS]
-    if taken:
-        # The purge would remove what another install keeps there.
-        pytest.skip(f"not installing over existing files: {', '.join(taken)}")
+        purge()
+    for path in PACKAGE_PATHS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
     result = run(["dpkg", "-i", deb_file], timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def restore_state(saved: str) -> None:
-    """Put back the state set aside before the install (what was recreated since is kept)."""
-    os.makedirs("/var/lib/gpugate", exist_ok=True)
-    for name in os.listdir(saved):
-        target = os.path.join("/var/lib/gpugate", name)
-        if not os.path.lexists(target):
-            shutil.move(os.path.join(saved, name), target)
 
 
 def purge() -> subprocess.CompletedProcess:
@@ -229,20 +237,42 @@ def purge() -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(deb_file: str, tmp_path_factory: pytest.TempPathFactory):
-    """The package installed with dpkg -i for this module; purged at the end whatever happens."""
-    saved = None
-    if os.path.isdir("/var/lib/gpugate") and os.geteuid() == 0:
-        saved = str(tmp_path_factory.mktemp("state-aside") / "gpugate")
-        shutil.move("/var/lib/gpugate", saved)
-    try:
-        install_or_skip(deb_file)
-        yield deb_file
-    finally:
-        if run(["dpkg-query", "-W", "gpugate"]).returncode == 0:
-            purge()
-        if saved:
-            restore_state(saved)
+def installed(deb_file: str):
+    """The package installed with dpkg -i for this module, in the throwaway root it runs in."""
+    install_or_skip(deb_file)
+    return deb_file
+
+
+def run_in_throwaway_root(module: str, deb_file: str, basetemp: str, timeout: float) -> str:
+    """Run a test MODULE's install tests in a throwaway root; fail unless all ran and passed."""
+    from throwaway_root import run as run_throwaway
+    from throwaway_root import skip_unless_available
+
+    skip_unless_available()
+    env = dict(os.environ, **{INSTALL_HERE: "1", PREBUILT_DEB: deb_file})
+    argv = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
+            "--basetemp", basetemp, "-k", "not throwaway_root", module]  # fmt: skip
+    done = run_throwaway(argv, timeout=timeout, env=env, cwd=REPO)
+    told = done.stdout[-6000:] + done.stderr[-3000:]
+    assert done.returncode == 0, told
+    summary = done.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and not re.search(r"skipped|failed|error", summary), told
+    return done.stdout
+
+
+def test_the_install_tests_pass_in_a_throwaway_root(deb_file, tmp_path):
+    """This module's install tests, in a throwaway root: the host's package is never touched."""
+    if installing_here():
+        pytest.skip("the run inside the throwaway root")
+    before = host_package_state()
+    run_in_throwaway_root(__file__, deb_file, str(tmp_path / "inside"), timeout=900)
+    assert host_package_state() == before
+
+
+def host_package_state() -> tuple[str, list[str]]:
+    """dpkg's record of gpugate and which of the package's paths exist: the inner run's traces."""
+    status = run(["dpkg-query", "-W", "-f", "${Status} ${Version}", "gpugate"]).stdout
+    return status, [path for path in PACKAGE_PATHS if os.path.lexists(path)]
 
 
 def as_user(argv: list[str], env: dict[str, str], timeout: float = 60):
@@ -312,6 +342,5 @@ def test_purge_leaves_nothing_but_evidence(installed):
     assert os.path.isdir(bundle)
     shutil.rmtree("/var/lib/gpugate")  # what the admin does when done with the bundles
     left = [path for path in PACKAGE_PATHS if os.path.lexists(path)]
-    # Only what a gpugate run with the default config recreated meanwhile (another session).
-    assert set(left) <= set(RUNTIME_PATHS), left
+    assert left == []
     assert run(["dpkg-query", "-W", "gpugate"]).returncode != 0

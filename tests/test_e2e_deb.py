@@ -5,6 +5,9 @@ wrappers at a test site with a hook.env beside them, run a 2-node local Slurm wh
 Epilog, TaskProlog and EpilogSlurmctld are /usr/libexec/gpugate/gpugate-* (no extra wrapping),
 submit as the ordinary user, then stop Slurm and `dpkg --purge`. Only the GPUs are simulated:
 n1 replays a healthy snapshot, n2 one with an uncorrectable ECC error.
+
+All of it runs in a throwaway root (tests/throwaway_root.py), never on the host: the host's run
+of this module builds the .deb and runs the module again inside one (see test_deb.py).
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ slurm_or_skip()
 from localslurm import JOB_USER, LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
 from test_deb import (  # noqa: E402
     PACKAGE_PATHS,
-    RUNTIME_PATHS,
     deb_file,
+    host_package_state,
     installed,
+    installing_here,
     purge,
     run,
+    run_in_throwaway_root,
 )
 
 __all__ = ["deb_file", "installed"]  # fixtures, shared with test_deb.py
@@ -71,6 +76,15 @@ def cluster(installed: str, site: Site):
     finally:
         with contextlib.suppress(FileNotFoundError):
             HOOK_ENV.unlink()
+
+
+def test_the_module_passes_in_a_throwaway_root(deb_file: str, tmp_path: Path):
+    """The whole module (install, Slurm, purge) in a throwaway root; the host is not touched."""
+    if installing_here():
+        pytest.skip("the run inside the throwaway root")
+    before = host_package_state()
+    run_in_throwaway_root(__file__, deb_file, str(tmp_path / "inside"), timeout=900)
+    assert host_package_state() == before
 
 
 def hooks_of(site: Site, job: int) -> set[str]:
@@ -128,4 +142,4 @@ def test_after_slurm_stops_the_purge_leaves_no_package(cluster: LocalSlurm):
     purge()
     assert run(["dpkg-query", "-W", "gpugate"]).returncode != 0
     left = [path for path in PACKAGE_PATHS if os.path.lexists(path)]
-    assert set(left) <= set(RUNTIME_PATHS), left
+    assert left == []

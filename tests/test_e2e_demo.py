@@ -9,8 +9,11 @@ node logged an Xid, the bundle's diagnosis, the requeue from the newest complete
 from __future__ import annotations
 
 import re
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +85,52 @@ def test_nodes_report_and_what_next(demo):
     next_part = out.split("== What to run next", 1)[1]
     assert "gpugate evidence" in next_part and "sinfo -R" in next_part
     assert took < 60, f"the demo took {took:.0f} s"
+
+
+# What a fresh clone has: no virtualenvs, caches or build output.
+NOT_CLONED = (".git", ".venv*", "__pycache__", ".pytest_cache", ".ruff_cache", "build", "dist",
+              "*.egg-info", "bench")  # fmt: skip
+
+
+def clone_with_its_own_python(private: Path) -> tuple[Path, Path]:
+    """A copy of the checkout and a virtualenv with its gpugate, both inside PRIVATE, as
+    `git clone` and `make venv` leave them: (the clone, the virtualenv's python)."""
+    from gpugate_site import copy_gpugate
+
+    clone = private / "gpugate"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(*NOT_CLONED))
+    venv = private / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120, capture_output=True)  # fmt: skip
+    python = venv / "bin" / "python"
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    copy_gpugate(site_packages)  # gpugate laid out as installed, with yaml, loguru, pynvml
+    (venv / "bin" / "gpugate").write_text(
+        f"#!{python}\nimport sys\nfrom gpugate.cli import main\nsys.exit(main())\n"
+    )
+    (venv / "bin" / "gpugate").chmod(0o755)
+    return clone, python
+
+
+def test_the_demo_runs_from_a_clone_in_a_private_directory():
+    """A clone and its virtualenv in a 0700 directory (root's home, `mktemp -d`): the job user
+    cannot reach them, and nothing above the clone is opened for them (issue 26)."""
+    private = Path(tempfile.mkdtemp(prefix="gpugate-private-"))  # 0700, root's
+    try:
+        clone, python = clone_with_its_own_python(private)
+        proc = subprocess.run(
+            [str(python), str(clone / "examples" / "demo.py")], cwd=clone,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        )  # fmt: skip
+        out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
+        assert proc.returncode == 0, out[-4000:]
+        # The TaskProlog ran as the job user: the requeued run got GPUGATE_RESUME_FROM from it.
+        assert re.search(
+            r"^-> job \d+ requeued \(Restarts=1\) .* resumed from step 200", out, re.M
+        ), out
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700  # not opened for the job user
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 if __name__ == "__main__":

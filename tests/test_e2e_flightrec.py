@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm, open_path  # noqa: E402
+from localslurm import LocalSlurm  # noqa: E402
 from torchenv import torch_python_or_skip  # noqa: E402
 
 NODES = ["n1", "n2"]
@@ -101,9 +101,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def torch_python() -> str:
-    py = torch_python_or_skip()
-    open_path(os.path.dirname(os.path.realpath(py)))  # the job user runs it
-    return py
+    return torch_python_or_skip()  # one the job user can run
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+from gpugate_site import own_hook_env_only
 
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "slurm_hooks"
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
 
 
 def run(script: Path, env_file: str | None = None) -> subprocess.CompletedProcess:
-    """Run a wrapper as slurmd would: no PATH of ours, only what hook.env beside it says."""
+    """Run a wrapper as slurmd would: no PATH of ours, only what hook.env beside it says
+    (the copy never reads the host's /etc/gpugate/hook.env)."""
+    own_hook_env_only(script)
     if env_file is not None:
         (script.parent / "hook.env").write_text(env_file)
     return subprocess.run(["/bin/sh", str(script)], env={}, capture_output=True, text=True,

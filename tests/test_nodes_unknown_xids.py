@@ -27,8 +27,11 @@ def site(tmp_path, monkeypatch):
     snap = tmp_path / f"{NODE}.yaml"
     snap.write_text(dump_yaml(make_facts(kernel_log=[XID_999]).to_dict()))
     cfg = tmp_path / "site.yaml"
-    cfg.write_text(f"facts_file: {snap}\nstate_dir: {tmp_path / 'state'}\n"
-                   f"evidence_dir: {tmp_path / 'ev'}\nadmin:\n  metrics_file: null\n")  # fmt: skip
+    cfg.write_text(
+        f"facts_file: {snap}\nstate_dir: {tmp_path / 'state'}\n"
+        f"evidence_dir: {tmp_path / 'ev'}\nadmin:\n  metrics_file: null\n"
+        "task_prolog:\n  nccl_debug_dir: null\n"
+    )  # nccl_debug_dir: null, never the host's /var/lib/gpugate/nccl
     monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
     doc = json.loads(fixture("22.05/sinfo.drained.json"))
     first = doc["nodes"][0]

@@ -75,6 +75,7 @@ def facts(libdir: Path, tmp_path: Path, scenario: str, extra: str = "", **env: s
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUGATE_", "NVML_STUB_"))}
     library_path = os.pathsep.join(filter(None, [str(libdir), os.environ.get("LD_LIBRARY_PATH")]))
     run_env.update(LD_LIBRARY_PATH=library_path, NVML_STUB_SCENARIO=str(path), **env)
+    run_env["GPUGATE_CACHE_DIR"] = str(tmp_path / "cache")  # never the host's /var/cache/gpugate
     done = subprocess.run([GPUGATE, "facts", "--source", "nvml", "--config", str(config)], env=run_env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,7 @@ NOW = 1_790_000_000.0
 
 def config_in(tmp_path, **qualify):
     config = default_config()
-    config = config.replace(state_dir=str(tmp_path / "state"),
+    config = config.replace(state_dir=str(tmp_path / "state"), evidence_dir=str(tmp_path / "ev"),
                             admin=config.admin.replace(history_dir=str(tmp_path / "hist")))  # fmt: skip
     return config.replace(qualify=config.qualify.replace(**qualify)) if qualify else config
 

@@ -164,7 +164,7 @@ def test_run_requeue_reads_the_records_and_records_the_checkpoint(tmp_path):
         with zipfile.ZipFile(ckpt / f"ckpt_{step}.pt", "w") as z:
             z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
     (ckpt / "ckpt_300.pt").write_bytes(b"PK\x03\x04 cut short")
-    config = default_config().replace(evidence_dir=str(tmp_path / "ev"))
+    config = default_config().replace(evidence_dir=str(tmp_path / "ev"), state_dir=str(tmp_path))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     write_record(config.evidence_dir, "5", "n1", 0, done(HW))
     write_record(config.evidence_dir, "5", "n2", 0, done(TIMEOUT))
@@ -180,7 +180,7 @@ def test_run_requeue_reads_the_records_and_records_the_checkpoint(tmp_path):
 
 
 def test_dry_run_changes_nothing(tmp_path):
-    config = default_config().replace(evidence_dir=str(tmp_path))
+    config = default_config().replace(evidence_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
     slurm = slurm_for()
     decision, done = run_requeue(
         config, job(state="NODE_FAIL", comment="gpugate:requeue"), slurm, wait_s=0, dry_run=True
@@ -286,7 +286,7 @@ def test_the_admin_comment_is_written_only_where_it_tells_something(changes, tel
 
 
 def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
-    config = default_config().replace(evidence_dir=str(tmp_path))
+    config = default_config().replace(evidence_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
     for end in (job(exit_code2="0:0", state="COMPLETING"), job(exit_code2="1:0", comment="x")):
         slurm = slurm_for()
         _, done = run_requeue(config, end, slurm, wait_s=0)
@@ -296,7 +296,7 @@ def test_a_job_that_ended_well_or_did_not_opt_in_gets_no_write_at_all(tmp_path):
 def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
     from gpugate.store.controller_view import done, write_record
 
-    config = default_config().replace(evidence_dir=str(tmp_path))
+    config = default_config().replace(evidence_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     write_record(config.evidence_dir, "5", "n1", 0, done(HW))
     write_record(config.evidence_dir, "5", "n2", 0, done(TIMEOUT))
@@ -348,7 +348,7 @@ def test_a_job_gpugate_refused_skips_the_requeue_delay(
 
     started = []
     monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, job_id: started.append(job_id))
-    config = default_config().replace(evidence_dir=str(tmp_path))
+    config = default_config().replace(evidence_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
     end = job(state="COMPLETING", requeued=True, exit_code2="0:0", **changes)
     slurm = slurm_for(nodes=nodes)
     decision, _ = run_requeue(config, end, slurm, wait_s=0)

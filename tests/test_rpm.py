@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -278,9 +279,17 @@ def test_launcher_runs_on_the_oldest_supported_python(root, tmp_path):
 
 
 def write_hook_env(root: str, **settings: str) -> None:
-    """A hook.env beside the unpacked wrappers: sourced after /etc/gpugate/hook.env, so it wins."""
+    """A hook.env beside the unpacked wrappers, the only one they read: the test's copies never
+    read the host's /etc/gpugate/hook.env (gpugate_site.own_hook_env_only)."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "slurm"))
+    from gpugate_site import own_hook_env_only
+
+    libexec = os.path.join(root, "usr", "libexec", "gpugate")
+    for name in os.listdir(libexec):
+        if name.startswith("gpugate-"):
+            own_hook_env_only(Path(libexec, name))
     text = "".join(f"{name}={value}\n" for name, value in settings.items())
-    with open(os.path.join(root, "usr", "libexec", "gpugate", "hook.env"), "w") as fh:
+    with open(os.path.join(libexec, "hook.env"), "w") as fh:
         fh.write(text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -16,6 +17,9 @@ from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import SlurmFacts
 from gpugate.cli import main as cli_main
 from gpugate.slurm_hooks.slurm.records import NodeInfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+from gpugate_site import own_hook_env_only
 
 REPO = Path(__file__).resolve().parent.parent
 WRAPPER = REPO / "slurm_hooks" / "gpugate-hook"
@@ -40,6 +44,14 @@ def _launcher(path: Path, shebang: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _nothing_of_the_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`gpugate selftest` reads /etc/gpugate/hook.env and gpugate.yaml: not the host's here."""
+    none = str(tmp_path / "no-system-files")
+    monkeypatch.setattr(S, "selftest", functools.partial(S.selftest, system_hook_env=none))
+    monkeypatch.setattr(S, "DEFAULT_CONFIG", none)
+
+
 def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = None) -> Path:
     """An installed layout: the five wrappers, hook.env beside them, a config, a slurm.conf."""
     libexec = tmp_path / "libexec"
@@ -47,6 +59,7 @@ def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = N
     for hook in S.HOOK_USERS:
         shutil.copy(WRAPPER, libexec / f"gpugate-{hook}")
         (libexec / f"gpugate-{hook}").chmod(0o755)
+        own_hook_env_only(libexec / f"gpugate-{hook}")  # never the host's /etc/gpugate/hook.env
     site = tmp_path / "gpugate.yaml"
     site.write_text(config if config is not None else f"state_dir: {tmp_path / 'state'}\n")
     site.chmod(0o644)
@@ -55,6 +68,7 @@ def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = N
     slurm_conf.chmod(0o644)
     (libexec / "hook.env").write_text(
         f"GPUGATE_BIN={bin_path}\nGPUGATE_CONFIG={site}\nSLURM_CONF={slurm_conf}\n"
+        f"GPUGATE_CACHE_DIR={tmp_path / 'cache'}\n"  # the hooks' env is clean: not the host's cache
     )
     return libexec
 

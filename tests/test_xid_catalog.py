@@ -271,7 +271,8 @@ def test_an_xid_missing_from_the_catalog_is_reported_in_the_event_and_a_metric(
     prom.parent.mkdir()
     config = tmp_path / "site.yaml"
     config.write_text(f"facts_file: {snap}\nstate_dir: {tmp_path / 'state'}\n"
-                      f"admin:\n  metrics_file: {prom}\n")  # fmt: skip
+                      f"admin:\n  metrics_file: {prom}\n"
+                      "task_prolog:\n  nccl_debug_dir: null\n")  # fmt: skip
     for name, value in {"SLURMD_NODENAME": "gpu-node-01", "SLURM_JOB_ID": "77",
                         "SLURM_JOB_UID": "0"}.items():  # fmt: skip
         monkeypatch.setenv(name, value)

@@ -3,20 +3,131 @@
 The hooks are the real wrapper scripts from slurm_hooks/, copied next to a `hook.env` that
 points them at this checkout's `gpugate` and at a private config whose `facts_file` replays one
 snapshot per node (`<dir>/snapshots/<node>.yaml`): the GPUs are the only simulated part.
+
+Nothing of the host's own gpugate is used (issue 26): the copies of the wrapper read only their
+own hook.env, never /etc/gpugate/hook.env, and hook.env points the cache and the fallback state
+directory into the site. The TaskProlog and the jobs run as an ordinary user, who may not reach
+this checkout (a clone in 0700 /root or `mktemp -d`): the site holds its own copy of gpugate
+(`<base>/gpugate/`, 0755, with the dependencies, like the packaged /opt/gpugate) for them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-from localslurm import LocalSlurm, ensure_user, open_path
+from localslurm import JOB_USER, LocalSlurm, ensure_user, open_path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
+# The wrapper reads the system's hook.env, then its own: the tests' copies read only their own.
+SYSTEM_HOOK_ENV_LOOP = 'for f in /etc/gpugate/hook.env "${0%/*}/hook.env"; do'
+OWN_HOOK_ENV_LOOP = 'for f in "${0%/*}/hook.env"; do'
+# The source folders as pyproject.toml's package-dir installs them (packaging/stage.sh's list).
+PACKAGE_DIRS = {"gpugate": "gpugate", "checks": "gpugate/checks",
+                "slurm_hooks": "gpugate/slurm_hooks", "config": "gpugate/config"}  # fmt: skip
+DEPENDENCIES = ("yaml", "loguru", "pynvml")  # pyproject.toml's, by module
+LAUNCHER = ROOT / "packaging" / "rpm" / "gpugate"  # the packaged one: ../lib first on sys.path
+
+
+class JobUserCannotRun(RuntimeError):
+    """The ordinary job user cannot run this site's copy of gpugate (the message says why)."""
+
+
+def wrapper_text() -> str:
+    """slurm_hooks/gpugate-hook as the tests install it: it never reads /etc/gpugate/hook.env."""
+    source = ROOT / "slurm_hooks" / "gpugate-hook"
+    return _own_hook_env(source, source.read_text())
+
+
+def own_hook_env_only(wrapper: Path) -> None:
+    """Rewrite a test's copy of the wrapper (never the source) to read only its own hook.env."""
+    real = Path(os.path.realpath(wrapper))
+    if real.parent == ROOT / "slurm_hooks":
+        raise AssertionError(f"{wrapper}: tests run copies of the wrapper, not the source")
+    real.write_text(_own_hook_env(wrapper, real.read_text()))
+
+
+def _own_hook_env(path: Path, text: str) -> str:
+    if OWN_HOOK_ENV_LOOP in text and SYSTEM_HOOK_ENV_LOOP not in text:
+        return text  # rewritten already
+    if SYSTEM_HOOK_ENV_LOOP not in text:  # the wrapper changed: this must follow it
+        raise AssertionError(f"{path}: no line {SYSTEM_HOOK_ENV_LOOP!r} to replace")
+    return text.replace(SYSTEM_HOOK_ENV_LOOP, OWN_HOOK_ENV_LOOP)
+
+
+def install_for_jobs(prefix: Path) -> Path:
+    """gpugate and its dependencies under PREFIX (lib/, bin/gpugate), readable by every user;
+    the launcher's path. Checked by running it as the job user: JobUserCannotRun if it fails."""
+    lib = prefix / "lib"
+    copy_gpugate(lib)
+    interpreter = job_interpreter()
+    launcher = prefix / "bin" / "gpugate"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    text = LAUNCHER.read_text().split("\n", 1)[1]
+    launcher.write_text(f"#!{interpreter} -Es\n{text}")
+    for path in (prefix, *prefix.rglob("*")):  # whatever the clone's umask was
+        path.chmod(0o755 if path.is_dir() or path == launcher else 0o644)
+    # The checklist on a bundled snapshot imports gpugate and its dependencies, as the user.
+    healthy = lib / "gpugate" / "config" / "snapshots" / "h100-healthy.yaml"
+    problem = as_job_user(
+        [str(launcher), "check", "--facts", str(healthy), "--config", "/dev/null"]
+    )
+    if problem:
+        raise JobUserCannotRun(f"the job user {JOB_USER} cannot run {launcher}: {problem}")
+    return launcher
+
+
+def copy_gpugate(lib: Path) -> None:
+    """This checkout's gpugate, laid out as installed, and its dependencies, into LIB."""
+    for source, target in PACKAGE_DIRS.items():
+        shutil.copytree(ROOT / source, lib / target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+    for module in DEPENDENCIES:
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise JobUserCannotRun(f"{module} is not installed for {sys.executable}")
+        if spec.submodule_search_locations:  # a package: its whole folder
+            source = Path(spec.origin).parent
+            shutil.copytree(source, lib / source.name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        else:
+            shutil.copy(spec.origin, lib / Path(spec.origin).name)
+
+
+def job_interpreter() -> str:
+    """A Python the job user can run: this one's own, else the system's python3 (3.9+)."""
+    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3"]
+    problems = []
+    for python in candidates:
+        problem = as_job_user(
+            [python, "-Es", "-c", "import sys; assert sys.version_info >= (3, 9)"]
+        )
+        if not problem:
+            return python
+        problems.append(f"{python}: {problem}")
+    raise JobUserCannotRun(
+        f"the job user {JOB_USER} can run no Python for the TaskProlog and the jobs "
+        f"({'; '.join(problems)}): install python3, or a Python outside private directories"
+    )
+
+
+def as_job_user(argv: list[str]) -> str | None:
+    """Run ARGV as the job user; None if it exits 0, else what went wrong."""
+    uid, gid = ensure_user()
+    try:
+        done = subprocess.run(argv, user=uid, group=gid, extra_groups=[], capture_output=True,
+                              text=True, timeout=120, cwd="/", env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return (
+        None if done.returncode == 0 else (done.stderr.strip()[-500:] or f"exit {done.returncode}")
+    )
 
 
 class Site:
@@ -40,18 +151,23 @@ class Site:
         # stand for hardware failing mid-run, so the job user may write there (tests only).
         uid, gid = ensure_user()
         os.chown(self.snapshots, uid, gid)
-        # The TaskProlog runs as the job user with this checkout's interpreter: it must be able
-        # to reach it (a pyenv under a 0700 /root, say). Traversal only, nothing listed.
-        open_path(Path(os.path.realpath(sys.executable)).parent)
-        gpugate = Path(sys.executable).parent / "gpugate"
+        # The TaskProlog runs as the job user: gpugate from a copy that user can reach, never by
+        # opening the directories above this checkout (an admin's home).
+        self.gpugate = install_for_jobs(base / "gpugate")
+        wrapper = wrapper_text()
         for hook in HOOKS:
-            shutil.copy(ROOT / "slurm_hooks" / f"gpugate-{hook}", self.hooks / f"gpugate-{hook}")
-        (self.hooks / "hook.env").write_text(f"GPUGATE_BIN={gpugate}\n" + self.hook_env_text())
+            (self.hooks / f"gpugate-{hook}").write_text(wrapper)
+            (self.hooks / f"gpugate-{hook}").chmod(0o755)
+        (self.hooks / "hook.env").write_text(f"GPUGATE_BIN={self.gpugate}\n" + self.hook_env_text())
         self.write_config(config_extra)
 
     def hook_env_text(self, slurm_conf: str | os.PathLike | None = None) -> str:
         """hook.env lines pointing the wrappers at this site (an installed package's too)."""
-        text = f"GPUGATE_CONFIG={self.config}\nexport GPUGATE_CACHE_DIR={self.base / 'cache'}\n"
+        text = (
+            f"GPUGATE_CONFIG={self.config}\nexport GPUGATE_CACHE_DIR={self.base / 'cache'}\n"
+            # A hook whose config is unusable logs here, not to the host's /var/lib/gpugate.
+            f"export GPUGATE_FALLBACK_STATE_DIR={self.state}\n"
+        )
         if slurm_conf is not None:
             text += f"export SLURM_CONF={slurm_conf}\n"
         return text
