@@ -3,6 +3,12 @@
 The hooks are the real wrapper scripts from slurm_hooks/, copied next to a `hook.env` that
 points them at this checkout's `gpugate` and at a private config whose `facts_file` replays one
 snapshot per node (`<dir>/snapshots/<node>.yaml`): the GPUs are the only simulated part.
+
+With GPUGATE_E2E_HOOKS=installed (.ci/second-slurm, inside its throwaway Debian root) the hooks
+are the installed package's instead, as a default site has them: /usr/libexec/gpugate/gpugate-*
+running the packaged /opt/gpugate/bin/gpugate, with the site's settings in
+/etc/gpugate/hook.env (plain `NAME=value` lines, the README's spelling). That file is global:
+there, the newest Site is the one the hooks serve.
 """
 
 from __future__ import annotations
@@ -17,6 +23,32 @@ from localslurm import LocalSlurm, ensure_user, open_path
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
+# GPUGATE_E2E_HOOKS=installed: the installed package's wrappers and its /etc/gpugate/hook.env.
+HOOKS_MODE_VAR = "GPUGATE_E2E_HOOKS"
+INSTALLED_HOOKS = Path("/usr/libexec/gpugate")
+INSTALLED_HOOK_ENV = Path("/etc/gpugate/hook.env")
+# Installed mode writes /etc/gpugate/hook.env: only where .ci/second-slurm made the root and put
+# this marker at its top, never on a host (whose own gpugate it would reconfigure).
+THROWAWAY_MARKER = Path("/.gpugate-throwaway-root")
+
+
+def installed_hooks() -> bool:
+    """True when the tests run on the installed package's hooks (GPUGATE_E2E_HOOKS=installed)."""
+    mode = os.environ.get(HOOKS_MODE_VAR, "")
+    if mode not in ("", "checkout", "installed"):
+        raise RuntimeError(f"{HOOKS_MODE_VAR}={mode!r}: expected 'installed' or 'checkout'")
+    if mode != "installed":
+        return False
+    if not THROWAWAY_MARKER.exists():
+        raise RuntimeError(
+            f"{HOOKS_MODE_VAR}=installed writes {INSTALLED_HOOK_ENV}: it runs only in the "
+            f"throwaway root of .ci/second-slurm (no {THROWAWAY_MARKER} here)"
+        )
+    missing = [h for h in HOOKS if not (INSTALLED_HOOKS / f"gpugate-{h}").exists()]
+    if missing:
+        raise RuntimeError(f"{HOOKS_MODE_VAR}=installed but the package is not installed: "
+                           f"no {INSTALLED_HOOKS}/gpugate-{missing[0]}")  # fmt: skip
+    return True
 
 
 class Site:
@@ -43,23 +75,35 @@ class Site:
         # The TaskProlog runs as the job user with this checkout's interpreter: it must be able
         # to reach it (a pyenv under a 0700 /root, say). Traversal only, nothing listed.
         open_path(Path(os.path.realpath(sys.executable)).parent)
-        gpugate = Path(sys.executable).parent / "gpugate"
-        for hook in HOOKS:
-            shutil.copy(ROOT / "slurm_hooks" / f"gpugate-{hook}", self.hooks / f"gpugate-{hook}")
-        (self.hooks / "hook.env").write_text(f"GPUGATE_BIN={gpugate}\n" + self.hook_env_text())
+        if installed_hooks():
+            # The package's wrappers and launcher; hook.env where the README puts it.
+            self.hooks = INSTALLED_HOOKS
+            self.hook_env = INSTALLED_HOOK_ENV
+            self.hook_env.write_text(self.hook_env_text())
+            self.hook_env.chmod(0o644)  # root's, read by the TaskProlog as the job's user
+        else:
+            self.hook_env = self.hooks / "hook.env"
+            gpugate = Path(sys.executable).parent / "gpugate"
+            for hook in HOOKS:
+                src = ROOT / "slurm_hooks" / f"gpugate-{hook}"
+                shutil.copy(src, self.hooks / f"gpugate-{hook}")
+            self.hook_env.write_text(f"GPUGATE_BIN={gpugate}\n" + self.hook_env_text())
         self.write_config(config_extra)
 
     def hook_env_text(self, slurm_conf: str | os.PathLike | None = None) -> str:
-        """hook.env lines pointing the wrappers at this site (an installed package's too)."""
-        text = f"GPUGATE_CONFIG={self.config}\nexport GPUGATE_CACHE_DIR={self.base / 'cache'}\n"
+        """hook.env lines pointing the wrappers at this site (an installed package's too).
+
+        Plain `NAME=value` lines, as the README writes them: the wrapper exports each (set -a).
+        """
+        text = f"GPUGATE_CONFIG={self.config}\nGPUGATE_CACHE_DIR={self.base / 'cache'}\n"
         if slurm_conf is not None:
-            text += f"export SLURM_CONF={slurm_conf}\n"
+            text += f"SLURM_CONF={slurm_conf}\n"
         return text
 
     def use_slurm_conf(self, path: str | os.PathLike) -> None:
         """Point the hooks at a private slurm.conf (EpilogSlurmctld gets no SLURM_CONF)."""
-        with open(self.hooks / "hook.env", "a") as fh:
-            fh.write(f"export SLURM_CONF={path}\n")
+        with open(self.hook_env, "a") as fh:
+            fh.write(f"SLURM_CONF={path}\n")
 
     def hook(self, name: str) -> str:
         """Absolute path of one wrapper, for slurm.conf."""
@@ -108,7 +152,7 @@ class Site:
                 f"nccl_debug_dir: {self.base / node / 'nccl'}",
             )
             (self.base / f"gpugate-{node}.yaml").write_text(text)
-        with open(self.hooks / "hook.env", "a") as fh:
+        with open(self.hook_env, "a") as fh:
             # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
             fh.write(
                 f'case "$SLURMD_NODENAME" in {"|".join(nodes)}) '
