@@ -245,8 +245,10 @@ def follow_job(
 
     def elsewhere() -> tuple | None:
         state, restarts, nodes, comment = ops.job(job)
+        # The killed run, requeued, shows COMPLETING with Restarts already counted until its
+        # epilogs end; 24.11 lists no nodes for it in its last moment: a run needs its nodes.
         moved = restarts > before and state in ("RUNNING", "COMPLETING", "COMPLETED")
-        return (nodes, comment) if moved and node not in nodes else None
+        return (nodes, comment) if moved and nodes and node not in nodes else None
 
     found = wait_for(elsewhere, until)
     if not found:
