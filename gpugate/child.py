@@ -50,6 +50,13 @@ TASKS = frozenset(
 # -Es and puts /opt/gpugate/lib on sys.path by hand; -E makes PYTHONPATH useless for that),
 # so the parent's own sys.path is passed in argv and replaces the child's.
 _BOOT = "import sys; sys.path[:] = sys.argv[1:]; from gpugate.child import main; main()"
+# `gpugate ARGS` again, as a new process (a qualification job's step, `qualify --no-wait`): the
+# same path, passed as one JSON word before the CLI's arguments. `python3 -m gpugate` finds no
+# gpugate where the package's launcher put it on the path by hand (/opt/gpugate/lib).
+_CLI_BOOT = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
+    "from gpugate.cli import main; sys.exit(main())"
+)
 _READ = 1 << 16
 _REAP_GRACE_S = 0.5
 # In the environment of a child meant to outlive its parent (detach()): no parent-death signal.
@@ -90,6 +97,15 @@ def command() -> list[str]:
         flags.append("-S")  # no site: ~15 ms less per child, and sys.path comes from us anyway
     paths = [p for p in sys.path if os.path.isabs(p)]
     return [sys.executable, *flags, "-c", _BOOT, *paths]
+
+
+def cli_command() -> list[str]:
+    """The argv of `gpugate` run again, found where this process found it; append its args."""
+    if not sys.executable:
+        raise ChildError("cannot start gpugate: sys.executable is unknown")
+    flags = ["-I", "-S"] if _self_contained() else ["-I"]
+    paths = [p for p in sys.path if os.path.isabs(p)]
+    return [sys.executable, *flags, "-c", _CLI_BOOT, json.dumps(paths)]
 
 
 def _self_contained() -> bool:

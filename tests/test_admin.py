@@ -75,6 +75,46 @@ def test_one_sinfo_json_call_reads_every_node():
     assert sum(len(n) for _, n in groups) == 15
 
 
+def test_nodes_that_sinfo_aggregated_under_one_reason_are_read_one_by_one():
+    """24.11 (Debian 13): two nodes drained for different checks come as one `sinfo` record
+    with the first node's reason; scontrol's text gives each its own."""
+    runner = (
+        FakeRunner()
+        .ok(("sinfo", "--json"), fixture("24.11-debian13/sinfo.two-drain-reasons.json"))
+        .ok(("scontrol", "-o", "show", "node"),
+            fixture("24.11-debian13/scontrol-show-node-o.two-drain-reasons.txt"))
+    )  # fmt: skip
+    groups = A.read_node_groups(CliBackend(runner=runner))
+    reasons = {names[0]: (node.name, node.reason) for node, names in groups if len(names) == 1}
+    assert reasons["gpu-node-01"] == (
+        "gpu-node-01",
+        "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100",
+    )
+    assert reasons["gpu-node-02"] == (
+        "gpu-node-02",
+        "gpugate: kernel.xid: GPU0 Xid 79 (reboot the node)",
+    )
+    assert sorted(n for _, names in groups for n in names) == [f"gpu-node-0{i}" for i in (1, 2, 3)]
+    rows = A.node_rows(groups, [], "/nonexistent", now=NOW)
+    assert {r["node"]: r["check"] for r in rows if r["check"]} == {
+        "gpu-node-01": "gpu.ecc", "gpu-node-02": "kernel.xid"
+    }  # fmt: skip
+
+
+def test_only_aggregated_groups_with_a_reason_are_asked_again():
+    doc = json.loads(fixture("23.02/sinfo.allocated-drain-excerpt.json"))  # 10 nodes, IT-4461
+    runner = FakeRunner().ok(("sinfo", "--json"), json.dumps(doc))
+    runner.ok(("scontrol", "-o", "show", "node"), "")
+    [(first, names)] = A.read_node_groups(CliBackend(runner=runner))
+    # Nodes scontrol no longer lists (gone since sinfo answered) stay as sinfo said.
+    assert first.reason == "IT-4461" and len(names) == 10
+    assert runner.argvs == [("sinfo", "--json"), ("scontrol", "-o", "show", "node")]
+    doc["sinfo"][0]["reason"] = {"description": "", "time": 0, "user": ""}
+    runner = FakeRunner().ok(("sinfo", "--json"), json.dumps(doc))
+    [(_, names)] = A.read_node_groups(CliBackend(runner=runner))
+    assert len(names) == 10 and runner.argvs == [("sinfo", "--json")]
+
+
 def test_without_json_the_scontrol_text_is_read():
     runner = (
         FakeRunner()

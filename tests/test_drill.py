@@ -208,6 +208,31 @@ def test_a_drill_is_followed_and_recorded_as_passed(config, monkeypatch):
     assert drill.active_drill(config) is None
 
 
+class RequeueSeenLateOps(FakeOps):
+    """Slurm 24.11: the killed run, requeued, ends its COMPLETING with Restarts=1 and no nodes."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.polls = 0
+
+    def job(self, job):
+        if not self.killed:
+            return super().job(job)
+        self.polls += 1
+        if self.polls <= 2:
+            return "COMPLETING", 1, (), "gpugate: requeue: x; resume from /ck/ckpt_200.pt"
+        return super().job(job)
+
+
+def test_the_requeued_run_is_the_one_on_nodes(config, monkeypatch):
+    d = short_drill(config, monkeypatch)
+    ops = RequeueSeenLateOps(config)
+    entry = cmd.follow(config, d, ops)
+    requeued = next(s for s in entry["steps"] if s["step"] == "requeued")
+    assert requeued["nodes"] == ["n2"] and ops.polls > 2, entry
+    assert entry["passed"]
+
+
 def test_a_node_not_resumed_fails_the_drill(config, monkeypatch):
     d = short_drill(config, monkeypatch)
     entry = cmd.follow(config, d, FakeOps(config, resume_ok=False))

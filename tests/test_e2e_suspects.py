@@ -48,7 +48,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
             f"nccl_debug_dir: {site.base / 'nccl'}", f"nccl_debug_dir: {site.base / node / 'nccl'}"
         )
         (site.base / f"gpugate-{node}.yaml").write_text(text)
-    with open(site.hooks / "hook.env", "a") as fh:
+    with open(site.hook_env, "a") as fh:
         # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
         fh.write(
             f'case "$SLURMD_NODENAME" in n1|n2|n3) '

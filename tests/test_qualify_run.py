@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
 
 import pytest
 from factories import site
@@ -249,6 +251,25 @@ def test_the_sbatch_argv_and_the_job_script_are_argument_safe(config, tmp_path):
     assert subprocess.run(["sh", "-n", str(path)], check=False).returncode == 0
     assert jobs.ntasks_for(qc.replace(ntasks_per_node=None), 4) == 4
     assert jobs.ntasks_for(qc.replace(ntasks_per_node=None), None) == 1
+
+
+def test_the_job_step_runs_gpugate_from_where_this_process_found_it(config, tmp_path, monkeypatch):
+    """The packaged gpugate is on no interpreter's own path (/opt/gpugate/lib, put there by its
+    launcher): `python3 -m gpugate` in the job failed with "No module named gpugate"."""
+    from gpugate.child import cli_command
+
+    lib = tmp_path / "lib" / "gpugate"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "cli.py").write_text(
+        "import sys\ndef main():\n    print('lib gpugate', sys.argv[1:])\n    return 0\n"
+    )
+    monkeypatch.setattr(sys, "path", [str(lib.parent), *sys.path])
+    argv = [*cli_command(), "qualify", "--step", "dcgm"]
+    done = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=60, env={})
+    assert done.stdout == "lib gpugate ['qualify', '--step', 'dcgm']\n", done.stderr
+    script = jobs.node_script(str(tmp_path), "n1", ["dcgm"], config.qualify, 1, 1)
+    assert shlex.join(argv[:5]) in script, script
 
 
 def test_latest_pass_is_voided_by_a_later_failure_and_respects_the_level(tmp_path):

@@ -122,15 +122,39 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
     slurm = slurm or cli_backend()
     try:
         try:
-            return parse_node_groups(slurm.call("sinfo", "--json"))
+            groups = parse_node_groups(slurm.call("sinfo", "--json"))
         except S.SlurmTimeout:
             raise  # a second slow call would only double the wait
         except (S.SlurmCommandError, ValueError, KeyError, TypeError, AttributeError,
                 IndexError, RecursionError):  # fmt: skip
             # No JSON support (no data_parser plugin) or a shape we do not know.
             return as_groups(parse_show_node_text(slurm.scontrol("-o", "show", "node")))
+        return split_reasoned_groups(groups, slurm)
     except S.SlurmError as exc:
         raise NodesUnavailable(f"cannot list Slurm's nodes: {exc}") from exc
+
+
+def split_reasoned_groups(groups: list[Group], slurm: CliBackend) -> list[Group]:
+    """Each node of an aggregated group that carries a reason, read on its own from scontrol.
+
+    24.11's `sinfo --json` puts nodes of one state under one record even when their reasons
+    differ, with the first node's reason (seen on Debian 13: gpu.ecc on one node, kernel.xid on
+    the other, one record saying gpu.ecc). Groups without a reason (the healthy bulk) stay as
+    they are; one `scontrol -o show node` call reads the others only when there are any.
+    """
+    if not any(len(names) > 1 and node.reason for node, names in groups):
+        return groups
+    exact = {n.name: n for n in parse_show_node_text(slurm.scontrol("-o", "show", "node"))}
+    out: list[Group] = []
+    for node, names in groups:
+        if len(names) < 2 or not node.reason:
+            out.append((node, names))
+            continue
+        out.extend((exact[name], [name]) for name in names if name in exact)
+        rest = [name for name in names if name not in exact]  # gone since sinfo: as it said
+        if rest:
+            out.append((node, rest))
+    return out
 
 
 # ---------------------------------------------------------------------------- deciding

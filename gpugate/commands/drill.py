@@ -245,8 +245,11 @@ def follow_job(
 
     def elsewhere() -> tuple | None:
         state, restarts, nodes, comment = ops.job(job)
+        # The killed run, requeued, shows COMPLETING with Restarts already counted until its
+        # epilogs end, and on 24.11 a poll once saw such a state with no nodes at all (the drill
+        # then recorded a requeue "on" nowhere): only a run with nodes is the new run.
         moved = restarts > before and state in ("RUNNING", "COMPLETING", "COMPLETED")
-        return (nodes, comment) if moved and node not in nodes else None
+        return (nodes, comment) if moved and nodes and node not in nodes else None
 
     found = wait_for(elsewhere, until)
     if not found:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.names import refuse
@@ -168,13 +167,14 @@ def background(argv: list[str], state_dir: str) -> int:
     import subprocess
     import time
 
+    from gpugate.child import cli_command
     from gpugate.fsutil import private_dir
 
     logs = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
     path = os.path.join(logs, time.strftime("%Y%m%dT%H%M%S.log", time.gmtime()))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     rest = [a for a in argv if a != "--no-wait"]
-    proc = subprocess.Popen([sys.executable, "-m", "gpugate", "qualify", *rest],
+    proc = subprocess.Popen([*cli_command(), "qualify", *rest],
                             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, close_fds=True,
                             start_new_session=True)  # fmt: skip
     os.close(fd)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 
+from gpugate.child import cli_command
 from gpugate.slurm_hooks.slurm.control import valid_node_name
 
 TYPE_CHECKING = False
@@ -49,7 +49,7 @@ def node_script(
     lines = [f"# gpugate qualify: node {node}", f"mkdir -p {q(out)}"]
     if "dcgm" in tests:
         timeout = max(60, qc.time_limit_min * 60 - 120)  # leave the payload its share
-        lines.append(_step([sys.executable, "-m", "gpugate", "qualify", "--step", "dcgm",
+        lines.append(_step([*cli_command(), "qualify", "--step", "dcgm",
                             "--level", str(level), "--dcgmi", qc.dcgmi, "--node", node,
                             "--timeout", str(timeout), "--out", f"{out}/dcgm.json"]))  # fmt: skip
     if "allreduce" in tests:

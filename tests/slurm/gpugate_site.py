@@ -9,6 +9,12 @@ own hook.env, never /etc/gpugate/hook.env, and hook.env points the cache and the
 directory into the site. The TaskProlog and the jobs run as an ordinary user, who may not reach
 this checkout (a clone in 0700 /root or `mktemp -d`): the site holds its own copy of gpugate
 (`<base>/gpugate/`, 0755, with the dependencies, like the packaged /opt/gpugate) for them.
+
+With GPUGATE_E2E_HOOKS=installed (.ci/second-slurm, inside its throwaway Debian root) the hooks
+are the installed package's instead, as a default site has them: /usr/libexec/gpugate/gpugate-*
+running the packaged /opt/gpugate/bin/gpugate, with the site's settings in
+/etc/gpugate/hook.env (plain `NAME=value` lines, the README's spelling). That file is global:
+there, the newest Site is the one the hooks serve.
 """
 
 from __future__ import annotations
@@ -130,6 +136,34 @@ def as_job_user(argv: list[str]) -> str | None:
     )
 
 
+# GPUGATE_E2E_HOOKS=installed: the installed package's wrappers and its /etc/gpugate/hook.env.
+HOOKS_MODE_VAR = "GPUGATE_E2E_HOOKS"
+INSTALLED_HOOKS = Path("/usr/libexec/gpugate")
+INSTALLED_HOOK_ENV = Path("/etc/gpugate/hook.env")
+# Installed mode writes /etc/gpugate/hook.env: only where .ci/second-slurm made the root and put
+# this marker at its top, never on a host (whose own gpugate it would reconfigure).
+THROWAWAY_MARKER = Path("/.gpugate-throwaway-root")
+
+
+def installed_hooks() -> bool:
+    """True when the tests run on the installed package's hooks (GPUGATE_E2E_HOOKS=installed)."""
+    mode = os.environ.get(HOOKS_MODE_VAR, "")
+    if mode not in ("", "checkout", "installed"):
+        raise RuntimeError(f"{HOOKS_MODE_VAR}={mode!r}: expected 'installed' or 'checkout'")
+    if mode != "installed":
+        return False
+    if not THROWAWAY_MARKER.exists():
+        raise RuntimeError(
+            f"{HOOKS_MODE_VAR}=installed writes {INSTALLED_HOOK_ENV}: it runs only in the "
+            f"throwaway root of .ci/second-slurm (no {THROWAWAY_MARKER} here)"
+        )
+    missing = [h for h in HOOKS if not (INSTALLED_HOOKS / f"gpugate-{h}").exists()]
+    if missing:
+        raise RuntimeError(f"{HOOKS_MODE_VAR}=installed but the package is not installed: "
+                           f"no {INSTALLED_HOOKS}/gpugate-{missing[0]}")  # fmt: skip
+    return True
+
+
 class Site:
     """A private gpugate install for one test cluster: hooks, config, snapshots, state."""
 
@@ -153,29 +187,41 @@ class Site:
         os.chown(self.snapshots, uid, gid)
         # The TaskProlog runs as the job user: gpugate from a copy that user can reach, never by
         # opening the directories above this checkout (an admin's home).
-        self.gpugate = install_for_jobs(base / "gpugate")
-        wrapper = wrapper_text()
-        for hook in HOOKS:
-            (self.hooks / f"gpugate-{hook}").write_text(wrapper)
-            (self.hooks / f"gpugate-{hook}").chmod(0o755)
-        (self.hooks / "hook.env").write_text(f"GPUGATE_BIN={self.gpugate}\n" + self.hook_env_text())
+        if installed_hooks():
+            # The package's wrappers and launcher; hook.env where the README puts it.
+            self.gpugate = Path("/opt/gpugate/bin/gpugate")
+            self.hooks = INSTALLED_HOOKS
+            self.hook_env = INSTALLED_HOOK_ENV
+            self.hook_env.write_text(self.hook_env_text())
+            self.hook_env.chmod(0o644)  # root's, read by the TaskProlog as the job's user
+        else:
+            self.gpugate = install_for_jobs(base / "gpugate")
+            self.hook_env = self.hooks / "hook.env"
+            wrapper = wrapper_text()
+            for hook in HOOKS:
+                (self.hooks / f"gpugate-{hook}").write_text(wrapper)
+                (self.hooks / f"gpugate-{hook}").chmod(0o755)
+            self.hook_env.write_text(f"GPUGATE_BIN={self.gpugate}\n" + self.hook_env_text())
         self.write_config(config_extra)
 
     def hook_env_text(self, slurm_conf: str | os.PathLike | None = None) -> str:
-        """hook.env lines pointing the wrappers at this site (an installed package's too)."""
+        """hook.env lines pointing the wrappers at this site (an installed package's too).
+
+        Plain `NAME=value` lines, as the README writes them: the wrapper exports each (set -a).
+        """
         text = (
-            f"GPUGATE_CONFIG={self.config}\nexport GPUGATE_CACHE_DIR={self.base / 'cache'}\n"
+            f"GPUGATE_CONFIG={self.config}\nGPUGATE_CACHE_DIR={self.base / 'cache'}\n"
             # A hook whose config is unusable logs here, not to the host's /var/lib/gpugate.
-            f"export GPUGATE_FALLBACK_STATE_DIR={self.state}\n"
+            f"GPUGATE_FALLBACK_STATE_DIR={self.state}\n"
         )
         if slurm_conf is not None:
-            text += f"export SLURM_CONF={slurm_conf}\n"
+            text += f"SLURM_CONF={slurm_conf}\n"
         return text
 
     def use_slurm_conf(self, path: str | os.PathLike) -> None:
         """Point the hooks at a private slurm.conf (EpilogSlurmctld gets no SLURM_CONF)."""
-        with open(self.hooks / "hook.env", "a") as fh:
-            fh.write(f"export SLURM_CONF={path}\n")
+        with open(self.hook_env, "a") as fh:
+            fh.write(f"SLURM_CONF={path}\n")
 
     def hook(self, name: str) -> str:
         """Absolute path of one wrapper, for slurm.conf."""
@@ -224,7 +270,7 @@ class Site:
                 f"nccl_debug_dir: {self.base / node / 'nccl'}",
             )
             (self.base / f"gpugate-{node}.yaml").write_text(text)
-        with open(self.hooks / "hook.env", "a") as fh:
+        with open(self.hook_env, "a") as fh:
             # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
             fh.write(
                 f'case "$SLURMD_NODENAME" in {"|".join(nodes)}) '
