@@ -9,12 +9,15 @@ root can be made (not root, no overlayfs), they skip and touch nothing.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -180,6 +183,50 @@ def test_modes_owners_and_the_relative_symlink(deb_file):
         "root/root",
         "../../opt/gpugate/bin/gpugate",
     )
+
+
+def test_opt_itself_is_not_the_packages(deb_file):
+    """Only /opt/gpugate and below: with /opt listed, dpkg took it for gpugate's alone (no
+    package owns it) and warned at every removal that it was not empty."""
+    entries = contents(deb_file)
+    assert "/opt" not in entries
+    assert entries["/opt/gpugate"][0] == "drwxr-xr-x"
+    outside = [p for p in entries if p.startswith("/opt") and not p.startswith("/opt/gpugate/")]
+    assert outside == ["/opt/gpugate"], outside
+    # The rewritten archive is whole: tar reads it to its end without a complaint.
+    payload = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", deb_file], capture_output=True, timeout=60, check=True
+    )
+    tar = subprocess.run(["tar", "-t"], input=payload.stdout, capture_output=True, timeout=60)
+    assert tar.returncode == 0 and not tar.stderr, tar.stderr
+
+
+def test_unown_dirs_cuts_only_plain_directory_entries():
+    """unown_dirs.py drops the named directory entries and refuses anything else."""
+    spec = importlib.util.spec_from_file_location(
+        "unown_dirs", os.path.join(REPO, "packaging", "deb", "unown_dirs.py")
+    )
+    unown_dirs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(unown_dirs)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for name in ("./", "./opt/", "./opt/gpugate/"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            archive.addfile(info)
+        data = b"#!/usr/bin/python3\n"
+        info = tarfile.TarInfo("./opt/gpugate/gpugate")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    tar = buf.getvalue()
+    cut = unown_dirs.drop_entries(tar, {"./opt/"})
+    assert len(cut) == len(tar)
+    with tarfile.open(fileobj=io.BytesIO(cut), mode="r:") as archive:
+        assert archive.getnames() == [".", "./opt/gpugate", "./opt/gpugate/gpugate"]
+        assert archive.extractfile("./opt/gpugate/gpugate").read() == data
+    for names in ({"./opt/gpugate/gpugate"}, {"./usr/"}):  # a file; an entry not there
+        with pytest.raises(ValueError):
+            unown_dirs.drop_entries(tar, names)
 
 
 def test_launcher_is_the_system_python3(deb_file, tmp_path):

@@ -78,5 +78,10 @@ sed -e "s/@VERSION@/$deb_version/" -e "s/@INSTALLED_SIZE@/$size/" \
 deb=$DIST_DIR/gpugate_${deb_version}_all.deb
 rm -f "$deb"
 echo "build.sh: dpkg-deb" >&2
-dpkg-deb --build --root-owner-group "$root" "$deb" >&2
+# -Zxz: the data.tar that unown_dirs.py rewrites (Ubuntu's dpkg-deb would otherwise use zstd).
+dpkg-deb --build --root-owner-group -Zxz "$root" "$deb" >&2
+# /opt is no directory of gpugate's, only /opt/gpugate and below: no package owns /opt
+# (base-files' postinst makes it), so with ./opt/ listed, dpkg tried to remove /opt whenever
+# gpugate was removed and warned that it was not empty (unown_dirs.py says more).
+"$PYTHON" -s -E "$here/unown_dirs.py" "$deb" ./opt/
 echo "$deb"
