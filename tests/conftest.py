@@ -49,3 +49,12 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
 
     monkeypatch.setattr(suspicion, "start_qualification", start)
     return calls
+
+
+@pytest.fixture
+def open_tmp(tmp_path):
+    """pytest's tmp dirs are 0700: open them to be traversed, as an install's directories are."""
+    for directory in (tmp_path, *tmp_path.parents):
+        mode = directory.stat().st_mode
+        if not mode & 0o001 and directory.stat().st_uid == os.geteuid():
+            directory.chmod((mode & 0o7777) | 0o001)

@@ -29,13 +29,7 @@ ME = getpass.getuser()
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="runs hooks as another user")
 
 
-@pytest.fixture(autouse=True)
-def _open_tmp(tmp_path):
-    """pytest's tmp dirs are 0700: open them to be traversed, as an install's directories are."""
-    for directory in (tmp_path, *tmp_path.parents):
-        mode = directory.stat().st_mode
-        if not mode & 0o001 and directory.stat().st_uid == os.geteuid():
-            directory.chmod((mode & 0o7777) | 0o001)
+pytestmark = pytest.mark.usefixtures("open_tmp")  # tests/conftest.py
 
 
 def _launcher(path: Path, shebang: str) -> Path:

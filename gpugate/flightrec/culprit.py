@@ -272,17 +272,7 @@ def job_culprit(bundle_dirs: list[str]) -> dict | None:
             errors.append({"name": d, "error": "flightrec.json: not an object"})
             continue
         node = _str(summary.get("node")) if isinstance(summary, dict) else None
-        for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
-            got = _clean(rec, node)
-            if got is None:
-                errors.append({"name": d, "error": "flightrec.json: a record without rank or pgs"})
-            else:
-                records.append(got)
-        for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
-            if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
-                errors.append(
-                    {"name": err["name"][:256], "error": err["error"][:512], "node": node}
-                )
+        _gather(fr, node, (d, "flightrec.json: a record without rank or pgs"), records, errors)
     return _culprit(records, errors)
 
 
@@ -299,18 +289,23 @@ def records_culprit(views: list[dict]) -> dict | None:
         if not isinstance(fr, dict):
             continue
         node = _str(view.get("node"))
-        for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
-            got = _clean(rec, node)
-            if got is None:
-                errors.append({"name": node or "?", "error": "a record without rank or pgs"})
-            else:
-                records.append(got)
-        for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
-            if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
-                errors.append(
-                    {"name": err["name"][:256], "error": err["error"][:512], "node": node}
-                )
+        _gather(fr, node, (node or "?", "a record without rank or pgs"), records, errors)
     return _culprit(records, errors)
+
+
+def _gather(
+    fr: dict, node: str | None, bad: tuple[str, str], records: list[dict], errors: list[dict]
+) -> None:
+    """Add one node's clean records and its refusals; `bad` names a record without rank."""
+    for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
+        got = _clean(rec, node)
+        if got is None:
+            errors.append({"name": bad[0], "error": bad[1]})
+        else:
+            records.append(got)
+    for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
+        if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
+            errors.append({"name": err["name"][:256], "error": err["error"][:512], "node": node})
 
 
 def _culprit(records: list[dict], errors: list[dict]) -> dict | None:
