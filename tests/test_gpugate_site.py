@@ -53,9 +53,11 @@ def test_a_mistyped_mode_is_an_error_not_the_default(monkeypatch):
 def test_hook_env_lines_are_plain_as_the_readme_writes_them(tmp_path):
     site = gpugate_site.Site.__new__(gpugate_site.Site)  # no user, no chmod: the text only
     site.base, site.config = tmp_path, tmp_path / "gpugate.yaml"
+    site.state = tmp_path / "state"
     text = site.hook_env_text(slurm_conf="/srv/slurm/slurm.conf")
     assert text.splitlines() == [
         f"GPUGATE_CONFIG={tmp_path / 'gpugate.yaml'}",
         f"GPUGATE_CACHE_DIR={tmp_path / 'cache'}",
+        f"GPUGATE_FALLBACK_STATE_DIR={tmp_path / 'state'}",
         "SLURM_CONF=/srv/slurm/slurm.conf",
     ]
