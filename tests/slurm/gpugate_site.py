@@ -164,6 +164,12 @@ def installed_hooks() -> bool:
     return True
 
 
+def default_slurm_user() -> str:
+    """The SlurmUser of the tests' clusters: `slurm`, as Debian and RHEL ship Slurm (issue 26);
+    GPUGATE_E2E_SLURM_USER=root runs the suite the old way, as a second configuration."""
+    return os.environ.get("GPUGATE_E2E_SLURM_USER", "slurm")
+
+
 class Site:
     """A private gpugate install for one test cluster: hooks, config, snapshots, state."""
 
@@ -239,10 +245,21 @@ class Site:
             epilog_slurmctld=self.hook("epilog-slurmctld"),
             prolog_epilog_timeout=60,
             wrap_hooks=False,
-            **options,
+            **{"slurm_user": default_slurm_user(), **options},
         )
+        if c.slurm_user != "root":
+            self.controller_for(c.slurm_user)
         self.use_slurm_conf(c.conf_path)
         return c
+
+    def controller_for(self, user: str) -> None:
+        """As the package does: state passable, controller_dir the SlurmUser's own."""
+        import pwd
+
+        entry = pwd.getpwnam(user)
+        self.state.chmod(0o751)
+        self.controller.mkdir(mode=0o751, exist_ok=True)
+        os.chown(self.controller, entry.pw_uid, entry.pw_gid)
 
     def write_config(self, extra: str = "") -> None:
         """The site config: replay per-node snapshots, private state and evidence."""
