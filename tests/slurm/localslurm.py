@@ -856,11 +856,22 @@ class LocalSlurm:
             job_reason = job.get("Reason", "").replace("_", " ")
             if state in wanted and (reason is None or reason.replace("_", " ") in job_reason):
                 return job
-            if state in TERMINAL_JOB_STATES and state not in wanted:
+            if state in TERMINAL_JOB_STATES and state not in wanted and not self.completing(jobid):
                 raise LocalSlurmError(f"job {jobid} ended {state}, wanted {sorted(wanted)}: {job}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {jobid} not {sorted(wanted)} after {timeout} s: {job}")
             time.sleep(0.05)
+
+    def completing(self, jobid: int) -> bool:
+        """Whether the job's epilogs (the nodes' or EpilogSlurmctld) still run.
+
+        22.05's scontrol says JobState=COMPLETING; 24.11's says the base state (FAILED) while
+        the COMPLETING flag is set (seen in .ci/second-slurm), and squeue reports the flag
+        instead (slurm.schedmd.com/job_state_codes.html). A FAILED job may still be requeued
+        by EpilogSlurmctld until the flag clears.
+        """
+        proc = self.run(["squeue", "-h", "-j", str(jobid), "-o", "%T"], check=False)
+        return proc.stdout.strip() == "COMPLETING"
 
     def node(self, name: str) -> dict[str, str]:
         """Return ``scontrol show node -o NAME`` as a dict (State, Reason, Gres, ...)."""
