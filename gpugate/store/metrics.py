@@ -39,6 +39,7 @@ temporary name in the same directory and renamed over the old one (node_exporter
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import time
@@ -330,7 +331,8 @@ def update_metrics(
     **run: object,
 ) -> bool:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure,
-    False when skipped (the lock, in `state_dir`, was busy).
+    False when skipped (the lock, in `state_dir`, was busy: counted, and folded into
+    gpugate_metrics_skipped_total by the next update).
 
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
@@ -341,7 +343,10 @@ def update_metrics(
         skipped = _take_skipped(state_dir)  # under the lock: counted once
         return apply_run(previous, node, hook, findings, skipped=skipped, **run)  # type: ignore[arg-type]
 
-    return _fold(path, state_dir, change)
+    if _fold(path, state_dir, change):
+        return True
+    _skipped(state_dir, path, hook)  # every caller's skip is counted, not only the hooks'
+    return False
 
 
 def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
@@ -358,8 +363,6 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False
-    if not written:
-        _skipped(config.state_dir, path, hook)
     return written
 
 
@@ -372,6 +375,9 @@ def _skipped(state_dir: str, path: str, hook: str) -> None:
             os.path.join(state_dir, SKIPPED_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT
         )
         try:
+            # Root's private file, held for one write: the taker's fstat+ftruncate never
+            # meets this append halfway (a byte written between them was lost).
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_size < _SKIPPED_MAX:
                 os.write(fd, b".")
         finally:
@@ -387,6 +393,7 @@ def _take_skipped(state_dir: str) -> int:
     except OSError:
         return 0  # none skipped (no file), or unreadable: nothing to add
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # no append between the count and the reset
         count = os.fstat(fd).st_size
         os.ftruncate(fd, 0)
         return min(count, _SKIPPED_MAX)
