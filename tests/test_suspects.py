@@ -11,9 +11,9 @@ from factories import default_config
 from fakes import FakeSlurm
 
 from gpugate.clock import parse_utc
-from gpugate.slurm_hooks import suspicion
-from gpugate.slurm_hooks.requeue import JobEnd
-from gpugate.slurm_hooks.suspicion import vote
+from gpugate.gate import suspicion
+from gpugate.gate.requeue import JobEnd
+from gpugate.gate.suspicion import vote
 from gpugate.store import history, suspects
 from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
 
@@ -86,7 +86,7 @@ def test_first_failure_at_is_none_without_a_full_date(tmp_path, lines):
 
 
 def test_the_bundle_summary_carries_it(tmp_path):
-    from gpugate.slurm_hooks.collect import _read_and_diagnose
+    from gpugate.hooks.collect import _read_and_diagnose
 
     path = tmp_path / "out.log"
     path.write_text(f"2026-12-01T10:00:00Z {SYSTEM}\n")
@@ -179,7 +179,7 @@ def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_pat
 def test_votes_never_drain_however_many(tmp_path, started):
     config = config_for(tmp_path, votes_needed=1)
     slurm = FakeSlurm(nodes=NODES)
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
 
     for i in range(6):
         run_requeue(config, failed_job(str(200 + i), comment="", uid=1000 + i), slurm, wait_s=0)
@@ -339,7 +339,7 @@ def test_a_tie_records_no_vote(tmp_path):
 
 
 def test_the_controller_epilog_votes_from_the_bundles(tmp_path, started):
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
     from gpugate.store.controller_view import done, write_record
 
     config = config_for(tmp_path, votes_needed=1)

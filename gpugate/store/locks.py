@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from gpugate.fsutil import LOCK_DIR
+from gpugate.store.dirs import QUALIFY_FILE, controller_dir, history_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 HISTORY = "history.lock"  # drains, audit, held, unknown Xids, suspects, qualifications, drills
 EVIDENCE = "evidence.lock"  # the node's evidence index and its pruning
 APP_XIDS = "app_xids.lock"  # app_xids.jsonl: appends and its pruning
-REPAIRS = "repairs.lock"  # repairs.json (slurm_hooks/repair.py)
+REPAIRS = "repairs.lock"  # repairs.json (gpugate/gate/repair.py)
 
 HISTORY_WAIT_S = 5.0
 EVIDENCE_WAIT_S = 5.0
@@ -50,9 +51,6 @@ def metrics_lock(textfile: str) -> str:
 
 def lock_paths(config: Config) -> list[str]:
     """Every lock file gpugate's hooks and commands may take under `config` (none created)."""
-    from gpugate.store.history import controller_dir, history_dir
-    from gpugate.store.metrics import QUALIFY_FILE
-
     state = os.path.join(config.state_dir, LOCK_DIR)
     paths = [os.path.join(history_dir(config), LOCK_DIR, HISTORY)]
     # EpilogSlurmctld's votes and flags, in its own directory.

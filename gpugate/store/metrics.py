@@ -54,6 +54,7 @@ from gpugate.fsutil import (
     private_dir,
 )
 from gpugate.store import locks
+from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,7 +112,6 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_qualify_runs_total": (
         "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
-QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
 JOB_END_RESULTS = ("ok", "failed")
 SKIPPED_DIR = (
     "metrics.skipped.d"  # in state_dir: one empty file per skipped update, until folded in

@@ -1,0 +1,1 @@
+"""Facts, their sources (gather), the checks and the Xid catalog (`gpugate.checks`)."""

@@ -1,0 +1,89 @@
+"""The flight-recorder culprit in the controller epilog: its node votes, and may be excluded.
+
+The dumps are the user's process's data: the culprit node only casts a suspect vote (FR is
+stronger than the log's time stamps, so it is the vote's node when it names one), and votes
+never drain: past their threshold they flag the node for a qualification
+(gpugate/gate/suspicion.py). A requeue excludes the culprit node only when root's evidence
+agrees, the node's own hardware fault in its bundle, or when open votes from earlier jobs
+point at it too (an exclusion keeps one job off one node; it takes nothing out of service).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.gate.requeue import JobEnd
+    from gpugate.slurm.control import SlurmControl
+
+DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
+
+
+def culprit_node(job: JobEnd, summaries: list[dict]) -> tuple[str | None, dict | None]:
+    """(node, culprit) of this run's decision records; node None unless a decided rank on a
+    job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
+    from gpugate.flightrec.culprit import records_culprit
+
+    try:
+        found = records_culprit(summaries)
+    except (ValueError, TypeError) as exc:
+        return None, {"error": f"{type(exc).__name__}: {exc}"}
+    node = found.get("node") if found else None
+    if found is None or found.get("state") not in DECIDED or node not in job.nodes:
+        return None, found
+    return node, found
+
+
+def first_node(
+    config: Config, job: JobEnd, summaries: list[dict]
+) -> tuple[str, float | None] | None:
+    """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
+    from gpugate.clock import parse_utc
+
+    node, _ = culprit_node(job, summaries)
+    if node is None:
+        return None
+    own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
+    return node, next((t for t in own if t is not None), None)
+
+
+def with_culprit(
+    config: Config, job: JobEnd, summaries: list[dict], suspects: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The requeue's suspects with the FR culprit node first when root's evidence agrees."""
+    from gpugate.store import history
+    from gpugate.store.suspects import voting_jobs
+
+    node, _ = culprit_node(job, summaries)
+    if node is None:
+        return suspects
+    hardware = any(s.get("node") == node and s.get("hardware_fault") for s in summaries)
+    where = history.read_dirs(config)
+    earlier = [
+        j for j in voting_jobs(where, node, config.health.suspect_window_h) if j != job.job_id
+    ]
+    if not hardware and not earlier:
+        return suspects  # the user's dumps alone never exclude a node
+    return (node, *(n for n in suspects if n != node))
+
+
+def tell_culprit(
+    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[dict]
+) -> str | None:
+    """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
+
+    Only on a requeued job (pending again: slurmctld refuses an AdminComment on a finished
+    one, gpugate/checkpoints/freshness.py tell_stale). The text names the job's own dumps as
+    its source; admin_comment makes it one clean, capped line (op names come from the dumps).
+    """
+    _, found = culprit_node(job, summaries)
+    text = (found or {}).get("text")
+    if not isinstance(text, str) or not text or (found or {}).get("state") is None:
+        return None
+    try:
+        written = slurm.add_admin_comment(job.job_id, f"flight recorder (the job's dumps): {text}")
+    except Exception as exc:  # the requeue is done; the bundles and `gpugate evidence` say it
+        return f"flight recorder comment failed: {exc}"
+    return "flight recorder comment" + (
+        "" if written else " (unchanged: already there, or no room)"
+    )
