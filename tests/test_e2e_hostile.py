@@ -140,7 +140,7 @@ def test_a_hostile_job_drains_nothing_wins_no_requeue_and_leaks_nothing(
     )
     controller = wait_for_event(site, "epilog-slurmctld", job, timeout=90)
     epilog = wait_for_event(site, "epilog", job)
-    state = cluster.job_state(job)
+    state = cluster.wait_job(job, "FAILED", timeout=60)  # past COMPLETING: no requeue came
 
     # It ran as the ordinary user, and its fakes reached gpugate (the epilog saw them).
     assert state["UserId"].startswith("gpugate-e2e(")

@@ -865,10 +865,10 @@ class LocalSlurm:
     def completing(self, jobid: int) -> bool:
         """Whether the job's epilogs (the nodes' or EpilogSlurmctld) still run.
 
-        22.05's scontrol says JobState=COMPLETING; 24.11's says the base state (FAILED) while
-        the COMPLETING flag is set (seen in .ci/second-slurm), and squeue reports the flag
-        instead (slurm.schedmd.com/job_state_codes.html). A FAILED job may still be requeued
-        by EpilogSlurmctld until the flag clears.
+        scontrol's JobState can read FAILED while the COMPLETING flag is still set (seen on
+        24.11 with EpilogSlurmctld running; 22.05 said COMPLETING there); squeue reports the
+        flag instead of the base state (slurm.schedmd.com/job_state_codes.html). A FAILED job
+        may still be requeued by EpilogSlurmctld until the flag clears.
         """
         proc = self.run(["squeue", "-h", "-j", str(jobid), "-o", "%T"], check=False)
         return proc.stdout.strip() == "COMPLETING"
