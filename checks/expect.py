@@ -34,7 +34,7 @@ class Expected(Record):
 class Context(Record):
     """What every check receives besides the facts: the config and the expectations."""
 
-    config: object  # gpugate.config.schema.Config
+    config: Config
     expected: Expected
     # Application-class Xids this node recorded per job, within the window (the hooks load
     # them: gpugate/store/app_xids.py); kernel.xid's cross-job rule reads them.

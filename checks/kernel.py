@@ -45,9 +45,9 @@ def _bursts(lines: list[str]) -> int:
 def _gpu_at(facts: Facts) -> dict[str, int]:
     """Normalised PCI address ("0000:ab:00") -> GPU index."""
     return {
-        normalize_pci(g.pci_bus_id): g.index
+        pci: g.index
         for g in facts.gpus or ()
-        if g.pci_bus_id and normalize_pci(g.pci_bus_id)
+        if g.pci_bus_id and (pci := normalize_pci(g.pci_bus_id))
     }
 
 
@@ -212,8 +212,8 @@ def check_kernel_oom(facts: Facts, ctx: Context) -> list[F.Finding]:
         if victim:
             scope = " in a cgroup" if victim.group(1) else ""
             killed.append(f"pid {victim.group(2)} {victim.group(3)}{scope}")
-        elif OOM_INVOKED.search(line):
-            invoked.append(OOM_INVOKED.search(line).group(1))
+        elif invoker := OOM_INVOKED.search(line):
+            invoked.append(invoker.group(1))
     if killed:
         more = f" and {len(killed) - 5} more" if len(killed) > 5 else ""
         detail = f"OOM killer killed {len(killed)} process(es): {', '.join(killed[:5])}{more}"

@@ -61,7 +61,6 @@ def check(
         _HARDWARE[check_id] = hardware
         _ACTION[check_id] = action
         _FAULT[check_id] = fault
-        fn.check_id = check_id
         return fn
 
     return register

@@ -231,9 +231,11 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     choices = _CHOICES.get(path)
     if choices and value not in choices:
         raise ConfigError(f"{source}: {path}: {value!r} is not one of {', '.join(choices)}")
+    if not isinstance(value, (int, float)):
+        return value
     if ann == "float":
         value = float(value)
-    if isinstance(value, (int, float)) and value < 0 and not path.endswith("_c"):
+    if value < 0 and not path.endswith("_c"):
         raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
     if path in _AT_MOST and value > _AT_MOST[path]:
         raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")

@@ -65,8 +65,10 @@ def matches(cls: dict, node: str | None, partition: str | None) -> bool:
     """Whether this node (or the job's partition) is in the class."""
     if node and "nodes" in cls and node in hostlist_expand(cls["nodes"]):
         return True
+    if not partition:
+        return False
     wanted = cls.get("partitions") or ()
-    return bool(partition) and any(p in wanted for p in partition.split(","))
+    return any(p in wanted for p in partition.split(","))
 
 
 def this_node() -> tuple[str, str | None]:

@@ -212,11 +212,13 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
     poller = select.poll()  # poll, not select(): fd numbers may pass FD_SETSIZE (1024)
     owner: dict[int, Child] = {}
     for child in children:
+        # A child just started holds both ends: only _close_stdin and _finish set them to None.
+        assert child.stdout_fd is not None and child.stdin_fd is not None
         poller.register(child.stdout_fd, select.POLLIN)
-        owner[child.stdout_fd] = child  # type: ignore[index]
+        owner[child.stdout_fd] = child
         if child.pending:
             poller.register(child.stdin_fd, select.POLLOUT)
-            owner[child.stdin_fd] = child  # type: ignore[index]
+            owner[child.stdin_fd] = child
         else:
             _close_stdin(child)
     reading = len(children)
@@ -225,9 +227,10 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
         if left_ms <= 0:
             break
         for fd, _events in poller.poll(left_ms):
-            child = owner.get(fd)
-            if child is None:
+            found = owner.get(fd)
+            if found is None:
                 continue
+            child = found
             if fd == child.stdin_fd:
                 if _feed(child):
                     poller.unregister(fd)
@@ -252,8 +255,10 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
 
 def _feed(child: Child) -> bool:
     """Write what the pipe takes of the request; True when it is all written (or unwanted)."""
+    if child.stdin_fd is None:  # closed already: nothing more to write
+        return True
     try:
-        written = os.write(child.stdin_fd, child.pending[:_READ])  # type: ignore[arg-type]
+        written = os.write(child.stdin_fd, child.pending[:_READ])
     except BlockingIOError:
         return False
     except OSError:  # EPIPE: the child is gone; its (missing) answer tells the rest

@@ -243,7 +243,7 @@ def _start(module: ModuleType, config: Config) -> None:
     except module.NVMLError as exc:
         name = _error_names(module).get(exc.value, f"nvml_error_{exc.value}")
         hint = _INIT_HINTS.get(exc.value, str(exc))
-        facts = {"nvml_error": name}
+        facts: dict[str, str | None] = {"nvml_error": name}
         if exc.value == _LIB_RM_VERSION_MISMATCH:
             facts["nvml_library_version"] = loaded_library_version(
                 proc_path(config, "self", "maps")

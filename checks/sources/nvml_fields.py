@@ -114,7 +114,7 @@ def read_nvlink(r: Reader, h: object, gpu: dict) -> None:
         return  # a binding without NVLink calls: not known
     links = min(max_links(r.module), MAX_FIELD_LINKS)
     states = link_states(r.answers, links, _NO_SUCH_LINK)
-    if states is ASK:
+    if isinstance(states, Ask):  # the one instance, ASK
         active = _links_per_call(r, h, 0)
     else:
         active = [state in _LINK_UP for state in states]
