@@ -284,7 +284,10 @@ def check_memory_errors(facts: Facts, ctx: Context) -> list[F.Finding]:
         # NVIDIA's RMA criteria (GPU memory error management).
         problems = [
             (g.retired_pages_pending, "page retirement pending: reset the GPU before the next job"),
-            (rows is not None and rows.pending, "row remap pending: reset the GPU before the next job"),
+            (
+                rows is not None and rows.pending,
+                "row remap pending: reset the GPU before the next job",
+            ),
             (rows is not None and rows.failure, "row remapping failed: RMA candidate"),
         ]
         return [
