@@ -274,7 +274,7 @@ def keep_or_lift(
         # The jobs still on the draining node hide what they change: this run proves nothing.
         return HealthResult(
             status=decision.status, action="keep", message="jobs still run; pass not counted"
-        )  # type: ignore[attr-defined]
+        )
     same, reset_at = 0, None
     if entry.fault == "hardware":
         reset_at = reset_time(config, info.name)

@@ -65,7 +65,8 @@ def _answer(found: object) -> tuple[str | None, float | None]:
         return None, None
     path, mtime = found.get("path"), found.get("mtime")
     ok = isinstance(mtime, (int, float)) and not isinstance(mtime, bool) and mtime == mtime
-    return (path if isinstance(path, str) else None), (float(mtime) if ok else None)
+    when = float(mtime) if ok and isinstance(mtime, (int, float)) else None
+    return (path if isinstance(path, str) else None), when
 
 
 def judge(
@@ -106,7 +107,9 @@ def measure(
         return Freshness(ckpt_dir=ckpt_dir, max_age_s=max_age_s,
                          error="the checkpoint directory is not an absolute path")  # fmt: skip
     if run_as is None:
-        from gpugate.userfiles import as_user as run_as
+        from gpugate.userfiles import as_user
+
+        run_as = as_user
     try:
         found = run_as(uid, gid, TASK, {"ckpt_dir": ckpt_dir}, timeout)
     except Exception as exc:  # not mounted here, unreadable, timed out: say so, judge nothing

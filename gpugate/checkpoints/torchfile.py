@@ -17,6 +17,7 @@ from gpugate.userfiles import UserFileError, open_regular
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
 _TAIL = 64 * 1024 + 22  # the ZIP end record (22 bytes) plus the longest possible comment
 _MAX_CENTRAL_DIR = 64 << 20  # ~100 bytes per tensor: room for 600k tensors
@@ -267,7 +268,10 @@ def _legacy_storages(ops: Iterable) -> dict[str, tuple[str, int]]:
     """
     import pickletools
 
-    mark, stack, memo, found = object(), [], {}, {}
+    mark: object = object()
+    stack: list[Any] = []  # the unpickler's stack: whatever the opcodes push
+    memo: dict[int, Any] = {}
+    found: dict[str, tuple[str, int]] = {}
 
     def to_mark() -> list:
         i = len(stack) - 1 - stack[::-1].index(mark)

@@ -29,11 +29,11 @@ def xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None, dict]:
     event = read_line(text)
     event = event if isinstance(event, X.XidEvent) else None
     if event is None and "NVRM" in text:
-        return "other", MINOR, None
+        return "other", MINOR, None, {}
     if event is None:  # a tool's summary (`dcgm health: GPU 2 reported Xid 48`): by code
         info = X.lookup(int(m.group("xid")))
         fatal = info.action in X.DRAIN_ACTIONS or info.action == "restart_app"
-        return info.category, FATAL if fatal else MINOR, info.code
+        return info.category, FATAL if fatal else MINOR, info.code, {}
     root = event.caused_by if event.code == 45 and event.caused_by is not None else event.code
     info = X.lookup(root)
     gpu = {"pci": event.pci} if event.pci else {}

@@ -19,7 +19,7 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Set
 
 # Root-cause order, most specific first (higher wins). Why this order:
 # - GPU hardware (ECC, NVLink, hardware Xids) explains everything a job prints after it, node
@@ -96,8 +96,8 @@ class Collector:
         self.claims: list[Signal] = []
         self.signals: list[Signal] = []
         self.counts: dict[str, int] = {}
-        self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
-        self.table_ranks: list[tuple[int, int, int]] = []  # rank rows outside a Root Cause
+        self.roots: list[tuple[int, int, int | None]] = []  # (file, line, rank)
+        self.table_ranks: list[tuple[int, int, int | None]] = []  # rank rows outside a Root Cause
         self.culprits: set[int] = set()  # ranks PyTorch's desync report says did not join
         self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
@@ -292,7 +292,7 @@ def _root_xid(live: list[Signal], top: int, category: str) -> tuple[int | None, 
 
 
 def _failing_rank(
-    winners: list[Signal], roots: list, category: str, per_gpu: set[int] = frozenset()
+    winners: list[Signal], roots: list, category: str, per_gpu: Set[int] = frozenset()
 ) -> tuple[int | None, tuple | None]:
     """The rank where the failure began, or None when the text names no single origin.
 

@@ -482,7 +482,8 @@ _BODY_RANK_RE = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? 
 
 
 def _to_match(sig: Signature, m: re.Match, text: str, prefix_rank: int | None) -> Match:
-    category, strength, code, extra = sig.category, sig.strength, None, {}
+    category, strength, code = sig.category, sig.strength, None
+    extra: dict[str, object] = {}
     if sig.resolve is not None:
         category, strength, code, *more = sig.resolve(m, text)
         extra = more[0] if more else {}

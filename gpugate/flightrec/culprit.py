@@ -297,13 +297,14 @@ def _gather(
     fr: dict, node: str | None, bad: tuple[str, str], records: list[dict], errors: list[dict]
 ) -> None:
     """Add one node's clean records and its refusals; `bad` names a record without rank."""
-    for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
+    recs, errs = fr.get("records"), fr.get("errors")
+    for rec in recs if isinstance(recs, list) else []:
         got = _clean(rec, node)
         if got is None:
             errors.append({"name": bad[0], "error": bad[1]})
         else:
             records.append(got)
-    for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
+    for err in errs if isinstance(errs, list) else []:
         if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
             errors.append({"name": err["name"][:256], "error": err["error"][:512], "node": node})
 

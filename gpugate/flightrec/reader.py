@@ -278,7 +278,7 @@ def read_dump(data: bytes, name: str) -> dict:
     return summarize(load_dump(data), name)
 
 
-def read_dump_kept(data: bytes, name: str) -> tuple[dict, dict]:
+def read_dump_kept(data: bytes, name: str) -> tuple[dict, object]:
     """(the record, the dump as JSON-able plain data) of one dump file's bytes."""
     dump = load_dump(data)
     return summarize(dump, name), as_json(dump)

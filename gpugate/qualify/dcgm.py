@@ -32,7 +32,15 @@ from gpugate.record import Record
 # timeout_s is gpugate's default budget (not a DCGM figure), used when the caller passes none.
 _L1 = ("software",)
 _L2 = (*_L1, "memory", "pcie")
-_L3 = (*_L2, "diagnostic", "eud", "cpu_eud", "nvbandwidth", "nccl_tests", "memory_bandwidth")
+_L3: tuple[str, ...] = (
+    *_L2,
+    "diagnostic",
+    "eud",
+    "cpu_eud",
+    "nvbandwidth",
+    "nccl_tests",
+    "memory_bandwidth",
+)
 _L3 = (*_L3, "targeted_stress", "targeted_power")
 _L4 = (*_L3, "memtest", "pulse_test")
 LEVELS: dict[int, dict] = {
@@ -388,7 +396,7 @@ def _list(value: object, what: str) -> list:
 
 def _int(value: object) -> int | None:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)  # type: ignore[call-overload]  # what int() refuses raises, below
     except (TypeError, ValueError):
         return None
 

@@ -41,7 +41,7 @@ def read_result(path: str) -> dict | None:
 
 def result(test: str, nodes: list[str], ok: bool | None, detail: str, **extra: object) -> dict:
     """One TEST RESULT (the shared shape of issue 17)."""
-    out = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
+    out: dict[str, object] = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
            "detail": detail, "job_id": None}  # fmt: skip
     out.update(extra)
     return out
@@ -100,8 +100,8 @@ def allreduce_value(raw: dict) -> float | None:
 
 def h2d_value(raw: dict) -> float | None:
     """The slowest GPU's host-to-device GB/s (None: skipped, no GPU)."""
-    speeds = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
-    speeds = [float(s) for s in speeds if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    got = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
+    speeds = [float(s) for s in got if isinstance(s, (int, float)) and not isinstance(s, bool)]
     return min(speeds) if speeds and not raw.get("skipped") else None
 
 
@@ -158,10 +158,10 @@ def first_failure(v: dict) -> tuple[str, str | None]:
     return bad["detail"], bad.get("job_id")
 
 
-def result_files(run_dir: str, where: str) -> dict[str, str]:
+def result_files(run_dir: str, where: str) -> dict[str, str | bytes]:
     """The raw result files of one job directory, by name (for the evidence bundle)."""
     base = os.path.join(run_dir, where)
-    out = {}
+    out: dict[str, str | bytes] = {}
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         raw = read_result(os.path.join(base, name))
         if raw is not None and name.endswith(".json"):
@@ -215,6 +215,7 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
             backend = backend or raw.get("backend")
             gpu_name = gpu_name or raw.get("gpu_name")
     qc = config.qualify
+    assert qc is not None  # qualification runs only with a qualify: section
     site = qc.gloo_busbw_gbps if test == "allreduce" and backend == "gloo" else None
     floor = _floor(config, test, backend, site, gpu_name)
     ids = {j.nodes[0]: j.job_id for j in node_jobs}
@@ -241,6 +242,7 @@ def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | N
         ids[job.nodes] = job.job_id
     if not measured:
         return ({"not_run": not_run, "text": "no pair ran"} if not_run else None), {}
+    assert config.qualify is not None  # qualification runs only with a qualify: section
     floor = _floor(config, "pair", backend, config.qualify.pair_busbw_gbps)
     judged = judge_pairs(measured, floor[0], config.qualify.min_fraction_of_median)
     judged = dict(judged, not_run=not_run, floor_source=floor[1],

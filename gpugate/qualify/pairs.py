@@ -74,7 +74,7 @@ def judge_pairs(
                 best[node] = max(best.get(node, value), value)
     bar = threshold(list(best.values()), floor, fraction)
     slow = {tuple(_key(p)) for p, v in pairs.items() if v is None or v < bar}
-    partners: dict[str, list[tuple[str, str]]] = {}
+    partners: dict[str, list[tuple[str, ...]]] = {}
     for pair in pairs:
         for node in pair:
             partners.setdefault(node, []).append(tuple(_key(pair)))
@@ -83,11 +83,12 @@ def judge_pairs(
     everyone = len(partners) >= 3 and len(suspects) == len(partners)
     if everyone:  # no healthy pair to compare with: a floor too high or a shared fabric fault
         suspects = []
-    links, undecided = [], []
-    for pair in sorted(slow):
-        if everyone or not any(n in suspects for n in pair):
-            both_fine = all(n in fast_elsewhere for n in pair)
-            (links if both_fine and not everyone else undecided).append(list(pair))
+    links: list[list[str]] = []
+    undecided: list[list[str]] = []
+    for slow_pair in sorted(slow):
+        if everyone or not any(n in suspects for n in slow_pair):
+            both_fine = all(n in fast_elsewhere for n in slow_pair)
+            (links if both_fine and not everyone else undecided).append(list(slow_pair))
     text = _pairs_text(slow, suspects, links, undecided, everyone, bar)
     return {
         "slow_pairs": [list(p) for p in sorted(slow)],

@@ -43,7 +43,7 @@ HELD_FRESH_S = 86400
 
 def valid_held(e: object) -> bool:
     """Whether `e` is an entry as record_held() writes it."""
-    return _common_ok(e, ("at", "reason", "why", "check")) and type(e.get("reason")) is str  # type: ignore[union-attr]
+    return _common_ok(e, ("at", "reason", "why", "check")) and type(e.get("reason")) is str
 
 
 def record_held(state_dir: str, node: str, reason: str, why: str, when: float | None = None,

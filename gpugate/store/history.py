@@ -150,14 +150,14 @@ def valid_drain(e: object) -> bool:
     """Whether `e` is a drain entry as record_drain() writes it (the types readers rely on)."""
     if not _common_ok(e, _DRAIN_TEXT):
         return False
-    return type(e.get("xid")) in (int, type(None))  # type: ignore[union-attr]
+    return type(e.get("xid")) in (int, type(None))
 
 
 def valid_resume(e: object) -> bool:
     """Whether `e` is an audit entry as record_resume() writes it."""
     if not _common_ok(e, _RESUME_TEXT):
         return False
-    return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))  # type: ignore[union-attr]
+    return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))
 
 
 def _trim(entries: list[dict], max_per_node: int, max_entries: int) -> list[dict]:
@@ -389,7 +389,7 @@ def valid_unknown_xids(e: object) -> bool:
     """Whether `e` is an entry as record_unknown_xids() writes it (a non-empty list of codes)."""
     if not _common_ok(e, ("at", "job", "hook")):
         return False
-    codes = e.get("xids")  # type: ignore[union-attr]
+    codes = e.get("xids")
     return type(codes) is list and 0 < len(codes) <= 64 and all(type(c) is int for c in codes)
 
 

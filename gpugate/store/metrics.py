@@ -166,7 +166,7 @@ def check_statuses(findings: Iterable[object] | Mapping[str, str] | None) -> dic
     if findings is None:
         return {}
     if hasattr(findings, "items"):
-        return dict(findings.items())  # type: ignore[union-attr]
+        return dict(findings.items())
     worst: dict[str, str] = {}
     for f in findings:
         check = f["check"] if isinstance(f, dict) else f.check  # type: ignore[attr-defined]

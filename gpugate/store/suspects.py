@@ -69,10 +69,10 @@ def valid_vote(e: object) -> bool:
     """Whether `e` is a vote as record_vote() writes it."""
     if not history._common_ok(e, ("at", "category", "first_failure_at")):
         return False
-    uid = e.get("uid")  # type: ignore[union-attr]
+    uid = e.get("uid")
     if uid is not None and (type(uid) is not int or uid < 0):
         return False
-    return type(e.get("job")) is str and 0 < len(e["job"]) <= 64  # type: ignore[union-attr]
+    return type(e.get("job")) is str and 0 < len(e["job"]) <= 64
 
 
 def record_vote(

@@ -154,7 +154,7 @@ def _node_from_pyslurm(n: object) -> NodeInfo:
     return NodeInfo(
         name=n.name,
         state=state,
-        flags=flags,  # type: ignore[attr-defined]
+        flags=flags,
         reason=(getattr(n, "reason", None) or "").strip(),
         reason_user=getattr(n, "reason_user", None) or "",
         reason_time=getattr(n, "reason_time", None) or None,
