@@ -276,14 +276,9 @@ def node_row(
     check = history.reason_check(node.reason)
     bundle, facts = _latest_evidence(node, check, past, evidence_dir)
     same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check)
-    row.update(
-        check=check,
-        category=facts.get("category"),
-        xid=facts.get("xid"),
-        bundle=bundle,
-        same_check_drains=same,
-    )
-    row["action"] = suggest_action(check, node.reason, row["category"], row["xid"], same, rma_after)
+    category, xid = facts.get("category"), facts.get("xid")
+    row.update(check=check, category=category, xid=xid, bundle=bundle, same_check_drains=same)
+    row["action"] = suggest_action(check, node.reason, category, xid, same, rma_after)
     return row
 
 

@@ -93,7 +93,12 @@ def latest(args: Namespace, result: Scan) -> int:
     best = next((cp for cp in result.checkpoints if cp.complete), None)
     skipped = [cp for cp in result.checkpoints if not cp.complete]  # all newer than `best`
     if args.json:
-        out = {"directory": result.directory, "path": None, "layout": None, "step": None}
+        out: dict[str, object] = {
+            "directory": result.directory,
+            "path": None,
+            "layout": None,
+            "step": None,
+        }
         if best:
             out.update(best.to_dict())
             del out["complete"]

@@ -23,6 +23,10 @@ from gpugate.slurm_hooks.drill import FAULTS, DrillError, drill_records, end_dri
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
     from gpugate.config.schema import Config
     from gpugate.slurm_hooks.slurm.control import SlurmControl
@@ -172,11 +176,11 @@ class Steps:
         return any(s["step"] == step for s in self.items)
 
 
-def wait_for(what: object, until: float) -> object:
+def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
     """Poll `what()` until it returns something true or `until` passes; its last answer."""
     while True:
         try:
-            got = what()  # type: ignore[operator]
+            got = what()
         except Exception:  # Slurm busy or the job between states: ask again
             got = None
         if got or time.time() >= until:
@@ -243,7 +247,7 @@ def follow_job(
     """Wait for the killed job to run again elsewhere; add the step with its checkpoint."""
     job, before = killed
 
-    def elsewhere() -> tuple | None:
+    def elsewhere() -> tuple[tuple[str, ...], str] | None:
         state, restarts, nodes, comment = ops.job(job)
         # The killed run, requeued, shows COMPLETING with Restarts already counted until its
         # epilogs end, and on 24.11 a poll once saw such a state with no nodes at all (the drill
@@ -255,7 +259,7 @@ def follow_job(
     if not found:
         steps.add("not_requeued", f"job {job} did not run again on another node", job=job)
         return
-    nodes, comment = found  # type: ignore[misc]
+    nodes, comment = found
     ckpt = requeue_checkpoint(config, job, comment)
     steps.add("requeued", f"job {job} on {','.join(nodes)} from {ckpt or 'no checkpoint'}",
               job=job, nodes=list(nodes), checkpoint=ckpt)  # fmt: skip

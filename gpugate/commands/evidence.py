@@ -17,6 +17,7 @@ from gpugate.text import dumps, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -87,7 +88,7 @@ def admin_only(config: Config, job: str | None = None) -> str | None:
 def describe(bundle: str) -> dict:
     """A bundle's summary fields, its path and the raw files in it."""
     summary = read_summary(bundle) or {}
-    out = {k: summary.get(k) for k in FIELDS}
+    out: dict[str, Any] = {k: summary.get(k) for k in FIELDS}
     out["path"] = bundle
     out["files"] = summary.get("files") or sorted(_members(bundle))
     if not summary:

@@ -70,6 +70,7 @@ def _from_xml(path: str) -> dict | None:
         return snapshot_from_xml(read_text(path, XML_MAX))
     except OSError as exc:
         print(f"gpugate facts: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
     except NvidiaSmiXmlError as exc:
         print(f"gpugate facts: {path}: {exc}", file=sys.stderr)
         return None

@@ -81,6 +81,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         return refuse(PROG, exc, EXIT_USAGE)
     over = {k: getattr(args, k) for k in ("reservation", "qos", "partition") if getattr(args, k)}
+    assert config.qualify is not None  # checked above; sweep_config keeps the section
     config = config.replace(qualify=config.qualify.replace(**over))
     if args.no_wait:
         return background(argv, config.state_dir)
