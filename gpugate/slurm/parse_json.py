@@ -30,6 +30,7 @@ from gpugate.slurm.records import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any
 
 
 def _json_shape(parse: Callable) -> Callable:
@@ -69,7 +70,7 @@ def _dedupe(groups: Iterable[list[NodeInfo]]) -> list[NodeInfo]:
     return list(seen.values())
 
 
-def _node_from_record(rec: dict) -> NodeInfo:
+def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
     state, flags = split_state(rec.get("state"), rec.get("state_flags") or ())
     reason = rec.get("reason") or ""
     partitions = tuple(p for p in rec.get("partitions") or () if isinstance(p, str))
@@ -87,7 +88,7 @@ def _node_from_record(rec: dict) -> NodeInfo:
     )
 
 
-def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
+def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     state, flags = split_state((rec.get("node") or {}).get("state"))
     names = (rec.get("nodes") or {}).get("nodes") or []
     reason = rec.get("reason") or {}
@@ -104,7 +105,7 @@ def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
 
 
 def _with_reason_object(
-    name: str, state: str, flags: tuple, reason: dict, partitions: tuple = ()
+    name: str, state: str, flags: tuple, reason: dict[str, Any], partitions: tuple = ()
 ) -> NodeInfo:
     return NodeInfo(
         name=name,
@@ -124,7 +125,7 @@ def parse_jobs_json(text: str, expand: Callable[[str], list[str]] | None = None)
     return [_job_from_record(r, expand) for r in json.loads(text).get("jobs") or []]
 
 
-def _job_from_record(rec: dict, expand: Callable[[str], list[str]]) -> JobInfo:
+def _job_from_record(rec: dict[str, Any], expand: Callable[[str], list[str]]) -> JobInfo:
     state = rec.get("job_state") or ""
     if isinstance(state, list):
         state = state[0] if state else ""

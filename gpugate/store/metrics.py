@@ -50,6 +50,7 @@ from gpugate.store import locks
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -112,7 +113,9 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
-Samples = dict  # {(name, ((label, value), ...)): float}
+if TYPE_CHECKING:  # for annotations only
+    Key = tuple[str, tuple[tuple[str, str], ...]]  # (name, ((label, value), ...))
+    Samples = dict[Key, float]
 READ_MAX = 4 * 1024 * 1024
 
 
@@ -204,7 +207,8 @@ def apply_run(
     `skipped`: earlier updates skipped since the last one (their lock was busy)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
     out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
-    n = (("node", node),)
+    n: tuple[tuple[str, str], ...] = (("node", node),)
+    key: Key
     statuses = check_statuses(findings)
     if statuses and hook == "prolog":
         # The prolog runs the whole checklist: a check that no longer runs (disabled) goes.
@@ -255,7 +259,9 @@ def apply_run(
     return out
 
 
-def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -> None:
+def _note_checkpoint(
+    out: Samples, n: tuple[tuple[str, str], ...], age_s: float | None, stale: bool
+) -> None:
     """The checkpoint series of one job end: the age (last value) and the stale ends."""
     if age_s is not None:
         out[("gpugate_checkpoint_age_seconds", n)] = round(float(age_s), 3)
@@ -264,7 +270,7 @@ def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -
         out[key] = out.get(key, 0) + 1
 
 
-def apply_qualification(samples: Samples, entries: Iterable[dict]) -> Samples:
+def apply_qualification(samples: Samples, entries: Iterable[dict[str, Any]]) -> Samples:
     """The samples after qualifications recorded as gpugate/store/qualify.py entries (pure)."""
     out = dict(samples)
     for e in entries:
@@ -285,7 +291,7 @@ def apply_qualification(samples: Samples, entries: Iterable[dict]) -> Samples:
     return out
 
 
-def note_qualification(config: Config, entries: list[dict]) -> bool:
+def note_qualification(config: Config, entries: list[dict[str, Any]]) -> bool:
     """Fold recorded qualifications into QUALIFY_FILE beside `admin.metrics_file`, never
     raising (as note_run: nothing without node_exporter's directory); True if written."""
     path = config.admin.metrics_file
