@@ -21,7 +21,8 @@ from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
-from gpugate.slurm.cli import DEFAULT_TIMEOUT, CliBackend
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.control import DEFAULT_TIMEOUT
 from gpugate.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary

@@ -114,7 +114,7 @@ def reset_targets(findings: Iterable[Finding], config: Config | None = None) -> 
     kinds = [repair_kind(f.message, config) for f in failing]
     if not failing or any(k != RESET or f.gpu is None for f, k in zip(failing, kinds)):
         return []
-    return sorted({f.gpu for f in failing})
+    return sorted({f.gpu for f in failing if f.gpu is not None})  # none is None (above)
 
 
 def reboot_reason(fault: str) -> str:
@@ -187,7 +187,7 @@ def _reboot_refusal(slurm: SlurmControl, before: NodeInfo, config: Config) -> st
     return None if verdict.allowed else f"drain budget: {verdict.why}"
 
 
-def _drain_key(info: NodeInfo) -> list:
+def _drain_key(info: NodeInfo) -> list[str | int | None]:
     """What identifies one drain: its reason and when it was set."""
     return [info.reason, info.reason_time]
 

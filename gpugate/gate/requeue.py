@@ -24,6 +24,7 @@ from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from gpugate.config.schema import Config
@@ -293,7 +294,7 @@ def apply(
 ) -> list[str]:
     """Carry the decision out; returns what was done (or would be, with dry_run)."""
     done: list[str] = []
-    steps = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     told = {"decision": decision}  # the exclusion step learns which suspects are pinned
 
     def exclude() -> str:

@@ -328,12 +328,14 @@ def write_evidence(
     summary.update(summary_fields(freshness))
     files = _bundle_files(facts, kernel, deltas, logs)
     stale = message(freshness) if freshness is not None else None
+    decisive = files["decisive.txt"]
+    assert isinstance(decisive, str)  # _bundle_files writes it as text
     if stale:  # the admin reads the stale checkpoint beside the cause
-        files["decisive.txt"] = f"{files['decisive.txt']}gpugate: {printable(stale)}\n"
+        decisive = files["decisive.txt"] = f"{decisive}gpugate: {printable(stale)}\n"
     files.update(flightrec_collect.bundle_files(flightrec))
     refused = flightrec_collect.decisive_lines(flightrec)
     if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
-        files["decisive.txt"] += "".join(line + "\n" for line in refused)
+        files["decisive.txt"] = decisive + "".join(line + "\n" for line in refused)
     summary["flightrec_dumps"] = len((flightrec or {}).get("records") or [])
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,

@@ -27,7 +27,9 @@ def counter_deltas(baseline: dict | None, now: dict) -> dict:
     out: dict = {}
     for index, after in now.get("gpus", {}).items():
         before = baseline.get("gpus", {}).get(index, {})
-        change = {k: d for k in GPU_COUNTERS if (d := _grew(before.get(k), after.get(k)))}
+        change: dict[str, object] = {
+            k: d for k in GPU_COUNTERS if (d := _grew(before.get(k), after.get(k)))
+        }
         nvl_before, nvl_after = before.get("nvlink_errors") or {}, after.get("nvlink_errors") or {}
         for k, v in nvl_after.items():
             if d := _grew(nvl_before.get(k), v):
@@ -50,6 +52,7 @@ def counter_deltas(baseline: dict | None, now: dict) -> dict:
     for port, after in now.get("infiniband", {}).items():
         before = baseline.get("infiniband", {}).get(port, {})
         change = {k: d for k in IB_ERROR_COUNTERS if (d := _grew(before.get(k), after.get(k)))}
+        # (a port's change: counters that grew, then its state)
         if after.get("state") != before.get("state") and before:
             change["state"] = f"{before.get('state')} -> {after.get('state')}"
         if change:

@@ -19,7 +19,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node
-from gpugate.gate.policy import DRAIN, decide, effective_status
+from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.hooks.hookenv import comment_tokens
 from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.record import Record
@@ -142,7 +142,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
 def act_on_failure(
     config: Config,
     env: HookEnv,
-    decision: object,
+    decision: Decision,
     slurm: SlurmControl | None,
     statuses: dict,
     started: float,
@@ -154,7 +154,7 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
-    failing = list(decision.failing)  # type: ignore[attr-defined]
+    failing = list(decision.failing)
     try:
         concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
     except Exception:  # cannot tell which GPUs: the failure may be the job's
@@ -299,10 +299,10 @@ def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: st
         note(f"could not set the job's AdminComment: {exc}")
 
 
-def summary(decision: object) -> str:
+def summary(decision: Decision) -> str:
     """One line: the verdict and the worst findings."""
-    worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]  # type: ignore[attr-defined]
-    return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")  # type: ignore[attr-defined]
+    worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]
+    return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")
 
 
 def _slurm(config: Config) -> SlurmControl:

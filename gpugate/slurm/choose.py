@@ -25,6 +25,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    # For annotations only: the adapter imports neither at run time.
+    from gpugate.checks.facts import Facts
+    from gpugate.config.schema import Config
     from gpugate.slurm.cli import Runner
 
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
@@ -63,7 +66,9 @@ def select_backend(
 def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -> str | None:
     """Why pyslurm must not be used here, or None when it may."""
     if version_of is None:
-        from importlib.metadata import version as version_of
+        from importlib.metadata import version
+
+        version_of = version
     try:
         # Reads the installed metadata only: libslurm is not loaded.
         have = version_of("pyslurm")
@@ -148,18 +153,18 @@ def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int
 
 
 def with_slurm_gres(
-    config: object, node: str | None, facts: object, slurm: object = None
-) -> object:
+    config: Config, node: str | None, facts: Facts, slurm: SlurmControl | None = None
+) -> Facts:
     """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
 
     Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
     site sets `expect.gpu_count` (the site's word comes first), nor when already known.
     """
-    if config.facts_file or config.expect.gpu_count is not None:  # type: ignore[attr-defined]
+    if config.facts_file or config.expect.gpu_count is not None:
         return facts
-    if facts.slurm_gres_gpus is not None:  # type: ignore[attr-defined]
+    if facts.slurm_gres_gpus is not None:
         return facts
-    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)  # type: ignore[attr-defined]
-    count = cached_gpus(config.state_dir, node or "",  # type: ignore[attr-defined]
-                        lambda: configured_gpus(node or "", slurm, timeout))  # type: ignore[arg-type]  # fmt: skip
-    return facts if count is None else facts.replace(slurm_gres_gpus=count)  # type: ignore[attr-defined]
+    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)
+    count = cached_gpus(config.state_dir, node or "",
+                        lambda: configured_gpus(node or "", slurm, timeout))  # fmt: skip
+    return facts if count is None else facts.replace(slurm_gres_gpus=count)

@@ -30,13 +30,16 @@ from gpugate.slurm.records import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any
+    from typing import Any, Concatenate, ParamSpec, TypeVar
+
+    _P = ParamSpec("_P")
+    _T = TypeVar("_T")
 
 
-def _json_shape(parse: Callable) -> Callable:
+def _json_shape(parse: Callable[Concatenate[str, _P], _T]) -> Callable[Concatenate[str, _P], _T]:
     """`parse`, raising ValueError (as for text that is not JSON) on JSON of another shape."""
 
-    def wrapped(text: str, *args: object, **kwargs: object) -> list:
+    def wrapped(text: str, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return parse(text, *args, **kwargs)
         except (AttributeError, KeyError, TypeError, OverflowError, RecursionError) as exc:
@@ -105,7 +108,11 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
 
 
 def _with_reason_object(
-    name: str, state: str, flags: tuple, reason: dict[str, Any], partitions: tuple = ()
+    name: str,
+    state: str,
+    flags: tuple[str, ...],
+    reason: dict[str, Any],
+    partitions: tuple[str, ...] = (),
 ) -> NodeInfo:
     return NodeInfo(
         name=name,
@@ -177,9 +184,10 @@ def _number(value: object) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]  # JSON: what int() refuses is None below
     except (TypeError, ValueError):
         return None
+    return number
 
 
 def _epoch(value: object) -> int | None:
