@@ -183,7 +183,7 @@ def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> li
     return out
 
 
-def by_category(costs: list[dict]) -> list[tuple[str, int, float]]:
+def by_category(costs: Sequence[dict]) -> list[tuple[str, int, float]]:
     """(category, bundles, GPU-hours lost) per category, most GPU-hours first."""
     acc: dict[str, list] = {}
     for c in costs:

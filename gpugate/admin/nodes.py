@@ -32,10 +32,10 @@ from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from gpugate.config.schema import Config
-    from gpugate.slurm.cli import CliBackend
+    from gpugate.slurm.cli import CliBackend, Runner
     from gpugate.slurm.records import NodeInfo
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
@@ -71,10 +71,10 @@ class NodesUnavailable(RuntimeError):
 # ------------------------------------------------------------------------------ reading
 
 
-def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
+def cli_backend(config: Config | None = None, runner: Runner | None = None) -> CliBackend:
     """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
     timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
-    return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
+    return CliBackend(timeout=timeout, runner=runner)
 
 
 def as_groups(nodes: Iterable[NodeInfo]) -> list[Group]:
@@ -302,7 +302,7 @@ def node_rows(
     rma_after: int = 3,
     now: float | None = None,
     drained_only: bool = False,
-    unknown: list[dict] = (),  # type: ignore[assignment]
+    unknown: Sequence[dict] = (),
     held: dict[str, dict] | None = None,
     suspects: dict[str, dict] | None = None,
 ) -> list[dict]:

@@ -24,6 +24,10 @@ from gpugate.store import history
 from gpugate.store.outcomes import FIELDS, check_record
 from gpugate.text import printable
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
 
 CSS = """
@@ -81,7 +85,7 @@ def timeline(
     resumes: list[dict],
     since: float,
     limit: int = TIMELINE_MAX,
-    held: list[dict] = (),  # type: ignore[assignment]
+    held: Sequence[dict] = (),
 ) -> list[dict]:
     """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
     events = [dict(e, event="drain") for e in drains if e.get("when", 0) >= since]
@@ -211,7 +215,7 @@ def _bundle_link(f: dict) -> str:
     return f'<a href="{esc(f["href"])}">{code}</a>' if f.get("href") else code
 
 
-def failures_section(costs: list[dict]) -> str:
+def failures_section(costs: Sequence[dict]) -> str:
     """Failures and GPU-hours lost by category: two bar charts, the table, how it is computed."""
     rows = by_category(costs)
     if not rows:
@@ -226,7 +230,7 @@ def failures_section(costs: list[dict]) -> str:
     return f'<p class="meta">{esc(HOW_COMPUTED)}</p><div class="charts">{figures}</div>{table}'
 
 
-def runs_section(costs: list[dict]) -> str:
+def runs_section(costs: Sequence[dict]) -> str:
     """Each failed run: when, where, cause, GPUs, from when its work was lost, its bundle."""
     body = []
     for f in sorted(costs, key=lambda f: f["failed"] or 0, reverse=True):
@@ -255,7 +259,7 @@ def _checkpoint_age(f: dict) -> str:
     return text if age is not None else "\u2013"
 
 
-def requeues_section(events: list[dict]) -> str:
+def requeues_section(events: Sequence[dict]) -> str:
     """EpilogSlurmctld's requeue decisions, newest first, with the checkpoint resumed from."""
     body = []
     for e in sorted(events, key=lambda e: e["when"], reverse=True):
@@ -276,7 +280,7 @@ def requeues_section(events: list[dict]) -> str:
     return _table(headers, body, "No requeue decision in the window.")
 
 
-def held_section(held: list[dict], since: float) -> str:
+def held_section(held: Sequence[dict], since: float) -> str:
     """The drains the budget held back in the window, newest first."""
     body = [
         f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
@@ -308,7 +312,7 @@ def measured(test: dict) -> str:
     if name == "pair":
         name += " " + "-".join(map(str, test.get("nodes") or ()))
     floor = _gbps(test.get("floor_gbps")).replace(" GB/s", "")
-    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]
+    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]  # JSON: any other value is "not judged"
     return f"{name}{_gbps(test.get('value_gbps'))}{f' (floor{floor})' if floor else ''}: {verdict}"
 
 
@@ -390,7 +394,7 @@ def repeats_chart(drains: list[dict], since: float) -> str:
 
 
 def cost_sections(
-    costs: list[dict], requeues: list[dict], held: list[dict], since: float
+    costs: Sequence[dict], requeues: Sequence[dict], held: Sequence[dict], since: float
 ) -> list[str]:
     """Failures and GPU-hours lost, the failed runs, the requeues, the held-back drains."""
     return [
@@ -409,7 +413,7 @@ def _cards(
     rows: list[dict],
     record: dict,
     events: list[dict],
-    costs: list[dict],
+    costs: Sequence[dict],
     window_days: float,
     total_nodes: int | None,
 ) -> str:
@@ -441,11 +445,11 @@ def render_html(
     now: float | None = None,
     total_nodes: int | None = None,
     notice: str | None = None,
-    held: list[dict] = (),  # type: ignore[assignment]
-    costs: list[dict] = (),  # type: ignore[assignment]
-    requeues: list[dict] = (),  # type: ignore[assignment]
-    qualifications: list[dict] = (),  # type: ignore[assignment]
-    flags: list[dict] = (),  # type: ignore[assignment]
+    held: Sequence[dict] = (),
+    costs: Sequence[dict] = (),
+    requeues: Sequence[dict] = (),
+    qualifications: Sequence[dict] = (),
+    flags: Sequence[dict] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's

@@ -15,6 +15,12 @@ from gpugate.config import schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _R = TypeVar("_R", bound=Record)
+
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"
 PACKAGED_FILE = os.path.join(os.path.dirname(__file__), "gpugate.yaml")
 
@@ -111,13 +117,13 @@ def load_config(path: str | None = None) -> schema.Config:
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
     _check_together(config, site_path or PACKAGED_FILE)
-    return config  # type: ignore[return-value]
+    return config
 
 
-def _check_together(config: Record, source: str) -> None:
+def _check_together(config: schema.Config, source: str) -> None:
     """Refuse values that are each valid but wrong together."""
-    wait = config.requeue.wait_for_bundles_s  # type: ignore[attr-defined]
-    deadline = config.epilog.deadline_s  # type: ignore[attr-defined]
+    wait = config.requeue.wait_for_bundles_s
+    deadline = config.epilog.deadline_s
     if wait < deadline:
         raise ConfigError(
             f"{source}: requeue.wait_for_bundles_s: {wait:g} s is shorter than "
@@ -169,7 +175,7 @@ def _check_partial(cls: type[Record], data: dict, source: str, prefix: str) -> N
             _convert(ann, value, source, path)
 
 
-def build(cls: type[Record], data: object, source: str, prefix: str) -> Record:
+def build(cls: type[_R], data: object, source: str, prefix: str) -> _R:
     """Build a typed record from a complete mapping."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top'}: expected a mapping")

@@ -34,6 +34,22 @@ from gpugate.diagnosis.categories import is_infrastructure, kind
 from gpugate.diagnosis.verdict import KERNEL_LOG
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Protocol
+
+    class Signal(Protocol):
+        """rank.Signal, as read here (rank imports this module, so not the other way)."""
+
+        file: int
+        line: int
+        match: S.Match
+
+        @property
+        def tier(self) -> int: ...
+
+
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 LEVELS = (HIGH, MEDIUM, LOW)
 # 50 is the signature table's default: a line that says "something failed", not what. A
@@ -138,9 +154,9 @@ def _earlier_xid(winners: list, others: list) -> str | None:
     return None
 
 
-def _xid_gpu(s: object) -> str | None:
+def _xid_gpu(s: Signal) -> str | None:
     """The PCI address of a fatal Xid line (None for any other line)."""
-    m = s.match  # type: ignore[attr-defined]
+    m = s.match
     if m.xid is None or m.strength != S.FATAL:
         return None
     event = read_line(m.text)
@@ -156,10 +172,10 @@ def _fatal_tier(signals: list) -> int | None:
     return max(tiers) if tiers else None
 
 
-def _by_category(signals: object) -> list[tuple[str, list]]:
+def _by_category(signals: Iterable[Signal]) -> list[tuple[str, list[Signal]]]:
     """(category, its signals) for each category, highest tier then earliest line first."""
-    groups: dict[str, list] = {}
-    for s in signals:  # type: ignore[attr-defined]
+    groups: dict[str, list[Signal]] = {}
+    for s in signals:
         groups.setdefault(s.match.category or "other", []).append(s)
     for sigs in groups.values():
         sigs.sort(key=lambda s: (-s.tier, s.file, s.line))

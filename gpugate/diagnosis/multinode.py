@@ -84,7 +84,7 @@ def _regular(path: str) -> bool:
 
 
 def _has_flightrec(bundle: str | None) -> bool:
-    return bool(bundle) and _regular(os.path.join(bundle, "flightrec.json"))  # type: ignore[arg-type]
+    return bool(bundle) and _regular(os.path.join(bundle or "", "flightrec.json"))
 
 
 def _is_dir(path: str) -> bool:
@@ -224,7 +224,8 @@ def diagnose_nodes(groups: list[NodeInputs], engine: str = "auto") -> list[NodeR
 
 
 def _key(r: NodeResult, mode: str) -> float:
-    s: Stamp = r.first  # type: ignore[assignment]
+    s = r.first
+    assert s is not None  # only stamped results are ordered by time
     return s.seconds if mode == WALL or s.kind == BOOT else s.without_year()
 
 

@@ -19,7 +19,7 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Set
+    from collections.abc import Callable, Iterable, Set
 
 # Root-cause order, most specific first (higher wins). Why this order:
 # - GPU hardware (ECC, NVLink, hardware Xids) explains everything a job prints after it, node
@@ -255,11 +255,11 @@ def _consequences(signals: list[Signal]) -> list[Signal]:
     return out
 
 
-def _first_line(signals: Iterable[Signal], pred: object) -> dict[int, int]:
+def _first_line(signals: Iterable[Signal], pred: Callable[[Signal], bool]) -> dict[int, int]:
     """file -> first line where pred(signal) holds."""
     out: dict[int, int] = {}
     for s in signals:
-        if pred(s) and s.line < out.get(s.file, sys.maxsize):  # type: ignore[operator]
+        if pred(s) and s.line < out.get(s.file, sys.maxsize):
             out[s.file] = s.line
     return out
 

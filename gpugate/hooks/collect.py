@@ -110,7 +110,7 @@ def read_job_files(
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(  # type: ignore[return-value]
+        return as_user(  # type: ignore[return-value]  # the child's answer: _read_and_diagnose's dict
             uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
             timeout or config.epilog.read_timeout_s,
         )  # fmt: skip

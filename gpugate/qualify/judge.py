@@ -237,7 +237,7 @@ def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | N
             continue
         raw = read_result(jobs.result_path(run_dir, job.nodes, "allreduce"))
         ok = raw is not None and "error" not in raw
-        measured[job.nodes] = allreduce_value(raw) if ok else None  # type: ignore[arg-type]
+        measured[job.nodes] = allreduce_value(raw) if raw is not None and ok else None
         backend = backend or (raw or {}).get("backend")
         ids[job.nodes] = job.job_id
     if not measured:

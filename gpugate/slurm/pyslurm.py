@@ -145,7 +145,7 @@ class PyslurmBackend(SlurmControl):
 def _pyslurm_epoch(value: object) -> int | None:
     # pyslurm's Job.end_time is epoch seconds; be lenient with None or odd types.
     try:
-        return int(value) if value else None  # type: ignore[call-overload]
+        return int(value) if value else None  # type: ignore[call-overload]  # what int() refuses: None
     except (TypeError, ValueError):
         return None
 

@@ -133,7 +133,9 @@ def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> lis
 
 def _when_ok(when: object) -> bool:
     # bool is an int: `"when": true` is not a time. NaN fails both comparisons.
-    return type(when) in (int, float) and 0 <= when <= _WHEN_MAX  # type: ignore[operator]
+    if type(when) not in (int, float) or not isinstance(when, (int, float)):  # the 2nd: mypy's
+        return False
+    return 0 <= when <= _WHEN_MAX
 
 
 _DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id")
@@ -376,7 +378,7 @@ def by_node(entries: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     return out
 
 
-def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict[str, Any] | None:
+def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[str, Any] | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
     from gpugate.checks.sources.kernel_log import boot_id  # the prolog has it loaded already
@@ -389,7 +391,7 @@ def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict
             reason,
             max_per_node=adm.history_max_per_node,
             max_entries=adm.history_max_entries,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
     except Exception as exc:  # the drain itself already happened: nothing here may undo it
         log.error(config.state_dir, f"could not record the drain of {node} in the history", exc)
@@ -436,13 +438,13 @@ def unknown_xids(
     return _select(_read_lines(path, valid_unknown_xids), node, since)
 
 
-def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: object) -> None:
+def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: Any) -> None:
     """For the hooks: record_unknown_xids() with the configured place and caps, never raising."""
     adm = config.admin
     try:
         record_unknown_xids(history_dir(config), node, xids,
                             max_per_node=adm.history_max_per_node,
-                            max_entries=adm.history_max_entries, **fields)  # type: ignore[arg-type]  # fmt: skip
+                            max_entries=adm.history_max_entries, **fields)  # fmt: skip
     except Exception as exc:  # a report only: the hook's verdict stands
         log.error(config.state_dir, f"could not record the unknown Xids of {node}", exc)
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
+    from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
 
 UNCERTAIN = "uncertain"  # gpugate_diagnoses_total's category for a medium or low verdict
@@ -164,7 +165,9 @@ def render(samples: Samples) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_statuses(findings: Iterable[object] | Mapping[str, str] | None) -> dict[str, str]:
+def check_statuses(
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None,
+) -> dict[str, str]:
     """{check: worst status} from findings (objects or dicts with check/status) or a mapping."""
     if findings is None:
         return {}
@@ -172,8 +175,8 @@ def check_statuses(findings: Iterable[object] | Mapping[str, str] | None) -> dic
         return dict(findings.items())
     worst: dict[str, str] = {}
     for f in findings:
-        check = f["check"] if isinstance(f, dict) else f.check  # type: ignore[attr-defined]
-        status = f["status"] if isinstance(f, dict) else f.status  # type: ignore[attr-defined]
+        check = f["check"] if isinstance(f, dict) else f.check
+        status = f["status"] if isinstance(f, dict) else f.status
         old = worst.get(check)
         if old is None or _rank(status) < _rank(old):
             worst[check] = status
@@ -188,7 +191,7 @@ def apply_run(
     samples: Samples,
     node: str,
     hook: str,
-    findings: Iterable[object] | Mapping[str, str] | None = None,
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None = None,
     duration_s: float | None = None,
     drained_check: str | None = None,
     category: str | None = None,
@@ -330,10 +333,10 @@ def update_metrics(
     path: str,
     node: str,
     hook: str,
-    findings: Iterable[object] | Mapping[str, str] | None = None,
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None = None,
     *,
     state_dir: str,
-    **run: object,
+    **run: Any,
 ) -> bool:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure,
     False when skipped (the lock, in `state_dir`, was busy).
@@ -345,12 +348,12 @@ def update_metrics(
 
     def change(previous: Samples) -> Samples:
         skipped = _take_skipped(state_dir)  # under the lock: counted once
-        return apply_run(previous, node, hook, findings, skipped=skipped, **run)  # type: ignore[arg-type]
+        return apply_run(previous, node, hook, findings, skipped=skipped, **run)
 
     return _fold(path, state_dir, change)
 
 
-def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
+def note_run(config: Config, node: str | None, hook: str, **run: Any) -> bool:
     """For the hooks: update_metrics() at `admin.metrics_file`, never raising; True if written.
 
     Nothing is written when the setting is null or its directory is missing (no
@@ -360,7 +363,7 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
         return False
     try:
-        written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)  # type: ignore[arg-type]
+        written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False
