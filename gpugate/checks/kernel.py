@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 
 from gpugate.checks import findings as F
+from gpugate.checks.declare import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
-from gpugate.checks.registry import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
 
 TYPE_CHECKING = False

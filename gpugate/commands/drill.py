@@ -17,8 +17,9 @@ import sys
 import time
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
-from gpugate.drill import FAULTS, DrillError, drill_records, end_drill, start_drill
+from gpugate.drill import FAULTS, DrillError, end_drill, start_drill
 from gpugate.names import refuse
+from gpugate.store.drills import drill_records
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
 
 def follow(config: Config, drill: dict, ops: Ops) -> dict:
     """Drive and watch one drill from injection to resume; its record (written)."""
-    from gpugate.drill import record_drill
+    from gpugate.store.drills import record_drill
 
     steps = Steps(drill["start"])
     steps.add("injected", FAULTS[drill["fault"]][0], fault=drill["fault"])
@@ -340,7 +341,7 @@ def _no_slurm_here(exc: BaseException) -> bool:
 
 def report(config: Config, node: str | None, as_json: bool) -> int:
     """`--report`: past drills, oldest first."""
-    from gpugate.drill import records_path
+    from gpugate.store.drills import records_path
 
     path = records_path(config)
     if os.path.exists(path) and not os.access(path, os.R_OK):

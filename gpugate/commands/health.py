@@ -6,7 +6,7 @@ import time
 
 from gpugate import log
 from gpugate.commands import each_on_its_own, run_hook_command
-from gpugate.hooks.hookenv import from_environ
+from gpugate.slurm.hookenv import from_environ
 from gpugate.store import history, metrics
 from gpugate.store.nccl_dir import sweep_nccl_base
 

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog import EpilogResult
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.hookenv import HookEnv
 
 
 def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict:
@@ -258,7 +258,7 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
 
 def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
-    from gpugate.hooks.hookenv import comment_tokens
+    from gpugate.slurm.hookenv import comment_tokens
     from gpugate.store.state import load_task_file
 
     saved = load_task_file(config.state_dir, env.job_id) if env.job_id else None

@@ -24,10 +24,19 @@ from gpugate.slurm.pyslurm import PyslurmBackend
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Protocol, TypeVar
 
-    # For annotations only: the adapter imports neither at run time.
-    from gpugate.checks.facts import Facts
-    from gpugate.config.schema import Config
+    from gpugate.config.schema import Config  # for annotations only
+
+    class HasGres(Protocol):
+        """What with_slurm_gres reads and returns: the checks' Facts (above the adapter)."""
+
+        @property
+        def slurm_gres_gpus(self) -> int | None: ...
+
+        def replace(self: _G, **changes: object) -> _G: ...
+
+    _G = TypeVar("_G", bound=HasGres)
     from gpugate.slurm.cli import Runner
 
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
@@ -153,8 +162,8 @@ def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int
 
 
 def with_slurm_gres(
-    config: Config, node: str | None, facts: Facts, slurm: SlurmControl | None = None
-) -> Facts:
+    config: Config, node: str | None, facts: _G, slurm: SlurmControl | None = None
+) -> _G:
     """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
 
     Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
