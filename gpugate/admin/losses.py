@@ -19,7 +19,7 @@ from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 UNDIAGNOSED = "undiagnosed"  # a bundle whose diagnosis named no category
 EVENTS = "events.jsonl"  # gpugate.log's file in the state directory
@@ -164,7 +164,11 @@ def lost_gpu_hours(failure: dict, checkpoint_at: float | None) -> tuple[float | 
     return gpus * max(0.0, failed - frm) / 3600.0, frm
 
 
-def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> list[dict]:
+def costed(
+    failures: list[dict],
+    events: list[dict],
+    stat: Callable[[object], float | None] = checkpoint_time,
+) -> list[dict]:
     """Each failure with its requeue decision, checkpoint, GPU-hours lost and their start."""
     out = []
     for f in failures:

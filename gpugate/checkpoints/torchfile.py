@@ -165,7 +165,8 @@ def _member_prefix(fd: int, member: tuple, limit: int) -> bytes:
 
 
 def _u16(data: bytes, at: int) -> int:
-    return struct.unpack_from("<H", data, at)[0]
+    value: int = struct.unpack_from("<H", data, at)[0]
+    return value
 
 
 # --- pickles, read without unpickling -------------------------------------------------------

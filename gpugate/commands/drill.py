@@ -280,7 +280,8 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
             continue
         for e in reversed(events):
             if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-                return e.get("checkpoint")
+                checkpoint: str | None = e.get("checkpoint")
+                return checkpoint
     marker = "resume from "
     if marker in comment:
         return comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()

@@ -132,7 +132,7 @@ def _level(
     return MEDIUM, "no specific line decided", ()
 
 
-def _earlier_xid(winners: list, others: list) -> str | None:
+def _earlier_xid(winners: list[Signal], others: list[tuple[str, list[Signal]]]) -> str | None:
     """A category whose Xid came before the winner's first Xid on the same GPU, if any.
 
     A hardware-class Xid right after an application Xid on one GPU (13 then 109, 31 then 45)
@@ -157,10 +157,11 @@ def _xid_gpu(s: Signal) -> str | None:
     if m.xid is None or m.strength != S.FATAL:
         return None
     event = read_line(m.text)
-    return getattr(event, "pci", None) or None
+    pci: str | None = getattr(event, "pci", None) or None
+    return pci
 
 
-def _tier(signals: list) -> int:
+def _tier(signals: list[Signal]) -> int:
     return max(s.tier for s in signals)
 
 

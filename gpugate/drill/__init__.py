@@ -34,6 +34,7 @@ from gpugate.fsutil import read_regular
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any, TypeGuard
 
     from gpugate.config.schema import Config
 
@@ -90,7 +91,8 @@ def _hang(data: dict) -> None:
 def _gpu0(data: dict) -> dict:
     gpus = data.get("gpus") or [{"index": 0}]
     data["gpus"] = gpus
-    return gpus[0]
+    gpu: dict = gpus[0]
+    return gpu
 
 
 # fault -> (what the drill simulates, the overlay)
@@ -106,7 +108,7 @@ FAULTS: dict[str, tuple[str, Callable[[dict], None]]] = {
 
 def overlay(fault: str, data: dict) -> dict:
     """`data` (a snapshot dict) with `fault`'s overlay applied (a deep copy; `data` is kept)."""
-    out = json.loads(json.dumps(data))
+    out: dict = json.loads(json.dumps(data))
     FAULTS[fault][1](out)
     return out
 
@@ -119,7 +121,7 @@ def drill_path(config: Config) -> str:
     return os.path.join(config.state_dir, DRILL_FILE)
 
 
-def valid_drill(drill: object) -> bool:
+def valid_drill(drill: object) -> TypeGuard[dict[str, Any]]:
     """Whether `drill` is a drill as start_drill() writes it."""
     if type(drill) is not dict or drill.get("fault") not in FAULTS:
         return False
@@ -132,7 +134,7 @@ def active_drill(config: Config, now: float | None = None) -> dict | None:
     """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
     path = drill_path(config)
     try:
-        drill = json.loads(read_regular(path, 1 << 20, follow=False))  # never blocks
+        drill: dict | None = json.loads(read_regular(path, 1 << 20, follow=False))  # never blocks
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

@@ -67,17 +67,19 @@ def _last(pg: dict, entries: list[dict], key: str) -> int:
 
 
 def _entry_at(g: dict, rank: int, seq: int) -> dict | None:
-    for e in g["entries"].get(rank, []):
-        if e.get("seq") == seq and not e.get("is_p2p"):
-            return e
+    entry: dict
+    for entry in g["entries"].get(rank, []):
+        if entry.get("seq") == seq and not entry.get("is_p2p"):
+            return entry
     return None
 
 
 def _op_at(g: dict, seq: int, ranks: list[int]) -> str | None:
     for r in ranks:
         e = _entry_at(g, r, seq)
-        if e is not None and _str(e.get("op")):
-            return e["op"]
+        op = e.get("op") if e is not None else None
+        if _str(op):
+            return str(op)
     return None
 
 

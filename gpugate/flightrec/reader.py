@@ -16,6 +16,10 @@ import json
 import pickle
 import re
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 MAX_BYTES = 32 << 20  # a 20,000-entry NCCL dump is a few MiB; more is not a flight recorder
 MAX_DEPTH = 32  # entries -> entry -> frames -> frame -> value is 5 deep
 MAX_NODES = 4_000_000  # memo references can make a small pickle expand: cap what we walk
@@ -33,10 +37,10 @@ class DumpError(ValueError):
 class _PlainUnpickler(pickle.Unpickler):
     """Builds plain containers only: any global (hence any call) is refused."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise DumpError(f"refused: the pickle names the global {module}.{name}")
 
-    def persistent_load(self, pid: object):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise DumpError("refused: the pickle uses a persistent id")
 
 

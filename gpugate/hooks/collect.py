@@ -16,11 +16,12 @@ from gpugate.fsutil import atomic_write
 from gpugate.gate.drain import drain_detail, drain_node
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
-from gpugate.hooks.task_prolog import FR_PREFIX, nccl_job_dir
+from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.reasons import evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
+from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import os
 
-from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX, nccl_job_dir
+from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX
+from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.text import printable
 
 TYPE_CHECKING = False

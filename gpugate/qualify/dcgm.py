@@ -396,9 +396,10 @@ def _list(value: object, what: str) -> list:
 
 def _int(value: object) -> int | None:
     try:
-        return int(value)  # type: ignore[call-overload]  # what int() refuses raises, below
+        number: int = int(value)  # type: ignore[call-overload]  # what int() refuses raises, below
     except (TypeError, ValueError):
         return None
+    return number
 
 
 def _first_line(text: str) -> str:

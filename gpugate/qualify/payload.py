@@ -106,7 +106,8 @@ def _import_torch() -> ModuleType:
         import torch.distributed
     except ImportError as exc:
         raise PayloadError(f"no torch in {sys.executable}: {exc}") from None
-    return torch
+    module: ModuleType = torch  # torch has no stubs where gpugate is checked
+    return module
 
 
 def _choose_backend(torch: ModuleType, dist: ModuleType, requested: str) -> str:

@@ -54,7 +54,8 @@ def _load(name: str) -> Callable:
     import importlib
 
     module, func = SOURCES[name]
-    return getattr(importlib.import_module(module), func)
+    read: Callable = getattr(importlib.import_module(module), func)
+    return read
 
 
 def gather_dict(

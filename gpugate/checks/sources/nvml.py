@@ -225,7 +225,8 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable(
             f"the pynvml module (PyPI package nvidia-ml-py) cannot be imported: {exc}"
         ) from exc
-    return pynvml
+    module: ModuleType = pynvml  # nvidia-ml-py ships no stubs
+    return module
 
 
 def _error_names(module: ModuleType) -> dict[int, str]:
