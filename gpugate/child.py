@@ -28,6 +28,7 @@ from gpugate.runner import SAFE_PATH
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 # The only functions a child runs ("module:function"); each takes JSON kwargs, returns JSON.
 TASKS = frozenset(
@@ -77,7 +78,9 @@ class ChildError(Exception):
 class Child:
     """One started child: its process, our ends of its pipes, what it has sent so far."""
 
-    def __init__(self, proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, request: bytes):
+    def __init__(
+        self, proc: subprocess.Popen[bytes], stdin_fd: int, stdout_fd: int, request: bytes
+    ):
         self.proc = proc
         self.stdin_fd: int | None = stdin_fd
         self.stdout_fd: int | None = stdout_fd
@@ -119,7 +122,7 @@ def _self_contained() -> bool:
 
 def start(
     task: str,
-    kwargs: dict,
+    kwargs: dict[str, Any],
     timeout: float,
     user: int | None = None,
     group: int | None = None,
@@ -136,7 +139,7 @@ def start(
     ).encode()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    creds: dict = {}
+    creds: dict[str, Any] = {}
     if user is not None:
         # Always pass extra_groups with a user: without it the child keeps root's groups.
         creds = {"user": user, "group": group, "extra_groups": list(extra_groups or [])}
@@ -163,7 +166,7 @@ def start(
     return Child(proc, in_w, out_r, request)
 
 
-def detach(task: str, kwargs: dict, timeout: float) -> int:
+def detach(task: str, kwargs: dict[str, Any], timeout: float) -> int:
     """Start `task(**kwargs)` in a child that outlives this process; returns its pid.
 
     For work a hook must leave running after it exits (EpilogSlurmctld's "start the requeued
@@ -320,7 +323,7 @@ def answer(child: Child) -> object:
 
 def call(
     task: str,
-    kwargs: dict,
+    kwargs: dict[str, Any],
     timeout: float,
     max_bytes: int,
     user: int | None = None,
@@ -356,7 +359,7 @@ def main() -> None:
             os._exit(70)
         # Backstop should the parent's kill never come: our own alarm, a little later.
         signal.alarm(int(float(request["timeout"])) + 2)
-        payload: dict = {"ok": run_task(request["task"], request.get("kwargs") or {})}
+        payload: dict[str, Any] = {"ok": run_task(request["task"], request.get("kwargs") or {})}
     except BaseException as exc:  # the answer says what went wrong; nothing on stderr
         payload = {"error": f"{type(exc).__name__}: {exc}"}
         if isinstance(exc, OSError) and exc.strerror:
@@ -373,7 +376,7 @@ def main() -> None:
         os._exit(0)
 
 
-def run_task(task: str, kwargs: dict) -> object:
+def run_task(task: str, kwargs: dict[str, Any]) -> object:
     """Import and call one allow-listed task."""
     import importlib
 

@@ -17,7 +17,7 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     _R = TypeVar("_R", bound=Record)
 
@@ -132,7 +132,9 @@ def _check_together(config: schema.Config, source: str) -> None:
         )
 
 
-def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:
+def _with_classes(
+    merged: dict[str, Any], classes: list[dict[str, Any]], source: str
+) -> dict[str, Any]:
     """`merged` with every node class that this node (or the job's partition) is in over it."""
     if not classes:
         return merged
@@ -144,7 +146,7 @@ def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:
     return merged
 
 
-def _merge(base: dict, over: dict) -> dict:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "boards":
@@ -160,7 +162,7 @@ def _fields(cls: type[Record]) -> dict[str, str]:
     return {f: cls.__annotations__[f] for f in cls._fields}
 
 
-def _check_partial(cls: type[Record], data: dict, source: str, prefix: str) -> None:
+def _check_partial(cls: type[Record], data: dict[str, Any], source: str, prefix: str) -> None:
     """Validate the keys and types present in a partial (site) mapping."""
     types = _fields(cls)
     for key, value in data.items():
@@ -250,7 +252,7 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     return value
 
 
-def _check_keyed(mapping: dict, source: str, path: str) -> None:
+def _check_keyed(mapping: dict[str, Any], source: str, path: str) -> None:
     """Refuse a key or a value outside a closed mapping's sets (`checks.kernel.xid_actions`)."""
     pattern, what, values = _KEYED[path]
     for key, value in mapping.items():
@@ -262,7 +264,7 @@ def _check_keyed(mapping: dict, source: str, path: str) -> None:
             )
 
 
-def _check_ids(ids: list, source: str, path: str) -> None:
+def _check_ids(ids: list[Any], source: str, path: str) -> None:
     """Refuse an id that names no registered check, like an unknown key."""
     # Only a non-empty list costs the registry's import: the prolog imports it anyway to run
     # the checks, and the packaged defaults (empty lists) load without it.

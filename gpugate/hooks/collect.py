@@ -30,6 +30,8 @@ DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checkpoints.freshness import Freshness
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
@@ -39,9 +41,9 @@ if TYPE_CHECKING:
     from gpugate.slurm.hookenv import HookEnv
 
 
-def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict:
+def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict[str, Any]:
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
-    info: dict = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
+    info: dict[str, Any] = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
     try:
         slurm = slurm or _slurm(config)
         job = slurm.job(env.job_id or "")
@@ -66,7 +68,7 @@ def _expand(path: str | None, env: HookEnv) -> str | None:
     return path if os.path.isabs(path) else os.path.join(env.work_dir or "/", path)
 
 
-def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
+def job_files(config: Config, env: HookEnv, job: dict[str, Any]) -> list[str]:
     """The job's logs this node should read: stdout/stderr on the batch host, NCCL files here."""
     files: list[str] = []
     if not job.get("batch_host") or job.get("batch_host") == env.node:
@@ -84,11 +86,11 @@ def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
 def read_job_files(
     config: Config,
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     kernel_lines: list[str],
     timeout: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user.
 
     `offsets`: where this run's part of a file starts (runs.record_log_offsets, taken by the
@@ -129,7 +131,7 @@ def _read_and_diagnose(
     diag_cap: int = 64 << 20,
     budget_s: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """In the child, as the user: safe tails of each file, then one diagnosis over all.
 
     A file with an offset (this run's start in it) is read from there on, never before: an
@@ -193,7 +195,7 @@ def _diagnose(
     kernel_text: str,
     diag_cap: int,
     budget_s: float | None,
-) -> dict:
+) -> dict[str, Any]:
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
@@ -257,7 +259,7 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         return False
 
 
-def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | None:
+def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict[str, Any]) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
     from gpugate.slurm.hookenv import comment_tokens
     from gpugate.store.state import load_task_file
@@ -274,7 +276,7 @@ def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | No
 
 
 def checkpoint_freshness(
-    config: Config, env: HookEnv, job: dict, facts: Facts, timeout: float
+    config: Config, env: HookEnv, job: dict[str, Any], facts: Facts, timeout: float
 ) -> Freshness | None:
     """How old the job's newest complete checkpoint was at its end (None: it declared none)."""
     from gpugate.checkpoints.freshness import measure
@@ -301,18 +303,18 @@ def _job_of(bundle: str) -> str:
 def write_evidence(
     config: Config,
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     facts: Facts,
     fresh: list[str],
-    deltas: dict,
+    deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict,
+    logs: dict[str, Any],
     result: EpilogResult,
     pending_drain: bool = False,
     freshness: Freshness | None = None,
-    flightrec: dict | None = None,
+    flightrec: dict[str, Any] | None = None,
     elsewhere: list[Finding] | None = None,
-    baseline: dict | None = None,
+    baseline: dict[str, Any] | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure.
 
@@ -351,15 +353,15 @@ def write_evidence(
 
 def _summary(
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     facts: Facts,
     kernel: list[str],
-    deltas: dict,
+    deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict,
+    logs: dict[str, Any],
     result: EpilogResult,
     pending_drain: bool,
-) -> dict:
+) -> dict[str, Any]:
     """The bundle's summary.json.
 
     The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
@@ -405,7 +407,7 @@ def _summary(
 
 
 def _bundle_files(
-    facts: Facts, kernel: list[str], deltas: dict, logs: dict
+    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: dict[str, Any]
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
     from gpugate.yamlio import dump_yaml
@@ -425,7 +427,9 @@ def _bundle_files(
     return files
 
 
-def run_times(env: HookEnv, job: dict, facts: Facts, baseline: dict | None) -> dict:
+def run_times(
+    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: dict[str, Any] | None
+) -> dict[str, Any]:
     """The bundle's times: when it was collected (now) and this run's start and end.
 
     The run's start and end come from Slurm: the Epilog's SLURM_JOB_START_TIME and

@@ -33,6 +33,8 @@ from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -58,7 +60,7 @@ class HealthResult(Record):
     drained: bool = False
     resumed: bool = False
     blocked_by: str | None = None  # "admin", "budget" or "error"
-    statuses: dict = {}
+    statuses: dict[str, Any] = {}
     message: str = ""
     duration_s: float = 0.0
 

@@ -40,6 +40,8 @@ from gpugate.store.state import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -58,8 +60,8 @@ class PrologResult(Record):
     drained: bool = False
     refused: bool = False
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
-    statuses: dict = {}  # check id -> status after the policy (for the metrics)
-    unknown_xids: tuple = ()  # Xids NVIDIA's catalog does not list (warned, reported)
+    statuses: dict[str, Any] = {}  # check id -> status after the policy (for the metrics)
+    unknown_xids: tuple[Any, ...] = ()  # Xids NVIDIA's catalog does not list (warned, reported)
     message: str = ""
     duration_s: float = 0.0
 
@@ -144,7 +146,7 @@ def act_on_failure(
     env: HookEnv,
     decision: Decision,
     slurm: SlurmControl | None,
-    statuses: dict,
+    statuses: dict[str, Any],
     started: float,
 ) -> PrologResult:
     """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
@@ -268,7 +270,7 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     if not (ckpt or no_fr) or env.uid is None:
         remove_task_file(config.state_dir, env.job_id or "")
         return None
-    data: dict = {"job_id": env.job_id, "ckpt_dir": ckpt}
+    data: dict[str, Any] = {"job_id": env.job_id, "ckpt_dir": ckpt}
     if no_fr:
         data["no_fr"] = True
     return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
