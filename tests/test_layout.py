@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,20 @@ def test_every_module_is_in_a_part_and_every_part_exists():
     for part in ALLOWED:
         name = part.split(".", 1)[1]
         assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), part
+
+
+def test_the_design_cards_folders_hold_no_code():
+    """checks/, slurm_hooks/ and config/ hold what a site reads; the code is under gpugate/."""
+    for folder in ("checks", "slurm_hooks", "config"):
+        assert not list((PACKAGE.parent / folder).rglob("*.py")), folder
+
+
+def test_the_checks_readme_lists_the_registered_checks():
+    from gpugate.checks.registry import registered
+
+    text = (PACKAGE.parent / "checks" / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `([a-z0-9_.]+)` \|", text, re.M)
+    assert sorted(listed) == sorted(registered()) and len(set(listed)) == len(listed)
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
