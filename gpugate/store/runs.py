@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gpugate.checks.findings import Finding
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.slurm.records import JobInfo
 
 OFFSETS_TIMEOUT_S = 5.0  # the prolog's own deadline is short: a hung NFS stat costs this at most
 SIZES_TASK = "gpugate.store.runs:log_sizes"
@@ -59,7 +60,7 @@ def log_sizes(paths: list[str]) -> dict[str, int]:
     return sizes
 
 
-def job_log_paths(job: object, node: str | None) -> list[str]:
+def job_log_paths(job: JobInfo, node: str | None) -> list[str]:
     """The job's StdOut/StdErr paths that this node's epilog reads (on the batch host only)."""
     batch_host = getattr(job, "batch_host", "") or ""
     if batch_host and node and batch_host != node:
