@@ -46,8 +46,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-# mypy over the whole package with pyproject's [tool.mypy] (strict on the gate, the Slurm
-# adapter and the stores): 0 errors, or CI fails. About 10 s cold, 2 s with its cache.
+# mypy over the whole package with pyproject's [tool.mypy] (strict, every module): 0 errors,
+# or CI fails. About 10 s cold, 2 s with its cache.
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

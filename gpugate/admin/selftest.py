@@ -29,6 +29,8 @@ from gpugate.runner import TIMEOUT, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
 
 __all__ = ["Account", "HookReport", "Problem", "account", "denied", "selftest"]
@@ -64,7 +66,7 @@ class HookReport:
     problems: list[Problem] = field(default_factory=list)
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {"hook": self.hook, "user": self.user, "status": self.status, "note": self.note,
                 "problems": [{"what": p.what, "fix": p.fix} for p in self.problems]}  # fmt: skip

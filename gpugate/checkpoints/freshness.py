@@ -31,6 +31,7 @@ TASK = "gpugate.checkpoints.freshness:newest_complete"  # allow-listed in gpugat
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.slurm.control import SlurmControl
 
@@ -49,7 +50,7 @@ class Freshness(Record):
     error: str | None = None
 
 
-def newest_complete(ckpt_dir: str) -> dict | None:
+def newest_complete(ckpt_dir: str) -> dict[str, Any] | None:
     """The child task, as the job's user: the newest complete checkpoint's path and time."""
     from gpugate.checkpoints.discover import latest_complete
 
@@ -136,7 +137,7 @@ def message(f: Freshness) -> str | None:
     return f"newest complete checkpoint was {span(f.age_s)} old at the end {policy}"
 
 
-def summary_fields(f: Freshness | None) -> dict:
+def summary_fields(f: Freshness | None) -> dict[str, Any]:
     """The bundle summary's fields (`checkpoint_age_s`, `checkpoint_stale`, `checkpoint`)."""
     if f is None:
         return {}
@@ -149,7 +150,7 @@ def summary_fields(f: Freshness | None) -> dict:
             "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
 
 
-def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict]) -> str | None:
+def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict[str, Any]]) -> str | None:
     """EpilogSlurmctld, after a requeue: a stale end's line in the job's AdminComment.
 
     Only there: slurmctld refuses an AdminComment on a finished job ("Job has already

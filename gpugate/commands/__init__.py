@@ -12,7 +12,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
     from collections.abc import Callable, Iterable
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     _T = TypeVar("_T")
 
@@ -102,7 +102,9 @@ def selftest_dry_run(hook: str, config_path: str | None) -> int:
     return 0
 
 
-def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:
+def each_on_its_own(
+    hook: str, steps: Iterable[Callable[..., Any]], kept: str, *args: object
+) -> None:
     """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
     for step in steps:
         try:

@@ -18,6 +18,7 @@ from gpugate.text import dumps, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
     from gpugate.checks.findings import Finding
 
@@ -101,9 +102,9 @@ def render_table(
     return "\n".join(lines) + "\n"
 
 
-def missing_sources(findings: list) -> dict[str, str]:
+def missing_sources(findings: list[Any]) -> dict[str, str]:
     """Source -> one line for each fact source that left two or more checks unknown."""
-    by_source: dict[str, list] = {}
+    by_source: dict[str, list[Any]] = {}
     for f in findings:
         if f.status == "unknown" and f.source:
             by_source.setdefault(f.source, []).append(f)

@@ -14,6 +14,7 @@ from gpugate.text import dumps, is_printable, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from typing import Any
 
     from gpugate.checkpoints.discover import Checkpoint, Scan
 
@@ -144,7 +145,7 @@ def show(args: Namespace, result: Scan) -> int:
     return EXIT_OK
 
 
-def _brief(cp: Checkpoint) -> dict:
+def _brief(cp: Checkpoint) -> dict[str, Any]:
     return {"path": cp.path, "layout": cp.layout, "step": cp.step, "why": cp.why}
 
 

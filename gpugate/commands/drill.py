@@ -25,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     _T = TypeVar("_T")
 
@@ -139,7 +139,7 @@ class Ops:
         info = self.slurm.node(node)
         return info.drained, info.reason
 
-    def job(self, job: str) -> tuple[str, int, tuple, str]:
+    def job(self, job: str) -> tuple[str, int, tuple[Any, ...], str]:
         """(state, restarts, nodes, AdminComment) of `job`."""
         info = self.slurm.job(job)
         return info.state, info.restarts, info.nodes, info.admin_comment
@@ -161,7 +161,7 @@ class Steps:
 
     def __init__(self, start: float) -> None:
         self.start = start
-        self.items: list[dict] = []
+        self.items: list[dict[str, Any]] = []
 
     def add(self, step: str, detail: str = "", **extra: object) -> None:
         """One step, now."""
@@ -189,7 +189,7 @@ def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
         time.sleep(POLL_S)
 
 
-def follow(config: Config, drill: dict, ops: Ops) -> dict:
+def follow(config: Config, drill: dict[str, Any], ops: Ops) -> dict[str, Any]:
     """Drive and watch one drill from injection to resume; its record (written)."""
     from gpugate.store.drills import record_drill
 

@@ -36,8 +36,8 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Protocol
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Protocol
 
     class Signal(Protocol):
         """rank.Signal, as read here (rank imports this module, so not the other way)."""
@@ -71,12 +71,17 @@ class Assessment(Record):
 
     level: str
     why: str = ""
-    alternatives: tuple = ()  # of {"category", "tier", "evidence": [...]}
-    undecided: tuple = ()  # categories the text cannot decide between (low), winner first
+    alternatives: tuple[Any, ...] = ()  # of {"category", "tier", "evidence": [...]}
+    undecided: tuple[Any, ...] = ()  # categories the text cannot decide between (low), winner first
 
 
 def assess(
-    live: list, winners: list, top: int, rank: int | None, names: list[str], sources: list[str]
+    live: Sequence[Signal],
+    winners: Sequence[Signal],
+    top: int,
+    rank: int | None,
+    names: list[str],
+    sources: list[str],
 ) -> Assessment:
     """Confidence and alternatives from the live signals and the winning tier's lines.
 
@@ -91,8 +96,12 @@ def assess(
 
 
 def _level(
-    winners: list, top: int, rank: int | None, others: list, sources: list[str]
-) -> tuple[str, str, tuple]:
+    winners: Sequence[Signal],
+    top: int,
+    rank: int | None,
+    others: list[tuple[str, list[Signal]]],
+    sources: list[str],
+) -> tuple[str, str, tuple[Any, ...]]:
     """(level, why, undecided): the first rule that holds, from low to high."""
     category = winners[0].match.category or "other"
     if all(s.match.strength == S.MINOR for s in winners):
@@ -132,7 +141,7 @@ def _level(
     return MEDIUM, "no specific line decided", ()
 
 
-def _earlier_xid(winners: list[Signal], others: list[tuple[str, list[Signal]]]) -> str | None:
+def _earlier_xid(winners: Sequence[Signal], others: list[tuple[str, list[Signal]]]) -> str | None:
     """A category whose Xid came before the winner's first Xid on the same GPU, if any.
 
     A hardware-class Xid right after an application Xid on one GPU (13 then 109, 31 then 45)
@@ -165,7 +174,7 @@ def _tier(signals: list[Signal]) -> int:
     return max(s.tier for s in signals)
 
 
-def _fatal_tier(signals: list) -> int | None:
+def _fatal_tier(signals: list[Signal]) -> int | None:
     tiers = [s.tier for s in signals if s.match.strength == S.FATAL]
     return max(tiers) if tiers else None
 
@@ -180,9 +189,9 @@ def _by_category(signals: Iterable[Signal]) -> list[tuple[str, list[Signal]]]:
     return sorted(groups.items(), key=lambda g: (-g[1][0].tier, g[1][0].file, g[1][0].line))
 
 
-def _alternative(category: str, signals: list, names: list[str]) -> dict:
+def _alternative(category: str, signals: list[Signal], names: list[str]) -> dict[str, Any]:
     """One runner-up as JSON: its category, tier and first distinct lines."""
-    lines: list[dict] = []
+    lines: list[dict[str, Any]] = []
     seen: set[str] = set()
     for s in signals:
         if s.match.text not in seen and len(lines) < EVIDENCE_PER_ALTERNATIVE:

@@ -30,7 +30,7 @@ from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
     from gpugate.diagnosis.timestamps import Stamp
     from gpugate.diagnosis.verdict import Diagnosis
@@ -53,8 +53,8 @@ class NodeInputs(Record):
     """One node's files, each with its source."""
 
     node: str
-    paths: tuple = ()
-    sources: tuple = ()
+    paths: tuple[Any, ...] = ()
+    sources: tuple[Any, ...] = ()
     bundle: str | None = None
 
 
@@ -265,7 +265,7 @@ def _cat(r: NodeResult) -> str:
     return r.diagnosis.category
 
 
-def job_json(results: list[NodeResult]) -> dict:
+def job_json(results: list[NodeResult]) -> dict[str, Any]:
     """The `--json` object: the first failing node's verdict, plus `nodes`, `first_node`, `first_uncertain`."""
     ordered, why = order(results)
     first = ordered[0] if ordered else results[0]
@@ -293,7 +293,7 @@ def job_json(results: list[NodeResult]) -> dict:
     return out
 
 
-def _add_flight_recorder(out: dict, bundles: list[str]) -> None:
+def _add_flight_recorder(out: dict[str, Any], bundles: list[str]) -> None:
     """`flight_recorder` from the bundles' flightrec.json; its culprit joins the summary when
     the verdict is a symptom (an NCCL timeout: every rank's log says the same) or unknown."""
     if not bundles:
@@ -305,7 +305,7 @@ def _add_flight_recorder(out: dict, bundles: list[str]) -> None:
         out["summary"] += f" Flight recorder: {fr['text']}."
 
 
-def _node_json(r: NodeResult, suspects: list[str]) -> dict:
+def _node_json(r: NodeResult, suspects: list[str]) -> dict[str, Any]:
     d = r.diagnosis.to_json()
     s: Stamp | None = r.first
     return {"node": r.node, "category": d["category"], "xid": d["xid"],

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from statistics import median
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def pair_rounds(nodes: list[str]) -> list[list[tuple[str, str]]]:
     """Round-robin rounds: every pair exactly once, no node twice in one round."""
@@ -62,7 +66,7 @@ def _key(pair: tuple[str, str]) -> list[str]:
 
 def judge_pairs(
     pairs: dict[tuple[str, str], float | None], floor: float | None, fraction: float
-) -> dict:
+) -> dict[str, Any]:
     """Name the slow pairs, the suspect nodes (slow with every partner, at least two) and the
     slow links (both nodes fast elsewhere); a pair with no result (None) counts as slow."""
     # The reference is each node's best pair, not the median pair: with three nodes and one
@@ -101,7 +105,12 @@ def judge_pairs(
 
 
 def _pairs_text(
-    slow: set, suspects: list[str], links: list, undecided: list, everyone: bool, bar: float
+    slow: set[Any],
+    suspects: list[str],
+    links: list[Any],
+    undecided: list[Any],
+    everyone: bool,
+    bar: float,
 ) -> str:
     """One paragraph an admin reads: who is slow and what to look at."""
     if not slow:
