@@ -126,7 +126,8 @@ def split_state(
     parts = state.split("+") if isinstance(state, str) else list(state or [])
     names: list[str] = []
     for part in [*parts, *extra_flags]:
-        word, trailing = str(part).strip().upper(), list[str]()
+        word = str(part).strip().upper()
+        trailing: list[str] = []
         while word and word[-1] in _STATE_SUFFIX:
             trailing.insert(0, _STATE_SUFFIX[word[-1]])
             word = word[:-1]
