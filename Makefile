@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv torch demo test lint bench clean rpm deb
+.PHONY: venv torch demo test lint typecheck bench clean rpm deb
 
 venv: $(STAMP)
 
@@ -40,10 +40,16 @@ test: $(STAMP)
 	@if [ -z "$$GPUGATE_NO_TORCH" ]; then $(MAKE) --no-print-directory torch; fi
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
 	$(BIN)/pytest -q -ra
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# mypy over the whole package with pyproject's [tool.mypy] (strict, every module): 0 errors,
+# or CI fails. About 10 s cold, 2 s with its cache.
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_check.py
@@ -59,4 +65,4 @@ deb: $(STAMP)
 	PYTHON=$(BIN)/python packaging/deb/build.sh
 
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info .pytest_cache .ruff_cache bench/out
+	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache bench/out

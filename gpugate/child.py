@@ -28,6 +28,7 @@ from gpugate.runner import SAFE_PATH
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 # The only functions a child runs ("module:function"); each takes JSON kwargs, returns JSON.
 TASKS = frozenset(
@@ -77,7 +78,9 @@ class ChildError(Exception):
 class Child:
     """One started child: its process, our ends of its pipes, what it has sent so far."""
 
-    def __init__(self, proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, request: bytes):
+    def __init__(
+        self, proc: subprocess.Popen[bytes], stdin_fd: int, stdout_fd: int, request: bytes
+    ):
         self.proc = proc
         self.stdin_fd: int | None = stdin_fd
         self.stdout_fd: int | None = stdout_fd
@@ -119,7 +122,7 @@ def _self_contained() -> bool:
 
 def start(
     task: str,
-    kwargs: dict,
+    kwargs: dict[str, Any],
     timeout: float,
     user: int | None = None,
     group: int | None = None,
@@ -136,7 +139,7 @@ def start(
     ).encode()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    creds: dict = {}
+    creds: dict[str, Any] = {}
     if user is not None:
         # Always pass extra_groups with a user: without it the child keeps root's groups.
         creds = {"user": user, "group": group, "extra_groups": list(extra_groups or [])}
@@ -163,7 +166,7 @@ def start(
     return Child(proc, in_w, out_r, request)
 
 
-def detach(task: str, kwargs: dict, timeout: float) -> int:
+def detach(task: str, kwargs: dict[str, Any], timeout: float) -> int:
     """Start `task(**kwargs)` in a child that outlives this process; returns its pid.
 
     For work a hook must leave running after it exits (EpilogSlurmctld's "start the requeued
@@ -211,11 +214,13 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
     poller = select.poll()  # poll, not select(): fd numbers may pass FD_SETSIZE (1024)
     owner: dict[int, Child] = {}
     for child in children:
+        # A child just started holds both ends: only _close_stdin and _finish set them to None.
+        assert child.stdout_fd is not None and child.stdin_fd is not None
         poller.register(child.stdout_fd, select.POLLIN)
-        owner[child.stdout_fd] = child  # type: ignore[index]
+        owner[child.stdout_fd] = child
         if child.pending:
             poller.register(child.stdin_fd, select.POLLOUT)
-            owner[child.stdin_fd] = child  # type: ignore[index]
+            owner[child.stdin_fd] = child
         else:
             _close_stdin(child)
     reading = len(children)
@@ -224,9 +229,10 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
         if left_ms <= 0:
             break
         for fd, _events in poller.poll(left_ms):
-            child = owner.get(fd)
-            if child is None:
+            found = owner.get(fd)
+            if found is None:
                 continue
+            child = found
             if fd == child.stdin_fd:
                 if _feed(child):
                     poller.unregister(fd)
@@ -251,8 +257,10 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
 
 def _feed(child: Child) -> bool:
     """Write what the pipe takes of the request; True when it is all written (or unwanted)."""
+    if child.stdin_fd is None:  # closed already: nothing more to write
+        return True
     try:
-        written = os.write(child.stdin_fd, child.pending[:_READ])  # type: ignore[arg-type]
+        written = os.write(child.stdin_fd, child.pending[:_READ])
     except BlockingIOError:
         return False
     except OSError:  # EPIPE: the child is gone; its (missing) answer tells the rest
@@ -315,7 +323,7 @@ def answer(child: Child) -> object:
 
 def call(
     task: str,
-    kwargs: dict,
+    kwargs: dict[str, Any],
     timeout: float,
     max_bytes: int,
     user: int | None = None,
@@ -351,7 +359,7 @@ def main() -> None:
             os._exit(70)
         # Backstop should the parent's kill never come: our own alarm, a little later.
         signal.alarm(int(float(request["timeout"])) + 2)
-        payload: dict = {"ok": run_task(request["task"], request.get("kwargs") or {})}
+        payload: dict[str, Any] = {"ok": run_task(request["task"], request.get("kwargs") or {})}
     except BaseException as exc:  # the answer says what went wrong; nothing on stderr
         payload = {"error": f"{type(exc).__name__}: {exc}"}
         if isinstance(exc, OSError) and exc.strerror:
@@ -368,7 +376,7 @@ def main() -> None:
         os._exit(0)
 
 
-def run_task(task: str, kwargs: dict) -> object:
+def run_task(task: str, kwargs: dict[str, Any]) -> object:
     """Import and call one allow-listed task."""
     import importlib
 

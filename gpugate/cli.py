@@ -18,6 +18,7 @@ from gpugate.text import printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
 # name -> (module, one-line help). Order is the order of `gpugate --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -106,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded(module.main, args[1:], name)
 
 
-def run_guarded(fn: object, argv: list[str], name: str) -> int:
+def run_guarded(fn: Callable[[list[str]], int], argv: list[str], name: str) -> int:
     """Run a subcommand, turning known errors into messages and exit codes (one table)."""
     from gpugate.yamlio import YamlError
 
     try:
-        return fn(argv)  # type: ignore[operator]
+        return fn(argv)
     except (ConfigError, SnapshotError, YamlError) as exc:
         # a message may quote the file's bytes
         print(f"gpugate {name}: {printable(exc)}", file=sys.stderr)

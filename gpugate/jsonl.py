@@ -18,6 +18,7 @@ from gpugate import fsutil
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any
 
 READ_MAX = 32 * 1024 * 1024
 LINE_MAX = 64 * 1024
@@ -82,7 +83,7 @@ def parse(data: bytes, max_line: int = LINE_MAX) -> list[object]:
         try:
             # One parse for the whole file (20,000 entries take a tenth of the time of 20,000
             # parses); line by line only when some line is torn or foreign.
-            values = json.loads(b"[" + b",".join(lines) + b"]")
+            values: list[object] = json.loads(b"[" + b",".join(lines) + b"]")
             if len(values) == len(lines):  # `1,2` on one line parses as two
                 return values
         except (ValueError, RecursionError):  # RecursionError: "[[[[..." deep
@@ -104,7 +105,7 @@ def load(
     valid: Callable[[object], bool],
     max_bytes: int = READ_MAX,
     max_line: int = LINE_MAX,
-) -> tuple[list, int, int]:
+) -> tuple[list[Any], int, int]:
     """(the entries `valid` accepts, how many lines it or parse() refused, the file's size).
 
     Raises OSError as read_tail() does.

@@ -25,7 +25,7 @@ _LOG = "gpugate.log"
 
 def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
-    record = {"time": utc(), "hook": hook}
+    record: dict[str, object] = {"time": utc(), "hook": hook}
     record.update(fields)
     from gpugate.slurm.reasons import drill_mark
 

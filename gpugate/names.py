@@ -13,6 +13,9 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 # Slurm's plain node names: letters, digits, '-', '_', '.', not starting with '-' or '.'
 # (an scontrol option, a relative path). 255: hostnames are at most 253 characters.
@@ -85,10 +88,10 @@ def refuse(prog: str, problem: object, code: int) -> int:
 def ask_slurm(
     prog: str,
     what: str,
-    fetch: Callable[[], object],
+    fetch: Callable[[], _T],
     not_found: type[BaseException],
     unreachable: tuple[type[BaseException], ...],
-) -> tuple[object, int | None]:
+) -> tuple[_T | None, int | None]:
     """(fetch(), None), or (None, 1) after one line saying Slurm does not know `what` or failed."""
     try:
         return fetch(), None

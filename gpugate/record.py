@@ -8,6 +8,12 @@ and its defaults from class attributes.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _R = TypeVar("_R", bound="Record")
+
 _MISSING = object()
 
 
@@ -52,13 +58,13 @@ class Record:
         body = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({body})"
 
-    def replace(self, **changes: object) -> Record:
+    def replace(self: _R, **changes: object) -> _R:
         """A copy with some fields changed."""
         values = {f: getattr(self, f) for f in self._fields}
         values.update(changes)
         return type(self)(**values)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain dicts and lists all the way down (for YAML and JSON)."""
         return {f: to_plain(getattr(self, f)) for f in self._fields}
 

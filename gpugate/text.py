@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import re
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # C0 controls (ESC, BEL, BS, CR, LF, TAB ...), DEL and C1 controls (CSI is U+009B); the
 # Unicode bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and marks
 # (U+200E/U+200F LRM/RLM, U+061C ALM); the line and paragraph separators U+2028/U+2029 (they
@@ -28,7 +32,7 @@ _UNSAFE_MULTILINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI_AND_SEPARATO
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     c = ord(m[0])
     if m[0] in _SHORT:
         return _SHORT[m[0]]
@@ -48,7 +52,7 @@ def is_printable(text: str) -> bool:
     return (text.isascii() and text.isprintable()) or _UNSAFE.search(text) is None
 
 
-def dumps(obj: object, **kwargs: object) -> str:
+def dumps(obj: object, **kwargs: Any) -> str:
     """`json.dumps` that never emits a raw control or bidi character.
 
     json.dumps with its default `ensure_ascii=True` writes every non-ASCII character as
@@ -59,4 +63,4 @@ def dumps(obj: object, **kwargs: object) -> str:
     import json
 
     kwargs.pop("ensure_ascii", None)
-    return json.dumps(obj, ensure_ascii=True, **kwargs).replace("\x7f", "\\u007f")  # type: ignore[arg-type]
+    return json.dumps(obj, ensure_ascii=True, **kwargs).replace("\x7f", "\\u007f")

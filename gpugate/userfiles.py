@@ -19,6 +19,10 @@ import os
 
 from gpugate import child
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class UserFileError(OSError):
     """A user's file could not be read safely; the message says why."""
@@ -62,7 +66,7 @@ def read_fd(fd: int, limit: int) -> bytes:
 ANSWER_MAX = 64 << 20
 
 
-def credentials(uid: int, gid: int | None) -> dict:
+def credentials(uid: int, gid: int | None) -> dict[str, Any]:
     """subprocess's `user`/`group`/`extra_groups` for reading as `uid` (empty: no drop needed).
 
     Raises UserFileError where this process cannot become `uid`: EpilogSlurmctld runs as a
@@ -90,7 +94,7 @@ def as_user(
     uid: int | None,
     gid: int | None,
     task: str,
-    kwargs: dict,
+    kwargs: dict[str, Any],
     timeout: float,
     max_bytes: int = ANSWER_MAX,
 ) -> object:

@@ -19,7 +19,8 @@ from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 UNDIAGNOSED = "undiagnosed"  # a bundle whose diagnosis named no category
 EVENTS = "events.jsonl"  # gpugate.log's file in the state directory
@@ -58,7 +59,7 @@ def bundle_paths(evidence_dir: str, since: float) -> list[str]:
     return [p for _, p in sorted(found)]
 
 
-def read_failures(evidence_dir: str, since: float) -> list[dict]:
+def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
     """One record per readable bundle of the window: job, node, run, category, GPUs, times."""
     out = []
     for rel in bundle_paths(evidence_dir, since):
@@ -81,7 +82,7 @@ def read_failures(evidence_dir: str, since: float) -> list[dict]:
     return out
 
 
-def _recorded_checkpoint(summary: dict) -> dict:
+def _recorded_checkpoint(summary: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint the epilog measured at the end (freshness.py), when the bundle has one."""
     ckpt = summary.get("checkpoint")
     ckpt = ckpt if isinstance(ckpt, dict) else {}
@@ -92,7 +93,7 @@ def _recorded_checkpoint(summary: dict) -> dict:
             "checkpoint_stale": summary.get("checkpoint_stale") is True}  # fmt: skip
 
 
-def _gpus(summary: dict) -> int | None:
+def _gpus(summary: dict[str, Any]) -> int | None:
     # The job's GPU indices on the node; unknown (an older bundle, no SLURM_JOB_GPUS): the node's.
     gpus = summary.get("gpus")
     if isinstance(gpus, list):
@@ -101,7 +102,7 @@ def _gpus(summary: dict) -> int | None:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict]:
+def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict[str, Any]]:
     """EpilogSlurmctld's decisions since `since`, oldest first (events.jsonl, newest 32 MiB of
     each directory: the controller's, and state_dir where older releases wrote them)."""
     out = []
@@ -110,7 +111,7 @@ def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict]:
     return sorted(out, key=lambda e: e["when"])
 
 
-def _requeue_lines(path: str, since: float) -> list[dict]:
+def _requeue_lines(path: str, since: float) -> list[dict[str, Any]]:
     try:
         data, _ = jsonl.read_tail(path)
     except OSError:
@@ -136,7 +137,7 @@ def checkpoint_time(path: object) -> float | None:
         return None
 
 
-def match_requeue(failure: dict, events: list[dict]) -> dict | None:
+def match_requeue(failure: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The requeue decision taken after this bundle's run: same job (and run, when it says)."""
     for e in events:
         if e["job"] != failure["job"]:
@@ -151,7 +152,9 @@ def match_requeue(failure: dict, events: list[dict]) -> dict | None:
     return None
 
 
-def lost_gpu_hours(failure: dict, checkpoint_at: float | None) -> tuple[float | None, float | None]:
+def lost_gpu_hours(
+    failure: dict[str, Any], checkpoint_at: float | None
+) -> tuple[float | None, float | None]:
     """(GPU-hours lost, from when) for one bundle; (None, None) when its times are unknown."""
     start, failed, gpus = failure["start"], failure["failed"], failure["gpus"]
     if failed is None or gpus is None:
@@ -164,7 +167,11 @@ def lost_gpu_hours(failure: dict, checkpoint_at: float | None) -> tuple[float | 
     return gpus * max(0.0, failed - frm) / 3600.0, frm
 
 
-def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> list[dict]:
+def costed(
+    failures: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    stat: Callable[[object], float | None] = checkpoint_time,
+) -> list[dict[str, Any]]:
     """Each failure with its requeue decision, checkpoint, GPU-hours lost and their start."""
     out = []
     for f in failures:
@@ -183,9 +190,9 @@ def costed(failures: list[dict], events: list[dict], stat=checkpoint_time) -> li
     return out
 
 
-def by_category(costs: list[dict]) -> list[tuple[str, int, float]]:
+def by_category(costs: Sequence[dict[str, Any]]) -> list[tuple[str, int, float]]:
     """(category, bundles, GPU-hours lost) per category, most GPU-hours first."""
-    acc: dict[str, list] = {}
+    acc: dict[str, list[Any]] = {}
     for c in costs:
         slot = acc.setdefault(c["category"], [0, 0.0])
         slot[0] += 1

@@ -21,7 +21,8 @@ from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
-from gpugate.slurm.cli import DEFAULT_TIMEOUT, CliBackend
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.control import DEFAULT_TIMEOUT
 from gpugate.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
@@ -31,10 +32,11 @@ from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
+    from typing import Any
 
     from gpugate.config.schema import Config
-    from gpugate.slurm.cli import CliBackend
+    from gpugate.slurm.cli import CliBackend, Runner
     from gpugate.slurm.records import NodeInfo
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
@@ -70,10 +72,10 @@ class NodesUnavailable(RuntimeError):
 # ------------------------------------------------------------------------------ reading
 
 
-def cli_backend(config: Config | None = None, runner: object = None) -> CliBackend:
+def cli_backend(config: Config | None = None, runner: Runner | None = None) -> CliBackend:
     """The adapter's command-line backend (pyslurm is not worth probing for one listing)."""
     timeout = config.slurm.timeout_s if config is not None else DEFAULT_TIMEOUT
-    return CliBackend(timeout=timeout, runner=runner)  # type: ignore[arg-type]
+    return CliBackend(timeout=timeout, runner=runner)
 
 
 def as_groups(nodes: Iterable[NodeInfo]) -> list[Group]:
@@ -196,7 +198,7 @@ def _foreign_action(node: NodeInfo) -> str:
     return ADMIN
 
 
-def _bundle_facts(bundle: str | None) -> dict:
+def _bundle_facts(bundle: str | None) -> dict[str, Any]:
     """Category, Xid and failing rank from a bundle's summary.json ({} when unreadable).
 
     Only fields of the types the table relies on: a summary is on shared storage and a bad
@@ -211,7 +213,7 @@ def _bundle_facts(bundle: str | None) -> dict:
         return {}
     if not isinstance(summary, dict):
         return {}
-    out: dict = {}
+    out: dict[str, Any] = {}
     if type(summary.get("category")) is str:
         out["category"] = summary["category"]
     if type(summary.get("xid")) is int:
@@ -222,8 +224,8 @@ def _bundle_facts(bundle: str | None) -> dict:
 
 
 def _latest_evidence(
-    node: NodeInfo, check: str | None, past: list[dict], evidence_dir: str
-) -> tuple[str | None, dict]:
+    node: NodeInfo, check: str | None, past: list[dict[str, Any]], evidence_dir: str
+) -> tuple[str | None, dict[str, Any]]:
     """(bundle path, what it says) for a gpugate drain: the bundle the reason names, else the
     one of the newest drain for the same check in the history. The history entry's category
     is used when it is about that bundle: summary.json is read only when it is not (bundles
@@ -239,13 +241,13 @@ def _latest_evidence(
 
 def node_row(
     node: NodeInfo,
-    past: list[dict],
+    past: list[dict[str, Any]],
     evidence_dir: str,
     since: float,
     rma_after: int,
     drained: bool | None = None,
     unknown_xids: tuple[int, ...] = (),
-) -> dict:
+) -> dict[str, Any]:
     """One node's row: state, reason, who/when, evidence, drains in the window, Xids outside
     NVIDIA's catalog its hooks reported in the window, action."""
     drained = node.drained if drained is None else drained
@@ -276,18 +278,13 @@ def node_row(
     check = history.reason_check(node.reason)
     bundle, facts = _latest_evidence(node, check, past, evidence_dir)
     same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check)
-    row.update(
-        check=check,
-        category=facts.get("category"),
-        xid=facts.get("xid"),
-        bundle=bundle,
-        same_check_drains=same,
-    )
-    row["action"] = suggest_action(check, node.reason, row["category"], row["xid"], same, rma_after)
+    category, xid = facts.get("category"), facts.get("xid")
+    row.update(check=check, category=category, xid=xid, bundle=bundle, same_check_drains=same)
+    row["action"] = suggest_action(check, node.reason, category, xid, same, rma_after)
     return row
 
 
-def urgency_key(row: dict) -> tuple:
+def urgency_key(row: dict[str, Any]) -> tuple[Any, ...]:
     """Sort key, most urgent first: action, repeats, then the longest-waiting drain."""
     return (
         URGENCY[row["action"]] if row["drained"] or row["action"] == HELD else len(ACTIONS),
@@ -300,16 +297,16 @@ def urgency_key(row: dict) -> tuple:
 
 def node_rows(
     groups: list[Group],
-    drains: list[dict],
+    drains: list[dict[str, Any]],
     evidence_dir: str,
     window_days: float = 30,
     rma_after: int = 3,
     now: float | None = None,
     drained_only: bool = False,
-    unknown: list[dict] = (),  # type: ignore[assignment]
-    held: dict[str, dict] | None = None,
-    suspects: dict[str, dict] | None = None,
-) -> list[dict]:
+    unknown: Sequence[dict[str, Any]] = (),
+    held: dict[str, dict[str, Any]] | None = None,
+    suspects: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
     order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog; `held`:
     {node: held entry} of drains the budget held back (those nodes in service rank first);
@@ -319,8 +316,8 @@ def node_rows(
     held = held or {}
     suspects = suspects or {}
     xids = unknown_by_node(unknown, since)
-    urgent: list[dict] = []
-    rest: list[dict] = []
+    urgent: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
     for first, names in groups:
         drained = first.drained
         if drained_only and not drained:
@@ -346,20 +343,20 @@ def node_rows(
     return urgent + rest
 
 
-def held_row(row: dict, entry: dict) -> dict:
+def held_row(row: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """A node in service whose drain the budget held back: what gpugate wanted, why not."""
     return dict(row, check=entry.get("check"), action=HELD, would_drain_reason=entry["reason"],
                 would_drain_why=entry.get("why"), would_drain_since=entry.get("at"))  # fmt: skip
 
 
-def suspect_row(row: dict, flag: dict) -> dict:
+def suspect_row(row: dict[str, Any], flag: dict[str, Any]) -> dict[str, Any]:
     """A node in service that users' jobs pointed at: where from, why, what gpugate asked for."""
     return dict(row, action=SUSPECT, suspect_source=flag["source"], suspect_detail=flag["detail"],
                 suspect_since=flag["at"], suspect_asked=flag["action"],
                 suspect_note=flag.get("note") or "")  # fmt: skip
 
 
-def unknown_by_node(entries: Iterable[dict], since: float) -> dict[str, tuple[int, ...]]:
+def unknown_by_node(entries: Iterable[dict[str, Any]], since: float) -> dict[str, tuple[int, ...]]:
     """Each node's Xids outside NVIDIA's catalog reported since `since`, sorted, each once."""
     seen: dict[str, set[int]] = {}
     for e in entries:
@@ -374,8 +371,8 @@ def rows_for(
     now: float | None = None,
     drained_only: bool = False,
     window_days: float | None = None,
-    drains: list[dict] | None = None,
-) -> list[dict]:
+    drains: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """node_rows() with the configured history, evidence root, window and RMA threshold."""
     adm = config.admin
     where = history.history_dir(config)
@@ -414,7 +411,7 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def render_table(rows: list[dict]) -> str:
+def render_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width table, one line per node; the reason last, uncut."""
     cells = [[h for h, _ in COLUMNS]]
     cells += [[_cell(_shown(r, k)) for _, k in COLUMNS] for r in rows]
@@ -426,7 +423,7 @@ def render_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shown(row: dict, key: str) -> object:
+def _shown(row: dict[str, Any], key: str) -> object:
     """A row's value for the table: a held-back drain's reason says what gpugate wanted."""
     if key == "reason" and row["action"] == HELD and not row["reason"]:
         return f"wanted: {row['would_drain_reason']} (held back: {row['would_drain_why']})"
@@ -450,7 +447,7 @@ def _cell(value: object) -> str:
     return text if len(text) <= 400 else text[:397] + "..."
 
 
-def rows_json(rows: list[dict]) -> str:
+def rows_json(rows: list[dict[str, Any]]) -> str:
     """The rows as a compact JSON array, equal to json.dumps(rows).
 
     Most nodes of a cluster differ only in their name, and encoding 10,000 rows costs more
@@ -459,7 +456,7 @@ def rows_json(rows: list[dict]) -> str:
     """
     from json.encoder import encode_basestring_ascii as quote
 
-    rests: dict[tuple, str] = {}
+    rests: dict[tuple[Any, ...], str] = {}
     parts = []
     for row in rows:
         items = iter(row.items())

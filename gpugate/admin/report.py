@@ -24,6 +24,11 @@ from gpugate.store import history
 from gpugate.store.outcomes import FIELDS, check_record
 from gpugate.text import printable
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
 
 CSS = """
@@ -62,7 +67,9 @@ def esc(value: object) -> str:
     return escape(printable(value), quote=True)
 
 
-def repeat_offenders(drains: list[dict], since: float, min_drains: int = 2) -> list[dict]:
+def repeat_offenders(
+    drains: list[dict[str, Any]], since: float, min_drains: int = 2
+) -> list[dict[str, Any]]:
     """Nodes drained at least `min_drains` times since `since`: count, by check, last drain."""
     out = []
     for node, entries in history.by_node(e for e in drains if e.get("when", 0) >= since).items():
@@ -77,12 +84,12 @@ def repeat_offenders(drains: list[dict], since: float, min_drains: int = 2) -> l
 
 
 def timeline(
-    drains: list[dict],
-    resumes: list[dict],
+    drains: list[dict[str, Any]],
+    resumes: list[dict[str, Any]],
     since: float,
     limit: int = TIMELINE_MAX,
-    held: list[dict] = (),  # type: ignore[assignment]
-) -> list[dict]:
+    held: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
     """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
     events = [dict(e, event="drain") for e in drains if e.get("when", 0) >= since]
     events += [dict(e, event="held") for e in held if e.get("when", 0) >= since]
@@ -95,7 +102,7 @@ _LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused", "r
            "held": HELD}  # fmt: skip
 
 
-def resume_event(entry: dict) -> str:
+def resume_event(entry: dict[str, Any]) -> str:
     """`resume`, `repair` (a repair audited on a drained node), or `refused` for an audit
     entry of a resume that did not happen."""
     if entry.get("repair") and entry.get("resumed") is False:
@@ -111,12 +118,12 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _action(row: dict) -> str:
+def _action(row: dict[str, Any]) -> str:
 
     return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
 
-def drained_section(rows: list[dict]) -> str:
+def drained_section(rows: list[dict[str, Any]]) -> str:
     """The drained nodes, most urgent first, with reason, evidence and suggested action."""
     body = []
     for r in rows:
@@ -139,7 +146,7 @@ def drained_section(rows: list[dict]) -> str:
     return _table(headers, body, "No drained nodes. No drain held back by the budget.")
 
 
-def offenders_section(offenders: list[dict], window_days: float) -> str:
+def offenders_section(offenders: list[dict[str, Any]], window_days: float) -> str:
     """Nodes drained repeatedly within the window."""
     body = []
     for o in offenders:
@@ -153,7 +160,7 @@ def offenders_section(offenders: list[dict], window_days: float) -> str:
     return _table(headers, body, "No node was drained more than once in the window.")
 
 
-def timeline_section(events: list[dict]) -> str:
+def timeline_section(events: list[dict[str, Any]]) -> str:
     """Drains and resumes, newest first."""
     body = []
     for e in events:
@@ -206,12 +213,12 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _bundle_link(f: dict) -> str:
+def _bundle_link(f: dict[str, Any]) -> str:
     code = f"<code>{esc(f['path'])}</code>"
     return f'<a href="{esc(f["href"])}">{code}</a>' if f.get("href") else code
 
 
-def failures_section(costs: list[dict]) -> str:
+def failures_section(costs: Sequence[dict[str, Any]]) -> str:
     """Failures and GPU-hours lost by category: two bar charts, the table, how it is computed."""
     rows = by_category(costs)
     if not rows:
@@ -226,7 +233,7 @@ def failures_section(costs: list[dict]) -> str:
     return f'<p class="meta">{esc(HOW_COMPUTED)}</p><div class="charts">{figures}</div>{table}'
 
 
-def runs_section(costs: list[dict]) -> str:
+def runs_section(costs: Sequence[dict[str, Any]]) -> str:
     """Each failed run: when, where, cause, GPUs, from when its work was lost, its bundle."""
     body = []
     for f in sorted(costs, key=lambda f: f["failed"] or 0, reverse=True):
@@ -244,7 +251,7 @@ def runs_section(costs: list[dict]) -> str:
     return _table(headers, body, "No failed run in the window.")
 
 
-def _checkpoint_age(f: dict) -> str:
+def _checkpoint_age(f: dict[str, Any]) -> str:
     """The age the epilog recorded (stale: over checkpoints.max_age_s), or a dash."""
     from gpugate.checkpoints.freshness import span
 
@@ -255,7 +262,7 @@ def _checkpoint_age(f: dict) -> str:
     return text if age is not None else "\u2013"
 
 
-def requeues_section(events: list[dict]) -> str:
+def requeues_section(events: Sequence[dict[str, Any]]) -> str:
     """EpilogSlurmctld's requeue decisions, newest first, with the checkpoint resumed from."""
     body = []
     for e in sorted(events, key=lambda e: e["when"], reverse=True):
@@ -276,7 +283,7 @@ def requeues_section(events: list[dict]) -> str:
     return _table(headers, body, "No requeue decision in the window.")
 
 
-def held_section(held: list[dict], since: float) -> str:
+def held_section(held: Sequence[dict[str, Any]], since: float) -> str:
     """The drains the budget held back in the window, newest first."""
     body = [
         f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
@@ -289,9 +296,9 @@ def held_section(held: list[dict], since: float) -> str:
     return _table(headers, body, "The drain budget held no drain back in the window.")
 
 
-def latest_per_node(entries: list[dict]) -> list[dict]:
+def latest_per_node(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each node's newest qualification entry, by node name."""
-    newest: dict[str, dict] = {}
+    newest: dict[str, dict[str, Any]] = {}
     for e in entries:
         if e["when"] >= newest.get(e["node"], {}).get("when", float("-inf")):
             newest[e["node"]] = e
@@ -302,17 +309,17 @@ def _gbps(value: object) -> str:
     return f" {value:.1f} GB/s" if isinstance(value, (int, float)) else ""
 
 
-def measured(test: dict) -> str:
+def measured(test: dict[str, Any]) -> str:
     """One test result as a line: `pair n1-n2 3.2 GB/s (floor 9.0): FAIL`."""
     name = str(test.get("test"))
     if name == "pair":
         name += " " + "-".join(map(str, test.get("nodes") or ()))
     floor = _gbps(test.get("floor_gbps")).replace(" GB/s", "")
-    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]
+    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]  # JSON: any other value is "not judged"
     return f"{name}{_gbps(test.get('value_gbps'))}{f' (floor{floor})' if floor else ''}: {verdict}"
 
 
-def qualify_section(entries: list[dict]) -> str:
+def qualify_section(entries: list[dict[str, Any]]) -> str:
     """Each node's latest qualification: level, result, values against floors, failures, why."""
     body = []
     for e in latest_per_node(entries):
@@ -333,7 +340,9 @@ def qualify_section(entries: list[dict]) -> str:
     return _table(headers, body, "No qualification recorded (gpugate qualify).")
 
 
-def flag_outcome(flag: dict, qualifications: list[dict], resumes: list[dict]) -> str:
+def flag_outcome(
+    flag: dict[str, Any], qualifications: list[dict[str, Any]], resumes: list[dict[str, Any]]
+) -> str:
     """What became of a suspect flag: the first qualification or resume of its node after it."""
     after = [(q["when"], "q", q) for q in qualifications
              if q["node"] == flag["node"] and q["when"] >= flag["when"]]  # fmt: skip
@@ -351,7 +360,10 @@ def flag_outcome(flag: dict, qualifications: list[dict], resumes: list[dict]) ->
 
 
 def suspects_section(
-    flags: list[dict], qualifications: list[dict], resumes: list[dict], since: float
+    flags: list[dict[str, Any]],
+    qualifications: list[dict[str, Any]],
+    resumes: list[dict[str, Any]],
+    since: float,
 ) -> str:
     """The window's suspect flags: source, detail, what gpugate asked for, and the outcome."""
     body = []
@@ -366,7 +378,7 @@ def suspects_section(
     return _table(headers, body, "No node was pointed at by users' jobs in the window.")
 
 
-def drains_chart(drains: list[dict], since: float, now: float) -> str:
+def drains_chart(drains: list[dict[str, Any]], since: float, now: float) -> str:
     """Drains per day by check, stacked, one column per day of the window."""
     first = int(since // 86400)
     days = list(range(first, int(now // 86400) + 1))
@@ -380,7 +392,7 @@ def drains_chart(drains: list[dict], since: float, now: float) -> str:
     return charts.stacked_bars("Drains per day by check", columns, dict(sorted(series.items())))
 
 
-def repeats_chart(drains: list[dict], since: float) -> str:
+def repeats_chart(drains: list[dict[str, Any]], since: float) -> str:
     """How many nodes were drained once, twice, ... in the window."""
     counts = [
         len(v) for v in history.by_node(e for e in drains if e.get("when", 0) >= since).values()
@@ -390,7 +402,10 @@ def repeats_chart(drains: list[dict], since: float) -> str:
 
 
 def cost_sections(
-    costs: list[dict], requeues: list[dict], held: list[dict], since: float
+    costs: Sequence[dict[str, Any]],
+    requeues: Sequence[dict[str, Any]],
+    held: Sequence[dict[str, Any]],
+    since: float,
 ) -> list[str]:
     """Failures and GPU-hours lost, the failed runs, the requeues, the held-back drains."""
     return [
@@ -406,10 +421,10 @@ def cost_sections(
 
 
 def _cards(
-    rows: list[dict],
-    record: dict,
-    events: list[dict],
-    costs: list[dict],
+    rows: list[dict[str, Any]],
+    record: dict[str, Any],
+    events: list[dict[str, Any]],
+    costs: Sequence[dict[str, Any]],
     window_days: float,
     total_nodes: int | None,
 ) -> str:
@@ -434,18 +449,18 @@ def _cards(
 
 
 def render_html(
-    rows: list[dict],
-    drains: list[dict],
-    resumes: list[dict],
+    rows: list[dict[str, Any]],
+    drains: list[dict[str, Any]],
+    resumes: list[dict[str, Any]],
     window_days: float = 30,
     now: float | None = None,
     total_nodes: int | None = None,
     notice: str | None = None,
-    held: list[dict] = (),  # type: ignore[assignment]
-    costs: list[dict] = (),  # type: ignore[assignment]
-    requeues: list[dict] = (),  # type: ignore[assignment]
-    qualifications: list[dict] = (),  # type: ignore[assignment]
-    flags: list[dict] = (),  # type: ignore[assignment]
+    held: Sequence[dict[str, Any]] = (),
+    costs: Sequence[dict[str, Any]] = (),
+    requeues: Sequence[dict[str, Any]] = (),
+    qualifications: Sequence[dict[str, Any]] = (),
+    flags: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's

@@ -32,6 +32,8 @@ from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
@@ -46,7 +48,7 @@ class Attempt(Record):
     resumed: bool
     why: str  # what was wrong when refused, else empty
     result: str | None = None  # "<status> (<where the facts came from>)" once checks ran
-    failing: tuple = ()  # messages of the failing findings (printed before a refusal)
+    failing: tuple[str, ...] = ()  # messages of the failing findings (printed before a refusal)
 
 
 class Request(Record):
@@ -67,7 +69,7 @@ class Proof(Record):
     passed: bool
     level: int
     run_id: str | None = None
-    job_ids: tuple = ()
+    job_ids: tuple[Any, ...] = ()
     why: str = ""
     reused: bool = False  # a pass recorded since the drain began, not run for this resume
 
@@ -238,7 +240,7 @@ def run_qualification(
     return proof
 
 
-def failed_test(verdict: dict) -> str:
+def failed_test(verdict: dict[str, Any]) -> str:
     """The first failed test of a node's verdict and its job (`dcgm: ... (job 12)`), else its why."""
     for test in verdict.get("tests") or ():
         if isinstance(test, dict) and test.get("ok") is False:
@@ -270,7 +272,7 @@ def _refused(
 
 
 def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool,
-           boot_id: str | None = None, proof: Proof | None = None) -> dict:  # fmt: skip
+           boot_id: str | None = None, proof: Proof | None = None) -> dict[str, Any]:  # fmt: skip
     return record_resume(history_dir(config), request.node, who=request.who, why=request.why,
                          result=result, forced=request.force, reason=reason, resumed=resumed,
                          boot_id=boot_id, qualification=proof.to_dict() if proof else None)  # fmt: skip

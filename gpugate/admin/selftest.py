@@ -27,6 +27,12 @@ from gpugate.admin.sitecheck import (
 )
 from gpugate.runner import TIMEOUT, run
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpugate.config.schema import Config
+
 __all__ = ["Account", "HookReport", "Problem", "account", "denied", "selftest"]
 
 SYSTEM_HOOK_ENV = "/etc/gpugate/hook.env"
@@ -60,7 +66,7 @@ class HookReport:
     problems: list[Problem] = field(default_factory=list)
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {"hook": self.hook, "user": self.user, "status": self.status, "note": self.note,
                 "problems": [{"what": p.what, "fix": p.fix} for p in self.problems]}  # fmt: skip
@@ -221,7 +227,7 @@ def check_state_dir(state_dir: str, hook: str, who: Account) -> list[Problem]:
 
 
 def check_slurmctld(
-    env: dict[str, str], config: object, who: Account, slurm: SlurmFacts
+    env: dict[str, str], config: Config | None, who: Account, slurm: SlurmFacts
 ) -> list[Problem]:
     """EpilogSlurmctld reads slurm.conf as SlurmUser; epilog.evidence_group names a group."""
     problems = []
@@ -250,7 +256,7 @@ def check_slurmctld(
     return problems
 
 
-def check_config(path: str | None, who: Account) -> tuple[object | None, list[Problem]]:
+def check_config(path: str | None, who: Account) -> tuple[Config | None, list[Problem]]:
     """The config the hooks will load (as this process) and whether `who` may read it."""
     from gpugate.config import ConfigError, load_config
 
@@ -392,11 +398,11 @@ def judge(
     config, found = check_config(config_path(env), who)
     problems += found
     if config is not None:
-        problems += check_state_dir(config.state_dir, hook, who)  # type: ignore[attr-defined]
+        problems += check_state_dir(config.state_dir, hook, who)
     problems += check_slurm_conf_reaches(hook, env, slurm)
     if hook == "epilog-slurmctld":
         problems += check_slurmctld(env, config, who, slurm)
         if config is not None:
-            evidence_dir = config.evidence_dir  # type: ignore[attr-defined]
+            evidence_dir = config.evidence_dir
             problems += check_controller_access(evidence_dir, controller_dir_of(config), who)
     return problems

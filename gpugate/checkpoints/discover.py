@@ -40,6 +40,8 @@ from gpugate.userfiles import UserFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checkpoints.layouts import Check
 
 __all__ = [
@@ -70,8 +72,8 @@ class Scan(Record):
     """The candidates looked at (newest first) and notes such as a capped listing."""
 
     directory: str
-    checkpoints: tuple = ()
-    notes: tuple = ()
+    checkpoints: tuple[Any, ...] = ()
+    notes: tuple[Any, ...] = ()
 
 
 # --- the public API ------------------------------------------------------------------------
@@ -127,12 +129,12 @@ def latest_complete(directory: str, settle_s: float = SETTLE_S) -> Checkpoint | 
     return next((cp for cp in found if cp.complete), None)
 
 
-def _rank(cp: Checkpoint) -> tuple:
+def _rank(cp: Checkpoint) -> tuple[Any, ...]:
     # Newest = highest step, then mtime; candidates with no known step rank below numbered ones.
     return (cp.step is not None, cp.step or 0, cp.mtime)
 
 
-def _rank_pending(ctx: ScanContext, judged: dict, p: tuple) -> tuple:
+def _rank_pending(ctx: ScanContext, judged: dict[str, Any], p: tuple[Any, ...]) -> tuple[Any, ...]:
     if p[1] in judged:
         return _rank(judged[p[1]])
     return (p[2] is not None, p[2] or 0, entry_mtime(ctx.entries.get(p[1])))

@@ -31,6 +31,7 @@ TASK = "gpugate.checkpoints.freshness:newest_complete"  # allow-listed in gpugat
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.slurm.control import SlurmControl
 
@@ -49,7 +50,7 @@ class Freshness(Record):
     error: str | None = None
 
 
-def newest_complete(ckpt_dir: str) -> dict | None:
+def newest_complete(ckpt_dir: str) -> dict[str, Any] | None:
     """The child task, as the job's user: the newest complete checkpoint's path and time."""
     from gpugate.checkpoints.discover import latest_complete
 
@@ -65,7 +66,8 @@ def _answer(found: object) -> tuple[str | None, float | None]:
         return None, None
     path, mtime = found.get("path"), found.get("mtime")
     ok = isinstance(mtime, (int, float)) and not isinstance(mtime, bool) and mtime == mtime
-    return (path if isinstance(path, str) else None), (float(mtime) if ok else None)
+    when = float(mtime) if ok and isinstance(mtime, (int, float)) else None
+    return (path if isinstance(path, str) else None), when
 
 
 def judge(
@@ -106,7 +108,9 @@ def measure(
         return Freshness(ckpt_dir=ckpt_dir, max_age_s=max_age_s,
                          error="the checkpoint directory is not an absolute path")  # fmt: skip
     if run_as is None:
-        from gpugate.userfiles import as_user as run_as
+        from gpugate.userfiles import as_user
+
+        run_as = as_user
     try:
         found = run_as(uid, gid, TASK, {"ckpt_dir": ckpt_dir}, timeout)
     except Exception as exc:  # not mounted here, unreadable, timed out: say so, judge nothing
@@ -133,7 +137,7 @@ def message(f: Freshness) -> str | None:
     return f"newest complete checkpoint was {span(f.age_s)} old at the end {policy}"
 
 
-def summary_fields(f: Freshness | None) -> dict:
+def summary_fields(f: Freshness | None) -> dict[str, Any]:
     """The bundle summary's fields (`checkpoint_age_s`, `checkpoint_stale`, `checkpoint`)."""
     if f is None:
         return {}
@@ -146,7 +150,7 @@ def summary_fields(f: Freshness | None) -> dict:
             "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
 
 
-def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict]) -> str | None:
+def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict[str, Any]]) -> str | None:
     """EpilogSlurmctld, after a requeue: a stale end's line in the job's AdminComment.
 
     Only there: slurmctld refuses an AdminComment on a finished job ("Job has already

@@ -34,7 +34,8 @@ from gpugate.checkpoints.torchfile import read_torch, torch_in
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Set
+    from typing import Any
 
     Check = Callable[["ScanContext", str, "int | None"], "Found"]
     Candidate = tuple[str, "int | None", Check]
@@ -390,7 +391,9 @@ def _check_megatron_dir(ctx: ScanContext, path: str, step: int | None) -> Found:
     return Found(why=why, mtime=mtime, proven=proven and bool(tp) and len(sizes) == 1)
 
 
-def _require_grid(present: set[tuple[int, ...]], sizes: list[int], name: Callable) -> None:
+def _require_grid(
+    present: Set[tuple[int, ...]], sizes: list[int], name: Callable[..., Any]
+) -> None:
     """Every rank index combination below `sizes` must be present (up to 5 missing named)."""
     import itertools
     import math

@@ -17,6 +17,7 @@ from gpugate.userfiles import UserFileError, open_regular, read_fd
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
 MAX_ENTRIES = 10_000  # entries read from any one directory (and for spotting DCP directories)
 _MAX_TAG = 4096
@@ -60,7 +61,9 @@ class ScanContext:
                 "(in directory order) were looked at"
             )
 
-    def unclaimed(self, pattern: re.Pattern, kind: str = "any") -> Iterator[tuple[str, re.Match]]:
+    def unclaimed(
+        self, pattern: re.Pattern[str], kind: str = "any"
+    ) -> Iterator[tuple[str, re.Match[str]]]:
         """Entries a layout before this one did not take, whose name matches `pattern`."""
         for name, entry in list(self.entries.items()):
             m = pattern.fullmatch(name)
@@ -76,9 +79,9 @@ def inside(ctx: ScanContext, path: str) -> str:
     return real
 
 
-def listdir(path: str, limit: int) -> tuple[dict[str, os.DirEntry], bool]:
+def listdir(path: str, limit: int) -> tuple[dict[str, os.DirEntry[str]], bool]:
     """Up to `limit` entries of a directory (no stat calls), and whether there were more."""
-    entries: dict[str, os.DirEntry] = {}
+    entries: dict[str, os.DirEntry[str]] = {}
     with os.scandir(path) as it:
         for entry in it:
             if len(entries) >= limit:
@@ -87,7 +90,7 @@ def listdir(path: str, limit: int) -> tuple[dict[str, os.DirEntry], bool]:
     return entries, False
 
 
-def dir_entries(ctx: ScanContext, path: str) -> dict[str, os.DirEntry]:
+def dir_entries(ctx: ScanContext, path: str) -> dict[str, os.DirEntry[str]]:
     """A checkpoint directory's entries; one too large to list whole is not judged."""
     entries, more = listdir(path, ctx.max_entries)
     if more:
@@ -113,7 +116,7 @@ def looks_dcp(ctx: ScanContext, path: str) -> bool:
     return False
 
 
-def dcp_marked(names: dict) -> bool:
+def dcp_marked(names: dict[str, Any]) -> bool:
     return (
         ".metadata" in names
         or ".metadata.tmp" in names
@@ -150,13 +153,13 @@ def read_capped(fd: int, limit: int) -> bytes:
     return read_fd(fd, limit + 1)
 
 
-def _kind_ok(entry: os.DirEntry, kind: str) -> bool:
+def _kind_ok(entry: os.DirEntry[str], kind: str) -> bool:
     if kind == "any" or entry.is_symlink():
         return True  # a symlink is judged (or refused) by what it points at
     return entry.is_dir(follow_symlinks=False) == (kind == "dir")
 
 
-def entry_mtime(entry: os.DirEntry | None) -> float:
+def entry_mtime(entry: os.DirEntry[str] | None) -> float:
     try:
         return entry.stat(follow_symlinks=False).st_mtime if entry else 0.0
     except OSError:

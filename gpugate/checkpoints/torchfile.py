@@ -17,6 +17,7 @@ from gpugate.userfiles import UserFileError, open_regular
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
 _TAIL = 64 * 1024 + 22  # the ZIP end record (22 bytes) plus the longest possible comment
 _MAX_CENTRAL_DIR = 64 << 20  # ~100 bytes per tensor: room for 600k tensors
@@ -56,7 +57,7 @@ def read_torch(path: str, keys: tuple[str, ...] = ()) -> tuple[float, dict[str, 
         os.close(fd)
 
 
-def torch_in(directory: str, rel: str, keys: tuple[str, ...] = ()) -> tuple:
+def torch_in(directory: str, rel: str, keys: tuple[str, ...] = ()) -> tuple[Any, ...]:
     """`read_torch` on a file inside a checkpoint directory, naming it in the reason."""
     path = os.path.join(directory, rel)
     try:
@@ -76,7 +77,7 @@ def _check_zip(fd: int, size: int, keys: tuple[str, ...]) -> tuple[str, dict[str
     return f"torch ZIP with an intact central directory ({count} entries)", ints
 
 
-def _central_directory(fd: int, size: int) -> tuple[int, tuple | None]:
+def _central_directory(fd: int, size: int) -> tuple[int, tuple[Any, ...] | None]:
     """Parse the ZIP end records and central directory: (entries, the data.pkl entry or None)."""
     # torch writes no ZIP comment, so the EOCD record is the last 22 bytes: read a little first,
     # and the longest possible comment's worth only when that fails.
@@ -113,7 +114,7 @@ def _find_eocd(tail: bytes) -> int:
     return at
 
 
-def _parse_central(cd: bytes, count: int, shift: int) -> tuple[int, tuple | None]:
+def _parse_central(cd: bytes, count: int, shift: int) -> tuple[int, tuple[Any, ...] | None]:
     data_pkl, pos = None, 0
     try:
         for _ in range(count):
@@ -151,7 +152,7 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int
     raise Incomplete("a ZIP64 entry without its extra field")
 
 
-def _member_prefix(fd: int, member: tuple, limit: int) -> bytes:
+def _member_prefix(fd: int, member: tuple[Any, ...], limit: int) -> bytes:
     """Up to `limit` bytes of a stored (uncompressed, as torch writes) ZIP member."""
     name, method, size, offset = member
     if method != 0:
@@ -164,7 +165,8 @@ def _member_prefix(fd: int, member: tuple, limit: int) -> bytes:
 
 
 def _u16(data: bytes, at: int) -> int:
-    return struct.unpack_from("<H", data, at)[0]
+    value: int = struct.unpack_from("<H", data, at)[0]
+    return value
 
 
 # --- pickles, read without unpickling -------------------------------------------------------
@@ -258,7 +260,7 @@ def _check_legacy(fd: int, size: int, keys: tuple[str, ...]) -> tuple[str, dict[
     return f"legacy torch pickle: {len(order)} storages fill it exactly", _pickle_ints(head, keys)
 
 
-def _legacy_storages(ops: Iterable) -> dict[str, tuple[str, int]]:
+def _legacy_storages(ops: Iterable[Any]) -> dict[str, tuple[str, int]]:
     """`{key: (element type, count)}` of the storages a legacy torch pickle refers to.
 
     A small stack machine over pickletools' opcode table: it only keeps strings, ints, globals
@@ -267,9 +269,12 @@ def _legacy_storages(ops: Iterable) -> dict[str, tuple[str, int]]:
     """
     import pickletools
 
-    mark, stack, memo, found = object(), [], {}, {}
+    mark: object = object()
+    stack: list[Any] = []  # the unpickler's stack: whatever the opcodes push
+    memo: dict[int, Any] = {}
+    found: dict[str, tuple[str, int]] = {}
 
-    def to_mark() -> list:
+    def to_mark() -> list[Any]:
         i = len(stack) - 1 - stack[::-1].index(mark)
         items = stack[i + 1 :]
         del stack[i:]

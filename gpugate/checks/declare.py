@@ -10,6 +10,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 # What an admin does about a node a check drained (the admin table's words and urgency).
 REBOOT = "reboot"
@@ -24,7 +25,7 @@ TRANSIENT = "transient"
 HARDWARE = "hardware"
 FAULTS = (TRANSIENT, HARDWARE)
 
-_REGISTRY: dict[str, Callable] = {}
+_REGISTRY: dict[str, Callable[..., Any]] = {}
 _DOCS: dict[str, str] = {}
 _HARDWARE: dict[str, bool] = {}
 _ACTION: dict[str, str] = {}
@@ -33,7 +34,7 @@ _FAULT: dict[str, str | None] = {}
 
 def check(
     check_id: str, hardware: bool = False, action: str = HOST, fault: str | None = None
-) -> Callable[[Callable], Callable]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a check function under `check_id` (dotted, stable, unique) with its metadata."""
     if action not in ACTIONS:
         raise ValueError(f"check {check_id!r}: action {action!r} is not one of {ACTIONS}")
@@ -41,7 +42,7 @@ def check(
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"check {check_id!r}: fault {fault!r} is not one of {FAULTS}")
 
-    def register(fn: Callable) -> Callable:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if check_id in _REGISTRY:
             raise ValueError(f"check id {check_id!r} registered twice")
         _REGISTRY[check_id] = fn
@@ -49,7 +50,6 @@ def check(
         _HARDWARE[check_id] = hardware
         _ACTION[check_id] = action
         _FAULT[check_id] = fault
-        fn.check_id = check_id
         return fn
 
     return register

@@ -7,6 +7,8 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import BoardProfile, Config
 
@@ -34,11 +36,11 @@ class Expected(Record):
 class Context(Record):
     """What every check receives besides the facts: the config and the expectations."""
 
-    config: object  # gpugate.config.schema.Config
+    config: Config
     expected: Expected
     # Application-class Xids this node recorded per job, within the window (the hooks load
     # them: gpugate/store/app_xids.py); kernel.xid's cross-job rule reads them.
-    app_xids: tuple = ()
+    app_xids: tuple[Any, ...] = ()
 
 
 def pick_board(facts: Facts, config: Config) -> tuple[str | None, BoardProfile | None]:
@@ -79,6 +81,6 @@ def gpu_count(
     return (count, f"board {board}") if count is not None else (None, None)
 
 
-def make_context(facts: Facts, config: Config, app_xids: tuple = ()) -> Context:
+def make_context(facts: Facts, config: Config, app_xids: tuple[Any, ...] = ()) -> Context:
     """The context the checks run with."""
     return Context(config=config, expected=expectations(facts, config), app_xids=tuple(app_xids))

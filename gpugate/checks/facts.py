@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _R = TypeVar("_R", bound=Record)
+
 
 class Pcie(Record):
     """Current and maximum PCIe link of one GPU."""
@@ -187,7 +193,7 @@ def facts_from_dict(data: object, where: str = "snapshot") -> Facts:
     return _build(Facts, data, where)
 
 
-def _build(cls: type[Record], data: object, path: str) -> Record:
+def _build(cls: type[_R], data: object, path: str) -> _R:
     if not isinstance(data, dict):
         raise SnapshotError(f"{path}: expected a mapping, got {type(data).__name__}")
     values = {}

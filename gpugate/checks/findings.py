@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 OK = "ok"
 WARN = "warn"
 FAIL = "fail"
@@ -26,9 +30,9 @@ class Finding(Record):
     # folds a whole missing source into one line. Not in the JSON form (its contract is fixed).
     source: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON form: the contract keys first, `gpu` only where it concerns one GPU."""
-        out: dict = {"check": self.check, "status": self.status, "message": self.message}
+        out: dict[str, Any] = {"check": self.check, "status": self.status, "message": self.message}
         if self.gpu is not None:
             out["gpu"] = self.gpu
         if self.value is not None:

@@ -184,10 +184,10 @@ def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
     if minimum is not None:
         if cuda is None:
             out += source_missing("gpu.driver", facts, "CUDA driver version", "nvml")
-        elif _version(cuda) is None or _version(minimum) is None:
+        elif (have_v := _version(cuda)) is None or (min_v := _version(minimum)) is None:
             detail = f"cannot compare CUDA driver version {cuda!r} with {minimum!r}"
             out.append(F.unknown("gpu.driver", detail))
-        elif _version(cuda) < _version(minimum):
+        elif have_v < min_v:
             # The seed: a driver whose CUDA version is below the runtime's crashes jobs at random.
             detail = f"CUDA driver version {cuda} < {minimum} minimum (upgrade the driver)"
             out.append(F.fail("gpu.driver", detail, value=cuda, limit=minimum))
@@ -284,8 +284,11 @@ def check_memory_errors(facts: Facts, ctx: Context) -> list[F.Finding]:
         # NVIDIA's RMA criteria (GPU memory error management).
         problems = [
             (g.retired_pages_pending, "page retirement pending: reset the GPU before the next job"),
-            (remap_known and rows.pending, "row remap pending: reset the GPU before the next job"),
-            (remap_known and rows.failure, "row remapping failed: RMA candidate"),
+            (
+                rows is not None and rows.pending,
+                "row remap pending: reset the GPU before the next job",
+            ),
+            (rows is not None and rows.failure, "row remapping failed: RMA candidate"),
         ]
         return [
             F.fail("gpu.memory_errors", f"GPU{g.index} {text}", gpu=g.index)

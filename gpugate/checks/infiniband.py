@@ -75,20 +75,20 @@ def check_ib_rate(facts: Facts, ctx: Context) -> list[F.Finding]:
         for p in active
         if p.rate_gbps is None
     ]
-    rated = [p for p in active if p.rate_gbps is not None]
     want = ctx.expected.ib_rate_gbps
     # Without the site's rate, the ports must agree: one port trained slower than its
     # siblings (a bad cable at HDR among NDR) is the fault; the fastest port is the yardstick.
-    limit = want if want is not None else max((p.rate_gbps for p in rated), default=0.0)
+    rates = [(p, p.rate_gbps) for p in active if p.rate_gbps is not None]
+    limit = want if want is not None else max((rate for _, rate in rates), default=0.0)
     whose = "" if want is not None else " (the other ports' rate; set expect.ib_rate_gbps)"
-    for p in rated:
-        if p.rate_gbps < limit:
-            detail = f"{_name(p)} rate {p.rate_gbps:g} Gb/s < {limit:g} Gb/s{whose}"
-            out.append(F.fail("ib.rate", detail, value=p.rate_gbps, limit=limit))
+    for p, rate in rates:
+        if rate < limit:
+            detail = f"{_name(p)} rate {rate:g} Gb/s < {limit:g} Gb/s{whose}"
+            out.append(F.fail("ib.rate", detail, value=rate, limit=limit))
     if out:
         return out
     if want is None:
-        return [F.ok("ib.rate", f"{len(rated)} active ports share one rate, {limit:g} Gb/s")]
+        return [F.ok("ib.rate", f"{len(rates)} active ports share one rate, {limit:g} Gb/s")]
     return [F.ok("ib.rate", f"{len(active)} active ports at >= {want:g} Gb/s")]
 
 

@@ -17,6 +17,8 @@ from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.expect import Context
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import KernelChecks
@@ -45,9 +47,9 @@ def _bursts(lines: list[str]) -> int:
 def _gpu_at(facts: Facts) -> dict[str, int]:
     """Normalised PCI address ("0000:ab:00") -> GPU index."""
     return {
-        normalize_pci(g.pci_bus_id): g.index
+        pci: g.index
         for g in facts.gpus or ()
-        if g.pci_bus_id and normalize_pci(g.pci_bus_id)
+        if g.pci_bus_id and (pci := normalize_pci(g.pci_bus_id))
     }
 
 
@@ -64,7 +66,7 @@ def _times(n: int) -> str:
     return f" x{n}" if n > 1 else ""
 
 
-def _xid_verdict(event: XidEvent, overrides: dict) -> str:
+def _xid_verdict(event: XidEvent, overrides: dict[str, Any]) -> str:
     """fail (drain), app (the job's own fault; counted), warn (job-level or reported) or info."""
     action = action_of(event, overrides)
     if action in ("reset_gpu", "reboot"):
@@ -84,7 +86,9 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
     if facts.kernel_log is None:
         return source_missing("kernel.xid", facts, "kernel log", "kernel_log")
     overrides = ctx.config.checks.kernel.xid_actions
-    groups: dict[tuple, list[str]] = {}  # (pci, code, verdict, action) -> lines, in log order
+    groups: dict[
+        tuple[Any, ...], list[str]
+    ] = {}  # (pci, code, verdict, action) -> lines, in log order
     for event in read_lines(facts.kernel_log):
         if isinstance(event, XidEvent):
             key = (
@@ -129,22 +133,22 @@ def unknown_xids(findings: list[F.Finding]) -> tuple[int, ...]:
     return tuple(sorted(c for c in codes if lookup(c).mnemonic == "UNKNOWN"))
 
 
-def repeats(app_xids: tuple, pci: str | None) -> tuple[int, int]:
+def repeats(app_xids: tuple[Any, ...], pci: str | None) -> tuple[int, int]:
     """(distinct jobs, distinct users) that raised application Xids on the GPU at `pci`."""
     jobs = _jobs_by_user(app_xids, pci)
     return sum(len(j) for j in jobs.values()), len(jobs)
 
 
-def _jobs_by_user(app_xids: tuple, pci: str | None) -> dict[object, set]:
+def _jobs_by_user(app_xids: tuple[Any, ...], pci: str | None) -> dict[object, set[Any]]:
     """{uid: its distinct jobs} of the application Xids on the GPU at `pci` (no uid: one user)."""
-    out: dict[object, set] = {}
+    out: dict[object, set[Any]] = {}
     for e in app_xids:
         if pci is not None and e.get("gpu") == pci and e.get("job"):
             out.setdefault(e.get("uid"), set()).add(e["job"])
     return out
 
 
-def app_xid_suspect(app_xids: tuple, pci: str | None, k: KernelChecks) -> bool:
+def app_xid_suspect(app_xids: tuple[Any, ...], pci: str | None, k: KernelChecks) -> bool:
     """Whether the GPU at `pci` repeats application Xids across jobs spread fairly over users.
 
     At least `app_xid_jobs_min` jobs, and either `app_xid_users_min` users with
@@ -190,7 +194,7 @@ def check_kernel_gpu_bus(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No GPU fallen off the bus, failed to initialise or needing a reset, without an Xid."""
     if facts.kernel_log is None:
         return source_missing("kernel.gpu_bus", facts, "kernel log", "kernel_log")
-    hits: dict[tuple, int] = {}  # (pci, what) -> lines
+    hits: dict[tuple[Any, ...], int] = {}  # (pci, what) -> lines
     for event in read_lines(facts.kernel_log):
         if isinstance(event, BusEvent):  # Xid lines (79 says "fallen off the bus" too): kernel.xid
             hits[(event.pci, event.what)] = hits.get((event.pci, event.what), 0) + 1
@@ -212,8 +216,8 @@ def check_kernel_oom(facts: Facts, ctx: Context) -> list[F.Finding]:
         if victim:
             scope = " in a cgroup" if victim.group(1) else ""
             killed.append(f"pid {victim.group(2)} {victim.group(3)}{scope}")
-        elif OOM_INVOKED.search(line):
-            invoked.append(OOM_INVOKED.search(line).group(1))
+        elif invoker := OOM_INVOKED.search(line):
+            invoked.append(invoker.group(1))
     if killed:
         more = f" and {len(killed) - 5} more" if len(killed) > 5 else ""
         detail = f"OOM killer killed {len(killed)} process(es): {', '.join(killed[:5])}{more}"

@@ -14,6 +14,10 @@ from gpugate.checks.sxid import SxidEvent, parse_sxid
 from gpugate.checks.xid import XidEvent, normalize_pci, parse_xid
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 _PCI = r"(?:PCI:)?((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
 
 # A GPU lost or unusable, reported without an Xid number (docs/gpu-facts.md 2.2):
@@ -74,7 +78,7 @@ def read_line(line: str, announced: str | None = None) -> XidEvent | SxidEvent |
     return None
 
 
-def read_lines(lines: list[str]) -> list[XidEvent | SxidEvent | BusEvent]:
+def read_lines(lines: Sequence[str]) -> list[XidEvent | SxidEvent | BusEvent]:
     """Every Xid and bus event of a log, in order; multi-line messages joined to their GPU."""
     out: list[XidEvent | SxidEvent | BusEvent] = []
     announced = None

@@ -69,6 +69,7 @@ def check_nvlink_links(facts: Facts, ctx: Context) -> list[F.Finding]:
     settled = _settled_by_board("nvlink.links", facts, ctx, want, why, "no NVLinks")
     if settled is not None:
         return settled
+    assert want is not None  # settled above when the board names no count
 
     def judge(g: Gpu) -> list[F.Finding]:
         links = g.nvlink_active

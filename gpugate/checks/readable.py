@@ -37,7 +37,7 @@ def with_serial(message: str, gpu: int, serial: str) -> str:
         return message
     pattern = re.compile(rf"\bGPU{gpu}(?!\d)( \()?")
 
-    def add(match: re.Match) -> str:
+    def add(match: re.Match[str]) -> str:
         if match.group(1):  # the GPU already has a parenthesis: share it
             return f"GPU{gpu} (serial {serial}, "
         return f"GPU{gpu} (serial {serial})"

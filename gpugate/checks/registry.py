@@ -30,13 +30,14 @@ from gpugate.checks.declare import check as check
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 
 def _load() -> None:
     from gpugate.checks import catalog  # noqa: F401 - importing registers the checks
 
 
-def registered() -> dict[str, Callable]:
+def registered() -> dict[str, Callable[..., Any]]:
     """Every registered check, by id, in registration order (imports the catalog)."""
     _load()
     return dict(_REGISTRY)

@@ -32,6 +32,8 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.expect import Context
     from gpugate.checks.facts import Facts
 
@@ -357,7 +359,9 @@ def check_kernel_sxid(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No fatal NVSwitch SXid in the kernel log (NVIDIA Fabric Manager user guide)."""
     if facts.kernel_log is None:
         return source_missing("kernel.sxid", facts, "kernel log", "kernel_log")
-    groups: dict[tuple, list[SxidEvent]] = {}  # (switch, pci, code, link, severity) -> events
+    groups: dict[
+        tuple[Any, ...], list[SxidEvent]
+    ] = {}  # (switch, pci, code, link, severity) -> events
     for line in facts.kernel_log:
         event = parse_sxid(line)
         if event is not None:

@@ -13,6 +13,10 @@ import re
 from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class XidInfo(Record):
     """One catalog entry."""
@@ -176,7 +180,7 @@ def recovery_action(event: XidEvent) -> str | None:
     return m.group(1).strip().lower() if m else None
 
 
-def action_of(event: XidEvent, overrides: dict | None = None) -> str:
+def action_of(event: XidEvent, overrides: dict[str, Any] | None = None) -> str:
     """What this Xid alone asks of the node: none / restart_app / report / reset_gpu / reboot."""
     site = (overrides or {}).get(str(event.code))
     if site is not None:
@@ -200,6 +204,6 @@ def action_of(event: XidEvent, overrides: dict | None = None) -> str:
     return lookup(code).action
 
 
-def needs_drain(event: XidEvent, overrides: dict | None = None) -> bool:
+def needs_drain(event: XidEvent, overrides: dict[str, Any] | None = None) -> bool:
     """Whether this Xid alone means the node must not take the next job."""
     return action_of(event, overrides) in DRAIN_ACTIONS

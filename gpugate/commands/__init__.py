@@ -12,6 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
     from collections.abc import Callable, Iterable
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -99,7 +102,9 @@ def selftest_dry_run(hook: str, config_path: str | None) -> int:
     return 0
 
 
-def each_on_its_own(hook: str, steps: Iterable[Callable], kept: str, *args: object) -> None:
+def each_on_its_own(
+    hook: str, steps: Iterable[Callable[..., Any]], kept: str, *args: object
+) -> None:
     """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
     for step in steps:
         try:
@@ -117,10 +122,15 @@ def add_cluster_options(p: ArgumentParser, window: str) -> None:
 
 
 def ask_slurm_for(
-    prog: str, kind: str, ident: str, config_file: str | None
-) -> tuple[Config, SlurmControl, object] | int:
-    """(config, the Slurm backend, Slurm's record of the node or job `ident`), or the exit code
-    after one line: 2 when `ident` is not one node name / job id, 1 when Slurm cannot say."""
+    prog: str,
+    kind: str,
+    ident: str,
+    config_file: str | None,
+    read: Callable[[SlurmControl, str], _T],
+) -> tuple[Config, SlurmControl, _T] | int:
+    """(config, the Slurm backend, `read(backend, ident)`: Slurm's record of the node or job),
+    or the exit code after one line: 2 when `ident` is not one node name / job id, 1 when Slurm
+    cannot say."""
     from gpugate.cli import EXIT_USAGE
 
     try:
@@ -128,15 +138,19 @@ def ask_slurm_for(
     except names.BadName as exc:
         return names.refuse(prog, exc, EXIT_USAGE)
     config = load_config(config_file)
-    slurm = None
+    slurm: SlurmControl | None = None
 
-    def fetch() -> object:
+    def fetch() -> _T:
         nonlocal slurm
         slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-        return slurm.node(ident) if kind == "node" else slurm.job(ident)
+        return read(slurm, ident)
 
     not_found = NodeNotFound if kind == "node" else JobNotFound
     info, code = names.ask_slurm(
         prog, f"{kind} {ident}", fetch, not_found, (SlurmError, ValueError)
     )
-    return code if code is not None else (config, slurm, info)
+    if code is not None:
+        return code
+    # fetch() returned: both are set
+    assert slurm is not None and info is not None
+    return config, slurm, info

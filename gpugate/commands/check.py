@@ -10,7 +10,7 @@ from gpugate.checks.sources import gather
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
-from gpugate.gate.policy import decide, effective_status
+from gpugate.gate.policy import Decision, decide, effective_status
 from gpugate.node import node_name
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
@@ -18,6 +18,9 @@ from gpugate.text import dumps, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
+
+    from gpugate.checks.findings import Finding
 
 
 def parser() -> ArgumentParser:
@@ -77,7 +80,9 @@ def main(argv: list[str]) -> int:
     return EXIT_UNHEALTHY if decision.status == "fail" else EXIT_OK
 
 
-def render_table(node: str | None, decision: object, findings: list, duration: float) -> str:
+def render_table(
+    node: str | None, decision: Decision, findings: list[Finding], duration: float
+) -> str:
     """One line per finding, problems first, under a one-line verdict."""
     counts: dict[str, int] = {}
     for f in findings:
@@ -86,7 +91,7 @@ def render_table(node: str | None, decision: object, findings: list, duration: f
     head = f"{printable(node or '?')}: {decision.status.upper()} ({summary}) in {duration * 1000:.0f} ms"
     lines = [head]
     folded = missing_sources(findings)
-    shown: set[str] = set()
+    shown: set[str | None] = set()
     for f in findings:
         group = folded.get(f.source or "") if f.status == "unknown" else None
         if group is None:
@@ -97,9 +102,9 @@ def render_table(node: str | None, decision: object, findings: list, duration: f
     return "\n".join(lines) + "\n"
 
 
-def missing_sources(findings: list) -> dict[str, str]:
+def missing_sources(findings: list[Any]) -> dict[str, str]:
     """Source -> one line for each fact source that left two or more checks unknown."""
-    by_source: dict[str, list] = {}
+    by_source: dict[str, list[Any]] = {}
     for f in findings:
         if f.status == "unknown" and f.source:
             by_source.setdefault(f.source, []).append(f)

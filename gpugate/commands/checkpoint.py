@@ -14,6 +14,7 @@ from gpugate.text import dumps, is_printable, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from typing import Any
 
     from gpugate.checkpoints.discover import Checkpoint, Scan
 
@@ -93,7 +94,12 @@ def latest(args: Namespace, result: Scan) -> int:
     best = next((cp for cp in result.checkpoints if cp.complete), None)
     skipped = [cp for cp in result.checkpoints if not cp.complete]  # all newer than `best`
     if args.json:
-        out = {"directory": result.directory, "path": None, "layout": None, "step": None}
+        out: dict[str, object] = {
+            "directory": result.directory,
+            "path": None,
+            "layout": None,
+            "step": None,
+        }
         if best:
             out.update(best.to_dict())
             del out["complete"]
@@ -139,7 +145,7 @@ def show(args: Namespace, result: Scan) -> int:
     return EXIT_OK
 
 
-def _brief(cp: Checkpoint) -> dict:
+def _brief(cp: Checkpoint) -> dict[str, Any]:
     return {"path": cp.path, "layout": cp.layout, "step": cp.step, "why": cp.why}
 
 

@@ -13,6 +13,8 @@ from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.diagnosis.verdict import Diagnosis
 
 
@@ -92,7 +94,7 @@ def main(argv: list[str]) -> int:
     return EXIT_USAGE if failed else EXIT_OK
 
 
-def _several_nodes(groups: list, args: argparse.Namespace) -> int:
+def _several_nodes(groups: list[Any], args: argparse.Namespace) -> int:
     """Diagnose each node alone, then report the job: the node that failed first, and each node."""
     results = multinode.diagnose_nodes(groups, engine=args.engine)
     files = [f for r in results for f in r.diagnosis.files]

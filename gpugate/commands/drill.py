@@ -24,6 +24,10 @@ from gpugate.store.drills import drill_records
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -135,7 +139,7 @@ class Ops:
         info = self.slurm.node(node)
         return info.drained, info.reason
 
-    def job(self, job: str) -> tuple[str, int, tuple, str]:
+    def job(self, job: str) -> tuple[str, int, tuple[Any, ...], str]:
         """(state, restarts, nodes, AdminComment) of `job`."""
         info = self.slurm.job(job)
         return info.state, info.restarts, info.nodes, info.admin_comment
@@ -157,7 +161,7 @@ class Steps:
 
     def __init__(self, start: float) -> None:
         self.start = start
-        self.items: list[dict] = []
+        self.items: list[dict[str, Any]] = []
 
     def add(self, step: str, detail: str = "", **extra: object) -> None:
         """One step, now."""
@@ -173,11 +177,11 @@ class Steps:
         return any(s["step"] == step for s in self.items)
 
 
-def wait_for(what: object, until: float) -> object:
+def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
     """Poll `what()` until it returns something true or `until` passes; its last answer."""
     while True:
         try:
-            got = what()  # type: ignore[operator]
+            got = what()
         except Exception:  # Slurm busy or the job between states: ask again
             got = None
         if got or time.time() >= until:
@@ -185,7 +189,7 @@ def wait_for(what: object, until: float) -> object:
         time.sleep(POLL_S)
 
 
-def follow(config: Config, drill: dict, ops: Ops) -> dict:
+def follow(config: Config, drill: dict[str, Any], ops: Ops) -> dict[str, Any]:
     """Drive and watch one drill from injection to resume; its record (written)."""
     from gpugate.store.drills import record_drill
 
@@ -244,7 +248,7 @@ def follow_job(
     """Wait for the killed job to run again elsewhere; add the step with its checkpoint."""
     job, before = killed
 
-    def elsewhere() -> tuple | None:
+    def elsewhere() -> tuple[tuple[str, ...], str] | None:
         state, restarts, nodes, comment = ops.job(job)
         # The killed run, requeued, shows COMPLETING with Restarts already counted until its
         # epilogs end, and on 24.11 a poll once saw such a state with no nodes at all (the drill
@@ -256,7 +260,7 @@ def follow_job(
     if not found:
         steps.add("not_requeued", f"job {job} did not run again on another node", job=job)
         return
-    nodes, comment = found  # type: ignore[misc]
+    nodes, comment = found
     ckpt = requeue_checkpoint(config, job, comment)
     steps.add("requeued", f"job {job} on {','.join(nodes)} from {ckpt or 'no checkpoint'}",
               job=job, nodes=list(nodes), checkpoint=ckpt)  # fmt: skip
@@ -276,7 +280,8 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
             continue
         for e in reversed(events):
             if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-                return e.get("checkpoint")
+                checkpoint: str | None = e.get("checkpoint")
+                return checkpoint
     marker = "resume from "
     if marker in comment:
         return comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()

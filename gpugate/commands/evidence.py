@@ -17,6 +17,7 @@ from gpugate.text import dumps, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -84,10 +85,10 @@ def admin_only(config: Config, job: str | None = None) -> str | None:
     return None
 
 
-def describe(bundle: str) -> dict:
+def describe(bundle: str) -> dict[str, Any]:
     """A bundle's summary fields, its path and the raw files in it."""
     summary = read_summary(bundle) or {}
-    out = {k: summary.get(k) for k in FIELDS}
+    out: dict[str, Any] = {k: summary.get(k) for k in FIELDS}
     out["path"] = bundle
     out["files"] = summary.get("files") or sorted(_members(bundle))
     if not summary:
@@ -105,7 +106,7 @@ DUMPS_RAW = ("holds raw flight-recorder dumps from an older gpugate ({names}): t
              "their code as you); delete them")  # fmt: skip
 
 
-def dumps_note(files: list) -> str | None:
+def dumps_note(files: list[Any]) -> str | None:
     """What an admin must know of the bundle's flight-recorder members, or None."""
     names = [str(f) for f in files if isinstance(f, str)]
     raw = [f for f in names if f.startswith("flightrec/") and not f.endswith(".json")]
@@ -128,7 +129,7 @@ def _members(bundle: str) -> list[str]:
 _OLD_WORDS = "drain refused (not gpugate's)"
 
 
-def mark_held(items: list[dict], held: list[dict]) -> list[dict]:
+def mark_held(items: list[dict[str, Any]], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Bundles whose drain the budget held back (a held entry of the same node and reason
     within history.SAME_EVENT_S of the bundle) say so: action HELD_LABEL, and why."""
     out = []
@@ -143,13 +144,13 @@ def mark_held(items: list[dict], held: list[dict]) -> list[dict]:
     return out
 
 
-def newest_first(items: list[dict]) -> list[dict]:
+def newest_first(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Newest bundle first: by the time the epilog collected it, then by its run number."""
     return sorted(items, key=lambda d: (d["collected_at"] or "", d["restart"] or 0, d["path"]),
                   reverse=True)  # fmt: skip
 
 
-def render(target: str, items: list[dict], held: dict | None = None) -> str:
+def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None = None) -> str:
     """A short block per bundle, newest first; `held`: the node's standing held-back drain."""
     items = [{k: _line(v) for k, v in d.items()} for d in items]
     lines = [f"{len(items)} evidence bundle(s) for {target}, newest first:"]
@@ -238,7 +239,7 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def job_decisions(config: Config, job: str) -> list[dict]:
+def job_decisions(config: Config, job: str) -> list[dict[str, Any]]:
     """EpilogSlurmctld's decisions on `job`, oldest first (its events in controller_dir, and
     in state_dir where an older release wrote them)."""
     from gpugate.admin import losses
@@ -247,7 +248,7 @@ def job_decisions(config: Config, job: str) -> list[dict]:
     return [e for e in losses.requeue_events(dirs, 0.0) if e.get("job") == job]
 
 
-def decision_line(e: dict) -> str:
+def decision_line(e: dict[str, Any]) -> str:
     """One decision: `run 0 (2026-12-01T10:00:00Z): requeued: infrastructure failure (...)`."""
     said = e.get("said")
     if not isinstance(said, str) or not said:
@@ -255,7 +256,7 @@ def decision_line(e: dict) -> str:
     return f"run {e.get('restarts', '?')} ({e.get('time', '?')}): {said}"
 
 
-def render_decisions(decisions: list[dict]) -> str:
+def render_decisions(decisions: list[dict[str, Any]]) -> str:
     """The controller's decisions block ("" when there are none)."""
     if not decisions:
         return ""
@@ -264,7 +265,7 @@ def render_decisions(decisions: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _print_decisions_only(target: str, decisions: list[dict], as_json: bool) -> int:
+def _print_decisions_only(target: str, decisions: list[dict[str, Any]], as_json: bool) -> int:
     if as_json:
         out = {"target": target, "kind": "job", "bundles": [], "decisions": decisions}
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
@@ -273,7 +274,7 @@ def _print_decisions_only(target: str, decisions: list[dict], as_json: bool) -> 
     return EXIT_OK
 
 
-def _flight_recorder(bundles: list[str]) -> dict | None:
+def _flight_recorder(bundles: list[str]) -> dict[str, Any] | None:
     """The job's flight-recorder culprit over its bundles' flightrec.json, or None."""
     from gpugate.flightrec.culprit import job_culprit
 

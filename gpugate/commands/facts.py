@@ -15,6 +15,7 @@ XML_MAX = 64 << 20  # `nvidia-smi -q -x` of 8 GPUs is well under 1 MiB
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
 
 def parser() -> ArgumentParser:
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _from_xml(path: str) -> dict | None:
+def _from_xml(path: str) -> dict[str, Any] | None:
     from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
     from gpugate.fsutil import read_text
 
@@ -70,6 +71,7 @@ def _from_xml(path: str) -> dict | None:
         return snapshot_from_xml(read_text(path, XML_MAX))
     except OSError as exc:
         print(f"gpugate facts: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
     except NvidiaSmiXmlError as exc:
         print(f"gpugate facts: {path}: {exc}", file=sys.stderr)
         return None

@@ -14,6 +14,7 @@ from gpugate.store.outcomes import render_record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from typing import Any
 
 
 def parser() -> ArgumentParser:
@@ -70,7 +71,7 @@ def _run(args: Namespace) -> int:
     rows = admin.rows_for(config, groups, drained_only=args.drained, window_days=window)
     stats = admin.check_stats(config, groups, window) if args.stats else None
     if args.json:
-        meta: dict = {"generated_at": admin.now_iso(), "window_days": window}
+        meta: dict[str, Any] = {"generated_at": admin.now_iso(), "window_days": window}
         if stats is not None:
             meta["stats"] = stats
         head = json.dumps(meta)

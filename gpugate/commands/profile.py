@@ -21,6 +21,7 @@ from gpugate.fsutil import atomic_write
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.config.schema import Config
@@ -64,7 +65,7 @@ def _least(values: list[int | None]) -> int | None:
     return min(known) if known else None
 
 
-def gpu_expectations(gpus: tuple[Gpu, ...]) -> dict:
+def gpu_expectations(gpus: tuple[Gpu, ...]) -> dict[str, Any]:
     """GPU count, NVLinks per GPU, PCIe width/generation and NVSwitch from NVML's GPUs."""
     readable = [g for g in gpus if not g.error]
     pcie = [g.pcie for g in readable if g.pcie is not None]
@@ -79,9 +80,9 @@ def gpu_expectations(gpus: tuple[Gpu, ...]) -> dict:
     }
 
 
-def learn(facts: Facts, config: Config) -> dict:
+def learn(facts: Facts, config: Config) -> dict[str, Any]:
     """The site-config mapping (`expect:`, `checks:`) of the class `facts` is a good node of."""
-    expect: dict = {}
+    expect: dict[str, Any] = {}
     if facts.gpus is not None:
         expect.update(gpu_expectations(facts.gpus))
     elif facts.pci_gpu_count == 0:
@@ -93,13 +94,13 @@ def learn(facts: Facts, config: Config) -> dict:
         rates = [p.rate_gbps for p in up if p.rate_gbps is not None]
         if rates:
             expect["ib_rate_gbps"] = min(rates)
-    out: dict = {"expect": {k: v for k, v in expect.items() if v is not None}}
+    out: dict[str, Any] = {"expect": {k: v for k, v in expect.items() if v is not None}}
     if facts.driver_version:
         out["checks"] = {"gpu": {"driver_version": facts.driver_version}}
     return out
 
 
-def as_class(learned: dict, nodes: str) -> dict:
+def as_class(learned: dict[str, Any], nodes: str) -> dict[str, Any]:
     """The profile as one node class of `nodes` (a Slurm hostlist), checked like the config's."""
     from gpugate.config import ConfigError
     from gpugate.config.classes import split_classes
@@ -114,7 +115,7 @@ def _active(p: object) -> bool:
     return state.upper() == "ACTIVE" and phys.lower() == "linkup"
 
 
-def render(facts: Facts, learned: dict, source: str) -> str:
+def render(facts: Facts, learned: dict[str, Any], source: str) -> str:
     """The profile as YAML, with a header saying where it was learned and how to use it."""
     import yaml  # a block-style file for people to read and review
 

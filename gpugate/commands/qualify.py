@@ -16,7 +16,9 @@ from gpugate.names import refuse
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from typing import Any
 
+    from gpugate.config.schema import Config
     from gpugate.qualify.run import QualifyRun
 
 PROG = "gpugate qualify"
@@ -81,32 +83,34 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         return refuse(PROG, exc, EXIT_USAGE)
     over = {k: getattr(args, k) for k in ("reservation", "qos", "partition") if getattr(args, k)}
+    assert config.qualify is not None  # checked above; sweep_config keeps the section
     config = config.replace(qualify=config.qualify.replace(**over))
     if args.no_wait:
         return background(argv, config.state_dir)
     return run(args, config)
 
 
-def run(args: Namespace, config: object) -> int:
+def run(args: Namespace, config: Config) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
     from gpugate.qualify.run import QualifyError, qualify_nodes
     from gpugate.slurm.choose import backend
     from gpugate.slurm.control import SlurmError
 
-    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)  # type: ignore[attr-defined]
+    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
     tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None
-    level = args.level if args.level is not None else config.qualify.level  # type: ignore[attr-defined]
+    assert config.qualify is not None  # main() refuses a config without the section
+    level = args.level if args.level is not None else config.qualify.level
     previous = _terminate_as_exit()
     try:
         nodes = [n for expr in args.nodes for n in slurm.expand_hostlist(expr)]
         if args.idle:
             from gpugate.qualify.sweep import select_idle
 
-            nodes = select_idle(config, slurm, args.max_nodes)  # type: ignore[arg-type]
+            nodes = select_idle(config, slurm, args.max_nodes)
             if not nodes:
                 print(f"{PROG}: no idle node to qualify")
                 return EXIT_OK
-        result = qualify_nodes(config, slurm, nodes, level, tests,  # type: ignore[arg-type]
+        result = qualify_nodes(config, slurm, nodes, level, tests,
                                resume_passed=args.resume_passed, wait_s=args.wait_s,
                                trigger=args.trigger or ("sweep" if args.idle else ""))  # fmt: skip
     except (QualifyError, ValueError) as exc:
@@ -123,7 +127,7 @@ def run(args: Namespace, config: object) -> int:
     return EXIT_OK if passed else EXIT_UNHEALTHY
 
 
-def _terminate_as_exit() -> object:
+def _terminate_as_exit() -> dict[int, Any]:
     """SIGTERM/SIGHUP end the run through its `finally` (nodes drained again, reservation gone)."""
     import signal
 
@@ -133,10 +137,10 @@ def _terminate_as_exit() -> object:
     return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
 
 
-def _restore(previous: object) -> None:
+def _restore(previous: dict[int, Any]) -> None:
     import signal
 
-    for sig, handler in previous.items():  # type: ignore[attr-defined]
+    for sig, handler in previous.items():
         signal.signal(sig, handler)
 
 

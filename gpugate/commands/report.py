@@ -17,6 +17,7 @@ from gpugate.store.held import held_entries
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def qualification_entries(where: str) -> list[dict]:
+def qualification_entries(where: str) -> list[dict[str, Any]]:
     """The qualification records (gpugate/store/qualify.py); none when they cannot be read."""
     from gpugate.store.qualify import qualifications
 
@@ -97,7 +98,7 @@ def events_dirs(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
 
 
-def suspect_flags(where: str | tuple[str, ...]) -> list[dict]:
+def suspect_flags(where: str | tuple[str, ...]) -> list[dict[str, Any]]:
     """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
     from gpugate.store.suspects import flags
 
@@ -107,7 +108,7 @@ def suspect_flags(where: str | tuple[str, ...]) -> list[dict]:
         return []
 
 
-def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict]:
+def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict[str, Any]]:
     """The window's bundles with their requeue, GPU-hours lost and a link from the page."""
     since = history.window_start(window_days)
     failures = losses.read_failures(config.evidence_dir, since)

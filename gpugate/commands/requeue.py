@@ -35,7 +35,9 @@ def main(argv: list[str]) -> int:
     """Run `gpugate requeue`."""
     args = parser().parse_args(argv)
 
-    found = ask_slurm_for("gpugate requeue", "job", args.job_id, args.config)
+    found = ask_slurm_for(
+        "gpugate requeue", "job", args.job_id, args.config, lambda slurm, job: slurm.job(job)
+    )
     if isinstance(found, int):
         return found
     config, slurm, info = found

@@ -79,7 +79,9 @@ def main(argv: list[str]) -> int:
     """Run `gpugate resume`."""
     args = parser().parse_args(argv)
 
-    found = ask_slurm_for("gpugate resume", "node", args.node, args.config)
+    found = ask_slurm_for(
+        "gpugate resume", "node", args.node, args.config, lambda slurm, node: slurm.node(node)
+    )
     if isinstance(found, int):
         return found
     config, slurm, info = found

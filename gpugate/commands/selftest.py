@@ -8,6 +8,10 @@ import sys
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
 
 
@@ -51,7 +55,7 @@ def main(argv: list[str]) -> int:
     return EXIT_UNHEALTHY if broken else EXIT_OK
 
 
-def render(reports: list) -> str:
+def render(reports: list[Any]) -> str:
     """The report for a terminal: a line per hook, then each problem and its fix."""
     lines = []
     for r in reports:

@@ -15,6 +15,10 @@ import sys
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
 from gpugate.config import load_config
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Submit
+
 TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "job_submit.lua.in")
 _MARKER = "-- @POLICY@ (replaced by `gpugate submit-policy --lua`)"
 # A partition name Slurm accepts, so that a typo'd key cannot smuggle Lua into the table.
@@ -33,17 +37,17 @@ def lua_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def policy_table(submit: object) -> str:
+def policy_table(submit: Submit) -> str:
     """The `GPUGATE_POLICY = {...}` Lua block of a `submit:` config section."""
     lines = [
         "GPUGATE_POLICY = {",
-        f"\tmin_gpus = {int(submit.min_gpus)},",  # type: ignore[attr-defined]
-        f"\tmin_nodes = {int(submit.min_nodes)},",  # type: ignore[attr-defined]
-        f"\tallow_opt_out = {'true' if submit.allow_opt_out else 'false'},",  # type: ignore[attr-defined]
-        f"\tmessage = {lua_string(submit.message)},",  # type: ignore[attr-defined]
+        f"\tmin_gpus = {int(submit.min_gpus)},",
+        f"\tmin_nodes = {int(submit.min_nodes)},",
+        f"\tallow_opt_out = {'true' if submit.allow_opt_out else 'false'},",
+        f"\tmessage = {lua_string(submit.message)},",
         "\tpartitions = {",
     ]
-    for name, over in sorted(submit.partitions.items()):  # type: ignore[attr-defined]
+    for name, over in sorted(submit.partitions.items()):
         fields = [
             f"{key} = {int(value)}"
             for key, value in (("min_gpus", over.min_gpus), ("min_nodes", over.min_nodes))
@@ -54,7 +58,7 @@ def policy_table(submit: object) -> str:
     return "\n".join(lines)
 
 
-def render_lua(submit: object, template: str | None = None) -> str:
+def render_lua(submit: Submit, template: str | None = None) -> str:
     """The whole job_submit.lua for a `submit:` section."""
     if template is None:
         with open(TEMPLATE, encoding="utf-8") as f:
@@ -64,29 +68,29 @@ def render_lua(submit: object, template: str | None = None) -> str:
     return template.replace(_MARKER, policy_table(submit))
 
 
-def check_partitions(submit: object) -> str | None:
+def check_partitions(submit: Submit) -> str | None:
     """An error naming a partition key Slurm would never accept, else None."""
-    for name in submit.partitions:  # type: ignore[attr-defined]
+    for name in submit.partitions:
         if not _PARTITION.fullmatch(name):
             return f"submit.partitions: {name!r} is not a Slurm partition name"
     return None
 
 
-def describe(submit: object) -> str:
+def describe(submit: Submit) -> str:
     """The policy in words, for the admin."""
     parts = []
-    if submit.min_gpus:  # type: ignore[attr-defined]
-        parts.append(f"{submit.min_gpus} GPUs")  # type: ignore[attr-defined]
-    if submit.min_nodes:  # type: ignore[attr-defined]
-        parts.append(f"{submit.min_nodes} nodes")  # type: ignore[attr-defined]
+    if submit.min_gpus:
+        parts.append(f"{submit.min_gpus} GPUs")
+    if submit.min_nodes:
+        parts.append(f"{submit.min_nodes} nodes")
     lines = [
         "jobs of " + " or ".join(parts) + " or more must declare --comment gpugate:ckpt=DIR"
         if parts
         else "no size threshold: no job is refused (outside the partitions below)"
     ]
-    for name, over in sorted(submit.partitions.items()):  # type: ignore[attr-defined]
+    for name, over in sorted(submit.partitions.items()):
         lines.append(f"  partition {name}: min_gpus={over.min_gpus} min_nodes={over.min_nodes}")
-    opt = "allowed" if submit.allow_opt_out else "not allowed"  # type: ignore[attr-defined]
+    opt = "allowed" if submit.allow_opt_out else "not allowed"
     lines.append(f"opting out with gpugate:no-ckpt: {opt}")
     return "\n".join(lines)
 

@@ -15,6 +15,12 @@ from gpugate.config import schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _R = TypeVar("_R", bound=Record)
+
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"
 PACKAGED_FILE = os.path.join(os.path.dirname(__file__), "gpugate.yaml")
 
@@ -111,13 +117,13 @@ def load_config(path: str | None = None) -> schema.Config:
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
     _check_together(config, site_path or PACKAGED_FILE)
-    return config  # type: ignore[return-value]
+    return config
 
 
-def _check_together(config: Record, source: str) -> None:
+def _check_together(config: schema.Config, source: str) -> None:
     """Refuse values that are each valid but wrong together."""
-    wait = config.requeue.wait_for_bundles_s  # type: ignore[attr-defined]
-    deadline = config.epilog.deadline_s  # type: ignore[attr-defined]
+    wait = config.requeue.wait_for_bundles_s
+    deadline = config.epilog.deadline_s
     if wait < deadline:
         raise ConfigError(
             f"{source}: requeue.wait_for_bundles_s: {wait:g} s is shorter than "
@@ -126,7 +132,9 @@ def _check_together(config: Record, source: str) -> None:
         )
 
 
-def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:
+def _with_classes(
+    merged: dict[str, Any], classes: list[dict[str, Any]], source: str
+) -> dict[str, Any]:
     """`merged` with every node class that this node (or the job's partition) is in over it."""
     if not classes:
         return merged
@@ -138,7 +146,7 @@ def _with_classes(merged: dict, classes: list[dict], source: str) -> dict:
     return merged
 
 
-def _merge(base: dict, over: dict) -> dict:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "boards":
@@ -154,7 +162,7 @@ def _fields(cls: type[Record]) -> dict[str, str]:
     return {f: cls.__annotations__[f] for f in cls._fields}
 
 
-def _check_partial(cls: type[Record], data: dict, source: str, prefix: str) -> None:
+def _check_partial(cls: type[Record], data: dict[str, Any], source: str, prefix: str) -> None:
     """Validate the keys and types present in a partial (site) mapping."""
     types = _fields(cls)
     for key, value in data.items():
@@ -169,7 +177,7 @@ def _check_partial(cls: type[Record], data: dict, source: str, prefix: str) -> N
             _convert(ann, value, source, path)
 
 
-def build(cls: type[Record], data: object, source: str, prefix: str) -> Record:
+def build(cls: type[_R], data: object, source: str, prefix: str) -> _R:
     """Build a typed record from a complete mapping."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top'}: expected a mapping")
@@ -231,9 +239,11 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     choices = _CHOICES.get(path)
     if choices and value not in choices:
         raise ConfigError(f"{source}: {path}: {value!r} is not one of {', '.join(choices)}")
+    if not isinstance(value, (int, float)):
+        return value
     if ann == "float":
         value = float(value)
-    if isinstance(value, (int, float)) and value < 0 and not path.endswith("_c"):
+    if value < 0 and not path.endswith("_c"):
         raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
     if path in _AT_MOST and value > _AT_MOST[path]:
         raise ConfigError(f"{source}: {path}: must be at most {_AT_MOST[path]:g}, got {value!r}")
@@ -242,7 +252,7 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
     return value
 
 
-def _check_keyed(mapping: dict, source: str, path: str) -> None:
+def _check_keyed(mapping: dict[str, Any], source: str, path: str) -> None:
     """Refuse a key or a value outside a closed mapping's sets (`checks.kernel.xid_actions`)."""
     pattern, what, values = _KEYED[path]
     for key, value in mapping.items():
@@ -254,7 +264,7 @@ def _check_keyed(mapping: dict, source: str, path: str) -> None:
             )
 
 
-def _check_ids(ids: list, source: str, path: str) -> None:
+def _check_ids(ids: list[Any], source: str, path: str) -> None:
     """Refuse an id that names no registered check, like an unknown key."""
     # Only a non-empty list costs the registry's import: the prolog imports it anyway to run
     # the checks, and the packaged defaults (empty lists) load without it.

@@ -21,10 +21,16 @@ import os
 
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SELECTORS = ("nodes", "partitions")
 
 
-def split_classes(data: dict, source: str, error: type[Exception]) -> tuple[dict, list[dict]]:
+def split_classes(
+    data: dict[str, Any], source: str, error: type[Exception]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`data` without its `classes:` key, and the classes (each checked for its selectors)."""
     classes = data.get("classes", [])
     if classes is None:
@@ -41,7 +47,7 @@ def split_classes(data: dict, source: str, error: type[Exception]) -> tuple[dict
     return {k: v for k, v in data.items() if k != "classes"}, classes
 
 
-def _check_selectors(cls: dict, where: str, error: type[Exception]) -> None:
+def _check_selectors(cls: dict[str, Any], where: str, error: type[Exception]) -> None:
     nodes, parts = cls.get("nodes"), cls.get("partitions")
     if "nodes" in cls:
         if not isinstance(nodes, str) or not nodes.strip():
@@ -56,17 +62,19 @@ def _check_selectors(cls: dict, where: str, error: type[Exception]) -> None:
         raise error(f"{where}.partitions: expected a list of partition names")
 
 
-def overlay(cls: dict) -> dict:
+def overlay(cls: dict[str, Any]) -> dict[str, Any]:
     """The config keys of one class (without its selectors)."""
     return {k: v for k, v in cls.items() if k not in SELECTORS}
 
 
-def matches(cls: dict, node: str | None, partition: str | None) -> bool:
+def matches(cls: dict[str, Any], node: str | None, partition: str | None) -> bool:
     """Whether this node (or the job's partition) is in the class."""
     if node and "nodes" in cls and node in hostlist_expand(cls["nodes"]):
         return True
+    if not partition:
+        return False
     wanted = cls.get("partitions") or ()
-    return bool(partition) and any(p in wanted for p in partition.split(","))
+    return any(p in wanted for p in partition.split(","))
 
 
 def this_node() -> tuple[str, str | None]:

@@ -11,6 +11,8 @@ is one of these kinds:
 - ``none``: no failure; ``unknown``: a failure without a specific signature.
 """
 
+from __future__ import annotations  # `str | None` below: Python 3.9 (requires-python)
+
 HARDWARE, INFRASTRUCTURE, SYMPTOM, USER = "hardware", "infrastructure", "symptom", "user"
 NONE, UNKNOWN = "none", "unknown"
 

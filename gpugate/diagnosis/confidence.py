@@ -34,6 +34,22 @@ from gpugate.diagnosis.categories import TIERS, is_infrastructure, kind
 from gpugate.diagnosis.verdict import KERNEL_LOG
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Protocol
+
+    class Signal(Protocol):
+        """rank.Signal, as read here (rank imports this module, so not the other way)."""
+
+        file: int
+        line: int
+        match: S.Match
+
+        @property
+        def tier(self) -> int: ...
+
+
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 LEVELS = (HIGH, MEDIUM, LOW)
 # 50 is the signature table's default: a line that says "something failed", not what. A
@@ -55,12 +71,17 @@ class Assessment(Record):
 
     level: str
     why: str = ""
-    alternatives: tuple = ()  # of {"category", "tier", "evidence": [...]}
-    undecided: tuple = ()  # categories the text cannot decide between (low), winner first
+    alternatives: tuple[Any, ...] = ()  # of {"category", "tier", "evidence": [...]}
+    undecided: tuple[Any, ...] = ()  # categories the text cannot decide between (low), winner first
 
 
 def assess(
-    live: list, winners: list, top: int, rank: int | None, names: list[str], sources: list[str]
+    live: Sequence[Signal],
+    winners: Sequence[Signal],
+    top: int,
+    rank: int | None,
+    names: list[str],
+    sources: list[str],
 ) -> Assessment:
     """Confidence and alternatives from the live signals and the winning tier's lines.
 
@@ -75,8 +96,12 @@ def assess(
 
 
 def _level(
-    winners: list, top: int, rank: int | None, others: list, sources: list[str]
-) -> tuple[str, str, tuple]:
+    winners: Sequence[Signal],
+    top: int,
+    rank: int | None,
+    others: list[tuple[str, list[Signal]]],
+    sources: list[str],
+) -> tuple[str, str, tuple[Any, ...]]:
     """(level, why, undecided): the first rule that holds, from low to high."""
     category = winners[0].match.category or "other"
     if all(s.match.strength == S.MINOR for s in winners):
@@ -116,7 +141,7 @@ def _level(
     return MEDIUM, "no specific line decided", ()
 
 
-def _earlier_xid(winners: list, others: list) -> str | None:
+def _earlier_xid(winners: Sequence[Signal], others: list[tuple[str, list[Signal]]]) -> str | None:
     """A category whose Xid came before the winner's first Xid on the same GPU, if any.
 
     A hardware-class Xid right after an application Xid on one GPU (13 then 109, 31 then 45)
@@ -135,37 +160,38 @@ def _earlier_xid(winners: list, others: list) -> str | None:
     return None
 
 
-def _xid_gpu(s: object) -> str | None:
+def _xid_gpu(s: Signal) -> str | None:
     """The PCI address of a fatal Xid line (None for any other line)."""
-    m = s.match  # type: ignore[attr-defined]
+    m = s.match
     if m.xid is None or m.strength != S.FATAL:
         return None
     event = read_line(m.text)
-    return getattr(event, "pci", None) or None
+    pci: str | None = getattr(event, "pci", None) or None
+    return pci
 
 
-def _tier(signals: list) -> int:
+def _tier(signals: list[Signal]) -> int:
     return max(s.tier for s in signals)
 
 
-def _fatal_tier(signals: list) -> int | None:
+def _fatal_tier(signals: list[Signal]) -> int | None:
     tiers = [s.tier for s in signals if s.match.strength == S.FATAL]
     return max(tiers) if tiers else None
 
 
-def _by_category(signals: object) -> list[tuple[str, list]]:
+def _by_category(signals: Iterable[Signal]) -> list[tuple[str, list[Signal]]]:
     """(category, its signals) for each category, highest tier then earliest line first."""
-    groups: dict[str, list] = {}
-    for s in signals:  # type: ignore[attr-defined]
+    groups: dict[str, list[Signal]] = {}
+    for s in signals:
         groups.setdefault(s.match.category or "other", []).append(s)
     for sigs in groups.values():
         sigs.sort(key=lambda s: (-s.tier, s.file, s.line))
     return sorted(groups.items(), key=lambda g: (-g[1][0].tier, g[1][0].file, g[1][0].line))
 
 
-def _alternative(category: str, signals: list, names: list[str]) -> dict:
+def _alternative(category: str, signals: list[Signal], names: list[str]) -> dict[str, Any]:
     """One runner-up as JSON: its category, tier and first distinct lines."""
-    lines: list[dict] = []
+    lines: list[dict[str, Any]] = []
     seen: set[str] = set()
     for s in signals:
         if s.match.text not in seen and len(lines) < EVIDENCE_PER_ALTERNATIVE:

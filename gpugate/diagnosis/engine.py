@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO
 
+    from gpugate.diagnosis.scan import ByteReader
+
 
 def diagnose(
     paths: list[str],
@@ -44,7 +46,7 @@ class Input(Record):
 
     name: str
     source: str
-    stream: object  # BinaryIO; a LimitedStream reports where it stopped
+    stream: ByteReader  # a LimitedStream reports where it stopped
     offset: int = 0
 
 
@@ -57,7 +59,7 @@ def diagnose_streams(inputs: list[Input]) -> Diagnosis:
     col = Collector(untrusted={i for i, x in enumerate(inputs) if x.source not in TRUSTED_SOURCES})
     scans = []
     for i, x in enumerate(inputs):
-        counter = Counting(x.stream)  # type: ignore[arg-type]
+        counter = Counting(x.stream)
         try:
             n = scan_stream(counter, i, col)
             error = None

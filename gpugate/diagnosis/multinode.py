@@ -30,7 +30,7 @@ from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
     from gpugate.diagnosis.timestamps import Stamp
     from gpugate.diagnosis.verdict import Diagnosis
@@ -53,8 +53,8 @@ class NodeInputs(Record):
     """One node's files, each with its source."""
 
     node: str
-    paths: tuple = ()
-    sources: tuple = ()
+    paths: tuple[Any, ...] = ()
+    sources: tuple[Any, ...] = ()
     bundle: str | None = None
 
 
@@ -62,8 +62,8 @@ class NodeResult(Record):
     """One node's diagnosis and the time of its first decisive line."""
 
     node: str
-    diagnosis: object  # Diagnosis
-    first: object = None  # Stamp of the earliest decisive line, None without one
+    diagnosis: Diagnosis
+    first: Stamp | None = None  # of the earliest decisive line, None without one
     bundle: str | None = None
 
 
@@ -84,7 +84,7 @@ def _regular(path: str) -> bool:
 
 
 def _has_flightrec(bundle: str | None) -> bool:
-    return bool(bundle) and _regular(os.path.join(bundle, "flightrec.json"))  # type: ignore[arg-type]
+    return bool(bundle) and _regular(os.path.join(bundle or "", "flightrec.json"))
 
 
 def _is_dir(path: str) -> bool:
@@ -224,21 +224,22 @@ def diagnose_nodes(groups: list[NodeInputs], engine: str = "auto") -> list[NodeR
 
 
 def _key(r: NodeResult, mode: str) -> float:
-    s: Stamp = r.first  # type: ignore[assignment]
+    s = r.first
+    assert s is not None  # only stamped results are ordered by time
     return s.seconds if mode == WALL or s.kind == BOOT else s.without_year()
 
 
 def order(results: list[NodeResult]) -> tuple[list[NodeResult], str | None]:
     """The failed nodes, first to fail first, and why that order is uncertain (None if it is not)."""
-    failed = [r for r in results if r.diagnosis.evidence]  # type: ignore[attr-defined]
+    failed = [r for r in results if r.diagnosis.evidence]
     if len(failed) <= 1:
         return failed, None
     stamped = [r for r in failed if r.first is not None]
-    kinds = {r.first.kind for r in stamped}  # type: ignore[union-attr]
+    kinds = {r.first.kind for r in stamped if r.first is not None}
     why = []
     if BOOT in kinds and kinds != {BOOT}:
         # Seconds since boot compare with nothing else: such a node counts as unstamped.
-        stamped = [r for r in stamped if r.first.kind != BOOT]  # type: ignore[union-attr]
+        stamped = [r for r in stamped if r.first is not None and r.first.kind != BOOT]
         kinds.discard(BOOT)
     elif kinds == {BOOT}:
         why.append("only seconds-since-boot stamps, which do not compare across nodes")
@@ -261,22 +262,22 @@ def order(results: list[NodeResult]) -> tuple[list[NodeResult], str | None]:
 
 
 def _cat(r: NodeResult) -> str:
-    return r.diagnosis.category  # type: ignore[attr-defined]
+    return r.diagnosis.category
 
 
-def job_json(results: list[NodeResult]) -> dict:
+def job_json(results: list[NodeResult]) -> dict[str, Any]:
     """The `--json` object: the first failing node's verdict, plus `nodes`, `first_node`, `first_uncertain`."""
     ordered, why = order(results)
     first = ordered[0] if ordered else results[0]
-    out = dict(first.diagnosis.to_json())  # type: ignore[attr-defined]
-    files = [f.to_dict() for r in results for f in r.diagnosis.files]  # type: ignore[attr-defined]
+    out = dict(first.diagnosis.to_json())
+    files = [f.to_dict() for r in results for f in r.diagnosis.files]
     out["files"] = files
     out["bytes_scanned"] = sum(f.get("bytes") or 0 for f in files)
     errors = [f"{f['path']}: {f['error']}" for f in files if f.get("error")]
     out.pop("errors", None)
     if errors:
         out["errors"] = errors
-    suspects = [r.node for r in results if is_hardware(_cat(r)) and r.diagnosis.trusted]  # type: ignore[attr-defined]
+    suspects = [r.node for r in results if is_hardware(_cat(r)) and r.diagnosis.trusted]
     text = out["summary"]
     if ordered:
         text = f"node {first.node}" + (" failed first" if len(ordered) > 1 else "") + f": {text}"
@@ -292,7 +293,7 @@ def job_json(results: list[NodeResult]) -> dict:
     return out
 
 
-def _add_flight_recorder(out: dict, bundles: list[str]) -> None:
+def _add_flight_recorder(out: dict[str, Any], bundles: list[str]) -> None:
     """`flight_recorder` from the bundles' flightrec.json; its culprit joins the summary when
     the verdict is a symptom (an NCCL timeout: every rank's log says the same) or unknown."""
     if not bundles:
@@ -304,9 +305,9 @@ def _add_flight_recorder(out: dict, bundles: list[str]) -> None:
         out["summary"] += f" Flight recorder: {fr['text']}."
 
 
-def _node_json(r: NodeResult, suspects: list[str]) -> dict:
-    d = r.diagnosis.to_json()  # type: ignore[attr-defined]
-    s: Stamp | None = r.first  # type: ignore[assignment]
+def _node_json(r: NodeResult, suspects: list[str]) -> dict[str, Any]:
+    d = r.diagnosis.to_json()
+    s: Stamp | None = r.first
     return {"node": r.node, "category": d["category"], "xid": d["xid"],
             "failing_rank": d["failing_rank"], "summary": d["summary"],
             "first_failure_at": s.iso() if s else None, "first_failure_stamp": s.text if s else None,
@@ -330,5 +331,5 @@ def render_job(results: list[NodeResult], render_one: Callable[[Diagnosis], str]
     first = next((r for r in results if r.node == job["first_node"]), None)
     if first is not None:
         lines.append(f"node {printable(first.node)} (first to fail):")
-        lines.append(render_one(first.diagnosis).rstrip("\n"))  # type: ignore[arg-type]
+        lines.append(render_one(first.diagnosis).rstrip("\n"))
     return "\n".join(lines) + "\n"

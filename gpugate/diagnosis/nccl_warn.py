@@ -64,7 +64,7 @@ _ASYNC = re.compile(
 _RETRIED = re.compile(r"\b[Rr]etry(?:ing)?\b|will retry|[Rr]etrying")
 
 # (kind, pattern of the message) in order: the first that matches names the kind.
-KINDS: tuple[tuple[str, re.Pattern], ...] = tuple((k, re.compile(p)) for k, p in (
+KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
     ("duplicate GPU (two ranks on one device)", r"Duplicate GPU detected"),
     ("CUDA failure inside NCCL", r"Cuda failure|CUDA failure|failed to open CUDA IPC handle|"
                                  r"cuda\w+ failed|CUDA driver is a stub"),

@@ -15,11 +15,15 @@ from gpugate.checks.kernel_lines import read_line
 from gpugate.checks.sxid import SxidEvent
 from gpugate.diagnosis import nccl_warn
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # What one line proves (see signatures' docstring).
 FATAL, MINOR, PRECURSOR, CONTEXT = "fatal", "minor", "precursor", "context"
 
 
-def xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None, dict]:
+def xid_outcome(m: re.Match[str], text: str) -> tuple[str, str, int | None, dict[str, Any]]:
     """Category, strength and root code of an Xid line, read as `gpugate check` reads it.
 
     An `NVRM:` line the kernel-line reader does not take for an Xid (`NVRM: Xid : 32, ...`) is
@@ -29,11 +33,11 @@ def xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None, dict]:
     event = read_line(text)
     event = event if isinstance(event, X.XidEvent) else None
     if event is None and "NVRM" in text:
-        return "other", MINOR, None
+        return "other", MINOR, None, {}
     if event is None:  # a tool's summary (`dcgm health: GPU 2 reported Xid 48`): by code
         info = X.lookup(int(m.group("xid")))
         fatal = info.action in X.DRAIN_ACTIONS or info.action == "restart_app"
-        return info.category, FATAL if fatal else MINOR, info.code
+        return info.category, FATAL if fatal else MINOR, info.code, {}
     root = event.caused_by if event.code == 45 and event.caused_by is not None else event.code
     info = X.lookup(root)
     gpu = {"pci": event.pci} if event.pci else {}
@@ -49,7 +53,7 @@ def xid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None, dict]:
     return info.category, MINOR, root, gpu
 
 
-def sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
+def sxid_outcome(m: re.Match[str], text: str) -> tuple[str, str, int | None]:
     """NVSwitch SXid (or fabric manager line): NVLink fabric error, fatal as kernel.sxid reads it."""
     event = read_line(text) if "SXid" in text else None
     if isinstance(event, SxidEvent):
@@ -57,7 +61,7 @@ def sxid_outcome(m: re.Match, text: str) -> tuple[str, str, int | None]:
     return "nvlink_error", FATAL if m.group("sev").lower() == "fatal" else MINOR, None
 
 
-def nccl_warn_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, dict]:
+def nccl_warn_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, dict[str, Any]]:
     """An NCCL WARN: a failure of its kind (named in `detail`), or chatter (decides nothing)."""
     kind = nccl_warn.classify(m.group("msg"))
     if kind is None:
@@ -70,7 +74,7 @@ def nccl_warn_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, di
 _SIGKILL = re.compile(r"^(?:-9|137|9|SIGKILL|Killed)$")
 
 
-def exit_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, dict]:
+def exit_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, dict[str, Any]]:
     """A process's end: a SIGKILL is likely the host's OOM killer; exit code 0 is no failure.
 
     Nothing but the kernel's OOM killer and a scheduler send SIGKILL to a training process on
@@ -89,7 +93,7 @@ def exit_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, dict]:
 _GPU_CAPACITY = re.compile(r"GPU (\d+) has a total capacity")
 
 
-def oom_outcome(m: re.Match, text: str) -> tuple[str, str, None, dict]:
+def oom_outcome(m: re.Match[str], text: str) -> tuple[str, str, None, dict[str, Any]]:
     """A CUDA OOM; the device it names becomes a rank only under torchrun's one-node launch."""
     gpu = _GPU_CAPACITY.search(text)
     return "cuda_oom", FATAL, None, ({"gpu": gpu.group(1)} if gpu else {})

@@ -19,7 +19,10 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Set
+    from typing import Any
+
+    from gpugate.diagnosis.scan import FileScan
 
 MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
@@ -64,13 +67,13 @@ class Collector:
     `claims`: they are never ranked as evidence (see is_claim).
     """
 
-    def __init__(self, untrusted: frozenset | set = frozenset()) -> None:
+    def __init__(self, untrusted: frozenset[Any] | set[Any] = frozenset()) -> None:
         self.untrusted = frozenset(untrusted)
         self.claims: list[Signal] = []
         self.signals: list[Signal] = []
         self.counts: dict[str, int] = {}
-        self.roots: list[tuple[int, int, int]] = []  # (file, line, rank)
-        self.table_ranks: list[tuple[int, int, int]] = []  # rank rows outside a Root Cause
+        self.roots: list[tuple[int, int, int | None]] = []  # (file, line, rank)
+        self.table_ranks: list[tuple[int, int, int | None]] = []  # rank rows outside a Root Cause
         self.culprits: set[int] = set()  # ranks PyTorch's desync report says did not join
         self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
@@ -133,7 +136,10 @@ class Collector:
 
 
 def rank_signals(
-    col: Collector, names: list[str], files: tuple = (), sources: list[str] | None = None
+    col: Collector,
+    names: list[str],
+    files: tuple[FileScan, ...] = (),
+    sources: list[str] | None = None,
 ) -> Diagnosis:
     """Pick the root cause from the collected signals (see TIERS, FALLOUT, strengths).
 
@@ -157,7 +163,9 @@ def rank_signals(
     )
 
 
-def _rank(col: Collector, names: list[str], files: tuple, sources: list[str]) -> Diagnosis:
+def _rank(
+    col: Collector, names: list[str], files: tuple[FileScan, ...], sources: list[str]
+) -> Diagnosis:
     signals = _consequences(_yield_to_scheduler(col.signals))
     kill = _first_line(signals, lambda s: s.match.category in KILLS and _fatal(s))
     live = [s for s in signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
@@ -228,11 +236,11 @@ def _consequences(signals: list[Signal]) -> list[Signal]:
     return out
 
 
-def _first_line(signals: Iterable[Signal], pred: object) -> dict[int, int]:
+def _first_line(signals: Iterable[Signal], pred: Callable[[Signal], bool]) -> dict[int, int]:
     """file -> first line where pred(signal) holds."""
     out: dict[int, int] = {}
     for s in signals:
-        if pred(s) and s.line < out.get(s.file, sys.maxsize):  # type: ignore[operator]
+        if pred(s) and s.line < out.get(s.file, sys.maxsize):
             out[s.file] = s.line
     return out
 
@@ -265,8 +273,8 @@ def _root_xid(live: list[Signal], top: int, category: str) -> tuple[int | None, 
 
 
 def _failing_rank(
-    winners: list[Signal], roots: list, category: str, per_gpu: set[int] = frozenset()
-) -> tuple[int | None, tuple | None]:
+    winners: list[Signal], roots: list[Any], category: str, per_gpu: Set[int] = frozenset()
+) -> tuple[int | None, tuple[Any, ...] | None]:
     """The rank where the failure began, or None when the text names no single origin.
 
     A symptom (NCCL timeout or error) is printed by its victims: the rank on those lines is a
@@ -313,7 +321,7 @@ def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:
                     source=sources[s.file], xid=s.match.xid)  # fmt: skip
 
 
-def _evidence(winners: list[Signal], xid_signal: Signal | None, root: tuple | None,
+def _evidence(winners: list[Signal], xid_signal: Signal | None, root: tuple[Any, ...] | None,
               names: list[str], sources: list[str]) -> list[Evidence]:  # fmt: skip
     """Distinct decisive lines, most telling and earliest first, plus the root Xid; capped."""
     chosen: list[Signal] = []
@@ -355,7 +363,7 @@ def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | N
     return text[0].upper() + text[1:] + "."
 
 
-def _no_failure(col: Collector, files: tuple) -> Diagnosis:
+def _no_failure(col: Collector, files: tuple[FileScan, ...]) -> Diagnosis:
     # Sure when nothing matched at all; medium when failure-like lines were seen and judged
     # handled (an error before the run finished, minor lines after Slurm's kill line).
     seen = bool(col.counts)

@@ -23,9 +23,15 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
-    from typing import BinaryIO
+    from typing import IO, BinaryIO, Protocol
 
     from gpugate.diagnosis.rank import Collector
+
+    class ByteReader(Protocol):
+        """What a scan reads: a binary stream's `read(n)` (a file, gzip, Counting, LimitedStream)."""
+
+        def read(self, n: int, /) -> bytes: ...
+
 
 CHUNK = 1 << 20  # Python engine read size
 LINE_MAX = 4 << 20  # a longer line is matched in fragments, never held whole
@@ -54,7 +60,7 @@ class FileScan(Record):
 # --- engines: (line number, raw line or fragment) for every line holding an anchor -----------
 
 
-def python_hits(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+def python_hits(stream: ByteReader) -> Iterator[tuple[int, bytes]]:
     """Lines of a binary stream that contain an anchor, read in chunks (bounded memory)."""
     keep = max(len(a) for a in S.ANCHOR_BYTES) - 1
     carry = b""
@@ -118,6 +124,7 @@ def grep_hits(
     )  # fmt: skip
     timer = threading.Timer(60 + GREP_SECONDS_PER_GB * size / 1e9, proc.kill)
     timer.start()
+    assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
     try:
         yield from _parse_grep(proc.stdout)
         err = proc.stderr.read(4096).decode("utf-8", "replace").strip()
@@ -133,7 +140,7 @@ def grep_hits(
         raise ScanError(err or f"grep exited with {rc}")
 
 
-def _parse_grep(out: BinaryIO) -> Iterator[tuple[int, bytes]]:
+def _parse_grep(out: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """`N:text` lines; a line longer than one piece continues without the `N:` prefix."""
     line_no, continued = 0, False
     while True:
@@ -158,7 +165,7 @@ def _find_grep() -> str | None:
     return shutil.which("grep")
 
 
-def scan_stream(stream: BinaryIO, file: int, col: Collector) -> int:
+def scan_stream(stream: ByteReader, file: int, col: Collector) -> int:
     """Feed one binary stream through the Python engine; returns the number of hit lines."""
     return _feed(python_hits(stream), file, col)
 
@@ -232,7 +239,7 @@ def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
         if not gz:
             grep = _find_grep() if engine != "python" else None
             if grep is not None and (engine == "grep" or size >= GREP_MIN_BYTES):
-                n = _feed(grep_hits("-", grep, size, stdin=f), file, col)  # type: ignore[arg-type]
+                n = _feed(grep_hits("-", grep, size, stdin=f), file, col)
                 return FileScan(path=path, bytes=size, hit_lines=n, engine="grep")
             n = scan_stream(f, file, col)
             return FileScan(path=path, bytes=size, hit_lines=n, engine="python")
@@ -247,7 +254,7 @@ def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
 class Counting:
     """A read-only stream wrapper that counts the bytes read (stdin and gzip sizes)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: ByteReader) -> None:
         self._stream = stream
         self.total = 0
 

@@ -29,7 +29,7 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
 __all__ = ["CONTEXT", "FATAL", "MINOR", "PRECURSOR", "SIGNATURES", "Match", "Signature",
            "clean", "match_line", "match_segment", "segments"]  # fmt: skip
@@ -45,14 +45,14 @@ class Signature(Record):
     name: str
     category: str | None  # None for context lines (torchrun summary fields)
     anchors: tuple[str, ...]  # every line the pattern matches contains one of these
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     example: str
     # Among signatures matching the same line, the highest wins (a CUDA OOM inside a
     # RuntimeError line is a CUDA OOM, not a generic exception).
     specificity: int = 50
     strength: str = FATAL
     # Xid-like lines: (match, text) -> (category, strength, xid); the catalog decides.
-    resolve: Callable | None = None
+    resolve: Callable[..., Any] | None = None
 
 
 class Match(Record):
@@ -65,7 +65,7 @@ class Match(Record):
     text: str  # cleaned (no ANSI, no rank prefix), capped
     rank: int | None = None  # global rank named by a prefix or by the message
     xid: int | None = None  # root Xid of this line (Xid 45 "caused by previous Xid N" gives N)
-    fields: dict = {}  # other named groups: gpu, exitcode, signal, ...
+    fields: dict[str, Any] = {}  # other named groups: gpu, exitcode, signal, ...
 
 
 def _sig(
@@ -76,7 +76,7 @@ def _sig(
     example: str,
     specificity: int = 50,
     strength: str = FATAL,
-    resolve: Callable | None = None,
+    resolve: Callable[..., Any] | None = None,
 ) -> Signature:
     """A table row: anchors as one `|`-separated string, the pattern compiled."""
     return Signature(name=name, category=category, anchors=tuple(anchors.split("|")),
@@ -460,7 +460,7 @@ def _window(part: bytes) -> bytes:
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
     text, prefix_rank = clean(segment)
-    best: tuple[int, Signature, re.Match] | None = None
+    best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
     for anchor in [a for a in ANCHORS if a in text]:
@@ -481,8 +481,9 @@ def match_segment(segment: bytes) -> Match | None:
 _BODY_RANK_RE = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
 
 
-def _to_match(sig: Signature, m: re.Match, text: str, prefix_rank: int | None) -> Match:
-    category, strength, code, extra = sig.category, sig.strength, None, {}
+def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | None) -> Match:
+    category, strength, code = sig.category, sig.strength, None
+    extra: dict[str, object] = {}
     if sig.resolve is not None:
         category, strength, code, *more = sig.resolve(m, text)
         extra = more[0] if more else {}

@@ -88,7 +88,7 @@ def _zone(text: str | None) -> float:
     return -offset if text[0] == "-" else offset
 
 
-def _iso(m: re.Match) -> Stamp | None:
+def _iso(m: re.Match[str]) -> Stamp | None:
     y, mo, d, hh, mm, ss, frac, zone = m.groups()
     at = _clock(civil_days(int(y), int(mo), int(d)), hh, mm, ss, frac)
     if at is None:
@@ -96,19 +96,19 @@ def _iso(m: re.Match) -> Stamp | None:
     return Stamp(kind=WALL, seconds=at - _zone(zone), text=m.group(0), zoned=zone is not None)
 
 
-def _ctime(m: re.Match) -> Stamp | None:
+def _ctime(m: re.Match[str]) -> Stamp | None:
     mon, d, hh, mm, ss, y = m.groups()
     at = _clock(civil_days(int(y), _MONTHS.index(mon) + 1, int(d)), hh, mm, ss, None)
     return None if at is None else Stamp(kind=WALL, seconds=at, text=m.group(0))
 
 
-def _syslog(m: re.Match) -> Stamp | None:
+def _syslog(m: re.Match[str]) -> Stamp | None:
     mon, d, hh, mm, ss, frac = m.groups()
     at = _clock(civil_days(ANY_YEAR, _MONTHS.index(mon) + 1, int(d)), hh, mm, ss, frac)
     return None if at is None else Stamp(kind=NOYEAR, seconds=at, text=m.group(0))
 
 
-def _glog(m: re.Match) -> Stamp | None:
+def _glog(m: re.Match[str]) -> Stamp | None:
     mo, d, hh, mm, ss, frac = m.groups()
     at = _clock(civil_days(ANY_YEAR, int(mo), int(d)), hh, mm, ss, frac)
     return None if at is None else Stamp(kind=NOYEAR, seconds=at, text=m.group(0))

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpugate.diagnosis.scan import FileScan  # scan imports this module: for annotations
+
 # Where an input came from. Root read the kernel log itself; a job file is the job's own output
 # (stdout, NCCL debug files: the user controls every byte); a log file is one an admin handed to
 # `gpugate diagnose` without saying, taken at its word (the corpus labels rely on that).
@@ -28,7 +34,7 @@ class Evidence(Record):
     source: str = LOG_FILE
     xid: int | None = None  # the line's root Xid, if it names one
 
-    def location(self) -> dict:
+    def location(self) -> dict[str, Any]:
         """Where the line was and whether its source can be hardware evidence."""
         return {"file": self.file, "line": self.line, "signature": self.signature,
                 "category": self.category, "source": self.source,
@@ -43,27 +49,29 @@ class Diagnosis(Record):
     failing_rank: int | None = None
     summary: str = ""
     advice: str = ""
-    evidence: tuple = ()  # of Evidence
-    signals: dict = {}  # category -> matching lines
-    files: tuple = ()  # of FileScan
+    evidence: tuple[Evidence, ...] = ()
+    signals: dict[str, Any] = {}  # category -> matching lines
+    files: tuple[FileScan, ...] = ()
     # The source of the line that decided the category (None for no_failure).
     decided_by: str | None = None
     # Lines of a job's own files that claim a hardware fault: reported, never ranked.
-    untrusted: tuple = ()  # of Evidence
+    untrusted: tuple[Evidence, ...] = ()
     # What the job's output says when taken at its word (set only when it claimed something).
     job_output_category: str | None = None
     job_output_xid: int | None = None
     # How sure the verdict is (confidence.LEVELS) and the next categories with their lines
     # (see gpugate/diagnosis/confidence.py). No failure: high on a clean log, else medium.
     confidence: str = "medium"
-    alternatives: tuple = ()  # of {"category", "tier", "evidence": [{"file", "line", "text"}]}
+    alternatives: tuple[
+        Any, ...
+    ] = ()  # of {"category", "tier", "evidence": [{"file", "line", "text"}]}
 
     @property
     def trusted(self) -> bool:
         """Whether the deciding line came from a source root read (or an admin vouched for)."""
         return self.decided_by in TRUSTED_SOURCES
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The `--json` object (evidence as plain lines, their places and sources beside them)."""
         out = {
             "category": self.category,

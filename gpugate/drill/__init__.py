@@ -34,6 +34,7 @@ from gpugate.fsutil import read_regular
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any, TypeGuard
 
     from gpugate.config.schema import Config
 
@@ -44,7 +45,7 @@ class DrillError(ValueError):
     """A drill that cannot be started or ended; the message says why."""
 
 
-def _xid79(data: dict) -> None:
+def _xid79(data: dict[str, Any]) -> None:
     bus = _gpu0(data).get("pci_bus_id") or "00000000:00:00.0"
     # NVML's 00000000:AB:00.0 is the driver's 0000:ab:00 in its Xid lines.
     domain, rest = bus.split(":", 1)
@@ -54,14 +55,14 @@ def _xid79(data: dict) -> None:
     data["kernel_log"] = [*(data.get("kernel_log") or []), line]
 
 
-def _ecc(data: dict) -> None:
+def _ecc(data: dict[str, Any]) -> None:
     gpu = _gpu0(data)
     for key in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"):
         gpu[key] = int(gpu.get(key) or 0) + 1
     gpu["ecc_mode_enabled"] = True
 
 
-def _gpu_lost(data: dict) -> None:
+def _gpu_lost(data: dict[str, Any]) -> None:
     gpu = _gpu0(data)
     # NVML answers nothing about a lost GPU: every reading becomes unknown.
     for key in list(gpu):
@@ -70,31 +71,32 @@ def _gpu_lost(data: dict) -> None:
     gpu["error"] = "gpu_is_lost"
 
 
-def _nvlink(data: dict) -> None:
+def _nvlink(data: dict[str, Any]) -> None:
     gpu = _gpu0(data)
     links = list(gpu.get("nvlink_active") or [True])
     links[0] = False
     gpu["nvlink_active"] = links
 
 
-def _ib_down(data: dict) -> None:
+def _ib_down(data: dict[str, Any]) -> None:
     ports = data.get("infiniband") or [{"device": "mlx5_0", "port": 1, "link_layer": "InfiniBand"}]
     data["infiniband"] = ports
     ports[0].update(state="DOWN", phys_state="Polling")
 
 
-def _hang(data: dict) -> None:
+def _hang(data: dict[str, Any]) -> None:
     _gpu0(data)["recovery_action"] = "gpu_reset"
 
 
-def _gpu0(data: dict) -> dict:
+def _gpu0(data: dict[str, Any]) -> dict[str, Any]:
     gpus = data.get("gpus") or [{"index": 0}]
     data["gpus"] = gpus
-    return gpus[0]
+    gpu: dict[str, Any] = gpus[0]
+    return gpu
 
 
 # fault -> (what the drill simulates, the overlay)
-FAULTS: dict[str, tuple[str, Callable[[dict], None]]] = {
+FAULTS: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "xid79": ("Xid 79 in the kernel log: GPU0 has fallen off the bus", _xid79),
     "ecc": ("an uncorrected ECC error on GPU0", _ecc),
     "gpu-lost": ("NVML reports GPU0 lost", _gpu_lost),
@@ -104,9 +106,9 @@ FAULTS: dict[str, tuple[str, Callable[[dict], None]]] = {
 }
 
 
-def overlay(fault: str, data: dict) -> dict:
+def overlay(fault: str, data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a snapshot dict) with `fault`'s overlay applied (a deep copy; `data` is kept)."""
-    out = json.loads(json.dumps(data))
+    out: dict[str, Any] = json.loads(json.dumps(data))
     FAULTS[fault][1](out)
     return out
 
@@ -119,7 +121,7 @@ def drill_path(config: Config) -> str:
     return os.path.join(config.state_dir, DRILL_FILE)
 
 
-def valid_drill(drill: object) -> bool:
+def valid_drill(drill: object) -> TypeGuard[dict[str, Any]]:
     """Whether `drill` is a drill as start_drill() writes it."""
     if type(drill) is not dict or drill.get("fault") not in FAULTS:
         return False
@@ -128,11 +130,13 @@ def valid_drill(drill: object) -> bool:
     return texts and times
 
 
-def active_drill(config: Config, now: float | None = None) -> dict | None:
+def active_drill(config: Config, now: float | None = None) -> dict[str, Any] | None:
     """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
     path = drill_path(config)
     try:
-        drill = json.loads(read_regular(path, 1 << 20, follow=False))  # never blocks
+        drill: dict[str, Any] | None = json.loads(
+            read_regular(path, 1 << 20, follow=False)
+        )  # never blocks
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -149,7 +153,7 @@ def active_drill(config: Config, now: float | None = None) -> dict | None:
 
 def start_drill(
     config: Config, node: str, fault: str, minutes: float, now: float | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Open a drill window on `node` (DrillError: bad fault, window too long, one already open)."""
     if fault not in FAULTS:
         raise DrillError(f"unknown fault {fault!r} (known: {', '.join(FAULTS)})")
@@ -169,7 +173,7 @@ def start_drill(
     return drill
 
 
-def end_drill(config: Config) -> dict | None:
+def end_drill(config: Config) -> dict[str, Any] | None:
     """Close the open drill now; the drill it was, or None when none was open."""
     drill = active_drill(config)
     try:

@@ -22,13 +22,17 @@ import os
 
 from gpugate.flightrec.reader import _int, _str
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 NOT_ENTERED, IN_COLLECTIVE, GONE = "not_entered", "in_collective", "gone"
 MAX_FLIGHTREC_BYTES = 16 << 20  # flightrec.json holds compact records, not dumps
 
 
-def _merge(records: list[dict]) -> dict[str, dict]:
+def _merge(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """pg id -> {"name", "desc", "ranks": set, "status": {rank: pg}, "entries": {rank: [..]}}."""
-    groups: dict[str, dict] = {}
+    groups: dict[str, dict[str, Any]] = {}
     for rec in records:
         rank = rec.get("rank")
         if _int(rank) is None or not isinstance(rec.get("pgs"), dict):
@@ -52,7 +56,7 @@ def _merge(records: list[dict]) -> dict[str, dict]:
     return groups
 
 
-def _last(pg: dict, entries: list[dict], key: str) -> int:
+def _last(pg: dict[str, Any], entries: list[dict[str, Any]], key: str) -> int:
     """E or C of one rank: pg_status's number, else the newest entry's (older dumps)."""
     v = _int(pg.get(key))
     if v is not None:
@@ -66,22 +70,26 @@ def _last(pg: dict, entries: list[dict], key: str) -> int:
     return max(seqs, default=0)
 
 
-def _entry_at(g: dict, rank: int, seq: int) -> dict | None:
-    for e in g["entries"].get(rank, []):
-        if e.get("seq") == seq and not e.get("is_p2p"):
-            return e
+def _entry_at(g: dict[str, Any], rank: int, seq: int) -> dict[str, Any] | None:
+    entry: dict[str, Any]
+    for entry in g["entries"].get(rank, []):
+        if entry.get("seq") == seq and not entry.get("is_p2p"):
+            return entry
     return None
 
 
-def _op_at(g: dict, seq: int, ranks: list[int]) -> str | None:
+def _op_at(g: dict[str, Any], seq: int, ranks: list[int]) -> str | None:
     for r in ranks:
         e = _entry_at(g, r, seq)
-        if e is not None and _str(e.get("op")):
-            return e["op"]
+        op = e.get("op") if e is not None else None
+        if _str(op):
+            return str(op)
     return None
 
 
-def _finding(pg_id: str, g: dict, state: str, seq: int, culprits: list, waiting: list) -> dict:
+def _finding(
+    pg_id: str, g: dict[str, Any], state: str, seq: int, culprits: list[Any], waiting: list[Any]
+) -> dict[str, Any]:
     desc = g["desc"] if g["desc"] not in ("", "undefined") else g["name"]
     return {
         "pg_id": pg_id,
@@ -94,7 +102,7 @@ def _finding(pg_id: str, g: dict, state: str, seq: int, culprits: list, waiting:
     }
 
 
-def _stuck(pg_id: str, g: dict) -> dict | None:
+def _stuck(pg_id: str, g: dict[str, Any]) -> dict[str, Any] | None:
     """The finding of one process group, or None when nothing in it is stuck."""
     seen = sorted(g["status"])
     if not seen:
@@ -120,7 +128,7 @@ def _stuck(pg_id: str, g: dict) -> dict | None:
     return None
 
 
-def _mismatch(pg_id: str, g: dict) -> dict | None:
+def _mismatch(pg_id: str, g: dict[str, Any]) -> dict[str, Any] | None:
     """The lowest collective number whose op or sizes differ across ranks; minority named."""
     seqs = sorted({e["seq"] for es in g["entries"].values() for e in es if not e.get("is_p2p")})
     for seq in seqs:
@@ -147,7 +155,7 @@ def _mismatch(pg_id: str, g: dict) -> dict | None:
     return None
 
 
-def _choose(findings: list[dict]) -> dict | None:
+def _choose(findings: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One finding: victims (waiting in another group) dropped; ambiguous when several remain."""
     if not findings:
         return None
@@ -159,7 +167,7 @@ def _choose(findings: list[dict]) -> dict | None:
     return {"state": "ambiguous", "candidates": clean}
 
 
-def _text(f: dict, nodes: dict[int, str]) -> str:
+def _text(f: dict[str, Any], nodes: dict[int, str]) -> str:
     ranks = f["culprits"]
     who = ", ".join(f"rank {r}" + (f" on {nodes[r]}" if r in nodes else "") for r in ranks)
     what = f"{f['op'] or 'collective'} #{f['seq']} of process group {f['pg_id']} ({f['pg_name']})"
@@ -175,7 +183,7 @@ def _text(f: dict, nodes: dict[int, str]) -> str:
     return f"{who} {verb} {what}; ranks {waited} waited for it"
 
 
-def find_culprit(records: list[dict]) -> dict | None:
+def find_culprit(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The rank the others waited for, merged over every rank's record, or None."""
     records = [r for r in records if isinstance(r, dict)]
     nodes = {
@@ -235,7 +243,7 @@ def _read_json(path: str, limit: int) -> object:
         raise ValueError(f"{path}: not JSON: {exc}") from None
 
 
-def _clean(rec: object, node: str | None) -> dict | None:
+def _clean(rec: object, node: str | None) -> dict[str, Any] | None:
     """A record from a bundle, checked field by field (its content came from the user's job)."""
     if (
         not isinstance(rec, dict)
@@ -253,10 +261,10 @@ def _clean(rec: object, node: str | None) -> dict | None:
     return {**rec, "pgs": pgs, "entries": entries, "node": node or _str(rec.get("node"))}
 
 
-def job_culprit(bundle_dirs: list[str]) -> dict | None:
+def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
     """find_culprit over the flightrec.json of each node's evidence bundle; errors listed."""
-    records: list[dict] = []
-    errors: list[dict] = []
+    records: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     for d in bundle_dirs:
         try:
             fr = _read_json(os.path.join(d, "flightrec.json"), MAX_FLIGHTREC_BYTES)
@@ -276,14 +284,14 @@ def job_culprit(bundle_dirs: list[str]) -> dict | None:
     return _culprit(records, errors)
 
 
-def records_culprit(views: list[dict]) -> dict | None:
+def records_culprit(views: list[dict[str, Any]]) -> dict[str, Any] | None:
     """find_culprit over the flight-recorder digests of the nodes' decision records.
 
     The controller's view (gpugate/store/controller_view.py): each record names its node
     (root wrote it) and carries the compact records and refusals of that node's dumps.
     """
-    records: list[dict] = []
-    errors: list[dict] = []
+    records: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     for view in views:
         fr = view.get("flightrec")
         if not isinstance(fr, dict):
@@ -294,21 +302,26 @@ def records_culprit(views: list[dict]) -> dict | None:
 
 
 def _gather(
-    fr: dict, node: str | None, bad: tuple[str, str], records: list[dict], errors: list[dict]
+    fr: dict[str, Any],
+    node: str | None,
+    bad: tuple[str, str],
+    records: list[dict[str, Any]],
+    errors: list[dict[str, Any]],
 ) -> None:
     """Add one node's clean records and its refusals; `bad` names a record without rank."""
-    for rec in fr.get("records") if isinstance(fr.get("records"), list) else []:
+    recs, errs = fr.get("records"), fr.get("errors")
+    for rec in recs if isinstance(recs, list) else []:
         got = _clean(rec, node)
         if got is None:
             errors.append({"name": bad[0], "error": bad[1]})
         else:
             records.append(got)
-    for err in fr.get("errors") if isinstance(fr.get("errors"), list) else []:
+    for err in errs if isinstance(errs, list) else []:
         if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
             errors.append({"name": err["name"][:256], "error": err["error"][:512], "node": node})
 
 
-def _culprit(records: list[dict], errors: list[dict]) -> dict | None:
+def _culprit(records: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The culprit of the merged records, or the refusals when there is none to name."""
     found = find_culprit(records) if records else None
     if found is None and not errors:

@@ -16,6 +16,10 @@ import json
 import pickle
 import re
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 MAX_BYTES = 32 << 20  # a 20,000-entry NCCL dump is a few MiB; more is not a flight recorder
 MAX_DEPTH = 32  # entries -> entry -> frames -> frame -> value is 5 deep
 MAX_NODES = 4_000_000  # memo references can make a small pickle expand: cap what we walk
@@ -33,10 +37,10 @@ class DumpError(ValueError):
 class _PlainUnpickler(pickle.Unpickler):
     """Builds plain containers only: any global (hence any call) is refused."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise DumpError(f"refused: the pickle names the global {module}.{name}")
 
-    def persistent_load(self, pid: object):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise DumpError("refused: the pickle uses a persistent id")
 
 
@@ -60,7 +64,7 @@ def _check_plain(obj: object) -> None:
             stack.extend((v, depth + 1) for v in item)
 
 
-def load_dump(data: bytes) -> dict:
+def load_dump(data: bytes) -> dict[str, Any]:
     """The dump's top-level dict from pickle or JSON bytes; DumpError for anything else."""
     if not isinstance(data, (bytes, bytearray)):
         raise DumpError("not a flight-recorder dump: not bytes")
@@ -156,7 +160,7 @@ def _sizes(v: object) -> list[list[int]] | None:
     return shapes if len(shapes) == len(v) else None
 
 
-def _entry(e: dict) -> dict | None:
+def _entry(e: dict[str, Any]) -> dict[str, Any] | None:
     """One entry of the record, or None when it names no process group or sequence number."""
     pg = e.get("pg_id")
     pg_id = str(pg) if _int(pg) is not None else _str(pg)
@@ -186,7 +190,7 @@ def _entry(e: dict) -> dict | None:
     }
 
 
-def _pg_names(entries: list) -> dict[str, tuple[str, str]]:
+def _pg_names(entries: list[Any]) -> dict[str, tuple[str, str]]:
     """pg id -> (name, desc) from the entries' process_group [name, desc]."""
     names: dict[str, tuple[str, str]] = {}
     for e in entries:
@@ -200,7 +204,7 @@ def _pg_names(entries: list) -> dict[str, tuple[str, str]]:
     return names
 
 
-def _pg_ranks(config: dict, name: str, desc: str, alone: bool) -> list[int] | None:
+def _pg_ranks(config: dict[str, Any], name: str, desc: str, alone: bool) -> list[int] | None:
     """The pg's ranks from pg_config, which is keyed by pg NAME.
 
     Gloo in torch 2.14.1 registers every group under the empty name (the last one wins), so a
@@ -215,7 +219,7 @@ def _pg_ranks(config: dict, name: str, desc: str, alone: bool) -> list[int] | No
     return _ranks(conf.get("ranks")) if isinstance(conf, dict) else None
 
 
-def _pgs(dump: dict, notes: list[str]) -> dict[str, dict]:
+def _pgs(dump: dict[str, Any], notes: list[str]) -> dict[str, dict[str, Any]]:
     """The record's process groups: pg_status (keyed by pg ID) joined with pg_config (by name)."""
     names = _pg_names(dump["entries"])
     status = dump.get("pg_status")
@@ -242,7 +246,7 @@ def _pgs(dump: dict, notes: list[str]) -> dict[str, dict]:
     return pgs
 
 
-def summarize(dump: dict, name: str) -> dict:
+def summarize(dump: dict[str, Any], name: str) -> dict[str, Any]:
     """The compact record of one rank's dump (see the module docstring for the sources)."""
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         raise DumpError("not a flight-recorder dump: no 'entries'")
@@ -256,7 +260,7 @@ def summarize(dump: dict, name: str) -> dict:
             entries.append(got)
     if dropped:
         notes.append(f"{dropped} entries without a process group or sequence number dropped")
-    kept: dict[str, list[dict]] = {}
+    kept: dict[str, list[dict[str, Any]]] = {}
     for e in entries:  # the ring buffer is in record order: keep each group's newest
         kept.setdefault(e["pg_id"], []).append(e)
     entries = [e for group in kept.values() for e in group[-KEEP_PER_PG:]]
@@ -273,12 +277,12 @@ def summarize(dump: dict, name: str) -> dict:
     }
 
 
-def read_dump(data: bytes, name: str) -> dict:
+def read_dump(data: bytes, name: str) -> dict[str, Any]:
     """summarize(load_dump(data), name): the record of one dump file's bytes."""
     return summarize(load_dump(data), name)
 
 
-def read_dump_kept(data: bytes, name: str) -> tuple[dict, dict]:
+def read_dump_kept(data: bytes, name: str) -> tuple[dict[str, Any], object]:
     """(the record, the dump as JSON-able plain data) of one dump file's bytes."""
     dump = load_dump(data)
     return summarize(dump, name), as_json(dump)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
     from gpugate.slurm.control import SlurmControl
@@ -19,7 +21,9 @@ if TYPE_CHECKING:
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
 
 
-def culprit_node(job: JobEnd, summaries: list[dict]) -> tuple[str | None, dict | None]:
+def culprit_node(
+    job: JobEnd, summaries: list[dict[str, Any]]
+) -> tuple[str | None, dict[str, Any] | None]:
     """(node, culprit) of this run's decision records; node None unless a decided rank on a
     job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
     from gpugate.flightrec.culprit import records_culprit
@@ -35,7 +39,7 @@ def culprit_node(job: JobEnd, summaries: list[dict]) -> tuple[str | None, dict |
 
 
 def first_node(
-    config: Config, job: JobEnd, summaries: list[dict]
+    config: Config, job: JobEnd, summaries: list[dict[str, Any]]
 ) -> tuple[str, float | None] | None:
     """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
     from gpugate.clock import parse_utc
@@ -48,7 +52,7 @@ def first_node(
 
 
 def with_culprit(
-    config: Config, job: JobEnd, summaries: list[dict], suspects: tuple[str, ...]
+    config: Config, job: JobEnd, summaries: list[dict[str, Any]], suspects: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The requeue's suspects with the FR culprit node first when root's evidence agrees."""
     from gpugate.store import history
@@ -68,7 +72,7 @@ def with_culprit(
 
 
 def tell_culprit(
-    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[dict]
+    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[dict[str, Any]]
 ) -> str | None:
     """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
 

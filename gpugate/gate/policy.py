@@ -19,8 +19,8 @@ class Decision(Record):
 
     status: str  # ok / warn / fail: the node's health as the policy sees it
     action: str  # allow / warn / drain
-    failing: tuple  # the findings that make it fail (worst first)
-    warnings: tuple  # findings reported as warnings (including policy-mapped ones)
+    failing: tuple[F.Finding, ...]  # the findings that make it fail (worst first)
+    warnings: tuple[F.Finding, ...]  # findings reported as warnings (including policy-mapped ones)
     report_only: bool = False
 
 

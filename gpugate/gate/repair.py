@@ -32,6 +32,7 @@ from gpugate.store.state import StateError, ensure_state_dir
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any
 
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -113,7 +114,7 @@ def reset_targets(findings: Iterable[Finding], config: Config | None = None) -> 
     kinds = [repair_kind(f.message, config) for f in failing]
     if not failing or any(k != RESET or f.gpu is None for f, k in zip(failing, kinds)):
         return []
-    return sorted({f.gpu for f in failing})
+    return sorted({f.gpu for f in failing if f.gpu is not None})  # none is None (above)
 
 
 def reboot_reason(fault: str) -> str:
@@ -186,7 +187,7 @@ def _reboot_refusal(slurm: SlurmControl, before: NodeInfo, config: Config) -> st
     return None if verdict.allowed else f"drain budget: {verdict.why}"
 
 
-def _drain_key(info: NodeInfo) -> list:
+def _drain_key(info: NodeInfo) -> list[str | int | None]:
     """What identifies one drain: its reason and when it was set."""
     return [info.reason, info.reason_time]
 
@@ -265,7 +266,7 @@ def _path(config: Config) -> str:
     return os.path.join(config.state_dir, REPAIRS_FILE)
 
 
-def _load(config: Config) -> dict:
+def _load(config: Config) -> dict[str, Any]:
     """`repairs.json` ({"reboot": {node: entry}, "reset": {node: entry}}), {} when unusable."""
     try:
         data = json.loads(read_regular(_path(config), 16 << 20, follow=False))  # never blocks
@@ -276,7 +277,7 @@ def _load(config: Config) -> dict:
     return {k: v for k, v in data.items() if k in (REBOOT, RESET) and isinstance(v, dict)}
 
 
-def _record(config: Config, kind: str, node: str, entry: dict) -> None:
+def _record(config: Config, kind: str, node: str, entry: dict[str, Any]) -> None:
     """Add one entry under a lock, atomically, root's only; a failure is logged, not raised.
 
     Past locks.REPAIRS_WAIT_S the entry is written without the lock (an atomic rewrite: at

@@ -24,6 +24,9 @@ from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
 
@@ -73,7 +76,7 @@ class RequeueDecision(Record):
     # The job's checkpoint directory, said when the controller could not look into it.
     ckpt_dir: str | None = None
     # Node -> why its decision record could not be read (as SlurmUser, say).
-    unreadable: dict = {}
+    unreadable: dict[str, Any] = {}
 
     def describe(self) -> str:
         """One line for logs and the job's AdminComment."""
@@ -104,7 +107,7 @@ def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | 
     return opted, min(limit, rq.max_restarts_limit), tokens.get("ckpt") or None
 
 
-def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ...], bool]:
+def cause(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str | None, tuple[str, ...], bool]:
     """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
     hardware = tuple(
         sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
@@ -132,7 +135,7 @@ def cause(job: JobEnd, summaries: list[dict]) -> tuple[str | None, tuple[str, ..
     return (categories[0] if categories else None), suspects, False
 
 
-def sure_infrastructure(summary: dict) -> bool:
+def sure_infrastructure(summary: dict[str, Any]) -> bool:
     """Whether a bundle's category can be a cluster cause: decided by root's lines, and sure.
 
     A bundle from before confidence existed has none: its trusted category counts as before.
@@ -142,7 +145,10 @@ def sure_infrastructure(summary: dict) -> bool:
 
 
 def decide_requeue(
-    job: JobEnd, summaries: list[dict], config: Config, unreadable: dict | None = None
+    job: JobEnd,
+    summaries: list[dict[str, Any]],
+    config: Config,
+    unreadable: dict[str, Any] | None = None,
 ) -> RequeueDecision:
     """The decision for one finished job (no I/O); `unreadable`: node -> why its record
     could not be read (then no evidence is not "no fault")."""
@@ -222,7 +228,7 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
 
 def wait_for_summaries(
     config: Config, job: JobEnd, wait_s: float
-) -> tuple[list[dict], dict[str, str]]:
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """(the nodes' done records for this run of the job, node -> why unreadable).
 
     Waits until every node epilog has ended (its record done, or past its deadline): a record
@@ -288,7 +294,7 @@ def apply(
 ) -> list[str]:
     """Carry the decision out; returns what was done (or would be, with dry_run)."""
     done: list[str] = []
-    steps = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     told = {"decision": decision}  # the exclusion step learns which suspects are pinned
 
     def exclude() -> str:

@@ -34,6 +34,8 @@ from gpugate.store import suspects as S
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
 
@@ -50,7 +52,9 @@ def wants_votes(job: JobEnd, config: Config) -> bool:
     )
 
 
-def user_caused(job: JobEnd, category: str | None, summaries: list[dict], node: str) -> bool:
+def user_caused(
+    job: JobEnd, category: str | None, summaries: list[dict[str, Any]], node: str
+) -> bool:
     """Whether the job ended by its user's doing: Slurm's state, its category, the node's own."""
     # scontrol says `CANCELLED by 1000` for a job a user cancelled.
     if (job.state or "").upper().split(" ")[0] in USER_STATES:
@@ -62,7 +66,7 @@ def user_caused(job: JobEnd, category: str | None, summaries: list[dict], node: 
 def vote(
     config: Config,
     job: JobEnd,
-    summaries: list[dict],
+    summaries: list[dict[str, Any]],
     category: str | None,
     now: float | None = None,
 ) -> str | None:

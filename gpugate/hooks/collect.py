@@ -16,11 +16,12 @@ from gpugate.fsutil import atomic_write
 from gpugate.gate.drain import drain_detail, drain_node
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
-from gpugate.hooks.task_prolog import FR_PREFIX, nccl_job_dir
+from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.reasons import evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
+from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -29,6 +30,8 @@ DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checkpoints.freshness import Freshness
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
@@ -38,9 +41,9 @@ if TYPE_CHECKING:
     from gpugate.slurm.hookenv import HookEnv
 
 
-def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict:
+def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict[str, Any]:
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
-    info: dict = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
+    info: dict[str, Any] = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
     try:
         slurm = slurm or _slurm(config)
         job = slurm.job(env.job_id or "")
@@ -65,7 +68,7 @@ def _expand(path: str | None, env: HookEnv) -> str | None:
     return path if os.path.isabs(path) else os.path.join(env.work_dir or "/", path)
 
 
-def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
+def job_files(config: Config, env: HookEnv, job: dict[str, Any]) -> list[str]:
     """The job's logs this node should read: stdout/stderr on the batch host, NCCL files here."""
     files: list[str] = []
     if not job.get("batch_host") or job.get("batch_host") == env.node:
@@ -83,11 +86,11 @@ def job_files(config: Config, env: HookEnv, job: dict) -> list[str]:
 def read_job_files(
     config: Config,
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     kernel_lines: list[str],
     timeout: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user.
 
     `offsets`: where this run's part of a file starts (runs.record_log_offsets, taken by the
@@ -110,7 +113,7 @@ def read_job_files(
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(  # type: ignore[return-value]
+        return as_user(  # type: ignore[return-value]  # the child's answer: _read_and_diagnose's dict
             uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
             timeout or config.epilog.read_timeout_s,
         )  # fmt: skip
@@ -128,7 +131,7 @@ def _read_and_diagnose(
     diag_cap: int = 64 << 20,
     budget_s: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """In the child, as the user: safe tails of each file, then one diagnosis over all.
 
     A file with an offset (this run's start in it) is read from there on, never before: an
@@ -192,7 +195,7 @@ def _diagnose(
     kernel_text: str,
     diag_cap: int,
     budget_s: float | None,
-) -> dict:
+) -> dict[str, Any]:
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
     import io
 
@@ -256,7 +259,7 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         return False
 
 
-def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | None:
+def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict[str, Any]) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
     from gpugate.slurm.hookenv import comment_tokens
     from gpugate.store.state import load_task_file
@@ -273,7 +276,7 @@ def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | No
 
 
 def checkpoint_freshness(
-    config: Config, env: HookEnv, job: dict, facts: Facts, timeout: float
+    config: Config, env: HookEnv, job: dict[str, Any], facts: Facts, timeout: float
 ) -> Freshness | None:
     """How old the job's newest complete checkpoint was at its end (None: it declared none)."""
     from gpugate.checkpoints.freshness import measure
@@ -300,18 +303,18 @@ def _job_of(bundle: str) -> str:
 def write_evidence(
     config: Config,
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     facts: Facts,
     fresh: list[str],
-    deltas: dict,
+    deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict,
+    logs: dict[str, Any],
     result: EpilogResult,
     pending_drain: bool = False,
     freshness: Freshness | None = None,
-    flightrec: dict | None = None,
+    flightrec: dict[str, Any] | None = None,
     elsewhere: list[Finding] | None = None,
-    baseline: dict | None = None,
+    baseline: dict[str, Any] | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure.
 
@@ -328,12 +331,14 @@ def write_evidence(
     summary.update(summary_fields(freshness))
     files = _bundle_files(facts, kernel, deltas, logs)
     stale = message(freshness) if freshness is not None else None
+    decisive = files["decisive.txt"]
+    assert isinstance(decisive, str)  # _bundle_files writes it as text
     if stale:  # the admin reads the stale checkpoint beside the cause
-        files["decisive.txt"] = f"{files['decisive.txt']}gpugate: {printable(stale)}\n"
+        decisive = files["decisive.txt"] = f"{decisive}gpugate: {printable(stale)}\n"
     files.update(flightrec_collect.bundle_files(flightrec))
     refused = flightrec_collect.decisive_lines(flightrec)
     if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
-        files["decisive.txt"] += "".join(line + "\n" for line in refused)
+        files["decisive.txt"] = decisive + "".join(line + "\n" for line in refused)
     summary["flightrec_dumps"] = len((flightrec or {}).get("records") or [])
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
@@ -348,15 +353,15 @@ def write_evidence(
 
 def _summary(
     env: HookEnv,
-    job: dict,
+    job: dict[str, Any],
     facts: Facts,
     kernel: list[str],
-    deltas: dict,
+    deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict,
+    logs: dict[str, Any],
     result: EpilogResult,
     pending_drain: bool,
-) -> dict:
+) -> dict[str, Any]:
     """The bundle's summary.json.
 
     The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
@@ -402,7 +407,7 @@ def _summary(
 
 
 def _bundle_files(
-    facts: Facts, kernel: list[str], deltas: dict, logs: dict
+    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: dict[str, Any]
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
     from gpugate.yamlio import dump_yaml
@@ -422,7 +427,9 @@ def _bundle_files(
     return files
 
 
-def run_times(env: HookEnv, job: dict, facts: Facts, baseline: dict | None) -> dict:
+def run_times(
+    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: dict[str, Any] | None
+) -> dict[str, Any]:
     """The bundle's times: when it was collected (now) and this run's start and end.
 
     The run's start and end come from Slurm: the Epilog's SLURM_JOB_START_TIME and

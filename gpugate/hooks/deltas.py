@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # IB counters whose growth means a flapping link or a bad cable (docs/gpu-facts.md section 5).
 IB_ERROR_COUNTERS = (
     "link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
@@ -20,14 +24,16 @@ def _grew(before: object, after: object) -> int | None:
     return None
 
 
-def counter_deltas(baseline: dict | None, now: dict) -> dict:
+def counter_deltas(baseline: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
     """Per GPU and IB port: counters that grew, states that changed. Empty when nothing did."""
     if not baseline:
         return {}
-    out: dict = {}
+    out: dict[str, Any] = {}
     for index, after in now.get("gpus", {}).items():
         before = baseline.get("gpus", {}).get(index, {})
-        change = {k: d for k in GPU_COUNTERS if (d := _grew(before.get(k), after.get(k)))}
+        change: dict[str, object] = {
+            k: d for k in GPU_COUNTERS if (d := _grew(before.get(k), after.get(k)))
+        }
         nvl_before, nvl_after = before.get("nvlink_errors") or {}, after.get("nvlink_errors") or {}
         for k, v in nvl_after.items():
             if d := _grew(nvl_before.get(k), v):
@@ -50,6 +56,7 @@ def counter_deltas(baseline: dict | None, now: dict) -> dict:
     for port, after in now.get("infiniband", {}).items():
         before = baseline.get("infiniband", {}).get(port, {})
         change = {k: d for k in IB_ERROR_COUNTERS if (d := _grew(before.get(k), after.get(k)))}
+        # (a port's change: counters that grew, then its state)
         if after.get("state") != before.get("state") and before:
             change["state"] = f"{before.get('state')} -> {after.get('state')}"
         if change:
@@ -57,7 +64,7 @@ def counter_deltas(baseline: dict | None, now: dict) -> dict:
     return out
 
 
-def describe(deltas: dict) -> list[str]:
+def describe(deltas: dict[str, Any]) -> list[str]:
     """One line per changed GPU or port, for people."""
     lines = []
     for index, change in sorted(deltas.get("gpus", {}).items(), key=lambda kv: int(kv[0])):
@@ -76,7 +83,9 @@ def describe(deltas: dict) -> list[str]:
     return lines  # fmt: skip
 
 
-def new_kernel_lines(baseline: dict | None, lines: tuple[str, ...] | list[str]) -> list[str]:
+def new_kernel_lines(
+    baseline: dict[str, Any] | None, lines: tuple[str, ...] | list[str]
+) -> list[str]:
     """Kernel-log lines that appeared since the prolog.
 
     With a kmsg position the source already read only newer records; a replayed or re-read log

@@ -37,6 +37,8 @@ from gpugate.store.suspects import closed_at
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.gate.policy import Decision
@@ -55,7 +57,7 @@ class EpilogResult(Record):
     failing_rank: int | None = None
     confidence: str | None = None  # the diagnosis's: the metrics count only high under category
     hardware_fault: bool = False
-    hardware_checks: tuple = ()  # the failing hardware check ids (for the metrics)
+    hardware_checks: tuple[Any, ...] = ()  # the failing hardware check ids (for the metrics)
     drained: bool = False
     reason: str | None = None
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
@@ -100,7 +102,7 @@ def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
 
 
 def gather_now(
-    config: Config, env: HookEnv, baseline: dict | None, deadline_s: float | None = None
+    config: Config, env: HookEnv, baseline: dict[str, Any] | None, deadline_s: float | None = None
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped."""
@@ -113,8 +115,8 @@ def hardware_decision(
     facts: Facts,
     fresh_kernel: list[str],
     config: Config,
-    app_xids: tuple = (),
-    baseline: dict | None = None,
+    app_xids: tuple[Any, ...] = (),
+    baseline: dict[str, Any] | None = None,
 ) -> Decision:
     """The policy's decision on the hardware checks now, judging only this job's kernel lines
     and only the faults the job's own prolog did not already report (runs.new_since_prolog).
@@ -137,7 +139,7 @@ def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     """Run the whole epilog for one job on this node, its decision record around it."""
     # The controller waits for this node while the record says running, up to its deadline.
     view_start(config, env)
-    found: dict = {}
+    found: dict[str, Any] = {}
     result = None
     try:
         result = _run_epilog(config, env, slurm, found)
@@ -152,7 +154,7 @@ def view_start(config: Config, env: HookEnv) -> None:
 
 
 def view_finish(
-    config: Config, env: HookEnv, result: EpilogResult | None, flightrec: dict | None
+    config: Config, env: HookEnv, result: EpilogResult | None, flightrec: dict[str, Any] | None
 ) -> None:
     """The record: done, with the bundle's decision fields (a normal end: none; no log text)."""
     from gpugate.store.evidence import read_summary
@@ -180,7 +182,7 @@ def _view_forget(config: Config, env: HookEnv) -> None:
         say(f"epilog job {env.job_id}: cannot remove the controller's record: {exc}")
 
 
-def _view_write(config: Config, env: HookEnv, record: dict) -> None:
+def _view_write(config: Config, env: HookEnv, record: dict[str, Any]) -> None:
     if not env.job_id or not env.node:
         return
     try:
@@ -191,7 +193,7 @@ def _view_write(config: Config, env: HookEnv, record: dict) -> None:
 
 
 def _run_epilog(
-    config: Config, env: HookEnv, slurm: SlurmControl | None, found: dict
+    config: Config, env: HookEnv, slurm: SlurmControl | None, found: dict[str, Any]
 ) -> EpilogResult:
     """The epilog's work; `found` gets the flight-recorder dumps for the record."""
     started = time.monotonic()
@@ -270,7 +272,7 @@ def _run_epilog(
 
 def note_app_xids(
     config: Config, env: HookEnv, facts: Facts, fresh: list[str]
-) -> tuple[tuple, list[dict]]:
+) -> tuple[tuple[Any, ...], list[dict[str, Any]]]:
     """Record this job's application-class Xids; (the node's open record with them, this job's).
 
     The record counts from the node's last resume or passed qualification on (suspects.closed_at):
@@ -286,7 +288,9 @@ def note_app_xids(
     return tuple(e for e in (*known, *mine) if e["t"] > since), mine
 
 
-def flag_app_xid_suspect(config: Config, env: HookEnv, app_xids: tuple, mine: list[dict]) -> None:
+def flag_app_xid_suspect(
+    config: Config, env: HookEnv, app_xids: tuple[Any, ...], mine: list[dict[str, Any]]
+) -> None:
     """Flag this node when a GPU of this job passes the application-Xid rule; never a drain."""
     from gpugate.checks.kernel import app_xid_suspect, repeats
 

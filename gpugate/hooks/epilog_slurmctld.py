@@ -34,6 +34,8 @@ from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
     from gpugate.slurm.control import SlurmControl
@@ -49,7 +51,7 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
 
 def run_requeue(
     config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
-) -> tuple:
+) -> tuple[Any, ...]:
     """Gather the evidence, decide, act; returns (decision, steps done)."""
     # A failed multi-node job's bundles are waited for to vote on its suspect, too.
     wait = needs_evidence(job, config) or wants_votes(job, config)

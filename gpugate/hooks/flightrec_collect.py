@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import os
 
-from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX, nccl_job_dir
+from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX
+from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.slurm.hookenv import HookEnv
 
@@ -72,7 +75,9 @@ def job_started(config: Config, env: HookEnv) -> float | None:
         return None
 
 
-def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> dict:
+def collect_dumps(
+    config: Config, env: HookEnv, job: dict[str, Any], timeout: float
+) -> dict[str, Any]:
     """This node's flight-recorder dumps of the job, read in the child as the job's user.
 
     Returns `{"records", "errors", "searched", "truncated", "kept"}`: each record tagged with
@@ -111,7 +116,7 @@ def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> di
             "truncated": got.get("truncated") is True, "kept": kept}  # fmt: skip
 
 
-def _rewrite(answer: object, errors: list[dict]) -> dict[str, str]:
+def _rewrite(answer: object, errors: list[dict[str, Any]]) -> dict[str, str]:
     """Member name -> JSON text written here, by root, from the plain data the child sent.
 
     The child runs as the user: whatever it answered is parsed JSON, and json.dumps of it is
@@ -151,7 +156,7 @@ def _candidates(places: list[list[str]]) -> bool:
     return False
 
 
-def bundle_files(flightrec: dict | None) -> dict[str, str | bytes]:
+def bundle_files(flightrec: dict[str, Any] | None) -> dict[str, str | bytes]:
     """The bundle members: `flightrec.json` and the accepted dumps as `flightrec/<name>.json`."""
     import json
 
@@ -166,7 +171,7 @@ def bundle_files(flightrec: dict | None) -> dict[str, str | bytes]:
     return files
 
 
-def decisive_lines(flightrec: dict | None) -> list[str]:
+def decisive_lines(flightrec: dict[str, Any] | None) -> list[str]:
     """One line per refused or unread dump, for decisive.txt (the user's text made printable)."""
     return [
         f"gpugate: flight-recorder dump {printable(str(e.get('name')))} refused: "
@@ -189,7 +194,7 @@ def read_dumps(
     max_bytes: int,
     remove_from: str | None = None,
     kept_total: int = KEPT_TOTAL_MAX,
-) -> dict:
+) -> dict[str, Any]:
     """In the child, as the job's user: find, cap, parse (restricted) and return the dumps.
 
     Only regular files of this user (the child's uid: the job's), written at or after `since`,
@@ -197,7 +202,13 @@ def read_dumps(
     JSON out: an accepted dump comes back as its plain data, a refused one as an error with
     its sha256; no dump's bytes come back.
     """
-    out: dict = {"records": [], "errors": [], "kept": {}, "kept_bytes": 0, "truncated": False}
+    out: dict[str, Any] = {
+        "records": [],
+        "errors": [],
+        "kept": {},
+        "kept_bytes": 0,
+        "truncated": False,
+    }
     found = 0
     for directory, prefix in places:
         try:
@@ -220,7 +231,7 @@ UNREAD = "unread"  # the job's candidate, not read (not a regular file, over the
 
 
 def _read_one(
-    path: str, since: float | None, max_bytes: int, kept_total: int, out: dict
+    path: str, since: float | None, max_bytes: int, kept_total: int, out: dict[str, Any]
 ) -> str | None:
     """Read one candidate into `out`: READ, UNREAD, or None when it is not the job's."""
     from gpugate.userfiles import UserFileError, open_regular, read_fd
@@ -247,7 +258,7 @@ def _read_one(
     return READ
 
 
-def _parse(data: bytes, name: str, kept_total: int, out: dict) -> None:
+def _parse(data: bytes, name: str, kept_total: int, out: dict[str, Any]) -> None:
     """Parse one dump with the restricted reader (gpugate.flightrec.reader) into `out`."""
     import hashlib
     import json

@@ -21,7 +21,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.gate.drain import drain_detail, drain_node
-from gpugate.gate.policy import DRAIN, decide
+from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.record import Record
@@ -33,6 +33,8 @@ from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -58,7 +60,7 @@ class HealthResult(Record):
     drained: bool = False
     resumed: bool = False
     blocked_by: str | None = None  # "admin", "budget" or "error"
-    statuses: dict = {}
+    statuses: dict[str, Any] = {}
     message: str = ""
     duration_s: float = 0.0
 
@@ -184,12 +186,12 @@ def _ended_drill(config: Config, info: NodeInfo) -> bool:
 
 
 def lift_drill(
-    config: Config, slurm: SlurmControl, info: NodeInfo, decision: object
+    config: Config, slurm: SlurmControl, info: NodeInfo, decision: Decision
 ) -> HealthResult:
     """Resume a node drained by an ended drill, through resume's checked and audited path."""
     from gpugate.admin.resume import Request, check_then_resume
 
-    status = decision.status  # type: ignore[attr-defined]
+    status = decision.status
     why = f"drill ended: {info.reason}"
     request = Request(node=info.name, why=why, who="gpugate health")
     attempt = check_then_resume(config, slurm, info, request)
@@ -225,10 +227,10 @@ def _joined(message: str, extra: str) -> str:
 
 
 def drain_for(
-    config: Config, slurm: SlurmControl, node: str, decision: object, boot: str | None
+    config: Config, slurm: SlurmControl, node: str, decision: Decision, boot: str | None
 ) -> HealthResult:
     """Drain an in-service node that fails, as the prolog does (budget, ownership); remember it."""
-    check_id, detail = drain_detail(list(decision.failing))  # type: ignore[attr-defined]
+    check_id, detail = drain_detail(list(decision.failing))
     try:
         outcome = drain_node(slurm, node, check_id, detail, config)
     except Exception as exc:  # controller down: the next run tries again
@@ -261,7 +263,7 @@ def keep_or_lift(
     config: Config,
     slurm: SlurmControl,
     info: NodeInfo,
-    decision: object,
+    decision: Decision,
     boot: str | None,
     any_job: bool,
 ) -> HealthResult:
@@ -269,12 +271,12 @@ def keep_or_lift(
     from gpugate.store.history import count_drains, history_dir
 
     entry = current_entry(config, info, boot)
-    failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)  # type: ignore[attr-defined]
+    failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)
     if not failing and any_job:
         # The jobs still on the draining node hide what they change: this run proves nothing.
         return HealthResult(
             status=decision.status, action="keep", message="jobs still run; pass not counted"
-        )  # type: ignore[attr-defined]
+        )
     same, reset_at = 0, None
     if entry.fault == "hardware":
         reset_at = reset_time(config, info.name)
@@ -292,7 +294,7 @@ def keep_or_lift(
     )
     if verdict.action == LIFT:
         verdict = proof_gate(verdict, *qualified_for_lift(config, info))
-    status = decision.status  # type: ignore[attr-defined]
+    status = decision.status
     if verdict.action != LIFT:
         healing_put(config, verdict.entry)
         return HealthResult(status=status, action="keep", message=verdict.why)

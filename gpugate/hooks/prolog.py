@@ -19,7 +19,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node
-from gpugate.gate.policy import DRAIN, decide, effective_status
+from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.record import Record
 from gpugate.slurm.choose import backend, with_slurm_gres
@@ -40,6 +40,8 @@ from gpugate.store.state import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -58,8 +60,8 @@ class PrologResult(Record):
     drained: bool = False
     refused: bool = False
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
-    statuses: dict = {}  # check id -> status after the policy (for the metrics)
-    unknown_xids: tuple = ()  # Xids NVIDIA's catalog does not list (warned, reported)
+    statuses: dict[str, Any] = {}  # check id -> status after the policy (for the metrics)
+    unknown_xids: tuple[Any, ...] = ()  # Xids NVIDIA's catalog does not list (warned, reported)
     message: str = ""
     duration_s: float = 0.0
 
@@ -142,9 +144,9 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
 def act_on_failure(
     config: Config,
     env: HookEnv,
-    decision: object,
+    decision: Decision,
     slurm: SlurmControl | None,
-    statuses: dict,
+    statuses: dict[str, Any],
     started: float,
 ) -> PrologResult:
     """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
@@ -154,7 +156,7 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
-    failing = list(decision.failing)  # type: ignore[attr-defined]
+    failing = list(decision.failing)
     try:
         concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
     except Exception:  # cannot tell which GPUs: the failure may be the job's
@@ -268,7 +270,7 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     if not (ckpt or no_fr) or env.uid is None:
         remove_task_file(config.state_dir, env.job_id or "")
         return None
-    data: dict = {"job_id": env.job_id, "ckpt_dir": ckpt}
+    data: dict[str, Any] = {"job_id": env.job_id, "ckpt_dir": ckpt}
     if no_fr:
         data["no_fr"] = True
     return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
@@ -299,10 +301,10 @@ def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: st
         note(f"could not set the job's AdminComment: {exc}")
 
 
-def summary(decision: object) -> str:
+def summary(decision: Decision) -> str:
     """One line: the verdict and the worst findings."""
-    worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]  # type: ignore[attr-defined]
-    return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")  # type: ignore[attr-defined]
+    worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]
+    return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")
 
 
 def _slurm(config: Config) -> SlurmControl:

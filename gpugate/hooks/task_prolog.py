@@ -22,6 +22,7 @@ from gpugate.text import printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -131,7 +132,7 @@ def flight_recorder_exports(
     return out
 
 
-def _task_data(config: Config, job_id: str) -> dict | None:
+def _task_data(config: Config, job_id: str) -> dict[str, Any] | None:
     """The prolog's task file for the job (its comment's settings), or None."""
     try:
         return load_task_file(config.state_dir, job_id)

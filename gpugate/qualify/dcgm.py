@@ -24,6 +24,10 @@ import json
 
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # Level -> what it runs and costs. Sources: dcgmi/CommandLineParser.cpp (the `-r` help text: "1 -
 # Quick (System Validation ~ seconds)", "2 - Medium (Extended System Validation ~ 2 minutes)", "3 -
 # Long (System HW Diagnostics ~ 15 minutes)", "4 - Extended (Longer-running System HW
@@ -32,10 +36,18 @@ from gpugate.record import Record
 # timeout_s is gpugate's default budget (not a DCGM figure), used when the caller passes none.
 _L1 = ("software",)
 _L2 = (*_L1, "memory", "pcie")
-_L3 = (*_L2, "diagnostic", "eud", "cpu_eud", "nvbandwidth", "nccl_tests", "memory_bandwidth")
+_L3: tuple[str, ...] = (
+    *_L2,
+    "diagnostic",
+    "eud",
+    "cpu_eud",
+    "nvbandwidth",
+    "nccl_tests",
+    "memory_bandwidth",
+)
 _L3 = (*_L3, "targeted_stress", "targeted_power")
 _L4 = (*_L3, "memtest", "pulse_test")
-LEVELS: dict[int, dict] = {
+LEVELS: dict[int, dict[str, Any]] = {
     1: {
         "name": "quick",
         "typical_min": 0.5,
@@ -172,7 +184,7 @@ def parse_diag(text: str) -> DcgmResult:
         raise DcgmError(f"dcgm: unexpected JSON shape: {type(exc).__name__}: {exc}") from None
 
 
-def _parse_doc(doc: dict) -> DcgmResult:
+def _parse_doc(doc: dict[str, Any]) -> DcgmResult:
     if "iterations" in doc:  # `-i N`: one document per iteration (Diag.cpp RunStartDiag)
         return _merge([_parse_doc(_obj(it, "iteration")) for it in doc["iterations"] if it])
     if _V4_KEY in doc:
@@ -182,7 +194,7 @@ def _parse_doc(doc: dict) -> DcgmResult:
     raise DcgmError(f"dcgm: JSON has neither {_V4_KEY!r} nor {_V3_KEY!r}: keys {sorted(doc)[:5]}")
 
 
-def _parse_v4(doc: dict) -> DcgmResult:
+def _parse_v4(doc: dict[str, Any]) -> DcgmResult:
     body = _obj(doc[_V4_KEY], _V4_KEY)
     meta = _obj(doc.get("metadata") or {}, "metadata")
     gpus: list[int] = []
@@ -203,7 +215,7 @@ def _parse_v4(doc: dict) -> DcgmResult:
     )  # fmt: skip
 
 
-def _test_findings(name: str, results: list, summary: dict) -> list[DcgmFinding]:
+def _test_findings(name: str, results: list[Any], summary: dict[str, Any]) -> list[DcgmFinding]:
     found: list[DcgmFinding] = []
     for res in _list(results, f"{name}.results"):
         if str(res.get("status", "")).lower() in _FAILING:
@@ -220,7 +232,7 @@ def _test_findings(name: str, results: list, summary: dict) -> list[DcgmFinding]
     return detailed or found
 
 
-def _findings(test: str, res: dict, gpu: int | None) -> list[DcgmFinding]:
+def _findings(test: str, res: dict[str, Any], gpu: int | None) -> list[DcgmFinding]:
     status = str(res.get("status", "Fail"))
     warnings = res.get("warnings") or []
     if isinstance(warnings, str):  # old documents: one string
@@ -235,7 +247,7 @@ def _findings(test: str, res: dict, gpu: int | None) -> list[DcgmFinding]:
     return out
 
 
-def _finding(test: str, gpu: int | None, status: str, msg: str, w: dict) -> DcgmFinding:
+def _finding(test: str, gpu: int | None, status: str, msg: str, w: dict[str, Any]) -> DcgmFinding:
     ids = {k: _int(w.get(k)) for k in ("error_id", "error_category", "error_severity")}
     return DcgmFinding(test=test, gpu=gpu, status=status, message=msg, kind=classify(test, **ids),
                        **ids)  # fmt: skip
@@ -261,7 +273,7 @@ def classify(
     return "hardware" if test in HARDWARE_TESTS else "software"
 
 
-def _parse_v3(doc: dict) -> DcgmResult:
+def _parse_v3(doc: dict[str, Any]) -> DcgmResult:
     body = _obj(doc[_V3_KEY], _V3_KEY)
     tests, findings = [], []
     for category in _list(body.get("test_categories"), "test_categories"):
@@ -292,7 +304,7 @@ def _parse_v3(doc: dict) -> DcgmResult:
     )  # fmt: skip
 
 
-def _v3_gpu(res: dict) -> int | None:
+def _v3_gpu(res: dict[str, Any]) -> int | None:
     raw = res.get("gpu_id", res.get("gpu_ids"))
     if raw is None or raw == "":
         return None
@@ -335,7 +347,7 @@ def dcgm_step(
     timeout_s: float | None = None,
     node: str = "",
     job_id: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run the DCGM diagnostic on this node and return one TEST RESULT (ok None: not judged)."""
     step = {"test": "dcgm", "nodes": [node] if node else [], "ok": None, "value_gbps": None,
             "floor_gbps": None, "detail": "", "job_id": job_id, "level": level}  # fmt: skip
@@ -351,7 +363,7 @@ def dcgm_step(
     return step
 
 
-def judge(result: DcgmResult, level: int) -> dict:
+def judge(result: DcgmResult, level: int) -> dict[str, Any]:
     """ok/detail and the findings of one parsed run, for a TEST RESULT."""
     name = f"dcgm level {level}"
     extra = {"findings": [f.to_dict() | {"text": f.sentence()} for f in result.findings],
@@ -372,13 +384,13 @@ def judge(result: DcgmResult, level: int) -> dict:
     return {"ok": True, "detail": f"{name}: passed ({ran}){note}", **extra}
 
 
-def _obj(value: object, what: str) -> dict:
+def _obj(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise DcgmError(f"dcgm: {what}: expected an object, got {type(value).__name__}")
     return value
 
 
-def _list(value: object, what: str) -> list:
+def _list(value: object, what: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -388,9 +400,10 @@ def _list(value: object, what: str) -> list:
 
 def _int(value: object) -> int | None:
     try:
-        return int(value)  # type: ignore[arg-type]
+        number: int = int(value)  # type: ignore[call-overload]  # what int() refuses raises, below
     except (TypeError, ValueError):
         return None
+    return number
 
 
 def _first_line(text: str) -> str:

@@ -17,13 +17,15 @@ from gpugate.qualify import jobs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.qualify.run import Job
 
 _READ_MAX = 4 * 1024 * 1024  # a result file is a few KB: anything larger is not ours
 
 
-def read_result(path: str) -> dict | None:
+def read_result(path: str) -> dict[str, Any] | None:
     """The JSON object a step wrote, or None (missing, unreadable, not an object)."""
     try:
         with open(path, "rb") as fh:
@@ -39,15 +41,19 @@ def read_result(path: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def result(test: str, nodes: list[str], ok: bool | None, detail: str, **extra: object) -> dict:
+def result(
+    test: str, nodes: list[str], ok: bool | None, detail: str, **extra: object
+) -> dict[str, Any]:
     """One TEST RESULT (the shared shape of issue 17)."""
-    out = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
+    out: dict[str, object] = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
            "detail": detail, "job_id": None}  # fmt: skip
     out.update(extra)
     return out
 
 
-def dcgm_result(raw: dict | None, node: str, job_id: str | None, missing: str) -> dict:
+def dcgm_result(
+    raw: dict[str, Any] | None, node: str, job_id: str | None, missing: str
+) -> dict[str, Any]:
     """The DCGM step's own TEST RESULT, or a not-judged one saying why there is none."""
     if raw is None or raw.get("test") != "dcgm" or raw.get("ok") not in (True, False, None):
         return result("dcgm", [node], None, f"dcgm: no result: {missing}", job_id=job_id)
@@ -67,7 +73,7 @@ def bandwidth_results(
     floor: tuple[float | None, str],
     fraction: float,
     job_ids: dict[str, str | None],
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU)."""
     from gpugate.qualify.pairs import judge_bandwidth
 
@@ -92,32 +98,32 @@ def bandwidth_results(
     return out
 
 
-def allreduce_value(raw: dict) -> float | None:
+def allreduce_value(raw: dict[str, Any]) -> float | None:
     """The bus bandwidth an all-reduce result reports (None: one rank, nothing moved)."""
     value = raw.get("busbw_gbps")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def h2d_value(raw: dict) -> float | None:
+def h2d_value(raw: dict[str, Any]) -> float | None:
     """The slowest GPU's host-to-device GB/s (None: skipped, no GPU)."""
-    speeds = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
-    speeds = [float(s) for s in speeds if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    got = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
+    speeds = [float(s) for s in got if isinstance(s, (int, float)) and not isinstance(s, bool)]
     return min(speeds) if speeds and not raw.get("skipped") else None
 
 
 def pair_results(
     measured: dict[tuple[str, str], float | None],
-    judged: dict,
+    judged: dict[str, Any],
     job_ids: dict[tuple[str, str], str | None],
     floor: tuple[float | None, str],
-) -> dict[str, list[dict]]:
+) -> dict[str, list[dict[str, Any]]]:
     """Per node: one TEST RESULT per pair it was in. ok False only for the suspect (slow with
     every partner); a slow pair blamed on its link, or undecided, is None for both nodes."""
     slow = {tuple(p) for p in judged.get("slow_pairs", [])}
     links = {tuple(p) for p in judged.get("links", [])}
     suspects = set(judged.get("suspects", []))
     bar = judged.get("threshold_gbps")
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for pair, value in measured.items():
         key = tuple(sorted(pair))
         said = "no result" if value is None else f"{value:.2f} GB/s"
@@ -137,7 +143,7 @@ def pair_results(
     return out
 
 
-def verdict(tests: list[dict], job_ids: list[str], unproven: list[str]) -> dict:
+def verdict(tests: list[dict[str, Any]], job_ids: list[str], unproven: list[str]) -> dict[str, Any]:
     """A node's verdict: failed on any test that failed; not passed while something it was
     asked for could not be shown (`unproven`: a job that never ran, a missing result)."""
     failed = [t for t in tests if t.get("ok") is False]
@@ -152,16 +158,16 @@ def verdict(tests: list[dict], job_ids: list[str], unproven: list[str]) -> dict:
             "failed": bool(failed)}  # fmt: skip
 
 
-def first_failure(v: dict) -> tuple[str, str | None]:
+def first_failure(v: dict[str, Any]) -> tuple[str, str | None]:
     """(short why, the job id) of a failed verdict's first failing test, for a drain reason."""
     bad = next(t for t in v["tests"] if t.get("ok") is False)
     return bad["detail"], bad.get("job_id")
 
 
-def result_files(run_dir: str, where: str) -> dict[str, str]:
+def result_files(run_dir: str, where: str) -> dict[str, str | bytes]:
     """The raw result files of one job directory, by name (for the evidence bundle)."""
     base = os.path.join(run_dir, where)
-    out = {}
+    out: dict[str, str | bytes] = {}
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         raw = read_result(os.path.join(base, name))
         if raw is not None and name.endswith(".json"):
@@ -180,7 +186,7 @@ def _missing(job: Job, test: str) -> str:
 
 def _floor(
     config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
-) -> tuple:
+) -> tuple[Any, ...]:
     from gpugate.qualify.floors import floor_for
 
     name = config.board if config.board in config.boards else None
@@ -194,13 +200,13 @@ def _floor(
     return floor_for(board, test, known, site, board_name=name)
 
 
-def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) -> tuple:
+def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) -> tuple[Any, ...]:
     """(per-node TEST RESULTs, per-node unproven lines) of one bandwidth test."""
     value_of = allreduce_value if test == "allreduce" else h2d_value
-    values: dict = {}
-    errors: dict = {}
-    missing: dict = {}
-    unproven: dict = {}
+    values: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    unproven: dict[str, Any] = {}
     backend = gpu_name = None
     for job in node_jobs:
         node = job.nodes[0]
@@ -215,6 +221,7 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
             backend = backend or raw.get("backend")
             gpu_name = gpu_name or raw.get("gpu_name")
     qc = config.qualify
+    assert qc is not None  # qualification runs only with a qualify: section
     site = qc.gloo_busbw_gbps if test == "allreduce" and backend == "gloo" else None
     floor = _floor(config, test, backend, site, gpu_name)
     ids = {j.nodes[0]: j.job_id for j in node_jobs}
@@ -222,12 +229,14 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
                              qc.min_fraction_of_median, ids), unproven  # fmt: skip
 
 
-def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | None, dict]:
+def _pairs(
+    config: Config, run_dir: str, pair_jobs: list[Job]
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(judge_pairs' verdict with the pairs that did not run, per-node pair TEST RESULTs)."""
     from gpugate.qualify.pairs import judge_pairs
 
-    measured: dict = {}
-    ids: dict = {}
+    measured: dict[Any, float | None] = {}  # keyed by the pair job's two nodes
+    ids: dict[Any, str | None] = {}
     not_run = []
     backend = None
     for job in pair_jobs:
@@ -236,11 +245,12 @@ def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | N
             continue
         raw = read_result(jobs.result_path(run_dir, job.nodes, "allreduce"))
         ok = raw is not None and "error" not in raw
-        measured[job.nodes] = allreduce_value(raw) if ok else None  # type: ignore[arg-type]
+        measured[job.nodes] = allreduce_value(raw) if raw is not None and ok else None
         backend = backend or (raw or {}).get("backend")
         ids[job.nodes] = job.job_id
     if not measured:
         return ({"not_run": not_run, "text": "no pair ran"} if not_run else None), {}
+    assert config.qualify is not None  # qualification runs only with a qualify: section
     floor = _floor(config, "pair", backend, config.qualify.pair_busbw_gbps)
     judged = judge_pairs(measured, floor[0], config.qualify.min_fraction_of_median)
     judged = dict(judged, not_run=not_run, floor_source=floor[1],
@@ -251,9 +261,9 @@ def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | N
 
 def judge_all(
     config: Config, run_dir: str, node_jobs: list[Job], pair_jobs: list[Job], tests: list[str]
-) -> tuple[dict, dict | None]:
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(verdict per node, the pair verdict) from the run's jobs and their result files."""
-    per: dict[str, list[dict]] = {j.nodes[0]: [] for j in node_jobs}
+    per: dict[str, list[dict[str, Any]]] = {j.nodes[0]: [] for j in node_jobs}
     unproven: dict[str, list[str]] = {n: [] for n in per}
     for job in node_jobs:
         if not job.started:

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from statistics import median
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def pair_rounds(nodes: list[str]) -> list[list[tuple[str, str]]]:
     """Round-robin rounds: every pair exactly once, no node twice in one round."""
@@ -62,7 +66,7 @@ def _key(pair: tuple[str, str]) -> list[str]:
 
 def judge_pairs(
     pairs: dict[tuple[str, str], float | None], floor: float | None, fraction: float
-) -> dict:
+) -> dict[str, Any]:
     """Name the slow pairs, the suspect nodes (slow with every partner, at least two) and the
     slow links (both nodes fast elsewhere); a pair with no result (None) counts as slow."""
     # The reference is each node's best pair, not the median pair: with three nodes and one
@@ -74,7 +78,7 @@ def judge_pairs(
                 best[node] = max(best.get(node, value), value)
     bar = threshold(list(best.values()), floor, fraction)
     slow = {tuple(_key(p)) for p, v in pairs.items() if v is None or v < bar}
-    partners: dict[str, list[tuple[str, str]]] = {}
+    partners: dict[str, list[tuple[str, ...]]] = {}
     for pair in pairs:
         for node in pair:
             partners.setdefault(node, []).append(tuple(_key(pair)))
@@ -83,11 +87,12 @@ def judge_pairs(
     everyone = len(partners) >= 3 and len(suspects) == len(partners)
     if everyone:  # no healthy pair to compare with: a floor too high or a shared fabric fault
         suspects = []
-    links, undecided = [], []
-    for pair in sorted(slow):
-        if everyone or not any(n in suspects for n in pair):
-            both_fine = all(n in fast_elsewhere for n in pair)
-            (links if both_fine and not everyone else undecided).append(list(pair))
+    links: list[list[str]] = []
+    undecided: list[list[str]] = []
+    for slow_pair in sorted(slow):
+        if everyone or not any(n in suspects for n in slow_pair):
+            both_fine = all(n in fast_elsewhere for n in slow_pair)
+            (links if both_fine and not everyone else undecided).append(list(slow_pair))
     text = _pairs_text(slow, suspects, links, undecided, everyone, bar)
     return {
         "slow_pairs": [list(p) for p in sorted(slow)],
@@ -100,7 +105,12 @@ def judge_pairs(
 
 
 def _pairs_text(
-    slow: set, suspects: list[str], links: list, undecided: list, everyone: bool, bar: float
+    slow: set[Any],
+    suspects: list[str],
+    links: list[Any],
+    undecided: list[Any],
+    everyone: bool,
+    bar: float,
 ) -> str:
     """One paragraph an admin reads: who is slow and what to look at."""
     if not slow:

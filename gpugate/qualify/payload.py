@@ -32,6 +32,7 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
+    from typing import Any
 
     import torch
 
@@ -91,7 +92,7 @@ class Ranks:
         self.master_port = int(port) if port and port.isdigit() else 0
 
 
-def write_result(path: str, result: dict) -> None:
+def write_result(path: str, result: dict[str, Any]) -> None:
     """Write the result JSON atomically (a reader never sees half a file)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -106,7 +107,8 @@ def _import_torch() -> ModuleType:
         import torch.distributed
     except ImportError as exc:
         raise PayloadError(f"no torch in {sys.executable}: {exc}") from None
-    return torch
+    module: ModuleType = torch  # torch has no stubs where gpugate is checked
+    return module
 
 
 def _choose_backend(torch: ModuleType, dist: ModuleType, requested: str) -> str:
@@ -152,7 +154,9 @@ def _timed_loop(
     return time.perf_counter() - start
 
 
-def run_allreduce(args: argparse.Namespace, ranks: Ranks, delays: dict[str, float] | None) -> dict:
+def run_allreduce(
+    args: argparse.Namespace, ranks: Ranks, delays: dict[str, float] | None
+) -> dict[str, Any]:
     """All-reduce bandwidth across the job's ranks; the slowest rank's time decides."""
     from datetime import timedelta
 
@@ -174,7 +178,7 @@ def run_allreduce(args: argparse.Namespace, ranks: Ranks, delays: dict[str, floa
         # The model string NVML reports too: gpugate matches the board profile (its floors) by it.
         gpu_name = torch.cuda.get_device_name(index)
         group = dist.new_group(backend="nccl")
-    nodes: list = [None] * ranks.world_size
+    nodes: list[Any] = [None] * ranks.world_size
     dist.all_gather_object(nodes, ranks.node)
     size_bytes = args.size_mib * MIB
     tensor = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
@@ -200,10 +204,10 @@ def run_allreduce(args: argparse.Namespace, ranks: Ranks, delays: dict[str, floa
     }
 
 
-def run_h2d(args: argparse.Namespace, ranks: Ranks) -> dict:
+def run_h2d(args: argparse.Namespace, ranks: Ranks) -> dict[str, Any]:
     """Pinned host-to-device copy bandwidth of every GPU this task sees, timed by CUDA events."""
     torch = _import_torch()
-    result: dict = {"test": "h2d", "node": ranks.node, "gpus": [], "skipped": None}
+    result: dict[str, Any] = {"test": "h2d", "node": ranks.node, "gpus": [], "skipped": None}
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         result["skipped"] = "no CUDA device"
         return result
@@ -260,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(args: argparse.Namespace, ranks: Ranks | None, result: dict) -> None:
+def _report(args: argparse.Namespace, ranks: Ranks | None, result: dict[str, Any]) -> None:
     """Rank 0 writes the result; other ranks print an error so the job's output shows it."""
     if ranks is None or ranks.rank == 0:
         write_result(args.out, result)
@@ -284,7 +288,7 @@ def _watchdog(args: argparse.Namespace, ranks: Ranks | None) -> threading.Timer:
     return timer
 
 
-def _error(args: argparse.Namespace, ranks: Ranks | None, message: str) -> dict:
+def _error(args: argparse.Namespace, ranks: Ranks | None, message: str) -> dict[str, Any]:
     where = {"rank": ranks.rank, "node": ranks.node} if ranks else {}
     return {"test": args.test, "error": message, **where}
 

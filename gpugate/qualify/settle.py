@@ -19,6 +19,8 @@ from gpugate.slurm.reasons import drain_reason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.qualify.run import QualifyRun, _Run
 
 WHY_MAX = 150  # the drain reason keeps its `(job N)` within Slurm's length
@@ -38,7 +40,9 @@ def settle(run: _Run, result: QualifyRun, resume_passed: bool, by: str) -> None:
             log.error(run.config.state_dir, f"qualify: could not record {node}'s outcome", exc)
 
 
-def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tuple:
+def act(
+    run: _Run, node: str, verdict: dict[str, Any], resume_passed: bool, by: str
+) -> tuple[Any, ...]:
     """(what was done, the drain reason written or None) for one node."""
     from gpugate.gate.drain import drain_node
 

@@ -72,4 +72,4 @@ def sweep_config(config: Config, nice: int | None, idle: bool) -> Config:
     )
     if nice is not None:
         changes["nice"] = nice
-    return config.replace(qualify=qc.replace(**changes)) if changes else config  # type: ignore[return-value]
+    return config.replace(qualify=qc.replace(**changes)) if changes else config

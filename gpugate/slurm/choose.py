@@ -24,7 +24,19 @@ from gpugate.slurm.pyslurm import PyslurmBackend
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Protocol, TypeVar
 
+    from gpugate.config.schema import Config  # for annotations only
+
+    class HasGres(Protocol):
+        """What with_slurm_gres reads and returns: the checks' Facts (above the adapter)."""
+
+        @property
+        def slurm_gres_gpus(self) -> int | None: ...
+
+        def replace(self: _G, **changes: object) -> _G: ...
+
+    _G = TypeVar("_G", bound=HasGres)
     from gpugate.slurm.cli import Runner
 
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
@@ -63,7 +75,9 @@ def select_backend(
 def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -> str | None:
     """Why pyslurm must not be used here, or None when it may."""
     if version_of is None:
-        from importlib.metadata import version as version_of
+        from importlib.metadata import version
+
+        version_of = version
     try:
         # Reads the installed metadata only: libslurm is not loaded.
         have = version_of("pyslurm")
@@ -148,18 +162,18 @@ def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int
 
 
 def with_slurm_gres(
-    config: object, node: str | None, facts: object, slurm: object = None
-) -> object:
+    config: Config, node: str | None, facts: _G, slurm: SlurmControl | None = None
+) -> _G:
     """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
 
     Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
     site sets `expect.gpu_count` (the site's word comes first), nor when already known.
     """
-    if config.facts_file or config.expect.gpu_count is not None:  # type: ignore[attr-defined]
+    if config.facts_file or config.expect.gpu_count is not None:
         return facts
-    if facts.slurm_gres_gpus is not None:  # type: ignore[attr-defined]
+    if facts.slurm_gres_gpus is not None:
         return facts
-    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)  # type: ignore[attr-defined]
-    count = cached_gpus(config.state_dir, node or "",  # type: ignore[attr-defined]
-                        lambda: configured_gpus(node or "", slurm, timeout))  # type: ignore[arg-type]  # fmt: skip
-    return facts if count is None else facts.replace(slurm_gres_gpus=count)  # type: ignore[attr-defined]
+    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)
+    count = cached_gpus(config.state_dir, node or "",
+                        lambda: configured_gpus(node or "", slurm, timeout))  # fmt: skip
+    return facts if count is None else facts.replace(slurm_gres_gpus=count)

@@ -39,7 +39,9 @@ def hostlist_expand(expr: str) -> list[str]:
 
 
 def _split_top_level(expr: str) -> list[str]:
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1
@@ -76,7 +78,7 @@ def _expand_item(item: str) -> list[str]:
 
 
 def _expand_ranges(body: str, item: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for part in body.split(","):
         m = _RANGE.match(part.strip())
         if not m:

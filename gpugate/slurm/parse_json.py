@@ -30,12 +30,16 @@ from gpugate.slurm.records import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any, Concatenate, ParamSpec, TypeVar
+
+    _P = ParamSpec("_P")
+    _T = TypeVar("_T")
 
 
-def _json_shape(parse: Callable) -> Callable:
+def _json_shape(parse: Callable[Concatenate[str, _P], _T]) -> Callable[Concatenate[str, _P], _T]:
     """`parse`, raising ValueError (as for text that is not JSON) on JSON of another shape."""
 
-    def wrapped(text: str, *args: object, **kwargs: object) -> list:
+    def wrapped(text: str, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return parse(text, *args, **kwargs)
         except (AttributeError, KeyError, TypeError, OverflowError, RecursionError) as exc:
@@ -69,7 +73,7 @@ def _dedupe(groups: Iterable[list[NodeInfo]]) -> list[NodeInfo]:
     return list(seen.values())
 
 
-def _node_from_record(rec: dict) -> NodeInfo:
+def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
     state, flags = split_state(rec.get("state"), rec.get("state_flags") or ())
     reason = rec.get("reason") or ""
     partitions = tuple(p for p in rec.get("partitions") or () if isinstance(p, str))
@@ -87,7 +91,7 @@ def _node_from_record(rec: dict) -> NodeInfo:
     )
 
 
-def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
+def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     state, flags = split_state((rec.get("node") or {}).get("state"))
     names = (rec.get("nodes") or {}).get("nodes") or []
     reason = rec.get("reason") or {}
@@ -104,7 +108,11 @@ def _nodes_from_sinfo_record(rec: dict) -> list[NodeInfo]:
 
 
 def _with_reason_object(
-    name: str, state: str, flags: tuple, reason: dict, partitions: tuple = ()
+    name: str,
+    state: str,
+    flags: tuple[str, ...],
+    reason: dict[str, Any],
+    partitions: tuple[str, ...] = (),
 ) -> NodeInfo:
     return NodeInfo(
         name=name,
@@ -124,7 +132,7 @@ def parse_jobs_json(text: str, expand: Callable[[str], list[str]] | None = None)
     return [_job_from_record(r, expand) for r in json.loads(text).get("jobs") or []]
 
 
-def _job_from_record(rec: dict, expand: Callable[[str], list[str]]) -> JobInfo:
+def _job_from_record(rec: dict[str, Any], expand: Callable[[str], list[str]]) -> JobInfo:
     state = rec.get("job_state") or ""
     if isinstance(state, list):
         state = state[0] if state else ""
@@ -176,9 +184,10 @@ def _number(value: object) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]  # JSON: what int() refuses is None below
     except (TypeError, ValueError):
         return None
+    return number
 
 
 def _epoch(value: object) -> int | None:

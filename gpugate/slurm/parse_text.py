@@ -184,8 +184,8 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
 
 def _int(value: str | None) -> int | None:
     try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(value) if value is not None else None
+    except ValueError:
         return None
 
 

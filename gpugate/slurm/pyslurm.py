@@ -22,6 +22,7 @@ from gpugate.slurm.records import JobInfo, NodeInfo, ended_at, job_reason, split
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any  # pyslurm has no stubs, and must match each site's Slurm
 
 
 class PyslurmBackend(SlurmControl):
@@ -37,7 +38,7 @@ class PyslurmBackend(SlurmControl):
 
     kind = "pyslurm"
 
-    def __init__(self, cli: CliBackend | None = None, module: object = None) -> None:
+    def __init__(self, cli: CliBackend | None = None, module: Any = None) -> None:
         self._cli = cli or CliBackend()
         self._module = module
 
@@ -47,14 +48,14 @@ class PyslurmBackend(SlurmControl):
         return self._cli
 
     @property
-    def _ps(self):  # the pyslurm module
+    def _ps(self) -> Any:  # the pyslurm module
         if self._module is None:
             import pyslurm  # only after select_backend()'s subprocess probe passed
 
             self._module = pyslurm
         return self._module
 
-    def _rpc(self, what: str, fn: Callable, *args: object, **kwargs: object) -> object:
+    def _rpc(self, what: str, fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         try:
             return fn(*args, **kwargs)
         except self._ps.RPCError as e:
@@ -104,7 +105,7 @@ class PyslurmBackend(SlurmControl):
             start_time=ended_at(_pyslurm_epoch(getattr(j, "start_time", None))),
         )
 
-    def _job(self, job_id: int | str) -> object:
+    def _job(self, job_id: int | str) -> Any:
         return self._ps.Job(int(valid_job_id(job_id)))
 
     def _modify_job(self, job_id: int | str, **changes: object) -> None:
@@ -144,17 +145,17 @@ class PyslurmBackend(SlurmControl):
 def _pyslurm_epoch(value: object) -> int | None:
     # pyslurm's Job.end_time is epoch seconds; be lenient with None or odd types.
     try:
-        return int(value) if value else None  # type: ignore[call-overload]
+        return int(value) if value else None  # type: ignore[call-overload]  # what int() refuses: None
     except (TypeError, ValueError):
         return None
 
 
-def _node_from_pyslurm(n: object) -> NodeInfo:
+def _node_from_pyslurm(n: Any) -> NodeInfo:
     state, flags = split_state(getattr(n, "state", None) or "UNKNOWN")  # "IDLE+DRAIN"
     return NodeInfo(
         name=n.name,
         state=state,
-        flags=flags,  # type: ignore[attr-defined]
+        flags=flags,
         reason=(getattr(n, "reason", None) or "").strip(),
         reason_user=getattr(n, "reason_user", None) or "",
         reason_time=getattr(n, "reason_time", None) or None,

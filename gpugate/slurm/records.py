@@ -48,11 +48,13 @@ class NodeInfo(Record):
 
     name: str
     state: str  # base state, upper case: IDLE, MIXED, ALLOCATED, DOWN, ...
-    flags: tuple = ()  # upper case: ("DRAIN",), ("RESERVED", "DRAIN", "NOT_RESPONDING")
+    flags: tuple[str, ...] = ()  # upper case: ("DRAIN",), ("RESERVED", "DRAIN", "NOT_RESPONDING")
     reason: str = ""  # without the `[user@time]` that `scontrol show node` appends
     reason_user: str = ""
     reason_time: int | None = None  # epoch seconds
-    partitions: tuple = ()  # the partitions the node is in (the drain budget counts per partition)
+    partitions: tuple[
+        str, ...
+    ] = ()  # the partitions the node is in (the drain budget counts per partition)
     gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
 
     @property
@@ -74,7 +76,7 @@ class JobInfo(Record):
     uid: int | None = None
     state: str = ""  # PENDING, RUNNING, COMPLETED, ...
     reason: str = ""  # Slurm's state reason, spaces as underscores (as scontrol prints it)
-    nodes: tuple = ()  # expanded host names
+    nodes: tuple[str, ...] = ()  # expanded host names
     batch_host: str = ""
     stdout: str = ""
     stderr: str = ""
@@ -84,10 +86,10 @@ class JobInfo(Record):
     restarts: int = 0
     comment: str = ""
     admin_comment: str = ""
-    excluded_nodes: tuple = ()  # expanded host names
+    excluded_nodes: tuple[str, ...] = ()  # expanded host names
     requeue: bool = False
     partition: str = ""
-    required_nodes: tuple = ()  # `-w`/ReqNodeList, expanded host names
+    required_nodes: tuple[str, ...] = ()  # `-w`/ReqNodeList, expanded host names
     end_time: int | None = None  # epoch; None while the job has not ended (or was requeued)
     start_time: int | None = None  # epoch; this run's start (None: not started, unknown)
 
@@ -118,13 +120,14 @@ class JobInfo(Record):
 
 
 def split_state(
-    state: str | list | tuple | None, extra_flags: Iterable[str] = ()
-) -> tuple[str, tuple]:
+    state: str | list[str] | tuple[str, ...] | None, extra_flags: Iterable[str] = ()
+) -> tuple[str, tuple[str, ...]]:
     """("IDLE", ("DRAIN",)) from "IDLE+DRAIN", ["IDLE", "DRAIN"], "idle*" or "idle" + flags."""
     parts = state.split("+") if isinstance(state, str) else list(state or [])
     names: list[str] = []
     for part in [*parts, *extra_flags]:
-        word, trailing = str(part).strip().upper(), []
+        word = str(part).strip().upper()
+        trailing: list[str] = []
         while word and word[-1] in _STATE_SUFFIX:
             trailing.insert(0, _STATE_SUFFIX[word[-1]])
             word = word[:-1]

@@ -31,12 +31,14 @@ _JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TypeGuard
+
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.slurm.hookenv import HookEnv
 
 
-def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[dict]:
+def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[dict[str, Any]]:
     """One entry per (GPU, Xid) of the application-class Xids on the job's GPUs in `lines`.
 
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
@@ -49,7 +51,7 @@ def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list
         for g in facts.gpus or ()
         if g.pci_bus_id and (env.gpus is None or g.index in env.gpus)
     }
-    seen: dict[tuple, dict] = {}
+    seen: dict[tuple[str | None, int], dict[str, Any]] = {}
     for line in lines:
         event = parse_xid(line)
         if event is None or event.code not in APP_XIDS or event.pci not in mine:
@@ -62,7 +64,7 @@ def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list
     return list(seen.values())
 
 
-def valid(entry: object) -> bool:
+def valid(entry: object) -> TypeGuard[dict[str, Any]]:
     """Whether one parsed line is a well-formed entry."""
     if not isinstance(entry, dict):
         return False
@@ -76,24 +78,24 @@ def valid(entry: object) -> bool:
     )  # fmt: skip
 
 
-def parse(text: str, since: float) -> tuple[list[dict], int]:
+def parse(text: str, since: float) -> tuple[list[dict[str, Any]], int]:
     """(valid entries newer than `since`, number of bad lines skipped)."""
     return _select(parse_lines(text.encode(), MAX_LINE), since)
 
 
-def _select(values: list[object], since: float) -> tuple[list[dict], int]:
+def _select(values: list[object], since: float) -> tuple[list[dict[str, Any]], int]:
     good = [v for v in values if valid(v)]
-    newer = [e for e in good if e["t"] >= since]  # type: ignore[index]
+    newer = [e for e in good if e["t"] >= since]
     return newer[-MAX_ENTRIES:], len(values) - len(good)
 
 
-def _read(path: str, since: float) -> tuple[list[dict], int]:
+def _read(path: str, since: float) -> tuple[list[dict[str, Any]], int]:
     """parse() of the file's newest part (OSError as jsonl.read_tail raises it)."""
     data, _size = read_tail(path, MAX_ENTRIES * MAX_LINE * 2)
     return _select(parse_lines(data, MAX_LINE), since)
 
 
-def load(config: Config, now: float) -> list[dict]:
+def load(config: Config, now: float) -> list[dict[str, Any]]:
     """The entries within `checks.kernel.app_xid_window_h` of `now`; [] when there is no file."""
     path = os.path.join(config.state_dir, NAME)
     try:
@@ -108,7 +110,7 @@ def load(config: Config, now: float) -> list[dict]:
     return entries
 
 
-def record(config: Config, entries: list[dict], now: float) -> bool:
+def record(config: Config, entries: list[dict[str, Any]], now: float) -> bool:
     """Append this job's entries (root only), then keep the file to the window; True if written."""
     if not entries:
         return True

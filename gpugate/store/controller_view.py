@@ -28,6 +28,7 @@ from gpugate.store.evidence import _JOB, VIEW_DIR, bundle_name, remove_view
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 DIR_MODE = 0o711
 FILE_MODE = 0o644
@@ -77,7 +78,9 @@ def _traversable(path: str) -> None:
         os.close(fd)
 
 
-def write_record(evidence_dir: str, job_id: str, node: str, restart: int, record: dict) -> str:
+def write_record(
+    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any]
+) -> str:
     """Write one record atomically (directories made traversable on the way); its path."""
     path = record_path(evidence_dir, job_id, node, restart)
     # evidence_dir itself keeps its mode and group (0750 root:<admins>) plus search for
@@ -94,13 +97,15 @@ def forget(evidence_dir: str, job_id: str, node: str, restart: int) -> None:
     remove_view(evidence_dir, f"{job_id}/{bundle_name(node, restart)}")
 
 
-def running(deadline_s: float, now: float | None = None) -> dict:
+def running(deadline_s: float, now: float | None = None) -> dict[str, Any]:
     """The record at the epilog's start: it ends at the latest `deadline_s` from now."""
     now = time.time() if now is None else now
     return {"state": RUNNING, "deadline": round(now + deadline_s, 3)}
 
 
-def done(summary: dict | None, flightrec: dict | None = None, **extra: object) -> dict:
+def done(
+    summary: dict[str, Any] | None, flightrec: dict[str, Any] | None = None, **extra: object
+) -> dict[str, Any]:
     """The record at the epilog's end: the summary's decision fields (none without a bundle)."""
     fields = {k: (summary or {}).get(k) for k in SUMMARY_FIELDS if k in (summary or {})}
     fields.update({k: v for k, v in extra.items() if v is not None})
@@ -110,7 +115,7 @@ def done(summary: dict | None, flightrec: dict | None = None, **extra: object) -
     return {"state": DONE, **fields}
 
 
-def fr_digest(flightrec: dict | None) -> dict | None:
+def fr_digest(flightrec: dict[str, Any] | None) -> dict[str, Any] | None:
     """The flight recorder's records and refusals, cut to what the culprit needs."""
     if not isinstance(flightrec, dict):
         return None
@@ -125,8 +130,9 @@ def fr_digest(flightrec: dict | None) -> dict | None:
     return {"records": records, "errors": errors}
 
 
-def _fr_record(rec: dict) -> dict:
-    pgs = rec.get("pgs") if isinstance(rec.get("pgs"), dict) else {}
+def _fr_record(rec: dict[str, Any]) -> dict[str, Any]:
+    pgs = rec.get("pgs")
+    pgs = pgs if isinstance(pgs, dict) else {}
     entries = [e for e in rec.get("entries") or [] if isinstance(e, dict)][-FR_ENTRIES_KEPT:]
     return {
         "rank": rec.get("rank"),
@@ -143,7 +149,7 @@ def _fr_record(rec: dict) -> dict:
 # ------------------------------------------------------------------------------ the controller
 
 
-def read_record(path: str) -> tuple[dict | None, str | None]:
+def read_record(path: str) -> tuple[dict[str, Any] | None, str | None]:
     """(record, None), (None, None) when there is none yet, or (None, why it is unreadable)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -175,9 +181,11 @@ def _regular(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def gather(evidence_dir: str, job_id: str, nodes: tuple[str, ...], restart: int) -> tuple:
+def gather(
+    evidence_dir: str, job_id: str, nodes: tuple[str, ...], restart: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """({node: record}, {node: why unreadable}) for this run of the job, as they are now."""
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {}
     for node in nodes:
         try:
@@ -217,20 +225,21 @@ def _blocked(path: str) -> tuple[str, str] | None:
     return None
 
 
-def settled(found: dict[str, dict], nodes: tuple[str, ...], now: float) -> bool:
+def settled(found: dict[str, dict[str, Any]], nodes: tuple[str, ...], now: float) -> bool:
     """Whether every node's epilog is over: its record done, or past its deadline."""
     return all(node in found and _over(found[node], now) for node in nodes)
 
 
-def _over(record: dict, now: float) -> bool:
+def _over(record: dict[str, Any], now: float) -> bool:
     if record.get("state") == DONE:
         return True
     deadline = record.get("deadline")
-    ok = isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
-    return not ok or now >= float(deadline)
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
+        return True
+    return now >= float(deadline)
 
 
-def still_running(found: dict[str, dict], now: float) -> bool:
+def still_running(found: dict[str, dict[str, Any]], now: float) -> bool:
     """Whether a node epilog may still be writing (a running record before its deadline)."""
     return any(not _over(r, now) for r in found.values())
 
@@ -244,7 +253,7 @@ def wait_for_records(
     cap_s: float,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
-) -> tuple[list[dict], dict[str, str], dict[str, dict]]:
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]]]:
     """Wait until every node's epilog is over; (done records, problems, every record found).
 
     A missing record is waited for up to `wait_s` (that node's epilog has not started yet);

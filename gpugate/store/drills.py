@@ -14,6 +14,8 @@ from gpugate.store.history import _add, _read_lines, history_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
 
 RECORDS = "drills.jsonl"
@@ -29,7 +31,9 @@ def valid_record(e: object) -> bool:
     return type(when) in (int, float) and type(node) is str and type(e.get("steps")) is list
 
 
-def record_drill(config: Config, drill: dict, steps: list[dict], passed: bool, why: str) -> dict:
+def record_drill(
+    config: Config, drill: dict[str, Any], steps: list[dict[str, Any]], passed: bool, why: str
+) -> dict[str, Any]:
     """Append one drill's record to drills.jsonl (bounded like drains.jsonl); the entry."""
     entry = {"node": drill["node"], "when": round(time.time(), 3), "id": drill["id"],
              "fault": drill["fault"], "injected": FAULTS[drill["fault"]][0], "drill": drill,
@@ -44,7 +48,7 @@ def records_path(config: Config) -> str:
     return os.path.join(history_dir(config), RECORDS)
 
 
-def drill_records(config: Config, node: str | None = None) -> list[dict]:
+def drill_records(config: Config, node: str | None = None) -> list[dict[str, Any]]:
     """Past drills, oldest first (those of `node` only, if given)."""
     entries = _read_lines(records_path(config), valid_record)
     return [e for e in entries if node is None or e["node"] == node]

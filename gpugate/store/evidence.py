@@ -35,6 +35,8 @@ from gpugate.store import locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
 
@@ -107,7 +109,7 @@ def write_bundle(
     node: str,
     restart: int,
     files: dict[str, str | bytes],
-    summary: dict,
+    summary: dict[str, Any],
     group: str | None = None,
     retention: Retention | None = None,
     now: float | None = None,
@@ -164,7 +166,7 @@ def write_bundle(
 def _index_and_prune(
     evidence_dir: str,
     node: str,
-    entry: dict,
+    entry: dict[str, Any],
     older: str | None,
     gid: int,
     retention: Retention | None,
@@ -210,7 +212,7 @@ def index_path(evidence_dir: str, node: str) -> str:
     return os.path.join(evidence_dir, INDEX_DIR, f"{node}.jsonl")
 
 
-def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> None:
+def append_index(evidence_dir: str, node: str, entry: dict[str, Any], gid: int = -1) -> None:
     """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
     path = index_path(evidence_dir, node)
     _private_dir(os.path.dirname(path), gid)
@@ -220,8 +222,8 @@ def append_index(evidence_dir: str, node: str, entry: dict, gid: int = -1) -> No
 class IndexRead(Record):
     """What a node's index holds: valid entries (newest line per bundle), warnings, line count."""
 
-    entries: list
-    warnings: list
+    entries: list[dict[str, Any]]
+    warnings: list[str]
     lines: int
 
 
@@ -236,7 +238,7 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
         return IndexRead(
             entries=[], warnings=[f"{path}: unreadable ({exc.strerror or exc})"], lines=0
         )
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
     bad: list[str] = []
     lines = jsonl.parse(data)
     for number, value in enumerate(lines, 1):
@@ -252,7 +254,7 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
     return IndexRead(entries=list(found.values()), warnings=warnings, lines=len(lines))
 
 
-def _entry_problem(entry: object, node: str) -> dict | str:
+def _entry_problem(entry: object, node: str) -> dict[str, Any] | str:
     # The entry when the line is a well-formed entry of this node, else what is wrong with it.
 
     if entry is NOT_JSON:
@@ -358,7 +360,7 @@ def prune(
         drop.update(e["path"] for e in live if e["at"] < cutoff and e["path"] not in keep)
     if retention.max_bytes is not None and retention.user_share is not None:
         share = int(retention.max_bytes * min(1.0, retention.user_share))
-        users: dict[str, list[dict]] = {}
+        users: dict[str, list[dict[str, Any]]] = {}
         for e in live:
             users.setdefault(e.get("user") or "?", []).append(e)
         for mine in users.values():
@@ -381,7 +383,7 @@ def prune(
 
 
 def _drop_oldest(
-    entries: list[dict], limit: int, drop: set[str], keep: set[str] | frozenset[str]
+    entries: list[dict[str, Any]], limit: int, drop: set[str], keep: set[str] | frozenset[str]
 ) -> None:
     # entries: oldest first. Mark the oldest for removal until what is left fits in `limit`.
     total = sum(e["bytes"] for e in entries if e["path"] not in drop)
@@ -437,7 +439,7 @@ def list_bundles(evidence_dir: str, job_id: str) -> list[str]:
 SUMMARY_MAX = 16 << 20  # a summary is a few KiB; far bigger is not the epilog's
 
 
-def read_summary(bundle: str) -> dict | None:
+def read_summary(bundle: str) -> dict[str, Any] | None:
     """A bundle's summary.json, or None when missing or unreadable."""
     try:
         from gpugate.fsutil import read_regular
@@ -449,7 +451,7 @@ def read_summary(bundle: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def suspect_node(summaries: list[dict]) -> str | None:
+def suspect_node(summaries: list[dict[str, Any]]) -> str | None:
     """The node whose evidence shows the first hardware error (earliest time), if any.
 
     In a multi-node job every rank times out; the node that failed first is the cause.

@@ -14,6 +14,10 @@ import os
 from gpugate.fsutil import read_regular
 from gpugate.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 HEALING_FILE = "healing.json"
 # A few hundred bytes per drained node; anything far bigger is not ours.
 _READ_MAX = 4 * 1024 * 1024
@@ -30,7 +34,7 @@ class Healing(Record):
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id when drained
     passes: int = 0  # consecutive passing health runs since the drain
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The stored form."""
         return {"check": self.check, "fault": self.fault, "since": self.since,
                 "boot_id": self.boot_id, "passes": self.passes}  # fmt: skip

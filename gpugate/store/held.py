@@ -31,6 +31,7 @@ from gpugate.store.history import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -43,11 +44,11 @@ HELD_FRESH_S = 86400
 
 def valid_held(e: object) -> bool:
     """Whether `e` is an entry as record_held() writes it."""
-    return _common_ok(e, ("at", "reason", "why", "check")) and type(e.get("reason")) is str  # type: ignore[union-attr]
+    return _common_ok(e, ("at", "reason", "why", "check")) and type(e.get("reason")) is str
 
 
 def record_held(state_dir: str, node: str, reason: str, why: str, when: float | None = None,
-                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> dict | None:  # fmt: skip
+                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> dict[str, Any] | None:  # fmt: skip
     """Note that the budget held back gpugate's drain of `node`; the entry, or None when it
     repeats the node's last one within SAME_EVENT_S."""
     when = time.time() if when is None else float(when)
@@ -57,7 +58,9 @@ def record_held(state_dir: str, node: str, reason: str, why: str, when: float | 
     return _add(state_dir, HELD, valid_held, entry, same, max_per_node, max_entries)
 
 
-def held_entries(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+def held_entries(
+    state_dir: str, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Held-back drains (of one node, or all; since a time), oldest first."""
     return _select(_read_lines(os.path.join(state_dir, HELD), valid_held), node, since)
 
@@ -73,8 +76,10 @@ def note_held(config: Config, node: str, reason: str, why: str) -> None:
 
 
 def current_held(
-    held_entries: Iterable[dict], drain_entries: Iterable[dict], now: float | None = None
-) -> dict[str, dict]:
+    held_entries: Iterable[dict[str, Any]],
+    drain_entries: Iterable[dict[str, Any]],
+    now: float | None = None,
+) -> dict[str, dict[str, Any]]:
     """{node: its newest held entry} for nodes whose held drain still stands: fresh
     (HELD_FRESH_S) and with no drain of the node recorded since. The caller drops nodes that
     Slurm shows drained now."""
@@ -82,14 +87,16 @@ def current_held(
     last_drain: dict[str, float] = {}
     for e in drain_entries:
         last_drain[e["node"]] = max(last_drain.get(e["node"], 0.0), e["when"])
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for e in held_entries:
         if now - e["when"] < HELD_FRESH_S and e["when"] > last_drain.get(e["node"], -1.0):
             out[e["node"]] = e  # oldest first: the newest wins
     return out
 
 
-def held_now(config: Config, node: str | None = None, now: float | None = None) -> dict[str, dict]:
+def held_now(
+    config: Config, node: str | None = None, now: float | None = None
+) -> dict[str, dict[str, Any]]:
     """current_held() from the configured history (one node's, or all)."""
     where = history_dir(config)
     return current_held(held_entries(where, node), drains(where, node), now)

@@ -45,8 +45,10 @@ from gpugate.fsutil import (
 )
 from gpugate.jsonl import append, dumps
 
-# Drain reasons are built and read back in one place (re-exported for the history's readers).
-from gpugate.slurm.reasons import reason_bundle, reason_check  # noqa: F401
+# Drain reasons are built and read back in one place (re-exported for the history's readers:
+# `name as name` says so to mypy).
+from gpugate.slurm.reasons import reason_bundle as reason_bundle
+from gpugate.slurm.reasons import reason_check as reason_check
 from gpugate.store import locks
 
 # Where the history lives (store/dirs.py, below the lock list that names those directories).
@@ -58,6 +60,7 @@ from gpugate.store.dirs import read_dirs as read_dirs
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any, TypeGuard
 
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
@@ -100,7 +103,7 @@ def _unlocked(lock: FileLock, path: str) -> None:
                 "written without it")  # fmt: skip
 
 
-def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict]:
+def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict[str, Any]]:
     """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
     warning for the whole file (never an exception: the file may be hostile or torn)."""
     try:
@@ -117,14 +120,16 @@ def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> lis
 
 def _when_ok(when: object) -> bool:
     # bool is an int: `"when": true` is not a time. NaN fails both comparisons.
-    return type(when) in (int, float) and 0 <= when <= _WHEN_MAX  # type: ignore[operator]
+    if type(when) not in (int, float) or not isinstance(when, (int, float)):  # the 2nd: mypy's
+        return False
+    return 0 <= when <= _WHEN_MAX
 
 
 _DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id")
 _RESUME_TEXT = ("at", "who", "why", "reason", "boot_id", "repair")
 
 
-def _common_ok(e: object, texts: tuple[str, ...]) -> bool:
+def _common_ok(e: object, texts: tuple[str, ...]) -> TypeGuard[dict[str, Any]]:
     if type(e) is not dict:
         return False
     node = e.get("node")
@@ -137,17 +142,19 @@ def valid_drain(e: object) -> bool:
     """Whether `e` is a drain entry as record_drain() writes it (the types readers rely on)."""
     if not _common_ok(e, _DRAIN_TEXT):
         return False
-    return type(e.get("xid")) in (int, type(None))  # type: ignore[union-attr]
+    return type(e.get("xid")) in (int, type(None))
 
 
 def valid_resume(e: object) -> bool:
     """Whether `e` is an audit entry as record_resume() writes it."""
     if not _common_ok(e, _RESUME_TEXT):
         return False
-    return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))  # type: ignore[union-attr]
+    return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))
 
 
-def _trim(entries: list[dict], max_per_node: int, max_entries: int) -> list[dict]:
+def _trim(
+    entries: list[dict[str, Any]], max_per_node: int, max_entries: int
+) -> list[dict[str, Any]]:
     """Keep the newest `max_per_node` of each node, then the newest `max_entries` in all."""
     seen: dict[str, int] = {}
     kept = []
@@ -176,7 +183,7 @@ def record_drain(
     boot_id: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Add one drain to the node's history; the entry, or None when it repeats the last one."""
     when = time.time() if when is None else float(when)
     entry = {
@@ -201,11 +208,11 @@ def _add(
     state_dir: str,
     name: str,
     valid: Callable[[object], bool],
-    entry: dict,
-    repeats: Callable[[dict], bool],
+    entry: dict[str, Any],
+    repeats: Callable[[dict[str, Any]], bool],
     max_per_node: int,
     max_entries: int,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Append `entry` to the bounded file `name` under the lock (rewritten whole, atomically);
     the entry, or None when `repeats` says it repeats its node's last one."""
     path = os.path.join(state_dir, name)
@@ -221,13 +228,13 @@ def _add(
     return entry
 
 
-def _same_event(state_dir: str, last: dict, new: dict) -> bool:
+def _same_event(state_dir: str, last: dict[str, Any], new: dict[str, Any]) -> bool:
     if last.get("check") != new["check"] or new["when"] - last.get("when", 0) >= SAME_EVENT_S:
         return False
     try:
         # Any resume logged since (of any node: one stat, not a read of the audit log) makes
         # the new drain a new event.
-        return os.stat(os.path.join(state_dir, AUDIT)).st_mtime < last.get("when", 0)
+        return bool(os.stat(os.path.join(state_dir, AUDIT)).st_mtime < last.get("when", 0))
     except OSError:
         return True  # no audit log: nothing was resumed
 
@@ -245,8 +252,8 @@ def record_resume(
     resumed: bool = True,
     boot_id: str | None = None,
     repair: str | None = None,
-    qualification: dict | None = None,
-) -> dict:
+    qualification: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
     why, the check's result; the entry."""
     when = time.time() if when is None else float(when)
@@ -289,7 +296,9 @@ def current_user() -> str:
         return str(os.getuid())
 
 
-def _select(entries: list[dict], node: str | None, since: float | None) -> list[dict]:
+def _select(
+    entries: list[dict[str, Any]], node: str | None, since: float | None
+) -> list[dict[str, Any]]:
     return [
         e
         for e in entries
@@ -297,12 +306,16 @@ def _select(entries: list[dict], node: str | None, since: float | None) -> list[
     ]
 
 
-def drains(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+def drains(
+    state_dir: str, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Drain entries (of one node, or all; since an epoch time, or all), oldest first."""
     return _select(_read_lines(os.path.join(state_dir, DRAINS)), node, since)
 
 
-def resumes(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+def resumes(
+    state_dir: str, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Resume entries of the audit log (of one node, or all; since a time), oldest first."""
     return _select(_read_lines(os.path.join(state_dir, AUDIT), valid_resume), node, since)
 
@@ -344,15 +357,15 @@ def rma_candidate(config: Config, node: str, check_id: str, now: float | None = 
     return reaches_rma(True, same, adm.rma_after_drains)
 
 
-def by_node(entries: Iterable[dict]) -> dict[str, list[dict]]:
+def by_node(entries: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Entries grouped by node, each list in the order given."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         out.setdefault(e["node"], []).append(e)
     return out
 
 
-def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict | None:
+def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[str, Any] | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
     from gpugate.checks.sources.kernel_log import boot_id  # the prolog has it loaded already
@@ -365,7 +378,7 @@ def note_drain(config: Config, node: str, reason: str, **fields: object) -> dict
             reason,
             max_per_node=adm.history_max_per_node,
             max_entries=adm.history_max_entries,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
     except Exception as exc:  # the drain itself already happened: nothing here may undo it
         log.error(config.state_dir, f"could not record the drain of {node} in the history", exc)
@@ -376,7 +389,7 @@ def valid_unknown_xids(e: object) -> bool:
     """Whether `e` is an entry as record_unknown_xids() writes it (a non-empty list of codes)."""
     if not _common_ok(e, ("at", "job", "hook")):
         return False
-    codes = e.get("xids")  # type: ignore[union-attr]
+    codes = e.get("xids")
     return type(codes) is list and 0 < len(codes) <= 64 and all(type(c) is int for c in codes)
 
 
@@ -390,7 +403,7 @@ def record_unknown_xids(
     hook: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Note the Xids outside NVIDIA's catalog one hook run saw on `node`; the entry, or None
     when there were none or it repeats the node's last entry within SAME_EVENT_S."""
     codes = sorted({int(c) for c in xids})[:64]
@@ -404,19 +417,21 @@ def record_unknown_xids(
     return _add(state_dir, UNKNOWN_XIDS, valid_unknown_xids, entry, same, max_per_node, max_entries)
 
 
-def unknown_xids(state_dir: str, node: str | None = None, since: float | None = None) -> list[dict]:
+def unknown_xids(
+    state_dir: str, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Entries of Xids outside the catalog (of one node, or all; since a time), oldest first."""
     path = os.path.join(state_dir, UNKNOWN_XIDS)
     return _select(_read_lines(path, valid_unknown_xids), node, since)
 
 
-def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: object) -> None:
+def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: Any) -> None:
     """For the hooks: record_unknown_xids() with the configured place and caps, never raising."""
     adm = config.admin
     try:
         record_unknown_xids(history_dir(config), node, xids,
                             max_per_node=adm.history_max_per_node,
-                            max_entries=adm.history_max_entries, **fields)  # type: ignore[arg-type]  # fmt: skip
+                            max_entries=adm.history_max_entries, **fields)  # fmt: skip
     except Exception as exc:  # a report only: the hook's verdict stands
         log.error(config.state_dir, f"could not record the unknown Xids of {node}", exc)
 
@@ -429,13 +444,15 @@ GPU_RESET = "gpu reset"
 
 def record_repair(
     state_dir: str, node: str, repair: str, why: str = "", when: float | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Audit a repair done on a drained node (GPU_RESET; a reboot shows by its boot id)."""
     return record_resume(state_dir, node, why=why or repair, result=f"repair: {repair}",
                          when=when, resumed=False, repair=repair)  # fmt: skip
 
 
-def repair_evidence(drain: dict, lift: dict, audit: Iterable[dict] = ()) -> str | None:
+def repair_evidence(
+    drain: dict[str, Any], lift: dict[str, Any], audit: Iterable[dict[str, Any]] = ()
+) -> str | None:
     """What repaired the node between `drain` and `lift` (a drain entry and an audit entry of
     the same node): REBOOT when their boot ids differ, the repair an audit entry between them
     (or the lift itself) names, else None. The one definition of "repaired" for the counts
@@ -456,6 +473,8 @@ def repair_evidence(drain: dict, lift: dict, audit: Iterable[dict] = ()) -> str 
     return None
 
 
-def lifted_without_repair(drain: dict, lift: dict, audit: Iterable[dict] = ()) -> bool:
+def lifted_without_repair(
+    drain: dict[str, Any], lift: dict[str, Any], audit: Iterable[dict[str, Any]] = ()
+) -> bool:
     """True when `lift` (an audit entry that resumed the node) shows no repair since `drain`."""
     return bool(lift.get("resumed", True)) and repair_evidence(drain, lift, audit) is None

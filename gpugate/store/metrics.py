@@ -59,7 +59,9 @@ from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metr
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
 
+    from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
 
 UNCERTAIN = "uncertain"  # gpugate_diagnoses_total's category for a medium or low verdict
@@ -122,7 +124,9 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
-Samples = dict  # {(name, ((label, value), ...)): float}
+if TYPE_CHECKING:  # for annotations only
+    Key = tuple[str, tuple[tuple[str, str], ...]]  # (name, ((label, value), ...))
+    Samples = dict[Key, float]
 READ_MAX = 4 * 1024 * 1024
 
 
@@ -171,16 +175,18 @@ def render(samples: Samples) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_statuses(findings: Iterable[object] | Mapping[str, str] | None) -> dict[str, str]:
+def check_statuses(
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None,
+) -> dict[str, str]:
     """{check: worst status} from findings (objects or dicts with check/status) or a mapping."""
     if findings is None:
         return {}
     if hasattr(findings, "items"):
-        return dict(findings.items())  # type: ignore[union-attr]
+        return dict(findings.items())
     worst: dict[str, str] = {}
     for f in findings:
-        check = f["check"] if isinstance(f, dict) else f.check  # type: ignore[attr-defined]
-        status = f["status"] if isinstance(f, dict) else f.status  # type: ignore[attr-defined]
+        check = f["check"] if isinstance(f, dict) else f.check
+        status = f["status"] if isinstance(f, dict) else f.status
         old = worst.get(check)
         if old is None or _rank(status) < _rank(old):
             worst[check] = status
@@ -195,7 +201,7 @@ def apply_run(
     samples: Samples,
     node: str,
     hook: str,
-    findings: Iterable[object] | Mapping[str, str] | None = None,
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None = None,
     duration_s: float | None = None,
     drained_check: str | None = None,
     category: str | None = None,
@@ -214,7 +220,8 @@ def apply_run(
     `skipped`: earlier updates skipped since the last one (their lock was busy)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
     out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
-    n = (("node", node),)
+    n: tuple[tuple[str, str], ...] = (("node", node),)
+    key: Key
     statuses = check_statuses(findings)
     if statuses and hook == "prolog":
         # The prolog runs the whole checklist: a check that no longer runs (disabled) goes.
@@ -265,7 +272,9 @@ def apply_run(
     return out
 
 
-def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -> None:
+def _note_checkpoint(
+    out: Samples, n: tuple[tuple[str, str], ...], age_s: float | None, stale: bool
+) -> None:
     """The checkpoint series of one job end: the age (last value) and the stale ends."""
     if age_s is not None:
         out[("gpugate_checkpoint_age_seconds", n)] = round(float(age_s), 3)
@@ -274,7 +283,7 @@ def _note_checkpoint(out: Samples, n: tuple, age_s: float | None, stale: bool) -
         out[key] = out.get(key, 0) + 1
 
 
-def apply_qualification(samples: Samples, entries: Iterable[dict]) -> Samples:
+def apply_qualification(samples: Samples, entries: Iterable[dict[str, Any]]) -> Samples:
     """The samples after qualifications recorded as gpugate/store/qualify.py entries (pure)."""
     out = dict(samples)
     for e in entries:
@@ -295,7 +304,7 @@ def apply_qualification(samples: Samples, entries: Iterable[dict]) -> Samples:
     return out
 
 
-def note_qualification(config: Config, entries: list[dict]) -> bool:
+def note_qualification(config: Config, entries: list[dict[str, Any]]) -> bool:
     """Fold recorded qualifications into QUALIFY_FILE beside `admin.metrics_file`, never
     raising (as note_run: nothing without node_exporter's directory); True if written."""
     path = config.admin.metrics_file
@@ -334,10 +343,10 @@ def update_metrics(
     path: str,
     node: str,
     hook: str,
-    findings: Iterable[object] | Mapping[str, str] | None = None,
+    findings: Iterable[Finding | dict[str, str]] | Mapping[str, str] | None = None,
     *,
     state_dir: str,
-    **run: object,
+    **run: Any,
 ) -> bool:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure,
     False when skipped (the lock, in `state_dir`, was busy: counted, and folded into
@@ -350,7 +359,7 @@ def update_metrics(
 
     def change(previous: Samples) -> Samples:
         skipped = _take_skipped(state_dir)  # under the lock: counted once
-        return apply_run(previous, node, hook, findings, skipped=skipped, **run)  # type: ignore[arg-type]
+        return apply_run(previous, node, hook, findings, skipped=skipped, **run)
 
     if _fold(path, state_dir, change):
         return True
@@ -358,7 +367,7 @@ def update_metrics(
     return False
 
 
-def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
+def note_run(config: Config, node: str | None, hook: str, **run: Any) -> bool:
     """For the hooks: update_metrics() at `admin.metrics_file`, never raising; True if written.
 
     Nothing is written when the setting is null or its directory is missing (no
@@ -368,7 +377,7 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
         return False
     try:
-        written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)  # type: ignore[arg-type]
+        written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False

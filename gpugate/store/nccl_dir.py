@@ -26,6 +26,7 @@ from gpugate.store.state import StateError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -252,7 +253,7 @@ def remove_in_background(base: str) -> None:
         log.say(f"NCCL directories set aside in {base} left for the next health run: {exc}")
 
 
-def sweep(base: str, budget_s: float) -> dict:
+def sweep(base: str, budget_s: float) -> dict[str, Any]:
     """Remove the `.gone-*` entries in `base` within `budget_s` seconds; what was removed and left.
 
     Runs as root in a detached child (remove_in_background) and in the health check
@@ -272,7 +273,7 @@ def sweep(base: str, budget_s: float) -> dict:
     return {"removed": len(removed), "left": len(names) - len(removed)}
 
 
-def sweep_nccl_base(config: Config, budget_s: float) -> dict | None:
+def sweep_nccl_base(config: Config, budget_s: float) -> dict[str, Any] | None:
     """The health run's share: sweep the configured base (None: no base, or no time)."""
     base = config.task_prolog.nccl_debug_dir
     if not base or budget_s <= 0 or not os.path.isdir(base):

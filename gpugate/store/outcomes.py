@@ -14,6 +14,7 @@ from gpugate.store.history import by_node, lifted_without_repair
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -23,8 +24,8 @@ HEADERS = ("CHECK", "DRAINS", "LIFTED AFTER REPAIR", "LIFTED WITHOUT REPAIR", "S
 
 
 def check_record(
-    drains: list[dict],
-    audit: list[dict],
+    drains: list[dict[str, Any]],
+    audit: list[dict[str, Any]],
     since: float,
     drained_now: Collection[str] | None = None,
 ) -> dict[str, dict[str, int]]:
@@ -64,7 +65,7 @@ def render_record(record: dict[str, dict[str, int]], window_days: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def note_lift(config: Config, node: str, lift: dict) -> bool | None:
+def note_lift(config: Config, node: str, lift: dict[str, Any]) -> bool | None:
     """After an audited lift (`lift`: its audit entry): count it in gpugate_false_drains_total
     when no repair shows since the node's newest drain. True when counted, False when repaired,
     None when no drain of the node is on record. For `gpugate resume` and for healing."""

@@ -22,6 +22,10 @@ from gpugate.store.history import (
     iso,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 QUALIFY = "qualify.jsonl"
 _TEXT = ("at", "run_id", "why", "by", "trigger")
 
@@ -43,11 +47,11 @@ def valid_qualification(e: object) -> bool:
 
 def record_qualification(
     state_dir: str,
-    entry: dict,
+    entry: dict[str, Any],
     *,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
-) -> dict:
+) -> dict[str, Any]:
     """Add one node's qualification outcome; the entry as written (with `when` and `at`)."""
     when = float(entry.get("when") or time.time())
     full = {
@@ -72,7 +76,9 @@ def record_qualification(
     return full
 
 
-def qualifications(state_dir: str, node: str | None = None, since: float | None = None) -> list:
+def qualifications(
+    state_dir: str, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Qualification entries (of one node, or all; since an epoch time, or all), oldest first."""
     path = os.path.join(state_dir, QUALIFY)
     return _select(_read_lines(path, valid_qualification), node, since)
@@ -80,7 +86,7 @@ def qualifications(state_dir: str, node: str | None = None, since: float | None 
 
 def latest_pass(
     state_dir: str, node: str, since: float | None = None, level: int = 1
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The node's newest qualification of at least `level` (since a time), if it passed.
 
     A later failure voids an earlier pass: a node that passed, then failed, has no pass.

@@ -27,10 +27,13 @@ from gpugate.userfiles import UserFileError, as_user, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.slurm.records import JobInfo
 
 OFFSETS_TIMEOUT_S = 5.0  # the prolog's own deadline is short: a hung NFS stat costs this at most
 SIZES_TASK = "gpugate.store.runs:log_sizes"
@@ -57,7 +60,7 @@ def log_sizes(paths: list[str]) -> dict[str, int]:
     return sizes
 
 
-def job_log_paths(job: object, node: str | None) -> list[str]:
+def job_log_paths(job: JobInfo, node: str | None) -> list[str]:
     """The job's StdOut/StdErr paths that this node's epilog reads (on the batch host only)."""
     batch_host = getattr(job, "batch_host", "") or ""
     if batch_host and node and batch_host != node:
@@ -94,9 +97,9 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def known_faults(findings: list[Finding]) -> list[dict]:
+def known_faults(findings: list[Finding]) -> list[dict[str, Any]]:
     """The prolog's failing findings as (check, GPU) records for the baseline."""
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     for f in findings:
         entry = {"check": f.check, "gpu": f.gpu}
         if f.status == "fail" and entry not in seen:
@@ -104,9 +107,9 @@ def known_faults(findings: list[Finding]) -> list[dict]:
     return seen
 
 
-def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None) -> dict:
+def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None) -> dict[str, Any]:
     """What the prolog keeps of this run beside the counters (see the module docstring)."""
-    record: dict = {
+    record: dict[str, Any] = {
         "restart_count": env.restart_count,
         "known_faults": known_faults(findings),
         "job_gpus": None if env.gpus is None else list(env.gpus),
@@ -117,7 +120,7 @@ def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None
     return record
 
 
-def baseline_offsets(baseline: dict | None) -> dict[str, int]:
+def baseline_offsets(baseline: dict[str, Any] | None) -> dict[str, int]:
     """The log offsets the prolog recorded for this run ({} without a baseline)."""
     offsets = (baseline or {}).get("log_offsets")
     if not isinstance(offsets, dict):
@@ -125,7 +128,7 @@ def baseline_offsets(baseline: dict | None) -> dict[str, int]:
     return {p: n for p, n in offsets.items() if isinstance(p, str) and _count(n)}
 
 
-def job_gpus(env: HookEnv, baseline: dict | None) -> tuple[int, ...] | None:
+def job_gpus(env: HookEnv, baseline: dict[str, Any] | None) -> tuple[int, ...] | None:
     """The job's GPUs on this node: the epilog's SLURM_JOB_GPUS, else the prolog's record."""
     if env.gpus is not None:
         return env.gpus
@@ -135,7 +138,7 @@ def job_gpus(env: HookEnv, baseline: dict | None) -> tuple[int, ...] | None:
     return None
 
 
-def _known(baseline: dict | None) -> set[tuple[str, int | None]]:
+def _known(baseline: dict[str, Any] | None) -> set[tuple[str, int | None]]:
     out: set[tuple[str, int | None]] = set()
     for entry in (baseline or {}).get("known_faults") or ():
         if isinstance(entry, dict) and isinstance(entry.get("check"), str):
@@ -144,7 +147,7 @@ def _known(baseline: dict | None) -> set[tuple[str, int | None]]:
     return out
 
 
-def new_since_prolog(findings: list[Finding], baseline: dict | None) -> list[Finding]:
+def new_since_prolog(findings: list[Finding], baseline: dict[str, Any] | None) -> list[Finding]:
     """The findings that the job's own prolog did not already report."""
     known = _known(baseline)
     return [f for f in findings if (f.check, f.gpu) not in known]

@@ -33,6 +33,8 @@ from gpugate.fsutil import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
 
@@ -169,7 +171,7 @@ def tighten_tree(state_dir: str, gid: int = -1) -> None:
     walk(state_dir, 0)
 
 
-def counters(facts: Facts) -> dict:
+def counters(facts: Facts) -> dict[str, Any]:
     """The monotonic counters and states the epilog compares against (per GPU and IB port)."""
     gpus = {}
     for g in facts.gpus or ():
@@ -236,7 +238,9 @@ def write_private(path: str, text: str) -> None:
     atomic_write(path, text, PRIVATE_FILE, gid=dir_group(os.path.dirname(path)))
 
 
-def save_baseline(state_dir: str, job_id: str, facts: Facts, extra: dict | None = None) -> str:
+def save_baseline(
+    state_dir: str, job_id: str, facts: Facts, extra: dict[str, Any] | None = None
+) -> str:
     """Write the job's baseline atomically; returns its path."""
     directory = ensure_job_dir(state_dir, job_id)
     data = {"job_id": job_id, "node": facts.node, "collected_at": facts.collected_at}
@@ -247,7 +251,7 @@ def save_baseline(state_dir: str, job_id: str, facts: Facts, extra: dict | None 
     return path
 
 
-def load_baseline(state_dir: str, job_id: str) -> dict | None:
+def load_baseline(state_dir: str, job_id: str) -> dict[str, Any] | None:
     """The job's baseline, or None when there is none (or it is unreadable)."""
     path = os.path.join(job_dir(state_dir, job_id), "baseline.json")
     try:
@@ -263,7 +267,7 @@ def task_file(state_dir: str, job_id: str) -> str:
     return os.path.join(state_dir, "task", job_id + ".json")
 
 
-def save_task_file(state_dir: str, job_id: str, uid: int, data: dict) -> str:
+def save_task_file(state_dir: str, job_id: str, uid: int, data: dict[str, Any]) -> str:
     """Write the job's task file, readable by the job's user only (0400, theirs); its path.
 
     The directory is root's 0711: a user can open a file whose name they know, list none, and
@@ -279,7 +283,7 @@ def save_task_file(state_dir: str, job_id: str, uid: int, data: dict) -> str:
     return path
 
 
-def load_task_file(state_dir: str, job_id: str) -> dict | None:
+def load_task_file(state_dir: str, job_id: str) -> dict[str, Any] | None:
     """The job's task file (read as the job's user), or None when missing or unusable."""
     try:
         path = task_file(state_dir, job_id)

@@ -28,6 +28,8 @@ from gpugate.store import history
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.diagnosis.verdict import Diagnosis
 
 SUSPECTS = "suspects.jsonl"
@@ -46,7 +48,9 @@ def first_failure_at(diagnosis: Diagnosis) -> str | None:
     return stamp.iso() if stamp is not None else None
 
 
-def first_to_fail(summaries: list[dict], nodes: tuple[str, ...]) -> tuple[str, float] | None:
+def first_to_fail(
+    summaries: list[dict[str, Any]], nodes: tuple[str, ...]
+) -> tuple[str, float] | None:
     """(node, epoch) of the job's node that failed first, or None when that is not certain.
 
     Every node of the job must have a bundle with a time: a node without one may have failed
@@ -69,10 +73,10 @@ def valid_vote(e: object) -> bool:
     """Whether `e` is a vote as record_vote() writes it."""
     if not history._common_ok(e, ("at", "category", "first_failure_at")):
         return False
-    uid = e.get("uid")  # type: ignore[union-attr]
+    uid = e.get("uid")
     if uid is not None and (type(uid) is not int or uid < 0):
         return False
-    return type(e.get("job")) is str and 0 < len(e["job"]) <= 64  # type: ignore[union-attr]
+    return type(e.get("job")) is str and 0 < len(e["job"]) <= 64
 
 
 def record_vote(
@@ -86,7 +90,7 @@ def record_vote(
     uid: int | None = None,
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Add one vote against `node`; the entry, or None when this job already voted for it."""
     when = time.time() if when is None else float(when)
     entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "job": job,
@@ -99,14 +103,16 @@ def record_vote(
 Dirs = str | Sequence[str]  # one directory, or several whose files are read together
 
 
-def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict]:
+def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
     """The entries of `name` in every directory (the history's, the controller's), oldest first."""
     many = (dirs,) if isinstance(dirs, str) else tuple(dict.fromkeys(dirs))
     entries = [e for d in many for e in history._read_lines(os.path.join(d, name), valid)]
     return sorted(entries, key=lambda e: e.get("when", 0)) if len(many) > 1 else entries
 
 
-def votes(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[dict]:
+def votes(
+    state_dir: Dirs, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Votes (against one node, or all; since an epoch time, or all), oldest first."""
     return history._select(_merged(state_dir, SUSPECTS, valid_vote), node, since)
 
@@ -125,7 +131,9 @@ def closed_at(state_dir: Dirs, node: str) -> float:
     return max(times, default=0.0)
 
 
-def open_votes(state_dir: Dirs, node: str, window_h: float, now: float | None = None) -> list[dict]:
+def open_votes(
+    state_dir: Dirs, node: str, window_h: float, now: float | None = None
+) -> list[dict[str, Any]]:
     """The votes against `node` in the window and since its suspicion was last closed, one per job."""
     since = (time.time() if now is None else now) - window_h * 3600
     since = max(since, closed_at(state_dir, node))
@@ -137,7 +145,7 @@ def voting_jobs(state_dir: Dirs, node: str, window_h: float, now: float | None =
     return [v["job"] for v in open_votes(state_dir, node, window_h, now)]
 
 
-def tally(open_: list[dict], per_user: int) -> tuple[int, int]:
+def tally(open_: list[dict[str, Any]], per_user: int) -> tuple[int, int]:
     """(votes counted, distinct users) of open votes, each user's jobs counted at most `per_user`.
 
     A vote without a uid (an older entry) counts as one unknown user's.
@@ -185,7 +193,7 @@ def record_flag(
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
     read_from: Sequence[str] = (),
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open.
 
     Written to `state_dir`; `read_from`: the other directories whose resumes close a flag.
@@ -202,14 +210,16 @@ def record_flag(
     return history._add(state_dir, FLAGS, valid_flag, entry, still_open, max_per_node, max_entries)
 
 
-def flags(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[dict]:
+def flags(
+    state_dir: Dirs, node: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """Flags (of one node, or all; since an epoch time, or all), oldest first."""
     return history._select(_merged(state_dir, FLAGS, valid_flag), node, since)
 
 
-def open_flags(state_dir: Dirs) -> dict[str, dict]:
+def open_flags(state_dir: Dirs) -> dict[str, dict[str, Any]]:
     """{node: its newest flag} for the nodes whose suspicion is not closed yet."""
-    newest: dict[str, dict] = {}
+    newest: dict[str, dict[str, Any]] = {}
     for e in flags(state_dir):
         newest[e["node"]] = e
     return {n: e for n, e in newest.items() if e["when"] > closed_at(state_dir, n)}

@@ -23,6 +23,7 @@ from gpugate.slurm import reasons
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -38,11 +39,11 @@ SOURCES: dict[str, tuple[str, str]] = {
 
 class _Result:
     def __init__(self) -> None:
-        self.data: dict | None = None
+        self.data: dict[str, Any] | None = None
         self.error: str | None = None
 
 
-def _call(fn: Callable[[], dict], result: _Result) -> None:
+def _call(fn: Callable[[], dict[str, Any]], result: _Result) -> None:
     try:
         result.data = fn()
     except Exception as exc:  # recorded, never raised: one broken source must not hide the rest
@@ -50,11 +51,12 @@ def _call(fn: Callable[[], dict], result: _Result) -> None:
         result.data = getattr(exc, "facts", None)  # what a failing source could still say
 
 
-def _load(name: str) -> Callable:
+def _load(name: str) -> Callable[..., Any]:
     import importlib
 
     module, func = SOURCES[name]
-    return getattr(importlib.import_module(module), func)
+    read: Callable[..., Any] = getattr(importlib.import_module(module), func)
+    return read
 
 
 def gather_dict(
@@ -62,8 +64,8 @@ def gather_dict(
     node: str,
     only: list[str] | None = None,
     deadline_s: float | None = None,
-    source_kwargs: dict[str, dict] | None = None,
-) -> dict:
+    source_kwargs: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Run the sources concurrently; return the snapshot as a plain dict.
 
     `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
@@ -90,7 +92,7 @@ def gather_dict(
         )
         t.start()
         threads[name] = (t, result, float(getattr(timeouts, name)))
-    snapshot: dict = {"node": node, "collected_at": utc()}
+    snapshot: dict[str, Any] = {"node": node, "collected_at": utc()}
     for name, (t, result, timeout) in threads.items():
         remaining = timeout - (time.monotonic() - started)
         if deadline_s is not None:

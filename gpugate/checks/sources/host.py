@@ -18,6 +18,8 @@ from gpugate.checks.sources import proc_path, sys_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
 
 NVIDIA_VENDOR = "0x10de"
@@ -38,9 +40,9 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def read_host(config: Config) -> dict:
+def read_host(config: Config) -> dict[str, Any]:
     """Limits, memory, kernel modules and the PCI GPU count as snapshot keys."""
-    facts: dict = {"limits": read_limits()}
+    facts: dict[str, Any] = {"limits": read_limits()}
     memory = parse_meminfo(read_text(proc_path(config, "meminfo")) or "")
     if memory:
         facts["memory"] = memory
@@ -58,7 +60,7 @@ def read_host(config: Config) -> dict:
     return facts
 
 
-def read_limits() -> dict:
+def read_limits() -> dict[str, Any]:
     """This process's open-file limit (soft and hard).
 
     The prolog is started by slurmd and inherits slurmd's limits, which are what job steps
@@ -69,7 +71,7 @@ def read_limits() -> dict:
     return {"nofile_soft": soft, "nofile_hard": hard}
 
 
-def parse_meminfo(text: str) -> dict:
+def parse_meminfo(text: str) -> dict[str, Any]:
     """`/proc/meminfo` text -> {total_mib, available_mib, swap_total_mib, swap_used_mib}."""
     kib: dict[str, int] = {}
     for line in text.splitlines():

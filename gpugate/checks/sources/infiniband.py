@@ -16,12 +16,14 @@ from gpugate.checks.sources.host import read_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Config
 
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
-def read_infiniband(config: Config) -> dict:
+def read_infiniband(config: Config) -> dict[str, Any]:
     """Every port of every IB/RoCE device; `[]` on a node without /sys/class/infiniband."""
     root = sys_path(config, "class", "infiniband")
     if not os.path.isdir(root):
@@ -35,7 +37,7 @@ def read_infiniband(config: Config) -> dict:
     return {"infiniband": ports}
 
 
-def read_port(port_dir: str, device: str, port: int) -> dict:
+def read_port(port_dir: str, device: str, port: int) -> dict[str, Any]:
     """One port directory -> an `infiniband` snapshot entry."""
     return {
         "device": device,
@@ -87,6 +89,6 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _natural(name: str) -> tuple:
+def _natural(name: str) -> tuple[Any, ...]:
     # mlx5_2 before mlx5_10: compare digit runs as numbers.
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

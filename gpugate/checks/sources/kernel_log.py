@@ -26,6 +26,7 @@ from gpugate.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -71,10 +72,12 @@ class KmsgRecord(Record):
     seq: int
     usec: int  # CLOCK_MONOTONIC microseconds since boot
     message: str  # unescaped; may hold newlines
-    properties: dict  # the dictionary lines: SUBSYSTEM, DEVICE, ...
+    properties: dict[str, Any]  # the dictionary lines: SUBSYSTEM, DEVICE, ...
 
 
-def read_kernel_log(config: Config, since_seq: int | None = None, kmsg: str = KMSG_PATH) -> dict:
+def read_kernel_log(
+    config: Config, since_seq: int | None = None, kmsg: str = KMSG_PATH
+) -> dict[str, Any]:
     """Relevant kernel-log lines: `kernel_log_file`, else /dev/kmsg, else `dmesg`."""
     src = config.sources
     if src.kernel_log_file:

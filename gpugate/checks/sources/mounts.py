@@ -22,6 +22,7 @@ from gpugate.checks.sources.host import read_text
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from gpugate.child import Child
     from gpugate.config.schema import Config
@@ -34,7 +35,9 @@ _ANSWER_MAX = 4096  # a probe answers a number or one error line
 _OCTAL_RE = re.compile(r"\\([0-7]{3})")
 
 
-def read_mounts(config: Config, probe: Callable[[str], tuple[str, dict]] | None = None) -> dict:
+def read_mounts(
+    config: Config, probe: Callable[[str], tuple[str, dict[str, Any]]] | None = None
+) -> dict[str, Any]:
     """Status of each `sources.required_mounts` entry; `probe` names another child task (tests)."""
     required = config.sources.required_mounts
     if not required:
@@ -53,7 +56,7 @@ def read_mounts(config: Config, probe: Callable[[str], tuple[str, dict]] | None 
     return {"mounts": mounts}
 
 
-def parse_mountinfo(text: str) -> dict[str, dict]:
+def parse_mountinfo(text: str) -> dict[str, dict[str, Any]]:
     """`/proc/self/mountinfo` -> {mount point: {fstype, source, options, super_options}}.
 
     Fields per proc(5): id, parent, major:minor, root, mount point, mount options, optional
@@ -61,7 +64,7 @@ def parse_mountinfo(text: str) -> dict[str, dict]:
     octal escapes (`\\040`). A later line for the same mount point is mounted over the earlier
     one, so the last one wins.
     """
-    table: dict[str, dict] = {}
+    table: dict[str, dict[str, Any]] = {}
     for line in text.splitlines():
         fields = line.split()
         dash = fields.index("-", 6) if "-" in fields[6:] else 0
@@ -76,13 +79,13 @@ def parse_mountinfo(text: str) -> dict[str, dict]:
     return table
 
 
-def mount_status(path: str, table: dict[str, dict]) -> dict:
+def mount_status(path: str, table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A `mounts` entry from mountinfo alone: writable None means "probe it"."""
     # The path as configured is the key the checks match on; normpath() only for the lookup,
     # never realpath(): that would stat a possibly hung mount.
     where = os.path.normpath(path)
     entry = table.get(where)
-    status: dict = {"path": path, "mounted": entry is not None, "fstype": None,
+    status: dict[str, Any] = {"path": path, "mounted": entry is not None, "fstype": None,
                     "writable": None, "fsync_ms": None, "error": None}  # fmt: skip
     if entry is None:
         status["error"] = f"not a mount point{_inside(where, table)}"
@@ -115,13 +118,13 @@ def timed_probe(path: str) -> int:
     return time.monotonic_ns() - started
 
 
-def probe_task(path: str) -> tuple[str, dict]:
+def probe_task(path: str) -> tuple[str, dict[str, Any]]:
     """The child task that probes `path`: the real write probe."""
     return "gpugate.checks.sources.mounts:timed_probe", {"path": path}
 
 
 def run_probes(
-    dirs: list[str], limit_s: float, probe: Callable[[str], tuple[str, dict]] = probe_task
+    dirs: list[str], limit_s: float, probe: Callable[[str], tuple[str, dict[str, Any]]] = probe_task
 ) -> list[tuple[float | None, str | None]]:
     """Probe each directory in a child process, all at once: (fsync_ms, error) for each.
 
@@ -163,7 +166,7 @@ def _result(c: Child, limit_s: float) -> tuple[float | None, str | None]:
     return None, "probe process sent no time"
 
 
-def _inside(path: str, table: dict[str, dict]) -> str:
+def _inside(path: str, table: dict[str, dict[str, Any]]) -> str:
     """`, on / (ext4)`: the mount that holds a path that is not a mount point itself."""
     parent = path
     while parent not in table and parent != os.path.dirname(parent):

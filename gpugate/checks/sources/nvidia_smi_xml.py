@@ -20,6 +20,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from xml.etree.ElementTree import Element
 
 # What nvidia-smi prints where NVML had no value: each means "not known".
@@ -39,7 +40,7 @@ class NvidiaSmiXmlError(ValueError):
     """The text is not `nvidia-smi -q -x` output."""
 
 
-def snapshot_from_xml(text: str, node: str | None = None) -> dict:
+def snapshot_from_xml(text: str, node: str | None = None) -> dict[str, Any]:
     """The snapshot keys `nvidia-smi -q -x` output carries; `node` names the node if given."""
     from xml.etree import ElementTree
 
@@ -51,7 +52,7 @@ def snapshot_from_xml(text: str, node: str | None = None) -> dict:
         raise NvidiaSmiXmlError(f"not XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise NvidiaSmiXmlError(f"not nvidia-smi -q -x output: root element <{root.tag}>")
-    snapshot: dict = {}
+    snapshot: dict[str, Any] = {}
     if node:
         snapshot["node"] = node
     snapshot["driver_version"] = _text(root, "driver_version")
@@ -77,9 +78,9 @@ def _without_doctype(text: str) -> str:
     return text[:start] + text[end + 1 :]
 
 
-def gpu_from_xml(g: Element, index: int) -> dict:
+def gpu_from_xml(g: Element, index: int) -> dict[str, Any]:
     """One `<gpu>` element as the snapshot's GPU keys (index: its place in the file)."""
-    gpu: dict = {
+    gpu: dict[str, Any] = {
         "index": index,
         "uuid": _text(g, "uuid"),
         "name": _text(g, "product_name"),
@@ -166,7 +167,7 @@ def _reasons(g: Element) -> list[str] | None:
     return None
 
 
-def _power(g: Element) -> dict:
+def _power(g: Element) -> dict[str, Any]:
     block = g.find("gpu_power_readings")  # v12+: the GPU alone, apart from the module (GB200)
     if block is None:
         block = g.find("power_readings")
@@ -185,7 +186,7 @@ def _first(e: Element, *paths: str) -> float | None:
     return None
 
 
-def _ecc_counts(g: Element) -> dict:
+def _ecc_counts(g: Element) -> dict[str, Any]:
     """Totals over memory locations, as nvmlDeviceGetTotalEccErrors gives them."""
     out = {}
     for period in ("volatile", "aggregate"):
@@ -208,7 +209,7 @@ def _ecc_block(block: Element) -> tuple[int | None, int | None]:
     return _sum(block, uncorrected), _sum(block, corrected)
 
 
-def _sum(block: Element, children: list) -> int | None:
+def _sum(block: Element, children: list[Any]) -> int | None:
     values = [_int(block, c.tag) for c in children]
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -232,7 +233,7 @@ _PCIE = {
 }
 
 
-def _group(g: Element, path: str, fields: dict) -> dict | None:
+def _group(g: Element, path: str, fields: dict[str, Any]) -> dict[str, Any] | None:
     """The keys of `fields` read under `path`; None where none of them is known (`N/A`)."""
     block = g.find(path)
     if block is None:
@@ -240,11 +241,11 @@ def _group(g: Element, path: str, fields: dict) -> dict | None:
     return _known({key: read(block, sub) for key, (read, sub) in fields.items()}) or None
 
 
-def _known(values: dict) -> dict:
+def _known(values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-def _processes(g: Element) -> list[dict] | None:
+def _processes(g: Element) -> list[dict[str, Any]] | None:
     block = g.find("processes")
     if block is None:
         return None
@@ -273,7 +274,7 @@ def _recovery_action(g: Element) -> str | None:
     return _snake(value) if value.lower() not in _UNKNOWN else None
 
 
-def _fabric(g: Element) -> dict:
+def _fabric(g: Element) -> dict[str, Any]:
     state = _text(g, "fabric/state")
     if state is None:
         return {}  # no NVSwitch fabric (N/A): not applicable, both keys stay absent

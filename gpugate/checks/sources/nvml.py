@@ -124,7 +124,7 @@ class NvmlUnavailable(RuntimeError):
     `facts`: the snapshot keys that say why (`nvml_error`, ...), kept by the gatherer.
     """
 
-    def __init__(self, message: str, facts: dict | None = None) -> None:
+    def __init__(self, message: str, facts: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.facts = facts or {}
 
@@ -149,7 +149,7 @@ class _Reader:
         # Raised by the binding's unversioned aliases when the driver lacks the versioned call.
         self.mismatch = getattr(module, "NVMLLibraryMismatchError", ())
 
-    def optional(self, fn_name: str, *args: object, absent: frozenset = _ABSENT) -> Any:
+    def optional(self, fn_name: str, *args: object, absent: frozenset[Any] = _ABSENT) -> Any:
         """`fn_name(*args)`, or None when NVML says the feature is absent (or another code)."""
         fn = getattr(self.module, fn_name, None)
         if fn is None:
@@ -175,7 +175,7 @@ class _Reader:
             return None if vouched else FI.ASK
         return self.absorb(f"field {fid}", code, _FIELD_ABSENT)
 
-    def absorb(self, what: str, code: int, absent: frozenset = _ABSENT) -> None:
+    def absorb(self, what: str, code: int, absent: frozenset[Any] = _ABSENT) -> None:
         """Apply the error rules to one failed call: None, a note, or `_Broken`."""
         if code in absent:
             return None
@@ -191,7 +191,7 @@ class _Reader:
         return self.names.get(code, f"nvml_error_{code}")
 
 
-def read_nvml(config: Config, nvml: ModuleType | None = None) -> dict:
+def read_nvml(config: Config, nvml: ModuleType | None = None) -> dict[str, Any]:
     """Read the driver, CUDA and per-GPU facts through NVML (`nvml`: the pynvml module)."""
     module = _import_pynvml() if nvml is None else nvml
     _start(module, config)
@@ -225,7 +225,8 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable(
             f"the pynvml module (PyPI package nvidia-ml-py) cannot be imported: {exc}"
         ) from exc
-    return pynvml
+    module: ModuleType = pynvml  # nvidia-ml-py ships no stubs
+    return module
 
 
 def _error_names(module: ModuleType) -> dict[int, str]:
@@ -243,7 +244,7 @@ def _start(module: ModuleType, config: Config) -> None:
     except module.NVMLError as exc:
         name = _error_names(module).get(exc.value, f"nvml_error_{exc.value}")
         hint = _INIT_HINTS.get(exc.value, str(exc))
-        facts = {"nvml_error": name}
+        facts: dict[str, str | None] = {"nvml_error": name}
         if exc.value == _LIB_RM_VERSION_MISMATCH:
             facts["nvml_library_version"] = loaded_library_version(
                 proc_path(config, "self", "maps")
@@ -267,7 +268,7 @@ def _count(module: ModuleType, names: dict[int, str]) -> int:
         raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {name}", {"nvml_error": name}) from exc
 
 
-def _read_system(r: _Reader) -> dict:
+def _read_system(r: _Reader) -> dict[str, Any]:
     cuda = r.optional("nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
         cuda = r.optional("nvmlSystemGetCudaDriverVersion")
@@ -277,8 +278,8 @@ def _read_system(r: _Reader) -> dict:
     }
 
 
-def _read_gpu(r: _Reader, index: int) -> dict:
-    gpu: dict = dict.fromkeys(Gpu._fields)
+def _read_gpu(r: _Reader, index: int) -> dict[str, Any]:
+    gpu: dict[str, Any] = dict.fromkeys(Gpu._fields)
     gpu["index"] = index
     try:
         handle = r.module.nvmlDeviceGetHandleByIndex(index)
@@ -302,7 +303,7 @@ def _read_gpu(r: _Reader, index: int) -> dict:
 # before it broke is kept as evidence.
 
 
-def _identity(r: _Reader, h: object, gpu: dict) -> None:
+def _identity(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     # PCI first: the bus id often still answers on a GPU that is lost, and names it in reasons.
     pci = r.optional("nvmlDeviceGetPciInfo", h)
     gpu["pci_bus_id"] = None if pci is None else _text(pci.busId)
@@ -311,7 +312,7 @@ def _identity(r: _Reader, h: object, gpu: dict) -> None:
     gpu["serial"] = _text(r.optional("nvmlDeviceGetSerial", h))
 
 
-def _field_values(r: _Reader, h: object, gpu: dict) -> None:
+def _field_values(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     """One nvmlDeviceGetFieldValues call for the counters the readers below use."""
     ids = FI.field_ids(min(FI.max_links(r.module), FI.MAX_FIELD_LINKS))
     # A driver refusing the whole batch (InvalidArgument: a field or scope it cannot take) is
@@ -321,7 +322,7 @@ def _field_values(r: _Reader, h: object, gpu: dict) -> None:
         r.answers = FI.decode(values)
 
 
-def _thermal_power(r: _Reader, h: object, gpu: dict) -> None:
+def _thermal_power(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     # NVML 13 deprecates nvmlDeviceGetTemperature (removed with CUDA 14): the V call replaces it.
     temperature = r.optional("nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU)
     if temperature is None:
@@ -336,7 +337,7 @@ def _thermal_power(r: _Reader, h: object, gpu: dict) -> None:
     gpu["throttle_reasons"] = None if mask is None else decode_throttle_reasons(int(mask))
 
 
-def _ecc(r: _Reader, h: object, gpu: dict) -> None:
+def _ecc(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     mode = r.field(FI.ECC_CURRENT, group=FI.ECC_GROUP)
     if mode is FI.ASK:
         modes = r.optional("nvmlDeviceGetEccMode", h)  # [current, pending]
@@ -354,7 +355,7 @@ def _ecc(r: _Reader, h: object, gpu: dict) -> None:
     gpu["retired_pages_pending"] = None if pending is None else bool(pending)
 
 
-def _remapped_rows(r: _Reader, h: object, gpu: dict) -> None:
+def _remapped_rows(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     # Ampere and newer; NotSupported on Volta and on MIG GPUs with active instances.
     rows = [r.field(fid, group=FI.MEMORY_REPAIR_GROUP) for fid in FI.REMAPPED]
     if FI.ASK in rows:  # (corrected, uncorrected, pending, failure)
@@ -370,7 +371,7 @@ def _remapped_rows(r: _Reader, h: object, gpu: dict) -> None:
     }
 
 
-def _pcie(r: _Reader, h: object, gpu: dict) -> None:
+def _pcie(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     link = {key: _int(r.optional(fn_name, h)) for key, fn_name in _PCIE_CALLS.items()}
     replays = r.field(FI.PCIE_REPLAY)
     link["replay_errors"] = _int(
@@ -379,7 +380,7 @@ def _pcie(r: _Reader, h: object, gpu: dict) -> None:
     gpu["pcie"] = link if any(v is not None for v in link.values()) else None
 
 
-def _memory(r: _Reader, h: object, gpu: dict) -> None:
+def _memory(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     info = None
     version = getattr(r.module, "nvmlMemory_v2", None)
     if version is not None:
@@ -393,13 +394,13 @@ def _memory(r: _Reader, h: object, gpu: dict) -> None:
         gpu["memory_total_mib"] = _mib(info.total)
 
 
-def _processes(r: _Reader, h: object, gpu: dict) -> None:
+def _processes(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     procs = r.optional("nvmlDeviceGetComputeRunningProcesses", h)
     if procs is not None:
         gpu["processes"] = [_process(r.config, p) for p in procs]
 
 
-def _process(config: Config, proc: Any) -> dict:
+def _process(config: Config, proc: Any) -> dict[str, Any]:
     pid = int(proc.pid)
     return {
         "pid": pid,
@@ -417,12 +418,12 @@ def _comm(config: Config, pid: int) -> str | None:
         return None  # gone already, or in a PID namespace we cannot see
 
 
-def _persistence(r: _Reader, h: object, gpu: dict) -> None:
+def _persistence(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     mode = r.optional("nvmlDeviceGetPersistenceMode", h)
     gpu["persistence_mode"] = None if mode is None else mode == _ENABLED
 
 
-def _fabric(r: _Reader, h: object, gpu: dict) -> None:
+def _fabric(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     info = _fabric_info(r, h)
     if info is None or int(info.state) == _FABRIC_NOT_SUPPORTED:
         return  # no NVSwitch fabric here: both keys stay None
@@ -449,7 +450,7 @@ def _fabric_info(r: _Reader, h: object) -> Any:
     return None
 
 
-def _recovery_action(r: _Reader, h: object, gpu: dict) -> None:
+def _recovery_action(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     action = r.field(FI.RECOVERY_ACTION)
     if action is None or action is FI.ASK:
         return
@@ -458,7 +459,7 @@ def _recovery_action(r: _Reader, h: object, gpu: dict) -> None:
 
 
 # The field groups, in reading order: identity first, so a lost GPU keeps what answered.
-_READERS: tuple[Callable[[_Reader, object, dict], None], ...] = (
+_READERS: tuple[Callable[[_Reader, object, dict[str, Any]], None], ...] = (
     _identity,
     _field_values,
     _thermal_power,

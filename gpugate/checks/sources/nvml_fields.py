@@ -95,9 +95,12 @@ def decode(values: Any) -> dict[tuple[int, int], tuple[int, object]]:
     return out
 
 
-def link_states(answers: dict, links: int, absent: frozenset) -> list[int] | Ask:
+def link_states(
+    answers: dict[tuple[int, int], tuple[int, Any]], links: int, absent: frozenset[int]
+) -> list[int] | Ask:
     """NVML_NVLINK_STATE_* per link up to the first link the driver refuses; ASK if unknown."""
     states: list[int] = []
+    value: Any  # NVML's raw answer, read only on success
     for link in range(links):
         code, value = answers.get((NVLINK_GET_STATE, link), (None, None))
         if code == _SUCCESS:
@@ -109,12 +112,12 @@ def link_states(answers: dict, links: int, absent: frozenset) -> list[int] | Ask
     return states
 
 
-def read_nvlink(r: Reader, h: object, gpu: dict) -> None:
+def read_nvlink(r: Reader, h: object, gpu: dict[str, Any]) -> None:
     if getattr(r.module, "nvmlDeviceGetNvLinkState", None) is None and not r.answers:
         return  # a binding without NVLink calls: not known
     links = min(max_links(r.module), MAX_FIELD_LINKS)
     states = link_states(r.answers, links, _NO_SUCH_LINK)
-    if states is ASK:
+    if isinstance(states, Ask):  # the one instance, ASK
         active = _links_per_call(r, h, 0)
     else:
         active = [state in _LINK_UP for state in states]
@@ -158,7 +161,7 @@ def _nvlink_errors(r: Reader, h: object, links: int) -> dict[str, int] | None:
     return totals or None
 
 
-def _counter_per_call(r: Reader, h: object, counter: int, links: int) -> list:
+def _counter_per_call(r: Reader, h: object, counter: int, links: int) -> list[Any]:
     """One counter of every link through nvmlDeviceGetNvLinkErrorCounter."""
     values = []
     for link in range(links):

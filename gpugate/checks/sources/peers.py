@@ -14,15 +14,17 @@ from gpugate.runner import MISSING, TIMEOUT, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpugate.config.schema import Peers
 
 _SENT = re.compile(r"(?<!\d)(\d{1,20}) packets transmitted, (\d{1,20}) (?:packets )?received")
 _RTT = re.compile(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/(\d+(?:\.\d+)?)/")
 
 
-def parse_ping(text: str) -> dict:
+def parse_ping(text: str) -> dict[str, Any]:
     """`ping -q` summary -> {sent, received, avg_ms} (keys absent when not printed)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     m = _SENT.search(text)
     if m:
         out["sent"], out["received"] = int(m.group(1)), int(m.group(2))
@@ -45,10 +47,10 @@ def ping_argv(host: str, cfg: Peers, deadline_s: float) -> list[str]:
     ]  # fmt: skip
 
 
-def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict:
+def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict[str, Any]:
     """Ping one peer; a snapshot `peers` entry."""
     res = run(ping_argv(host, cfg, deadline_s), timeout=deadline_s + 1)
-    entry: dict = {"node": host}
+    entry: dict[str, Any] = {"node": host}
     entry.update(parse_ping(res.stdout))
     if res.status in (MISSING, TIMEOUT) or "sent" not in entry:
         entry["error"] = res.describe()
@@ -57,9 +59,9 @@ def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict:
     return entry
 
 
-def probe_peers(hosts: list[str], cfg: Peers, deadline_s: float) -> list[dict]:
+def probe_peers(hosts: list[str], cfg: Peers, deadline_s: float) -> list[dict[str, Any]]:
     """Ping every peer at once; results in the order given."""
-    results: list[dict] = [{"node": h, "error": "not probed"} for h in hosts]
+    results: list[dict[str, Any]] = [{"node": h, "error": "not probed"} for h in hosts]
 
     def work(i: int, host: str) -> None:
         results[i] = probe_peer(host, cfg, deadline_s)
