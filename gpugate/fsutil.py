@@ -297,10 +297,15 @@ def read_regular(path: str, cap: int, follow: bool = True) -> bytes:
     """
     fd = open_regular(path, follow)
     try:
-        size = os.fstat(fd).st_size
-        data = b"" if size > cap else _read_upto(fd, cap + 1)
+        return read_open(fd, cap, path)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, cap: int, path: str) -> bytes:
+    """The rest of an open regular file, refused beyond `cap` bytes as read_regular() does."""
+    size = os.fstat(fd).st_size
+    data = b"" if size > cap else _read_upto(fd, cap + 1)
     if size > cap or len(data) > cap:
         raise FileRefused(errno.EFBIG, f"bigger than {_size(cap)}; not read", path)
     return data
