@@ -1,0 +1,41 @@
+"""Regular expressions compiled on first use, not at import.
+
+A healthy `gpugate check` imports modules holding about 56 module-level patterns and uses 11 of
+them (the rest parse faults a healthy node does not have); compiling all of them at import cost
+about 12 ms a run, more than the checklist itself (gpugate/startup.py). `lazy()` is
+`re.compile` for module constants: the same pattern object, compiled when first used.
+"""
+
+from __future__ import annotations
+
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import AnyStr
+
+
+class _Lazy:
+    """A stand-in for a compiled pattern: compiles on first attribute access, then delegates."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str | bytes, flags: int) -> None:
+        self._args = (pattern, flags)
+        self._compiled: re.Pattern[str] | re.Pattern[bytes] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(*self._args)
+        return getattr(compiled, name)
+
+    def __repr__(self) -> str:
+        return f"lazy({self._args[0]!r})"
+
+
+def lazy(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
+    """`re.compile(pattern, flags)`, compiled when first used (module constants)."""
+    # Typed as the Pattern it behaves as: every use goes through its methods and attributes
+    # (never isinstance, never handed back to re.search(), which would want a real one).
+    return _Lazy(pattern, flags)  # type: ignore[return-value]  # a proxy standing in for re.Pattern
