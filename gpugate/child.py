@@ -33,15 +33,15 @@ if TYPE_CHECKING:
 TASKS = frozenset(
     {
         "gpugate.checks.sources.mounts:timed_probe",
-        "gpugate.slurm_hooks.collect:_read_and_diagnose",
+        "gpugate.hooks.collect:_read_and_diagnose",
         "gpugate.userfiles:latest_checkpoint_path",
         "gpugate.userfiles:write_note",  # the controller's "not requeued" note, as the user
-        "gpugate.slurm_hooks.runs:log_sizes",  # the prolog's log offsets, as the job's user
+        "gpugate.store.runs:log_sizes",  # the prolog's log offsets, as the job's user
         "gpugate.checkpoints.freshness:newest_complete",
-        "gpugate.slurm_hooks.flightrec_collect:read_dumps",
-        "gpugate.slurm_hooks.requeue:start_now_when_pending",
+        "gpugate.hooks.flightrec_collect:read_dumps",
+        "gpugate.gate.requeue:start_now_when_pending",
         "gpugate.qualify.launch:qualify_suspect",
-        "gpugate.slurm_hooks.nccl_dir:sweep",  # the epilog's NCCL directory, set aside
+        "gpugate.store.nccl_dir:sweep",  # the epilog's NCCL directory, set aside
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }
 )
@@ -109,13 +109,12 @@ def cli_command() -> list[str]:
 
 
 def _self_contained() -> bool:
-    """True when gpugate's subpackages sit inside its own directory (a wheel, the RPM).
+    """True when sys.path alone finds gpugate (a wheel, the RPM, a checkout on the path).
 
-    A development install maps `checks/` and `slurm_hooks/` into the package with a finder
-    that `site` installs, so there the child needs `site`.
+    An editable install finds the package through a finder that `site` installs, so there
+    the child needs `site`.
     """
-    root = gpugate.__path__[0]
-    return all(os.path.isdir(os.path.join(root, sub)) for sub in ("checks", "slurm_hooks"))
+    return os.path.dirname(gpugate.__path__[0]) in sys.path
 
 
 def start(

@@ -27,9 +27,9 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
     record = {"time": utc(), "hook": hook}
     record.update(fields)
-    from gpugate.slurm_hooks.reasons import drill_mark
+    from gpugate.slurm.reasons import drill_mark
 
-    if drill_mark():  # a run under a drill's overlay says so (slurm_hooks/drill.py)
+    if drill_mark():  # a run under a drill's overlay says so (gpugate/drill/__init__.py)
         record["drill"] = drill_mark()
     if not state_dir:
         return

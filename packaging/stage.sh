@@ -54,10 +54,10 @@ lib=$tree/lib
 mkdir -p "$src" "$out/wheel" "$tree/bin" "$tree/libexec" "$tree/etc" "$tree/doc/examples"
 
 # 1. A wheel of gpugate, built from a copy so that setuptools' build/ and egg-info never land
-#    in the working tree. The copy is what pyproject.toml maps into the package.
+#    in the working tree. The copy holds gpugate/ and the folders its symlinks name.
 echo "stage.sh: gpugate $version: building the wheel" >&2
 (cd "$repo" && tar -c --exclude=__pycache__ --exclude='*.pyc' \
-    pyproject.toml README.md gpugate checks slurm_hooks config) | tar -x -C "$src"
+    pyproject.toml README.md gpugate slurm_hooks config) | tar -x -C "$src"
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps \
     --wheel-dir "$out/wheel" "$src" >&2
 

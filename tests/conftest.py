@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     import gpugate.config
-    from gpugate.slurm_hooks.guard import FALLBACK_ENV
+    from gpugate.gate.guard import FALLBACK_ENV
 
     os.environ["GPUGATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("yamlcache"))
     os.environ[FALLBACK_ENV] = str(tmp_path_factory.mktemp("fallback-state"))
@@ -35,11 +35,11 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """The suspect qualifications a test's hooks asked for, recorded instead of started.
 
-    A flag starts `gpugate qualify` in a detached child (slurm_hooks/suspicion.py): in a unit
+    A flag starts `gpugate qualify` in a detached child (gpugate/gate/suspicion.py): in a unit
     test that child would outlive it and talk to whatever Slurm the host has. The end-to-end
     tests run the hooks in their own processes, where the real child starts.
     """
-    from gpugate.slurm_hooks import suspicion
+    from gpugate.gate import suspicion
 
     calls: list[tuple[str, str]] = []
 

@@ -144,8 +144,7 @@ def _import_all() -> None:
 
     if getattr(_import_all, "done", False):
         return
-    # checks/, slurm_hooks/ and config/ are mapped into the package (pyproject's package-dir).
-    for top in ("gpugate", "gpugate.checks", "gpugate.slurm_hooks", "gpugate.config"):
+    for top in ("gpugate",):
         package = importlib.import_module(top)
         for info in pkgutil.walk_packages(package.__path__, f"{top}."):
             if not info.name.endswith("__main__"):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 
-from gpugate.slurm_hooks.slurm.control import JobNotFound, NodeNotFound, SlurmControl
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo
+from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmControl
+from gpugate.slurm.records import JobInfo, NodeInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from test_slurm_adapter import FIXTURES, FakeRunner, fixture
 
 from gpugate import cli
 from gpugate.admin import nodes as A
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.parse_json import parse_nodes_json
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.parse_json import parse_nodes_json
+from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.evidence import write_bundle
 

@@ -6,10 +6,10 @@ from factories import default_config, make_facts
 from fakes import NODE, FakeSlurm
 from test_prolog import env, setup
 
-from gpugate.slurm_hooks.budget import check_budget, keeps_drain
-from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm.control import SlurmError
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.gate.budget import check_budget, keeps_drain
+from gpugate.hooks.prolog import run_prolog
+from gpugate.slurm.control import SlurmError
+from gpugate.slurm.records import NodeInfo
 
 NOW = 1_800_000_000.0
 

@@ -11,9 +11,9 @@ from fakes import FakeSlurm
 from test_budget import NOW, cluster, node
 
 from gpugate.config import ConfigError, load_config
-from gpugate.slurm_hooks.budget import budget_warnings, check_budget, keeps_drain, warn_daily
-from gpugate.slurm_hooks.drain import drain_node
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.gate.budget import budget_warnings, check_budget, keeps_drain, warn_daily
+from gpugate.gate.drain import drain_node
+from gpugate.slurm.records import NodeInfo
 from gpugate.store.held import held_entries, held_now
 
 

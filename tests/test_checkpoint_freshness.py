@@ -16,8 +16,8 @@ from gpugate.admin import losses
 from gpugate.admin.report import runs_section
 from gpugate.checkpoints.freshness import judge, measure, message, span, tell_stale
 from gpugate.config import ConfigError, load_config
-from gpugate.slurm_hooks.epilog import run_epilog
-from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.hooks.epilog import run_epilog
+from gpugate.hooks.prolog import run_prolog
 from gpugate.store.metrics import apply_run
 
 MIN = 60.0
@@ -165,7 +165,7 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
 
 def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
     from gpugate.commands import epilog_slurmctld as E
-    from gpugate.slurm_hooks.requeue import RequeueDecision
+    from gpugate.gate.requeue import RequeueDecision
 
     stale = {
         "checkpoint_stale": True,

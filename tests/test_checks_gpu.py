@@ -1,4 +1,4 @@
-"""GPU checks (checks/gpu.py): one healthy case, each broken case, missing facts, overrides."""
+"""GPU checks (gpugate/checks/gpu.py): one healthy case, each broken case, missing facts, overrides."""
 
 from __future__ import annotations
 

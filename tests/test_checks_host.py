@@ -1,4 +1,4 @@
-"""Host checks (checks/host.py): open-files limit, host memory, required filesystems."""
+"""Host checks (gpugate/checks/host.py): open-files limit, host memory, required filesystems."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fabric checks (checks/infiniband.py): ports up, at rate, and nvidia_peermem loaded."""
+"""Fabric checks (gpugate/checks/infiniband.py): ports up, at rate, and nvidia_peermem loaded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kernel-log checks (checks/kernel.py): Xids, GPUs lost without an Xid, the OOM killer.
+"""Kernel-log checks (gpugate/checks/kernel.py): Xids, GPUs lost without an Xid, the OOM killer.
 
 The lines are written from the formats in docs/gpu-facts.md (section 2).
 """

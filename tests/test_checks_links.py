@@ -1,4 +1,4 @@
-"""Link checks (checks/links.py): PCIe width and generation, NVLinks, the NVSwitch fabric."""
+"""Link checks (gpugate/checks/links.py): PCIe width and generation, NVLinks, the NVSwitch fabric."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Running the checklist (checks/run.py, catalog, registry) with every check registered."""
+"""Running the checklist (gpugate/checks/run.py, catalog, registry) with every check registered."""
 
 from __future__ import annotations
 

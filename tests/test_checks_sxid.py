@@ -1,4 +1,4 @@
-"""NVSwitch SXids (checks/sxid.py): the table, the line parser and the `kernel.sxid` check.
+"""NVSwitch SXids (gpugate/checks/sxid.py): the table, the line parser and the `kernel.sxid` check.
 
 The lines are the driver's own format (open-gpu-kernel-modules, NVSWITCH_PRINT_SXID and the
 NVSWITCH_REPORT_* macros; docs/gpu-facts.md 2.4): `nvidia-nvswitchN: SXid (PCI:...): CODE,

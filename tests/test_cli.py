@@ -10,7 +10,7 @@ from factories import default_config, make_facts, patch_everywhere
 
 from gpugate.checks import findings as F
 from gpugate.cli import main
-from gpugate.slurm_hooks.policy import decide
+from gpugate.gate.policy import decide
 from gpugate.yamlio import parse_yaml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -109,8 +109,8 @@ def said_once(capsys, argv: list[str], code: int) -> str:
 
 
 def fake_slurm(monkeypatch, runner) -> None:
-    from gpugate.slurm_hooks.slurm import choose as slurm
-    from gpugate.slurm_hooks.slurm.cli import CliBackend
+    from gpugate.slurm import choose as slurm
+    from gpugate.slurm.cli import CliBackend
 
     patch_everywhere(monkeypatch, slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
 

@@ -11,7 +11,7 @@ import pytest
 from factories import default_config
 
 from gpugate.config import ConfigError, load_config
-from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, note_path, tell_user
+from gpugate.gate.requeue import JobEnd, decide_requeue, note_path, tell_user
 from gpugate.store import controller_view as V
 from gpugate.store import history
 
@@ -236,7 +236,7 @@ def test_the_report_reads_decisions_from_both_directories(tmp_path):
 
 
 def test_votes_go_to_controller_dir_and_flags_are_read_from_both(tmp_path):
-    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.gate.suspicion import vote
     from gpugate.store import suspects
 
     config = default_config()
@@ -295,7 +295,7 @@ def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
     from fakes import FakeSlurm
 
     from gpugate.commands.epilog_slurmctld import tell_unreadable, writable_problem
-    from gpugate.slurm_hooks.slurm.records import JobInfo
+    from gpugate.slurm.records import JobInfo
 
     pending = JobInfo(job_id=5, state="PENDING", nodes=NODES, requeue=True)
     slurm = FakeSlurm(nodes=NODES, jobs=[pending])

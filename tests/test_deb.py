@@ -146,11 +146,7 @@ def test_layout_is_the_rpms(deb_file):
 def test_every_module_of_the_project_is_bundled(deb_file):
     """A subpackage missing from pyproject's list would fail only when its hook runs."""
     entries = contents(deb_file)
-    sources = {
-        "gpugate": "gpugate",
-        "checks": "gpugate/checks",
-        "slurm_hooks": "gpugate/slurm_hooks",
-    }
+    sources = {"gpugate": "gpugate"}
     missing = []
     for top, installed in sources.items():
         for dirpath, dirnames, filenames in os.walk(os.path.join(REPO, top)):

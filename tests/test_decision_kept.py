@@ -43,7 +43,7 @@ def broken_node(tmp_path, monkeypatch):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     slurm = FakeSlurm()
-    monkeypatch.setattr("gpugate.slurm_hooks.prolog._slurm", lambda config: slurm)
+    monkeypatch.setattr("gpugate.hooks.prolog._slurm", lambda config: slurm)
     return site, state, slurm
 
 
@@ -93,7 +93,7 @@ def test_a_gigabyte_line_in_drains_is_skipped_quickly(broken_node, capsys):
 
 
 def test_a_drain_that_raises_still_refuses_the_job(broken_node, monkeypatch, capsys):
-    from gpugate.slurm_hooks.slurm.control import SlurmError
+    from gpugate.slurm.control import SlurmError
 
     site, state, slurm = broken_node
     slurm.errors["drain"] = SlurmError("scontrol: error: Unable to contact slurm controller")
@@ -112,7 +112,7 @@ def test_an_unexpected_error_from_the_adapter_also_refuses(broken_node, monkeypa
     def no_backend(config):
         raise RuntimeError("pyslurm exploded")
 
-    monkeypatch.setattr("gpugate.slurm_hooks.prolog._slurm", no_backend)
+    monkeypatch.setattr("gpugate.hooks.prolog._slurm", no_backend)
     assert prolog(site) == 1
 
 
@@ -123,7 +123,7 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
         raise RuntimeError("bug after the decision")
 
     for name in ("mark_refused", "explain_refusal", "summary", "check_statuses", "prepare_job"):
-        monkeypatch.setattr(f"gpugate.slurm_hooks.prolog.{name}", boom)
+        monkeypatch.setattr(f"gpugate.hooks.prolog.{name}", boom)
     assert prolog(site) == 1
     assert slurm.drains
 
@@ -204,18 +204,16 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     """A history that raises after an epilog drain still leaves the event line."""
     from gpugate.commands import epilog as cmd_epilog
     from gpugate.config import load_config
-    from gpugate.slurm_hooks.epilog import EpilogResult
-    from gpugate.slurm_hooks.hookenv import HookEnv
+    from gpugate.hooks.epilog import EpilogResult
+    from gpugate.hooks.hookenv import HookEnv
 
     config = load_config("/dev/null").replace(state_dir=str(tmp_path))
     result = EpilogResult(abnormal=True, why="exit code 1", drained=True,
                           reason="gpugate: kernel.xid: GPU1 Xid 79")  # fmt: skip
     monkeypatch.setattr(
-        "gpugate.slurm_hooks.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
+        "gpugate.hooks.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
     )
-    patch_everywhere(
-        monkeypatch, "gpugate.slurm_hooks.epilog", "run_epilog", lambda config, env: result
-    )
+    patch_everywhere(monkeypatch, "gpugate.hooks.epilog", "run_epilog", lambda config, env: result)
 
     def boom(*args, **kwargs):
         raise TypeError("hostile history")

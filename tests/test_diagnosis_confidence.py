@@ -10,7 +10,7 @@ from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.engine import diagnose_bytes
 from gpugate.diagnosis.rank import TIERS, Signal
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE
-from gpugate.slurm_hooks.requeue import JobEnd, cause, sure_infrastructure
+from gpugate.gate.requeue import JobEnd, cause, sure_infrastructure
 from gpugate.store import metrics as M
 
 
@@ -195,7 +195,7 @@ def test_the_requeue_takes_an_infrastructure_cause_only_when_sure(confidence, in
 @pytest.mark.parametrize("confidence", ["high", "low"])
 def test_the_epilog_hands_its_confidence_to_the_metrics(monkeypatch, confidence) -> None:
     from gpugate.commands import epilog as E
-    from gpugate.slurm_hooks.epilog import EpilogResult
+    from gpugate.hooks.epilog import EpilogResult
 
     seen: dict = {}
     monkeypatch.setattr(E.metrics, "note_run", lambda *a, **kw: seen.update(kw))

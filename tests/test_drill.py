@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from factories import site
 
+from gpugate import drill
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.commands import drill as cmd
 from gpugate.config import ConfigError
-from gpugate.slurm_hooks import drill, reasons
-from gpugate.slurm_hooks.policy import decide
+from gpugate.gate.policy import decide
+from gpugate.slurm import reasons
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "config" / "snapshots"
 EXPECTED = {
@@ -324,7 +325,7 @@ def scontrol_result(status: str) -> object:
 def test_end_on_a_host_that_is_not_a_slurm_node_says_so_and_exits_2(config, monkeypatch,
                                                                      capsys, why):  # fmt: skip
     from gpugate.runner import CommandResult
-    from gpugate.slurm_hooks.slurm import control
+    from gpugate.slurm import control
 
     monkeypatch.setenv("SLURMD_NODENAME", "laptop")
     if why == "no scontrol":
@@ -343,7 +344,7 @@ def test_end_on_a_host_that_is_not_a_slurm_node_says_so_and_exits_2(config, monk
 
 
 def test_end_while_slurmctld_is_away_says_so_and_exits_1(config, monkeypatch, capsys):
-    from gpugate.slurm_hooks.slurm.control import SlurmTimeout
+    from gpugate.slurm.control import SlurmTimeout
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     ops = NotASlurmNode(config, SlurmTimeout(scontrol_result("timeout")))

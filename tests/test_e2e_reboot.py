@@ -24,8 +24,8 @@ slurm_or_skip()
 from localslurm import FAKE_REBOOT, LocalSlurm, state_flags  # noqa: E402
 
 from gpugate.config import load_config  # noqa: E402
-from gpugate.slurm_hooks import repair  # noqa: E402
-from gpugate.slurm_hooks.slurm.cli import CliBackend  # noqa: E402
+from gpugate.gate import repair  # noqa: E402
+from gpugate.slurm.cli import CliBackend  # noqa: E402
 
 NODE = "gpu-node-01"
 # A second, healthy node: the drain budget never takes a partition's last node in service.

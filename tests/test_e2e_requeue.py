@@ -26,7 +26,7 @@ slurm_or_skip()
 
 from localslurm import LocalSlurm  # noqa: E402
 
-from gpugate.slurm_hooks.slurm.hostlist import hostlist_expand  # noqa: E402
+from gpugate.slurm.hostlist import hostlist_expand  # noqa: E402
 
 NODES = ["n1", "n2", "n3"]
 NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."

@@ -9,10 +9,10 @@ import stat
 from factories import default_config, make_facts
 from fakes import FakeSlurm
 
-from gpugate.slurm_hooks.epilog import abnormal_end, run_epilog
-from gpugate.slurm_hooks.hookenv import HookEnv
-from gpugate.slurm_hooks.prolog import run_prolog
-from gpugate.slurm_hooks.slurm.records import JobInfo
+from gpugate.hooks.epilog import abnormal_end, run_epilog
+from gpugate.hooks.hookenv import HookEnv
+from gpugate.hooks.prolog import run_prolog
+from gpugate.slurm.records import JobInfo
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -368,7 +368,7 @@ def rerun(tmp_path, before: str, this_run: str, prolog_facts=None, after=None, *
 
 
 def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
-    from gpugate.slurm_hooks.state import load_baseline
+    from gpugate.store.state import load_baseline
 
     config = setup(tmp_path)
     out = tmp_path / "job.out"
@@ -380,7 +380,7 @@ def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
 
 
 def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
-    from gpugate.slurm_hooks.state import load_baseline
+    from gpugate.store.state import load_baseline
 
     config = setup(tmp_path)
     out = tmp_path / "job.out"
@@ -444,7 +444,7 @@ def test_the_epilog_takes_the_jobs_gpus_from_the_prolog_when_its_env_lacks_them(
 
 
 def test_a_fault_the_prolog_reported_is_not_new_since_the_prolog():
-    from gpugate.slurm_hooks.epilog import hardware_decision
+    from gpugate.hooks.epilog import hardware_decision
 
     config = default_config()
     known = {"known_faults": [{"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]}

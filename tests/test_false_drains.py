@@ -13,7 +13,7 @@ from test_prolog import setup
 from gpugate import cli
 from gpugate.admin import report as R
 from gpugate.admin.resume import Request, check_then_resume
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.metrics import apply_run, parse_samples, render
 from gpugate.store.outcomes import check_record, render_record

@@ -13,8 +13,8 @@ import types
 import pytest
 from factories import default_config
 
-from gpugate.slurm_hooks import flightrec_collect as FC
-from gpugate.slurm_hooks.hookenv import HookEnv
+from gpugate.hooks import flightrec_collect as FC
+from gpugate.hooks.hookenv import HookEnv
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "flightrec")
 
@@ -230,7 +230,7 @@ def test_bundle_members_and_decisive_lines():
 
 
 def test_the_job_start_falls_back_to_the_prologs_baseline(tmp_path):
-    from gpugate.slurm_hooks.state import job_dir
+    from gpugate.store.state import job_dir
 
     config = default_config().replace(state_dir=str(tmp_path / "state"))
     d = job_dir(config.state_dir, "42")
@@ -244,7 +244,7 @@ def test_the_job_start_falls_back_to_the_prologs_baseline(tmp_path):
 
 
 def test_the_nccl_log_listing_leaves_the_dumps_out(tmp_path):
-    from gpugate.slurm_hooks.collect import _read_and_diagnose
+    from gpugate.hooks.collect import _read_and_diagnose
 
     (tmp_path / "fr_rank_0").write_bytes(pickle.dumps({"version": "2.10"}))
     (tmp_path / "nccl.n1.1.log").write_text("NCCL WARN x\n")

@@ -299,14 +299,14 @@ def _with_fr(summaries: list[dict]) -> list[dict]:
 
 
 def _job(job_id: str, uid: int = 1001):
-    from gpugate.slurm_hooks.requeue import JobEnd
+    from gpugate.gate.requeue import JobEnd
 
     return JobEnd(job_id=job_id, state="FAILED", exit_code2="1:0", nodes=("a", "b", "c"), uid=uid)
 
 
 def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
 
-    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.gate.suspicion import vote
     from gpugate.store.suspects import votes
 
     config = _controller_site(tmp_path, "301")
@@ -317,7 +317,7 @@ def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
 
 
 def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
-    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.gate.suspicion import vote
     from gpugate.store.suspects import open_flags
 
     config = _controller_site(tmp_path, "302", users_min=2)
@@ -329,7 +329,7 @@ def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
 
 
 def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
-    from gpugate.slurm_hooks.suspicion import vote
+    from gpugate.gate.suspicion import vote
 
     config = _controller_site(tmp_path, "303")
     own = [dict(s, category="cuda_oom") if s["node"] == "b" else s for s in C_FIRST]
@@ -375,7 +375,7 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     # No detached start-now child: it would poll a real Slurm for the job (tests/test_requeue.py).
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     job = _job("306").replace(state="NODE_FAIL", comment="gpugate:requeue")
-    from gpugate.slurm_hooks.slurm.records import JobInfo
+    from gpugate.slurm.records import JobInfo
 
     held = JobInfo(job_id=306, state="NODE_FAIL", nodes=("a", "b", "c"), requeue=True)
     slurm = FakeSlurm(nodes=("a", "b", "c"), jobs=[held])

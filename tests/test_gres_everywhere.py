@@ -15,8 +15,8 @@ from fakes import NODE, FakeSlurm, drained
 from gpugate.admin import resume as R
 from gpugate.cli import main
 from gpugate.commands import check as C
-from gpugate.slurm_hooks.slurm import choose
-from gpugate.slurm_hooks.slurm.control import SlurmError
+from gpugate.slurm import choose
+from gpugate.slurm.control import SlurmError
 
 # Four H100 SXM GPUs: the board guess (h100-sxm-8) says 8, slurm.conf says gpu:4.
 FOUR = make_facts(gpus=[make_gpu(i) for i in range(4)], pci_gpu_count=4, node=NODE)

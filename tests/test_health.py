@@ -13,8 +13,8 @@ from fakes import NODE, FakeSlurm, drained
 from gpugate.checks import registry
 from gpugate.config import ConfigError, load_config
 from gpugate.health.heal import KEEP, LIFT, heal_verdict
-from gpugate.slurm_hooks.health import parse_gres_used, run_health, skip_for_jobs
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.hooks.health import parse_gres_used, run_health, skip_for_jobs
+from gpugate.slurm.records import NodeInfo
 from gpugate.store import healing
 from gpugate.store.healing import Healing
 from gpugate.store.history import record_drain
@@ -368,7 +368,7 @@ def test_a_reboot_class_fault_is_drained_then_handed_to_slurm_when_opted_in(tmp_
 
 
 def test_a_drill_drain_is_lifted_once_its_window_closed_even_if_the_drill_died(tmp_path):
-    from gpugate.slurm_hooks.drill import end_drill, start_drill
+    from gpugate.drill import end_drill, start_drill
 
     config = setup(tmp_path, make_facts(), passes=5)
     reason = "gpugate: DRILL {id}: kernel.xid: GPU0 Xid 79 (reboot the node)"

@@ -16,8 +16,8 @@ from gpugate.admin import report as R
 from gpugate.admin.resume import held_notice
 from gpugate.clock import parse_utc
 from gpugate.commands.evidence import mark_held
-from gpugate.slurm_hooks.collect import _action
-from gpugate.slurm_hooks.epilog import EpilogResult
+from gpugate.hooks.collect import _action
+from gpugate.hooks.epilog import EpilogResult
 from gpugate.store import held as held_store
 from gpugate.store import history as H
 

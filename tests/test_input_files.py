@@ -153,11 +153,10 @@ def test_open_regular_never_blocks_on_a_fifo(fifo):
 
 STATE_READERS = {
     "healing.json": "from gpugate.store.healing import load; print(load(sys.argv[1]))",
-    "kernel-log.pos": "from gpugate.slurm_hooks.state import load_kernel_pos as f; "
-    "print(f(sys.argv[1]))",
-    "jobs/77/baseline.json": "from gpugate.slurm_hooks.state import load_baseline as f; "
+    "kernel-log.pos": "from gpugate.store.state import load_kernel_pos as f; print(f(sys.argv[1]))",
+    "jobs/77/baseline.json": "from gpugate.store.state import load_baseline as f; "
     "print(f(sys.argv[1], '77'))",
-    "slurm-gres.json": "from gpugate.slurm_hooks.slurm.choose import cached_gpus as f; "
+    "slurm-gres.json": "from gpugate.slurm.choose import cached_gpus as f; "
     "print(f(sys.argv[1], 'n1', lambda: 8))",
     "77/n1-r0/summary.json": "import os; from gpugate.store.evidence import read_summary as f; "
     "print(f(os.path.join(sys.argv[1], '77', 'n1-r0')))",

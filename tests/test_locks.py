@@ -32,7 +32,7 @@ LOCKERS = {
     "gpugate/store/app_xids.py",
     "gpugate/store/evidence.py",
     "gpugate/store/metrics.py",
-    "slurm_hooks/repair.py",
+    "gpugate/gate/repair.py",
 }
 
 
@@ -81,7 +81,7 @@ def test_app_xids_are_appended_without_a_held_lock_and_pruned_later(config, shor
 
 
 def test_a_repair_is_recorded_without_a_held_lock(config, short, capsys):
-    from gpugate.slurm_hooks import repair
+    from gpugate.gate import repair
 
     with held(_lock(config, locks.REPAIRS)):
         repair._record(config, repair.RESET, "n1", {"gpus": [0]})
@@ -110,7 +110,7 @@ def test_metrics_are_skipped_not_waited_for(config):
 
 def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monkeypatch):
     """Run every store once, spying on the locks taken: each is in lock_paths, and private."""
-    from gpugate.slurm_hooks import repair
+    from gpugate.gate import repair
 
     taken = []
     enter = fsutil.FileLock.__enter__
@@ -149,7 +149,7 @@ def test_every_module_that_locks_is_listed():
     """A lock taken outside these modules would be missing from lock_paths (and from the
     red-team test); fcntl.flock is taken in fsutil.FileLock only."""
     found = set()
-    for top in ("gpugate", "slurm_hooks", "checks", "config"):
+    for top in ("gpugate",):
         for path in (ROOT / top).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             if re.search(r"\bFileLock\(|\bflock\(|\blockf\(", text):

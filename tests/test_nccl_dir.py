@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 from factories import default_config
 
-from gpugate.slurm_hooks import nccl_dir as N
-from gpugate.slurm_hooks.state import StateError
-from gpugate.slurm_hooks.task_prolog import exports
+from gpugate.hooks.task_prolog import exports
+from gpugate.store import nccl_dir as N
+from gpugate.store.state import StateError
 
 NOBODY = 65534
 # Ownership is the point here: root's base, the job user's directory, someone else's.
@@ -202,7 +202,7 @@ def test_the_epilog_only_renames_and_the_health_sweep_then_removes_it(tmp_path, 
     import sys
 
     from gpugate.commands.health import sweep_nccl
-    from gpugate.slurm_hooks.epilog import cleanup
+    from gpugate.hooks.epilog import cleanup
 
     config = config_with(tmp_path)
     base = tmp_path / "nccl"
@@ -227,7 +227,7 @@ def test_the_epilog_only_renames_and_the_health_sweep_then_removes_it(tmp_path, 
 
 
 def test_the_epilogs_detached_child_removes_what_was_set_aside(tmp_path):
-    from gpugate.slurm_hooks.epilog import cleanup
+    from gpugate.hooks.epilog import cleanup
 
     config = config_with(tmp_path)
     made = N.prepare_nccl_dir(config, "42", NOBODY, NOBODY)

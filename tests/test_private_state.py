@@ -24,7 +24,7 @@ from fakes import FakeSlurm
 
 from gpugate import log
 from gpugate.cli import main
-from gpugate.slurm_hooks import state as S
+from gpugate.store import state as S
 from gpugate.yamlio import dump_yaml
 
 NODE = "gpu-node-01"
@@ -61,7 +61,7 @@ def make_site(top: Path, monkeypatch, broken: bool = False, extra: str = "", **e
     values.update(env)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("gpugate.slurm_hooks.prolog._slurm", lambda config: FakeSlurm())
+    monkeypatch.setattr("gpugate.hooks.prolog._slurm", lambda config: FakeSlurm())
     return site
 
 
@@ -176,7 +176,7 @@ def test_the_log_holds_no_frame_locals(tmp_path):
 
 
 def test_the_hooks_umask_leaves_no_world_bits_and_is_restored(tmp_path):
-    from gpugate.slurm_hooks.guard import run_hook
+    from gpugate.gate.guard import run_hook
 
     site = tmp_path / "site.yaml"
     site.write_text(f"state_dir: {tmp_path / 'state'}\n")

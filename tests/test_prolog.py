@@ -9,8 +9,8 @@ import pytest
 from factories import default_config, make_facts, patch_everywhere
 from fakes import NODE, FakeSlurm, drained
 
-from gpugate.slurm_hooks.hookenv import HookEnv
-from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.hooks.hookenv import HookEnv
+from gpugate.hooks.prolog import run_prolog
 from gpugate.yamlio import dump_yaml
 
 
@@ -152,7 +152,7 @@ def test_broken_config_allows_the_job(tmp_path, monkeypatch):
 
 def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path, monkeypatch):
     from gpugate.checks.sources import since_seq
-    from gpugate.slurm_hooks.state import load_kernel_pos, save_kernel_pos
+    from gpugate.store.state import load_kernel_pos, save_kernel_pos
 
     config = default_config().replace(state_dir=str(tmp_path))
     patch_everywhere(

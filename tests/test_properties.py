@@ -72,8 +72,11 @@ from gpugate.diagnosis.categories import CATEGORIES
 from gpugate.diagnosis.engine import diagnose_bytes
 from gpugate.diagnosis.signatures import SIGNATURES
 from gpugate.diagnosis.verdict import Diagnosis
-from gpugate.slurm_hooks.hookenv import HookEnv, comment_tokens, from_environ
-from gpugate.slurm_hooks.reasons import (
+from gpugate.hooks.hookenv import HookEnv, comment_tokens, from_environ
+from gpugate.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
+from gpugate.slurm.parse_text import parse_show_job_text, parse_show_node_text
+from gpugate.slurm.reasons import (
     COMMENT_MAX,
     GPUGATE_PREFIX,
     REASON_MAX,
@@ -81,12 +84,9 @@ from gpugate.slurm_hooks.reasons import (
     clean_text,
     drain_reason,
 )
-from gpugate.slurm_hooks.slurm.hostlist import HostlistError, hostlist_expand
-from gpugate.slurm_hooks.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
-from gpugate.slurm_hooks.slurm.parse_text import parse_show_job_text, parse_show_node_text
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo
-from gpugate.slurm_hooks.state import load_baseline, load_kernel_pos
+from gpugate.slurm.records import JobInfo, NodeInfo
 from gpugate.store.evidence import read_summary
+from gpugate.store.state import load_baseline, load_kernel_pos
 from gpugate.yamlio import YamlError, parse_yaml
 
 if TYPE_CHECKING:

@@ -170,7 +170,7 @@ def test_the_command_sweeps_the_selected_idle_nodes(tmp_path, monkeypatch, capsy
                    "qualify:\n  sweep_nice: 300\n")  # fmt: skip
     slurm = cluster()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr("gpugate.slurm_hooks.slurm.choose.backend", lambda *a, **k: slurm)
+    monkeypatch.setattr("gpugate.slurm.choose.backend", lambda *a, **k: slurm)
     asked = []
 
     def fake(config, slurm, nodes, level, tests, **kw):

@@ -16,7 +16,7 @@ from gpugate.checks.sources import gather
 from gpugate.cli import main
 from gpugate.commands import evidence
 from gpugate.commands.check import missing_sources, render_table
-from gpugate.slurm_hooks.policy import decide
+from gpugate.gate.policy import decide
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "config" / "snapshots"
 

@@ -1,4 +1,4 @@
-"""Repair through Slurm (slurm_hooks/repair.py): reboot requests and GPU resets, opt in."""
+"""Repair through Slurm (gpugate/gate/repair.py): reboot requests and GPU resets, opt in."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from factories import default_config
 from fakes import NODE, FakeSlurm, drained, idle
 from test_slurm_adapter import FakeRunner
 
+from gpugate.gate import repair
 from gpugate.runner import CommandResult
-from gpugate.slurm_hooks import repair
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.control import NotOurDrain
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.control import NotOurDrain
 
 XID79 = "gpugate: kernel.xid: GPU0 Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus (reboot the node)"
 ECC = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
@@ -208,7 +208,7 @@ def test_the_budget_is_the_drains_own(tmp_path):
 
 
 def test_slurm_errors_are_reported_not_raised(tmp_path, capsys):
-    from gpugate.slurm_hooks.slurm.control import SlurmError
+    from gpugate.slurm.control import SlurmError
 
     slurm = slurm_with()
     slurm.errors["reboot"] = SlurmError("slurmctld not responding")

@@ -23,8 +23,8 @@ from gpugate import cli
 from gpugate.admin import charts as C
 from gpugate.admin import nodes as A
 from gpugate.admin import report as R
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 
 DAY = 86400.0

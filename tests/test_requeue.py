@@ -10,7 +10,7 @@ from factories import default_config, patch_everywhere
 from fakes import FakeSlurm
 
 from gpugate.commands.epilog_slurmctld import job_from_env, run_requeue
-from gpugate.slurm_hooks.requeue import JobEnd, decide_requeue, requested
+from gpugate.gate.requeue import JobEnd, decide_requeue, requested
 
 HW = {
     "node": "n1",
@@ -124,7 +124,7 @@ def test_only_completed_with_exit_0_counts_as_ended_well(state, code):
     ],
 )
 def test_the_controller_waits_for_bundles_only_when_they_can_matter(changes, wait):
-    from gpugate.slurm_hooks.requeue import needs_evidence
+    from gpugate.gate.requeue import needs_evidence
 
     assert needs_evidence(job(**changes), default_config()) is wait
 
@@ -150,7 +150,7 @@ def test_controller_environment_gives_the_job():
 
 def slurm_for(nodes: dict | None = None, pinned: tuple = ()) -> FakeSlurm:
     """Slurm holding job 5 (`pinned`: its ReqNodeList, `-w`) and `nodes` (name -> NodeInfo)."""
-    from gpugate.slurm_hooks.slurm.records import JobInfo
+    from gpugate.slurm.records import JobInfo
 
     return FakeSlurm(nodes=(nodes or {}).values(), jobs=[JobInfo(job_id=5, required_nodes=pinned)])
 
@@ -216,7 +216,7 @@ def test_the_background_start_now_does_not_hold_the_hooks_output():
 
 def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
     from gpugate import child
-    from gpugate.slurm_hooks import requeue
+    from gpugate.gate import requeue
 
     config = default_config()
 
@@ -229,7 +229,7 @@ def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
         monkeypatch, child, "detach", lambda task, kwargs, timeout: detached.append((task, kwargs))
     )
     requeue.start_when_pending(config, "42", wait_s=5)
-    assert detached == [("gpugate.slurm_hooks.requeue:start_now_when_pending",
+    assert detached == [("gpugate.gate.requeue:start_now_when_pending",
                          {"job_id": "42", "backend": config.slurm.backend,
                           "timeout": config.slurm.timeout_s, "wait_s": 5})]  # fmt: skip
 
@@ -237,7 +237,7 @@ def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
 def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
     import types
 
-    from gpugate.slurm_hooks import requeue
+    from gpugate.gate import requeue
 
     states = iter(["COMPLETING", "PENDING"])
     started = []
@@ -310,7 +310,7 @@ def test_a_pinned_suspect_is_not_excluded_and_the_comment_says_so(tmp_path):
 
 
 def test_pinned_suspects_are_named_in_the_description():
-    from gpugate.slurm_hooks.requeue import RequeueDecision
+    from gpugate.gate.requeue import RequeueDecision
 
     d = RequeueDecision(
         requeue=True, why="x", suspects=("n1", "n2"), pinned=("n1",), max_restarts=3
@@ -320,7 +320,7 @@ def test_pinned_suspects_are_named_in_the_description():
 
 
 def drained(name: str, reason: str = "gpugate: gpu.ecc: test"):
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
+    from gpugate.slurm.records import NodeInfo
 
     return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason=reason)
 
@@ -344,7 +344,7 @@ REFUSAL = "gpugate: node n1 refused: gpu.ecc: GPU3 aggregate uncorrected ECC 120
 def test_a_job_gpugate_refused_skips_the_requeue_delay(
     monkeypatch, tmp_path, changes, nodes, refused_on
 ):
-    from gpugate.slurm_hooks import requeue
+    from gpugate.gate import requeue
 
     started = []
     monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, job_id: started.append(job_id))
@@ -395,9 +395,9 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
     # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
     from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
-    from gpugate.slurm_hooks import requeue
-    from gpugate.slurm_hooks.slurm import choose as S
-    from gpugate.slurm_hooks.slurm.cli import CliBackend
+    from gpugate.gate import requeue
+    from gpugate.slurm import choose as S
+    from gpugate.slurm.cli import CliBackend
 
     with open(os.path.join(FIXTURES, f"scontrol-show-job.epilog-slurmctld.{recorded}.txt")) as fh:
         text = fh.read()

@@ -13,7 +13,7 @@ from test_prolog import setup
 
 from gpugate.admin import resume as R
 from gpugate.health.heal import KEEP, LIFT, HealVerdict, proof_gate
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.healing import Healing
 
@@ -193,7 +193,7 @@ def test_health_keeps_a_repaired_drain_without_a_pass():
 
 
 def test_health_reads_the_record_through_resumes_rule(site):
-    from gpugate.slurm_hooks.health import qualified_for_lift
+    from gpugate.hooks.health import qualified_for_lift
 
     assert qualified_for_lift(site.config, site.info) == (2, False)
     site.records.append({"node": NODE, "when": time.time(), "level": 2, "passed": True,
@@ -207,7 +207,7 @@ def test_health_does_not_lift_a_rebooted_hardware_drain_until_a_pass_is_recorded
 ):
     import test_health as T
 
-    from gpugate.slurm_hooks.health import run_health
+    from gpugate.hooks.health import run_health
 
     site = Site(tmp_path, monkeypatch)  # installs the stand-in store
     config = T.setup(tmp_path, make_facts(gpus=T.ECC))

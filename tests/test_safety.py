@@ -22,10 +22,10 @@ from gpugate.yamlio import dump_yaml
 
 HOOKS = ["prolog", "epilog", "task-prolog", "epilog-slurmctld"]
 BODIES = {
-    "prolog": "gpugate.slurm_hooks.prolog.run_prolog",
-    "epilog": "gpugate.slurm_hooks.epilog.run_epilog",
+    "prolog": "gpugate.hooks.prolog.run_prolog",
+    "epilog": "gpugate.hooks.epilog.run_epilog",
     "epilog-slurmctld": "gpugate.commands.epilog_slurmctld.run_requeue",
-    "task-prolog": "gpugate.slurm_hooks.task_prolog.exports",
+    "task-prolog": "gpugate.hooks.task_prolog.exports",
 }
 
 

@@ -16,7 +16,7 @@ import pytest
 from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import SlurmFacts
 from gpugate.cli import main as cli_main
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.records import NodeInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 from gpugate_site import own_hook_env_only

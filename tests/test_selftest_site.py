@@ -17,7 +17,7 @@ from gpugate.admin.access import Account
 from gpugate.cli import main as cli_main
 from gpugate.config import load_config
 from gpugate.runner import CommandResult
-from gpugate.slurm_hooks.slurm.records import NodeInfo
+from gpugate.slurm.records import NodeInfo
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 STRANGER = Account("stranger", 54321, (54321,))  # no such user is needed: bits are judged

@@ -10,9 +10,9 @@ from gpugate.checks.run import run_checks
 from gpugate.cli import main as cli_main
 from gpugate.config import ConfigError, load_config
 from gpugate.record import to_plain
-from gpugate.slurm_hooks.slurm import choose
-from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
-from gpugate.slurm_hooks.slurm.records import NodeInfo, gres_gpu_count
+from gpugate.slurm import choose
+from gpugate.slurm.parse_text import parse_show_node_text
+from gpugate.slurm.records import NodeInfo, gres_gpu_count
 from gpugate.yamlio import dump_yaml, parse_yaml
 
 SNAPSHOTS = "config/snapshots"

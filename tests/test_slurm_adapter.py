@@ -19,20 +19,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpugate.runner import CommandResult
-from gpugate.slurm_hooks import reasons as R
-from gpugate.slurm_hooks.slurm import choose as C
-from gpugate.slurm_hooks.slurm import cli as slurm_cli
-from gpugate.slurm_hooks.slurm import control as S
-from gpugate.slurm_hooks.slurm import pyslurm as pyslurm_backend
-from gpugate.slurm_hooks.slurm.hostlist import HostlistError, hostlist_expand
-from gpugate.slurm_hooks.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
-from gpugate.slurm_hooks.slurm.parse_text import (
+from gpugate.slurm import choose as C
+from gpugate.slurm import cli as slurm_cli
+from gpugate.slurm import control as S
+from gpugate.slurm import pyslurm as pyslurm_backend
+from gpugate.slurm import reasons as R
+from gpugate.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
+from gpugate.slurm.parse_text import (
     parse_kv,
     parse_show_job_text,
     parse_show_jobs_text,
     parse_show_node_text,
 )
-from gpugate.slurm_hooks.slurm.records import JobInfo, NodeInfo, split_state
+from gpugate.slurm.records import JobInfo, NodeInfo, split_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -613,7 +613,7 @@ def test_admin_comment_gets_the_prefix_once() -> None:
 
 def test_gpugate_syntax_keeps_its_equals_sign() -> None:
     # The sanitiser turned `gpugate:ckpt=DIR` into `gpugate:ckpt:DIR`, which no parser reads.
-    from gpugate.slurm_hooks.hookenv import comment_tokens
+    from gpugate.hooks.hookenv import comment_tokens
 
     text = "no requeue: the job did not opt in (gpugate:ckpt= or gpugate:requeue)"
     assert "(gpugate:ckpt= or gpugate:requeue)" in R.admin_comment(text)

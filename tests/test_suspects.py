@@ -11,9 +11,9 @@ from factories import default_config
 from fakes import FakeSlurm
 
 from gpugate.clock import parse_utc
-from gpugate.slurm_hooks import suspicion
-from gpugate.slurm_hooks.requeue import JobEnd
-from gpugate.slurm_hooks.suspicion import vote
+from gpugate.gate import suspicion
+from gpugate.gate.requeue import JobEnd
+from gpugate.gate.suspicion import vote
 from gpugate.store import history, suspects
 from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
 
@@ -86,7 +86,7 @@ def test_first_failure_at_is_none_without_a_full_date(tmp_path, lines):
 
 
 def test_the_bundle_summary_carries_it(tmp_path):
-    from gpugate.slurm_hooks.collect import _read_and_diagnose
+    from gpugate.hooks.collect import _read_and_diagnose
 
     path = tmp_path / "out.log"
     path.write_text(f"2026-12-01T10:00:00Z {SYSTEM}\n")

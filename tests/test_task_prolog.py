@@ -7,7 +7,7 @@ import os
 import pytest
 from factories import default_config
 
-from gpugate.slurm_hooks.task_prolog import (
+from gpugate.hooks.task_prolog import (
     exports,
     nccl_job_dir,
     prepare_nccl_dir,
@@ -181,7 +181,7 @@ def test_a_newline_in_the_checkpoint_dir_from_the_comment_injects_nothing(
     job = tmp_path / "state" / "jobs" / "7"
     job.mkdir(parents=True)
     (job / "baseline.json").write_text(json.dumps({"job_id": "7", "ckpt_dir": str(d)}))
-    from gpugate.slurm_hooks.state import load_baseline
+    from gpugate.store.state import load_baseline
 
     assert load_baseline(str(tmp_path / "state"), "7")["ckpt_dir"] == str(d)
     out, err = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {})
@@ -254,7 +254,7 @@ def test_a_symlink_in_place_of_the_job_directory_is_replaced_not_followed(tmp_pa
 def test_the_epilog_removes_the_jobs_nccl_directory(tmp_path):
     from types import SimpleNamespace
 
-    from gpugate.slurm_hooks.epilog import cleanup
+    from gpugate.hooks.epilog import cleanup
 
     config = config_with(tmp_path).replace(state_dir=str(tmp_path / "state"))
     made = prepare_nccl_dir(config, "42", os.getuid(), os.getgid())
@@ -383,8 +383,8 @@ def test_the_site_turns_it_off(tmp_path):
     ],
 )
 def test_the_comment_opt_out_reaches_the_task_prolog_through_the_task_file(tmp_path, comment, off):
-    from gpugate.slurm_hooks.hookenv import HookEnv
-    from gpugate.slurm_hooks.prolog import prepare_task_file
+    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.hooks.prolog import prepare_task_file
 
     config, _ = _prepared(tmp_path)
     env = HookEnv(job_id="42", uid=os.getuid(), gid=os.getgid(), comment=comment)

@@ -129,7 +129,7 @@ def test_nodes_table_and_json_with_a_hostile_reason(tmp_path, monkeypatch, capsy
 def test_report_html_with_a_hostile_reason():
     from gpugate.admin import nodes as A
     from gpugate.admin import report as R
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
+    from gpugate.slurm.records import NodeInfo
 
     now = 1_790_000_000.0
     reason = f"gpugate: gpu.ecc: {EVIL} <b>"

@@ -45,7 +45,7 @@ def test_vanished_file_is_a_clear_error(tmp_path):
 
 
 SELFTEST = "gpugate.child:selftest"  # a test-only child task: sleep, exit, fds, ids
-READER = "gpugate.slurm_hooks.collect:_read_and_diagnose"
+READER = "gpugate.hooks.collect:_read_and_diagnose"
 ME = (os.getuid(), os.getgid())
 
 
@@ -284,9 +284,8 @@ def installed(tmp_path_factory):
     os.chmod(root, 0o755)
     repo = pathlib.Path(__file__).resolve().parent.parent
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    # The symlinks to config/ and slurm_hooks/ are copied as the files they name (a wheel's way).
     shutil.copytree(repo / "gpugate", root / "gpugate", ignore=ignore)
-    for sub in ("checks", "slurm_hooks", "config"):
-        shutil.copytree(repo / sub, root / "gpugate" / sub, ignore=ignore)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames:
             os.chmod(os.path.join(dirpath, name), 0o755)

@@ -1,4 +1,4 @@
-"""NVIDIA's whole Xid catalog (checks/xid_catalog.py), one line at a time, through `gpugate check
+"""NVIDIA's whole Xid catalog (gpugate/checks/xid_catalog.py), one line at a time, through `gpugate check
 --facts` and `gpugate diagnose`: NVIDIA's verdict is gpugate's.
 
 The node is kept for RESTART_APP and IGNORE and failed, naming the GPU, for RESET_GPU,

@@ -10,8 +10,8 @@ import time
 from factories import make_facts
 from test_epilog import env, setup, slurm_with_job, snapshot
 
-from gpugate.slurm_hooks.epilog import run_epilog
-from gpugate.slurm_hooks.prolog import run_prolog
+from gpugate.hooks.epilog import run_epilog
+from gpugate.hooks.prolog import run_prolog
 from gpugate.store import app_xids as H
 
 GPU2 = "0000:38:00"  # make_gpu(2)
@@ -56,7 +56,7 @@ def test_five_bursts_of_xid_31_from_one_jobs_process_never_drain(tmp_path):
 
 
 def as_root(monkeypatch):
-    from gpugate.slurm_hooks import suspicion
+    from gpugate.gate import suspicion
 
     monkeypatch.setattr(suspicion.os, "geteuid", lambda: 0)
 

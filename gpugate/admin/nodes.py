@@ -19,10 +19,10 @@ from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
-from gpugate.slurm_hooks.slurm import control as S
-from gpugate.slurm_hooks.slurm import parse_json as P
-from gpugate.slurm_hooks.slurm.cli import DEFAULT_TIMEOUT, CliBackend
-from gpugate.slurm_hooks.slurm.parse_text import parse_show_node_text
+from gpugate.slurm import control as S
+from gpugate.slurm import parse_json as P
+from gpugate.slurm.cli import DEFAULT_TIMEOUT, CliBackend
+from gpugate.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.cli import CliBackend
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
+    from gpugate.slurm.cli import CliBackend
+    from gpugate.slurm.records import NodeInfo
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
 
@@ -49,7 +49,7 @@ NOT_RESPONDING = "check node: not responding"
 HOOK_ERROR = "read slurmd log: hook failed"
 ADMIN = "admin's drain: see reason"
 # In service, pointed at by users' jobs (votes, application Xids): a qualification decides
-# (slurm_hooks/suspicion.py); until then an admin may look (gpugate qualify / resume NODE).
+# (gpugate/gate/suspicion.py); until then an admin may look (gpugate qualify / resume NODE).
 SUSPECT = "suspect: qualify"
 NONE = ""
 ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK_ERROR, ADMIN,

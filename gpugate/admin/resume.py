@@ -18,23 +18,23 @@ from gpugate import log
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather, replay_path
 from gpugate.clock import parse_utc
+from gpugate.gate.policy import decide
 from gpugate.node import node_name
 from gpugate.record import Record
-from gpugate.slurm_hooks.policy import decide
-from gpugate.slurm_hooks.reasons import reason_check
-from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
-from gpugate.slurm_hooks.slurm.control import NotOurDrain, SlurmError
-from gpugate.slurm_hooks.state import load_kernel_pos
+from gpugate.slurm.choose import with_slurm_gres
+from gpugate.slurm.control import NotOurDrain, SlurmError
+from gpugate.slurm.reasons import reason_check
 from gpugate.store import history
 from gpugate.store.held import HELD_LABEL, held_now
 from gpugate.store.history import history_dir, record_resume
 from gpugate.store.outcomes import note_lift
+from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.control import NodeInfo, SlurmControl
+    from gpugate.slurm.control import NodeInfo, SlurmControl
 
 # A snapshot passed with --facts must be this fresh to vouch for a node.
 FRESH_S = 3600

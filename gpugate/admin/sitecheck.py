@@ -21,15 +21,15 @@ from dataclasses import dataclass, field, replace
 
 from gpugate.admin.access import Account, Problem, bits, closed_dirs, denied, group_name
 from gpugate.qualify.jobs import ntasks_for
-from gpugate.slurm_hooks.slurm.cli import CliBackend
-from gpugate.slurm_hooks.slurm.control import SlurmError
-from gpugate.slurm_hooks.slurm.parse_text import parse_kv, parse_show_node_text
+from gpugate.slurm.cli import CliBackend
+from gpugate.slurm.control import SlurmError
+from gpugate.slurm.parse_text import parse_kv, parse_show_node_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Qualify
-    from gpugate.slurm_hooks.slurm.cli import Runner
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
+    from gpugate.slurm.cli import Runner
+    from gpugate.slurm.records import NodeInfo
 
 SLURM_TIMEOUT_S = 15.0
 # Where the node epilog leaves its decision record for the controller (docs/flow.md).

@@ -32,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm.control import SlurmControl
 
 
 class Freshness(Record):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gpugate import log, names
 from gpugate.config import load_config
-from gpugate.slurm_hooks.guard import run_hook
-from gpugate.slurm_hooks.slurm.choose import backend
-from gpugate.slurm_hooks.slurm.control import JobNotFound, NodeNotFound, SlurmError
+from gpugate.gate.guard import run_hook
+from gpugate.slurm.choose import backend
+from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm.control import SlurmControl
 
 
 # What each Slurm hook does, for its `--help` (Slurm passes hooks no arguments).

@@ -9,10 +9,10 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.config import load_config
+from gpugate.gate.budget import budget_warnings
+from gpugate.gate.policy import decide, effective_status
 from gpugate.node import node_name
-from gpugate.slurm_hooks.budget import budget_warnings
-from gpugate.slurm_hooks.policy import decide, effective_status
-from gpugate.slurm_hooks.slurm.choose import with_slurm_gres
+from gpugate.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False

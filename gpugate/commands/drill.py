@@ -1,7 +1,7 @@
 """`gpugate drill NODE --fault F [--minutes N]`: a fault drill on this node, followed and recorded.
 
 The article's monthly routine: inject a fault on purpose and watch whether the system recovers
-by itself. The fault is an overlay over this node's real facts (slurm_hooks/drill.py) for a
+by itself. The fault is an overlay over this node's real facts (gpugate/drill/__init__.py) for a
 bounded window; the training job running here is killed as the fault would kill it (its
 batch step gets SIGKILL), or with no job the health check runs at once. Then it follows what
 gpugate and Slurm do: the drain (a reason that says DRILL), the requeue of the job elsewhere
@@ -17,15 +17,15 @@ import sys
 import time
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.drill import FAULTS, DrillError, drill_records, end_drill, start_drill
 from gpugate.names import refuse
-from gpugate.slurm_hooks.drill import FAULTS, DrillError, drill_records, end_drill, start_drill
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
 
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm.control import SlurmControl
 
 PROG = "gpugate drill"
 POLL_S = 1.0
@@ -101,7 +101,7 @@ class Ops:
     """What a drill asks of Slurm (a class, so the unit tests can replace it)."""
 
     def __init__(self, config: Config) -> None:
-        from gpugate.slurm_hooks.slurm.choose import backend
+        from gpugate.slurm.choose import backend
 
         self.config = config
         self.slurm: SlurmControl = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
@@ -125,7 +125,7 @@ class Ops:
 
     def health(self, node: str) -> str:
         """Run the health check here now (a node with no job); what it did."""
-        from gpugate.slurm_hooks.health import run_health
+        from gpugate.hooks.health import run_health
 
         return run_health(self.config, node, self.slurm).action
 
@@ -186,7 +186,7 @@ def wait_for(what: object, until: float) -> object:
 
 def follow(config: Config, drill: dict, ops: Ops) -> dict:
     """Drive and watch one drill from injection to resume; its record (written)."""
-    from gpugate.slurm_hooks.drill import record_drill
+    from gpugate.drill import record_drill
 
     steps = Steps(drill["start"])
     steps.add("injected", FAULTS[drill["fault"]][0], fault=drill["fault"])
@@ -307,7 +307,7 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     mark = f"DRILL {drill['id']}" if drill else "gpugate: DRILL "
     if drill:
         say(f"DRILL {drill['id']}: ended early")
-    from gpugate.slurm_hooks.slurm.control import NodeNotFound, SlurmError, SlurmMissing
+    from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
 
     try:
         ops = ops or Ops(config)
@@ -336,7 +336,7 @@ def _no_slurm_here(exc: BaseException) -> bool:
 
 def report(config: Config, node: str | None, as_json: bool) -> int:
     """`--report`: past drills, oldest first."""
-    from gpugate.slurm_hooks.drill import records_path
+    from gpugate.drill import records_path
 
     path = records_path(config)
     if os.path.exists(path) and not os.access(path, os.R_OK):

@@ -13,8 +13,7 @@ from gpugate import log
 from gpugate.checkpoints.freshness import tell_stale
 from gpugate.commands import run_hook_command
 from gpugate.flightrec.votes import tell_culprit, with_culprit
-from gpugate.slurm_hooks.hookenv import comment_tokens, from_environ
-from gpugate.slurm_hooks.requeue import (
+from gpugate.gate.requeue import (
     JobEnd,
     apply,
     decide_requeue,
@@ -24,17 +23,18 @@ from gpugate.slurm_hooks.requeue import (
     resume_point,
     wait_for_summaries,
 )
-from gpugate.slurm_hooks.slurm.choose import backend
-from gpugate.slurm_hooks.slurm.cli import expand_hostlist
-from gpugate.slurm_hooks.suspicion import vote as cast_vote
-from gpugate.slurm_hooks.suspicion import wants_votes
+from gpugate.gate.suspicion import vote as cast_vote
+from gpugate.gate.suspicion import wants_votes
+from gpugate.hooks.hookenv import comment_tokens, from_environ
+from gpugate.slurm.choose import backend
+from gpugate.slurm.cli import expand_hostlist
 from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.gate.requeue import JobEnd
+    from gpugate.slurm.control import SlurmControl
 
 
 def main(argv: list[str]) -> int:
@@ -135,7 +135,7 @@ def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]
 def writable_problem(directory: str) -> str | None:
     """None when this process can write `directory` (made if missing); else the plain line."""
     from gpugate.fsutil import STATE_DIR_MODE, private_dir
-    from gpugate.slurm_hooks.requeue import user_name
+    from gpugate.gate.requeue import user_name
 
     try:
         if not os.path.isdir(directory):

@@ -6,14 +6,14 @@ import time
 
 from gpugate import log
 from gpugate.commands import each_on_its_own, run_hook_command
-from gpugate.slurm_hooks.hookenv import from_environ
-from gpugate.slurm_hooks.nccl_dir import sweep_nccl_base
+from gpugate.hooks.hookenv import from_environ
 from gpugate.store import history, metrics
+from gpugate.store.nccl_dir import sweep_nccl_base
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.health import HealthResult
+    from gpugate.hooks.health import HealthResult
 
 
 def main(argv: list[str]) -> int:
@@ -22,8 +22,8 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-    from gpugate.slurm_hooks.health import run_health
-    from gpugate.slurm_hooks.slurm.choose import backend
+    from gpugate.hooks.health import run_health
+    from gpugate.slurm.choose import backend
 
     # No job environment: the node name as the other hooks find it (SLURMD_NODENAME, else
     # the short host name).

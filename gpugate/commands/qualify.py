@@ -90,8 +90,8 @@ def main(argv: list[str]) -> int:
 def run(args: Namespace, config: object) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
     from gpugate.qualify.run import QualifyError, qualify_nodes
-    from gpugate.slurm_hooks.slurm.choose import backend
-    from gpugate.slurm_hooks.slurm.control import SlurmError
+    from gpugate.slurm.choose import backend
+    from gpugate.slurm.control import SlurmError
 
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)  # type: ignore[attr-defined]
     tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None

@@ -8,7 +8,7 @@ import sys
 from gpugate import log
 from gpugate.commands import hook_args, selftest_dry_run, selftest_mode
 from gpugate.config import load_config
-from gpugate.slurm_hooks.task_prolog import exports, render
+from gpugate.hooks.task_prolog import exports, render
 
 
 def main(argv: list[str]) -> int:

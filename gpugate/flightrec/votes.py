@@ -3,7 +3,7 @@
 The dumps are the user's process's data: the culprit node only casts a suspect vote (FR is
 stronger than the log's time stamps, so it is the vote's node when it names one), and votes
 never drain: past their threshold they flag the node for a qualification
-(slurm_hooks/suspicion.py). A requeue excludes the culprit node only when root's evidence
+(gpugate/gate/suspicion.py). A requeue excludes the culprit node only when root's evidence
 agrees, the node's own hardware fault in its bundle, or when open votes from earlier jobs
 point at it too (an exclusion keeps one job off one node; it takes nothing out of service).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.requeue import JobEnd
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.gate.requeue import JobEnd
+    from gpugate.slurm.control import SlurmControl
 
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
 

@@ -5,7 +5,7 @@ A transient fault (a hot GPU, a slow mount) heals by itself: the drain goes afte
 NVLink) stays until a person resumes the node, or until repair evidence shows (the boot id
 changed since the drain: the node rebooted) and the whole checklist passes. A node drained
 `admin.rma_after_drains` times in the window for the same hardware check is never lifted here:
-it is an RMA candidate. Drains gpugate did not set never reach these rules (slurm_hooks/health.py).
+it is an RMA candidate. Drains gpugate did not set never reach these rules (gpugate/hooks/health.py).
 Where `admin.resume_qualify` asks a qualification of the drain's fault class, a lift also waits
 for a pass recorded since the drain began (proof_gate), as `gpugate resume` does.
 """
@@ -16,7 +16,7 @@ from gpugate.record import Record
 from gpugate.store.healing import Healing
 from gpugate.store.history import reaches_rma
 
-TRANSIENT, HARDWARE = "transient", "hardware"  # as checks/registry.py names them
+TRANSIENT, HARDWARE = "transient", "hardware"  # as gpugate/checks/registry.py names them
 LIFT, KEEP = "lift", "keep"
 
 
@@ -60,7 +60,7 @@ def heal_verdict(
                            f"times for {entry.check} in the window; a person decides")  # fmt: skip
     if entry.boot_id and boot_id and boot_id != entry.boot_id:
         return HealVerdict(action=LIFT, entry=entry, why="repaired: rebooted")
-    # A GPU reset gpugate's own repair step recorded (slurm_hooks/repair.py) after the drain.
+    # A GPU reset gpugate's own repair step recorded (gpugate/gate/repair.py) after the drain.
     if reset_at is not None and reset_at > entry.since:
         return HealVerdict(action=LIFT, entry=entry, why="repaired: GPU reset")
     return HealVerdict(action=KEEP, entry=entry, why=f"hardware fault ({entry.check}): "

@@ -15,7 +15,7 @@ import os
 import shlex
 
 from gpugate.child import cli_command
-from gpugate.slurm_hooks.slurm.control import valid_node_name
+from gpugate.slurm.control import valid_node_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

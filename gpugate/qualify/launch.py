@@ -1,4 +1,4 @@
-"""A suspect's qualification, started by a hook in a detached child (slurm_hooks/suspicion.py)."""
+"""A suspect's qualification, started by a hook in a detached child (gpugate/gate/suspicion.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def qualify_suspect(node: str, trigger: str, config: str | None = None) -> bool:
     """
     from gpugate.config import load_config
     from gpugate.qualify.run import qualify_nodes
-    from gpugate.slurm_hooks.slurm.choose import backend
+    from gpugate.slurm.choose import backend
 
     cfg = load_config(config)
     if cfg.qualify is None:

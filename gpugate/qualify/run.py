@@ -32,12 +32,12 @@ from gpugate import log
 from gpugate.qualify import jobs
 from gpugate.qualify import judge as J
 from gpugate.record import Record
-from gpugate.slurm_hooks.slurm.control import JobNotFound, SlurmError, valid_node_name
+from gpugate.slurm.control import JobNotFound, SlurmError, valid_node_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config, Qualify
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
+    from gpugate.slurm.control import SlurmControl
 
 TESTS = ("dcgm", "allreduce", "h2d", "pairs")
 POLL_S = 2.0

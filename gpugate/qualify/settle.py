@@ -15,7 +15,7 @@ import time
 
 from gpugate import log
 from gpugate.qualify.judge import first_failure, result_files
-from gpugate.slurm_hooks.reasons import drain_reason
+from gpugate.slurm.reasons import drain_reason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def settle(run: _Run, result: QualifyRun, resume_passed: bool, by: str) -> None:
 
 def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tuple:
     """(what was done, the drain reason written or None) for one node."""
-    from gpugate.slurm_hooks.drain import drain_node
+    from gpugate.gate.drain import drain_node
 
     before = run.drained.get(node)
     if verdict["failed"]:

@@ -4,7 +4,7 @@ A sweep takes only nodes Slurm shows IDLE with no flag that takes them out of no
 (drained, down, reserved, rebooting, powered down, completing a job): a drained node is an
 admin's or gpugate's business (`gpugate resume NODE --qualify`), never a sweep's. Of those it
 takes the suspects first (flagged by users' votes or application Xids and not yet cleared:
-slurm_hooks/suspicion.py), then the ones qualified longest ago, so a weekly sweep of a few
+gpugate/gate/suspicion.py), then the ones qualified longest ago, so a weekly sweep of a few
 nodes comes round the whole cluster. Its jobs go in at a low priority (`qualify.sweep_nice`, `qualify.sweep_qos`):
 waiting user jobs start first. docs/qualify.md shows the scrontab line that runs it.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.slurm_hooks.slurm.control import SlurmControl
-    from gpugate.slurm_hooks.slurm.records import NodeInfo
+    from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.records import NodeInfo
 
 # Flags (upper case, as NodeInfo holds them) of a node a sweep leaves alone, beside the drain
 # ones NodeInfo.drained reads. Names as `scontrol show node` / `sinfo --json` print them in

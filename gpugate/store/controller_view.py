@@ -33,7 +33,7 @@ DIR_MODE = 0o711
 FILE_MODE = 0o644
 RUNNING, DONE = "running", "done"
 MAX_BYTES = 4 << 20  # flight-recorder digests included; a record is a few KiB
-# What the controller decides on (slurm_hooks/requeue.py cause, suspicion.vote, tell_stale),
+# What the controller decides on (gpugate/gate/requeue.py cause, suspicion.vote, tell_stale),
 # copied from the bundle's summary. No log line, no path of the user's, no kernel line.
 SUMMARY_FIELDS = (
     "job_id", "node", "restart", "category", "category_trusted", "confidence", "xid",

@@ -2,7 +2,7 @@
 
 `state_dir/healing.json`, root's own like the rest of the state (0640, atomic writes), read
 back validated: an entry that is not what this module wrote is dropped, never trusted (a
-forged `passes` would lift a drain). `gpugate health` (slurm_hooks/health.py) is the only
+forged `passes` would lift a drain). `gpugate health` (gpugate/hooks/health.py) is the only
 writer; the rules that read it are gpugate/health/heal.py.
 """
 
@@ -25,7 +25,7 @@ class Healing(Record):
 
     node: str
     check: str
-    fault: str  # transient / hardware (checks/registry.py)
+    fault: str  # transient / hardware (gpugate/checks/registry.py)
     since: float  # epoch seconds of the drain
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id when drained
     passes: int = 0  # consecutive passing health runs since the drain
@@ -80,7 +80,7 @@ def load(state_dir: str) -> dict[str, Healing]:
 
 def save(state_dir: str, entries: dict[str, Healing]) -> None:
     """Replace the healing state (atomically, 0640 with the state directory's group)."""
-    from gpugate.slurm_hooks.state import ensure_state_dir, write_private
+    from gpugate.store.state import ensure_state_dir, write_private
 
     ensure_state_dir(state_dir)
     data = {"version": 1, "nodes": {n: e.to_json() for n, e in sorted(entries.items())}}

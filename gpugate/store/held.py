@@ -3,7 +3,7 @@
 resume`.
 
 One entry per held-back drain (node, time, the reason gpugate wanted, why the budget
-refused), written by the hooks (slurm_hooks/drain.py) beside the node Comment and the log
+refused), written by the hooks (gpugate/gate/drain.py) beside the node Comment and the log
 line. Bounded, locked and rewritten atomically like drains.jsonl (history.py), and read back
 as untrusted in the same way.
 """

@@ -46,7 +46,7 @@ from gpugate.fsutil import (
 from gpugate.jsonl import append, dumps
 
 # Drain reasons are built and read back in one place (re-exported for the history's readers).
-from gpugate.slurm_hooks.reasons import reason_bundle, reason_check  # noqa: F401
+from gpugate.slurm.reasons import reason_bundle, reason_check  # noqa: F401
 from gpugate.store import locks
 
 TYPE_CHECKING = False

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 HISTORY = "history.lock"  # drains, audit, held, unknown Xids, suspects, qualifications, drills
 EVIDENCE = "evidence.lock"  # the node's evidence index and its pruning
 APP_XIDS = "app_xids.lock"  # app_xids.jsonl: appends and its pruning
-REPAIRS = "repairs.lock"  # repairs.json (slurm_hooks/repair.py)
+REPAIRS = "repairs.lock"  # repairs.json (gpugate/gate/repair.py)
 
 HISTORY_WAIT_S = 5.0
 EVIDENCE_WAIT_S = 5.0

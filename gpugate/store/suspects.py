@@ -8,7 +8,7 @@ SlurmUser's, bounded and locked like drains.jsonl, gpugate.store.history; every 
 it with `admin.history_dir`'s, where the node epilogs' application-Xid flags and root's
 resumes and qualifications are). What decides the vote (the log's time
 stamps, the flight recorder's dumps) is written by the job's user, so a vote only points at a
-node: slurm_hooks/suspicion.py turns enough of them into a flag (`suspect-flags.jsonl`), and a
+node: gpugate/gate/suspicion.py turns enough of them into a flag (`suspect-flags.jsonl`), and a
 flag asks for a root-side check (`gpugate qualify`) or an admin's look, never a drain.
 
 Suspicion is closed by the node's newest admin resume or passed qualification (closed_at):

@@ -34,9 +34,9 @@ HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
 # The wrapper reads the system's hook.env, then its own: the tests' copies read only their own.
 SYSTEM_HOOK_ENV_LOOP = 'for f in /etc/gpugate/hook.env "${0%/*}/hook.env"; do'
 OWN_HOOK_ENV_LOOP = 'for f in "${0%/*}/hook.env"; do'
-# The source folders as pyproject.toml's package-dir installs them (packaging/stage.sh's list).
-PACKAGE_DIRS = {"gpugate": "gpugate", "checks": "gpugate/checks",
-                "slurm_hooks": "gpugate/slurm_hooks", "config": "gpugate/config"}  # fmt: skip
+# The source folders as the wheel installs them: gpugate/ alone, its symlinks to config/ and
+# slurm_hooks/ copied as the files they name (copytree follows them).
+PACKAGE_DIRS = {"gpugate": "gpugate"}
 DEPENDENCIES = ("yaml", "loguru", "pynvml")  # pyproject.toml's, by module
 LAUNCHER = ROOT / "packaging" / "rpm" / "gpugate"  # the packaged one: ../lib first on sys.path
 

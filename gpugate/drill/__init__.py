@@ -1,0 +1,240 @@
+"""Fault drills: a simulated fault laid over one node's real facts for a bounded window.
+
+`gpugate drill` (gpugate/commands/drill.py) writes `<state_dir>/drill.json` (root's state:
+fault, node, start, end, id). While the window is open, `gather()` lays the fault's overlay
+over the facts it read (`with_drill`) and marks the process (reasons.mark_drill), so every drain
+reason, AdminComment and event line it writes says `DRILL <id>`. Once the window has ended the
+file is ignored and removed by whoever reads it next: a drill never outlives its window, even if
+the drill command died. Past drills are kept in `drills.jsonl` (admin.history_dir), bounded like
+drains.jsonl.
+
+The overlays, one per fault, each what the real fault looks like in the facts (GPU0 or the
+first InfiniBand port; the real values of everything else are kept):
+- xid79: the kernel log gains `NVRM: Xid (PCI:<GPU0's bus id>): 79, ... GPU has fallen off the
+  bus.`, as the driver prints it (fails kernel.xid, a hardware fault).
+- ecc: GPU0 gains one volatile and one aggregate uncorrected ECC error (fails gpu.ecc).
+- gpu-lost: NVML reports GPU0 lost (error gpu_is_lost, nothing else read; fails gpu.lost).
+- nvlink: GPU0's first NVLink is inactive (fails nvlink.links).
+- ib-down: the first InfiniBand port is DOWN/Polling, no link (fails ib.ports).
+- hang: GPU0's driver asks for a GPU reset (NVML recovery action gpu_reset), what a hung GPU
+  whose processes cannot be killed shows (fails gpu.recovery_action).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from gpugate.fsutil import read_regular
+from gpugate.slurm import reasons
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpugate.checks.facts import Facts
+    from gpugate.config.schema import Config
+
+DRILL_FILE = "drill.json"
+RECORDS = "drills.jsonl"
+MAX_RECORDS_PER_NODE = 100
+MAX_RECORDS = 2000
+
+
+class DrillError(ValueError):
+    """A drill that cannot be started or ended; the message says why."""
+
+
+def _xid79(data: dict) -> None:
+    bus = _gpu0(data).get("pci_bus_id") or "00000000:00:00.0"
+    # NVML's 00000000:AB:00.0 is the driver's 0000:ab:00 in its Xid lines.
+    domain, rest = bus.split(":", 1)
+    pci = f"{domain[-4:]}:{rest.rsplit('.', 1)[0]}".lower()
+    stamp = time.strftime("%a %b %d %H:%M:%S %Y")
+    line = f"[{stamp}] NVRM: Xid (PCI:{pci}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    data["kernel_log"] = [*(data.get("kernel_log") or []), line]
+
+
+def _ecc(data: dict) -> None:
+    gpu = _gpu0(data)
+    for key in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"):
+        gpu[key] = int(gpu.get(key) or 0) + 1
+    gpu["ecc_mode_enabled"] = True
+
+
+def _gpu_lost(data: dict) -> None:
+    gpu = _gpu0(data)
+    # NVML answers nothing about a lost GPU: every reading becomes unknown.
+    for key in list(gpu):
+        if key != "index":
+            gpu[key] = None
+    gpu["error"] = "gpu_is_lost"
+
+
+def _nvlink(data: dict) -> None:
+    gpu = _gpu0(data)
+    links = list(gpu.get("nvlink_active") or [True])
+    links[0] = False
+    gpu["nvlink_active"] = links
+
+
+def _ib_down(data: dict) -> None:
+    ports = data.get("infiniband") or [{"device": "mlx5_0", "port": 1, "link_layer": "InfiniBand"}]
+    data["infiniband"] = ports
+    ports[0].update(state="DOWN", phys_state="Polling")
+
+
+def _hang(data: dict) -> None:
+    _gpu0(data)["recovery_action"] = "gpu_reset"
+
+
+def _gpu0(data: dict) -> dict:
+    gpus = data.get("gpus") or [{"index": 0}]
+    data["gpus"] = gpus
+    return gpus[0]
+
+
+# fault -> (what the drill simulates, the overlay)
+FAULTS: dict[str, tuple[str, Callable[[dict], None]]] = {
+    "xid79": ("Xid 79 in the kernel log: GPU0 has fallen off the bus", _xid79),
+    "ecc": ("an uncorrected ECC error on GPU0", _ecc),
+    "gpu-lost": ("NVML reports GPU0 lost", _gpu_lost),
+    "nvlink": ("GPU0's first NVLink inactive", _nvlink),
+    "ib-down": ("the first InfiniBand port DOWN/Polling", _ib_down),
+    "hang": ("GPU0 hung: its driver asks for a GPU reset", _hang),
+}
+
+
+def overlay(fault: str, data: dict) -> dict:
+    """`data` (a snapshot dict) with `fault`'s overlay applied (a deep copy; `data` is kept)."""
+    out = json.loads(json.dumps(data))
+    FAULTS[fault][1](out)
+    return out
+
+
+# ---------------------------------------------------------------------------- the window
+
+
+def drill_path(config: Config) -> str:
+    """Where the open drill lives: `<state_dir>/drill.json` (root's state)."""
+    return os.path.join(config.state_dir, DRILL_FILE)
+
+
+def _valid(drill: object) -> bool:
+    if type(drill) is not dict or drill.get("fault") not in FAULTS:
+        return False
+    texts = all(type(drill.get(k)) is str and drill.get(k) for k in ("id", "node"))
+    times = all(type(drill.get(k)) in (int, float) for k in ("start", "end"))
+    return texts and times
+
+
+def active_drill(config: Config, now: float | None = None) -> dict | None:
+    """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
+    path = drill_path(config)
+    try:
+        drill = json.loads(read_regular(path, 1 << 20, follow=False))  # never blocks
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        drill = None
+    now = time.time() if now is None else now
+    if _valid(drill) and drill["start"] <= now < drill["end"]:
+        return drill
+    try:
+        os.unlink(path)  # ended: it must never act again, whoever reads it next
+    except OSError:
+        pass
+    return None
+
+
+def start_drill(
+    config: Config, node: str, fault: str, minutes: float, now: float | None = None
+) -> dict:
+    """Open a drill window on `node` (DrillError: bad fault, window too long, one already open)."""
+    if fault not in FAULTS:
+        raise DrillError(f"unknown fault {fault!r} (known: {', '.join(FAULTS)})")
+    limit = config.drill.max_minutes
+    if not 0 < minutes <= limit:
+        raise DrillError(f"--minutes must be above 0 and at most drill.max_minutes ({limit:g}), got {minutes:g}")  # fmt: skip
+    current = active_drill(config, now)
+    if current is not None:
+        raise DrillError(f"drill {current['id']} ({current['fault']}) is already running until {_iso(current['end'])}")  # fmt: skip
+    start = time.time() if now is None else now
+    drill = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(start)), "fault": fault,
+             "node": node, "start": round(start, 3), "end": round(start + minutes * 60, 3)}  # fmt: skip
+    from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir
+
+    private_dir(config.state_dir, STATE_DIR_MODE, gid=-1)
+    atomic_write(drill_path(config), json.dumps(drill), PRIVATE_FILE)
+    return drill
+
+
+def end_drill(config: Config) -> dict | None:
+    """Close the open drill now; the drill it was, or None when none was open."""
+    drill = active_drill(config)
+    try:
+        os.unlink(drill_path(config))
+    except OSError:
+        pass
+    return drill
+
+
+def with_drill(config: Config, node: str, facts: Facts) -> Facts:
+    """`facts` with the open drill's overlay on them when it is this node's; else `facts`.
+
+    The process's drill mark (reasons.mark_drill) follows each gather: set while the overlay is
+    on the facts, cleared otherwise, so nothing built after a drill's window says DRILL.
+    """
+    reasons.mark_drill(None)
+    if not os.path.exists(drill_path(config)):  # the usual case: one stat
+        return facts
+    drill = active_drill(config)
+    if drill is None or drill["node"] != node:
+        return facts
+    from gpugate.checks.facts import facts_from_dict
+
+    reasons.mark_drill(drill["id"])
+    return facts_from_dict(overlay(drill["fault"], facts.to_dict()), f"drill {drill['id']}")
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+# ---------------------------------------------------------------------------- the record
+
+
+def valid_record(e: object) -> bool:
+    """Whether `e` is a drill record as record_drill() writes it."""
+    if type(e) is not dict or not _valid(e.get("drill")) or type(e.get("passed")) is not bool:
+        return False
+    when, node = e.get("when"), e.get("node")
+    return type(when) in (int, float) and type(node) is str and type(e.get("steps")) is list
+
+
+def record_drill(config: Config, drill: dict, steps: list[dict], passed: bool, why: str) -> dict:
+    """Append one drill's record to drills.jsonl (bounded like drains.jsonl); the entry."""
+    from gpugate.store.history import _add, history_dir
+
+    entry = {"node": drill["node"], "when": round(time.time(), 3), "id": drill["id"],
+             "fault": drill["fault"], "injected": FAULTS[drill["fault"]][0], "drill": drill,
+             "steps": steps, "passed": passed, "why": why}  # fmt: skip
+    _add(history_dir(config), RECORDS, valid_record, entry, lambda last: False,
+         MAX_RECORDS_PER_NODE, MAX_RECORDS)  # fmt: skip
+    return entry
+
+
+def records_path(config: Config) -> str:
+    """drills.jsonl, beside drains.jsonl in admin.history_dir."""
+    from gpugate.store.history import history_dir
+
+    return os.path.join(history_dir(config), RECORDS)
+
+
+def drill_records(config: Config, node: str | None = None) -> list[dict]:
+    """Past drills, oldest first (those of `node` only, if given)."""
+    from gpugate.store.history import _read_lines
+
+    entries = _read_lines(records_path(config), valid_record)
+    return [e for e in entries if node is None or e["node"] == node]

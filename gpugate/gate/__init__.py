@@ -1,0 +1,1 @@
+"""The gate's decisions: policy, drain budget, drain, repair, suspicion, requeue."""

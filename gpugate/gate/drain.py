@@ -1,0 +1,158 @@
+"""Decide and drain: the one way a hook takes its node out, used by prolog and epilog alike.
+
+`drain_node` drains with gpugate's reason within the drain budget (`budget.py`): it counts
+before draining, drains, then settles (reads Slurm again and undoes a drain that ranks beyond
+the budget once concurrent drains have landed). Over budget it leaves a node Comment, a loud
+log line and an event instead. An admin's drain is never replaced (SlurmControl.drain).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from gpugate import log
+from gpugate.gate.budget import check_budget, keeps_drain, warn_daily
+from gpugate.record import Record
+from gpugate.slurm.control import NotOurDrain
+from gpugate.slurm.reasons import budget_comment, drain_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.records import NodeInfo
+
+
+def drain_detail(failing: list[Finding]) -> tuple[str, str]:
+    """(check id, detail) for the drain reason: the first failure, and how many more."""
+    first = failing[0]
+    detail = (
+        first.message.split(": ", 1)[-1] if first.message.startswith(first.check) else first.message
+    )
+    others = len(failing) - 1
+    if others:
+        detail += f" (+{others} more)"
+    return first.check, detail
+
+
+class DrainOutcome(Record):
+    """What became of a drain gpugate wanted."""
+
+    reason: str
+    drained: bool
+    # "admin" (not our drain), "budget" (too many drains), "error" (the drain itself failed)
+    blocked_by: str | None = None
+    why: str = ""
+
+
+def drain_node(
+    slurm: SlurmControl, node: str, check_id: str, detail: str, config: Config | None = None
+) -> DrainOutcome:
+    """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
+    reason = drain_reason(check_id, detail)
+    if config is not None:
+        try:
+            blocked = over_budget(slurm, node, reason, config, check_id)
+        except Exception as exc:  # cannot count: the normal action (drain this one node) stands
+            note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
+            blocked = None
+        if blocked:
+            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
+    try:
+        slurm.drain(node, reason)
+    except NotOurDrain as exc:
+        note(f"not draining {node}: {exc}")
+        return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
+    if config is not None:
+        try:
+            undone = settle_budget(slurm, node, reason, config, check_id)
+        except Exception as exc:  # the drain is done; keep it
+            note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
+            undone = None
+        if undone:
+            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
+    return DrainOutcome(reason=reason, drained=True)
+
+
+# Two jobs' prologs on one node can drain it together; when the other's settle undoes the drain
+# beyond the budget (or an admin resumes the node) while ours waits, refusing our job would have
+# Slurm drain the node itself ("Prolog error"): the job runs instead.
+LIFTED = "the drain was lifted while it settled (beyond the budget, or by an admin)"
+
+
+def _lifted(info: NodeInfo | None) -> bool:
+    """Whether a node record shows gpugate's drain gone (None: the node is not listed)."""
+    return info is not None and not (info.drained and info.gpugate_owned)
+
+
+def settle_budget(
+    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
+) -> str | None:
+    """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
+    time.sleep(config.budget.settle_s)
+    try:
+        nodes = slurm.nodes()
+    except Exception:
+        return None  # cannot tell: keep the drain (the normal action)
+    if _lifted(nodes.get(node)):
+        return LIFTED
+    verdict = keeps_drain(nodes, node, config.budget, time.time(), check)
+    if verdict.allowed:
+        return None
+    try:
+        slurm.resume(node)
+    except Exception as exc:
+        try:  # the other prolog on this node may have undone it a moment before us
+            lifted = _lifted(slurm.node(node))
+        except Exception:
+            lifted = False
+        if lifted:
+            return LIFTED
+        note(f"could not undo the drain of {node} beyond the budget: {exc}")
+        return None
+    _over_budget_actions(slurm, node, reason, verdict.why, config)
+    return verdict.why
+
+
+def over_budget(
+    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
+) -> str | None:
+    """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
+    try:
+        nodes = slurm.nodes()
+    except Exception as exc:  # cannot count: the normal action (drain this one node) stands
+        note(f"drain budget unknown ({exc}); draining {node}")
+        return None
+    warn_daily(config, nodes)  # a partition the budget allows no drain: logged once a day
+    verdict = check_budget(nodes, node, config.budget, time.time(), check)
+    if verdict.allowed:
+        return None
+    _over_budget_actions(slurm, node, reason, verdict.why, config)
+    return verdict.why
+
+
+def _over_budget_actions(
+    slurm: SlurmControl, node: str, reason: str, why: str, config: Config
+) -> None:
+    """A node comment saying what gpugate would have done, a loud log line, an event, and
+    the history's held entry (what `gpugate nodes`, report, evidence and resume show)."""
+    from gpugate.store.held import note_held
+
+    note_held(config, node, reason, why)
+    log.error(
+        config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
+    )
+    log.event(
+        config.state_dir, "budget", node=node, outcome="budget_exceeded", why=why, reason=reason
+    )
+    try:
+        slurm.set_node_comment(node, budget_comment(why, reason))
+    except Exception as exc:
+        note(f"could not write the node comment: {exc}")
+
+
+def note(message: str) -> None:
+    """A line for slurmd's log (hook output goes there)."""
+    sys.stderr.write(f"gpugate: {message}\n")

@@ -1,0 +1,330 @@
+"""The Epilog: after an abnormal end, collect the evidence, name the cause, drain a bad node.
+
+Runs as root on every node of the job. What it reads from the node (NVML, kernel log, IB
+counters) is root's; what it reads from the job (stdout/stderr, NCCL debug files) belongs to
+the user and is read, and diagnosed, in a child process running as that user. It drains its
+own node only when the node's own evidence shows a hardware fault — never for the user's own
+errors (CUDA OOM, Python exceptions, Xid 13/31/43 alone).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpugate.checks.registry import hardware_checks
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather
+from gpugate.gate.policy import DRAIN, decide
+from gpugate.hooks import collect
+from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
+from gpugate.hooks.flightrec_collect import collect_dumps
+from gpugate.log import say
+from gpugate.record import Record
+from gpugate.slurm.choose import with_slurm_gres
+from gpugate.store import app_xids as xid_history
+from gpugate.store import controller_view
+from gpugate.store.history import history_dir
+from gpugate.store.nccl_dir import remove_nccl_dir
+from gpugate.store.runs import (
+    baseline_offsets,
+    job_gpus,
+    job_kernel_lines,
+    new_since_prolog,
+    split_by_allocation,
+)
+from gpugate.store.state import StateError, counters, job_dir, load_baseline, remove_job_state
+from gpugate.store.suspects import closed_at
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.config.schema import Config
+    from gpugate.gate.policy import Decision
+    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.slurm.control import SlurmControl
+
+
+class EpilogResult(Record):
+    """What the epilog found and did."""
+
+    abnormal: bool
+    why: str
+    bundle: str | None = None
+    category: str | None = None
+    xid: int | None = None
+    failing_rank: int | None = None
+    confidence: str | None = None  # the diagnosis's: the metrics count only high under category
+    hardware_fault: bool = False
+    hardware_checks: tuple = ()  # the failing hardware check ids (for the metrics)
+    drained: bool = False
+    reason: str | None = None
+    blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
+    duration_s: float = 0.0
+    # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
+    checkpoint_age_s: float | None = None
+    checkpoint_stale: bool = False
+
+
+def abnormal_end(env: HookEnv) -> str | None:
+    """Why the job's end looks abnormal (exit code, signal, failed step), or None."""
+    code2 = (env.exit_code2 or "").split(":")
+    exit_status = int(code2[0]) if code2[0].isdigit() else None
+    signal = int(code2[1]) if len(code2) > 1 and code2[1].isdigit() else None
+    if signal == 54:
+        return None  # 24.11: the job never started (its prolog failed): the prolog reported it
+    if exit_status:
+        return f"exit code {exit_status}"
+    if signal:
+        return f"killed by signal {signal}"
+    if env.exit_code:  # the raw wait status, where EXIT_CODE2 is missing
+        return f"wait status {env.exit_code}"
+    if env.derived_ec and not derived_ec_of_an_earlier_run(env):
+        return f"a job step failed (derived exit code {env.derived_ec >> 8 or env.derived_ec})"
+    return None
+
+
+def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
+    """Whether SLURM_JOB_DERIVED_EC may be an earlier run's, not this run's: after a requeue.
+
+    The node Epilog gets SLURM_JOB_EXIT_CODE, SLURM_JOB_EXIT_CODE2, SLURM_JOB_DERIVED_EC and
+    SLURM_JOB_RESTART_COUNT in 22.05 and 24.11 alike (SLURM_JOB_START_TIME/_END_TIME only from
+    23.x on): reference/slurm-in-ci.md, "What the hooks see", and the epilog captures in
+    reference/real-outputs/slurm-24.11-debian13/hook-env/ (Slurm's prolog_epilog.html lists
+    them). EXIT_CODE(2) is this run's batch script; DERIVED_EC is the highest step exit code
+    of the job and Slurm keeps it across a requeue (issue 26: run 1 of a requeued job that
+    completed 0:0 still showed run 0's 1). Which run a step failed in cannot be told, so on
+    a restarted job whose own exit code is 0 it is not used.
+    """
+    own_exit_ok = (env.exit_code2 or "0:0") == "0:0" and not env.exit_code
+    return env.restart_count > 0 and own_exit_ok
+
+
+def gather_now(
+    config: Config, env: HookEnv, baseline: dict | None, deadline_s: float | None = None
+) -> Facts:
+    """The node's facts now (or the replayed snapshot); the kernel log from where the job's
+    prolog stopped."""
+    position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
+    facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
+    return with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
+
+
+def hardware_decision(
+    facts: Facts,
+    fresh_kernel: list[str],
+    config: Config,
+    app_xids: tuple = (),
+    baseline: dict | None = None,
+) -> Decision:
+    """The policy's decision on the hardware checks now, judging only this job's kernel lines
+    and only the faults the job's own prolog did not already report (runs.new_since_prolog).
+
+    Its `failing` findings are the node's hardware faults; its action is a drain only where
+    the site lets the epilog drain (`epilog.drain_on_hardware`, not `policy.report_only`).
+
+    `app_xids` is the node's per-job record of application-class Xids (this job's included):
+    kernel.xid fails on them only by the cross-job rule, never for one job's own.
+    """
+    # Only the checks marked `hardware` on their @check line (see gpugate/checks/registry.py).
+    now = facts.replace(kernel_log=tuple(fresh_kernel))
+    found = run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+    found = new_since_prolog(found, baseline)
+    may_drain = config.epilog.drain_on_hardware
+    return decide(found, config.policy, phase="epilog", may_drain=may_drain)
+
+
+def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
+    """Run the whole epilog for one job on this node, its decision record around it."""
+    # The controller waits for this node while the record says running, up to its deadline.
+    view_start(config, env)
+    found: dict = {}
+    result = None
+    try:
+        result = _run_epilog(config, env, slurm, found)
+        return result
+    finally:
+        view_finish(config, env, result, found.get("flightrec"))
+
+
+def view_start(config: Config, env: HookEnv) -> None:
+    """The controller's record of this node's epilog: running, until the epilog's deadline."""
+    _view_write(config, env, controller_view.running(config.epilog.deadline_s))
+
+
+def view_finish(
+    config: Config, env: HookEnv, result: EpilogResult | None, flightrec: dict | None
+) -> None:
+    """The record: done, with the bundle's decision fields (a normal end: none; no log text)."""
+    from gpugate.store.evidence import read_summary
+
+    if result is not None and not result.bundle and not result.abnormal:
+        _view_forget(config, env)  # nothing to decide on: no file left for every job
+        return
+    if result is None:
+        record = controller_view.done(None, error="the epilog did not finish")
+    elif result.bundle:
+        record = controller_view.done(read_summary(result.bundle), flightrec, bundle=True)
+    else:  # the bundle could not be written: what the epilog knows itself
+        record = controller_view.done(None, flightrec, why=result.why, bundle=False,
+                                      category=result.category, confidence=result.confidence,
+                                      hardware_fault=result.hardware_fault)  # fmt: skip
+    _view_write(config, env, record)
+
+
+def _view_forget(config: Config, env: HookEnv) -> None:
+    if not env.job_id or not env.node:
+        return
+    try:
+        controller_view.forget(config.evidence_dir, env.job_id, env.node, env.restart_count)
+    except (OSError, ValueError) as exc:
+        say(f"epilog job {env.job_id}: cannot remove the controller's record: {exc}")
+
+
+def _view_write(config: Config, env: HookEnv, record: dict) -> None:
+    if not env.job_id or not env.node:
+        return
+    try:
+        controller_view.write_record(config.evidence_dir, env.job_id, env.node,
+                                     env.restart_count, record)  # fmt: skip
+    except (OSError, ValueError) as exc:  # never fails the epilog; the controller waits it out
+        say(f"epilog job {env.job_id}: cannot write the controller's record: {exc}")
+
+
+def _run_epilog(
+    config: Config, env: HookEnv, slurm: SlurmControl | None, found: dict
+) -> EpilogResult:
+    """The epilog's work; `found` gets the flight-recorder dumps for the record."""
+    started = time.monotonic()
+    if env.job_id and refused_here(config, env.job_id):
+        cleanup(config, env)
+        return EpilogResult(abnormal=False, why="the prolog refused the job here: it never ran")
+    baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
+    # Half the deadline at most for the node's facts; the job's files and the bundle get the rest.
+    facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
+    fresh = new_kernel_lines(baseline, facts.kernel_log or ())
+    deltas = counter_deltas(baseline, counters(facts))
+    app_xids, mine = note_app_xids(config, env, facts, fresh)
+    decision = hardware_decision(facts, fresh, config, app_xids=app_xids, baseline=baseline)
+    flag_app_xid_suspect(config, env, app_xids, mine)
+    new_faults = list(decision.failing)  # what the drain acts on: the node's own health
+    # The job's verdict: only the new faults on its GPUs (or node-wide). One on another
+    # job's GPUs may still drain the node, never make this job an infrastructure failure.
+    gpus = job_gpus(env, baseline)
+    hardware, elsewhere = split_by_allocation(new_faults, gpus)
+    why = abnormal_end(env)
+    if why is None and hardware:
+        why = "hardware errors on the job's GPUs since its prolog"
+    if why is None and not config.epilog.always_bundle:
+        result = EpilogResult(abnormal=False, why="normal end")
+        if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
+            reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm)
+            result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
+        cleanup(config, env)
+        return result.replace(duration_s=time.monotonic() - started)
+
+    job = collect.job_info(config, env, slurm)
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5  # keep time to write
+    logs = collect.read_job_files(
+        config,
+        env,
+        job,
+        job_kernel_lines(fresh, facts, gpus),  # another job's GPU is not this job's cause
+        timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
+        offsets=baseline_offsets(baseline),
+    )
+    diagnosis = logs.get("diagnosis") or {}
+    # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5
+    freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
+    left = config.epilog.deadline_s - (time.monotonic() - started) - 5
+    flightrec = collect_dumps(config, env, job, max(1.0, min(left, 30)))
+    found["flightrec"] = flightrec
+    result = EpilogResult(
+        abnormal=why is not None,
+        why=why or "always_bundle",
+        category=diagnosis.get("category"),
+        xid=diagnosis.get("xid"),
+        failing_rank=diagnosis.get("failing_rank"),
+        confidence=diagnosis.get("confidence"),
+        hardware_fault=bool(hardware),
+        hardware_checks=tuple(sorted({f.check for f in hardware})),
+        checkpoint_age_s=freshness.age_s if freshness else None,
+        checkpoint_stale=bool(freshness and freshness.stale),
+    )
+    drain = decision.action == DRAIN
+    # The bundle first, then the drain naming it: a reason never points at a bundle that could
+    # not be written. The drain's outcome is then added to the bundle's summary.
+    bundle = collect.write_evidence(config, env, job, facts, fresh, deltas, hardware, logs, result,
+                                    pending_drain=drain, freshness=freshness,
+                                    flightrec=flightrec, elsewhere=elsewhere,
+                                    baseline=baseline)  # fmt: skip
+    if drain:
+        reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
+                                                              bundle=bundle)  # fmt: skip
+        result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
+        if bundle:
+            collect.record_outcome(config, bundle, result)
+    cleanup(config, env)
+    return result.replace(bundle=bundle, duration_s=time.monotonic() - started)
+
+
+def note_app_xids(
+    config: Config, env: HookEnv, facts: Facts, fresh: list[str]
+) -> tuple[tuple, list[dict]]:
+    """Record this job's application-class Xids; (the node's open record with them, this job's).
+
+    The record counts from the node's last resume or passed qualification on (suspects.closed_at):
+    what jobs raised before an admin cleared the node primes nothing after.
+    """
+    now = time.time()
+    mine = xid_history.job_events(fresh, env, facts, now)
+    if not mine:  # the rule judges only GPUs this job raised Xids on: nothing else to read
+        return (), []
+    known = xid_history.load(config, now)
+    xid_history.record(config, mine, now)  # best effort: never fails the epilog
+    since = closed_at(history_dir(config), env.node) if env.node else 0.0
+    return tuple(e for e in (*known, *mine) if e["t"] > since), mine
+
+
+def flag_app_xid_suspect(config: Config, env: HookEnv, app_xids: tuple, mine: list[dict]) -> None:
+    """Flag this node when a GPU of this job passes the application-Xid rule; never a drain."""
+    from gpugate.checks.kernel import app_xid_suspect, repeats
+
+    k = config.checks.kernel
+    for pci in sorted({e["gpu"] for e in mine}):
+        if env.node and app_xid_suspect(app_xids, pci, k):
+            from gpugate.gate.suspicion import point_at
+
+            jobs, users = repeats(app_xids, pci)
+            ids = sorted({e["job"] for e in app_xids if e.get("gpu") == pci})
+            detail = f"GPU {pci}: application Xids in {jobs} jobs of {users} users"
+            try:
+                said = point_at(config, env.node, "app_xid", detail, ids, users)
+            except Exception as exc:  # bookkeeping never fails the epilog
+                said = f"not flagged: {type(exc).__name__}: {exc}"
+            say(f"epilog job {env.job_id}: {said}")
+            return
+
+
+def refused_here(config: Config, job_id: str) -> bool:
+    """Whether this node's prolog refused the job (see prolog.mark_refused)."""
+    import os
+
+    try:
+        return os.path.isfile(os.path.join(job_dir(config.state_dir, job_id), "refused.json"))
+    except StateError:
+        return False
+
+
+def cleanup(config: Config, env: HookEnv) -> None:
+    """Drop the job's baseline and its NCCL directory (the bundle keeps what matters)."""
+    if env.job_id:
+        try:
+            remove_job_state(config.state_dir, env.job_id)  # baseline, refusal note, task file
+        except Exception:
+            pass
+
+        # Its files are in the bundle now (or never mattered). Only renamed here, whatever the
+        # user left in it (a million files, a chain deeper than any recursion limit): a
+        # detached child removes it, or the next health run, outside the epilog's deadline.
+        remove_nccl_dir(config, env.job_id)

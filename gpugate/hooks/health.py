@@ -1,0 +1,356 @@
+"""`gpugate health`: Slurm's HealthCheckProgram — vet the node between jobs, lift what healed.
+
+slurmd runs it every HealthCheckInterval seconds as root, with no job environment, and kills
+it after 60 s. Same gather, checks, reasons, ownership rules and drain budget as the prolog
+(drain_node); its own deadline (`health.deadline_s`). On a node running jobs it does not judge
+what the jobs legitimately change: for the GPUs Slurm has allocated (GresUsed), processes,
+memory use, temperature and throttling are skipped, and host memory while any job runs.
+A drain gpugate set is lifted by the rules of gpugate/health/heal.py, through `gpugate
+resume`'s own code path and audit log. A drain someone else set is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+from gpugate.checks import findings as F
+from gpugate.checks.registry import fault_class
+from gpugate.checks.run import run_checks
+from gpugate.checks.sources import gather
+from gpugate.checks.sources.kernel_log import boot_id
+from gpugate.gate.drain import drain_detail, drain_node
+from gpugate.gate.policy import DRAIN, decide
+from gpugate.health.heal import LIFT, heal_verdict, proof_gate
+from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
+from gpugate.record import Record
+from gpugate.slurm.choose import with_slurm_gres
+from gpugate.slurm.reasons import reason_check
+from gpugate.store import healing
+from gpugate.store.healing import Healing
+from gpugate.store.state import load_kernel_pos
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Facts
+    from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import NodeInfo, SlurmControl
+
+# What a job changes on the GPUs it was given (its processes and their memory, the heat and
+# the clocks of its load): not faults while it runs.
+JOB_GPU_CHECKS = frozenset({"gpu.processes", "gpu.temperature", "gpu.throttle"})
+# What any job changes on the host.
+JOB_HOST_CHECKS = frozenset({"host.memory"})
+_BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+_GRES_USED = re.compile(r"(?:^|\s)GresUsed=(\S+)")
+_GPU_IDX = re.compile(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
+SKIPPED = "skipped: GPU in use by a job"
+
+
+class HealthResult(Record):
+    """What one health run decided and did."""
+
+    status: str  # ok / warn / fail / error
+    action: str  # allow / drain / keep / lift / none
+    reason: str | None = None  # the drain reason set (drain)
+    drained: bool = False
+    resumed: bool = False
+    blocked_by: str | None = None  # "admin", "budget" or "error"
+    statuses: dict = {}
+    message: str = ""
+    duration_s: float = 0.0
+
+
+def parse_gres_used(text: str) -> frozenset[int] | None:
+    """The GPU indices in `scontrol -d show node`'s GresUsed (`gpu:h100:2(IDX:0,2-3)`); None
+    (unknown: every GPU counts as in use) when the text names no GresUsed, or GPUs in use
+    without their indices (Slurm 22.05 prints `GresUsed=gpu:8` for untyped GPUs; only
+    `scontrol -d show job` has the IDX there)."""
+    m = _GRES_USED.search(text or "")
+    if not m:
+        return None
+    used = m.group(1)
+    counted = re.findall(r"gpu(?::[^:(,\s]+)?:(\d+)(?!\d|\(IDX)", used)
+    if any(int(n) > 0 for n in counted):
+        return None
+    out: set[int] = set()
+    for idx in _GPU_IDX.findall(used):
+        for part in idx.split(","):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit() and (not hi or hi.isdigit()):
+                out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
+def busy(info: NodeInfo) -> bool:
+    """Whether a job runs (or is ending) on the node."""
+    return info.state in _BUSY_STATES or any(f in _BUSY_STATES for f in info.flags)
+
+
+def gpus_in_use(slurm: SlurmControl, node: str) -> frozenset[int] | None:
+    """The node's GPUs Slurm has allocated to jobs (one bounded scontrol); None: unknown."""
+    try:
+        return parse_gres_used(slurm.cli.scontrol("-d", "-o", "show", "node", node))
+    except Exception as exc:  # the adapter's SlurmError, or a backend without scontrol
+        note(f"cannot tell which GPUs jobs use ({type(exc).__name__}: {exc}); skipping all")
+        return None
+
+
+def skip_for_jobs(
+    findings: list[Finding], in_use: frozenset[int] | None, any_job: bool
+) -> list[Finding]:
+    """`findings` with what the running jobs legitimately change turned into skipped (ok)."""
+    if not any_job:
+        return findings
+    out = []
+    for f in findings:
+        gpu_job = f.check in JOB_GPU_CHECKS and (in_use is None or f.gpu is None or f.gpu in in_use)
+        if f.status != F.OK and (gpu_job or f.check in JOB_HOST_CHECKS):
+            where = f"GPU{f.gpu}: " if f.gpu is not None else ""
+            what = SKIPPED if f.check in JOB_GPU_CHECKS else "skipped: a job runs on the node"
+            f = F.ok(f.check, f"{where}{what}", gpu=f.gpu)
+        out.append(f)
+    return out
+
+
+def judge(
+    config: Config, node: str, slurm: SlurmControl, any_job: bool
+) -> tuple[Facts, list[Finding]]:
+    """The node's facts under the health deadline, and the findings with job effects skipped."""
+    in_use = gpus_in_use(slurm, node) if any_job else frozenset()
+    position = load_kernel_pos(config.state_dir)
+    facts = gather(config, node, position=position, deadline_s=config.health.deadline_s)
+    facts = with_slurm_gres(config, node, facts, slurm)
+    return facts, skip_for_jobs(run_checks(facts, config), in_use, any_job)
+
+
+def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
+    """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited."""
+    started = time.monotonic()
+    try:
+        info = slurm.node(node)
+    except Exception as exc:  # without Slurm's view nothing may be drained or lifted
+        return HealthResult(
+            status="error", action="none", message=f"cannot read {node} from Slurm: {exc}"
+        )
+    any_job = busy(info)
+    facts, findings = judge(config, node, slurm, any_job)
+    decision = decide(findings, config.policy, phase="health")
+    statuses = check_statuses(findings, config)
+    boot = facts.boot_id or boot_id(config)
+    if info.drained and info.reason and not info.gpugate_owned:
+        healing_forget(config, node)  # an admin's drain: gpugate's entry no longer applies
+        result = HealthResult(status=decision.status, action="none", blocked_by="admin",
+                              message=f"{node} drained by someone else ({info.reason!r}); left alone")  # fmt: skip
+    elif info.drained and info.gpugate_owned and _ended_drill(config, info):
+        # A drill's drain whose window has closed (its command may have died): the fault was
+        # never real, so the node goes back once the real facts pass (a drill never outlives it).
+        result = lift_drill(config, slurm, info, decision)
+    elif info.drained and info.gpugate_owned:
+        repaired = repair(config, slurm, node, findings, idle=not any_job)
+        if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
+            facts, findings = judge(config, node, slurm, any_job)
+            decision = decide(findings, config.policy, phase="health")
+        result = keep_or_lift(config, slurm, info, decision, boot, any_job)
+        result = result.replace(message=_joined(result.message, repaired))
+    elif decision.action == DRAIN:
+        result = drain_for(config, slurm, node, decision, boot)
+        if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
+            result = result.replace(message=_joined(result.message, repair(
+                config, slurm, node, findings, idle=False)))  # fmt: skip
+    else:
+        healing_forget(config, node)
+        result = HealthResult(status=decision.status, action="allow", message=decision.status)
+    if result.action != "drain" or result.drained:
+        # Not moved past a failure gpugate could not act on: the prolog must still see it.
+        remember_kernel_pos(config, facts)
+    return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
+
+
+_DRILL_REASON = re.compile(r"^gpugate:\s*DRILL (\S+?):")
+
+
+def _ended_drill(config: Config, info: NodeInfo) -> bool:
+    """Whether the node's drain is a drill's (`gpugate: DRILL <id>: ...`) whose window closed."""
+    m = _DRILL_REASON.match(info.reason or "")
+    if m is None:
+        return False
+    from gpugate.drill import active_drill
+
+    drill = active_drill(config)
+    return drill is None or drill.get("id") != m.group(1)
+
+
+def lift_drill(
+    config: Config, slurm: SlurmControl, info: NodeInfo, decision: object
+) -> HealthResult:
+    """Resume a node drained by an ended drill, through resume's checked and audited path."""
+    from gpugate.admin.resume import Request, check_then_resume
+
+    status = decision.status  # type: ignore[attr-defined]
+    why = f"drill ended: {info.reason}"
+    request = Request(node=info.name, why=why, who="gpugate health")
+    attempt = check_then_resume(config, slurm, info, request)
+    if not attempt.resumed:
+        return HealthResult(
+            status=status, action="keep", message=f"drill drain kept: {attempt.why}"
+        )
+    healing_forget(config, info.name)
+    return HealthResult(status=status, action="lift", resumed=True, message=why)
+
+
+def repair(
+    config: Config, slurm: SlurmControl, node: str, findings: list[Finding], idle: bool
+) -> str:
+    """Opt-in repair of gpugate's drain (gpugate/gate/repair.py): a reboot-class fault is handed
+    to `scontrol reboot ASAP`; a reset-class one on an idle node gets `nvidia-smi -r`. What was
+    done, "" when nothing (opted out, not that kind, once per drain, the budget). Never raises."""
+    from gpugate.gate import repair as R
+
+    try:
+        fault = R.reboot_fault(findings, config)
+        if fault is not None:
+            return R.request_reboot(slurm, node, R.reboot_reason(fault), config) or ""
+        targets = R.reset_targets(findings, config) if idle else []
+        return "; ".join(R.reset_gpus(targets, config, node=node)) if targets else ""
+    except Exception as exc:  # repair is a help: its failure must not stop the health run
+        note(f"repair of {node} failed: {type(exc).__name__}: {exc}")
+        return ""
+
+
+def _joined(message: str, extra: str) -> str:
+    return f"{message}; {extra}" if extra else message
+
+
+def drain_for(
+    config: Config, slurm: SlurmControl, node: str, decision: object, boot: str | None
+) -> HealthResult:
+    """Drain an in-service node that fails, as the prolog does (budget, ownership); remember it."""
+    check_id, detail = drain_detail(list(decision.failing))  # type: ignore[attr-defined]
+    try:
+        outcome = drain_node(slurm, node, check_id, detail, config)
+    except Exception as exc:  # controller down: the next run tries again
+        note(f"could not drain {node}: {type(exc).__name__}: {exc}")
+        return HealthResult(
+            status="fail", action="drain", blocked_by="error", message=f"fail: {check_id}: {detail}"
+        )
+    if outcome.drained:
+        entry = Healing(
+            node=node, check=check_id, fault=fault_class(check_id), since=time.time(), boot_id=boot
+        )
+        healing_put(config, entry)
+    return HealthResult(status="fail", action="drain", reason=outcome.reason, drained=outcome.drained,
+                        blocked_by=outcome.blocked_by, message=f"fail: {check_id}: {detail}")  # fmt: skip
+
+
+def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
+    """The healing entry of gpugate's drain on the node; a new one for a drain not seen before
+    (the prolog's or epilog's drain: the boot id from now, the time from Slurm)."""
+    entry = healing.load(config.state_dir).get(info.name)
+    since = float(info.reason_time) if info.reason_time is not None else time.time()
+    # Slurm's reason time moves only when the reason is set again: another drain, a new entry.
+    if entry is not None and (info.reason_time is None or abs(entry.since - since) < 120):
+        return entry
+    check = reason_check(info.reason) or "unknown"
+    return Healing(node=info.name, check=check, fault=fault_class(check), since=since, boot_id=boot)
+
+
+def keep_or_lift(
+    config: Config,
+    slurm: SlurmControl,
+    info: NodeInfo,
+    decision: object,
+    boot: str | None,
+    any_job: bool,
+) -> HealthResult:
+    """gpugate's own drain: count the passing runs and lift it when heal.py says so."""
+    from gpugate.store.history import count_drains, history_dir
+
+    entry = current_entry(config, info, boot)
+    failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)  # type: ignore[attr-defined]
+    if not failing and any_job:
+        # The jobs still on the draining node hide what they change: this run proves nothing.
+        return HealthResult(
+            status=decision.status, action="keep", message="jobs still run; pass not counted"
+        )  # type: ignore[attr-defined]
+    same, reset_at = 0, None
+    if entry.fault == "hardware":
+        reset_at = reset_time(config, info.name)
+        same = count_drains(
+            history_dir(config), info.name, config.admin.history_window_days, check=entry.check
+        )
+    verdict = heal_verdict(
+        entry,
+        failing,
+        boot,
+        config.health.heal_after_passes,
+        same,
+        config.admin.rma_after_drains,
+        reset_at=reset_at,
+    )
+    if verdict.action == LIFT:
+        verdict = proof_gate(verdict, *qualified_for_lift(config, info))
+    status = decision.status  # type: ignore[attr-defined]
+    if verdict.action != LIFT:
+        healing_put(config, verdict.entry)
+        return HealthResult(status=status, action="keep", message=verdict.why)
+    from gpugate.admin.resume import Request, check_then_resume
+
+    attempt = check_then_resume(
+        config, slurm, info, Request(node=info.name, why=verdict.why, who="gpugate health")
+    )
+    if not attempt.resumed:
+        healing_put(config, verdict.entry.replace(passes=0))
+        return HealthResult(status=status, action="keep", message=f"not lifted: {attempt.why}")
+    healing_forget(config, info.name)
+    return HealthResult(
+        status=status, action="lift", resumed=True, message=f"resumed: {verdict.why}"
+    )
+
+
+def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:
+    """The qualification level the drain calls for, and whether a pass since it began exists."""
+    from gpugate.admin.resume import earlier_pass, qualify_level
+
+    level = qualify_level(config, info.reason)
+    if not level:
+        return 0, True
+    try:
+        return level, earlier_pass(config, info, level) is not None
+    except Exception as exc:  # an unreadable record proves nothing: the drain stays
+        note(f"could not read the qualification records: {exc}")
+        return level, False
+
+
+def reset_time(config: Config, node: str) -> float | None:
+    """When gpugate's repair step last reset a GPU of `node` (None: never, or unknown)."""
+    try:
+        from gpugate.gate.repair import reset_recorded
+
+        return reset_recorded(node, config)
+    except Exception as exc:  # repair evidence is optional: without it only a reboot counts
+        note(f"could not read the GPU-reset record: {exc}")
+        return None
+
+
+def healing_put(config: Config, entry: Healing) -> None:
+    """healing.put(), never raising (the state is bookkeeping; Slurm holds the drain)."""
+    try:
+        healing.put(config.state_dir, entry)
+    except Exception as exc:
+        note(f"could not save the healing state: {exc}")
+
+
+def healing_forget(config: Config, node: str) -> None:
+    """healing.forget(), never raising."""
+    try:
+        healing.forget(config.state_dir, node)
+    except Exception as exc:
+        note(f"could not update the healing state: {exc}")
+
+
+def note(message: str) -> None:
+    """A line for slurmd's log (hook output goes there)."""
+    sys.stderr.write(f"gpugate: health: {message}\n")

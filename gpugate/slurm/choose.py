@@ -1,0 +1,165 @@
+"""Which backend to use: the CLI, or pyslurm when it matches Slurm and imports cleanly.
+
+`backend()` is what the hooks and commands call; GPUGATE_SLURM_BACKEND (auto/cli/pyslurm)
+overrides the configured kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from gpugate.fsutil import atomic_write, read_regular
+from gpugate.record import Record
+from gpugate.slurm.cli import CliBackend, parse_version
+from gpugate.slurm.control import (
+    DEFAULT_TIMEOUT,
+    BackendUnavailable,
+    SlurmControl,
+    SlurmError,
+)
+from gpugate.slurm.pyslurm import PyslurmBackend
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpugate.slurm.cli import Runner
+
+PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
+ENV_BACKEND = "GPUGATE_SLURM_BACKEND"
+KINDS = ("auto", "cli", "pyslurm")
+
+
+class BackendChoice(Record):
+    """Which backend select_backend() chose, and the reason (for the log)."""
+
+    kind: str  # cli / pyslurm
+    why: str
+
+
+def select_backend(
+    kind: str = "auto",
+    *,
+    runner: Runner | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    version_of: Callable[[str], str] | None = None,
+) -> BackendChoice:
+    """Pick cli or pyslurm; GPUGATE_SLURM_BACKEND (auto/cli/pyslurm) overrides `kind`."""
+    requested = (os.environ.get(ENV_BACKEND) or kind or "auto").strip().lower()
+    if requested not in KINDS:
+        raise ValueError(f"{ENV_BACKEND}/backend: {requested!r} is not one of {', '.join(KINDS)}")
+    if requested == "cli":
+        return BackendChoice(kind="cli", why="the command-line backend was asked for")
+    problem = _pyslurm_problem(CliBackend(timeout=timeout, runner=runner), version_of)
+    if problem is None:
+        return BackendChoice(kind="pyslurm", why="pyslurm matches Slurm and imports cleanly")
+    if requested == "pyslurm":
+        raise BackendUnavailable(f"pyslurm backend unavailable: {problem}")
+    return BackendChoice(kind="cli", why=problem)
+
+
+def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -> str | None:
+    """Why pyslurm must not be used here, or None when it may."""
+    if version_of is None:
+        from importlib.metadata import version as version_of
+    try:
+        # Reads the installed metadata only: libslurm is not loaded.
+        have = version_of("pyslurm")
+    except Exception:  # PackageNotFoundError, or broken metadata
+        return "pyslurm is not installed"
+    try:
+        slurm = cli.version()
+    except SlurmError as e:
+        return f"cannot read Slurm's version: {e}"
+    if slurm is None or parse_version(have) != slurm:
+        return f"pyslurm {have} does not match Slurm {slurm} (X.Y must be equal)"
+    return _probe_import(cli)
+
+
+def _probe_import(cli: CliBackend) -> str | None:
+    import sys
+
+    # In a child: `import pyslurm` runs slurm_init(), which exits or hangs without a usable
+    # slurm.conf, and no try/except can catch that.
+    res = cli._run([sys.executable, "-c", "import pyslurm"], PROBE_TIMEOUT, env=cli.env())
+    return None if res.ok else f"`import pyslurm` failed in a subprocess: {res.describe()}"
+
+
+def backend(
+    kind: str = "auto", *, timeout: float = DEFAULT_TIMEOUT, runner: Runner | None = None
+) -> SlurmControl:
+    """The Slurm backend to use: see select_backend(); `.why` says why it was chosen."""
+    choice = select_backend(kind, runner=runner, timeout=timeout)
+    cli = CliBackend(timeout=timeout, runner=runner)
+    chosen: SlurmControl = cli
+    if choice.kind == "pyslurm":
+        chosen = PyslurmBackend(cli=cli)
+    chosen.why = choice.why
+    return chosen
+
+
+# The prolog's question is on the job's critical path: never longer than this.
+GRES_TIMEOUT = 3.0
+
+
+def configured_gpus(
+    node: str, slurm: SlurmControl | None = None, timeout: float = GRES_TIMEOUT
+) -> int | None:
+    """The GPUs slurm.conf gives `node` (`Gres=gpu:N`); None when unknown or Slurm is away.
+
+    Best effort and cheap: one `scontrol show node` (or the backend already at hand), under
+    `timeout`; any error means "not known" and gpu.count falls back to the PCI bus.
+    """
+    if not node:
+        return None
+    try:
+        return (slurm or CliBackend(timeout=timeout)).node(node).gres_gpus
+    except Exception:  # the controller down, scontrol missing, a parse surprise: not known
+        return None
+
+
+# A Gres change needs a slurm.conf edit and a reconfigure: ten minutes late at most, instead of
+# one slurmctld RPC per job start on every node.
+GRES_CACHE_S = 600.0
+_GRES_CACHE = "slurm-gres.json"
+
+
+def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int | None:
+    """Slurm's Gres GPU count for `node`: the node-local answer if under GRES_CACHE_S old, else ask()."""
+    path = os.path.join(state_dir, _GRES_CACHE)
+    now = time.time()
+    try:
+        data = json.loads(read_regular(path, 4096, follow=False))  # never blocks, capped
+        gpus = data["gpus"]
+        fresh = 0 <= now - float(data["at"]) < GRES_CACHE_S
+        if data["node"] == node and fresh and type(gpus) is int and gpus >= 0:
+            return gpus
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        pass  # no answer kept, or a bad one: ask Slurm
+    count = ask()
+    if count is not None:
+        try:
+            atomic_write(path, json.dumps({"node": node, "gpus": count, "at": now}), mode=0o640)
+        except OSError:
+            pass  # only a cache
+    return count
+
+
+def with_slurm_gres(
+    config: object, node: str | None, facts: object, slurm: object = None
+) -> object:
+    """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
+
+    Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
+    site sets `expect.gpu_count` (the site's word comes first), nor when already known.
+    """
+    if config.facts_file or config.expect.gpu_count is not None:  # type: ignore[attr-defined]
+        return facts
+    if facts.slurm_gres_gpus is not None:  # type: ignore[attr-defined]
+        return facts
+    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)  # type: ignore[attr-defined]
+    count = cached_gpus(config.state_dir, node or "",  # type: ignore[attr-defined]
+                        lambda: configured_gpus(node or "", slurm, timeout))  # type: ignore[arg-type]  # fmt: skip
+    return facts if count is None else facts.replace(slurm_gres_gpus=count)  # type: ignore[attr-defined]

@@ -1,0 +1,263 @@
+"""The Slurm seam: `SlurmControl`, the methods the hooks call, its errors and results.
+
+Backends implement the reads and raw writes: `cli.py` (scontrol/sinfo, the default) and
+`pyslurm.py` (libslurm through pyslurm); `choose.py` picks one. The ownership rules live once,
+here, in `SlurmControl.drain`/`resume`: gpugate never replaces or clears a drain whose reason
+it did not write (reasons start with `gpugate:`, see `gpugate/slurm/reasons.py`). The records
+(NodeInfo, JobInfo) are in `records.py`, the parsers in `parse_text.py` and `parse_json.py`.
+Tests use the in-memory `tests/fakes.py:FakeSlurm`, a subclass of this interface.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpugate import runner as _runner
+from gpugate.record import Record
+from gpugate.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_reason
+from gpugate.slurm.records import JobInfo, NodeInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpugate.slurm.cli import CliBackend
+
+__all__ = ["JobInfo", "NodeInfo", "SlurmControl", "SlurmError"]
+
+DEFAULT_TIMEOUT = 10.0  # seconds per scontrol call
+
+DRAINED, RESUMED, REFUSED, UNCHANGED = "drained", "resumed", "refused", "unchanged"
+REBOOT_REQUESTED = "reboot_requested"
+NEXT_STATES = ("RESUME", "DOWN")  # `scontrol reboot ... nextstate=` (scontrol(1))
+
+
+# ---------------------------------------------------------------------------------- errors
+
+
+class SlurmError(RuntimeError):
+    """Anything that went wrong talking to Slurm."""
+
+
+class SlurmCommandError(_runner.CommandError, SlurmError):
+    """An scontrol/sinfo call failed; `.result` has the argv, status and output."""
+
+
+class SlurmTimeout(SlurmCommandError):
+    """An scontrol/sinfo call ran past its timeout and was killed."""
+
+
+class SlurmMissing(SlurmCommandError):
+    """scontrol/sinfo is not installed (or not on PATH)."""
+
+
+class NodeNotFound(SlurmError):
+    """Slurm does not know this node."""
+
+
+class JobNotFound(SlurmError):
+    """Slurm does not know this job (or has purged it)."""
+
+
+class BackendUnavailable(SlurmError):
+    """The pyslurm backend was asked for but cannot be used safely here."""
+
+
+class NotOurDrain(SlurmError):
+    """drain()/resume() refused: the node is drained with a reason gpugate did not write.
+
+    `.change` is the refusal (action "refused"); `.change.before` the node as it was.
+    """
+
+    def __init__(self, change: NodeChange) -> None:
+        super().__init__(change.why)
+        self.change = change
+
+
+# ------------------------------------------------------------------------------- results
+
+
+class NodeChange(Record):
+    """What drain()/resume() did to a node, and why."""
+
+    node: str
+    action: str  # drained / resumed / unchanged / reboot_requested; "refused": NotOurDrain
+    why: str
+    reason: str = ""  # the reason written (drain)
+    before: NodeInfo | None = None
+
+
+# ------------------------------------------------------------------------- the interface
+
+
+class SlurmControl:
+    """What gpugate asks of Slurm. Backends implement the reads and raw writes; the rules on
+    whose drain may be touched are here, once."""
+
+    kind = "abstract"
+    why = ""  # why select_backend() chose this backend
+
+    def nodes(self, names: Iterable[str] | None = None) -> dict[str, NodeInfo]:
+        """Every node (or those named; unknown names are left out), keyed by name."""
+        raise NotImplementedError
+
+    def node(self, name: str) -> NodeInfo:
+        """One node; NodeNotFound when Slurm does not know it."""
+        raise NotImplementedError
+
+    def job(self, job_id: int | str) -> JobInfo:
+        """One job; JobNotFound when Slurm does not know it."""
+        raise NotImplementedError
+
+    def requeue(self, job_id: int | str, hold: bool = False) -> None:
+        """Requeue a running job, held if asked (so the exclusion can be set first)."""
+        raise NotImplementedError
+
+    def release(self, job_id: int | str) -> None:
+        """Release a held job and let it start now (a requeue delays it by 120 s)."""
+        raise NotImplementedError
+
+    def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
+        """Set a pending job's excluded nodes; an empty list clears them."""
+        raise NotImplementedError
+
+    def set_admin_comment(self, job_id: int | str, text: str) -> None:
+        """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
+        self._write_admin_comment(job_id, admin_comment(text))
+
+    def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
+        raise NotImplementedError
+
+    def add_admin_comment(self, job_id: int | str, text: str) -> str:
+        """Append `gpugate: <text>` to the job's AdminComment, keeping what is there (the
+        prolog's refusal, an admin's note); returns what was written, "" for nothing."""
+        merged = merge_admin_comment(self.job(job_id).admin_comment, text)
+        if merged is None:
+            return ""
+        self._write_admin_comment(job_id, merged)
+        return merged
+
+    def exclude_nodes(
+        self, job_id: int | str, nodes: Iterable[str]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Add `nodes` to the job's own ExcNodeList; returns (now excluded, left alone).
+
+        A node the job asks for by name (`-w`, ReqNodeList) is left alone: excluding it too
+        would leave the job pending for good (Slurm accepts ReqNodeList=n1 ExcNodeList=n1 and
+        never runs the job). The pin is the user's choice; the job waits for that node.
+        """
+        job = self.job(job_id)
+        wanted = [valid_node_name(n) for n in nodes]
+        pinned = tuple(n for n in wanted if n in job.required_nodes)
+        merged = tuple(
+            dict.fromkeys([*job.excluded_nodes, *(n for n in wanted if n not in pinned)])
+        )
+        if merged != tuple(job.excluded_nodes):
+            self.set_excluded(job_id, merged)
+        return merged, pinned
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change)."""
+        self._write_node_comment(valid_node_name(node), admin_comment(text))
+
+    def _write_node_comment(self, node: str, comment: str) -> None:
+        # Only scontrol can set a node's Comment (pyslurm 22.5 has no such field).
+        self.cli.scontrol("update", f"NodeName={node}", f"Comment={comment}")
+
+    def _write_drain(self, node: str, reason: str) -> None:
+        raise NotImplementedError
+
+    def _write_resume(self, node: str) -> None:
+        raise NotImplementedError
+
+    @property
+    def cli(self) -> CliBackend:
+        """The command-line backend, for what only scontrol can do."""
+        raise NotImplementedError
+
+    def drain(self, node: str, reason: str, force: bool = False) -> NodeChange:
+        """Drain `node` with a gpugate reason; NotOurDrain if someone else drained it."""
+        reason = own_reason(reason)
+        before = self.node(valid_node_name(node))
+        # An empty reason on a DOWN node is Slurm's, not an admin's: nothing to overwrite.
+        if before.drained and before.reason and not before.gpugate_owned and not force:
+            why = (
+                f"{node}: already drained by {before.reason_user or 'someone else'} "
+                f"({before.reason!r}); gpugate does not replace a drain it did not set"
+            )
+            raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
+        self._write_drain(node, reason)
+        return NodeChange(
+            node=node, action=DRAINED, why=f"{node}: {reason}", reason=reason, before=before
+        )
+
+    def resume(self, node: str, force: bool = False) -> NodeChange:
+        """Resume `node` if gpugate drained it (any drain with force); else NotOurDrain."""
+        before = self.node(valid_node_name(node))
+        if not before.drained:
+            # `state=resume` on a node that is not drained fails (rc 1, "Invalid node state").
+            return NodeChange(
+                node=node, action=UNCHANGED, why=f"{node}: not drained", before=before
+            )
+        if not before.gpugate_owned and not force:
+            why = (
+                f"{node}: drained by {before.reason_user or 'someone else'} "
+                f"({before.reason!r}), not by gpugate; resume it with force"
+            )
+            raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
+        self._write_resume(node)
+        return NodeChange(node=node, action=RESUMED, why=f"{node}: resumed", before=before)
+
+    def reboot_asap(self, node: str, reason: str, nextstate: str = "RESUME") -> NodeChange:
+        """`scontrol reboot ASAP nextstate=... reason=... NODE`; NotOurDrain on an admin's drain.
+
+        scontrol(1), `reboot`: ASAP drains the node so no new job starts, the site's
+        RebootProgram runs once it is idle, and nextstate=RESUME clears the DRAIN flag and the
+        reason when slurmd registers again (DOWN if it does not within ResumeTimeout).
+        """
+        reason = own_reason(reason)
+        if nextstate.upper() not in NEXT_STATES:
+            raise ValueError(f"nextstate must be one of {NEXT_STATES}, not {nextstate!r}")
+        before = self.node(valid_node_name(node))
+        if before.drained and before.reason and not before.gpugate_owned:
+            why = (
+                f"{node}: drained by {before.reason_user or 'someone else'} "
+                f"({before.reason!r}), not by gpugate; gpugate does not reboot it"
+            )
+            raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
+        self._write_reboot(node, reason, nextstate.upper())
+        why = f"{node}: {reason}"
+        return NodeChange(node=node, action=REBOOT_REQUESTED, why=why, reason=reason, before=before)
+
+    def _write_reboot(self, node: str, reason: str, nextstate: str) -> None:
+        # Only scontrol reboots a node (pyslurm's backend goes through the CLI for it too).
+        self.cli.scontrol("reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node)
+
+    def expand_hostlist(self, expr: str) -> list[str]:
+        """`gpu-[01-03,07],other` as names; asks `scontrol show hostnames` only when unsure."""
+        try:
+            return hostlist_expand(expr)
+        except HostlistError:
+            if expr.lstrip().startswith("-"):  # would be an scontrol option
+                raise
+            return self.cli.scontrol("show", "hostnames", expr).split()
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_JOB_ID = re.compile(r"^\d+(?:[_+]\d+)?$")
+
+
+def valid_node_name(name: str) -> str:
+    """`name`, or ValueError when it is not a Slurm node name (names reach argv)."""
+    # Names reach argv; one starting with "-" would be read as an scontrol option.
+    if not _NODE_NAME.match(str(name)):
+        raise ValueError(f"not a Slurm node name: {name!r}")
+    return str(name)
+
+
+def valid_job_id(job_id: int | str) -> str:
+    """`job_id` as text, or ValueError when it is not a Slurm job id."""
+    if not _JOB_ID.match(str(job_id)):
+        raise ValueError(f"not a Slurm job id: {job_id!r}")
+    return str(job_id)

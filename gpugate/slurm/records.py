@@ -1,0 +1,173 @@
+"""What Slurm tells gpugate about a node or a job, whatever the source (text, JSON, pyslurm).
+
+The parsers (`parse_text.py`, `parse_json.py`) and the pyslurm backend all build these
+records; `split_state` reads every version's way of writing a node state.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpugate.record import Record
+from gpugate.slurm.reasons import GPUGATE_PREFIX
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+# A node is out of service when its base state or a flag says so; never because it has a
+# reason: 24.11 keeps the reason on a resumed, idle node (docs/slurm-facts.md).
+_OUT_OF_SERVICE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
+_BASE_STATES = frozenset(
+    {"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "END"}
+    | {"DRAINED", "DRAINING", "FAIL", "FAILING", "COMPLETING"}  # sinfo's combined names
+)
+# sinfo's short suffixes on a state (`idle*`, `down~`), as flag names.
+_STATE_SUFFIX = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "$": "MAINTENANCE",
+    "-": "PLANNED",
+}
+# The job reason after a failed prolog when Slurm holds the job (the default; job_mgr.c
+# `_job_requeue_op`, JOB_LAUNCH_FAILED): "launch failed requeued held", as scontrol prints it.
+LAUNCH_FAILED_REASONS = frozenset({"launch_failed_requeued_held"})
+# 24.11 stores the prolog's failure as the job's exit code (job_mgr.c `prolog_complete`:
+# exit_code = prolog_rc = ESLURMD_PROLOG_FAILED, 4022 in slurm_errno.h), which scontrol and
+# SLURM_JOB_EXIT_CODE2 print as `0:54` (4022 & 0x7f). 22.05 leaves `0:0`.
+PROLOG_FAILED_SIGNAL = 54
+
+
+class NodeInfo(Record):
+    """One node as Slurm reports it: base state, flags and the drain reason."""
+
+    name: str
+    state: str  # base state, upper case: IDLE, MIXED, ALLOCATED, DOWN, ...
+    flags: tuple = ()  # upper case: ("DRAIN",), ("RESERVED", "DRAIN", "NOT_RESPONDING")
+    reason: str = ""  # without the `[user@time]` that `scontrol show node` appends
+    reason_user: str = ""
+    reason_time: int | None = None  # epoch seconds
+    partitions: tuple = ()  # the partitions the node is in (the drain budget counts per partition)
+    gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
+
+    @property
+    def drained(self) -> bool:
+        """True when DRAIN/DOWN/FAIL is set (the state or a flag), whatever the reason says."""
+        return self.state in _OUT_OF_SERVICE or any(f in _OUT_OF_SERVICE for f in self.flags)
+
+    @property
+    def gpugate_owned(self) -> bool:
+        """True when the reason is one gpugate wrote."""
+        return self.reason.startswith(GPUGATE_PREFIX)
+
+
+class JobInfo(Record):
+    """The parts of a job that gpugate reads: who, where, its files, how it ended."""
+
+    job_id: int
+    user: str = ""
+    uid: int | None = None
+    state: str = ""  # PENDING, RUNNING, COMPLETED, ...
+    reason: str = ""  # Slurm's state reason, spaces as underscores (as scontrol prints it)
+    nodes: tuple = ()  # expanded host names
+    batch_host: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    work_dir: str = ""
+    exit_code: int = 0
+    exit_signal: int = 0
+    restarts: int = 0
+    comment: str = ""
+    admin_comment: str = ""
+    excluded_nodes: tuple = ()  # expanded host names
+    requeue: bool = False
+    partition: str = ""
+    required_nodes: tuple = ()  # `-w`/ReqNodeList, expanded host names
+    end_time: int | None = None  # epoch; None while the job has not ended (or was requeued)
+    start_time: int | None = None  # epoch; this run's start (None: not started, unknown)
+
+    @property
+    def back_in_queue(self) -> bool:
+        """Slurm has put the job back in the queue itself (a failed prolog or launch, a node
+        failure with --requeue, an admin's requeue).
+
+        Seen on 22.05 from EpilogSlurmctld: such a job prints JobState=COMPLETING (the
+        PENDING|COMPLETING bits; the PENDING comes once the hook is done) and EndTime=Unknown,
+        where a job that ended prints COMPLETING with its EndTime.
+        """
+        state = self.state.upper()
+        return state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") or (
+            state == "COMPLETING" and self.end_time is None
+        )
+
+    @property
+    def launch_failed(self) -> bool:
+        """Slurm's own word that the job's prolog (or launch) failed on a node."""
+        return self.reason in LAUNCH_FAILED_REASONS or (self.exit_code, self.exit_signal) == (
+            0,
+            PROLOG_FAILED_SIGNAL,
+        )
+
+
+# ----------------------------------------------------------------------------------- states
+
+
+def split_state(
+    state: str | list | tuple | None, extra_flags: Iterable[str] = ()
+) -> tuple[str, tuple]:
+    """("IDLE", ("DRAIN",)) from "IDLE+DRAIN", ["IDLE", "DRAIN"], "idle*" or "idle" + flags."""
+    parts = state.split("+") if isinstance(state, str) else list(state or [])
+    names: list[str] = []
+    for part in [*parts, *extra_flags]:
+        word, trailing = str(part).strip().upper(), []
+        while word and word[-1] in _STATE_SUFFIX:
+            trailing.insert(0, _STATE_SUFFIX[word[-1]])
+            word = word[:-1]
+        names.extend(([word] if word else []) + trailing)
+    names = list(dict.fromkeys(names))  # drop repeats, keep order
+    if not names:
+        return "UNKNOWN", ()
+    base = next((n for n in names if n in _BASE_STATES), names[0])
+    return base, tuple(n for n in names if n != base)
+
+
+def gres_gpu_count(gres: object) -> int | None:
+    """GPUs in a node's configured Gres: `gpu:8(S:0-1)`, `gpu:h100:4,gpu:a100:2,nic:1` -> 6.
+
+    None when the text names no GPU gres (`(null)`, a CPU-only node: the caller cannot tell
+    "none configured" from "not said", so gpu.count falls back to the PCI bus).
+    """
+    if isinstance(gres, dict):  # pyslurm's configured_gres: {"gpu:h100": 4} or {"gpu": 8}
+        gres = ",".join(f"{k}:{v}" for k, v in gres.items())
+    if not isinstance(gres, str):
+        return None
+    total, seen = 0, False
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        count = parts[-1].strip()
+        if count.isdecimal() and len(count) <= 6:
+            total, seen = total + int(count), True
+    return total if seen else None
+
+
+def ended_at(epoch: int | None) -> int | None:
+    """A job's end time, None while it has not ended.
+
+    JSON and pyslurm give a pending or running job its expected end (start + time limit);
+    scontrol prints `EndTime=Unknown` for it, and 0 for a job put back in the queue.
+    """
+    import time
+
+    return epoch if epoch and epoch <= time.time() else None
+
+
+def job_reason(text: str | None) -> str:
+    """A job's state reason as scontrol prints it: whitespace as underscores (info_job.c)."""
+    return re.sub(r"\s", "_", (text or "").strip())

@@ -1,1 +1,0 @@
-"""Slurm hooks, the Slurm adapter, policy, evidence and the CLI (`gpugate.slurm_hooks`)."""
