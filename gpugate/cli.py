@@ -7,6 +7,8 @@ prolog's start-up cost to what it uses.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import sys
 
@@ -14,6 +16,7 @@ from gpugate import __version__
 from gpugate.checks.facts import SnapshotError
 from gpugate.config import ConfigError
 from gpugate.text import printable
+from gpugate.yamlio import YamlError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,7 +62,6 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     The help width is fixed up front: argparse otherwise imports `shutil` (and with it bz2,
     lzma, fnmatch) on every run just to measure the terminal, even when no help is printed.
     """
-    import argparse
 
     try:
         width = min(100, os.get_terminal_size().columns) - 2
@@ -94,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gpugate: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
-    import importlib
 
     try:
         module = importlib.import_module(f"gpugate.commands.{COMMANDS[name][0]}")
@@ -108,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_guarded(fn: object, argv: list[str], name: str) -> int:
     """Run a subcommand, turning known errors into messages and exit codes (one table)."""
-    from gpugate.yamlio import YamlError
 
     try:
         return fn(argv)  # type: ignore[operator]

@@ -18,6 +18,7 @@ import sys
 from gpugate.clock import utc
 from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
 from gpugate.jsonl import append
+from gpugate.slurm.reasons import drill_mark
 
 _EVENTS = "events.jsonl"
 _LOG = "gpugate.log"
@@ -27,7 +28,6 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
     record = {"time": utc(), "hook": hook}
     record.update(fields)
-    from gpugate.slurm.reasons import drill_mark
 
     if drill_mark():  # a run under a drill's overlay says so (gpugate/drill/__init__.py)
         record["drill"] = drill_mark()

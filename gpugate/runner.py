@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from gpugate.record import Record
 
@@ -78,7 +79,6 @@ def run(
     """Run `argv` with a timeout; never raises for the command's own failure."""
     import shutil
     import subprocess
-    import time
 
     argv = tuple(str(a) for a in argv)
     started = time.monotonic()

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import time
+from json.encoder import encode_basestring_ascii as quote
 
 from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
@@ -26,6 +27,7 @@ from gpugate.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
+from gpugate.store.outcomes import check_record
 from gpugate.store.suspects import open_flags
 from gpugate.text import printable
 
@@ -397,7 +399,6 @@ def rows_for(
 def check_stats(config: Config, groups: list[Group], window_days: float,
                 now: float | None = None) -> dict[str, dict[str, int]]:  # fmt: skip
     """Each check's record in the window (store/outcomes.py), Slurm's drained nodes included."""
-    from gpugate.store.outcomes import check_record
 
     where = history.history_dir(config)
     drained = {name for first, names in groups if first.drained for name in names}
@@ -457,7 +458,6 @@ def rows_json(rows: list[dict]) -> str:
     than parsing Slurm's listing: rows equal but for their first key (`node`) share the
     encoding of the rest.
     """
-    from json.encoder import encode_basestring_ascii as quote
 
     rests: dict[tuple, str] = {}
     parts = []

@@ -9,6 +9,7 @@ lists them in the order they claim names. discover.py walks them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -392,7 +393,6 @@ def _check_megatron_dir(ctx: ScanContext, path: str, step: int | None) -> Found:
 
 def _require_grid(present: set[tuple[int, ...]], sizes: list[int], name: Callable) -> None:
     """Every rank index combination below `sizes` must be present (up to 5 missing named)."""
-    import itertools
     import math
 
     total = math.prod(sizes)

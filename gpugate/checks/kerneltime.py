@@ -12,7 +12,9 @@ do), the epilog orders the nodes of a job by when each saw its first error (UTC)
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 from gpugate.clock import civil_days, utc
 
@@ -72,7 +74,6 @@ def line_seconds(line: str) -> float | None:
 def line_epoch(line: str, boot_epoch: float | None = None) -> float | None:
     """The line's time in epoch seconds, for a since-boot stamp (plus `boot_epoch`, read from
     /proc/uptime when None) or a `dmesg -T` one; None for any other."""
-    import time
 
     stamp = line_stamp(line)
     if stamp is None or stamp[0] not in (BOOT, CTIME):
@@ -98,8 +99,6 @@ def line_utc(line: str, boot_epoch: float | None = None) -> str | None:
 
 def read_boot_epoch(proc_root: str = "/proc") -> float:
     """When this node booted, in epoch seconds (now less /proc/uptime)."""
-    import os
-    import time
 
     with open(os.path.join(proc_root, "uptime")) as fh:
         return time.time() - float(fh.read().split()[0])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from gpugate import log, names
+from gpugate.cli import EXIT_USAGE, make_parser
 from gpugate.config import load_config
 from gpugate.gate.guard import run_hook
 from gpugate.slurm.choose import backend
@@ -61,7 +65,6 @@ SELFTEST_HELP = (
 
 def hook_args(hook: str, argv: list[str]) -> Namespace:
     """A Slurm hook's arguments: only `--config FILE`."""
-    from gpugate.cli import make_parser
 
     p = make_parser(f"gpugate {hook}", HOOK_HELP[hook] + SELFTEST_HELP)
     p.add_argument("--config", metavar="FILE", help="site config")
@@ -80,14 +83,12 @@ def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) 
 
 def selftest_mode() -> bool:
     """GPUGATE_SELFTEST=1: `gpugate selftest` runs the hook, which must take no action."""
-    import os
 
     return os.environ.get("GPUGATE_SELFTEST") == "1"
 
 
 def selftest_dry_run(hook: str, config_path: str | None) -> int:
     """Load the config and say so on stderr (never stdout: the TaskProlog's is the job's)."""
-    import sys
 
     try:
         config = load_config(config_path)
@@ -121,7 +122,6 @@ def ask_slurm_for(
 ) -> tuple[Config, SlurmControl, object] | int:
     """(config, the Slurm backend, Slurm's record of the node or job `ident`), or the exit code
     after one line: 2 when `ident` is not one node name / job id, 1 when Slurm cannot say."""
-    from gpugate.cli import EXIT_USAGE
 
     try:
         (names.node_name if kind == "node" else names.job_id)(ident)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -39,7 +40,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate nodes`."""
     args = parser().parse_args(argv)
-    import gc
 
     # A listing of a large cluster allocates a few hundred thousand objects (the parsed JSON,
     # the rows), none in a cycle: the collector's passes over them are pure cost here.

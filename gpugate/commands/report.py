@@ -13,6 +13,8 @@ from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
 from gpugate.store import history
 from gpugate.store.held import held_entries
+from gpugate.store.qualify import qualifications
+from gpugate.store.suspects import flags
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +86,6 @@ def main(argv: list[str]) -> int:
 
 def qualification_entries(where: str) -> list[dict]:
     """The qualification records (gpugate/store/qualify.py); none when they cannot be read."""
-    from gpugate.store.qualify import qualifications
 
     try:
         return qualifications(where)
@@ -99,7 +100,6 @@ def events_dirs(config: Config) -> tuple[str, ...]:
 
 def suspect_flags(where: str | tuple[str, ...]) -> list[dict]:
     """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
-    from gpugate.store.suspects import flags
 
     try:
         return flags(where)

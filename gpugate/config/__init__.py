@@ -14,6 +14,7 @@ from gpugate.checks.registry import registered
 from gpugate.config import schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
+from gpugate.yamlio import YamlError, load_yaml
 
 DEFAULT_SITE_FILE = "/etc/gpugate/gpugate.yaml"
 PACKAGED_FILE = os.path.join(os.path.dirname(__file__), "gpugate.yaml")
@@ -83,7 +84,6 @@ def site_config_path(explicit: str | None = None) -> tuple[str | None, bool]:
 
 def load_config(path: str | None = None) -> schema.Config:
     """Load the packaged defaults and the site file over them."""
-    from gpugate.yamlio import YamlError, load_yaml
 
     try:
         defaults = load_yaml(PACKAGED_FILE)

@@ -26,7 +26,8 @@ import json
 import os
 import time
 
-from gpugate.fsutil import read_regular
+from gpugate.checks.facts import facts_from_dict
+from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir, read_regular
 from gpugate.slurm import reasons
 
 TYPE_CHECKING = False
@@ -163,7 +164,6 @@ def start_drill(
     start = time.time() if now is None else now
     drill = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(start)), "fault": fault,
              "node": node, "start": round(start, 3), "end": round(start + minutes * 60, 3)}  # fmt: skip
-    from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir
 
     private_dir(config.state_dir, STATE_DIR_MODE, gid=-1)
     atomic_write(drill_path(config), json.dumps(drill), PRIVATE_FILE)
@@ -192,7 +192,6 @@ def with_drill(config: Config, node: str, facts: Facts) -> Facts:
     drill = active_drill(config)
     if drill is None or drill["node"] != node:
         return facts
-    from gpugate.checks.facts import facts_from_dict
 
     reasons.mark_drill(drill["id"])
     return facts_from_dict(overlay(drill["fault"], facts.to_dict()), f"drill {drill['id']}")

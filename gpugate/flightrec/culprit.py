@@ -21,6 +21,7 @@ import json
 import os
 
 from gpugate.flightrec.reader import _int, _str
+from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 NOT_ENTERED, IN_COLLECTIVE, GONE = "not_entered", "in_collective", "gone"
 MAX_FLIGHTREC_BYTES = 16 << 20  # flightrec.json holds compact records, not dumps
@@ -215,7 +216,6 @@ def find_culprit(records: list[dict]) -> dict | None:
 
 def _read_json(path: str, limit: int) -> object:
     """A bundle member as JSON, or None when absent; ValueError names what is wrong."""
-    from gpugate.userfiles import UserFileError, open_regular, read_fd
 
     try:
         fd = open_regular(path)

@@ -29,6 +29,7 @@ from gpugate.slurm.choose import with_slurm_gres
 from gpugate.slurm.reasons import reason_check
 from gpugate.store import healing
 from gpugate.store.healing import Healing
+from gpugate.store.history import count_drains, history_dir
 from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
@@ -266,7 +267,6 @@ def keep_or_lift(
     any_job: bool,
 ) -> HealthResult:
     """gpugate's own drain: count the passing runs and lift it when heal.py says so."""
-    from gpugate.store.history import count_drains, history_dir
 
     entry = current_entry(config, info, boot)
     failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)  # type: ignore[attr-defined]

@@ -14,6 +14,8 @@ import json
 import os
 
 from gpugate.qualify import jobs
+from gpugate.qualify.floors import floor_for
+from gpugate.qualify.pairs import judge_bandwidth, judge_pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,7 +71,6 @@ def bandwidth_results(
     job_ids: dict[str, str | None],
 ) -> dict[str, dict]:
     """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU)."""
-    from gpugate.qualify.pairs import judge_bandwidth
 
     measured = {n: v for n, v in values.items() if v is not None}
     verdicts = judge_bandwidth(measured, floor[0], fraction) if measured else {}
@@ -181,7 +182,6 @@ def _missing(job: Job, test: str) -> str:
 def _floor(
     config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
 ) -> tuple:
-    from gpugate.qualify.floors import floor_for
 
     name = config.board if config.board in config.boards else None
     if name is None and isinstance(gpu_name, str) and gpu_name:
@@ -224,7 +224,6 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
 
 def _pairs(config: Config, run_dir: str, pair_jobs: list[Job]) -> tuple[dict | None, dict]:
     """(judge_pairs' verdict with the pairs that did not run, per-node pair TEST RESULTs)."""
-    from gpugate.qualify.pairs import judge_pairs
 
     measured: dict = {}
     ids: dict = {}

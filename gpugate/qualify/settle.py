@@ -14,8 +14,13 @@ import os
 import time
 
 from gpugate import log
+from gpugate.gate.drain import drain_node
 from gpugate.qualify.judge import first_failure, result_files
 from gpugate.slurm.reasons import drain_reason
+from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+from gpugate.store.history import history_dir, note_drain
+from gpugate.store.metrics import note_qualification
+from gpugate.store.qualify import record_qualification
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +45,6 @@ def settle(run: _Run, result: QualifyRun, resume_passed: bool, by: str) -> None:
 
 def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tuple:
     """(what was done, the drain reason written or None) for one node."""
-    from gpugate.gate.drain import drain_node
 
     before = run.drained.get(node)
     if verdict["failed"]:
@@ -73,9 +77,6 @@ def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tu
 
 def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
     """The evidence bundle, the drain history (when drained), qualify.jsonl, an event."""
-    from gpugate.store.history import history_dir, note_drain
-    from gpugate.store.metrics import note_qualification
-    from gpugate.store.qualify import record_qualification
 
     verdict = result.verdicts[node]
     verdict["bundle"] = bundle(run, result, node)
@@ -97,7 +98,6 @@ def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str
 
 def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
     """One evidence bundle for the node, under its qualification job's id; its path."""
-    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 
     verdict = result.verdicts[node]
     if not verdict["job_ids"]:

@@ -11,6 +11,10 @@ waiting user jobs start first. docs/qualify.md shows the scrontab line that runs
 
 from __future__ import annotations
 
+from gpugate.store.history import history_dir, read_dirs
+from gpugate.store.qualify import qualifications
+from gpugate.store.suspects import open_flags
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
@@ -37,15 +41,12 @@ def sweepable(info: NodeInfo, partition: str | None = None) -> bool:
 
 def last_qualified(directory: str) -> dict[str, float]:
     """{node: when its newest qualification ran} from the records (gpugate/store/qualify.py)."""
-    from gpugate.store.qualify import qualifications
 
     return {e["node"]: float(e["when"]) for e in qualifications(directory)}
 
 
 def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> list[str]:
     """The idle nodes to qualify now, the longest unqualified first, at most `max_nodes`."""
-    from gpugate.store.history import history_dir, read_dirs
-    from gpugate.store.suspects import open_flags
 
     if max_nodes is not None and max_nodes < 1:
         raise ValueError(f"--max-nodes must be at least 1, got {max_nodes}")

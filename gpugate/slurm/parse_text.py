@@ -7,6 +7,7 @@ version is under `tests/fixtures/slurm/`.
 from __future__ import annotations
 
 import re
+import time
 
 from gpugate.slurm.hostlist import NULLS, expand_lenient
 from gpugate.slurm.records import (
@@ -130,7 +131,6 @@ def _split_reason(value: str) -> tuple[str, str, int | None]:
 
 def _text_time(value: str) -> int | None:
     """Epoch of scontrol's ISO local time (the adapter sets SLURM_TIME_FORMAT=standard)."""
-    import time
 
     try:
         return int(time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S")))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 
 from gpugate import jsonl
@@ -277,7 +278,6 @@ def _entry_problem(entry: object, node: str) -> dict | str:
 
 def _is_bundle(path: str) -> bool:
     # A real directory, not a symlink someone put in its place.
-    import stat
 
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

@@ -10,6 +10,7 @@ snapshot that others replay).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -49,7 +50,6 @@ def _call(fn: Callable[[], dict], result: _Result) -> None:
 
 
 def _load(name: str) -> Callable:
-    import importlib
 
     module, func = SOURCES[name]
     return getattr(importlib.import_module(module), func)
