@@ -12,7 +12,6 @@ Only `re` is imported (already loaded by argparse): this runs on the prolog path
 
 from __future__ import annotations
 
-import json
 import re
 
 # C0 controls (ESC, BEL, BS, CR, LF, TAB ...), DEL and C1 controls (CSI is U+009B); the
@@ -57,6 +56,7 @@ def dumps(obj: object, **kwargs: object) -> str:
     it would pass U+202E and C1 controls through. So ASCII is forced and DEL escaped (`\\u007f`
     is the same JSON string).
     """
+    import json
 
     kwargs.pop("ensure_ascii", None)
     return json.dumps(obj, ensure_ascii=True, **kwargs).replace("\x7f", "\\u007f")  # type: ignore[arg-type]

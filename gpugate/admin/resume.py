@@ -21,7 +21,6 @@ from gpugate.checks.sources import gather, replay_path
 from gpugate.clock import parse_utc
 from gpugate.gate.policy import decide
 from gpugate.node import node_name
-from gpugate.qualify.run import qualify_nodes
 from gpugate.record import Record
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.slurm.control import NotOurDrain, SlurmError
@@ -30,7 +29,6 @@ from gpugate.store import history
 from gpugate.store.held import HELD_LABEL, held_now
 from gpugate.store.history import history_dir, record_resume
 from gpugate.store.outcomes import note_lift
-from gpugate.store.qualify import latest_pass
 from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
@@ -174,6 +172,7 @@ def drain_began(config: Config, info: NodeInfo) -> float | None:
 
 def earlier_pass(config: Config, info: NodeInfo, level: int) -> Proof | None:
     """A qualification of at least `level` passed since the drain began (latest_pass), if any."""
+    from gpugate.store.qualify import latest_pass
 
     since = drain_began(config, info)
     if since is None:  # no start known: no pass can be shown to be newer than the fault
@@ -215,6 +214,7 @@ def run_qualification(
     config: Config, slurm: SlurmControl, node: str, level: int, request: Request
 ) -> Proof:
     """Qualify the drained node now; it stays drained (failed: `gpugate: qualify: ...`)."""
+    from gpugate.qualify.run import qualify_nodes
 
     try:
         if config.qualify is None:

@@ -32,8 +32,6 @@ from gpugate.drill import (
 from gpugate.hooks.health import run_health
 from gpugate.names import refuse
 from gpugate.node import node_name
-from gpugate.runner import command_env, run
-from gpugate.slurm.choose import backend
 from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
 from gpugate.store.history import controller_dir
 
@@ -116,11 +114,13 @@ class Ops:
     """What a drill asks of Slurm (a class, so the unit tests can replace it)."""
 
     def __init__(self, config: Config) -> None:
+        from gpugate.slurm.choose import backend
 
         self.config = config
         self.slurm: SlurmControl = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 
     def _run(self, argv: list[str]) -> str:
+        from gpugate.runner import command_env, run
 
         result = run(argv, self.config.slurm.timeout_s, env=command_env())
         if not result.ok:

@@ -13,7 +13,6 @@ from gpugate import log
 from gpugate.checkpoints.freshness import tell_stale
 from gpugate.commands import run_hook_command
 from gpugate.flightrec.votes import tell_culprit, with_culprit
-from gpugate.fsutil import STATE_DIR_MODE, private_dir
 from gpugate.gate.requeue import (
     JobEnd,
     apply,
@@ -136,6 +135,7 @@ def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]
 
 def writable_problem(directory: str) -> str | None:
     """None when this process can write `directory` (made if missing); else the plain line."""
+    from gpugate.fsutil import STATE_DIR_MODE, private_dir
 
     try:
         if not os.path.isdir(directory):

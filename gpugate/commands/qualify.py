@@ -17,12 +17,9 @@ import time
 from gpugate.child import cli_command
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.config import load_config
-from gpugate.fsutil import atomic_write, private_dir
 from gpugate.names import refuse
 from gpugate.qualify.dcgm import dcgm_step
-from gpugate.qualify.run import QualifyError, qualify_nodes
 from gpugate.qualify.sweep import sweep_config
-from gpugate.slurm.choose import backend
 from gpugate.slurm.control import SlurmError
 
 TYPE_CHECKING = False
@@ -98,6 +95,8 @@ def main(argv: list[str]) -> int:
 
 def run(args: Namespace, config: object) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
+    from gpugate.qualify.run import QualifyError, qualify_nodes
+    from gpugate.slurm.choose import backend
 
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)  # type: ignore[attr-defined]
     tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None
@@ -169,6 +168,8 @@ def table(result: QualifyRun) -> str:
 def background(argv: list[str], state_dir: str) -> int:
     """--no-wait: the same qualification in a detached process; where its output goes."""
 
+    from gpugate.fsutil import private_dir
+
     logs = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
     path = os.path.join(logs, time.strftime("%Y%m%dT%H%M%S.log", time.gmtime()))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -186,6 +187,7 @@ def step(args: Namespace) -> int:
     """`--step dcgm`: inside a qualification job, run DCGM on this node, write its result."""
     if args.step != "dcgm" or not args.out or not args.node:
         return refuse(PROG, "--step dcgm needs --node and --out", EXIT_USAGE)
+    from gpugate.fsutil import atomic_write
 
     try:
         level = int(args.level or 1)

@@ -13,7 +13,6 @@ from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
 from gpugate.store import history
 from gpugate.store.held import held_entries
-from gpugate.store.qualify import qualifications
 from gpugate.store.suspects import flags
 
 TYPE_CHECKING = False
@@ -86,6 +85,7 @@ def main(argv: list[str]) -> int:
 
 def qualification_entries(where: str) -> list[dict]:
     """The qualification records (gpugate/store/qualify.py); none when they cannot be read."""
+    from gpugate.store.qualify import qualifications
 
     try:
         return qualifications(where)

@@ -6,7 +6,6 @@ import json
 import os
 import sys
 
-from gpugate.admin.selftest import selftest
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 
 DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
@@ -15,6 +14,7 @@ DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
 def main(argv: list[str]) -> int:
     """Run the selftest; 0 all ok, 1 something would break (a requeue lost, a hook failed), 2
     usage."""
+    from gpugate.admin.selftest import selftest
 
     p = make_parser("gpugate selftest", "Run each installed hook wrapper on this node the way "
                     "Slurm would (Prolog, Epilog, HealthCheckProgram as root; TaskProlog as a "

@@ -27,7 +27,7 @@ import os
 import time
 
 from gpugate.checks.facts import facts_from_dict
-from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir, read_regular
+from gpugate.fsutil import read_regular
 from gpugate.slurm import reasons
 
 TYPE_CHECKING = False
@@ -164,6 +164,7 @@ def start_drill(
     start = time.time() if now is None else now
     drill = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(start)), "fault": fault,
              "node": node, "start": round(start, 3), "end": round(start + minutes * 60, 3)}  # fmt: skip
+    from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir
 
     private_dir(config.state_dir, STATE_DIR_MODE, gid=-1)
     atomic_write(drill_path(config), json.dumps(drill), PRIVATE_FILE)

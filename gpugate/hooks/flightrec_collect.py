@@ -29,7 +29,7 @@ import os
 from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX, nccl_job_dir
 from gpugate.store.state import StateError, job_dir
 from gpugate.text import printable
-from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
+from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def collect_dumps(config: Config, env: HookEnv, job: dict, timeout: float) -> di
     this node; `kept` maps a bundle member name to the JSON text root wrote from an accepted
     dump's plain data (within the caps).
     """
+    from gpugate.userfiles import UserFileError, as_user
 
     ep = config.epilog
     places = search_places(config, env.job_id)

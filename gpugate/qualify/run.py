@@ -30,7 +30,6 @@ import time
 
 from gpugate import log
 from gpugate.fstree import remove_tree
-from gpugate.fsutil import private_dir
 from gpugate.qualify import jobs
 from gpugate.qualify import judge as J
 from gpugate.qualify.pairs import pair_rounds
@@ -148,6 +147,7 @@ _RUN_NAME = re.compile(r"\d{8}T\d{12}-[0-9a-f]{6}")
 
 def new_run(state_dir: str, keep: int = KEEP_RUNS) -> tuple[str, str]:
     """(run id, its root-only directory state_dir/qualify/<run id>); the oldest runs pruned."""
+    from gpugate.fsutil import private_dir
 
     # Microseconds in the name: runs sort by when they began, even within one second.
     now = time.time()

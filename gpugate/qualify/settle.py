@@ -20,7 +20,6 @@ from gpugate.slurm.reasons import drain_reason
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.history import history_dir, note_drain
 from gpugate.store.metrics import note_qualification
-from gpugate.store.qualify import record_qualification
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,6 +76,7 @@ def act(run: _Run, node: str, verdict: dict, resume_passed: bool, by: str) -> tu
 
 def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
     """The evidence bundle, the drain history (when drained), qualify.jsonl, an event."""
+    from gpugate.store.qualify import record_qualification
 
     verdict = result.verdicts[node]
     verdict["bundle"] = bundle(run, result, node)

@@ -12,7 +12,6 @@ waiting user jobs start first. docs/qualify.md shows the scrontab line that runs
 from __future__ import annotations
 
 from gpugate.store.history import history_dir, read_dirs
-from gpugate.store.qualify import qualifications
 from gpugate.store.suspects import open_flags
 
 TYPE_CHECKING = False
@@ -41,6 +40,7 @@ def sweepable(info: NodeInfo, partition: str | None = None) -> bool:
 
 def last_qualified(directory: str) -> dict[str, float]:
     """{node: when its newest qualification ran} from the records (gpugate/store/qualify.py)."""
+    from gpugate.store.qualify import qualifications
 
     return {e["node"]: float(e["when"]) for e in qualifications(directory)}
 
