@@ -16,19 +16,24 @@ if TYPE_CHECKING:
 
 
 class _Lazy:
-    """A stand-in for a compiled pattern: compiles on first attribute access, then delegates."""
-
-    __slots__ = ("_args", "_compiled")
+    """A stand-in for a compiled pattern: compiles on first use, then delegates."""
 
     def __init__(self, pattern: str | bytes, flags: int) -> None:
         self._args = (pattern, flags)
-        self._compiled: re.Pattern[str] | re.Pattern[bytes] | None = None
 
     def __getattr__(self, name: str) -> object:
-        compiled = self._compiled
+        # Reached only for what this instance does not hold yet: compile once, then keep each
+        # attribute asked for (`search`, `finditer`, ...), so a loop over a log's lines pays an
+        # ordinary attribute lookup, not this call.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        state = self.__dict__
+        compiled = state.get("_compiled")
         if compiled is None:
-            compiled = self._compiled = re.compile(*self._args)
-        return getattr(compiled, name)
+            compiled = state["_compiled"] = re.compile(*self._args)
+        value = getattr(compiled, name)
+        state[name] = value
+        return value
 
     def __repr__(self) -> str:
         return f"lazy({self._args[0]!r})"

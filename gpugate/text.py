@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import re
 
+from gpugate.regex import lazy
+
 # C0 controls (ESC, BEL, BS, CR, LF, TAB ...), DEL and C1 controls (CSI is U+009B); the
 # Unicode bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and marks
 # (U+200E/U+200F LRM/RLM, U+061C ALM); the line and paragraph separators U+2028/U+2029 (they
 # end a line in some terminals and editors); lone surrogates (undecodable bytes of a file
 # name under surrogateescape), which cannot even be written to a UTF-8 stream.
 _BIDI_AND_SEPARATORS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
+_UNSAFE = lazy(f"[\x00-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
 # The same but TAB and LF kept: for text meant to be several lines (a file's body).
-_UNSAFE_MULTILINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
+_UNSAFE_MULTILINE = lazy(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -20,6 +20,7 @@ from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
+from gpugate.regex import lazy
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
 from gpugate.slurm.cli import DEFAULT_TIMEOUT, CliBackend
@@ -58,11 +59,11 @@ ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK
            SUSPECT, NONE)  # fmt: skip
 URGENCY = {a: i for i, a in enumerate(ACTIONS)}
 
-_XID = re.compile(r"\bXid (\d+)")
+_XID = lazy(r"\bXid (\d+)")
 # Texts in a reason that decide by themselves: gpu.memory_errors says "RMA candidate" for a
 # failed row remap; a lifetime (aggregate) uncorrected ECC count never goes down with a reset.
-_RMA_TEXT = re.compile(r"RMA candidate|aggregate uncorrected ECC", re.I)
-_REBOOT_TEXT = re.compile(r"reboot the node|node_reboot", re.I)
+_RMA_TEXT = lazy(r"RMA candidate|aggregate uncorrected ECC", re.I)
+_REBOOT_TEXT = lazy(r"reboot the node|node_reboot", re.I)
 
 
 class NodesUnavailable(RuntimeError):

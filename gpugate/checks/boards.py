@@ -9,13 +9,13 @@ NVL" over "H200"), whatever order the packaged and the site's boards come in.
 
 from __future__ import annotations
 
-import re
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import BoardProfile
 
-_WORD = re.compile(r"[A-Za-z0-9]+")
+_WORD = lazy(r"[A-Za-z0-9]+")
 
 # What an unknown board's checks say about adding one.
 HOW_TO_ADD = (

@@ -6,14 +6,13 @@ The line patterns are all here, written from the formats in docs/gpu-facts.md
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks import findings as F
 from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
 from gpugate.checks.registry import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,9 +22,9 @@ if TYPE_CHECKING:
 
 # Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
-OOM_KILLED = re.compile(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
+OOM_KILLED = lazy(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
 # `(?<!\S)`: tried from word starts only; else a long word costs its length squared.
-OOM_INVOKED = re.compile(r"(?<!\S)(\S+) invoked oom-killer")
+OOM_INVOKED = lazy(r"(?<!\S)(\S+) invoked oom-killer")
 
 # NVIDIA groups Xids into one burst until there are 3 minutes of silence (Fleet Intelligence).
 BURST_GAP_S = 180.0

@@ -13,15 +13,15 @@ do), the epilog orders the nodes of a job by when each saw its first error (UTC)
 from __future__ import annotations
 
 import os
-import re
 import time
 
 from gpugate.clock import civil_days, utc
+from gpugate.regex import lazy
 
-_TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
-_TS_CTIME = re.compile(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
-_TS_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso
-_TS_SYSLOG = re.compile(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) ")  # journalctl -k, no year
+_TS_BOOT = lazy(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
+_TS_CTIME = lazy(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
+_TS_ISO = lazy(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso
+_TS_SYSLOG = lazy(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) ")  # journalctl -k, no year
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 _ANY_YEAR = 2000  # for a stamp without one: a leap year, so that Feb 29 is a date
 

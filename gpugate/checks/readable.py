@@ -12,6 +12,7 @@ import re
 
 from gpugate.checks import findings as F
 from gpugate.checks.registry import suggested_action
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 # Words that make a message's own advice (checks write "(reset it)", ": reboot the node ...").
 # A failing message with none of them gets the registry's action for its check appended.
-ACTION_WORDS = re.compile(
+ACTION_WORDS = lazy(
     r"\b(reboot|reset|reseat|replace|reload|remount|mount|check|fix|upgrade|install|load|"
     r"raise|lower|set|enable|kill|stop|free|drain|rma|ulimit|see)\b",
     re.IGNORECASE,

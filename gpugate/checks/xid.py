@@ -12,6 +12,7 @@ import re
 
 from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 
 class XidInfo(Record):
@@ -86,14 +87,14 @@ class XidEvent(Record):
 # `NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., text`. Some drivers omit "PCI:", some
 # posters redact the address, so anything inside the parentheses is accepted. A code of ten
 # digits or more is no Xid (and int() refuses numbers past 4300 digits).
-_XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
-_PCI_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
-_SHORT_PCI_RE = re.compile(
+_XID_RE = lazy(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
+_PCI_RE = lazy(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+_SHORT_PCI_RE = lazy(
     r"(?<![0-9a-fA-F])(?<![0-9a-fA-F]:)([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?![0-9a-fA-F:])"
 )
-_CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,9})(?!\d)")
+_CAUSED_RE = lazy(r"caused by previous Xid (\d{1,9})(?!\d)")
 # `pid=1234, name=python, ` after the code (R470+ drivers; `pid='<unknown>'` when none).
-_PROCESS_RE = re.compile(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
+_PROCESS_RE = lazy(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
 
 
 def parse_xid(line: str) -> XidEvent | None:
@@ -129,8 +130,8 @@ def normalize_pci(text: str) -> str | None:
     return f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}"
 
 
-_HEX_WORDS = re.compile(r"\((0x[0-9a-fA-F]{1,8})(?:[\s,]+(0x[0-9a-fA-F]{1,8}))?")
-_RECOVERY_RE = re.compile(r"\bto\s+0x[0-9a-fA-F]+\s*\(([^)]*)\)")
+_HEX_WORDS = lazy(r"\((0x[0-9a-fA-F]{1,8})(?:[\s,]+(0x[0-9a-fA-F]{1,8}))?")
+_RECOVERY_RE = lazy(r"\bto\s+0x[0-9a-fA-F]+\s*\(([^)]*)\)")
 
 
 def _bits_match(value: int, pattern: str) -> bool:

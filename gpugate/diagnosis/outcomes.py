@@ -14,6 +14,7 @@ from gpugate.checks import xid as X
 from gpugate.checks.kernel_lines import read_line
 from gpugate.checks.sxid import SxidEvent
 from gpugate.diagnosis import nccl_warn
+from gpugate.regex import lazy
 
 # What one line proves (see signatures' docstring).
 FATAL, MINOR, PRECURSOR, CONTEXT = "fatal", "minor", "precursor", "context"
@@ -67,7 +68,7 @@ def nccl_warn_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, di
 
 # How a process's end is written when it was SIGKILLed: exit code -9 (torchrun, DeepSpeed),
 # 137 (a shell's 128+9), signal 9, SIGKILL, or a shell's "Killed".
-_SIGKILL = re.compile(r"^(?:-9|137|9|SIGKILL|Killed)$")
+_SIGKILL = lazy(r"^(?:-9|137|9|SIGKILL|Killed)$")
 
 
 def exit_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, dict]:
@@ -86,7 +87,7 @@ def exit_outcome(m: re.Match, text: str) -> tuple[str | None, str, None, dict]:
     return "other", FATAL, None, {}
 
 
-_GPU_CAPACITY = re.compile(r"GPU (\d+) has a total capacity")
+_GPU_CAPACITY = lazy(r"GPU (\d+) has a total capacity")
 
 
 def oom_outcome(m: re.Match, text: str) -> tuple[str, str, None, dict]:

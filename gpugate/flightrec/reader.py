@@ -16,6 +16,8 @@ import json
 import pickle
 import re
 
+from gpugate.regex import lazy
+
 MAX_BYTES = 32 << 20  # a 20,000-entry NCCL dump is a few MiB; more is not a flight recorder
 MAX_DEPTH = 32  # entries -> entry -> frames -> frame -> value is 5 deep
 MAX_NODES = 4_000_000  # memo references can make a small pickle expand: cap what we walk
@@ -23,7 +25,7 @@ KEEP_PER_PG = 64  # the last collectives per process group are what a culprit ne
 PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 BACKENDS = ("nccl", "ncclx", "xccl", "gloo", "rccl", "rcclx", "mccl", "hccl")  # types.py Op
 # A frame inside torch itself is not where the user's code called the collective.
-_TORCH_FRAME = re.compile(r"[/\\]torch[/\\](distributed|nn|_dynamo|utils)[/\\]")
+_TORCH_FRAME = lazy(r"[/\\]torch[/\\](distributed|nn|_dynamo|utils)[/\\]")
 
 
 class DumpError(ValueError):

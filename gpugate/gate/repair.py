@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 
 from gpugate import log, runner
@@ -27,6 +26,7 @@ from gpugate.checks.xid import SITE_ACTIONS, lookup
 from gpugate.fsutil import FileLock, atomic_write, lock_file, read_regular
 from gpugate.gate.budget import check_budget
 from gpugate.node import node_name
+from gpugate.regex import lazy
 from gpugate.slurm.control import NotOurDrain, SlurmError, valid_node_name
 from gpugate.slurm.reasons import drain_reason, is_ours, reason_check
 from gpugate.store import history, locks
@@ -47,7 +47,7 @@ REPAIRS_MODE = 0o600  # root's only: what gpugate did to this node's hardware
 _MAX_NODES = 4096  # entries kept per kind (a node-local file holds one node; a few at most)
 # Slurm shows a pending reboot as these state flags (`@` and `^` in sinfo).
 _PENDING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-_XID = re.compile(r"\bXid (\d{1,9})\b")
+_XID = lazy(r"\bXid (\d{1,9})\b")
 
 
 # --------------------------------------------------------------------------- classifying

@@ -25,6 +25,7 @@ from gpugate.gate.policy import DRAIN, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.slurm.reasons import reason_check
 from gpugate.store import healing
@@ -45,8 +46,8 @@ JOB_GPU_CHECKS = frozenset({"gpu.processes", "gpu.temperature", "gpu.throttle"})
 # What any job changes on the host.
 JOB_HOST_CHECKS = frozenset({"host.memory"})
 _BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
-_GRES_USED = re.compile(r"(?:^|\s)GresUsed=(\S+)")
-_GPU_IDX = re.compile(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
+_GRES_USED = lazy(r"(?:^|\s)GresUsed=(\S+)")
+_GPU_IDX = lazy(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
 SKIPPED = "skipped: GPU in use by a job"
 
 
@@ -170,7 +171,7 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
 
 
-_DRILL_REASON = re.compile(r"^gpugate:\s*DRILL (\S+?):")
+_DRILL_REASON = lazy(r"^gpugate:\s*DRILL (\S+?):")
 
 
 def _ended_drill(config: Config, info: NodeInfo) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 
 from gpugate import log
@@ -35,6 +34,7 @@ from gpugate.qualify import judge as J
 from gpugate.qualify.pairs import pair_rounds
 from gpugate.qualify.settle import settle
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.slurm.control import JobNotFound, SlurmError, valid_node_name
 from gpugate.store.history import current_user
 from gpugate.text import printable
@@ -142,7 +142,7 @@ def check_request(config: Config, nodes: list[str], tests: list[str] | None) -> 
 KEEP_RUNS = 50
 
 
-_RUN_NAME = re.compile(r"\d{8}T\d{12}-[0-9a-f]{6}")
+_RUN_NAME = lazy(r"\d{8}T\d{12}-[0-9a-f]{6}")
 
 
 def new_run(state_dir: str, keep: int = KEEP_RUNS) -> tuple[str, str]:

@@ -45,6 +45,7 @@ import time
 
 from gpugate import log
 from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
+from gpugate.regex import lazy
 from gpugate.store import locks
 
 TYPE_CHECKING = False
@@ -108,8 +109,8 @@ JOB_END_RESULTS = ("ok", "failed")
 SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
 _SKIPPED_MAX = 1 << 20
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+_SAMPLE = lazy(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = lazy(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 Samples = dict  # {(name, ((label, value), ...)): float}

@@ -22,6 +22,7 @@ import re
 
 from gpugate import runner
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ _MAX_READS = 1 << 21
 # is kept, so that the patterns here and in the checks never scan megabytes per line.
 _LINE_MAX = 8192
 
-_RELEVANT = re.compile(
+_RELEVANT = lazy(
     "|".join(
         [
             r"NVRM: Xid \(",
@@ -59,9 +60,9 @@ _RELEVANT = re.compile(
     ),
     re.IGNORECASE,
 )
-_ESCAPE_RE = re.compile(rb"\\x([0-9a-fA-F]{2})")
+_ESCAPE_RE = lazy(rb"\\x([0-9a-fA-F]{2})")
 # A record ends at a newline that is not followed by one of its own dictionary lines.
-_RECORD_END_RE = re.compile(rb"\n(?=[^ ])")
+_RECORD_END_RE = lazy(rb"\n(?=[^ ])")
 
 
 class KmsgRecord(Record):
