@@ -6,7 +6,7 @@ import os
 import sys
 
 from gpugate import log, names
-from gpugate.cli import EXIT_USAGE, make_parser
+from gpugate.cli import EXIT_USAGE, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.guard import run_hook
 from gpugate.slurm.choose import backend
@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
     from collections.abc import Callable, Iterable
+    from types import SimpleNamespace
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -63,9 +64,11 @@ SELFTEST_HELP = (
 )
 
 
-def hook_args(hook: str, argv: list[str]) -> Namespace:
+def hook_args(hook: str, argv: list[str]) -> Namespace | SimpleNamespace:
     """A Slurm hook's arguments: only `--config FILE`."""
-
+    quick = quick_options(argv, values=("--config",))
+    if quick is not None:
+        return quick
     p = make_parser(f"gpugate {hook}", HOOK_HELP[hook] + SELFTEST_HELP)
     p.add_argument("--config", metavar="FILE", help="site config")
     return p.parse_args(argv)

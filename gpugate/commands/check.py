@@ -7,7 +7,7 @@ import time
 
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
-from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
 from gpugate.gate.policy import decide, effective_status
@@ -18,6 +18,14 @@ from gpugate.text import dumps, printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+
+
+# What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "values": ("--facts", "--config"),
+    "switches": ("--json",),
+    "lists": ("--only",),
+}
 
 
 def parser() -> ArgumentParser:
@@ -45,7 +53,7 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `gpugate check`."""
-    args = parser().parse_args(argv)
+    args = quick_options(argv, **OPTIONS) or parser().parse_args(argv)
     started = time.perf_counter()
 
     config = load_config(args.config)
