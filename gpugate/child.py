@@ -37,7 +37,7 @@ TASKS = frozenset(
     {
         "gpugate.checks.sources.mounts:timed_probe",
         "gpugate.hooks.collect:_read_and_diagnose",
-        "gpugate.userfiles:latest_checkpoint_path",
+        "gpugate.checkpoints.discover:latest_checkpoint_path",
         "gpugate.userfiles:write_note",  # the controller's "not requeued" note, as the user
         "gpugate.store.runs:log_sizes",  # the prolog's log offsets, as the job's user
         "gpugate.checkpoints.freshness:newest_complete",

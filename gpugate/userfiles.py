@@ -131,12 +131,3 @@ def write_note(path: str, text: str) -> str:
     finally:
         os.close(fd)
     return path
-
-
-def latest_checkpoint_path(ckpt_dir: str) -> str | None:
-    """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
-    # Lazy: the checkpoint readers import this module (a cycle at import time otherwise).
-    from gpugate.checkpoints.discover import latest_complete
-
-    found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
-    return found.path if found else None

@@ -164,8 +164,8 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
 
 
 def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
-    from gpugate.commands import epilog_slurmctld as E
     from gpugate.gate.requeue import RequeueDecision
+    from gpugate.hooks import epilog_slurmctld as E
 
     stale = {
         "checkpoint_stale": True,

@@ -294,7 +294,7 @@ def test_the_packaged_wait_covers_the_packaged_deadline():
 def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
     from fakes import FakeSlurm
 
-    from gpugate.commands.epilog_slurmctld import tell_unreadable, writable_problem
+    from gpugate.hooks.epilog_slurmctld import tell_unreadable, writable_problem
     from gpugate.slurm.records import JobInfo
 
     pending = JobInfo(job_id=5, state="PENDING", nodes=NODES, requeue=True)

@@ -205,13 +205,13 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     from gpugate.commands import epilog as cmd_epilog
     from gpugate.config import load_config
     from gpugate.hooks.epilog import EpilogResult
-    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.slurm.hookenv import HookEnv
 
     config = load_config("/dev/null").replace(state_dir=str(tmp_path))
     result = EpilogResult(abnormal=True, why="exit code 1", drained=True,
                           reason="gpugate: kernel.xid: GPU1 Xid 79")  # fmt: skip
     monkeypatch.setattr(
-        "gpugate.hooks.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
+        "gpugate.slurm.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
     )
     patch_everywhere(monkeypatch, "gpugate.hooks.epilog", "run_epilog", lambda config, env: result)
 

@@ -17,6 +17,7 @@ from gpugate.commands import drill as cmd
 from gpugate.config import ConfigError
 from gpugate.gate.policy import decide
 from gpugate.slurm import reasons
+from gpugate.store import drills
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "config" / "snapshots"
 EXPECTED = {
@@ -205,7 +206,7 @@ def test_a_drill_is_followed_and_recorded_as_passed(config, monkeypatch):
     requeued = entry["steps"][3]
     assert requeued["checkpoint"] == "/ck/ckpt_200.pt" and requeued["nodes"] == ["n2"]
     assert all(s["when"] >= d["start"] for s in entry["steps"])
-    assert drill.drill_records(config) == [entry]
+    assert drills.drill_records(config) == [entry]
     assert drill.active_drill(config) is None
 
 
@@ -242,7 +243,7 @@ def test_a_node_not_resumed_fails_the_drill(config, monkeypatch):
 
 def test_the_report_lists_past_drills(config, monkeypatch, capsys, tmp_path):
     d = drill.start_drill(config, "n1", "ecc", 1)
-    drill.record_drill(config, d, [{"step": "drained", "after_s": 3.5}], False, "no requeued step")
+    drills.record_drill(config, d, [{"step": "drained", "after_s": 3.5}], False, "no requeued step")
     cfg = str(tmp_path / "site.yaml")
     assert cmd.main(["--report", "--config", cfg]) == 0
     out = capsys.readouterr().out
@@ -252,11 +253,11 @@ def test_the_report_lists_past_drills(config, monkeypatch, capsys, tmp_path):
 
 
 def test_the_record_is_bounded(config, monkeypatch):
-    monkeypatch.setattr(drill, "MAX_RECORDS_PER_NODE", 3)
+    monkeypatch.setattr(drills, "MAX_RECORDS_PER_NODE", 3)
     d = drill.start_drill(config, "n1", "ecc", 1)
     for _ in range(5):
-        drill.record_drill(config, d, [], True, "")
-    assert len(drill.drill_records(config)) == 3
+        drills.record_drill(config, d, [], True, "")
+    assert len(drills.drill_records(config)) == 3
 
 
 def test_drill_file_times_are_the_window(config):
@@ -288,7 +289,7 @@ def test_end_resumes_a_drain_left_by_a_drill_that_died(config, monkeypatch, caps
 
 def test_a_report_the_user_cannot_read_says_so(config, monkeypatch, capsys, tmp_path):
     d = drill.start_drill(config, "n1", "ecc", 1)
-    drill.record_drill(config, d, [], True, "")
+    drills.record_drill(config, d, [], True, "")
     monkeypatch.setattr(cmd.os, "access", lambda path, mode: False)
     assert cmd.main(["--report", "--config", str(tmp_path / "site.yaml")]) == 1
     assert "cannot read" in capsys.readouterr().err

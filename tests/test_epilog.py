@@ -10,8 +10,8 @@ from factories import default_config, make_facts
 from fakes import FakeSlurm
 
 from gpugate.hooks.epilog import abnormal_end, run_epilog
-from gpugate.hooks.hookenv import HookEnv
 from gpugate.hooks.prolog import run_prolog
+from gpugate.slurm.hookenv import HookEnv
 from gpugate.slurm.records import JobInfo
 from gpugate.yamlio import dump_yaml
 

@@ -14,7 +14,7 @@ import pytest
 from factories import default_config
 
 from gpugate.hooks import flightrec_collect as FC
-from gpugate.hooks.hookenv import HookEnv
+from gpugate.slurm.hookenv import HookEnv
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "flightrec")
 

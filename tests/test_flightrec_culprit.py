@@ -338,7 +338,7 @@ def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
 
 
 def test_requeue_excludes_the_culprit_only_with_roots_evidence(tmp_path: Path) -> None:
-    from gpugate.flightrec.votes import with_culprit
+    from gpugate.gate.flightrec_votes import with_culprit
     from gpugate.store.suspects import record_vote
 
     config = _controller_site(tmp_path, "304")
@@ -353,7 +353,7 @@ def test_requeue_excludes_the_culprit_only_with_roots_evidence(tmp_path: Path) -
 def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
     from fakes import FakeSlurm
 
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
     from gpugate.store.suspects import record_vote
 
     config = _controller_site(tmp_path, "305")
@@ -369,7 +369,7 @@ def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
 def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None:
     from fakes import FakeSlurm
 
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
 
     config = _controller_site(tmp_path, "306")
     # No detached start-now child: it would poll a real Slurm for the job (tests/test_requeue.py).
@@ -384,7 +384,7 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     comment = slurm.job("306").admin_comment
     assert "gpugate: flight recorder (the job's dumps): rank 1 on b never entered" in comment
     # Told once: a second controller epilog of the same run writes nothing more.
-    from gpugate.flightrec.votes import tell_culprit
+    from gpugate.gate.flightrec_votes import tell_culprit
 
     again = tell_culprit(config, slurm, job, _with_fr(C_FIRST))
     assert again == "flight recorder comment (unchanged: already there, or no room)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpugate.hooks.hookenv import comment_tokens, from_environ
+from gpugate.slurm.hookenv import comment_tokens, from_environ
 
 
 def test_prolog_environment_with_gpus():

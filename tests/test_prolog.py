@@ -9,8 +9,8 @@ import pytest
 from factories import default_config, make_facts, patch_everywhere
 from fakes import NODE, FakeSlurm, drained
 
-from gpugate.hooks.hookenv import HookEnv
 from gpugate.hooks.prolog import run_prolog
+from gpugate.slurm.hookenv import HookEnv
 from gpugate.yamlio import dump_yaml
 
 

@@ -72,7 +72,7 @@ from gpugate.diagnosis.categories import CATEGORIES
 from gpugate.diagnosis.engine import diagnose_bytes
 from gpugate.diagnosis.signatures import SIGNATURES
 from gpugate.diagnosis.verdict import Diagnosis
-from gpugate.hooks.hookenv import HookEnv, comment_tokens, from_environ
+from gpugate.slurm.hookenv import HookEnv, comment_tokens, from_environ
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
 from gpugate.slurm.parse_text import parse_show_job_text, parse_show_node_text

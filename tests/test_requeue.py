@@ -9,8 +9,8 @@ import pytest
 from factories import default_config, patch_everywhere
 from fakes import FakeSlurm
 
-from gpugate.commands.epilog_slurmctld import job_from_env, run_requeue
 from gpugate.gate.requeue import JobEnd, decide_requeue, requested
+from gpugate.hooks.epilog_slurmctld import job_from_env, run_requeue
 
 HW = {
     "node": "n1",

@@ -24,7 +24,7 @@ HOOKS = ["prolog", "epilog", "task-prolog", "epilog-slurmctld"]
 BODIES = {
     "prolog": "gpugate.hooks.prolog.run_prolog",
     "epilog": "gpugate.hooks.epilog.run_epilog",
-    "epilog-slurmctld": "gpugate.commands.epilog_slurmctld.run_requeue",
+    "epilog-slurmctld": "gpugate.hooks.epilog_slurmctld.run_requeue",
     "task-prolog": "gpugate.hooks.task_prolog.exports",
 }
 

@@ -613,7 +613,7 @@ def test_admin_comment_gets_the_prefix_once() -> None:
 
 def test_gpugate_syntax_keeps_its_equals_sign() -> None:
     # The sanitiser turned `gpugate:ckpt=DIR` into `gpugate:ckpt:DIR`, which no parser reads.
-    from gpugate.hooks.hookenv import comment_tokens
+    from gpugate.slurm.hookenv import comment_tokens
 
     text = "no requeue: the job did not opt in (gpugate:ckpt= or gpugate:requeue)"
     assert "(gpugate:ckpt= or gpugate:requeue)" in R.admin_comment(text)

@@ -13,7 +13,7 @@ import pytest
 from gpugate.cli import main as cli
 from gpugate.commands.submit_policy import lua_string, render_lua
 from gpugate.config import ConfigError, load_config
-from gpugate.hooks.hookenv import comment_tokens
+from gpugate.slurm.hookenv import comment_tokens
 
 LUA = next(
     (shutil.which(n) for n in ("lua5.1", "luajit", "lua5.3", "lua") if shutil.which(n)), None

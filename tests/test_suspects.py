@@ -179,7 +179,7 @@ def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_pat
 def test_votes_never_drain_however_many(tmp_path, started):
     config = config_for(tmp_path, votes_needed=1)
     slurm = FakeSlurm(nodes=NODES)
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
 
     for i in range(6):
         run_requeue(config, failed_job(str(200 + i), comment="", uid=1000 + i), slurm, wait_s=0)
@@ -339,7 +339,7 @@ def test_a_tie_records_no_vote(tmp_path):
 
 
 def test_the_controller_epilog_votes_from_the_bundles(tmp_path, started):
-    from gpugate.commands.epilog_slurmctld import run_requeue
+    from gpugate.hooks.epilog_slurmctld import run_requeue
     from gpugate.store.controller_view import done, write_record
 
     config = config_for(tmp_path, votes_needed=1)

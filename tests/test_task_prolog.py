@@ -383,8 +383,8 @@ def test_the_site_turns_it_off(tmp_path):
     ],
 )
 def test_the_comment_opt_out_reaches_the_task_prolog_through_the_task_file(tmp_path, comment, off):
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.hooks.prolog import prepare_task_file
+    from gpugate.slurm.hookenv import HookEnv
 
     config, _ = _prepared(tmp_path)
     env = HookEnv(job_id="42", uid=os.getuid(), gid=os.getgid(), comment=comment)

@@ -257,7 +257,7 @@ def test_latest_checkpoint_task(tmp_path):
     ckpt = tmp_path / "ckpt_100.pt"
     with zipfile.ZipFile(ckpt, "w") as z:
         z.writestr("archive/data.pkl", b"x")
-    task = "gpugate.userfiles:latest_checkpoint_path"
+    task = "gpugate.checkpoints.discover:latest_checkpoint_path"
     assert as_user(*ME, task, {"ckpt_dir": str(tmp_path)}, 10) == str(ckpt)
 
 

@@ -182,3 +182,9 @@ def _settled(ctx: ScanContext, name: str, found: Found) -> None:
         raise Incomplete(
             f"modified {age:.0f} s ago (settle time {ctx.settle_s:g} s): may still be being written"
         )
+
+
+def latest_checkpoint_path(ckpt_dir: str) -> str | None:
+    """The newest complete checkpoint's path under `ckpt_dir` (a child task, as the user)."""
+    found = latest_complete(ckpt_dir, settle_s=0)  # the writer is gone: nothing in flight
+    return found.path if found else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.registry import COOLING, HARDWARE, REBOOT, RESET, TRANSIENT, check
+from gpugate.checks.declare import COOLING, HARDWARE, REBOOT, RESET, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
+from gpugate.checks.declare import HARDWARE, RESEAT, TRANSIENT, check
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import HARDWARE, RESEAT, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ The line patterns are all here, written from the formats in docs/gpu-facts.md
 from __future__ import annotations
 
 from gpugate.checks import findings as F
+from gpugate.checks.declare import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
-from gpugate.checks.registry import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
 from gpugate.regex import lazy
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpugate.checks import findings as F
 from gpugate.checks.boards import unknown_board
+from gpugate.checks.declare import HARDWARE, RESEAT, RESET, check
 from gpugate.checks.gpu import not_reported, nvml_missing, per_gpu
-from gpugate.checks.registry import HARDWARE, RESEAT, RESET, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

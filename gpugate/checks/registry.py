@@ -13,58 +13,23 @@ check passes again; HARDWARE: it needs a repair or a person, see gpugate/health/
 
 from __future__ import annotations
 
+# The words and tables a check module declares with live in declare.py (a check module importing
+# this module would close a circle through the catalog); they are re-exported for the readers.
+from gpugate.checks.declare import _ACTION, _DOCS, _FAULT, _HARDWARE, _REGISTRY
+from gpugate.checks.declare import ACTIONS as ACTIONS
+from gpugate.checks.declare import COOLING as COOLING
+from gpugate.checks.declare import FAULTS as FAULTS
+from gpugate.checks.declare import HARDWARE as HARDWARE
+from gpugate.checks.declare import HOST as HOST
+from gpugate.checks.declare import REBOOT as REBOOT
+from gpugate.checks.declare import RESEAT as RESEAT
+from gpugate.checks.declare import RESET as RESET
+from gpugate.checks.declare import TRANSIENT as TRANSIENT
+from gpugate.checks.declare import check as check
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from gpugate.checks.expect import Context
-    from gpugate.checks.facts import Facts
-    from gpugate.checks.findings import Finding
-
-    CheckFn = Callable[[Facts, Context], list[Finding]]
-
-# What an admin does about a node a check drained (the admin table's words and urgency).
-REBOOT = "reboot"
-RESET = "reset GPU"
-RESEAT = "reseat/check cables"
-COOLING = "check cooling/power"
-HOST = "fix host setup"  # the default: limits, mounts, driver version, persistence, processes
-ACTIONS = (REBOOT, RESET, RESEAT, COOLING, HOST)
-
-# How a check's fault goes away: by itself, or only by a repair (or a person).
-TRANSIENT = "transient"
-HARDWARE = "hardware"
-FAULTS = (TRANSIENT, HARDWARE)
-
-_REGISTRY: dict[str, Callable] = {}
-_DOCS: dict[str, str] = {}
-_HARDWARE: dict[str, bool] = {}
-_ACTION: dict[str, str] = {}
-_FAULT: dict[str, str | None] = {}
-
-
-def check(
-    check_id: str, hardware: bool = False, action: str = HOST, fault: str | None = None
-) -> Callable[[Callable], Callable]:
-    """Register a check function under `check_id` (dotted, stable, unique) with its metadata."""
-    if action not in ACTIONS:
-        raise ValueError(f"check {check_id!r}: action {action!r} is not one of {ACTIONS}")
-    # None is accepted here only so that the test naming every undeclared check can run.
-    if fault is not None and fault not in FAULTS:
-        raise ValueError(f"check {check_id!r}: fault {fault!r} is not one of {FAULTS}")
-
-    def register(fn: Callable) -> Callable:
-        if check_id in _REGISTRY:
-            raise ValueError(f"check id {check_id!r} registered twice")
-        _REGISTRY[check_id] = fn
-        _DOCS[check_id] = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        _HARDWARE[check_id] = hardware
-        _ACTION[check_id] = action
-        _FAULT[check_id] = fault
-        fn.check_id = check_id
-        return fn
-
-    return register
 
 
 def _load() -> None:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 
 from gpugate.checks import findings as F
+from gpugate.checks.declare import HARDWARE, RESET, check
 from gpugate.checks.gpu import source_missing
-from gpugate.checks.registry import HARDWARE, RESET, check
 from gpugate.record import Record
 from gpugate.regex import lazy
 

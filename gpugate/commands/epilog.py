@@ -5,14 +5,14 @@ from __future__ import annotations
 from gpugate import log
 from gpugate.commands import each_on_its_own, run_hook_command
 from gpugate.hooks.epilog import run_epilog
-from gpugate.hooks.hookenv import from_environ
+from gpugate.slurm.hookenv import from_environ
 from gpugate.store import history, metrics
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog import EpilogResult
-    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.slurm.hookenv import HookEnv
 
 
 def main(argv: list[str]) -> int:

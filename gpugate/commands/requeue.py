@@ -7,8 +7,8 @@ import sys
 
 from gpugate.cli import make_parser
 from gpugate.commands import ask_slurm_for
-from gpugate.commands.epilog_slurmctld import run_requeue
 from gpugate.gate.requeue import JobEnd
+from gpugate.hooks.epilog_slurmctld import run_requeue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -83,3 +83,32 @@ def is_hardware(category: str | None) -> bool:
 def is_infrastructure(category: str | None) -> bool:
     """Whether a category is the cluster's fault whatever the job did (hardware or a dead node)."""
     return category in INFRASTRUCTURE_CATEGORIES
+
+
+# Root-cause order, most specific first (higher wins). Why this order:
+# - GPU hardware (ECC, NVLink, hardware Xids) explains everything a job prints after it, node
+#   failures included; the three share a tier and the *first* fatal one wins (Xid 79 before the
+#   NVSwitch SXids it triggers is an Xid 79).
+# - A node failure outranks the CUDA/NCCL errors that the dying node causes.
+# - Host and GPU OOM, application Xids and illegal memory accesses happen on one rank; the other
+#   ranks then fail their collectives, so they outrank every NCCL symptom.
+# - NCCL errors and timeouts are symptoms of one tier: the first one printed is the root (an IB
+#   completion error before the watchdog fires is why it fired; a peer's "remote process
+#   exited" after a timeout is that timeout's abort).
+# - Slurm's own kill lines (time limit, scancel, preemption) explain a job that hung quietly;
+#   errors printed before them still win, errors after them are fallout (FALLOUT below).
+# - MINOR_TIER: events that explain a failure only when nothing above is visible (a lone Xid 63,
+#   a Lightning SIGTERM notice), then `other` (generic exceptions, signals, launcher summaries).
+TIERS: dict[str, int] = {
+    **dict.fromkeys(sorted(HARDWARE_CATEGORIES), 100),  # the categories table's hardware kind
+    "slurm_node_failure": 90,
+    "host_oom": 80,
+    "cuda_oom": 70,
+    "gpu_xid_user_app": 60,
+    "illegal_memory_access": 50,
+    "nccl_error": 35,
+    "nccl_timeout": 35,
+    "slurm_time_limit": 20,
+    "slurm_cancelled": 15,
+    "other": 5,
+}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from gpugate.checks.kernel_lines import read_line
 from gpugate.diagnosis import signatures as S
-from gpugate.diagnosis.categories import is_infrastructure, kind
+from gpugate.diagnosis.categories import TIERS, is_infrastructure, kind
 from gpugate.diagnosis.verdict import KERNEL_LOG
 from gpugate.record import Record
 
@@ -78,9 +78,6 @@ def _level(
     winners: list, top: int, rank: int | None, others: list, sources: list[str]
 ) -> tuple[str, str, tuple]:
     """(level, why, undecided): the first rule that holds, from low to high."""
-    # rank imports this module to build its verdict: its tier table is read at call time.
-    from gpugate.diagnosis.rank import TIERS
-
     category = winners[0].match.category or "other"
     if all(s.match.strength == S.MINOR for s in winners):
         return LOW, "only minor lines decided", ()

@@ -1,6 +1,6 @@
 """Ranking: from the signals collected over the logs to one root cause.
 
-Ranking is data: `TIERS` orders the categories from the most specific root cause to the most
+Ranking is data: `TIERS` (categories.py) orders the categories from the most specific root cause to the most
 generic symptom, `FALLOUT` says which categories are mere fallout once Slurm killed the job,
 and each signature's strength says whether a line proves a failure (see `signatures`). Lines of
 a job's own files that claim a hardware fault are kept apart as claims, never ranked.
@@ -12,7 +12,7 @@ import sys
 
 from gpugate.checks import xid as X
 from gpugate.diagnosis import signatures as S
-from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES
+from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES, TIERS
 from gpugate.diagnosis.confidence import assess, note
 from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, claim_text
 from gpugate.record import Record
@@ -21,33 +21,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-# Root-cause order, most specific first (higher wins). Why this order:
-# - GPU hardware (ECC, NVLink, hardware Xids) explains everything a job prints after it, node
-#   failures included; the three share a tier and the *first* fatal one wins (Xid 79 before the
-#   NVSwitch SXids it triggers is an Xid 79).
-# - A node failure outranks the CUDA/NCCL errors that the dying node causes.
-# - Host and GPU OOM, application Xids and illegal memory accesses happen on one rank; the other
-#   ranks then fail their collectives, so they outrank every NCCL symptom.
-# - NCCL errors and timeouts are symptoms of one tier: the first one printed is the root (an IB
-#   completion error before the watchdog fires is why it fired; a peer's "remote process
-#   exited" after a timeout is that timeout's abort).
-# - Slurm's own kill lines (time limit, scancel, preemption) explain a job that hung quietly;
-#   errors printed before them still win, errors after them are fallout (FALLOUT below).
-# - MINOR_TIER: events that explain a failure only when nothing above is visible (a lone Xid 63,
-#   a Lightning SIGTERM notice), then `other` (generic exceptions, signals, launcher summaries).
-TIERS: dict[str, int] = {
-    **dict.fromkeys(sorted(HARDWARE_CATEGORIES), 100),  # the categories table's hardware kind
-    "slurm_node_failure": 90,
-    "host_oom": 80,
-    "cuda_oom": 70,
-    "gpu_xid_user_app": 60,
-    "illegal_memory_access": 50,
-    "nccl_error": 35,
-    "nccl_timeout": 35,
-    "slurm_time_limit": 20,
-    "slurm_cancelled": 15,
-    "other": 5,
-}
 MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
 FALLOUT = frozenset({"nccl_timeout", "nccl_error", "cuda_oom", "illegal_memory_access", "other"})

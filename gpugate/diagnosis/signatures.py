@@ -9,7 +9,7 @@ Formats by era and framework are in section 6 of docs/gpu-facts.md; kernel
 lines (Xid, SXid, OOM killer) in sections 1 and 2. Xid lines are classified with the Xid catalog.
 
 Strength says what one line proves:
-- ``fatal``: the job failed this way (at the category's rank, see `rank.TIERS`).
+- ``fatal``: the job failed this way (at the category's rank, see `categories.TIERS`).
 - ``minor``: an event that explains a failure only when nothing more specific is visible (a
   non-fatal Xid such as 63, a SIGTERM notice): ranked just above the generic ``other``.
 - ``precursor``: counts only before the first fatal line of its file and only if the job failed

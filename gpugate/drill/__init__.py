@@ -2,11 +2,14 @@
 
 `gpugate drill` (gpugate/commands/drill.py) writes `<state_dir>/drill.json` (root's state:
 fault, node, start, end, id). While the window is open, `gather()` lays the fault's overlay
-over the facts it read (`with_drill`) and marks the process (reasons.mark_drill), so every drain
-reason, AdminComment and event line it writes says `DRILL <id>`. Once the window has ended the
-file is ignored and removed by whoever reads it next: a drill never outlives its window, even if
-the drill command died. Past drills are kept in `drills.jsonl` (admin.history_dir), bounded like
-drains.jsonl.
+over the facts it read (checks/sources: `with_drill`) and marks the process (reasons.mark_drill),
+so every drain reason, AdminComment and event line it writes says `DRILL <id>`. Once the window
+has ended the file is ignored and removed by whoever reads it next: a drill never outlives its
+window, even if the drill command died. Past drills are kept in `drills.jsonl`
+(admin.history_dir, gpugate/store/drills.py), bounded like drains.jsonl.
+
+This package imports only gpugate's base modules: the sources (below the gate, the hooks and
+the stores) read the window and lay the overlay.
 
 The overlays, one per fault, each what the real fault looks like in the facts (GPU0 or the
 first InfiniBand port; the real values of everything else are kept):
@@ -26,21 +29,15 @@ import json
 import os
 import time
 
-from gpugate.checks.facts import facts_from_dict
 from gpugate.fsutil import read_regular
-from gpugate.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
 
 DRILL_FILE = "drill.json"
-RECORDS = "drills.jsonl"
-MAX_RECORDS_PER_NODE = 100
-MAX_RECORDS = 2000
 
 
 class DrillError(ValueError):
@@ -122,7 +119,8 @@ def drill_path(config: Config) -> str:
     return os.path.join(config.state_dir, DRILL_FILE)
 
 
-def _valid(drill: object) -> bool:
+def valid_drill(drill: object) -> bool:
+    """Whether `drill` is a drill as start_drill() writes it."""
     if type(drill) is not dict or drill.get("fault") not in FAULTS:
         return False
     texts = all(type(drill.get(k)) is str and drill.get(k) for k in ("id", "node"))
@@ -140,7 +138,7 @@ def active_drill(config: Config, now: float | None = None) -> dict | None:
     except (OSError, ValueError):
         drill = None
     now = time.time() if now is None else now
-    if _valid(drill) and drill["start"] <= now < drill["end"]:
+    if valid_drill(drill) and drill["start"] <= now < drill["end"]:
         return drill
     try:
         os.unlink(path)  # ended: it must never act again, whoever reads it next
@@ -181,60 +179,5 @@ def end_drill(config: Config) -> dict | None:
     return drill
 
 
-def with_drill(config: Config, node: str, facts: Facts) -> Facts:
-    """`facts` with the open drill's overlay on them when it is this node's; else `facts`.
-
-    The process's drill mark (reasons.mark_drill) follows each gather: set while the overlay is
-    on the facts, cleared otherwise, so nothing built after a drill's window says DRILL.
-    """
-    reasons.mark_drill(None)
-    if not os.path.exists(drill_path(config)):  # the usual case: one stat
-        return facts
-    drill = active_drill(config)
-    if drill is None or drill["node"] != node:
-        return facts
-
-    reasons.mark_drill(drill["id"])
-    return facts_from_dict(overlay(drill["fault"], facts.to_dict()), f"drill {drill['id']}")
-
-
 def _iso(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
-# ---------------------------------------------------------------------------- the record
-
-
-def valid_record(e: object) -> bool:
-    """Whether `e` is a drill record as record_drill() writes it."""
-    if type(e) is not dict or not _valid(e.get("drill")) or type(e.get("passed")) is not bool:
-        return False
-    when, node = e.get("when"), e.get("node")
-    return type(when) in (int, float) and type(node) is str and type(e.get("steps")) is list
-
-
-def record_drill(config: Config, drill: dict, steps: list[dict], passed: bool, why: str) -> dict:
-    """Append one drill's record to drills.jsonl (bounded like drains.jsonl); the entry."""
-    from gpugate.store.history import _add, history_dir
-
-    entry = {"node": drill["node"], "when": round(time.time(), 3), "id": drill["id"],
-             "fault": drill["fault"], "injected": FAULTS[drill["fault"]][0], "drill": drill,
-             "steps": steps, "passed": passed, "why": why}  # fmt: skip
-    _add(history_dir(config), RECORDS, valid_record, entry, lambda last: False,
-         MAX_RECORDS_PER_NODE, MAX_RECORDS)  # fmt: skip
-    return entry
-
-
-def records_path(config: Config) -> str:
-    """drills.jsonl, beside drains.jsonl in admin.history_dir."""
-    from gpugate.store.history import history_dir
-
-    return os.path.join(history_dir(config), RECORDS)
-
-
-def drill_records(config: Config, node: str | None = None) -> list[dict]:
-    """Past drills, oldest first (those of `node` only, if given)."""
-    from gpugate.store.history import _read_lines
-
-    entries = _read_lines(records_path(config), valid_record)
-    return [e for e in entries if node is None or e["node"] == node]

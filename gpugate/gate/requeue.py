@@ -15,9 +15,9 @@ import time
 
 from gpugate.child import detach
 from gpugate.diagnosis.categories import is_infrastructure
-from gpugate.hooks.hookenv import comment_tokens
 from gpugate.record import Record
 from gpugate.slurm.choose import backend as slurm_backend
+from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.reasons import refused_nodes
 from gpugate.slurm.records import PROLOG_FAILED_SIGNAL
 from gpugate.store import controller_view
@@ -270,7 +270,7 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
     if not ckpt_dir:
         return None
 
-    task = "gpugate.userfiles:latest_checkpoint_path"
+    task = "gpugate.checkpoints.discover:latest_checkpoint_path"
     try:
         found = as_user(job.uid, job.gid, task, {"ckpt_dir": ckpt_dir}, timeout=30)
         # The child runs as the user: take only what a path can be from its answer.

@@ -27,7 +27,7 @@ import time
 from gpugate import log
 from gpugate.child import ChildError, detach
 from gpugate.diagnosis.categories import USER, kind
-from gpugate.flightrec.votes import first_node as fr_first_node
+from gpugate.gate.flightrec_votes import first_node as fr_first_node
 from gpugate.gate.requeue import USER_STATES
 from gpugate.store import history
 from gpugate.store import suspects as S

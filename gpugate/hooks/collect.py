@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -17,17 +16,14 @@ from gpugate.fsutil import atomic_write
 from gpugate.gate.drain import drain_detail, drain_node
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
-from gpugate.hooks.hookenv import comment_tokens
 from gpugate.hooks.task_prolog import FR_PREFIX, nccl_job_dir
 from gpugate.slurm.choose import backend
 from gpugate.slurm.reasons import evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
-from gpugate.store.state import load_task_file
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
-from gpugate.yamlio import dump_yaml
 
 DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
@@ -38,8 +34,8 @@ if TYPE_CHECKING:
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog import EpilogResult
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.hookenv import HookEnv
 
 
 def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict:
@@ -198,6 +194,7 @@ def _diagnose(
     budget_s: float | None,
 ) -> dict:
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
+    import io
 
     share = budget_s / len(opened) if budget_s and opened else None
     inputs = []
@@ -261,6 +258,8 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
 
 def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
+    from gpugate.slurm.hookenv import comment_tokens
+    from gpugate.store.state import load_task_file
 
     saved = load_task_file(config.state_dir, env.job_id) if env.job_id else None
     ckpt = (saved or {}).get("ckpt_dir")
@@ -406,6 +405,7 @@ def _bundle_files(
     facts: Facts, kernel: list[str], deltas: dict, logs: dict
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
+    from gpugate.yamlio import dump_yaml
 
     diagnosis = logs.get("diagnosis") or {}
     files: dict[str, str | bytes] = {

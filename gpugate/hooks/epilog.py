@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.gate.policy import Decision
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.hookenv import HookEnv
 
 
 class EpilogResult(Record):

@@ -34,7 +34,7 @@ from gpugate.userfiles import UserFileError, open_regular, read_fd
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.slurm.hookenv import HookEnv
 
 TASK = "gpugate.hooks.flightrec_collect:read_dumps"
 # The accepted dumps travel back as JSON: 32 MiB of it stays well inside the reader's answer

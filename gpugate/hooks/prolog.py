@@ -22,11 +22,11 @@ from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node
 from gpugate.gate.policy import DRAIN, decide, effective_status
-from gpugate.hooks.hookenv import comment_tokens
 from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.record import Record
 from gpugate.slurm.choose import backend, with_slurm_gres
 from gpugate.slurm.cli import expand_hostlist
+from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.reasons import drain_reason, refusal_comment
 from gpugate.store.nccl_dir import prepare_nccl_dir
 from gpugate.store.state import (
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.gate.drain import DrainOutcome
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.hookenv import HookEnv
 
 
 class PrologResult(Record):

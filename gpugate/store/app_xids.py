@@ -33,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
-    from gpugate.hooks.hookenv import HookEnv
+    from gpugate.slurm.hookenv import HookEnv
 
 
 def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[dict]:

@@ -51,6 +51,12 @@ from gpugate.jsonl import append, dumps
 from gpugate.slurm.reasons import reason_bundle, reason_check  # noqa: F401
 from gpugate.store import locks
 
+# Where the history lives (store/dirs.py, below the lock list that names those directories).
+from gpugate.store.dirs import CONTROLLER as CONTROLLER
+from gpugate.store.dirs import controller_dir as controller_dir
+from gpugate.store.dirs import history_dir as history_dir
+from gpugate.store.dirs import read_dirs as read_dirs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -75,25 +81,6 @@ _WHEN_MAX = 253402300799.0
 # resume in between, is the same event seen twice (the prologs of two jobs starting together
 # on one node both find the fault).
 SAME_EVENT_S = 600
-
-
-def history_dir(config: Config) -> str:
-    """Where the history and the audit log live: `admin.history_dir`, else `state_dir`."""
-    return config.admin.history_dir or config.state_dir
-
-
-CONTROLLER = "controller"  # <state_dir>/controller: the default controller_dir
-
-
-def controller_dir(config: Config) -> str:
-    """Where EpilogSlurmctld writes (events, votes, flags, locks, log): `controller_dir`, else
-    `<state_dir>/controller` (the package makes it the SlurmUser's)."""
-    return config.controller_dir or os.path.join(config.state_dir, CONTROLLER)
-
-
-def read_dirs(config: Config) -> tuple[str, ...]:
-    """Every directory whose history and events the readers merge: the history's, the controller's."""
-    return tuple(dict.fromkeys((history_dir(config), controller_dir(config))))
 
 
 def iso(when: float | None) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from gpugate.fsutil import LOCK_DIR
+from gpugate.store.dirs import QUALIFY_FILE, controller_dir, history_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,9 +51,6 @@ def metrics_lock(textfile: str) -> str:
 
 def lock_paths(config: Config) -> list[str]:
     """Every lock file gpugate's hooks and commands may take under `config` (none created)."""
-    from gpugate.store.history import controller_dir, history_dir
-    from gpugate.store.metrics import QUALIFY_FILE
-
     state = os.path.join(config.state_dir, LOCK_DIR)
     paths = [os.path.join(history_dir(config), LOCK_DIR, HISTORY)]
     # EpilogSlurmctld's votes and flags, in its own directory.

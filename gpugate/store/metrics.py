@@ -47,6 +47,7 @@ from gpugate import log
 from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
 from gpugate.regex import lazy
 from gpugate.store import locks
+from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,7 +105,6 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_qualify_runs_total": (
         "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
-QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
 JOB_END_RESULTS = ("ok", "failed")
 SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
 _SKIPPED_MAX = 1 << 20

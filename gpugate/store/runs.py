@@ -31,8 +31,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
-    from gpugate.hooks.hookenv import HookEnv
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.hookenv import HookEnv
 
 OFFSETS_TIMEOUT_S = 5.0  # the prolog's own deadline is short: a hung NFS stat costs this at most
 SIZES_TASK = "gpugate.store.runs:log_sizes"

@@ -18,6 +18,8 @@ import time
 from gpugate.checks.facts import Facts, facts_from_dict, load_snapshot
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
+from gpugate.drill import active_drill, drill_path, overlay
+from gpugate.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -120,10 +122,8 @@ def gather(
     sources run under `deadline_s`, and the kernel log is read from `position`, the (boot id,
     sequence number) an earlier run reached, when that was this boot (see since_seq).
     """
-    # An open drill's overlay goes over the node's facts (gpugate/drill/__init__.py), never over a
-    # snapshot someone named (`--facts`): that is not this node's.
-    from gpugate.drill import with_drill
-
+    # An open drill's overlay goes over the node's facts (with_drill), never over a snapshot
+    # someone named (`--facts`): that is not this node's.
     if snapshot:
         return load_snapshot(snapshot)
     replay = replay_path(config, node)
@@ -133,6 +133,22 @@ def gather(
     kwargs = {"kernel_log": {"since_seq": seq}} if seq is not None else {}
     facts = facts_from_dict(gather_dict(config, node, only, deadline_s, kwargs))
     return with_drill(config, node, facts)
+
+
+def with_drill(config: Config, node: str, facts: Facts) -> Facts:
+    """`facts` with the open drill's overlay on them when it is this node's; else `facts`.
+
+    The process's drill mark (reasons.mark_drill) follows each gather: set while the overlay is
+    on the facts, cleared otherwise, so nothing built after a drill's window says DRILL.
+    """
+    reasons.mark_drill(None)
+    if not os.path.exists(drill_path(config)):  # the usual case: one stat
+        return facts
+    drill = active_drill(config)
+    if drill is None or drill["node"] != node:
+        return facts
+    reasons.mark_drill(drill["id"])
+    return facts_from_dict(overlay(drill["fault"], facts.to_dict()), f"drill {drill['id']}")
 
 
 def since_seq(config: Config, position: tuple[str | None, int | None] | None) -> int | None:

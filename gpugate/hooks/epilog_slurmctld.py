@@ -1,0 +1,158 @@
+"""EpilogSlurmctld: the controller's requeue flow (`gpugate epilog-slurmctld` calls it).
+
+The decision is the gate's (gpugate/gate/requeue.py); this gathers what it needs, asks it, and
+acts on the answer.
+
+EpilogSlurmctld runs as SlurmUser (`slurm` on Debian and RHEL). It reads only the node
+epilogs' decision records (gpugate/store/controller_view.py) and writes only to controller_dir
+(its events, votes, flags, locks and log: gpugate.store.history.controller_dir).
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpugate import log
+from gpugate.checkpoints.freshness import tell_stale
+from gpugate.gate.flightrec_votes import tell_culprit, with_culprit
+from gpugate.gate.requeue import (
+    JobEnd,
+    apply,
+    decide_requeue,
+    needs_evidence,
+    refusals,
+    requested,
+    resume_point,
+    wait_for_summaries,
+)
+from gpugate.gate.suspicion import vote as cast_vote
+from gpugate.gate.suspicion import wants_votes
+from gpugate.slurm.choose import backend
+from gpugate.slurm.cli import expand_hostlist
+from gpugate.slurm.hookenv import comment_tokens, from_environ
+from gpugate.store.history import controller_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Config
+    from gpugate.gate.requeue import JobEnd
+    from gpugate.slurm.control import SlurmControl
+
+
+def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
+    """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
+    env = from_environ(environ)
+    return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
+                  restarts=env.restart_count, exit_code2=env.exit_code2,
+                  nodes=tuple(expand_hostlist(env.nodelist)) if env.nodelist else ())  # fmt: skip
+
+
+def run_requeue(
+    config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
+) -> tuple:
+    """Gather the evidence, decide, act; returns (decision, steps done)."""
+    # A failed multi-node job's bundles are waited for to vote on its suspect, too.
+    wait = needs_evidence(job, config) or wants_votes(job, config)
+    summaries, unreadable = wait_for_summaries(config, job, wait_s if wait else 0)
+    for problem in dict.fromkeys(unreadable.values()):  # plainly, in slurmctld's log
+        log.say(f"epilog-slurmctld job {job.job_id}: {problem}")
+    decision = decide_requeue(job, summaries, config, unreadable if wait else None)
+    if summaries:  # the flight recorder's culprit node, where root's evidence agrees
+        named = with_culprit(config, job, summaries, decision.suspects)
+        decision = decision.replace(suspects=named)
+    if not dry_run:
+        try:
+            voted = cast_vote(config, job, summaries, decision.category)
+        except Exception as exc:  # a vote must never cost the job its requeue
+            voted = f"suspect vote failed: {type(exc).__name__}: {exc}"
+        if voted:
+            log.say(f"epilog-slurmctld job {job.job_id}: {voted}")
+            log.event(controller_dir(config), "vote", job=job.job_id, said=voted)
+    if decision.slurm_requeued:
+        decision = decision.replace(refused_on=refusals(job, slurm))
+    if decision.requeue:
+        _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
+        decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir),
+                                    ckpt_dir=ckpt_dir)  # fmt: skip
+    done = apply(decision, slurm, job, config, dry_run=dry_run)
+    if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
+        told = [tell_stale(slurm, job.job_id, summaries),
+                tell_culprit(config, slurm, job, summaries),
+                tell_unreadable(slurm, job.job_id, unreadable)]  # fmt: skip
+        done += [t for t in told if t]
+    return decision, done
+
+
+def run_epilog_slurmctld(config: Config) -> int:
+    """The controller epilog for the job in this environment: decide, act, record (exit 0)."""
+    job = job_from_env()
+    if not job.job_id:
+        return 0
+    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    try:
+        info = slurm.job(job.job_id)
+        job = job.replace(
+            state=info.state,
+            restarts=info.restarts,
+            uid=job.uid if job.uid is not None else info.uid,
+            # Slurm's own word on a failed prolog (a state file on the node cannot reach here).
+            requeued=info.back_in_queue,
+            launch_failed=info.launch_failed,
+            admin_comment=info.admin_comment,
+            stdout=info.stdout or "",
+        )
+    except Exception as exc:  # decide from the environment alone
+        log.say(f"epilog-slurmctld job {job.job_id}: cannot read the job from Slurm: {exc}")
+    where = controller_dir(config)
+    cannot_write = writable_problem(where)
+    if cannot_write:  # said before deciding: the decision itself will not be recorded
+        log.say(f"epilog-slurmctld job {job.job_id}: {cannot_write}")
+    decision, done = run_requeue(config, job, slurm, config.requeue.wait_for_bundles_s)
+    if cannot_write and decision.requeue:  # a requeued job takes an AdminComment
+        done.append(_comment(slurm, job.job_id, cannot_write, "controller_dir unwritable"))
+    log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
+    log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
+              requeue=decision.requeue,
+              why=decision.why, category=decision.category, suspects=list(decision.suspects),
+              refused_on=list(decision.refused_on), told=decision.tell,
+              said=decision.describe() if decision.tell else None,
+              unreadable=decision.unreadable or None,
+              checkpoint=decision.checkpoint, ckpt_dir=decision.ckpt_dir,
+              steps=done, pid=os.getpid())  # fmt: skip
+    return 0
+
+
+def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]) -> str | None:
+    """A requeued job's AdminComment also says which node's record could not be read."""
+    if not unreadable:
+        return None
+    return _comment(slurm, job_id, next(iter(unreadable.values())), "a record unreadable")
+
+
+def writable_problem(directory: str) -> str | None:
+    """None when this process can write `directory` (made if missing); else the plain line."""
+    from gpugate.fsutil import STATE_DIR_MODE, private_dir
+    from gpugate.gate.requeue import user_name
+
+    try:
+        if not os.path.isdir(directory):
+            private_dir(directory, STATE_DIR_MODE, gid=-1)
+        if os.path.islink(directory):
+            raise NotADirectoryError(f"{directory}: a symlink")
+        if os.access(directory, os.W_OK | os.X_OK):
+            return None
+        why = "permission denied"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    who = user_name()
+    return (f"cannot write {directory} as {who}: give it to {who} (chown {who} {directory}; "
+            f"the package does) or set controller_dir to a directory {who} owns [{why}]; the "
+            "decisions are not recorded for gpugate report")  # fmt: skip
+
+
+def _comment(slurm: SlurmControl, job_id: str, text: str, what: str) -> str:
+    try:
+        slurm.add_admin_comment(job_id, text)
+        return f"admin comment: {what}"
+    except Exception as exc:  # the requeue is done; the log line says it
+        return f"admin comment failed: {exc}"
