@@ -20,6 +20,7 @@ from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
+from gpugate.drill import active_drill
 from gpugate.gate.drain import drain_detail, drain_node
 from gpugate.gate.policy import DRAIN, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
@@ -179,7 +180,6 @@ def _ended_drill(config: Config, info: NodeInfo) -> bool:
     m = _DRILL_REASON.match(info.reason or "")
     if m is None:
         return False
-    from gpugate.drill import active_drill
 
     drill = active_drill(config)
     return drill is None or drill.get("id") != m.group(1)
