@@ -7,7 +7,6 @@ prolog's start-up cost to what it uses.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from types import SimpleNamespace
 from gpugate import __version__
 from gpugate.checks.facts import SnapshotError
 from gpugate.config import ConfigError
+from gpugate.startup import import_module
 from gpugate.text import printable
 from gpugate.yamlio import YamlError
 
@@ -117,7 +117,6 @@ def quick_options(
 
 
 def _usage() -> str:
-
     lines = [f"usage: gpugate COMMAND [options]   (gpugate {__version__})", "", "commands:"]
     width = max(len(n) for n in COMMANDS)
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
     try:
-        module = importlib.import_module(f"gpugate.commands.{COMMANDS[name][0]}")
+        module = import_module(f"gpugate.commands.{COMMANDS[name][0]}")
     except ModuleNotFoundError as exc:
         if exc.name != f"gpugate.commands.{COMMANDS[name][0]}":
             raise

@@ -254,7 +254,6 @@ MIB = 1 << 20
 
 
 def _kind(mode: int) -> str:
-
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISDIR, "a directory")):  # fmt: skip

@@ -11,7 +11,6 @@ that was captured.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 from gpugate.record import Record
@@ -127,6 +126,8 @@ def run_checked(argv: list[str], timeout: float, env: dict[str, str] | None = No
 
 
 def _kill_group(pgid: int) -> None:
+    import signal  # late: only a command past its timeout needs it (gpugate/startup.py)
+
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

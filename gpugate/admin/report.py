@@ -113,7 +113,6 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
 
 
 def _action(row: dict) -> str:
-
     return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
 

@@ -108,7 +108,6 @@ def node_facts(
 
 
 def _age(collected_at: str | None) -> float | None:
-
     when = parse_utc(collected_at)
     return None if when is None else time.time() - when
 

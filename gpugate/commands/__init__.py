@@ -9,8 +9,6 @@ from gpugate import log, names
 from gpugate.cli import EXIT_USAGE, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.guard import run_hook
-from gpugate.slurm.choose import backend
-from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,6 +123,10 @@ def ask_slurm_for(
 ) -> tuple[Config, SlurmControl, object] | int:
     """(config, the Slurm backend, Slurm's record of the node or job `ident`), or the exit code
     after one line: 2 when `ident` is not one node name / job id, 1 when Slurm cannot say."""
+    # Late: the Slurm adapter is for the commands that ask Slurm; a replayed check, which
+    # shares this package, never does (gpugate/startup.py).
+    from gpugate.slurm.choose import backend
+    from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
     try:
         (names.node_name if kind == "node" else names.job_id)(ident)

@@ -12,7 +12,6 @@ from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
 from gpugate.gate.policy import decide, effective_status
 from gpugate.node import node_name
-from gpugate.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -59,6 +58,9 @@ def main(argv: list[str]) -> int:
     config = load_config(args.config)
     facts = gather(config, node_name(), snapshot=args.facts)
     if not args.facts:  # live: judge the GPU count by Slurm's Gres, as the prolog does
+        # Late: a replayed snapshot needs no Slurm adapter (gpugate/startup.py).
+        from gpugate.slurm.choose import with_slurm_gres
+
         facts = with_slurm_gres(config, node_name(), facts)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)

@@ -64,7 +64,6 @@ def main(argv: list[str]) -> int:
 
 
 def _from_xml(path: str) -> dict | None:
-
     try:  # a regular file under the cap, opened without blocking (never a FIFO or a device)
         return snapshot_from_xml(read_text(path, XML_MAX))
     except OSError as exc:

@@ -53,7 +53,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: Namespace) -> int:
-
     config = load_config(args.config)
     try:
         slurm = None if args.sinfo_json else admin.cli_backend(config)

@@ -138,7 +138,6 @@ def _terminate_as_exit() -> object:
 
 
 def _restore(previous: object) -> None:
-
     for sig, handler in previous.items():  # type: ignore[attr-defined]
         signal.signal(sig, handler)
 

@@ -48,7 +48,6 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
 
 
 def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
-
     started = time.monotonic()
     try:
         config = load_config(config_path)

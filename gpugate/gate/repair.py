@@ -76,7 +76,6 @@ def repair_kind(fault: str, config: Config | None = None) -> str | None:
 
 
 def _xid_kind(detail: str, config: Config | None) -> str | None:
-
     if "reboot the node" in detail:
         return REBOOT
     m = _XID.search(detail)

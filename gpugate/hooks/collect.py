@@ -455,7 +455,6 @@ def _epoch(value: object) -> float | None:
 
 
 def _iso(epoch: float | None) -> str | None:
-
     return utc(epoch) if epoch else None
 
 
@@ -477,5 +476,4 @@ def _first_time(lines: list[str]) -> str | None:
 
 
 def _slurm(config: Config) -> SlurmControl:
-
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

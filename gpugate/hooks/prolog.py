@@ -306,7 +306,6 @@ def summary(decision: object) -> str:
 
 
 def _slurm(config: Config) -> SlurmControl:
-
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 
 

@@ -214,5 +214,4 @@ def _export_problem(name: str, value: str) -> str | None:
 
 
 def _note_to_stderr(text: str) -> None:
-
     print(text, file=sys.stderr)

@@ -182,7 +182,6 @@ def _missing(job: Job, test: str) -> str:
 def _floor(
     config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
 ) -> tuple:
-
     name = config.board if config.board in config.boards else None
     if name is None and isinstance(gpu_name, str) and gpu_name:
         # board: auto. The payload names the GPU model it ran on; the same match the checks use.

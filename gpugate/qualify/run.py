@@ -202,7 +202,6 @@ def qualify_nodes(
 
 
 def _who() -> str:
-
     return current_user()
 
 

@@ -80,7 +80,6 @@ def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -
 
 
 def _probe_import(cli: CliBackend) -> str | None:
-
     # In a child: `import pyslurm` runs slurm_init(), which exits or hangs without a usable
     # slurm.conf, and no try/except can catch that.
     res = cli._run([sys.executable, "-c", "import pyslurm"], PROBE_TIMEOUT, env=cli.env())

@@ -171,7 +171,6 @@ def read_record(path: str) -> tuple[dict | None, str | None]:
 
 
 def _regular(fd: int) -> bool:
-
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 

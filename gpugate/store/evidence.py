@@ -395,7 +395,6 @@ def _drop_oldest(
 
 
 def _remove_bundle(evidence_dir: str, rel: str) -> bool:
-
     full = os.path.join(evidence_dir, rel)
     if not remove_tree(full):
         return False

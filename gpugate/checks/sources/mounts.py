@@ -149,7 +149,6 @@ def _probe_path(directory: str) -> str:
 
 
 def _result(c: Child, limit_s: float) -> tuple[float | None, str | None]:
-
     if c.failure == "timed out":
         return None, f"probe timed out after {limit_s:g} s"
     try:

@@ -255,7 +255,6 @@ def _start(module: ModuleType, config: Config) -> None:
 
 
 def _stop(module: ModuleType) -> None:
-
     # The facts are read; a failed shutdown only leaves NVML's reference count up.
     with suppress(module.NVMLError):
         module.nvmlShutdown()
@@ -435,7 +434,6 @@ def _fabric(r: _Reader, h: object, gpu: dict) -> None:
 
 
 def _fabric_info(r: _Reader, h: object) -> Any:
-
     # The V call fills a versioned struct (newer drivers); the plain one is its deprecated form.
     for fn_name, struct_name in (
         ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
