@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from gpugate.checks.boards import match_board
 from gpugate.qualify import jobs
 from gpugate.qualify.floors import floor_for
 from gpugate.qualify.pairs import judge_bandwidth, judge_pairs
@@ -185,8 +186,6 @@ def _floor(
     name = config.board if config.board in config.boards else None
     if name is None and isinstance(gpu_name, str) and gpu_name:
         # board: auto. The payload names the GPU model it ran on; the same match the checks use.
-        from gpugate.checks.boards import match_board
-
         name = match_board([gpu_name], config.boards)[0]
     board = config.boards.get(name) if name else None
     known = backend if backend in ("nccl", "gloo") else None
