@@ -60,7 +60,10 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpugate-lazy-") as tmp:
         env = hook_env(tmp)
-        seen = {name: imported(argv, env, job=102, warm_first=True) for name, argv in RUNS.items()}
+        seen = {
+            name: imported(argv, env, job=102, warm_first=True, python=(PYTHON, "-Es"))
+            for name, argv in RUNS.items()
+        }
     print("| module | skipped by | ms it saves there |")
     print("|---|---|---:|")
     for module in LAZY:

@@ -75,12 +75,23 @@ def hook_env(tmp: str | Path) -> dict[str, str]:
     }
 
 
-def imported(argv: list[str], env: dict[str, str], job: int, warm_first: bool = False) -> set[str]:
-    """The modules a fresh `gpugate ARGV` run imported (after a first run when `warm_first`)."""
+def imported(
+    argv: list[str],
+    env: dict[str, str],
+    job: int,
+    warm_first: bool = False,
+    python: tuple[str, ...] = (sys.executable,),
+) -> set[str]:
+    """The modules a fresh `gpugate ARGV` run imported (after a first run when `warm_first`).
+
+    `python` runs it (bench/bench_lazy.py: `/usr/bin/python3 -Es`, as the packaged launcher),
+    in the source tree.
+    """
     if warm_first:
-        imported(argv, env, job - 1)  # cold: fills the parsed-YAML cache
+        imported(argv, env, job - 1, python=python)  # cold: fills the parsed-YAML cache
     proc = subprocess.run(
-        [sys.executable, "-c", LIST_MODULES, *argv],
+        [*python, "-c", LIST_MODULES, *argv],
+        cwd=ROOT,
         env={**env, "SLURM_JOB_ID": str(job)},
         capture_output=True,
         text=True,
