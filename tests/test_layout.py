@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,6 +227,19 @@ def test_every_module_is_in_a_part_and_every_part_exists():
     for part in ALLOWED:
         name = part.split(".", 1)[1]
         assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), part
+
+
+def test_the_adapters_entry_is_where_the_design_says():
+    """DESIGN.md: `from gpugate.slurm import backend`; the package itself stays cheap to import
+    (the reasons and hostlist below it are imported by every hook)."""
+    code = (
+        "import sys; import gpugate.slurm.reasons; "
+        "assert 'gpugate.slurm.choose' not in sys.modules; "
+        "from gpugate.slurm import backend; from gpugate.slurm.control import SlurmControl; "
+        "assert isinstance(backend('cli', timeout=1.0), SlurmControl)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_the_design_cards_folders_hold_no_code():

@@ -1,1 +1,1 @@
-"""Facts, sources, checks, the Xid catalog and the job-failure diagnosis (`gpugate.checks`)."""
+"""Facts, their sources (gather), the checks and the Xid catalog (`gpugate.checks`)."""
