@@ -20,6 +20,10 @@ import zlib
 
 from gpugate.fsutil import atomic_write, open_regular, read_open
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # Bump when the cached representation changes (1: JSON; 2: marshal, checked by CRC-32).
 _CACHE_FORMAT = "2"
 # marshal's format belongs to the interpreter: an upgraded python3 reads only its own entries.
@@ -142,8 +146,10 @@ def _cache_write(key: str, check: tuple[int, int], data: object) -> None:
     directory = cache_dir()
     if not directory:
         return
+    # Whatever YAML gave: marshal takes what it can hold and refuses the rest (ValueError).
+    entry: Any = (*check, data)
     try:
-        blob = marshal.dumps((*check, data))
+        blob = marshal.dumps(entry)
     except ValueError:
         return  # dates and other YAML-only types: not worth caching
     try:
