@@ -61,7 +61,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gpugate-lazy-") as tmp:
         env = hook_env(tmp)
         seen = {
-            name: imported(argv, env, job=102, warm_first=True, python=(PYTHON, "-Es"))
+            name: imported(argv, env, 102, warm_first=True, python=(PYTHON, "-Es"), paths=[ROOT])
             for name, argv in RUNS.items()
         }
     print("| module | skipped by | ms it saves there |")

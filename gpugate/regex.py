@@ -3,15 +3,16 @@
 A healthy `gpugate check` imports modules holding about 56 module-level patterns and uses 11 of
 them (the rest parse faults a healthy node does not have); compiling all of them at import cost
 about 12 ms a run, more than the checklist itself (gpugate/startup.py). `lazy()` is
-`re.compile` for module constants: the same pattern object, compiled when first used.
+`re.compile` for module constants: the same pattern object, compiled when first used. Flags
+go inline (`(?i)`, `(?s)`): a module that names `re.IGNORECASE` imports `re`, which alone
+costs about 12 ms, and a healthy run needs no pattern at all (gpugate/startup.py).
 """
 
 from __future__ import annotations
 
-import re
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from typing import AnyStr
 
 
@@ -30,6 +31,8 @@ class _Lazy:
         state = self.__dict__
         compiled = state.get("_compiled")
         if compiled is None:
+            import re  # late: importing re (with enum) costs ~12 ms (gpugate/startup.py)
+
             compiled = state["_compiled"] = re.compile(*self._args)
         value = getattr(compiled, name)
         state[name] = value

@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 # part waits for start-up; the second for the reason it gives, and saves what it says besides.
 LAZY: dict[str, tuple[float, str]] = {
     # -- kept out of a replayed check (the start-up target) and of the hooks that need none --
+    "re": (
+        12.0,
+        "regex.lazy (a pattern's first use), readable.with_serial, xid.nvlink5_fatal, "
+        "config's keyed mappings: with enum and functools, the largest import a hook could "
+        "make; a healthy replayed check matches no pattern (plain-text prefilters first)",
+    ),
     "argparse": (
         3.8,
         "cli.make_parser: --help, errors and the commands without quick_options; "

@@ -7,14 +7,17 @@ CVE-2021-42574). `printable()` replaces every such character with a visible esca
 `\\u202e`) and is used at every output edge: CLI text, HTML, evidence files. JSON goes through
 `dumps()`, which keeps `json.dumps`'s ASCII escaping and escapes DEL too.
 
-Only `re` is imported (already loaded by argparse): this runs on the prolog path.
+Nothing is imported at start but gpugate.regex (its patterns compile on first use): this runs
+on the prolog path.
 """
 
 from __future__ import annotations
 
-import re
-
 from gpugate.regex import lazy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
 
 # C0 controls (ESC, BEL, BS, CR, LF, TAB ...), DEL and C1 controls (CSI is U+009B); the
 # Unicode bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and marks

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ FORBIDDEN = ("yaml", "loguru", "pynvml", "shutil", "tempfile", "dataclasses", "t
 # What the benchmark's command (`gpugate check --facts`, README "Performance") keeps out on
 # top of FORBIDDEN; each is a LAZY entry, and this run is the one the start-up target measures.
 NOT_IN_A_REPLAYED_CHECK = (
+    "re",
+    "enum",
     "argparse",
     "json",
     "threading",
@@ -48,10 +51,16 @@ RUNS: dict[str, list[str]] = {
 }
 LIST_MODULES = (
     "import sys\n"
+    "sys.path[:0] = sys.argv.pop(1).split(':')\n"
     "from gpugate.cli import main\n"
     "main(sys.argv[1:])\n"
     "sys.stdout.write('\\n@@modules@@\\n' + '\\n'.join(sorted(sys.modules)) + '\\n')\n"
 )
+# As the packaged launcher runs gpugate: the code and its dependencies as plain directories on
+# sys.path, no .pth files. A virtualenv's editable-install finder (a .pth) imports re, enum and
+# importlib into every interpreter, which would hide what gpugate itself imports.
+PLAIN = (sys.executable, "-S")
+PATHS = [str(ROOT), *site.getsitepackages()]
 
 
 def hook_env(tmp: str | Path) -> dict[str, str]:
@@ -80,17 +89,18 @@ def imported(
     env: dict[str, str],
     job: int,
     warm_first: bool = False,
-    python: tuple[str, ...] = (sys.executable,),
+    python: tuple[str, ...] = PLAIN,
+    paths: list[str] = PATHS,
 ) -> set[str]:
     """The modules a fresh `gpugate ARGV` run imported (after a first run when `warm_first`).
 
-    `python` runs it (bench/bench_lazy.py: `/usr/bin/python3 -Es`, as the packaged launcher),
-    in the source tree.
+    `python` runs it with `paths` first on sys.path (bench/bench_lazy.py: `/usr/bin/python3
+    -Es` and the source tree, as the packaged launcher runs its lib).
     """
     if warm_first:
-        imported(argv, env, job - 1, python=python)  # cold: fills the parsed-YAML cache
+        imported(argv, env, job - 1, python=python, paths=paths)  # cold: fills the cache
     proc = subprocess.run(
-        [*python, "-c", LIST_MODULES, *argv],
+        [*python, "-c", LIST_MODULES, ":".join(paths), *argv],
         cwd=ROOT,
         env={**env, "SLURM_JOB_ID": str(job)},
         capture_output=True,

@@ -207,11 +207,12 @@ def check_kernel_oom(facts: Facts, ctx: Context) -> list[F.Finding]:
         return source_missing("kernel.oom", facts, "kernel log", "kernel_log")
     killed, invoked = [], []
     for line in facts.kernel_log:
-        victim = OOM_KILLED.search(line)
+        # The plain text each pattern needs first: a healthy log compiles neither.
+        victim = OOM_KILLED.search(line) if "ut of memory: Kill" in line else None
         if victim:
             scope = " in a cgroup" if victim.group(1) else ""
             killed.append(f"pid {victim.group(2)} {victim.group(3)}{scope}")
-        elif OOM_INVOKED.search(line):
+        elif " invoked oom-killer" in line and OOM_INVOKED.search(line):
             invoked.append(OOM_INVOKED.search(line).group(1))
     if killed:
         more = f" and {len(killed) - 5} more" if len(killed) > 5 else ""

@@ -60,6 +60,8 @@ def read_line(line: str, announced: str | None = None) -> XidEvent | SxidEvent |
     event = parse_xid(line) or parse_sxid(line)
     if event is not None:
         return event  # Xid lines (79 says "fallen off the bus" too) are Xids
+    if "NVRM: " not in line and "NV_ERR_RESET_REQUIRED" not in line:
+        return None  # what every BUS_PATTERNS needs: most lines, and no regex (gpugate/regex.py)
     for kind, pattern, what in BUS_PATTERNS:
         if pattern.search(line):
             named = GPU_ADDRESS.search(line)
@@ -78,7 +80,7 @@ def read_lines(lines: list[str]) -> list[XidEvent | SxidEvent | BusEvent]:
     out: list[XidEvent | SxidEvent | BusEvent] = []
     announced = None
     for line in lines:
-        opener = MULTILINE_OPENER.search(line)
+        opener = MULTILINE_OPENER.search(line) if "NVRM: The NVIDIA GPU " in line else None
         if opener and parse_xid(line) is None:
             announced = opener.group(1)
             continue

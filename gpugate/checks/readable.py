@@ -8,8 +8,6 @@ action gets the registry's one for its check, e.g. `(reset GPU)`.
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks import findings as F
 from gpugate.checks.registry import suggested_action
 from gpugate.regex import lazy
@@ -21,9 +19,8 @@ if TYPE_CHECKING:
 # Words that make a message's own advice (checks write "(reset it)", ": reboot the node ...").
 # A failing message with none of them gets the registry's action for its check appended.
 ACTION_WORDS = lazy(
-    r"\b(reboot|reset|reseat|replace|reload|remount|mount|check|fix|upgrade|install|load|"
+    r"(?i)\b(reboot|reset|reseat|replace|reload|remount|mount|check|fix|upgrade|install|load|"
     r"raise|lower|set|enable|kill|stop|free|drain|rma|ulimit|see)\b",
-    re.IGNORECASE,
 )
 
 
@@ -36,6 +33,8 @@ def with_serial(message: str, gpu: int, serial: str) -> str:
     """`GPU3 ...` -> `GPU3 (serial S) ...`; `GPU5 (0000:ab:00) ...` -> `GPU5 (serial S, 0000:ab:00) ...`."""
     if f"serial {serial}" in message:
         return message
+    import re  # late: a failing message with a serial to add only (gpugate/startup.py)
+
     pattern = re.compile(rf"\bGPU{gpu}(?!\d)( \()?")
 
     def add(match: re.Match) -> str:

@@ -8,8 +8,6 @@ Categories are the diagnosis' closed set (corpus labelling rules).
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -119,8 +117,32 @@ def parse_xid(line: str) -> XidEvent | None:
     )
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def plain_pci(text: str) -> str | None:
+    """NVML's own form, `00000000:9B:00.0` (or `0000:9b:00`), read without a regex; else None.
+
+    Every check run normalises each GPU's address: this keeps `re` (~12 ms to import) off a
+    healthy run. Its answers are _PCI_RE's (tests/test_regex.py holds the two together).
+    """
+    head, dot, function = text.partition(".")
+    if dot and not (len(function) == 1 and function in _HEX):
+        return None
+    parts = head.split(":")
+    if len(parts) != 3 or not all(c in _HEX for part in parts for c in part):
+        return None
+    domain, bus, device = parts
+    if not (4 <= len(domain) <= 8 and len(bus) == 2 and len(device) == 2):
+        return None
+    return f"{domain[-4:].lower()}:{bus.lower()}:{device.lower()}"
+
+
 def normalize_pci(text: str) -> str | None:
     """`PCI:0000:9B:00`, `00000000:9B:00.0`, `18:00.0` -> `0000:9b:00` (domain:bus:device)."""
+    plain = plain_pci(text)
+    if plain is not None:
+        return plain
     m = _PCI_RE.search(text)
     if not m:
         # No domain (`GPU 18:00.0`, `PCI:18:00`): domain 0, as NVML lists single-domain hosts.
@@ -168,6 +190,8 @@ def nvlink5_fatal(event: XidEvent) -> bool:
     resolution = nvlink5_resolution(event)
     if resolution is not None:
         return resolution == "RESET_GPU"
+    import re  # late: an NVLink5 Xid only (gpugate/startup.py)
+
     return bool(re.search(r"\bFatal\b", event.text))
 
 

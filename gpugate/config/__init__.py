@@ -8,7 +8,6 @@ defaults. Unknown keys, wrong types and bad values are refused as `file: key.pat
 from __future__ import annotations
 
 import os
-import re
 
 from gpugate.checks.registry import registered
 from gpugate.config import schema
@@ -244,6 +243,10 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
 
 def _check_keyed(mapping: dict, source: str, path: str) -> None:
     """Refuse a key or a value outside a closed mapping's sets (`checks.kernel.xid_actions`)."""
+    if not mapping:
+        return  # the packaged defaults: nothing to match, and no `re` to import
+    import re  # late: only a site that sets a keyed mapping (gpugate/startup.py)
+
     pattern, what, values = _KEYED[path]
     for key, value in mapping.items():
         if not re.fullmatch(pattern, key):

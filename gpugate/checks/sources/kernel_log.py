@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 
 from gpugate import runner
 from gpugate.record import Record
@@ -42,7 +41,8 @@ _MAX_READS = 1 << 21
 _LINE_MAX = 8192
 
 _RELEVANT = lazy(
-    "|".join(
+    "(?i)"  # IGNORECASE, inline: see gpugate/regex.py
+    + "|".join(
         [
             r"NVRM: Xid \(",
             r"\bSXid \(",
@@ -58,7 +58,6 @@ _RELEVANT = lazy(
             r"nvidia[-_]peermem",
         ]
     ),
-    re.IGNORECASE,
 )
 _ESCAPE_RE = lazy(rb"\\x([0-9a-fA-F]{2})")
 # A record ends at a newline that is not followed by one of its own dictionary lines.
