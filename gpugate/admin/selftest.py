@@ -25,6 +25,7 @@ from gpugate.admin.sitecheck import (
     controller_dir_of,
     gather_slurm,
 )
+from gpugate.config import ConfigError, load_config
 from gpugate.runner import TIMEOUT, run
 
 TYPE_CHECKING = False
@@ -258,7 +259,6 @@ def check_slurmctld(
 
 def check_config(path: str | None, who: Account) -> tuple[Config | None, list[Problem]]:
     """The config the hooks will load (as this process) and whether `who` may read it."""
-    from gpugate.config import ConfigError, load_config
 
     problems = []
     if path and os.path.exists(path):

@@ -23,12 +23,11 @@ judged by the severity word of its line.
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks import findings as F
 from gpugate.checks.declare import HARDWARE, RESET, check
 from gpugate.checks.gpu import source_missing
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -299,13 +298,11 @@ class SxidEvent(Record):
 
 
 # `nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, <text>` (common_nvswitch.h NVSWITCH_PRINT_SXID).
-_SXID_RE = re.compile(
-    r"(?:nvidia-(\w{1,32}): )?SXid \((?:PCI:)?([^)]{0,40})\): (\d{1,9})(?!\d),?\s*(.*)"
-)
-_SEVERITY_RE = re.compile(r"^(Fatal|Non-fatal|Nonfatal|Correctable)\b", re.IGNORECASE)
-_LINK_RE = re.compile(r"\bLink (\d{1,4})\b")
+_SXID_RE = lazy(r"(?:nvidia-(\w{1,32}): )?SXid \((?:PCI:)?([^)]{0,40})\): (\d{1,9})(?!\d),?\s*(.*)")
+_SEVERITY_RE = lazy(r"(?i)^(Fatal|Non-fatal|Nonfatal|Correctable)\b")
+_LINK_RE = lazy(r"\bLink (\d{1,4})\b")
 # The detail lines after the event ("Severity 1 Engine instance ..", "Data {..}").
-_DETAIL_RE = re.compile(r"^(?:Severity \d|Data \{)")
+_DETAIL_RE = lazy(r"^(?:Severity \d|Data \{)")
 
 
 def parse_sxid(line: str) -> SxidEvent | None:

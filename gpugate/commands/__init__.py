@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from gpugate import log, names
+from gpugate.cli import EXIT_USAGE, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.guard import run_hook
-from gpugate.slurm.choose import backend
-from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     _T = TypeVar("_T")
+    from types import SimpleNamespace
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -62,10 +65,11 @@ SELFTEST_HELP = (
 )
 
 
-def hook_args(hook: str, argv: list[str]) -> Namespace:
+def hook_args(hook: str, argv: list[str]) -> Namespace | SimpleNamespace:
     """A Slurm hook's arguments: only `--config FILE`."""
-    from gpugate.cli import make_parser
-
+    quick = quick_options(argv, values=("--config",))
+    if quick is not None:
+        return quick
     p = make_parser(f"gpugate {hook}", HOOK_HELP[hook] + SELFTEST_HELP)
     p.add_argument("--config", metavar="FILE", help="site config")
     return p.parse_args(argv)
@@ -83,14 +87,12 @@ def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) 
 
 def selftest_mode() -> bool:
     """GPUGATE_SELFTEST=1: `gpugate selftest` runs the hook, which must take no action."""
-    import os
 
     return os.environ.get("GPUGATE_SELFTEST") == "1"
 
 
 def selftest_dry_run(hook: str, config_path: str | None) -> int:
     """Load the config and say so on stderr (never stdout: the TaskProlog's is the job's)."""
-    import sys
 
     try:
         config = load_config(config_path)
@@ -131,7 +133,10 @@ def ask_slurm_for(
     """(config, the Slurm backend, `read(backend, ident)`: Slurm's record of the node or job),
     or the exit code after one line: 2 when `ident` is not one node name / job id, 1 when Slurm
     cannot say."""
-    from gpugate.cli import EXIT_USAGE
+    # Late: the Slurm adapter is for the commands that ask Slurm; a replayed check, which
+    # shares this package, never does (gpugate/startup.py).
+    from gpugate.slurm.choose import backend
+    from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
     try:
         (names.node_name if kind == "node" else names.job_id)(ident)

@@ -21,7 +21,6 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-
     env = from_environ()
     r = run_epilog(config, env)
     # The drain (if any) is done: each bookkeeping step below is on its own, best effort.

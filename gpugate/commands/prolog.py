@@ -21,7 +21,6 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-
     env = from_environ()
     result = run_prolog(config, env)
     # The decision is made: nothing below (the history, the metrics, the events, a full or

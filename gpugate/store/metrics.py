@@ -45,6 +45,7 @@ import time
 
 from gpugate import log
 from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
+from gpugate.regex import lazy
 from gpugate.store import locks
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
@@ -110,8 +111,8 @@ JOB_END_RESULTS = ("ok", "failed")
 SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
 _SKIPPED_MAX = 1 << 20
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+_SAMPLE = lazy(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = lazy(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 if TYPE_CHECKING:  # for annotations only
