@@ -136,6 +136,11 @@ def test_hot_gpu_drains_and_gpugate_resumes_it_once_cool(site: Site, cluster: Lo
     cluster.wait_node(
         NODE, lambda n: not drained(n) and n["State"].startswith("IDLE"), timeout=RUNS_TIMEOUT
     )
+    # The run resumes the node, then writes its event: the node can be seen idle first.
+    until(
+        lambda: any(r["action"] == "lift" for r in health_runs(site, NODE)[drained_at:]),
+        "the lifting health run's event",
+    )
     runs = health_runs(site, NODE)[drained_at:]
     lifts = [i for i, r in enumerate(runs) if r["action"] == "lift"]
     assert lifts and runs[lifts[0]]["resumed"], runs

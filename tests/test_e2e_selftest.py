@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, installed_hooks, slurm_or_skip
 
 from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import controller_dir_of
@@ -49,8 +49,10 @@ def cluster(site: Site):
 
 @pytest.fixture(autouse=True)
 def _no_host_files(monkeypatch, tmp_path, cluster: LocalSlurm):
-    """The admin's shell names the private slurm.conf; nothing of this host's /etc/gpugate."""
-    monkeypatch.setattr(S, "SYSTEM_HOOK_ENV", str(tmp_path / "no-system-hook.env"))
+    """The admin's shell names the private slurm.conf; nothing of this host's /etc/gpugate
+    (on the installed hooks, /etc/gpugate/hook.env is the throwaway root's: the site's own)."""
+    if not installed_hooks():
+        monkeypatch.setattr(S, "SYSTEM_HOOK_ENV", str(tmp_path / "no-system-hook.env"))
     monkeypatch.setattr(S, "DEFAULT_CONFIG", str(tmp_path / "no-system-gpugate.yaml"))
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
 
@@ -69,9 +71,13 @@ def problems(report: dict, hook: str) -> list[dict]:
 
 
 def hook_env(site: Site, slurm_conf_line: str) -> None:
-    """hook.env as the test install writes it, with this SLURM_CONF line (or none)."""
-    text = f"GPUGATE_BIN={Path(sys.executable).parent / 'gpugate'}\n" + site.hook_env_text()
-    (site.hooks / "hook.env").write_text(text + slurm_conf_line)
+    """hook.env as the site's install writes it, with this SLURM_CONF line (or none): beside
+    the test wrappers, or the package's /etc/gpugate/hook.env, never in /usr/libexec/gpugate
+    (a file left there outlived the module and pointed later modules' hooks at its config)."""
+    text = site.hook_env_text()
+    if not installed_hooks():
+        text = f"GPUGATE_BIN={Path(sys.executable).parent / 'gpugate'}\n" + text
+    site.hook_env.write_text(text + slurm_conf_line)
 
 
 def admin_types(fix: str) -> None:

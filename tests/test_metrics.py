@@ -165,9 +165,12 @@ def _hammer(path: str, n: int) -> None:
         update(path, "n1", "epilog", drained_check="gpu.ecc", category="ecc_error")
 
 
-def test_concurrent_hooks_lose_no_increment_uncounted(tmp_path):
+@pytest.mark.parametrize("wait_s", [None, 0.0])  # the real wait; none, so that many skip
+def test_concurrent_hooks_lose_no_increment_uncounted(tmp_path, monkeypatch, wait_s):
     """Folds that meet take turns; one that finds the lock busy past its short try is skipped
     and counted, so the drains and the skipped updates add up to every run."""
+    if wait_s is not None:
+        monkeypatch.setattr(M.locks, "METRICS_WAIT_S", wait_s)  # the forked workers inherit it
     path, workers, n = textfile(tmp_path), 4, 15
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_hammer, args=(path, n)) for _ in range(workers)]

@@ -31,9 +31,9 @@ flock on a lock file of its own in `<state_dir>/locks/` (root's only), never in 
 directory: any user can open a 0644 file there read-only, and flock it, and a fold that waited
 on it froze every hook of the node (issue 25, attack 8). The lock is tried for at most
 locks.METRICS_WAIT_S: a metric is never worth a hook's time, so without the lock the update is
-skipped, said in slurmd's log and counted (`metrics.skipped` in the state directory, added to
-`gpugate_metrics_skipped_total` by the next update). The new file is written to a hidden
-temporary name in the same directory and renamed over the old one (node_exporter reads only
+skipped, said in slurmd's log and counted (a file in `metrics.skipped.d/` in the state
+directory, added to `gpugate_metrics_skipped_total` by the next update). The new file is
+written to a hidden temporary name in the same directory and renamed over the old one (node_exporter reads only
 `*.prom`).
 """
 
@@ -41,10 +41,18 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 
 from gpugate import log
-from gpugate.fsutil import FileLock, atomic_write, lock_file, open_private, open_regular
+from gpugate.fsutil import (
+    FileLock,
+    atomic_write,
+    lock_file,
+    open_private,
+    open_regular,
+    private_dir,
+)
 from gpugate.regex import lazy
 from gpugate.store import locks
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
@@ -106,8 +114,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
 }  # fmt: skip
 JOB_END_RESULTS = ("ok", "failed")
-SKIPPED_FILE = "metrics.skipped"  # in state_dir: one byte per skipped update, until folded in
-_SKIPPED_MAX = 1 << 20
+SKIPPED_DIR = (
+    "metrics.skipped.d"  # in state_dir: one empty file per skipped update, until folded in
+)
+_SKIPPED_MAX = 10_000  # skips kept beyond this are dropped: the lock is stuck, the log says so
 
 _SAMPLE = lazy(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = lazy(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
@@ -331,7 +341,8 @@ def update_metrics(
     **run: object,
 ) -> bool:
     """Fold one hook run into the textfile at `path` (locked, atomic); OSError on failure,
-    False when skipped (the lock, in `state_dir`, was busy).
+    False when skipped (the lock, in `state_dir`, was busy: counted, and folded into
+    gpugate_metrics_skipped_total by the next update).
 
     `findings` are this run's (with the policy's effective status where it differs): the
     prolog's replace every check's status, other hooks' update only the checks they name.
@@ -342,7 +353,10 @@ def update_metrics(
         skipped = _take_skipped(state_dir)  # under the lock: counted once
         return apply_run(previous, node, hook, findings, skipped=skipped, **run)  # type: ignore[arg-type]
 
-    return _fold(path, state_dir, change)
+    if _fold(path, state_dir, change):
+        return True
+    _skipped(state_dir, path, hook)  # every caller's skip is counted, not only the hooks'
+    return False
 
 
 def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool:
@@ -359,39 +373,42 @@ def note_run(config: Config, node: str | None, hook: str, **run: object) -> bool
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided
         log.error(config.state_dir, f"{hook}: could not update {path}", exc)
         return False
-    if not written:
-        _skipped(config.state_dir, path, hook)
     return written
 
 
 def _skipped(state_dir: str, path: str, hook: str) -> None:
-    """Say and count one skipped update (one byte in SKIPPED_FILE; best effort)."""
+    """Say and count one skipped update (one empty file in SKIPPED_DIR; best effort)."""
     log.say(f"{hook}: metrics not updated: the lock of {path} was busy over "
             f"{locks.METRICS_WAIT_S:g} s (counted in gpugate_metrics_skipped_total)")  # fmt: skip
     try:
-        fd = open_private(
-            os.path.join(state_dir, SKIPPED_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        )
-        try:
-            if os.fstat(fd).st_size < _SKIPPED_MAX:
-                os.write(fd, b".")
-        finally:
-            os.close(fd)
-    except OSError:
+        folder = private_dir(os.path.join(state_dir, SKIPPED_DIR), 0o700)
+        if len(os.listdir(folder)) >= _SKIPPED_MAX:
+            return
+        name = f"{os.getpid()}.{time.monotonic_ns()}"
+        os.close(open_private(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except (OSError, ValueError):
         pass
 
 
 def _take_skipped(state_dir: str) -> int:
-    """How many updates were skipped since the last fold, and reset the count (under the lock)."""
+    """How many updates were skipped since the last fold, each taken once (under the lock).
+
+    One file per skip, counted as it is removed: a skip written while the count runs is
+    either removed and counted now or left for the next fold. (A byte count in one file,
+    read then truncated, lost the byte appended between the two.)
+    """
+    folder = os.path.join(state_dir, SKIPPED_DIR)
     try:
-        fd = open_private(os.path.join(state_dir, SKIPPED_FILE), os.O_RDWR)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return 0
+        names = os.listdir(folder)
     except OSError:
-        return 0  # none skipped (no file), or unreadable: nothing to add
-    try:
-        count = os.fstat(fd).st_size
-        os.ftruncate(fd, 0)
-        return min(count, _SKIPPED_MAX)
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
+        return 0  # none skipped (no folder), or unreadable: nothing to add
+    taken = 0
+    for name in names[:_SKIPPED_MAX]:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            continue
+        taken += 1
+    return taken

@@ -197,6 +197,11 @@ class Site:
             # The package's wrappers and launcher; hook.env where the README puts it.
             self.gpugate = Path("/opt/gpugate/bin/gpugate")
             self.hooks = INSTALLED_HOOKS
+            stray = INSTALLED_HOOKS / "hook.env"
+            if stray.exists():
+                # The wrappers read it after /etc/gpugate/hook.env: it would win over this site.
+                raise RuntimeError(f"{stray} exists: an earlier test wrote it (write hook.env "
+                                   "through Site.hook_env); remove it")  # fmt: skip
             self.hook_env = INSTALLED_HOOK_ENV
             self.hook_env.write_text(self.hook_env_text())
             self.hook_env.chmod(0o644)  # root's, read by the TaskProlog as the job's user
