@@ -48,7 +48,7 @@ LAZY: dict[str, tuple[float, str]] = {
         "the Slurm adapter (backends, cli, control, parsers, pyslurm): "
         "only for commands that ask Slurm; a replayed check never does",
     ),
-    "gpugate.slurm.control": (0.9, "commands.ask_slurm_for: the adapter's errors, with it"),
+    "gpugate.slurm.control": (0.9, "commands.ask.ask_slurm_for: the adapter's errors, with it"),
     "threading": (1.5, "checks.sources.gather_dict: a live gather's threads; a replay has none"),
     "signal": (0.9, "runner._kill_group: only a command past its timeout is killed"),
     "subprocess": (7.2, "runner, child: only when a command runs; a replay runs none"),
