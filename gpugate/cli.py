@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from gpugate import __version__
 from gpugate.checks.facts import SnapshotError
 from gpugate.config import ConfigError
-from gpugate.startup import import_module
+from gpugate.startup import import_module, resume_gc
 from gpugate.text import printable
 from gpugate.yamlio import YamlError
 
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gpugate {name}: not available in this version", file=sys.stderr)
         return EXIT_USAGE
+    resume_gc()  # start-up is over (the launcher's pause_gc): the command runs collected
     return run_guarded(module.main, args[1:], name)
 
 

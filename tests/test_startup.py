@@ -14,6 +14,7 @@ is used, and an entry that claims to save time is skipped by at least one of the
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import site
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugate.startup import LAZY
+from gpugate.startup import LAZY, resume_gc
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gpugate"
@@ -197,3 +198,40 @@ def test_no_pattern_is_compiled_at_import():
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
             todo.extend(ast.iter_child_nodes(node))
     assert not found, f"re.compile at import (use gpugate.regex.lazy): {found}"
+
+
+GC_RUN = (
+    "import gc, sys\n"
+    "sys.path[:0] = sys.argv.pop(1).split(':')\n"
+    "from gpugate.startup import pause_gc\n"
+    "pause_gc()\n"
+    "from gpugate.cli import main\n"
+    "paused = not gc.isenabled()\n"
+    "import gpugate.commands.check as C\n"
+    "body = C.main\n"
+    "seen = []\n"
+    "C.main = lambda argv: seen.append(gc.isenabled()) or body(argv)\n"
+    "code = main(sys.argv[1:])\n"
+    "print('@@gc@@', paused, seen, gc.isenabled(), gc.get_freeze_count() > 0, code)\n"
+)
+
+
+def test_the_launcher_holds_the_collector_off_until_the_command_runs(tmp_path: Path):
+    """pause_gc (the packaged launcher) before gpugate.cli; cli.main resumes it before the
+    command's own work, so only start-up runs uncollected (gpugate/startup.py)."""
+    launcher = (ROOT / "packaging" / "rpm" / "gpugate").read_text()
+    assert launcher.index("pause_gc()") < launcher.index("from gpugate.cli import main")
+    argv = ["check", "--facts", str(HEALTHY), "--config", os.devnull]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GPUGATE_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([*PLAIN, "-c", GC_RUN, ":".join(PATHS), *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert "@@gc@@" in proc.stdout, proc.stderr
+    # paused through the imports; on (start-up's objects frozen) while the check ran; exit 0
+    assert proc.stdout.split("@@gc@@", 1)[1].split() == ["True", "[True]", "True", "True", "0"]
+
+
+def test_without_the_launcher_the_collector_is_left_as_it_was():
+    """cli.main run by the pip-installed script, `python -m gpugate` or a test: nothing frozen."""
+    frozen = gc.get_freeze_count()
+    resume_gc()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen

@@ -53,7 +53,7 @@ HOOK_USERS = {
     "task-prolog": "job",
     "epilog-slurmctld": "slurm",
 }
-# What the hook prints in selftest mode (gpugate.commands.selftest_dry_run).
+# What the hook prints in selftest mode (gpugate.commands.guarded.selftest_dry_run).
 OK_MARK = "selftest ok"
 
 

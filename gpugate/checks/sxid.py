@@ -282,7 +282,25 @@ class SxidInfo(Record):
     meaning: str
 
 
-TABLE: dict[int, SxidInfo] = {c: SxidInfo(code=c, severity=s, meaning=m) for c, s, m in _ROWS}
+# Built on first use: a healthy check reads no SXid, and 231 records cost ~0.8 ms a run.
+# `TABLE` (the module attribute) stays: __getattr__ builds it when it is first read.
+TABLE: dict[int, SxidInfo]
+_table: dict[int, SxidInfo] | None = None
+
+
+def table() -> dict[int, SxidInfo]:
+    """The SXid table by code (built from _ROWS on first use)."""
+    global _table
+    if _table is None:
+        _table = {c: SxidInfo(code=c, severity=s, meaning=m) for c, s, m in _ROWS}
+    return _table
+
+
+def __getattr__(name: str) -> object:
+    """`TABLE`, built on first read (PEP 562)."""
+    if name == "TABLE":
+        return table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SxidEvent(Record):
@@ -330,7 +348,9 @@ def parse_sxid(line: str) -> SxidEvent | None:
 
 def lookup(code: int) -> SxidInfo:
     """The table entry, or one for a code the table lacks (judged by its line's word)."""
-    return TABLE.get(code) or SxidInfo(code=code, severity=EITHER, meaning="not in the SXid table")
+    return table().get(code) or SxidInfo(
+        code=code, severity=EITHER, meaning="not in the SXid table"
+    )
 
 
 def _where(event: SxidEvent) -> str:
@@ -347,7 +367,7 @@ def _describe(event: SxidEvent, count: int) -> str:
 
 
 def _meaning(event: SxidEvent) -> str:
-    info = TABLE.get(event.code)
+    info = table().get(event.code)
     return info.meaning if info else event.text.split(", ", 1)[-1][:80] or "unknown SXid"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpugate.admin.resume import Request, check_then_resume, held_notice
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
-from gpugate.commands import ask_slurm_for
+from gpugate.commands.ask import ask_slurm_for
 from gpugate.names import refuse
 from gpugate.store.history import history_dir, read_dirs, record_resume
 from gpugate.store.suspects import open_flags
