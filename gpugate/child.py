@@ -18,9 +18,12 @@ open; it also dies with its parent (PR_SET_PDEATHSIG) and on its own alarm.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import signal
 import sys
+import time
 
 import gpugate
 from gpugate.runner import SAFE_PATH
@@ -209,7 +212,6 @@ def wait(children: list[Child], deadline: float, max_bytes: int) -> None:
     A child that sends more than `max_bytes` or is still out at the deadline is killed.
     """
     import select
-    import time
 
     poller = select.poll()  # poll, not select(): fd numbers may pass FD_SETSIZE (1024)
     owner: dict[int, Child] = {}
@@ -331,7 +333,6 @@ def call(
     extra_groups: list[int] | None = None,
 ) -> object:
     """Run `task(**kwargs)` in a child and return its result; ChildError on any failure."""
-    import time
 
     deadline = time.monotonic() + timeout
     child = start(task, kwargs, timeout, user, group, extra_groups)
@@ -346,7 +347,6 @@ def call(
 
 def main() -> None:
     """The child: die with the parent, read the request, run the task, answer, exit."""
-    import signal
 
     detached = os.environ.get(_DETACHED) == "1"
     if not detached:
@@ -378,7 +378,6 @@ def main() -> None:
 
 def run_task(task: str, kwargs: dict[str, Any]) -> object:
     """Import and call one allow-listed task."""
-    import importlib
 
     if task not in TASKS:
         raise PermissionError(f"{task}: not a task a gpugate child runs")
@@ -406,7 +405,6 @@ def _die_with_parent() -> None:
 
 def selftest(action: str, seconds: float = 0.0, errno: int = 0, path: str = "") -> object:
     """Test-only behaviours: sleep, exit without an answer, fail, list fds, say who we are."""
-    import time
 
     if action == "sleep":
         time.sleep(seconds)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 
 from gpugate import __version__
 from gpugate.checks.facts import SnapshotError
 from gpugate.config import ConfigError
+from gpugate.startup import import_module, resume_gc
 from gpugate.text import printable
+from gpugate.yamlio import YamlError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     The help width is fixed up front: argparse otherwise imports `shutil` (and with it bz2,
     lzma, fnmatch) on every run just to measure the terminal, even when no help is printed.
     """
-    import argparse
+    import argparse  # late: see quick_options (gpugate/startup.py)
 
     try:
         width = min(100, os.get_terminal_size().columns) - 2
@@ -73,8 +76,48 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=prog, description=description, formatter_class=formatter)
 
 
-def _usage() -> str:
+def quick_options(
+    argv: list[str],
+    values: tuple[str, ...] = (),
+    switches: tuple[str, ...] = (),
+    lists: tuple[str, ...] = (),
+) -> SimpleNamespace | None:
+    """`argv` as argparse would parse it, when it holds only these long options in full; else None.
 
+    `values` take one argument (`--config FILE`, `--config=FILE`; the last one counts),
+    `switches` none (store_true), `lists` one each time (append). Anything else (help, an
+    abbreviation, a positional, a value that looks like an option, a missing value) gives None,
+    and the command's argparse parser decides, with its usual messages. Slurm runs the hooks
+    with no arguments at all: importing argparse and building a parser costs them more than
+    the checklist (gpugate/startup.py).
+    """
+    dest = {name: name[2:].replace("-", "_") for name in values + switches + lists}
+    out: dict[str, object] = {dest[name]: None for name in values + lists}
+    out.update({dest[name]: False for name in switches})
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in switches and not eq:
+            out[dest[name]] = True
+            i += 1
+            continue
+        if name not in values and name not in lists:
+            return None
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                return None  # argparse's own rules for option-like values, and its error
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if name in lists:
+            got = out[dest[name]]
+            out[dest[name]] = [*got, value] if isinstance(got, list) else [value]
+        else:
+            out[dest[name]] = value
+    return SimpleNamespace(**out)
+
+
+def _usage() -> str:
     lines = [f"usage: gpugate COMMAND [options]   (gpugate {__version__})", "", "commands:"]
     width = max(len(n) for n in COMMANDS)
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
@@ -95,21 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gpugate: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
-    import importlib
 
     try:
-        module = importlib.import_module(f"gpugate.commands.{COMMANDS[name][0]}")
+        module = import_module(f"gpugate.commands.{COMMANDS[name][0]}")
     except ModuleNotFoundError as exc:
         if exc.name != f"gpugate.commands.{COMMANDS[name][0]}":
             raise
         print(f"gpugate {name}: not available in this version", file=sys.stderr)
         return EXIT_USAGE
+    resume_gc()  # start-up is over (the launcher's pause_gc): the command runs collected
     return run_guarded(module.main, args[1:], name)
 
 
 def run_guarded(fn: Callable[[list[str]], int], argv: list[str], name: str) -> int:
     """Run a subcommand, turning known errors into messages and exit codes (one table)."""
-    from gpugate.yamlio import YamlError
 
     try:
         return fn(argv)

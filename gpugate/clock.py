@@ -7,11 +7,12 @@ and listings, so that any two of them compare as text and as times. Only `time` 
 
 from __future__ import annotations
 
-import re
 import time
 
+from gpugate.regex import lazy
+
 # What utc() writes; one- or two-digit fields are accepted as time.strptime did.
-_UTC = re.compile(r"(\d{4})-(\d\d?)-(\d\d?)T(\d\d?):(\d\d?):(\d\d?)(?:\.(\d{1,9}))?Z")
+_UTC = lazy(r"(\d{4})-(\d\d?)-(\d\d?)T(\d\d?):(\d\d?):(\d\d?)(?:\.(\d{1,9}))?Z")
 _MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 

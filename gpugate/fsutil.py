@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -187,7 +189,6 @@ def check_lock_dir(directory: str) -> int:
     """The directory's owner; PermissionError unless only its owner can enter it, us or the
     data's (its parent's owner: a SlurmUser's history directory, which root's admin commands
     write too); a real directory, never a symlink."""
-    import stat
 
     st = os.lstat(directory)
     owners = {os.geteuid(), os.stat(os.path.dirname(os.path.abspath(directory))).st_uid}
@@ -221,7 +222,6 @@ class FileLock:
         if self.path is None:
             return self
         import fcntl
-        import time
 
         owner = check_lock_dir(os.path.dirname(self.path) or ".")
         self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE, gid=-1)
@@ -254,8 +254,6 @@ MIB = 1 << 20
 
 
 def _kind(mode: int) -> str:
-    import stat
-
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISDIR, "a directory")):  # fmt: skip
@@ -273,7 +271,6 @@ def open_regular(path: str, follow: bool = True) -> int:
     (state files, and anything root opens in a place others can write).
     Raises FileRefused (an OSError) or the open's own OSError, naming the path.
     """
-    import stat
 
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -297,10 +294,15 @@ def read_regular(path: str, cap: int, follow: bool = True) -> bytes:
     """
     fd = open_regular(path, follow)
     try:
-        size = os.fstat(fd).st_size
-        data = b"" if size > cap else _read_upto(fd, cap + 1)
+        return read_open(fd, cap, path)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, cap: int, path: str) -> bytes:
+    """The rest of an open regular file, refused beyond `cap` bytes as read_regular() does."""
+    size = os.fstat(fd).st_size
+    data = b"" if size > cap else _read_upto(fd, cap + 1)
     if size > cap or len(data) > cap:
         raise FileRefused(errno.EFBIG, f"bigger than {_size(cap)}; not read", path)
     return data

@@ -17,7 +17,7 @@ import sys
 
 from gpugate.clock import utc
 from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
-from gpugate.jsonl import append
+from gpugate.slurm.reasons import drill_mark
 
 _EVENTS = "events.jsonl"
 _LOG = "gpugate.log"
@@ -27,12 +27,13 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
     record: dict[str, object] = {"time": utc(), "hook": hook}
     record.update(fields)
-    from gpugate.slurm.reasons import drill_mark
 
     if drill_mark():  # a run under a drill's overlay says so (gpugate/drill/__init__.py)
         record["drill"] = drill_mark()
     if not state_dir:
         return
+
+    from gpugate.jsonl import append  # late: JSON is for runs that record (gpugate/startup.py)
 
     path = os.path.join(state_dir, _EVENTS)
     try:
@@ -46,7 +47,6 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
 
 
 def _ensure_state_dir(state_dir: str) -> None:
-
     private_dir(state_dir, STATE_DIR_MODE, gid=-1)  # its group is set by secure_state_dir
 
 

@@ -7,8 +7,9 @@ option (`-5`) is refused before anything reads the disk or calls Slurm.
 
 from __future__ import annotations
 
-import re
 import sys
+
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
 
 # Slurm's plain node names: letters, digits, '-', '_', '.', not starting with '-' or '.'
 # (an scontrol option, a relative path). 255: hostnames are at most 253 characters.
-_NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+_NODE = lazy(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
 # `123` or an array task `123_4`; Slurm's job and task ids are 32-bit (slurm.h: uint32_t).
-_JOB = re.compile(r"([0-9]{1,10})(?:_([0-9]{1,10}))?")
+_JOB = lazy(r"([0-9]{1,10})(?:_([0-9]{1,10}))?")
 _MAX_ID = 2**32 - 1
 _SHOWN = 60  # characters of a refused value echoed back
 

@@ -35,13 +35,20 @@ class Record:
         cls._defaults = defaults
 
     def __init__(self, **values: object) -> None:
+        # One dict filled and stored at once (a run builds ~900 records: the config, the Xid
+        # tables): a setattr call per field costs a hook's start-up about a millisecond.
+        defaults = self._defaults
+        state = {}
         for name in self._fields:
-            value = values.pop(name, self._defaults.get(name, _MISSING))
-            if value is _MISSING:
+            if name in values:
+                state[name] = values.pop(name)
+            elif name in defaults:
+                state[name] = defaults[name]
+            else:
                 raise TypeError(f"{type(self).__name__}: missing field {name!r}")
-            object.__setattr__(self, name, value)
         if values:
             raise TypeError(f"{type(self).__name__}: unknown field(s) {', '.join(sorted(values))}")
+        self.__dict__.update(state)  # not self.x = ...: a Record is immutable (__setattr__)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")

@@ -11,7 +11,7 @@ that was captured.
 from __future__ import annotations
 
 import os
-import signal
+import time
 
 from gpugate.record import Record
 
@@ -78,7 +78,6 @@ def run(
     """Run `argv` with a timeout; never raises for the command's own failure."""
     import shutil
     import subprocess
-    import time
 
     argv = tuple(str(a) for a in argv)
     started = time.monotonic()
@@ -127,6 +126,8 @@ def run_checked(argv: list[str], timeout: float, env: dict[str, str] | None = No
 
 
 def _kill_group(pgid: int) -> None:
+    import signal  # late: only a command past its timeout needs it (gpugate/startup.py)
+
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

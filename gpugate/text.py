@@ -7,12 +7,17 @@ CVE-2021-42574). `printable()` replaces every such character with a visible esca
 `\\u202e`) and is used at every output edge: CLI text, HTML, evidence files. JSON goes through
 `dumps()`, which keeps `json.dumps`'s ASCII escaping and escapes DEL too.
 
-Only `re` is imported (already loaded by argparse): this runs on the prolog path.
+Nothing is imported at start but gpugate.regex (its patterns compile on first use): this runs
+on the prolog path.
 """
 
 from __future__ import annotations
 
-import re
+from gpugate.regex import lazy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,9 +29,9 @@ if TYPE_CHECKING:
 # end a line in some terminals and editors); lone surrogates (undecodable bytes of a file
 # name under surrogateescape), which cannot even be written to a UTF-8 stream.
 _BIDI_AND_SEPARATORS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
+_UNSAFE = lazy(f"[\x00-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
 # The same but TAB and LF kept: for text meant to be several lines (a file's body).
-_UNSAFE_MULTILINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
+_UNSAFE_MULTILINE = lazy(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI_AND_SEPARATORS}]")
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

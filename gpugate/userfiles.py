@@ -16,8 +16,11 @@ cannot become the user (not root), it does not read with its own rights: it says
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 
 from gpugate import child
+from gpugate.fsutil import open_regular as open_plain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +33,6 @@ class UserFileError(OSError):
 
 def open_regular(path: str) -> int:
     """Open a regular file without following a final symlink or blocking on a FIFO."""
-    from gpugate.fsutil import open_regular as open_plain
 
     try:
         return open_plain(path, follow=False)
@@ -73,7 +75,6 @@ def credentials(uid: int, gid: int | None) -> dict[str, Any]:
     non-root SlurmUser, and reading the user's files with its own rights would let the user
     name files only the SlurmUser may read.
     """
-    import pwd
 
     euid = os.geteuid()
     if uid == euid:
@@ -123,7 +124,6 @@ NOTE_MAX = 4096  # a note is a few lines: what happened to the job, where to rea
 def write_note(path: str, text: str) -> str:
     """Write a short note as the job's user (a child task): never through a symlink, never
     into a FIFO or device (O_NONBLOCK, then a regular file only); the path written."""
-    import stat
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     fd = os.open(path, flags, 0o644)

@@ -1,21 +1,36 @@
 """Read and write YAML, with a parsed-file cache that keeps PyYAML off the hot path.
 
-Importing PyYAML costs more than the whole checklist (it compiles large regexes at import).
-The site config and a replayed snapshot rarely change, so the parsed form of each file is kept
-as JSON keyed by the file's identity (device, inode, size, mtime, ctime) — the same idea as
-`.pyc` files. A miss, an unwritable cache or a corrupt entry just means parsing the YAML.
+Importing PyYAML costs more than the whole checklist (it compiles large regexes at import; the
+packages bundle its pure-Python variant, slower still). The site config and a replayed snapshot
+rarely change, so the parsed form of each file is kept in `marshal` form (no import to pay,
+and it keeps YAML's integer keys, which JSON would turn into strings), found by the file's
+identity (device, inode, size, mtime, ctime) like `.pyc` files and, unlike them, checked
+against the file's bytes (length and CRC-32) before it is used: a file rewritten in place within
+one timestamp tick is parsed again, never served stale. A miss, an unwritable cache, a corrupt
+entry or one anybody else could have written just means parsing the YAML.
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
+import stat
+import sys
+import zlib
 
-# Bump when the cached representation changes.
-_CACHE_FORMAT = "1"
+from gpugate.fsutil import atomic_write, open_regular, read_open
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# Bump when the cached representation changes (1: JSON; 2: marshal, checked by CRC-32).
+_CACHE_FORMAT = "2"
+# marshal's format belongs to the interpreter: an upgraded python3 reads only its own entries.
+_CACHE_TAG = f"v{_CACHE_FORMAT}-py{sys.version_info[0]}{sys.version_info[1]}-m{marshal.version}"
 # A config or a snapshot (kernel lines included) is well under this; a bigger one is refused.
 YAML_MAX = 64 << 20
-CACHE_MAX = 256 << 20  # a cached parse is JSON of a file under YAML_MAX
+CACHE_MAX = 256 << 20  # a cached parse of a file under YAML_MAX
 
 
 class YamlError(ValueError):
@@ -35,28 +50,27 @@ def cache_dir() -> str | None:
 
 def load_yaml(path: str) -> object:
     """Parse a YAML file (or fetch its parsed form from the cache)."""
-    from gpugate.fsutil import open_regular, read_regular
-
     try:  # a FIFO or a device named as a config or snapshot is refused, never waited on
         fd = open_regular(path)
         try:
-            st = os.fstat(fd)
+            # One descriptor for the key and the bytes: a file replaced between the two cannot
+            # put one file's parse under another's key.
+            key = _cache_key(os.fstat(fd))
+            raw = read_open(fd, YAML_MAX, path)
         finally:
             os.close(fd)
     except OSError as exc:
         raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
-    key = _cache_key(path, st)
-    cached = _cache_read(key)
+    check = (len(raw), zlib.crc32(raw))
+    cached = _cache_read(key, check)
     if cached is not None:
         return cached[0]
     try:
-        text = read_regular(path, YAML_MAX).decode("utf-8", errors="strict")
-    except OSError as exc:
-        raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
+        text = raw.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         raise YamlError(f"{path}: cannot read: {exc}") from None
     data = parse_yaml(text, path)
-    _cache_write(key, data)
+    _cache_write(key, check, data)
     return data
 
 
@@ -84,42 +98,65 @@ def dump_yaml(data: object) -> str:
     return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
 
 
-def _cache_key(path: str, st: os.stat_result) -> str:
+def _cache_key(st: os.stat_result) -> str:
     # (device, inode) names the file whatever path reached it; size and both times change
-    # with every rewrite (ctime even when a writer restores mtime). No hashing: hashlib alone
-    # costs more to import than the lookup saves.
-    return f"v{_CACHE_FORMAT}-{st.st_dev:x}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ctime_ns:x}"
+    # with every rewrite (ctime even when a writer restores mtime). The CRC-32 stored inside
+    # catches what the times cannot (a same-size rewrite within one clock tick). No hashlib:
+    # it costs more to import than the lookup saves; zlib is built in.
+    return f"{_CACHE_TAG}-{st.st_dev:x}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ctime_ns:x}"
 
 
-def _cache_read(key: str) -> tuple[object] | None:
+def _private(st: os.stat_result) -> bool:
+    """Ours alone: owned by this user and writable by nobody else (marshal trusts its input)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _private_dir(directory: str) -> bool:
+    """A real directory (not a symlink) that is ours alone."""
+    st = os.lstat(directory)
+    return stat.S_ISDIR(st.st_mode) and _private(st)
+
+
+def _cache_read(key: str, check: tuple[int, int]) -> tuple[object] | None:
+    """(data,) from a valid entry for `key` whose file had length and CRC `check`, else None."""
     directory = cache_dir()
     if not directory:
         return None
     try:
-        from gpugate.fsutil import read_regular
+        # Never through a symlink, never from a directory or file anybody else could write.
+        if not _private_dir(directory):
+            return None
+        fd = open_regular(os.path.join(directory, key), follow=False)
+        try:
+            if not _private(os.fstat(fd)):
+                return None
+            raw = read_open(fd, CACHE_MAX, key)
+        finally:
+            os.close(fd)
+        entry = marshal.loads(raw)  # noqa: S302 - only a file this user alone could write
+    except (OSError, ValueError, EOFError, TypeError):
+        return None  # missing, refused or corrupt: parse the YAML
+    if not isinstance(entry, tuple) or len(entry) != 3 or entry[:2] != check:
+        return None  # another file's bytes (stale or renamed): parse the YAML
+    return (entry[2],)
 
-        raw = read_regular(os.path.join(directory, key + ".json"), CACHE_MAX, follow=False)
-        return (json.loads(raw),)
-    except (OSError, ValueError):
-        return None
 
-
-def _cache_write(key: str, data: object) -> None:
+def _cache_write(key: str, check: tuple[int, int], data: object) -> None:
+    """Keep `data` under `key` (best effort: any problem leaves the cache as it was)."""
     directory = cache_dir()
     if not directory:
         return
+    # Whatever YAML gave: marshal takes what it can hold and refuses the rest (ValueError).
+    entry: Any = (*check, data)
     try:
-        text = json.dumps(data)
-    except (TypeError, ValueError):
+        blob = marshal.dumps(entry)
+    except ValueError:
         return  # dates and other YAML-only types: not worth caching
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        st = os.lstat(directory)
         # Only our own, private, real directory: never write through someone else's.
-        if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.geteuid():
+        if not _private_dir(directory):
             return
-        from gpugate.fsutil import atomic_write
-
-        atomic_write(os.path.join(directory, key + ".json"), text, mode=0o600)
+        atomic_write(os.path.join(directory, key), blob, mode=0o600)
     except OSError:
         return

@@ -77,7 +77,7 @@ echo "stage.sh: bundling dependencies for Python $TARGET_PYTHON" >&2
 #    aarch64 Grace nodes alike). PyYAML's wheel carries the libyaml C extension (yaml/_yaml*.so);
 #    without it PyYAML falls back to its pure-Python loader (yaml.__with_libyaml__ is False) and
 #    gpugate's yamlio uses the C loader only when present. The slower parse hardly matters:
-#    parsed config and snapshots are cached as JSON (/var/cache/gpugate). lib/bin holds console
+#    parsed config and snapshots are cached (marshal, /var/cache/gpugate). lib/bin holds console
 #    scripts whose #! names this build host's Python.
 find "$lib" -type f \( -name '*.so' -o -name '*.so.*' -o -name '*.pyd' -o -name '*.dylib' \) -delete
 rm -rf "$lib/bin"

@@ -217,3 +217,55 @@ def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, capsys):
     monkeypatch.setenv("GPUGATE_TRACEBACK", "1")
     with pytest.raises(KeyError):
         cli.run_guarded(broken, [], "nodes")
+
+
+# --- quick_options: the hooks' and a replayed check's arguments without argparse ---------------
+QUICK_ACCEPTED = [
+    [],
+    ["--config", "/etc/site.yaml"],
+    ["--config=/etc/site.yaml"],
+    ["--config="],
+    ["--config", "a", "--config", "b"],
+    ["--facts", "snap.yaml", "--json"],
+    ["--json", "--facts=snap.yaml", "--only", "gpu.ecc", "--only=gpu.count", "--config", "c"],
+]
+QUICK_REFUSED = [
+    ["-h"],
+    ["--help"],
+    ["--conf", "x"],  # an abbreviation: argparse's to accept
+    ["--config"],  # a missing value: argparse's error
+    ["--config", "-x"],
+    ["--json=yes"],
+    ["positional"],
+    ["--"],
+    ["--unknown"],
+]
+
+
+@pytest.mark.parametrize("argv", QUICK_ACCEPTED, ids=lambda a: " ".join(a) or "none")
+def test_quick_options_give_what_argparse_gives(argv):
+    from gpugate.cli import quick_options
+    from gpugate.commands import check
+
+    quick = quick_options(argv, **check.OPTIONS)
+    assert quick is not None
+    assert vars(quick) == vars(check.parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", QUICK_REFUSED, ids=lambda a: " ".join(a))
+def test_quick_options_leave_the_rest_to_argparse(argv):
+    from gpugate.cli import quick_options
+    from gpugate.commands import check
+
+    assert quick_options(argv, **check.OPTIONS) is None
+
+
+def test_a_hooks_quick_arguments_are_its_parsers():
+    from gpugate.cli import make_parser, quick_options
+    from gpugate.commands import hook_args
+
+    for argv in ([], ["--config", "x"], ["--config=y"]):
+        p = make_parser("gpugate prolog", "")
+        p.add_argument("--config", metavar="FILE")
+        assert vars(hook_args("prolog", argv)) == vars(p.parse_args(argv))
+    assert quick_options(["--config"], values=("--config",)) is None

@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpugate"
 BASE = frozenset(
     f"gpugate.{name}"
     for name in (
-        "child", "clock", "fstree", "fsutil", "jsonl", "names", "node", "record", "runner",
-        "text", "userfiles", "yamlio",
+        "child", "clock", "fstree", "fsutil", "jsonl", "names", "node", "record", "regex",
+        "runner", "startup", "text", "userfiles", "yamlio",
     )
 ) | {"gpugate"}  # fmt: skip
 

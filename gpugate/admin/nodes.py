@@ -14,11 +14,13 @@ import json
 import os
 import re
 import time
+from json.encoder import encode_basestring_ascii as quote
 
 from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
+from gpugate.regex import lazy
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
 from gpugate.slurm.cli import CliBackend
@@ -27,6 +29,7 @@ from gpugate.slurm.parse_text import parse_show_node_text
 from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
+from gpugate.store.outcomes import check_record
 from gpugate.store.suspects import open_flags
 from gpugate.text import printable
 
@@ -58,11 +61,11 @@ ACTIONS = (HELD, RMA, REBOOT, RESET, RESEAT, COOLING, HOST, NOT_RESPONDING, HOOK
            SUSPECT, NONE)  # fmt: skip
 URGENCY = {a: i for i, a in enumerate(ACTIONS)}
 
-_XID = re.compile(r"\bXid (\d+)")
+_XID = lazy(r"\bXid (\d+)")
 # Texts in a reason that decide by themselves: gpu.memory_errors says "RMA candidate" for a
 # failed row remap; a lifetime (aggregate) uncorrected ECC count never goes down with a reset.
-_RMA_TEXT = re.compile(r"RMA candidate|aggregate uncorrected ECC", re.I)
-_REBOOT_TEXT = re.compile(r"reboot the node|node_reboot", re.I)
+_RMA_TEXT = lazy(r"RMA candidate|aggregate uncorrected ECC", re.I)
+_REBOOT_TEXT = lazy(r"reboot the node|node_reboot", re.I)
 
 
 class NodesUnavailable(RuntimeError):
@@ -394,7 +397,6 @@ def rows_for(
 def check_stats(config: Config, groups: list[Group], window_days: float,
                 now: float | None = None) -> dict[str, dict[str, int]]:  # fmt: skip
     """Each check's record in the window (store/outcomes.py), Slurm's drained nodes included."""
-    from gpugate.store.outcomes import check_record
 
     where = history.history_dir(config)
     drained = {name for first, names in groups if first.drained for name in names}
@@ -454,7 +456,6 @@ def rows_json(rows: list[dict[str, Any]]) -> str:
     than parsing Slurm's listing: rows equal but for their first key (`node`) share the
     encoding of the rest.
     """
-    from json.encoder import encode_basestring_ascii as quote
 
     rests: dict[tuple[Any, ...], str] = {}
     parts = []

@@ -19,6 +19,7 @@ from urllib.parse import quote
 from gpugate.admin import charts
 from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
+from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
 from gpugate.store import history
 from gpugate.store.outcomes import FIELDS, check_record
@@ -253,7 +254,6 @@ def runs_section(costs: Sequence[dict[str, Any]]) -> str:
 
 def _checkpoint_age(f: dict[str, Any]) -> str:
     """The age the epilog recorded (stale: over checkpoints.max_age_s), or a dash."""
-    from gpugate.checkpoints.freshness import span
 
     age, stale = f.get("checkpoint_age_s"), f.get("checkpoint_stale")
     text = "none complete" if age is None else esc(span(age))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from gpugate import log
+from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather, replay_path
 from gpugate.clock import parse_utc
@@ -109,7 +110,6 @@ def node_facts(
 
 
 def _age(collected_at: str | None) -> float | None:
-
     when = parse_utc(collected_at)
     return None if when is None else time.time() - when
 
@@ -154,7 +154,6 @@ def check_then_resume(
 def qualify_level(config: Config, reason: str | None) -> int:
     """The level (0: none) `admin.resume_qualify` asks of a drain with this reason, by the fault
     class of its check (a `gpugate: qualify:` drain, like any unknown id, counts as hardware)."""
-    from gpugate.checks.registry import fault_class
 
     return int(getattr(config.admin.resume_qualify, fault_class(reason_check(reason))))
 

@@ -25,6 +25,7 @@ from gpugate.admin.sitecheck import (
     controller_dir_of,
     gather_slurm,
 )
+from gpugate.config import ConfigError, load_config
 from gpugate.runner import TIMEOUT, run
 
 TYPE_CHECKING = False
@@ -52,7 +53,7 @@ HOOK_USERS = {
     "task-prolog": "job",
     "epilog-slurmctld": "slurm",
 }
-# What the hook prints in selftest mode (gpugate.commands.selftest_dry_run).
+# What the hook prints in selftest mode (gpugate.commands.guarded.selftest_dry_run).
 OK_MARK = "selftest ok"
 
 
@@ -258,7 +259,6 @@ def check_slurmctld(
 
 def check_config(path: str | None, who: Account) -> tuple[Config | None, list[Problem]]:
     """The config the hooks will load (as this process) and whether `who` may read it."""
-    from gpugate.config import ConfigError, load_config
 
     problems = []
     if path and os.path.exists(path):

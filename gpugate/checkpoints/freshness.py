@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import time
 
+from gpugate.checkpoints.discover import latest_complete
+from gpugate.clock import utc
 from gpugate.record import Record
 
 TASK = "gpugate.checkpoints.freshness:newest_complete"  # allow-listed in gpugate/child.py
@@ -52,7 +54,6 @@ class Freshness(Record):
 
 def newest_complete(ckpt_dir: str) -> dict[str, Any] | None:
     """The child task, as the job's user: the newest complete checkpoint's path and time."""
-    from gpugate.checkpoints.discover import latest_complete
 
     found = latest_complete(ckpt_dir, settle_s=0)  # the job has ended: nothing is in flight
     if found is None:
@@ -141,7 +142,6 @@ def summary_fields(f: Freshness | None) -> dict[str, Any]:
     """The bundle summary's fields (`checkpoint_age_s`, `checkpoint_stale`, `checkpoint`)."""
     if f is None:
         return {}
-    from gpugate.clock import utc
 
     detail = f.to_dict()
     detail["at"] = utc(f.mtime) if f.mtime is not None else None

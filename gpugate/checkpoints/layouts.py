@@ -9,6 +9,7 @@ lists them in the order they claim names. discover.py walks them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from gpugate.checkpoints.listing import (
     read_tag,
 )
 from gpugate.checkpoints.torchfile import read_torch, torch_in
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,7 +106,7 @@ def _tracked(
             yield name, step, _prefixed(f"older than {tag} named in {tracker}", check)
 
 
-_DS_DIR = re.compile(r"global_step(\d+)")
+_DS_DIR = lazy(r"global_step(\d+)")
 
 
 def _find_deepspeed(ctx: ScanContext) -> Iterator[Candidate]:
@@ -120,8 +122,8 @@ def _find_deepspeed(ctx: ScanContext) -> Iterator[Candidate]:
     yield from _tracked(ctx, "latest", tag, tag_step, problem, dirs, _check_deepspeed_dir)
 
 
-_MEGATRON_DIR = re.compile(r"iter_(\d+)")
-_MEGATRON_TMP = re.compile(r"(?:iter_(\d+)|release)_tmp")
+_MEGATRON_DIR = lazy(r"iter_(\d+)")
+_MEGATRON_TMP = lazy(r"(?:iter_(\d+)|release)_tmp")
 _MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
 
 
@@ -150,7 +152,7 @@ def _find_megatron(ctx: ScanContext) -> Iterator[Candidate]:
     yield from _tracked(ctx, _MEGATRON_TRACKER, tag, tag_step, problem, dirs, _check_megatron_dir)
 
 
-_HF_DIR = re.compile(r"(tmp-)?checkpoint-(\d+)")
+_HF_DIR = lazy(r"(tmp-)?checkpoint-(\d+)")
 
 
 def _find_huggingface(ctx: ScanContext) -> Iterator[Candidate]:
@@ -162,7 +164,7 @@ def _find_huggingface(ctx: ScanContext) -> Iterator[Candidate]:
             yield name, int(m[2]), _check_huggingface
 
 
-_LIGHTNING_STEP = re.compile(r"step=(\d+)")
+_LIGHTNING_STEP = lazy(r"step=(\d+)")
 
 
 def _find_lightning(ctx: ScanContext) -> Iterator[Candidate]:
@@ -189,7 +191,7 @@ def _find_torch(ctx: ScanContext) -> Iterator[Candidate]:
     return _find_files(ctx, _TORCH_SUFFIXES, step_of, _check_torch_file, "file")
 
 
-_ANY = re.compile(r".+")
+_ANY = lazy(r".+")
 
 
 def _find_dcp(ctx: ScanContext) -> Iterator[Candidate]:
@@ -310,7 +312,7 @@ def _check_huggingface(ctx: ScanContext, path: str, step: int | None) -> Found:
     return Found(why=why, mtime=mtime, proven=proven)
 
 
-_DS_STATES = re.compile(r"(?:bf16_)?(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_(model|optim)_states\.pt")
+_DS_STATES = lazy(r"(?:bf16_)?(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_(model|optim)_states\.pt")
 
 
 def _check_deepspeed_dir(ctx: ScanContext, path: str, step: int | None) -> Found:
@@ -348,7 +350,7 @@ def _check_deepspeed_dir(ctx: ScanContext, path: str, step: int | None) -> Found
     return Found(why=why, mtime=mtime, proven=proven and world is not None)
 
 
-_MEGATRON_RANK = re.compile(r"mp_rank_(\d+)((?:_\d+){0,2})")
+_MEGATRON_RANK = lazy(r"mp_rank_(\d+)((?:_\d+){0,2})")
 
 
 def _check_megatron_dir(ctx: ScanContext, path: str, step: int | None) -> Found:
@@ -395,7 +397,6 @@ def _require_grid(
     present: Set[tuple[int, ...]], sizes: list[int], name: Callable[..., Any]
 ) -> None:
     """Every rank index combination below `sizes` must be present (up to 5 missing named)."""
-    import itertools
     import math
 
     total = math.prod(sizes)

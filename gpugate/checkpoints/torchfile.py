@@ -8,6 +8,7 @@ pickle by their bytes. Only the file's end and the pickle's first few MiB are re
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 
@@ -236,7 +237,6 @@ def _check_legacy(fd: int, size: int, keys: tuple[str, ...]) -> tuple[str, dict[
     storage as an int64 element count and its raw bytes. It has no end marker, and STOP is not
     its last byte (tensor data is), so the sizes are checked; the pickles are walked, not run.
     """
-    import io
     import pickletools
 
     head = os.pread(fd, min(size, _MAX_PICKLE), 0)

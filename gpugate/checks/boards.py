@@ -9,13 +9,11 @@ NVL" over "H200"), whatever order the packaged and the site's boards come in.
 
 from __future__ import annotations
 
-import re
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import BoardProfile
 
-_WORD = re.compile(r"[A-Za-z0-9]+")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 # What an unknown board's checks say about adding one.
 HOW_TO_ADD = (
@@ -26,7 +24,9 @@ HOW_TO_ADD = (
 
 def words(text: str) -> tuple[str, ...]:
     """The upper-cased words of a GPU name or pattern."""
-    return tuple(w.upper() for w in _WORD.findall(text))
+    # The runs of ASCII letters and digits (re's [A-Za-z0-9]+), without importing re.
+    marked = "".join(c if c in _WORD_CHARS else " " for c in text)
+    return tuple(w.upper() for w in marked.split())
 
 
 def pattern_fits(pattern: str, name: str) -> bool:

@@ -7,6 +7,7 @@ key was absent or the source could not say), never zero: a check treats it as un
 from __future__ import annotations
 
 from gpugate.record import Record
+from gpugate.yamlio import load_yaml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -245,6 +246,5 @@ def _convert(key: str, value: object, path: str) -> object:
 
 def load_snapshot(path: str) -> Facts:
     """Read a YAML snapshot written by `gpugate facts` (or by hand)."""
-    from gpugate.yamlio import load_yaml
 
     return facts_from_dict(load_yaml(path), path)

@@ -6,14 +6,13 @@ The line patterns are all here, written from the formats in docs/gpu-facts.md
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks import findings as F
 from gpugate.checks.declare import HARDWARE, REBOOT, RESET, TRANSIENT, check
 from gpugate.checks.gpu import source_missing
 from gpugate.checks.kernel_lines import BusEvent, read_lines
 from gpugate.checks.kerneltime import line_seconds
 from gpugate.checks.xid import APP_XIDS, XidEvent, action_of, lookup, normalize_pci
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,9 +24,9 @@ if TYPE_CHECKING:
 
 # Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
 # the "Memory cgroup out of memory:" prefix when a cgroup limit (a Slurm job's) was hit.
-OOM_KILLED = re.compile(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
+OOM_KILLED = lazy(r"(Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
 # `(?<!\S)`: tried from word starts only; else a long word costs its length squared.
-OOM_INVOKED = re.compile(r"(?<!\S)(\S+) invoked oom-killer")
+OOM_INVOKED = lazy(r"(?<!\S)(\S+) invoked oom-killer")
 
 # NVIDIA groups Xids into one burst until there are 3 minutes of silence (Fleet Intelligence).
 BURST_GAP_S = 180.0
@@ -212,11 +211,12 @@ def check_kernel_oom(facts: Facts, ctx: Context) -> list[F.Finding]:
         return source_missing("kernel.oom", facts, "kernel log", "kernel_log")
     killed, invoked = [], []
     for line in facts.kernel_log:
-        victim = OOM_KILLED.search(line)
+        # The plain text each pattern needs first: a healthy log compiles neither.
+        victim = OOM_KILLED.search(line) if "ut of memory: Kill" in line else None
         if victim:
             scope = " in a cgroup" if victim.group(1) else ""
             killed.append(f"pid {victim.group(2)} {victim.group(3)}{scope}")
-        elif invoker := OOM_INVOKED.search(line):
+        elif " invoked oom-killer" in line and (invoker := OOM_INVOKED.search(line)):
             invoked.append(invoker.group(1))
     if killed:
         more = f" and {len(killed) - 5} more" if len(killed) > 5 else ""

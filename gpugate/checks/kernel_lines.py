@@ -8,11 +8,10 @@ parser and table are gpugate/checks/sxid.py).
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks.sxid import SxidEvent, parse_sxid
 from gpugate.checks.xid import XidEvent, normalize_pci, parse_xid
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,24 +30,24 @@ _PCI = r"(?:PCI:)?((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
 BUS_PATTERNS = (
     (
         "fallen_off_bus",
-        re.compile(r"NVRM: .*fallen off the bus"),
+        lazy(r"NVRM: .*fallen off the bus"),
         "GPU has fallen off the bus (reboot the node)",
     ),
     (
         "init_failed",
-        re.compile(r"NVRM: .*(?:RmInitAdapter|rm_init_adapter) failed"),
+        lazy(r"NVRM: .*(?:RmInitAdapter|rm_init_adapter) failed"),
         "driver could not initialise the GPU (RmInitAdapter failed)",
     ),
     (
         "reset_required",
-        re.compile(r"NV_ERR_RESET_REQUIRED"),
+        lazy(r"NV_ERR_RESET_REQUIRED"),
         "driver says a GPU reset is required (NV_ERR_RESET_REQUIRED)",
     ),
 )
 # The GPU a line names ("NVRM: GPU 0000:91:00.0:", "NVRM: GPU at 0000:01:00.0", "GPU 18:00.0"),
 # and the first line of the multi-line form, whose address belongs to the lines after it.
-GPU_ADDRESS = re.compile(r"NVRM: GPU (?:at )?" + _PCI)
-MULTILINE_OPENER = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
+GPU_ADDRESS = lazy(r"NVRM: GPU (?:at )?" + _PCI)
+MULTILINE_OPENER = lazy(r"NVRM: The NVIDIA GPU " + _PCI)
 
 
 class BusEvent(Record):
@@ -65,6 +64,8 @@ def read_line(line: str, announced: str | None = None) -> XidEvent | SxidEvent |
     event = parse_xid(line) or parse_sxid(line)
     if event is not None:
         return event  # Xid lines (79 says "fallen off the bus" too) are Xids
+    if "NVRM: " not in line and "NV_ERR_RESET_REQUIRED" not in line:
+        return None  # what every BUS_PATTERNS needs: most lines, and no regex (gpugate/regex.py)
     for kind, pattern, what in BUS_PATTERNS:
         if pattern.search(line):
             named = GPU_ADDRESS.search(line)
@@ -83,7 +84,7 @@ def read_lines(lines: Sequence[str]) -> list[XidEvent | SxidEvent | BusEvent]:
     out: list[XidEvent | SxidEvent | BusEvent] = []
     announced = None
     for line in lines:
-        opener = MULTILINE_OPENER.search(line)
+        opener = MULTILINE_OPENER.search(line) if "NVRM: The NVIDIA GPU " in line else None
         if opener and parse_xid(line) is None:
             announced = opener.group(1)
             continue

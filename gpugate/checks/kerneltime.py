@@ -12,14 +12,16 @@ do), the epilog orders the nodes of a job by when each saw its first error (UTC)
 
 from __future__ import annotations
 
-import re
+import os
+import time
 
 from gpugate.clock import civil_days, utc
+from gpugate.regex import lazy
 
-_TS_BOOT = re.compile(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
-_TS_CTIME = re.compile(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
-_TS_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso
-_TS_SYSLOG = re.compile(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) ")  # journalctl -k, no year
+_TS_BOOT = lazy(r"^(?:\w{3} +\d+ [\d:]{8} \S+ kernel: )?\[\s*(\d+\.\d+)\]")
+_TS_CTIME = lazy(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]")  # dmesg -T
+_TS_ISO = lazy(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")  # --time-format iso
+_TS_SYSLOG = lazy(r"^(\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) ")  # journalctl -k, no year
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 _ANY_YEAR = 2000  # for a stamp without one: a leap year, so that Feb 29 is a date
 
@@ -72,7 +74,6 @@ def line_seconds(line: str) -> float | None:
 def line_epoch(line: str, boot_epoch: float | None = None) -> float | None:
     """The line's time in epoch seconds, for a since-boot stamp (plus `boot_epoch`, read from
     /proc/uptime when None) or a `dmesg -T` one; None for any other."""
-    import time
 
     stamp = line_stamp(line)
     if stamp is None or stamp[0] not in (BOOT, CTIME):
@@ -98,8 +99,6 @@ def line_utc(line: str, boot_epoch: float | None = None) -> str | None:
 
 def read_boot_epoch(proc_root: str = "/proc") -> float:
     """When this node booted, in epoch seconds (now less /proc/uptime)."""
-    import os
-    import time
 
     with open(os.path.join(proc_root, "uptime")) as fh:
         return time.time() - float(fh.read().split()[0])

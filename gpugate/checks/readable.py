@@ -8,10 +8,9 @@ action gets the registry's one for its check, e.g. `(reset GPU)`.
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks import findings as F
 from gpugate.checks.registry import suggested_action
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,10 +18,9 @@ if TYPE_CHECKING:
 
 # Words that make a message's own advice (checks write "(reset it)", ": reboot the node ...").
 # A failing message with none of them gets the registry's action for its check appended.
-ACTION_WORDS = re.compile(
-    r"\b(reboot|reset|reseat|replace|reload|remount|mount|check|fix|upgrade|install|load|"
+ACTION_WORDS = lazy(
+    r"(?i)\b(reboot|reset|reseat|replace|reload|remount|mount|check|fix|upgrade|install|load|"
     r"raise|lower|set|enable|kill|stop|free|drain|rma|ulimit|see)\b",
-    re.IGNORECASE,
 )
 
 
@@ -35,6 +33,8 @@ def with_serial(message: str, gpu: int, serial: str) -> str:
     """`GPU3 ...` -> `GPU3 (serial S) ...`; `GPU5 (0000:ab:00) ...` -> `GPU5 (serial S, 0000:ab:00) ...`."""
     if f"serial {serial}" in message:
         return message
+    import re  # late: a failing message with a serial to add only (gpugate/startup.py)
+
     pattern = re.compile(rf"\bGPU{gpu}(?!\d)( \()?")
 
     def add(match: re.Match[str]) -> str:

@@ -8,10 +8,9 @@ Categories are the diagnosis' closed set (corpus labelling rules).
 
 from __future__ import annotations
 
-import re
-
 from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,17 +44,28 @@ def _category(code: int, action: str) -> str:
     return "other" if action in ("none", "report") or code == 45 else "gpu_xid_hardware"
 
 
-CATALOG: dict[int, XidInfo] = {
-    code: XidInfo(
-        code=code,
-        mnemonic=mn,
-        meaning=desc,
-        action=act,
-        category=_category(code, act),
-        resolution=res,
-    )
-    for code, mn, desc, res, act in XID_ROWS
-}
+# Built on first use: a healthy check reads no Xid, and 172 records cost ~0.6 ms a run.
+_catalog: dict[int, XidInfo] | None = None
+
+
+def catalog() -> dict[int, XidInfo]:
+    """The Xid catalog by code (built from xid_catalog.XID_ROWS on first use)."""
+    global _catalog
+    if _catalog is None:
+        _catalog = {
+            code: XidInfo(
+                code=code,
+                mnemonic=mn,
+                meaning=desc,
+                action=act,
+                category=_category(code, act),
+                resolution=res,
+            )
+            for code, mn, desc, res, act in XID_ROWS
+        }
+    return _catalog
+
+
 DRAIN_ACTIONS = frozenset({"reset_gpu", "reboot"})
 # Site overrides (checks.kernel.xid_actions) name these; each maps onto a catalog action.
 SITE_ACTIONS = {"drain": "reset_gpu", "reboot": "reboot", "warn": "report", "ignore": "none"}
@@ -63,7 +73,7 @@ SITE_ACTIONS = {"drain": "reset_gpu", "reboot": "reboot", "warn": "report", "ign
 
 def lookup(code: int) -> XidInfo:
     """The catalog entry, or an entry for a code NVIDIA's catalog does not list (reported)."""
-    info = CATALOG.get(code)
+    info = catalog().get(code)
     if info is not None:
         return info
     return XidInfo(
@@ -90,14 +100,14 @@ class XidEvent(Record):
 # `NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., text`. Some drivers omit "PCI:", some
 # posters redact the address, so anything inside the parentheses is accepted. A code of ten
 # digits or more is no Xid (and int() refuses numbers past 4300 digits).
-_XID_RE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
-_PCI_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
-_SHORT_PCI_RE = re.compile(
+_XID_RE = lazy(r"NVRM: Xid \(([^)]*)\): (\d{1,9})(?!\d),?\s*(.*)")
+_PCI_RE = lazy(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+_SHORT_PCI_RE = lazy(
     r"(?<![0-9a-fA-F])(?<![0-9a-fA-F]:)([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?![0-9a-fA-F:])"
 )
-_CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,9})(?!\d)")
+_CAUSED_RE = lazy(r"caused by previous Xid (\d{1,9})(?!\d)")
 # `pid=1234, name=python, ` after the code (R470+ drivers; `pid='<unknown>'` when none).
-_PROCESS_RE = re.compile(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
+_PROCESS_RE = lazy(r"^pid='?(\d{1,9}|<unknown>)'?,(?:\s*name=([^,\s]{1,64}),)?")
 
 
 def parse_xid(line: str) -> XidEvent | None:
@@ -122,8 +132,32 @@ def parse_xid(line: str) -> XidEvent | None:
     )
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def plain_pci(text: str) -> str | None:
+    """NVML's own form, `00000000:9B:00.0` (or `0000:9b:00`), read without a regex; else None.
+
+    Every check run normalises each GPU's address: this keeps `re` (~12 ms to import) off a
+    healthy run. Its answers are _PCI_RE's (tests/test_regex.py holds the two together).
+    """
+    head, dot, function = text.partition(".")
+    if dot and not (len(function) == 1 and function in _HEX):
+        return None
+    parts = head.split(":")
+    if len(parts) != 3 or not all(c in _HEX for part in parts for c in part):
+        return None
+    domain, bus, device = parts
+    if not (4 <= len(domain) <= 8 and len(bus) == 2 and len(device) == 2):
+        return None
+    return f"{domain[-4:].lower()}:{bus.lower()}:{device.lower()}"
+
+
 def normalize_pci(text: str) -> str | None:
     """`PCI:0000:9B:00`, `00000000:9B:00.0`, `18:00.0` -> `0000:9b:00` (domain:bus:device)."""
+    plain = plain_pci(text)
+    if plain is not None:
+        return plain
     m = _PCI_RE.search(text)
     if not m:
         # No domain (`GPU 18:00.0`, `PCI:18:00`): domain 0, as NVML lists single-domain hosts.
@@ -133,8 +167,8 @@ def normalize_pci(text: str) -> str | None:
     return f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}"
 
 
-_HEX_WORDS = re.compile(r"\((0x[0-9a-fA-F]{1,8})(?:[\s,]+(0x[0-9a-fA-F]{1,8}))?")
-_RECOVERY_RE = re.compile(r"\bto\s+0x[0-9a-fA-F]+\s*\(([^)]*)\)")
+_HEX_WORDS = lazy(r"\((0x[0-9a-fA-F]{1,8})(?:[\s,]+(0x[0-9a-fA-F]{1,8}))?")
+_RECOVERY_RE = lazy(r"\bto\s+0x[0-9a-fA-F]+\s*\(([^)]*)\)")
 
 
 def _bits_match(value: int, pattern: str) -> bool:
@@ -171,6 +205,8 @@ def nvlink5_fatal(event: XidEvent) -> bool:
     resolution = nvlink5_resolution(event)
     if resolution is not None:
         return resolution == "RESET_GPU"
+    import re  # late: an NVLink5 Xid only (gpugate/startup.py)
+
     return bool(re.search(r"\bFatal\b", event.text))
 
 

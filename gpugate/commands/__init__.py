@@ -1,23 +1,17 @@
-"""The thin subcommands: parse the arguments, call the code that does the work, print."""
+"""The thin subcommands: parse the arguments, call the code that does the work, print.
+
+Shared here: the hooks' help and arguments, the cluster commands' options. Running a hook under
+the guard is `guarded.py`, asking Slurm for one node or job `ask.py`: kept out of this package's
+import, which a replayed `gpugate check` pays (gpugate/startup.py)."""
 
 from __future__ import annotations
 
-from gpugate import log, names
-from gpugate.config import load_config
-from gpugate.gate.guard import run_hook
-from gpugate.slurm.choose import backend
-from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
+from gpugate.cli import make_parser, quick_options
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
-    from collections.abc import Callable, Iterable
-    from typing import Any, TypeVar
-
-    _T = TypeVar("_T")
-
-    from gpugate.config.schema import Config
-    from gpugate.slurm.control import SlurmControl
+    from types import SimpleNamespace
 
 
 # What each Slurm hook does, for its `--help` (Slurm passes hooks no arguments).
@@ -62,55 +56,14 @@ SELFTEST_HELP = (
 )
 
 
-def hook_args(hook: str, argv: list[str]) -> Namespace:
+def hook_args(hook: str, argv: list[str]) -> Namespace | SimpleNamespace:
     """A Slurm hook's arguments: only `--config FILE`."""
-    from gpugate.cli import make_parser
-
+    quick = quick_options(argv, values=("--config",))
+    if quick is not None:
+        return quick
     p = make_parser(f"gpugate {hook}", HOOK_HELP[hook] + SELFTEST_HELP)
     p.add_argument("--config", metavar="FILE", help="site config")
     return p.parse_args(argv)
-
-
-def run_hook_command(hook: str, argv: list[str], body: Callable[[Config], int]) -> int:
-    """Parse a hook's arguments and run `body` under the hook guard; the exit code for Slurm."""
-    args = hook_args(hook, argv)
-    if selftest_mode():
-        return selftest_dry_run(hook, args.config)
-    code = run_hook(hook, args.config, body)
-    # Only the prolog may fail: Slurm drains a node whose epilog fails ("Epilog error").
-    return code if hook == "prolog" else 0
-
-
-def selftest_mode() -> bool:
-    """GPUGATE_SELFTEST=1: `gpugate selftest` runs the hook, which must take no action."""
-    import os
-
-    return os.environ.get("GPUGATE_SELFTEST") == "1"
-
-
-def selftest_dry_run(hook: str, config_path: str | None) -> int:
-    """Load the config and say so on stderr (never stdout: the TaskProlog's is the job's)."""
-    import sys
-
-    try:
-        config = load_config(config_path)
-    except Exception as exc:  # the selftest reports it; no job depends on this run
-        print(f"gpugate {hook}: selftest: config unusable: {exc}", file=sys.stderr)
-        return 2
-    print(f"gpugate {hook}: selftest ok (state_dir {config.state_dir}); no action taken",
-          file=sys.stderr)  # fmt: skip
-    return 0
-
-
-def each_on_its_own(
-    hook: str, steps: Iterable[Callable[..., Any]], kept: str, *args: object
-) -> None:
-    """Run a hook's bookkeeping steps: one that raises is one line in slurmd's log, the rest run."""
-    for step in steps:
-        try:
-            step(*args)
-        except Exception as exc:  # MemoryError and RecursionError included: bookkeeping only
-            log.say(f"{hook}: {step.__name__} failed ({type(exc).__name__}: {exc}); {kept} kept")
 
 
 def add_cluster_options(p: ArgumentParser, window: str) -> None:
@@ -119,38 +72,3 @@ def add_cluster_options(p: ArgumentParser, window: str) -> None:
     p.add_argument("--window-days", type=float, metavar="DAYS",
                    help=f"{window} (default: admin.history_window_days)")  # fmt: skip
     p.add_argument("--config", metavar="FILE", help="site config")
-
-
-def ask_slurm_for(
-    prog: str,
-    kind: str,
-    ident: str,
-    config_file: str | None,
-    read: Callable[[SlurmControl, str], _T],
-) -> tuple[Config, SlurmControl, _T] | int:
-    """(config, the Slurm backend, `read(backend, ident)`: Slurm's record of the node or job),
-    or the exit code after one line: 2 when `ident` is not one node name / job id, 1 when Slurm
-    cannot say."""
-    from gpugate.cli import EXIT_USAGE
-
-    try:
-        (names.node_name if kind == "node" else names.job_id)(ident)
-    except names.BadName as exc:
-        return names.refuse(prog, exc, EXIT_USAGE)
-    config = load_config(config_file)
-    slurm: SlurmControl | None = None
-
-    def fetch() -> _T:
-        nonlocal slurm
-        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-        return read(slurm, ident)
-
-    not_found = NodeNotFound if kind == "node" else JobNotFound
-    info, code = names.ask_slurm(
-        prog, f"{kind} {ident}", fetch, not_found, (SlurmError, ValueError)
-    )
-    if code is not None:
-        return code
-    # fetch() returned: both are set
-    assert slurm is not None and info is not None
-    return config, slurm, info

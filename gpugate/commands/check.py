@@ -7,12 +7,11 @@ import time
 
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
-from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
+from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
 from gpugate.gate.policy import Decision, decide, effective_status
 from gpugate.node import node_name
-from gpugate.slurm.choose import with_slurm_gres
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -21,6 +20,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checks.findings import Finding
+
+
+# What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "values": ("--facts", "--config"),
+    "switches": ("--json",),
+    "lists": ("--only",),
+}
 
 
 def parser() -> ArgumentParser:
@@ -48,12 +55,15 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `gpugate check`."""
-    args = parser().parse_args(argv)
+    args = quick_options(argv, **OPTIONS) or parser().parse_args(argv)
     started = time.perf_counter()
 
     config = load_config(args.config)
     facts = gather(config, node_name(), snapshot=args.facts)
     if not args.facts:  # live: judge the GPU count by Slurm's Gres, as the prolog does
+        # Late: a replayed snapshot needs no Slurm adapter (gpugate/startup.py).
+        from gpugate.slurm.choose import with_slurm_gres
+
         facts = with_slurm_gres(config, node_name(), facts)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)

@@ -16,10 +16,17 @@ import os
 import sys
 import time
 
+from gpugate import jsonl
+from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.config import load_config
 from gpugate.drill import FAULTS, DrillError, end_drill, start_drill
+from gpugate.hooks.health import run_health
 from gpugate.names import refuse
-from gpugate.store.drills import drill_records
+from gpugate.node import node_name
+from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
+from gpugate.store.drills import drill_records, record_drill, records_path
+from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +63,6 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `gpugate drill`."""
-    from gpugate.config import load_config
 
     args = parser().parse_args(argv)
     if args.report:
@@ -84,7 +90,6 @@ def main(argv: list[str]) -> int:
 
 def usage_problem(args: Namespace) -> str | None:
     """What is wrong with a drill's NODE and --fault, or None."""
-    from gpugate.node import node_name
 
     if not args.node or not args.fault:
         return "give NODE and --fault (or --report, or --end)"
@@ -130,7 +135,6 @@ class Ops:
 
     def health(self, node: str) -> str:
         """Run the health check here now (a node with no job); what it did."""
-        from gpugate.hooks.health import run_health
 
         return run_health(self.config, node, self.slurm).action
 
@@ -146,7 +150,6 @@ class Ops:
 
     def resume(self, node: str, drill_id: str) -> tuple[bool, str]:
         """Resume `node` through `gpugate resume`'s checks and audit; (resumed, why not)."""
-        from gpugate.admin.resume import Request, check_then_resume
 
         request = Request(node=node, why=f"drill {drill_id} ended", who="gpugate drill")
         attempt = check_then_resume(self.config, self.slurm, self.slurm.node(node), request)
@@ -191,7 +194,6 @@ def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
 
 def follow(config: Config, drill: dict[str, Any], ops: Ops) -> dict[str, Any]:
     """Drive and watch one drill from injection to resume; its record (written)."""
-    from gpugate.store.drills import record_drill
 
     steps = Steps(drill["start"])
     steps.add("injected", FAULTS[drill["fault"]][0], fault=drill["fault"])
@@ -268,8 +270,6 @@ def follow_job(
 
 def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
     """The checkpoint EpilogSlurmctld requeued `job` from (its event line, else its comment)."""
-    from gpugate import jsonl
-    from gpugate.store.history import controller_dir
 
     # The controller's own directory first (where it writes), then state_dir (older releases).
     for directory in (controller_dir(config), config.state_dir):
@@ -306,14 +306,12 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
 
     With no drill open it still resumes a drill's drain: one the drill command could not lift
     because it died (its window closed by itself; only the drain was left)."""
-    from gpugate.node import node_name
 
     drill = end_drill(config)
     node = drill["node"] if drill else node_name()
     mark = f"DRILL {drill['id']}" if drill else "gpugate: DRILL "
     if drill:
         say(f"DRILL {drill['id']}: ended early")
-    from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
 
     try:
         ops = ops or Ops(config)
@@ -342,7 +340,6 @@ def _no_slurm_here(exc: BaseException) -> bool:
 
 def report(config: Config, node: str | None, as_json: bool) -> int:
     """`--report`: past drills, oldest first."""
-    from gpugate.store.drills import records_path
 
     path = records_path(config)
     if os.path.exists(path) and not os.access(path, os.R_OK):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate import log
-from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.commands.guarded import each_on_its_own, run_hook_command
 from gpugate.hooks.epilog import run_epilog
 from gpugate.slurm.hookenv import from_environ
 from gpugate.store import history, metrics
@@ -21,7 +21,6 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-
     env = from_environ()
     r = run_epilog(config, env)
     # The drain (if any) is done: each bookkeeping step below is on its own, best effort.

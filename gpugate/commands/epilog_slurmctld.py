@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpugate.commands import run_hook_command
+from gpugate.commands.guarded import run_hook_command
 from gpugate.hooks.epilog_slurmctld import run_epilog_slurmctld
 
 TYPE_CHECKING = False

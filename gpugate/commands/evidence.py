@@ -6,9 +6,11 @@ import os
 import sys
 
 from gpugate import names
+from gpugate.admin import losses
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.clock import parse_utc
 from gpugate.config import load_config
+from gpugate.flightrec.culprit import job_culprit
 from gpugate.store import history
 from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
 from gpugate.store.held import HELD_LABEL, held_entries, held_now
@@ -242,7 +244,6 @@ def main(argv: list[str]) -> int:
 def job_decisions(config: Config, job: str) -> list[dict[str, Any]]:
     """EpilogSlurmctld's decisions on `job`, oldest first (its events in controller_dir, and
     in state_dir where an older release wrote them)."""
-    from gpugate.admin import losses
 
     dirs = tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
     return [e for e in losses.requeue_events(dirs, 0.0) if e.get("job") == job]
@@ -276,6 +277,5 @@ def _print_decisions_only(target: str, decisions: list[dict[str, Any]], as_json:
 
 def _flight_recorder(bundles: list[str]) -> dict[str, Any] | None:
     """The job's flight-recorder culprit over its bundles' flightrec.json, or None."""
-    from gpugate.flightrec.culprit import job_culprit
 
     return job_culprit(bundles)

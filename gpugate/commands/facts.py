@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 
 from gpugate.checks.sources import gather_dict
+from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
 from gpugate.cli import make_parser
 from gpugate.config import load_config
-from gpugate.fsutil import atomic_write
+from gpugate.fsutil import atomic_write, read_text
 from gpugate.node import node_name
+from gpugate.yamlio import dump_yaml
 
 XML_MAX = 64 << 20  # `nvidia-smi -q -x` of 8 GPUs is well under 1 MiB
 
@@ -44,7 +46,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate facts`."""
     args = parser().parse_args(argv)
-    from gpugate.yamlio import dump_yaml
 
     if args.from_nvidia_smi_xml:
         snapshot = _from_xml(args.from_nvidia_smi_xml)
@@ -64,9 +65,6 @@ def main(argv: list[str]) -> int:
 
 
 def _from_xml(path: str) -> dict[str, Any] | None:
-    from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
-    from gpugate.fsutil import read_text
-
     try:  # a regular file under the cap, opened without blocking (never a FIFO or a device)
         return snapshot_from_xml(read_text(path, XML_MAX))
     except OSError as exc:

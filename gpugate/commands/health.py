@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from gpugate import log
-from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.commands.guarded import each_on_its_own, run_hook_command
+from gpugate.hooks.health import run_health
 from gpugate.slurm.hookenv import from_environ
 from gpugate.store import history, metrics
 from gpugate.store.nccl_dir import sweep_nccl_base
@@ -22,7 +23,6 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-    from gpugate.hooks.health import run_health
     from gpugate.slurm.choose import backend
 
     # No job environment: the node name as the other hooks find it (SLURMD_NODENAME, else

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -40,7 +41,6 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `gpugate nodes`."""
     args = parser().parse_args(argv)
-    import gc
 
     # A listing of a large cluster allocates a few hundred thousand objects (the parsed JSON,
     # the rows), none in a cycle: the collector's passes over them are pure cost here.
@@ -54,7 +54,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: Namespace) -> int:
-
     config = load_config(args.config)
     try:
         slurm = None if args.sinfo_json else admin.cli_backend(config)

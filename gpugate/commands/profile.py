@@ -15,7 +15,8 @@ import sys
 
 from gpugate.checks.facts import load_snapshot
 from gpugate.cli import make_parser
-from gpugate.config import load_config
+from gpugate.config import ConfigError, load_config
+from gpugate.config.classes import split_classes
 from gpugate.fsutil import atomic_write
 
 TYPE_CHECKING = False
@@ -102,8 +103,6 @@ def learn(facts: Facts, config: Config) -> dict[str, Any]:
 
 def as_class(learned: dict[str, Any], nodes: str) -> dict[str, Any]:
     """The profile as one node class of `nodes` (a Slurm hostlist), checked like the config's."""
-    from gpugate.config import ConfigError
-    from gpugate.config.classes import split_classes
 
     wrapped = {"classes": [{"nodes": nodes, **learned}]}
     split_classes(wrapped, "--nodes", ConfigError)  # a hostlist the loader would refuse

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate import log
-from gpugate.commands import each_on_its_own, run_hook_command
+from gpugate.commands.guarded import each_on_its_own, run_hook_command
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import from_environ
 from gpugate.store import history, metrics
@@ -21,7 +21,6 @@ def main(argv: list[str]) -> int:
 
 
 def _body(config: Config) -> int:
-
     env = from_environ()
     result = run_prolog(config, env)
     # The decision is made: nothing below (the history, the metrics, the events, a full or

@@ -7,11 +7,20 @@ Exit 0 when every node passed, 1 when one failed or could not be qualified, 2 us
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import signal
+import subprocess
+import time
 
+from gpugate.child import cli_command
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
+from gpugate.config import load_config
 from gpugate.names import refuse
+from gpugate.qualify.dcgm import dcgm_step
+from gpugate.qualify.sweep import sweep_config
+from gpugate.slurm.control import SlurmError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,7 +35,6 @@ PROG = "gpugate qualify"
 
 def parser() -> ArgumentParser:
     """Options of `gpugate qualify`."""
-    import argparse
 
     p = make_parser(PROG, "Qualify nodes (root only): one exclusive Slurm job per node (DCGM "
                     "diagnostics, all-reduce bandwidth, host-to-device copies), then pairwise "
@@ -71,12 +79,10 @@ def main(argv: list[str]) -> int:
                       "nodes)", EXIT_USAGE)  # fmt: skip
     if bool(args.nodes) == bool(args.idle):
         return refuse(PROG, "name at least one NODE, or --idle (not both)", EXIT_USAGE)
-    from gpugate.config import load_config
 
     config = load_config(args.config)
     if config.qualify is None:
         return refuse(PROG, "the configuration has no qualify: section", EXIT_USAGE)
-    from gpugate.qualify.sweep import sweep_config
 
     try:  # a sweep's priority first: --qos and the others below still override it
         config = sweep_config(config, args.nice, args.idle)
@@ -94,7 +100,6 @@ def run(args: Namespace, config: Config) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
     from gpugate.qualify.run import QualifyError, qualify_nodes
     from gpugate.slurm.choose import backend
-    from gpugate.slurm.control import SlurmError
 
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
     tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None
@@ -129,7 +134,6 @@ def run(args: Namespace, config: Config) -> int:
 
 def _terminate_as_exit() -> dict[int, Any]:
     """SIGTERM/SIGHUP end the run through its `finally` (nodes drained again, reservation gone)."""
-    import signal
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
@@ -138,8 +142,6 @@ def _terminate_as_exit() -> dict[int, Any]:
 
 
 def _restore(previous: dict[int, Any]) -> None:
-    import signal
-
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -168,10 +170,7 @@ def table(result: QualifyRun) -> str:
 
 def background(argv: list[str], state_dir: str) -> int:
     """--no-wait: the same qualification in a detached process; where its output goes."""
-    import subprocess
-    import time
 
-    from gpugate.child import cli_command
     from gpugate.fsutil import private_dir
 
     logs = private_dir(os.path.join(state_dir, "qualify"), 0o700, gid=-1)
@@ -192,7 +191,6 @@ def step(args: Namespace) -> int:
     if args.step != "dcgm" or not args.out or not args.node:
         return refuse(PROG, "--step dcgm needs --node and --out", EXIT_USAGE)
     from gpugate.fsutil import atomic_write
-    from gpugate.qualify.dcgm import dcgm_step
 
     try:
         level = int(args.level or 1)

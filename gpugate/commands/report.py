@@ -13,6 +13,7 @@ from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
 from gpugate.store import history
 from gpugate.store.held import held_entries
+from gpugate.store.suspects import flags
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -100,7 +101,6 @@ def events_dirs(config: Config) -> tuple[str, ...]:
 
 def suspect_flags(where: str | tuple[str, ...]) -> list[dict[str, Any]]:
     """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
-    from gpugate.store.suspects import flags
 
     try:
         return flags(where)

@@ -6,7 +6,7 @@ import json
 import sys
 
 from gpugate.cli import make_parser
-from gpugate.commands import ask_slurm_for
+from gpugate.commands.ask import ask_slurm_for
 from gpugate.gate.requeue import JobEnd
 from gpugate.hooks.epilog_slurmctld import run_requeue
 

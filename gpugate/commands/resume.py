@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from gpugate.admin.resume import Request, check_then_resume, held_notice
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
-from gpugate.commands import ask_slurm_for
+from gpugate.commands.ask import ask_slurm_for
 from gpugate.names import refuse
+from gpugate.store.history import history_dir, read_dirs, record_resume
+from gpugate.store.suspects import open_flags
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,8 +63,6 @@ def parser() -> ArgumentParser:
 
 def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
     """An admin's look at a suspect in service closes its flag and votes (audited); what was done."""
-    from gpugate.store.history import history_dir, read_dirs, record_resume
-    from gpugate.store.suspects import open_flags
 
     flag = open_flags(read_dirs(config)).get(node)
     if flag is None:

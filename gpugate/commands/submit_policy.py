@@ -9,11 +9,11 @@ set `JobSubmitPlugins=lua`.
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
 from gpugate.config import load_config
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "job_submit.lua.in")
 _MARKER = "-- @POLICY@ (replaced by `gpugate submit-policy --lua`)"
 # A partition name Slurm accepts, so that a typo'd key cannot smuggle Lua into the table.
-_PARTITION = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_PARTITION = lazy(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def lua_string(text: str) -> str:

@@ -6,7 +6,8 @@ import os
 import sys
 
 from gpugate import log
-from gpugate.commands import hook_args, selftest_dry_run, selftest_mode
+from gpugate.commands import hook_args
+from gpugate.commands.guarded import selftest_dry_run, selftest_mode
 from gpugate.config import load_config
 from gpugate.hooks.task_prolog import exports, render
 

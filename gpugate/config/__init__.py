@@ -8,12 +8,12 @@ defaults. Unknown keys, wrong types and bad values are refused as `file: key.pat
 from __future__ import annotations
 
 import os
-import re
 
 from gpugate.checks.registry import registered
 from gpugate.config import schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
+from gpugate.yamlio import YamlError, load_yaml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,7 +89,6 @@ def site_config_path(explicit: str | None = None) -> tuple[str | None, bool]:
 
 def load_config(path: str | None = None) -> schema.Config:
     """Load the packaged defaults and the site file over them."""
-    from gpugate.yamlio import YamlError, load_yaml
 
     try:
         defaults = load_yaml(PACKAGED_FILE)
@@ -254,6 +253,10 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
 
 def _check_keyed(mapping: dict[str, Any], source: str, path: str) -> None:
     """Refuse a key or a value outside a closed mapping's sets (`checks.kernel.xid_actions`)."""
+    if not mapping:
+        return  # the packaged defaults: nothing to match, and no `re` to import
+    import re  # late: only a site that sets a keyed mapping (gpugate/startup.py)
+
     pattern, what, values = _KEYED[path]
     for key, value in mapping.items():
         if not re.fullmatch(pattern, key):

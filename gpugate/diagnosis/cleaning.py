@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 
+from gpugate.regex import lazy
+
 # ANSI/VT100 escapes: CSI sequences (colours, cursor moves), OSC titles, two-byte escapes.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
+_ANSI_RE = lazy(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROL_RE = lazy(r"[\x00-\x08\x0b-\x1f\x7f]+")
 # Prefixes launchers put in front of every line (docs/gpu-facts.md 6), peeled off one by one.
 # `[rankN]:`, `[rank: N]`, mpirun's `[job,N]<stderr>:` and torchrun's `[defaultN]:` name a rank.
-_PREFIX_RE = re.compile(
+_PREFIX_RE = lazy(
     r"""\s*(?:
       \[rank(?P<rank>\d+)\]:\s?                      # [rank3]:  (PyTorch >= 2.2)
     | \[rank:\ (?P<rank_l>\d+)\]\s?                   # [rank: 0] (Lightning)
@@ -30,7 +32,7 @@ _PREFIX_RE = re.compile(
 )
 
 
-_GLUED_RANK_RE = re.compile(r"\[rank\d+\]:(?!.*\[rank\d+\]:)")
+_GLUED_RANK_RE = lazy(r"\[rank\d+\]:(?!.*\[rank\d+\]:)")
 
 
 def clean(segment: bytes) -> tuple[str, int | None]:

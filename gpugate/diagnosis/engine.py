@@ -8,6 +8,8 @@ what each category means and whose fault it is. A log handed to `gpugate diagnos
 
 from __future__ import annotations
 
+import io
+
 from gpugate.diagnosis.rank import Collector, rank_signals
 from gpugate.diagnosis.scan import Counting, FileScan, scan_input, scan_stream
 from gpugate.diagnosis.verdict import LOG_FILE, SOURCES, TRUSTED_SOURCES, Diagnosis
@@ -73,7 +75,6 @@ def diagnose_streams(inputs: list[Input]) -> Diagnosis:
 
 def diagnose_bytes(data: bytes) -> Diagnosis:
     """Diagnose an in-memory log (tests, callers that already hold the text)."""
-    import io
 
     col = Collector()
     n = scan_stream(io.BytesIO(data), 0, col)

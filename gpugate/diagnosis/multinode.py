@@ -26,6 +26,7 @@ from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.timestamps import BOOT, NOYEAR, WALL, line_stamp
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.record import Record
+from gpugate.text import printable
 from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
@@ -317,7 +318,6 @@ def _node_json(r: NodeResult, suspects: list[str]) -> dict[str, Any]:
 
 def render_job(results: list[NodeResult], render_one: Callable[[Diagnosis], str]) -> str:
     """The human report: one line per node (`*` the first to fail), then that node's report."""
-    from gpugate.text import printable
 
     job = job_json(results)
     lines = [f"job diagnosis over {len(results)} node(s): {job['category']}",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from gpugate.regex import lazy
+
 # InfiniBand work-completion status codes: libibverbs `enum ibv_wc_status` (rdma-core
 # libibverbs/verbs.h; ibv_wc_status_str() gives the same meanings).
 IB_WC_STATUS: dict[int, str] = {
@@ -47,8 +49,8 @@ BENIGN_ASYNC = ("port active", "client reregistration", "lid change", "pkey chan
                 "gid table change", "sm change", "path migrated", "last wqe reached")  # fmt: skip
 
 # The WARN line itself: `NCCL WARN msg` (2.4+) or `file.h:185 WARN msg` (2.0-2.3).
-WARN_RE = re.compile(r"(?:\bNCCL WARN|\.(?:cc|cu|h|c):\d+ WARN) (?P<msg>.*)")
-_COMPLETION = re.compile(
+WARN_RE = lazy(r"(?:\bNCCL WARN|\.(?:cc|cu|h|c):\d+ WARN) (?P<msg>.*)")
+_COMPLETION = lazy(
     # NCCL <= 2.26: "with error 12, ... vendor err 129"; 2.27+: "with status=IBV_WC_..._ERR(12)
     # ... vendor_err=129".
     r"Got completion from peer (?P<peer>\S+) with (?:error |status=)(?:IBV_WC_\w+\()?(?P<status>\d+)"
@@ -56,15 +58,15 @@ _COMPLETION = re.compile(
 )
 # "Got async event : port error" (NCCL <= 2.24); "async fatal event on QP (0x1f): invalid
 # request local work queue error" (2.25+).
-_ASYNC = re.compile(
+_ASYNC = lazy(
     r"Got async (?:error )?event ?: ?(?P<event>[^,(\n]+)|"
     r"async (?P<fatal>fatal )?event on (?P<on>\w+)[^:]*: ?(?P<what>[^,\n]+)",
     re.I,
 )
-_RETRIED = re.compile(r"\b[Rr]etry(?:ing)?\b|will retry|[Rr]etrying")
+_RETRIED = lazy(r"\b[Rr]etry(?:ing)?\b|will retry|[Rr]etrying")
 
 # (kind, pattern of the message) in order: the first that matches names the kind.
-KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p)) for k, p in (
+KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, lazy(p)) for k, p in (
     ("duplicate GPU (two ranks on one device)", r"Duplicate GPU detected"),
     ("CUDA failure inside NCCL", r"Cuda failure|CUDA failure|failed to open CUDA IPC handle|"
                                  r"cuda\w+ failed|CUDA driver is a stub"),

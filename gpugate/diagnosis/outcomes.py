@@ -14,6 +14,7 @@ from gpugate.checks import xid as X
 from gpugate.checks.kernel_lines import read_line
 from gpugate.checks.sxid import SxidEvent
 from gpugate.diagnosis import nccl_warn
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def nccl_warn_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, Non
 
 # How a process's end is written when it was SIGKILLed: exit code -9 (torchrun, DeepSpeed),
 # 137 (a shell's 128+9), signal 9, SIGKILL, or a shell's "Killed".
-_SIGKILL = re.compile(r"^(?:-9|137|9|SIGKILL|Killed)$")
+_SIGKILL = lazy(r"^(?:-9|137|9|SIGKILL|Killed)$")
 
 
 def exit_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, dict[str, Any]]:
@@ -90,7 +91,7 @@ def exit_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, di
     return "other", FATAL, None, {}
 
 
-_GPU_CAPACITY = re.compile(r"GPU (\d+) has a total capacity")
+_GPU_CAPACITY = lazy(r"GPU (\d+) has a total capacity")
 
 
 def oom_outcome(m: re.Match[str], text: str) -> tuple[str, str, None, dict[str, Any]]:

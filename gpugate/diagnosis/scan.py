@@ -14,10 +14,14 @@ give identical results.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
+import time
 
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.verdict import LOG_FILE
+from gpugate.fsutil import open_regular
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -113,8 +117,6 @@ def grep_hits(
     fast as `-F` with one `-e` per anchor on the benchmark log. `path` "-" with `stdin`: grep
     reads a file already open (checked once, never opened again by name).
     """
-    import subprocess
-    import threading
 
     argv = [grep, "-a", "-n", "-E", S.GREP_ERE, "--", path]
     env = dict(os.environ, LC_ALL="C")
@@ -193,7 +195,6 @@ class LimitedStream:
 
     def read(self, n: int) -> bytes:
         """Up to n bytes, or b"" once a budget is spent."""
-        import time
 
         now = time.monotonic()
         if self._deadline is None and self._seconds is not None:
@@ -230,7 +231,6 @@ def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
     """Scan one named file: opened once, without blocking, and only if it is a regular file
     (a FIFO or `/dev/zero` named as a log is refused, never read until killed); grep and
     gzip read that same descriptor. No size cap: a log is streamed, never held in memory."""
-    from gpugate.fsutil import open_regular
 
     with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size

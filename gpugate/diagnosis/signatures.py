@@ -26,6 +26,7 @@ from gpugate.diagnosis import outcomes as O
 from gpugate.diagnosis.cleaning import clean
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -478,7 +479,7 @@ def match_segment(segment: bytes) -> Match | None:
 
 # A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
 # Rank 3]` (ProcessGroupNCCL, PyTorch 1.x to 2.9).
-_BODY_RANK_RE = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
+_BODY_RANK_RE = lazy(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
 
 
 def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | None) -> Match:

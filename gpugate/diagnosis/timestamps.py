@@ -19,6 +19,7 @@ import re
 
 from gpugate.clock import civil_days, utc
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 # The kinds: a full date (WALL), a date without its year (NOYEAR), seconds since boot (BOOT).
 WALL, NOYEAR, BOOT = "wall", "noyear", "boot"
@@ -28,16 +29,14 @@ _MON = "(" + "|".join(_MONTHS) + ")"
 # A stamp is looked for near the start only: a date in a message's text is not the line's time.
 HEAD = 96
 
-_ISO = re.compile(
+_ISO = lazy(
     r"(?<!\d)(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
     r"(Z|[+-]\d\d:?\d\d)?(?!\d)"
 )
-_CTIME = re.compile(r"\[\w{3} " + _MON + r" +(\d\d?) (\d\d):(\d\d):(\d\d) (\d{4})\]")
-_SYSLOG = re.compile(
-    r"(?<![A-Za-z])" + _MON + r" +(\d\d?) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)"
-)
-_GLOG = re.compile(r"(?<![A-Za-z0-9])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)")
-_BOOT = re.compile(r"\[\s*(\d+\.\d+)\]")
+_CTIME = lazy(r"\[\w{3} " + _MON + r" +(\d\d?) (\d\d):(\d\d):(\d\d) (\d{4})\]")
+_SYSLOG = lazy(r"(?<![A-Za-z])" + _MON + r" +(\d\d?) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)")
+_GLOG = lazy(r"(?<![A-Za-z0-9])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)")
+_BOOT = lazy(r"\[\s*(\d+\.\d+)\]")
 
 
 class Stamp(Record):

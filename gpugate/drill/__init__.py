@@ -25,7 +25,6 @@ first InfiniBand port; the real values of everything else are kept):
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -108,6 +107,8 @@ FAULTS: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
 
 def overlay(fault: str, data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a snapshot dict) with `fault`'s overlay applied (a deep copy; `data` is kept)."""
+    import json  # late, as in active_drill
+
     out: dict[str, Any] = json.loads(json.dumps(data))
     FAULTS[fault][1](out)
     return out
@@ -134,12 +135,16 @@ def active_drill(config: Config, now: float | None = None) -> dict[str, Any] | N
     """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
     path = drill_path(config)
     try:
-        drill: dict[str, Any] | None = json.loads(
-            read_regular(path, 1 << 20, follow=False)
-        )  # never blocks
-    except FileNotFoundError:
+        raw = read_regular(path, 1 << 20, follow=False)  # never blocks
+    except FileNotFoundError:  # the usual case, on every gather: no drill, no JSON to import
         return None
-    except (OSError, ValueError):
+    except OSError:
+        raw = b""  # unreadable: removed below, as a broken file is
+    import json  # late: gpugate/startup.py
+
+    try:
+        drill = json.loads(raw)
+    except ValueError:
         drill = None
     now = time.time() if now is None else now
     if valid_drill(drill) and drill["start"] <= now < drill["end"]:
@@ -155,6 +160,8 @@ def start_drill(
     config: Config, node: str, fault: str, minutes: float, now: float | None = None
 ) -> dict[str, Any]:
     """Open a drill window on `node` (DrillError: bad fault, window too long, one already open)."""
+    import json  # late: gpugate/startup.py
+
     if fault not in FAULTS:
         raise DrillError(f"unknown fault {fault!r} (known: {', '.join(FAULTS)})")
     limit = config.drill.max_minutes

@@ -21,6 +21,7 @@ import json
 import os
 
 from gpugate.flightrec.reader import _int, _str
+from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -223,7 +224,6 @@ def find_culprit(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _read_json(path: str, limit: int) -> object:
     """A bundle member as JSON, or None when absent; ValueError names what is wrong."""
-    from gpugate.userfiles import UserFileError, open_regular, read_fd
 
     try:
         fd = open_regular(path)

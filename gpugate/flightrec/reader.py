@@ -16,6 +16,8 @@ import json
 import pickle
 import re
 
+from gpugate.regex import lazy
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
@@ -27,7 +29,7 @@ KEEP_PER_PG = 64  # the last collectives per process group are what a culprit ne
 PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 BACKENDS = ("nccl", "ncclx", "xccl", "gloo", "rccl", "rcclx", "mccl", "hccl")  # types.py Op
 # A frame inside torch itself is not where the user's code called the collective.
-_TORCH_FRAME = re.compile(r"[/\\]torch[/\\](distributed|nn|_dynamo|utils)[/\\]")
+_TORCH_FRAME = lazy(r"[/\\]torch[/\\](distributed|nn|_dynamo|utils)[/\\]")
 
 
 class DumpError(ValueError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+from gpugate import log
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -160,7 +161,6 @@ def warn_daily(config: Config, nodes: dict[str, NodeInfo] | None = None) -> list
     warnings = budget_warnings(config.budget, nodes)
     if not warnings:
         return []
-    from gpugate import log
 
     for w in warnings:
         log.error(config.state_dir, f"DRAIN BUDGET TOO SMALL TO ACT: {w}")

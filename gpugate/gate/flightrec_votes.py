@@ -10,6 +10,11 @@ point at it too (an exclusion keeps one job off one node; it takes nothing out o
 
 from __future__ import annotations
 
+from gpugate.clock import parse_utc
+from gpugate.flightrec.culprit import records_culprit
+from gpugate.store import history
+from gpugate.store.suspects import voting_jobs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -26,7 +31,6 @@ def culprit_node(
 ) -> tuple[str | None, dict[str, Any] | None]:
     """(node, culprit) of this run's decision records; node None unless a decided rank on a
     job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
-    from gpugate.flightrec.culprit import records_culprit
 
     try:
         found = records_culprit(summaries)
@@ -42,7 +46,6 @@ def first_node(
     config: Config, job: JobEnd, summaries: list[dict[str, Any]]
 ) -> tuple[str, float | None] | None:
     """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
-    from gpugate.clock import parse_utc
 
     node, _ = culprit_node(job, summaries)
     if node is None:
@@ -55,8 +58,6 @@ def with_culprit(
     config: Config, job: JobEnd, summaries: list[dict[str, Any]], suspects: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The requeue's suspects with the FR culprit node first when root's evidence agrees."""
-    from gpugate.store import history
-    from gpugate.store.suspects import voting_jobs
 
     node, _ = culprit_node(job, summaries)
     if node is None:

@@ -7,6 +7,7 @@ job) unless the site asked for that (`prolog.on_error: refuse`).
 
 from __future__ import annotations
 
+import os
 import time
 
 from gpugate import log
@@ -27,7 +28,6 @@ FALLBACK_ENV = "GPUGATE_FALLBACK_STATE_DIR"
 
 def fallback_state_dir() -> str:
     """The state directory a hook with an unusable config logs to."""
-    import os
 
     return os.environ.get(FALLBACK_ENV) or FALLBACK_STATE_DIR
 
@@ -39,7 +39,6 @@ HOOK_UMASK = 0o027
 
 def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
     """Load the config and run `body`; map any failure of gpugate itself to the set outcome."""
-    import os
 
     old_umask = os.umask(HOOK_UMASK)
     try:
@@ -49,7 +48,6 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
 
 
 def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
-
     started = time.monotonic()
     try:
         config = load_config(config_path)

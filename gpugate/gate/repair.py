@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 
 from gpugate import log, runner
+from gpugate.checks.registry import REBOOT as REBOOT_ACTION
+from gpugate.checks.registry import suggested_action
+from gpugate.checks.xid import SITE_ACTIONS, lookup
 from gpugate.fsutil import FileLock, atomic_write, lock_file, read_regular
 from gpugate.gate.budget import check_budget
 from gpugate.node import node_name
+from gpugate.regex import lazy
 from gpugate.slurm.control import NotOurDrain, SlurmError, valid_node_name
 from gpugate.slurm.reasons import drain_reason, is_ours, reason_check
-from gpugate.store import locks
+from gpugate.store import history, locks
 from gpugate.store.state import StateError, ensure_state_dir
 
 TYPE_CHECKING = False
@@ -45,7 +48,7 @@ REPAIRS_MODE = 0o600  # root's only: what gpugate did to this node's hardware
 _MAX_NODES = 4096  # entries kept per kind (a node-local file holds one node; a few at most)
 # Slurm shows a pending reboot as these state flags (`@` and `^` in sinfo).
 _PENDING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-_XID = re.compile(r"\bXid (\d{1,9})\b")
+_XID = lazy(r"\bXid (\d{1,9})\b")
 
 
 # --------------------------------------------------------------------------- classifying
@@ -57,8 +60,6 @@ def repair_kind(fault: str, config: Config | None = None) -> str | None:
     Reads gpugate's own words (`gpugate: <check>: <detail>` or `<check>: <detail>`): the check
     id, the Xid code and the action the Xid check wrote ("reboot the node" / "reset the GPU").
     """
-    from gpugate.checks.registry import REBOOT as REBOOT_ACTION
-    from gpugate.checks.registry import suggested_action
 
     text = fault.strip()
     check = reason_check(text if is_ours(text) else f"gpugate: {text}")
@@ -76,8 +77,6 @@ def repair_kind(fault: str, config: Config | None = None) -> str | None:
 
 
 def _xid_kind(detail: str, config: Config | None) -> str | None:
-    from gpugate.checks.xid import SITE_ACTIONS, lookup
-
     if "reboot the node" in detail:
         return REBOOT
     m = _XID.search(detail)
@@ -229,7 +228,6 @@ def reset_gpus(
 
 def _audit_reset(config: Config, node: str, gpus: list[int]) -> None:
     """The reset in the audit log, where the false-drain count looks for repairs."""
-    from gpugate.store import history
 
     why = f"gpugate: nvidia-smi -r on GPU {', '.join(map(str, gpus))}"
     try:

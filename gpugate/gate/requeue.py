@@ -9,6 +9,8 @@ controller cannot read is never taken for "no infrastructure fault": the decisio
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 
 from gpugate.child import detach
@@ -258,8 +260,6 @@ def cannot_read(problem: str) -> str:
 
 def user_name() -> str:
     """This process's user name (EpilogSlurmctld runs as SlurmUser), else `uid N`."""
-    import os
-    import pwd
 
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
@@ -338,7 +338,6 @@ def apply(
 
 def note_path(job: JobEnd) -> str | None:
     """`<the job's StdOut directory>/gpugate-<job id>.requeue.txt`, or None when unknown."""
-    import os
 
     if not job.stdout.startswith("/") or not job.job_id.replace("_", "").isdigit():
         return None
@@ -351,7 +350,6 @@ def tell_user(job: JobEnd, decision: RequeueDecision) -> str:
     Slurm refuses an AdminComment on a finished job. Only root can write as the user: as
     SlurmUser the note is skipped (the decision is in `gpugate evidence JOB` and the log).
     """
-    import os
 
     path = note_path(job)
     if path is None:

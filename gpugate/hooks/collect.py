@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -18,13 +19,16 @@ from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
+from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.reasons import evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
+from gpugate.store.state import load_task_file
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
+from gpugate.yamlio import dump_yaml
 
 DIAGNOSE_SHARE = 0.8  # of the reader's timeout, shared among the job's files
 
@@ -197,7 +201,6 @@ def _diagnose(
     budget_s: float | None,
 ) -> dict[str, Any]:
     """One diagnosis: the job's files (not trusted) and root's own kernel lines (trusted)."""
-    import io
 
     share = budget_s / len(opened) if budget_s and opened else None
     inputs = []
@@ -261,8 +264,6 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
 
 def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict[str, Any]) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
-    from gpugate.slurm.hookenv import comment_tokens
-    from gpugate.store.state import load_task_file
 
     saved = load_task_file(config.state_dir, env.job_id) if env.job_id else None
     ckpt = (saved or {}).get("ckpt_dir")
@@ -410,7 +411,6 @@ def _bundle_files(
     facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: dict[str, Any]
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
-    from gpugate.yamlio import dump_yaml
 
     diagnosis = logs.get("diagnosis") or {}
     files: dict[str, str | bytes] = {
@@ -462,7 +462,6 @@ def _epoch(value: object) -> float | None:
 
 
 def _iso(epoch: float | None) -> str | None:
-
     return utc(epoch) if epoch else None
 
 
@@ -484,5 +483,4 @@ def _first_time(lines: list[str]) -> str | None:
 
 
 def _slurm(config: Config) -> SlurmControl:
-
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

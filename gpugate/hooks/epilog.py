@@ -9,8 +9,10 @@ errors (CUDA OOM, Python exceptions, Xid 13/31/43 alone).
 
 from __future__ import annotations
 
+import os
 import time
 
+from gpugate.checks.kernel import app_xid_suspect, repeats
 from gpugate.checks.registry import hardware_checks
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
@@ -23,6 +25,7 @@ from gpugate.record import Record
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.store import app_xids as xid_history
 from gpugate.store import controller_view
+from gpugate.store.evidence import read_summary
 from gpugate.store.history import history_dir
 from gpugate.store.nccl_dir import remove_nccl_dir
 from gpugate.store.runs import (
@@ -157,7 +160,6 @@ def view_finish(
     config: Config, env: HookEnv, result: EpilogResult | None, flightrec: dict[str, Any] | None
 ) -> None:
     """The record: done, with the bundle's decision fields (a normal end: none; no log text)."""
-    from gpugate.store.evidence import read_summary
 
     if result is not None and not result.bundle and not result.abnormal:
         _view_forget(config, env)  # nothing to decide on: no file left for every job
@@ -292,7 +294,6 @@ def flag_app_xid_suspect(
     config: Config, env: HookEnv, app_xids: tuple[Any, ...], mine: list[dict[str, Any]]
 ) -> None:
     """Flag this node when a GPU of this job passes the application-Xid rule; never a drain."""
-    from gpugate.checks.kernel import app_xid_suspect, repeats
 
     k = config.checks.kernel
     for pci in sorted({e["gpu"] for e in mine}):
@@ -312,7 +313,6 @@ def flag_app_xid_suspect(
 
 def refused_here(config: Config, job_id: str) -> bool:
     """Whether this node's prolog refused the job (see prolog.mark_refused)."""
-    import os
 
     try:
         return os.path.isfile(os.path.join(job_dir(config.state_dir, job_id), "refused.json"))

@@ -23,6 +23,7 @@ from gpugate.gate.requeue import (
     refusals,
     requested,
     resume_point,
+    user_name,
     wait_for_summaries,
 )
 from gpugate.gate.suspicion import vote as cast_vote
@@ -134,7 +135,6 @@ def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]
 def writable_problem(directory: str) -> str | None:
     """None when this process can write `directory` (made if missing); else the plain line."""
     from gpugate.fsutil import STATE_DIR_MODE, private_dir
-    from gpugate.gate.requeue import user_name
 
     try:
         if not os.path.isdir(directory):

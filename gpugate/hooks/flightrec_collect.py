@@ -23,11 +23,14 @@ with the epilog's cleanup (task_prolog.remove_nccl_dir).
 
 from __future__ import annotations
 
+import json
 import os
 
 from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX
 from gpugate.store.nccl_dir import nccl_job_dir
+from gpugate.store.state import StateError, job_dir
 from gpugate.text import printable
+from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -65,7 +68,6 @@ def job_started(config: Config, env: HookEnv) -> float | None:
     """When the job started here: SLURM_JOB_START_TIME (23.x+), else its prolog's baseline."""
     if env.start_time:
         return float(env.start_time)
-    from gpugate.store.state import StateError, job_dir
 
     try:  # 22.05 has no start time: the baseline is written by this job's prolog
         return os.stat(
@@ -122,7 +124,6 @@ def _rewrite(answer: object, errors: list[dict[str, Any]]) -> dict[str, str]:
     The child runs as the user: whatever it answered is parsed JSON, and json.dumps of it is
     JSON text again (it starts with `{`, which no unpickler accepts), never the user's bytes.
     """
-    import json
 
     kept: dict[str, str] = {}
     for name, plain in answer.items() if isinstance(answer, dict) else ():
@@ -158,7 +159,6 @@ def _candidates(places: list[list[str]]) -> bool:
 
 def bundle_files(flightrec: dict[str, Any] | None) -> dict[str, str | bytes]:
     """The bundle members: `flightrec.json` and the accepted dumps as `flightrec/<name>.json`."""
-    import json
 
     if not flightrec or not (flightrec.get("records") or flightrec.get("errors")):
         return {}
@@ -234,7 +234,6 @@ def _read_one(
     path: str, since: float | None, max_bytes: int, kept_total: int, out: dict[str, Any]
 ) -> str | None:
     """Read one candidate into `out`: READ, UNREAD, or None when it is not the job's."""
-    from gpugate.userfiles import UserFileError, open_regular, read_fd
 
     name = os.path.basename(path)
     try:
@@ -261,7 +260,6 @@ def _read_one(
 def _parse(data: bytes, name: str, kept_total: int, out: dict[str, Any]) -> None:
     """Parse one dump with the restricted reader (gpugate.flightrec.reader) into `out`."""
     import hashlib
-    import json
 
     from gpugate.flightrec.reader import DumpError, read_dump_kept
 

@@ -20,15 +20,18 @@ from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
+from gpugate.drill import active_drill
 from gpugate.gate.drain import drain_detail, drain_node
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.slurm.reasons import reason_check
 from gpugate.store import healing
 from gpugate.store.healing import Healing
+from gpugate.store.history import count_drains, history_dir
 from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
@@ -46,8 +49,8 @@ JOB_GPU_CHECKS = frozenset({"gpu.processes", "gpu.temperature", "gpu.throttle"})
 # What any job changes on the host.
 JOB_HOST_CHECKS = frozenset({"host.memory"})
 _BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
-_GRES_USED = re.compile(r"(?:^|\s)GresUsed=(\S+)")
-_GPU_IDX = re.compile(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
+_GRES_USED = lazy(r"(?:^|\s)GresUsed=(\S+)")
+_GPU_IDX = lazy(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
 SKIPPED = "skipped: GPU in use by a job"
 
 
@@ -171,7 +174,7 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
 
 
-_DRILL_REASON = re.compile(r"^gpugate:\s*DRILL (\S+?):")
+_DRILL_REASON = lazy(r"^gpugate:\s*DRILL (\S+?):")
 
 
 def _ended_drill(config: Config, info: NodeInfo) -> bool:
@@ -179,7 +182,6 @@ def _ended_drill(config: Config, info: NodeInfo) -> bool:
     m = _DRILL_REASON.match(info.reason or "")
     if m is None:
         return False
-    from gpugate.drill import active_drill
 
     drill = active_drill(config)
     return drill is None or drill.get("id") != m.group(1)
@@ -268,7 +270,6 @@ def keep_or_lift(
     any_job: bool,
 ) -> HealthResult:
     """gpugate's own drain: count the passing runs and lift it when heal.py says so."""
-    from gpugate.store.history import count_drains, history_dir
 
     entry = current_entry(config, info, boot)
     failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)

@@ -8,6 +8,8 @@ start on its healthy GPUs (unless `prolog.refuse_for_other_gpus`).
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 
@@ -282,8 +284,6 @@ def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
     Slurm runs the Epilog after a failed Prolog too; without the note it would collect
     "evidence" of the fault the prolog already reported, for a job that never started.
     """
-    import json
-    import os
 
     try:
         directory = ensure_job_dir(config.state_dir, env.job_id or "")
@@ -308,7 +308,6 @@ def summary(decision: Decision) -> str:
 
 
 def _slurm(config: Config) -> SlurmControl:
-
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 
 

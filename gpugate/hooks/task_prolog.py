@@ -8,6 +8,8 @@ left alone: the user's choice wins.
 from __future__ import annotations
 
 import os
+import re
+import sys
 
 from gpugate.checkpoints.discover import latest_complete
 from gpugate.store.nccl_dir import (  # noqa: F401  (prepare/remove: the hooks' names)
@@ -102,7 +104,6 @@ def fr_opted_out(comment: str | None) -> bool:
     comment_tokens reads it as the key "no" (a key is letters and '_'), the same as
     `gpugate:no-ckpt`, so the whole token is matched here.
     """
-    import re
 
     return bool(re.search(r"(?:^|[\s,;])gpugate:no-fr(?=$|[\s,;])", comment or ""))
 
@@ -200,7 +201,6 @@ def render(pairs: list[tuple[str, str]], note: Callable[[str], None] | None = No
 
 def _export_problem(name: str, value: str) -> str | None:
     """Why `export name=value` would not reach the job as exactly that variable, or None."""
-    import re
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
         return "not a valid variable name"
@@ -215,6 +215,4 @@ def _export_problem(name: str, value: str) -> str | None:
 
 
 def _note_to_stderr(text: str) -> None:
-    import sys
-
     print(text, file=sys.stderr)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 
+from gpugate import runner
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -323,7 +324,6 @@ def _merge(results: list[DcgmResult]) -> DcgmResult:
 
 def run_diag(level: int, dcgmi: str = "dcgmi", timeout_s: float | None = None) -> DcgmResult:
     """Run `dcgmi diag -r LEVEL -j` with a timeout and parse it; DcgmError when that fails."""
-    from gpugate import runner
 
     argv = diag_argv(level, dcgmi)
     limit = float(timeout_s if timeout_s is not None else LEVELS[level]["timeout_s"])

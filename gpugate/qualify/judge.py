@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import os
 
+from gpugate.checks.boards import match_board
 from gpugate.qualify import jobs
+from gpugate.qualify.floors import floor_for
+from gpugate.qualify.pairs import judge_bandwidth, judge_pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,7 +78,6 @@ def bandwidth_results(
     job_ids: dict[str, str | None],
 ) -> dict[str, dict[str, Any]]:
     """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU)."""
-    from gpugate.qualify.pairs import judge_bandwidth
 
     measured = {n: v for n, v in values.items() if v is not None}
     verdicts = judge_bandwidth(measured, floor[0], fraction) if measured else {}
@@ -187,13 +189,9 @@ def _missing(job: Job, test: str) -> str:
 def _floor(
     config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
 ) -> tuple[Any, ...]:
-    from gpugate.qualify.floors import floor_for
-
     name = config.board if config.board in config.boards else None
     if name is None and isinstance(gpu_name, str) and gpu_name:
         # board: auto. The payload names the GPU model it ran on; the same match the checks use.
-        from gpugate.checks.boards import match_board
-
         name = match_board([gpu_name], config.boards)[0]
     board = config.boards.get(name) if name else None
     known = backend if backend in ("nccl", "gloo") else None
@@ -233,7 +231,6 @@ def _pairs(
     config: Config, run_dir: str, pair_jobs: list[Job]
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(judge_pairs' verdict with the pairs that did not run, per-node pair TEST RESULTs)."""
-    from gpugate.qualify.pairs import judge_pairs
 
     measured: dict[Any, float | None] = {}  # keyed by the pair job's two nodes
     ids: dict[Any, str | None] = {}

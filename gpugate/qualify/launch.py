@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpugate import log
+from gpugate.config import load_config
 
 
 def qualify_suspect(node: str, trigger: str, config: str | None = None) -> bool:
@@ -12,7 +13,6 @@ def qualify_suspect(node: str, trigger: str, config: str | None = None) -> bool:
     finish, no new one starts) and runs the jobs when it is free. A failure drains it as any
     root-evidenced fault does; a pass closes the suspicion (gpugate/store/suspects.py closed_at).
     """
-    from gpugate.config import load_config
     from gpugate.qualify.run import qualify_nodes
     from gpugate.slurm.choose import backend
 

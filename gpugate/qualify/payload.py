@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from datetime import timedelta
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -158,7 +159,6 @@ def run_allreduce(
     args: argparse.Namespace, ranks: Ranks, delays: dict[str, float] | None
 ) -> dict[str, Any]:
     """All-reduce bandwidth across the job's ranks; the slowest rank's time decides."""
-    from datetime import timedelta
 
     torch = _import_torch()
     dist = torch.distributed

@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 
 from gpugate import log
+from gpugate.fstree import remove_tree
 from gpugate.qualify import jobs
 from gpugate.qualify import judge as J
+from gpugate.qualify.pairs import pair_rounds
+from gpugate.qualify.settle import settle
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.slurm.control import JobNotFound, SlurmError, valid_node_name
+from gpugate.store.history import current_user
+from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -139,7 +144,7 @@ def check_request(config: Config, nodes: list[str], tests: list[str] | None) -> 
 KEEP_RUNS = 50
 
 
-_RUN_NAME = re.compile(r"\d{8}T\d{12}-[0-9a-f]{6}")
+_RUN_NAME = lazy(r"\d{8}T\d{12}-[0-9a-f]{6}")
 
 
 def new_run(state_dir: str, keep: int = KEEP_RUNS) -> tuple[str, str]:
@@ -157,7 +162,6 @@ def new_run(state_dir: str, keep: int = KEEP_RUNS) -> tuple[str, str]:
 
 def prune_runs(parent: str, keep: int) -> list[str]:
     """Remove all but the newest `keep` run directories under `parent`; return those removed."""
-    from gpugate.fstree import remove_tree
 
     runs = sorted(n for n in os.listdir(parent) if _RUN_NAME.fullmatch(n))
     removed = []
@@ -200,8 +204,6 @@ def qualify_nodes(
 
 
 def _who() -> str:
-    from gpugate.store.history import current_user
-
     return current_user()
 
 
@@ -226,7 +228,6 @@ class _Run:
 
     def go(self, resume_passed: bool, by: str) -> QualifyRun:
         """Reserve, resume, run, judge, act; the finally puts back whatever is left."""
-        from gpugate.qualify.settle import settle
 
         try:
             self._reserve()
@@ -269,7 +270,6 @@ class _Run:
 
     def _pairs(self, nodes: list[str]) -> list[Job]:
         """Every pair of the nodes that ran, one round of disjoint pairs at a time."""
-        from gpugate.qualify.pairs import pair_rounds
 
         done: list[Job] = []
         for round_ in pair_rounds(nodes) if len(nodes) >= 2 else []:
@@ -353,6 +353,5 @@ class _Run:
 
 def log_line(exc: BaseException) -> str:
     """An exception as one short line."""
-    from gpugate.text import printable
 
     return " ".join(printable(exc).split())[:300]

@@ -14,8 +14,12 @@ import os
 import time
 
 from gpugate import log
+from gpugate.gate.drain import drain_node
 from gpugate.qualify.judge import first_failure, result_files
 from gpugate.slurm.reasons import drain_reason
+from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
+from gpugate.store.history import history_dir, note_drain
+from gpugate.store.metrics import note_qualification
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +48,6 @@ def act(
     run: _Run, node: str, verdict: dict[str, Any], resume_passed: bool, by: str
 ) -> tuple[Any, ...]:
     """(what was done, the drain reason written or None) for one node."""
-    from gpugate.gate.drain import drain_node
 
     before = run.drained.get(node)
     if verdict["failed"]:
@@ -77,8 +80,6 @@ def act(
 
 def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
     """The evidence bundle, the drain history (when drained), qualify.jsonl, an event."""
-    from gpugate.store.history import history_dir, note_drain
-    from gpugate.store.metrics import note_qualification
     from gpugate.store.qualify import record_qualification
 
     verdict = result.verdicts[node]
@@ -101,7 +102,6 @@ def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str
 
 def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
     """One evidence bundle for the node, under its qualification job's id; its path."""
-    from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 
     verdict = result.verdicts[node]
     if not verdict["job_ids"]:

@@ -11,6 +11,9 @@ waiting user jobs start first. docs/qualify.md shows the scrontab line that runs
 
 from __future__ import annotations
 
+from gpugate.store.history import history_dir, read_dirs
+from gpugate.store.suspects import open_flags
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
@@ -44,8 +47,6 @@ def last_qualified(directory: str) -> dict[str, float]:
 
 def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> list[str]:
     """The idle nodes to qualify now, the longest unqualified first, at most `max_nodes`."""
-    from gpugate.store.history import history_dir, read_dirs
-    from gpugate.store.suspects import open_flags
 
     if max_nodes is not None and max_nodes < 1:
         raise ValueError(f"--max-nodes must be at least 1, got {max_nodes}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from gpugate.fsutil import atomic_write, read_regular
@@ -93,8 +94,6 @@ def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -
 
 
 def _probe_import(cli: CliBackend) -> str | None:
-    import sys
-
     # In a child: `import pyslurm` runs slurm_init(), which exits or hangs without a usable
     # slurm.conf, and no try/except can catch that.
     res = cli._run([sys.executable, "-c", "import pyslurm"], PROBE_TIMEOUT, env=cli.env())

@@ -10,10 +10,9 @@ Tests use the in-memory `tests/fakes.py:FakeSlurm`, a subclass of this interface
 
 from __future__ import annotations
 
-import re
-
 from gpugate import runner as _runner
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_reason
 from gpugate.slurm.records import JobInfo, NodeInfo
@@ -244,8 +243,8 @@ class SlurmControl:
             return self.cli.scontrol("show", "hostnames", expr).split()
 
 
-_NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_JOB_ID = re.compile(r"^\d+(?:[_+]\d+)?$")
+_NODE_NAME = lazy(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_JOB_ID = lazy(r"^\d+(?:[_+]\d+)?$")
 
 
 def valid_node_name(name: str) -> str:

@@ -6,7 +6,7 @@ What the parser is unsure of raises HostlistError; SlurmControl.expand_hostlist 
 
 from __future__ import annotations
 
-import re
+from gpugate.regex import lazy
 
 # What Slurm prints for "no value".
 NULLS = frozenset({"", "(null)", "None"})
@@ -16,7 +16,7 @@ class HostlistError(ValueError):
     """A hostlist expression the pure parser does not understand."""
 
 
-_RANGE = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")
+_RANGE = lazy(r"^(\d{1,18})(?:-(\d{1,18}))?$")
 # More names than any cluster has, or more bracket groups than any naming scheme: a typo or
 # hostile input, refused before it costs memory (or recursion depth).
 _MAX_HOSTS = 100_000

@@ -6,8 +6,9 @@ version is under `tests/fixtures/slurm/`.
 
 from __future__ import annotations
 
-import re
+import time
 
+from gpugate.regex import lazy
 from gpugate.slurm.hostlist import NULLS, expand_lenient
 from gpugate.slurm.records import (
     JobInfo,
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 # A key: capitalised, may hold `:` or `/` parts (`AllocNode:Sid`, `CPUs/Task`, `ReqB:S:C:T`).
 _KEY_NAME = r"[A-Z][A-Za-z0-9_]*(?:[:/][A-Za-z0-9_*]+)*"
-_KEY = re.compile(rf"(?:(?<=\s)|^)({_KEY_NAME})=")
+_KEY = lazy(rf"(?:(?<=\s)|^)({_KEY_NAME})=")
 # Values that hold free text (spaces, even `Word=`): they end only at a key Slurm prints.
 _FREE_TEXT = frozenset(
     {"Reason", "Comment", "AdminComment", "SystemComment", "Extra", "JobName", "OS"}
@@ -56,8 +57,8 @@ _KNOWN_KEYS = frozenset(
 )
 # `scontrol show node` appends ` [user@time]` to the reason's first line (node_info.c); the
 # anchor must be followed by the end or the next key, so a `[a@b]` inside the text is kept.
-_USER_TIME = re.compile(r" \[([^\[\]@\s]*)@([^\[\]\s]+)\]")
-_REASON_END = re.compile(rf"{_USER_TIME.pattern}(?=\s*$|\s+{_KEY_NAME}=)")
+_USER_TIME = lazy(r" \[([^\[\]@\s]*)@([^\[\]\s]+)\]")
+_REASON_END = lazy(rf"{_USER_TIME.pattern}(?=\s*$|\s+{_KEY_NAME}=)")
 
 
 def parse_kv(line: str) -> dict[str, str]:
@@ -130,7 +131,6 @@ def _split_reason(value: str) -> tuple[str, str, int | None]:
 
 def _text_time(value: str) -> int | None:
     """Epoch of scontrol's ISO local time (the adapter sets SLURM_TIME_FORMAT=standard)."""
-    import time
 
     try:
         return int(time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S")))

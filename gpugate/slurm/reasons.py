@@ -20,7 +20,8 @@ gpugate's, and gpugate never replaces or clears it (SlurmControl.drain/resume).
 from __future__ import annotations
 
 import os
-import re
+
+from gpugate.regex import lazy
 
 GPUGATE_PREFIX = "gpugate:"
 REASON_MAX = 200
@@ -31,15 +32,13 @@ COMMENT_MAX = 400  # one piece of gpugate's text
 ADMIN_COMMENT_MAX = 1024
 COMMENT_SEPARATOR = " | "
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CHECK_ID = re.compile(r"[^A-Za-z0-9_.\-]")
-_KEY_START = re.compile(r"[A-Z]")  # Slurm's keys (and localslurm's test parser) start so
+_CONTROL = lazy(r"[\x00-\x1f\x7f]")
+_CHECK_ID = lazy(r"[^A-Za-z0-9_.\-]")
+_KEY_START = lazy(r"[A-Z]")  # Slurm's keys (and localslurm's test parser) start so
 # Read back: `gpugate: <check>: <detail>`, and the bundle an epilog drain names.
-_REASON = re.compile(
-    r"^gpugate:\s*(?:DRILL [A-Za-z0-9_.\-]+:\s*)?([A-Za-z0-9_.\-]+)(?::\s*(.*))?$", re.S
-)
-_EVIDENCE = re.compile(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
-_REFUSED = re.compile(r"(?:^|\| )gpugate: (?:DRILL \S+: )?node (\S+) refused")
+_REASON = lazy(r"(?s)^gpugate:\s*(?:DRILL [A-Za-z0-9_.\-]+:\s*)?([A-Za-z0-9_.\-]+)(?::\s*(.*))?$")
+_EVIDENCE = lazy(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
+_REFUSED = lazy(r"(?:^|\| )gpugate: (?:DRILL \S+: )?node (\S+) refused")
 # The drill whose overlay this process's facts carry (gpugate/drill/__init__.py): every text built
 # here then says `DRILL <id>` right after the prefix, so no one takes a drill for a fault.
 _drill: str | None = None

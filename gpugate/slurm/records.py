@@ -7,6 +7,7 @@ records; `split_state` reads every version's way of writing a node state.
 from __future__ import annotations
 
 import re
+import time
 
 from gpugate.record import Record
 from gpugate.slurm.reasons import GPUGATE_PREFIX
@@ -166,7 +167,6 @@ def ended_at(epoch: int | None) -> int | None:
     JSON and pyslurm give a pending or running job its expected end (start + time limit);
     scontrol prints `EndTime=Unknown` for it, and 0 for a job put back in the queue.
     """
-    import time
 
     return epoch if epoch and epoch <= time.time() else None
 

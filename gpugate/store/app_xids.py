@@ -13,21 +13,21 @@ job raising a million Xids costs one bounded file.
 from __future__ import annotations
 
 import os
-import re
 
 from gpugate import log
 from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
 from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.jsonl import append, dumps, read_tail
 from gpugate.jsonl import parse as parse_lines
+from gpugate.regex import lazy
 from gpugate.store import locks
 
 NAME = "app_xids.jsonl"
 MAX_ENTRIES = 2000  # lines kept; per job at most PER_JOB_MAX
 PER_JOB_MAX = 16  # one line per (GPU, Xid) is all the rule needs
 MAX_LINE = 1024
-_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
-_JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+_PCI = lazy(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
+_JOB = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 
 from gpugate.fsutil import atomic_write
@@ -176,8 +177,6 @@ def read_record(path: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _regular(fd: int) -> bool:
-    import stat
-
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import stat
 import time
 
 from gpugate import jsonl
@@ -31,6 +31,7 @@ from gpugate.fsutil import FileLock, atomic_write, fresh_dir, lock_file
 from gpugate.jsonl import NOT_JSON, append, dumps
 from gpugate.log import say
 from gpugate.record import Record
+from gpugate.regex import lazy
 from gpugate.store import locks
 
 TYPE_CHECKING = False
@@ -40,13 +41,13 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-_JOB = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+_NAME = lazy(r"^[A-Za-z0-9._-]+$")
+_JOB = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 INDEX_DIR = ".index"  # job directories are digits: no job can be named this
 VIEW_DIR = "controller-view"  # the decision records (controller_view.py); no job is named so
 LOCK = locks.EVIDENCE  # in the node's local state_dir/locks/
 # What an index line may name: `<job>/<node>-r<n>`, or an older copy kept beside it.
-_ENTRY_PATH = re.compile(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
+_ENTRY_PATH = lazy(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
 EVIDENCE_DIR_MODE = 0o751  # the controller's records below it (store/controller_view.py)
 LOCK_WAIT_S = locks.EVIDENCE_WAIT_S  # past it: indexed without the lock, pruned next run
 
@@ -279,7 +280,6 @@ def _entry_problem(entry: object, node: str) -> dict[str, Any] | str:
 
 def _is_bundle(path: str) -> bool:
     # A real directory, not a symlink someone put in its place.
-    import stat
 
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -397,7 +397,6 @@ def _drop_oldest(
 
 
 def _remove_bundle(evidence_dir: str, rel: str) -> bool:
-
     full = os.path.join(evidence_dir, rel)
     if not remove_tree(full):
         return False

@@ -13,6 +13,7 @@ import os
 
 from gpugate.fsutil import read_regular
 from gpugate.record import Record
+from gpugate.store.state import ensure_state_dir, write_private
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ def load(state_dir: str) -> dict[str, Healing]:
 
 def save(state_dir: str, entries: dict[str, Healing]) -> None:
     """Replace the healing state (atomically, 0640 with the state directory's group)."""
-    from gpugate.store.state import ensure_state_dir, write_private
 
     ensure_state_dir(state_dir)
     data = {"version": 1, "nodes": {n: e.to_json() for n, e in sorted(entries.items())}}

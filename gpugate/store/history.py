@@ -29,10 +29,12 @@ bytes are read, so a bad file can neither crash a hook or a listing nor stall th
 from __future__ import annotations
 
 import os
+import pwd
 import time
 
 from gpugate import jsonl, log
 from gpugate.checks import registry
+from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
 from gpugate.fsutil import (
     PRIVATE_FILE,
@@ -288,7 +290,6 @@ def current_user() -> str:
     sudo = os.environ.get("SUDO_USER")
     if sudo:
         return sudo
-    import pwd
 
     try:
         return pwd.getpwuid(os.getuid()).pw_name
@@ -368,7 +369,6 @@ def by_node(entries: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
 def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[str, Any] | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
-    from gpugate.checks.sources.kernel_log import boot_id  # the prolog has it loaded already
 
     fields.setdefault("boot_id", boot_id(config))  # repair evidence: a later lift after a new boot
     try:

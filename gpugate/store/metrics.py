@@ -53,6 +53,7 @@ from gpugate.fsutil import (
     open_regular,
     private_dir,
 )
+from gpugate.regex import lazy
 from gpugate.store import locks
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
@@ -120,8 +121,8 @@ SKIPPED_DIR = (
 )
 _SKIPPED_MAX = 10_000  # skips kept beyond this are dropped: the lock is stuck, the log says so
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+_SAMPLE = lazy(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = lazy(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 if TYPE_CHECKING:  # for annotations only

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpugate.store import history
 from gpugate.store.history import by_node, lifted_without_repair
+from gpugate.store.metrics import note_run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ def note_lift(config: Config, node: str, lift: dict[str, Any]) -> bool | None:
         return None
     if not lifted_without_repair(drain, lift, history.resumes(where, node, drain["when"])):
         return False
-    from gpugate.store.metrics import note_run
 
     note_run(config, node, "resume", false_drain_check=drain.get("check") or "unknown")
     return True

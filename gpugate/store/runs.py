@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import time
 
+from gpugate.checks.kernel_lines import read_line
+from gpugate.checks.xid import normalize_pci
 from gpugate.userfiles import UserFileError, as_user, open_regular
 
 TYPE_CHECKING = False
@@ -175,8 +177,6 @@ def job_kernel_lines(lines: list[str], facts: Facts, gpus: tuple[int, ...] | Non
 
     A line naming no GPU, or an address not among the node's GPUs (an NVSwitch), is kept.
     """
-    from gpugate.checks.kernel_lines import read_line
-    from gpugate.checks.xid import normalize_pci
 
     if gpus is None:
         return list(lines)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from gpugate.fstree import remove_tree
 from gpugate.fsutil import (
@@ -30,6 +29,7 @@ from gpugate.fsutil import (
     read_regular,
     tighten,
 )
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
 
-_JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+_JOB_ID = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 
 
 class StateError(RuntimeError):

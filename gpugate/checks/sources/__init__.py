@@ -11,7 +11,6 @@ snapshot that others replay).
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from gpugate.checks.facts import Facts, facts_from_dict, load_snapshot
@@ -19,6 +18,7 @@ from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
 from gpugate.drill import active_drill, drill_path, overlay
 from gpugate.slurm import reasons
+from gpugate.startup import import_module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,10 +52,8 @@ def _call(fn: Callable[[], dict[str, Any]], result: _Result) -> None:
 
 
 def _load(name: str) -> Callable[..., Any]:
-    import importlib
-
     module, func = SOURCES[name]
-    read: Callable[..., Any] = getattr(importlib.import_module(module), func)
+    read: Callable[..., Any] = getattr(import_module(module), func)
     return read
 
 
@@ -70,6 +68,8 @@ def gather_dict(
 
     `source_kwargs` passes extra arguments to one source, e.g. the kernel-log position.
     """
+    import threading  # late: a replayed snapshot runs no source (gpugate/startup.py)
+
     started = time.monotonic()
     names = [n for n in SOURCES if only is None or n in only]
     timeouts = config.sources.timeout_s

@@ -13,6 +13,7 @@ import re
 
 from gpugate.checks.sources import sys_path
 from gpugate.checks.sources.host import read_text
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
 
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+_RATE_RE = lazy(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
 def read_infiniband(config: Config) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 
 from gpugate import runner
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ _MAX_READS = 1 << 21
 # is kept, so that the patterns here and in the checks never scan megabytes per line.
 _LINE_MAX = 8192
 
-_RELEVANT = re.compile(
-    "|".join(
+_RELEVANT = lazy(
+    "(?i)"  # IGNORECASE, inline: see gpugate/regex.py
+    + "|".join(
         [
             r"NVRM: Xid \(",
             r"\bSXid \(",
@@ -58,11 +59,10 @@ _RELEVANT = re.compile(
             r"nvidia[-_]peermem",
         ]
     ),
-    re.IGNORECASE,
 )
-_ESCAPE_RE = re.compile(rb"\\x([0-9a-fA-F]{2})")
+_ESCAPE_RE = lazy(rb"\\x([0-9a-fA-F]{2})")
 # A record ends at a newline that is not followed by one of its own dictionary lines.
-_RECORD_END_RE = re.compile(rb"\n(?=[^ ])")
+_RECORD_END_RE = lazy(rb"\n(?=[^ ])")
 
 
 class KmsgRecord(Record):

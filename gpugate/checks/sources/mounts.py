@@ -12,12 +12,12 @@ waiting on them; they hold none of the hook's descriptors.
 from __future__ import annotations
 
 import os
-import re
 import time
 
 from gpugate import child
 from gpugate.checks.sources import proc_path
 from gpugate.checks.sources.host import read_text
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ PROBE_SIZE = 4096
 # per-mount "probe timed out" before the gatherer gives up on the whole source.
 _PROBE_SHARE = 0.8
 _ANSWER_MAX = 4096  # a probe answers a number or one error line
-_OCTAL_RE = re.compile(r"\\([0-7]{3})")
+_OCTAL_RE = lazy(r"\\([0-7]{3})")
 
 
 def read_mounts(
@@ -152,7 +152,6 @@ def _probe_path(directory: str) -> str:
 
 
 def _result(c: Child, limit_s: float) -> tuple[float | None, str | None]:
-
     if c.failure == "timed out":
         return None, f"probe timed out after {limit_s:g} s"
     try:

@@ -18,6 +18,8 @@ drivers 515/535 too): `clocks_event_reasons` (v12+) or `clocks_throttle_reasons`
 
 from __future__ import annotations
 
+from xml.etree import ElementTree
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -42,7 +44,6 @@ class NvidiaSmiXmlError(ValueError):
 
 def snapshot_from_xml(text: str, node: str | None = None) -> dict[str, Any]:
     """The snapshot keys `nvidia-smi -q -x` output carries; `node` names the node if given."""
-    from xml.etree import ElementTree
 
     try:
         # No DTD reaches the parser (_without_doctype), so no entity can be declared: none of

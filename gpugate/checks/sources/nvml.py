@@ -20,6 +20,9 @@ NVML errors become values here (docs/gpu-facts.md, section 3.12):
 
 from __future__ import annotations
 
+import ctypes
+from contextlib import suppress
+
 from gpugate.checks.facts import Gpu
 from gpugate.checks.sources import nvml_fields as FI
 from gpugate.checks.sources import proc_path
@@ -253,8 +256,6 @@ def _start(module: ModuleType, config: Config) -> None:
 
 
 def _stop(module: ModuleType) -> None:
-    from contextlib import suppress
-
     # The facts are read; a failed shutdown only leaves NVML's reference count up.
     with suppress(module.NVMLError):
         module.nvmlShutdown()
@@ -434,8 +435,6 @@ def _fabric(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
 
 
 def _fabric_info(r: _Reader, h: object) -> Any:
-    import ctypes  # already loaded by pynvml itself
-
     # The V call fills a versioned struct (newer drivers); the plain one is its deprecated form.
     for fn_name, struct_name in (
         ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),

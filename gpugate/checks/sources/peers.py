@@ -7,9 +7,9 @@ stall. The probes to all peers run concurrently, bounded by the prolog's deadlin
 
 from __future__ import annotations
 
-import re
 import threading
 
+from gpugate.regex import lazy
 from gpugate.runner import MISSING, TIMEOUT, run
 
 TYPE_CHECKING = False
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Peers
 
-_SENT = re.compile(r"(?<!\d)(\d{1,20}) packets transmitted, (\d{1,20}) (?:packets )?received")
-_RTT = re.compile(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/(\d+(?:\.\d+)?)/")
+_SENT = lazy(r"(?<!\d)(\d{1,20}) packets transmitted, (\d{1,20}) (?:packets )?received")
+_RTT = lazy(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/(\d+(?:\.\d+)?)/")
 
 
 def parse_ping(text: str) -> dict[str, Any]:
