@@ -71,6 +71,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),
     "gpugate.checks.sources.peers": (1.2, "hooks.prolog: the peer probe, when configured"),
     "gpugate.gate.suspicion": (27.5, "hooks.epilog: suspects, after an abnormal end only"),
+    "gpugate.checks.xid_catalog": (
+        0.4,
+        "xid.catalog, xid.nvlink5_resolution: NVIDIA's Xid rows, only when an Xid is read",
+    ),
+    "gpugate.checks.sxid_catalog": (0.3, "sxid.table: the SXid rows, only when an SXid is read"),
     "gpugate.node": (
         0.1,
         "config.classes, gate.guard: this node's name, when a class or an "
