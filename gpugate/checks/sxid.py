@@ -55,7 +55,7 @@ def table() -> dict[int, SxidInfo]:
     """The SXid table by code (built from sxid_catalog.SXID_ROWS on first use)."""
     global _table
     if _table is None:
-        # Late: the data module too (its constants cost ~0.3 ms to load; gpugate/startup.py).
+        # Late: the data module too (its constants cost ~0.4 ms to load; gpugate/startup.py).
         from gpugate.checks.sxid_catalog import SXID_ROWS
 
         _table = {c: SxidInfo(code=c, severity=s, meaning=m) for c, s, m in SXID_ROWS}

@@ -47,7 +47,7 @@ def catalog() -> dict[int, XidInfo]:
     """The Xid catalog by code (built from xid_catalog.XID_ROWS on first use)."""
     global _catalog
     if _catalog is None:
-        # Late: the data module too (its constants cost ~0.4 ms to load; gpugate/startup.py).
+        # Late: the data module too (its constants cost ~0.5 ms to load; gpugate/startup.py).
         from gpugate.checks.xid_catalog import XID_ROWS
 
         _catalog = {
