@@ -32,7 +32,9 @@ _CODE = (
 )
 
 
-def inputs(defaults_id: str, site_id: str, defaults: dict, site: dict) -> str | None:
+def inputs(
+    defaults_id: str, site_id: str, defaults: dict[str, object], site: dict[str, object]
+) -> str | None:
     """What a Config is built from, described (the files by identity); None: do not cache."""
     try:
         code = ",".join(f"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"
