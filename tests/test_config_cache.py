@@ -146,3 +146,18 @@ def test_an_entry_that_is_not_a_config_is_not_served(cache, builds, monkeypatch)
 def test_what_marshal_cannot_hold_is_not_cached():
     with pytest.raises(ValueError):
         built._encode(("a tuple", "would read back as a record"))
+
+
+def test_changed_validating_code_is_a_miss(cache, builds, tmp_path, monkeypatch):
+    """An upgrade or an edit of the loader, the schema or a check module (the check ids a site
+    file may name) builds again: the code's files are part of what the entry is found by."""
+    module = tmp_path / "gpu.py"
+    module.write_text("# a check module\n")
+    code = built._code()
+    assert any(p.endswith(os.path.join("checks", "gpu.py")) for p in code)
+    monkeypatch.setattr(built, "_code", lambda: [*code, str(module)])
+    load_config(os.devnull)
+    load_config(os.devnull)
+    module.write_text("# a check module, its ids edited\n")
+    load_config(os.devnull)
+    assert len(builds) == 2
