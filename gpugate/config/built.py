@@ -25,18 +25,19 @@ from gpugate.yamlio import read_cached, write_cached
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CHECKS = os.path.join(os.path.dirname(_HERE), "checks")
 # The code whose answer is cached: a changed schema or rule (an upgrade, an edit) is a miss.
+# The check modules too (the check ids a site file may name are registered there), listed
+# once, here: a command that must not list directories (`gpugate evidence`) may load a config.
 _CODE = (
     os.path.join(_HERE, "__init__.py"),
     os.path.join(_HERE, "schema.py"),
     os.path.join(_HERE, "classes.py"),
+    *sorted(os.path.join(_CHECKS, n) for n in os.listdir(_CHECKS) if n.endswith(".py")),
 )
 
 
-def _code() -> list[str]:
-    """The validating code's files: the loader, the schema, and every check module (the check
-    ids a site file may name are registered there). ~20 stat calls, tens of microseconds."""
-    checks = sorted(n for n in os.listdir(_CHECKS) if n.endswith(".py"))
-    return [*_CODE, *(os.path.join(_CHECKS, n) for n in checks)]
+def _code() -> tuple[str, ...]:
+    """The validating code's files: the loader, the schema and every check module."""
+    return _CODE
 
 
 def inputs(
