@@ -8,6 +8,9 @@ hook runs that do not need it (milliseconds, median, on the 2-core CI machine: m
 `python bench/bench_lazy.py`) and why the module waits. tests/test_startup.py holds the list
 true both ways: every import inside a function names a module listed here, and no module listed
 here is imported by every measured hook run (then it saves nothing and belongs at the top).
+
+Besides, the packaged launcher holds the cyclic garbage collector off for start-up
+(`pause_gc`, ended by cli.main's `resume_gc` once the command's module is imported).
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),
     "gpugate.checks.sources.peers": (1.2, "hooks.prolog: the peer probe, when configured"),
     "gpugate.gate.suspicion": (27.5, "hooks.epilog: suspects, after an abnormal end only"),
+    "gpugate.checks.xid_catalog": (
+        0.5,
+        "xid.catalog, xid.nvlink5_resolution: NVIDIA's Xid rows, only when an Xid is read",
+    ),
+    "gpugate.checks.sxid_catalog": (0.4, "sxid.table: the SXid rows, only when an SXid is read"),
     "gpugate.node": (
         0.1,
         "config.classes, gate.guard: this node's name, when a class or an "

@@ -50,6 +50,12 @@ def cache_dir() -> str | None:
 
 def load_yaml(path: str) -> object:
     """Parse a YAML file (or fetch its parsed form from the cache)."""
+    return load_yaml_identified(path)[0]
+
+
+def load_yaml_identified(path: str) -> tuple[object, str]:
+    """load_yaml's answer and the file's identity: its cache key, length and CRC-32, which
+    change with every rewrite (what a cache built from the parsed file is keyed by)."""
     try:  # a FIFO or a device named as a config or snapshot is refused, never waited on
         fd = open_regular(path)
         try:
@@ -62,16 +68,17 @@ def load_yaml(path: str) -> object:
     except OSError as exc:
         raise YamlError(f"{path}: cannot read: {exc.strerror}") from None
     check = (len(raw), zlib.crc32(raw))
+    identity = f"{key}:{check[0]:x}:{check[1]:08x}"
     cached = _cache_read(key, check)
     if cached is not None:
-        return cached[0]
+        return cached[0], identity
     try:
         text = raw.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         raise YamlError(f"{path}: cannot read: {exc}") from None
     data = parse_yaml(text, path)
     _cache_write(key, check, data)
-    return data
+    return data, identity
 
 
 def parse_yaml(text: str, name: str = "<string>") -> object:
@@ -96,6 +103,16 @@ def dump_yaml(data: object) -> str:
 
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
+
+
+def read_cached(name: str, check: tuple[int, int]) -> tuple[object] | None:
+    """(data,) kept under `name` (made with `check`, two integers of its input), else None."""
+    return _cache_read(f"{_CACHE_TAG}-{name}", check)
+
+
+def write_cached(name: str, check: tuple[int, int], data: object) -> None:
+    """Keep `data` under `name` in the private cache, as parsed files are (best effort)."""
+    _cache_write(f"{_CACHE_TAG}-{name}", check, data)
 
 
 def _cache_key(st: os.stat_result) -> str:

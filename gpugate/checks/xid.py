@@ -8,7 +8,6 @@ Categories are the diagnosis' closed set (corpus labelling rules).
 
 from __future__ import annotations
 
-from gpugate.checks.xid_catalog import NVLINK5_RULES, XID_ROWS
 from gpugate.record import Record
 from gpugate.regex import lazy
 
@@ -52,6 +51,9 @@ def catalog() -> dict[int, XidInfo]:
     """The Xid catalog by code (built from xid_catalog.XID_ROWS on first use)."""
     global _catalog
     if _catalog is None:
+        # Late: the data module too (its constants cost ~0.5 ms to load; gpugate/startup.py).
+        from gpugate.checks.xid_catalog import XID_ROWS
+
         _catalog = {
             code: XidInfo(
                 code=code,
@@ -187,6 +189,8 @@ def nvlink5_resolution(event: XidEvent) -> str | None:
     if m is None:
         return None
     intr, status = int(m.group(1), 16), int(m.group(2) or "0x0", 16)
+    from gpugate.checks.xid_catalog import NVLINK5_RULES  # late: see catalog()
+
     found = set()
     for code, _unit, v1, v2, bit, resolution in NVLINK5_RULES:
         if code != event.code or not (_bits_match(intr, v1) or _bits_match(intr, v2)):

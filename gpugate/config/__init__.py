@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 from gpugate.checks.registry import registered
-from gpugate.config import schema
+from gpugate.config import built, schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
-from gpugate.yamlio import YamlError, load_yaml
+from gpugate.yamlio import YamlError, load_yaml_identified
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,16 +91,17 @@ def load_config(path: str | None = None) -> schema.Config:
     """Load the packaged defaults and the site file over them."""
 
     try:
-        defaults = load_yaml(PACKAGED_FILE)
+        defaults, defaults_id = load_yaml_identified(PACKAGED_FILE)
     except YamlError as exc:
         raise ConfigError(str(exc)) from None
     site_path, required = site_config_path(path)
     site: object = {}
+    site_id = "none"
     # /dev/null names "no site file" (the only non-regular file read, as empty): any other
     # device or FIFO is refused by load_yaml, never waited on.
     if site_path and site_path != os.devnull and (required or os.path.exists(site_path)):
         try:
-            site = load_yaml(site_path)
+            site, site_id = load_yaml_identified(site_path)
         except YamlError as exc:
             raise ConfigError(str(exc)) from None
         if site is None:
@@ -109,6 +110,11 @@ def load_config(path: str | None = None) -> schema.Config:
         raise ConfigError(f"{PACKAGED_FILE}: expected a mapping at the top")
     if not isinstance(site, dict):
         raise ConfigError(f"{site_path}: expected a mapping at the top")
+    # The same files, node and code as a run before: its Config (gpugate/config/built.py).
+    inputs = built.inputs(defaults_id, site_id, defaults, site)
+    cached = built.fetch(inputs)
+    if cached is not None:
+        return cached
     defaults, _ = split_classes(defaults, PACKAGED_FILE, ConfigError)
     site, classes = split_classes(site, site_path or "", ConfigError)
     # Check the site file on its own first, so an error names the file that holds it.
@@ -116,6 +122,7 @@ def load_config(path: str | None = None) -> schema.Config:
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
     _check_together(config, site_path or PACKAGED_FILE)
+    built.keep(inputs, config)
     return config
 
 
