@@ -20,8 +20,20 @@ from gpugate.slurm.records import JobInfo, NodeInfo
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Protocol
 
-    from gpugate.slurm.cli import CliBackend
+    class CommandLine(Protocol):
+        """What only scontrol can do: `cli.py`'s CliBackend is one (named here, not imported,
+        so that the backend below the seam and the seam import no circle)."""
+
+        timeout: float
+
+        def call(self, *argv: str) -> str: ...
+
+        def scontrol(self, *args: str) -> str: ...
+
+        def start_now(self, job_id: int | str) -> None: ...
+
 
 __all__ = ["JobInfo", "NodeInfo", "SlurmControl", "SlurmError"]
 
@@ -171,7 +183,7 @@ class SlurmControl:
         raise NotImplementedError
 
     @property
-    def cli(self) -> CliBackend:
+    def cli(self) -> CommandLine:
         """The command-line backend, for what only scontrol can do."""
         raise NotImplementedError
 
