@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
-    from gpugate.qualify.run import QualifyRun
+    from gpugate.qualify.records import QualifyRun
 
 PROG = "gpugate qualify"
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
-    from gpugate.qualify.run import Job
+    from gpugate.qualify.records import Job
 
 _READ_MAX = 4 * 1024 * 1024  # a result file is a few KB: anything larger is not ours
 

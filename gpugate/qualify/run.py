@@ -32,8 +32,8 @@ from gpugate.fstree import remove_tree
 from gpugate.qualify import jobs
 from gpugate.qualify import judge as J
 from gpugate.qualify.pairs import pair_rounds
+from gpugate.qualify.records import Job, QualifyRun
 from gpugate.qualify.settle import settle
-from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.control import JobNotFound, SlurmError, valid_node_name
 from gpugate.store.history import current_user
@@ -55,32 +55,6 @@ ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "
 
 class QualifyError(ValueError):
     """A qualification cannot start: bad nodes, tests or config; the message says which."""
-
-
-class QualifyRun(Record):
-    """One run: its id, the nodes, each node's verdict, the pair verdict, the reservation."""
-
-    run_id: str
-    nodes: list[Any]
-    # node -> {"passed", "tests": [TEST RESULT], "job_ids", "why", "failed", "action", "bundle"}
-    verdicts: dict[str, Any]
-    pairs: dict[str, Any] | None  # pairs.judge_pairs' output; None: no pair test ran
-    reservation: str | None
-    run_dir: str = ""
-    level: int = 1
-    tests: list[Any] = []
-
-
-class Job(Record):
-    """One submitted qualification job and what became of it."""
-
-    name: str  # the node, or pair-A-B
-    nodes: tuple[str, ...]
-    job_id: str | None
-    output: str
-    state: str = "PENDING"
-    started: bool = False
-    note: str = ""  # why it gave no result: sbatch refused it, never started, cancelled
 
 
 class Ops:

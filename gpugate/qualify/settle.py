@@ -23,9 +23,23 @@ from gpugate.store.metrics import note_qualification
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
-    from gpugate.qualify.run import QualifyRun, _Run
+    from gpugate.config.schema import Config
+    from gpugate.qualify.records import Job, QualifyRun
+    from gpugate.slurm.control import SlurmControl
+
+    class _Run(Protocol):
+        """What settle reads of run.py's _Run (named here, not imported: no circle)."""
+
+        config: Config
+        slurm: SlurmControl
+        run_id: str
+        trigger: str
+        drained: dict[str, str]  # node -> its earlier drain reason
+        settled: set[str]  # taken nodes whose drain is decided
+        jobs: dict[str, Job]  # by name, their latest state
+
 
 WHY_MAX = 150  # the drain reason keeps its `(job N)` within Slurm's length
 OUT_MAX = 256 * 1024  # of each job's output in the bundle
