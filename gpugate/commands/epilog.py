@@ -11,7 +11,7 @@ from gpugate.store import history, metrics
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpugate.config.schema import Config
-    from gpugate.hooks.epilog import EpilogResult
+    from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.hookenv import HookEnv
 
 

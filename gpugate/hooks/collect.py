@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
-    from gpugate.hooks.epilog import EpilogResult
+    from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
 

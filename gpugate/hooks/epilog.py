@@ -19,9 +19,9 @@ from gpugate.checks.sources import gather
 from gpugate.gate.policy import DRAIN, decide
 from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
+from gpugate.hooks.epilog_result import EpilogResult
 from gpugate.hooks.flightrec_collect import collect_dumps
 from gpugate.log import say
-from gpugate.record import Record
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.store import app_xids as xid_history
 from gpugate.store import controller_view
@@ -47,27 +47,6 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
-
-
-class EpilogResult(Record):
-    """What the epilog found and did."""
-
-    abnormal: bool
-    why: str
-    bundle: str | None = None
-    category: str | None = None
-    xid: int | None = None
-    failing_rank: int | None = None
-    confidence: str | None = None  # the diagnosis's: the metrics count only high under category
-    hardware_fault: bool = False
-    hardware_checks: tuple[Any, ...] = ()  # the failing hardware check ids (for the metrics)
-    drained: bool = False
-    reason: str | None = None
-    blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
-    duration_s: float = 0.0
-    # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
-    checkpoint_age_s: float | None = None
-    checkpoint_stale: bool = False
 
 
 def abnormal_end(env: HookEnv) -> str | None:

@@ -1,0 +1,33 @@
+"""What the epilog found and did (EpilogResult): epilog.py makes it, collect.py records it.
+
+Its own module, below both, so that the two import no circle.
+"""
+
+from __future__ import annotations
+
+from gpugate.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class EpilogResult(Record):
+    """What the epilog found and did."""
+
+    abnormal: bool
+    why: str
+    bundle: str | None = None
+    category: str | None = None
+    xid: int | None = None
+    failing_rank: int | None = None
+    confidence: str | None = None  # the diagnosis's: the metrics count only high under category
+    hardware_fault: bool = False
+    hardware_checks: tuple[Any, ...] = ()  # the failing hardware check ids (for the metrics)
+    drained: bool = False
+    reason: str | None = None
+    blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
+    duration_s: float = 0.0
+    # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
+    checkpoint_age_s: float | None = None
+    checkpoint_stale: bool = False
