@@ -17,9 +17,22 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from types import ModuleType
+    from typing import Any, Protocol
 
-    from gpugate.checks.sources.nvml import _Reader as Reader
+    class Reader(Protocol):
+        """What these functions ask of nvml.py's _Reader (named here, not imported: no circle)."""
+
+        @property
+        def module(self) -> ModuleType: ...  # the pynvml module
+
+        @property
+        def answers(self) -> dict[tuple[int, int], tuple[int, object]]: ...  # field values
+
+        def optional(self, fn_name: str, *args: object, absent: frozenset[Any] = ...) -> Any: ...
+
+        def field(self, fid: int, scope: int = 0, group: tuple[int, ...] = ()) -> Any: ...
+
 
 ECC_CURRENT = 1  # NVML_FI_DEV_ECC_CURRENT: 1 active, 0 inactive
 # Single-bit = corrected, double-bit = uncorrected (the same counts nvmlDeviceGetTotalEccErrors
