@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 
 from gpugate.diagnosis.rank import Collector, rank_signals
-from gpugate.diagnosis.scan import Counting, FileScan, scan_input, scan_stream
-from gpugate.diagnosis.verdict import LOG_FILE, SOURCES, TRUSTED_SOURCES, Diagnosis
+from gpugate.diagnosis.scan import Counting, scan_input, scan_stream
+from gpugate.diagnosis.verdict import LOG_FILE, SOURCES, TRUSTED_SOURCES, Diagnosis, FileScan
 from gpugate.record import Record
 
 TYPE_CHECKING = False

@@ -14,15 +14,13 @@ from gpugate.checks import xid as X
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES, TIERS
 from gpugate.diagnosis.confidence import assess, note
-from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, claim_text
+from gpugate.diagnosis.verdict import LOG_FILE, Diagnosis, Evidence, FileScan, claim_text
 from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Set
     from typing import Any
-
-    from gpugate.diagnosis.scan import FileScan
 
 MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.

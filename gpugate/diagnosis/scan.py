@@ -20,9 +20,8 @@ import threading
 import time
 
 from gpugate.diagnosis import signatures as S
-from gpugate.diagnosis.verdict import LOG_FILE
+from gpugate.diagnosis.verdict import FileScan
 from gpugate.fsutil import open_regular
-from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,19 +45,6 @@ GREP_SECONDS_PER_GB = 120  # generous timeout: a healthy grep needs a few second
 
 class ScanError(Exception):
     """A log could not be read (missing, unreadable, or the scanner failed)."""
-
-
-class FileScan(Record):
-    """What was read from one input."""
-
-    path: str
-    bytes: int | None = None
-    hit_lines: int = 0
-    engine: str | None = None
-    error: str | None = None
-    source: str = LOG_FILE
-    offset: int = 0  # where the reading started (a tail: line numbers count from there)
-    stopped: str | None = None  # "byte budget" / "time budget": the rest was not read
 
 
 # --- engines: (line number, raw line or fragment) for every line holding an anchor -----------

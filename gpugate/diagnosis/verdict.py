@@ -2,7 +2,9 @@
 
 Every input has a source (`KERNEL_LOG`, `JOB_FILE`, `LOG_FILE`). Only what root read itself
 is hardware evidence (docs/flow.md): a line in a job's own file that claims a hardware fault is
-text the job printed, reported beside the verdict as `untrusted`, never ranked.
+text the job printed, reported beside the verdict as `untrusted`, never ranked. What was read
+from each input (FileScan, made by scan.py) is here too, so that scan, rank and this module
+import no circle.
 """
 
 from __future__ import annotations
@@ -13,14 +15,25 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.diagnosis.scan import FileScan  # scan imports this module: for annotations
-
 # Where an input came from. Root read the kernel log itself; a job file is the job's own output
 # (stdout, NCCL debug files: the user controls every byte); a log file is one an admin handed to
 # `gpugate diagnose` without saying, taken at its word (the corpus labels rely on that).
 KERNEL_LOG, JOB_FILE, LOG_FILE = "kernel log", "job file", "log file"
 SOURCES = (KERNEL_LOG, JOB_FILE, LOG_FILE)
 TRUSTED_SOURCES = frozenset({KERNEL_LOG, LOG_FILE})
+
+
+class FileScan(Record):
+    """What was read from one input."""
+
+    path: str
+    bytes: int | None = None
+    hit_lines: int = 0
+    engine: str | None = None
+    error: str | None = None
+    source: str = LOG_FILE
+    offset: int = 0  # where the reading started (a tail: line numbers count from there)
+    stopped: str | None = None  # "byte budget" / "time budget": the rest was not read
 
 
 class Evidence(Record):
