@@ -149,17 +149,17 @@ def upward(imports: list[Import]) -> list[Import]:
 
 
 def circles(imports: list[Import]) -> list[list[str]]:
-    """The import circles among modules, through imports that run (each circle's members).
+    """The import circles among modules (each circle's members), through every import.
 
-    Names imported for annotations only (`if TYPE_CHECKING:`) never run, so they close no
-    circle at import time; between parts of the house they still obey the table.
+    Names imported for annotations only (`if TYPE_CHECKING:`) never run, but they still tie
+    the two modules together (mypy, readers and structure viewers see the circle): they count.
+    The lower module names what it needs as a Protocol, or the shared record moves below both.
     """
     graph: dict[str, set[str]] = {}
     for imp in imports:
         graph.setdefault(imp.source, set())
         graph.setdefault(imp.target, set())
-        if not imp.type_only:
-            graph[imp.source].add(imp.target)
+        graph[imp.source].add(imp.target)
     # Tarjan's strongly connected components, iteratively (no recursion limit to meet).
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -302,12 +302,16 @@ def test_the_config_types_may_be_named_from_below_but_not_imported(tmp_path):
     ]
 
 
-def test_a_circle_is_caught_and_a_type_only_one_is_not(tmp_path):
+def test_a_circle_is_caught_and_a_type_only_one_too(tmp_path):
     root = _tree(
         tmp_path,
         {"store/__init__.py": "", "store/a.py": "def f():\n    from gpugate.store import b\n",
          "store/b.py": "from gpugate.store import a\n",
          "store/c.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from gpugate.store import d\n",
-         "store/d.py": "from gpugate.store import c\n"},
+         "store/d.py": "from gpugate.store import c\n",
+         "store/e.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from gpugate.store import a\n"},
     )  # fmt: skip
-    assert circles(all_imports(root)) == [["gpugate.store.a", "gpugate.store.b"]]
+    assert circles(all_imports(root)) == [
+        ["gpugate.store.a", "gpugate.store.b"],
+        ["gpugate.store.c", "gpugate.store.d"],
+    ]
