@@ -83,7 +83,9 @@ def test_memory_fail_names_gpu_3_as_hardware() -> None:
     (f,) = res.findings  # the summary repeats GPU 3's error: not counted twice
     assert (f.test, f.gpu, f.kind, f.error_id, f.error_severity) == ("memory", 3, "hardware", 58, 2)
     assert f.sentence().startswith("memory: GPU 3: A memory mismatch was detected on GPU 3")
-    assert f.sentence().endswith("(DCGM error id 58)")
+    assert f.sentence().endswith(
+        "(DCGM error id 58) [DCGM_FR_MEMORY_MISMATCH, category 10 Hardware Memory]"
+    )
 
 
 def test_persistence_mode_is_configuration_not_hardware() -> None:
@@ -133,7 +135,9 @@ def test_error_on_no_entity_comes_from_the_summary() -> None:
     assert (
         f.gpu is None
         and f.kind == "hardware"
-        and f.sentence() == "diagnostic: NVLink down (DCGM error id 14)"
+        and f.sentence()
+        == "diagnostic: NVLink down (DCGM error id 14) "
+        "[DCGM_FR_NVLINK_DOWN, category 11 Hardware NvLink]"
     )
 
 

@@ -21,8 +21,10 @@ Facts are from NVIDIA's DCGM sources, 4.6.0 (commit 72fa3fe) unless noted:
 from __future__ import annotations
 
 import json
+import re
 
 from gpugate import runner
+from gpugate.qualify import dcgm_catalog, dcgm_text
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -82,12 +84,9 @@ LEVELS: dict[int, dict[str, Any]] = {
     },
 }
 
-# dcgmErrorSeverity_t (dcgmlib/dcgm_errors.h): 2 ISOLATE, 5 CONFIG.
-SEVERITY_ISOLATE, SEVERITY_CONFIG = 2, 5
-# dcgmErrorCategory_t (dcgm_errors.h): 3-8 software (config, library, XID, CUDA, EUD, other),
-# 9-15 hardware (thermal, memory, NvLink, NvSwitch, PCIe, power, other).
-HARDWARE_CATEGORIES = range(9, 16)
-SOFTWARE_CATEGORIES = range(3, 9)
+# The verdict of an error follows DCGM's own catalog (dcgm_catalog.py: dcgm_errors.h/.c); a
+# finding with neither id nor category (an old document, the text table) falls back on its test.
+KINDS = ("hardware", "software", "config", "not_tested")
 
 # Plugins that test the hardware (PluginStrings.h names); "software" is the deployment test.
 HARDWARE_TESTS = frozenset(LEVELS[4]["plugins"]) - {"software"} | {"sm_stress", "context_create"}
@@ -102,6 +101,7 @@ _V3_NAMES = {
 _FAILING = ("fail", "warn")
 _NO_DETAIL = " (DCGM gave no detail)"
 _V4_KEY, _V3_KEY = "DCGM Diagnostic", "DCGM GPU Diagnostic"
+_GPU_PREFIX = re.compile(r"^GPU \d+ ")  # 3.x messages start with their GPU
 
 
 class DcgmError(ValueError):
@@ -122,13 +122,16 @@ class DcgmFinding(Record):
     error_id: int | None = None
     error_category: int | None = None
     error_severity: int | None = None
-    kind: str = "hardware"  # hardware / config / software
+    kind: str = "hardware"  # one of KINDS
+    cause: str = ""  # what on the node, when it is not the GPU: "fabric manager", ...
 
     def sentence(self) -> str:
-        """'memory: GPU 3: <DCGM's message> (DCGM error id 58)'."""
+        """'memory: GPU 3: <message> (DCGM error id 58) [DCGM_FR_MEMORY_MISMATCH, category 10 ...]'."""
         where = f"GPU {self.gpu}: " if self.gpu is not None else ""
+        cause = f"{self.cause}: " if self.cause else ""
         code = f" (DCGM error id {self.error_id})" if self.error_id is not None else ""
-        return f"{self.test}: {where}{self.message}{code}"
+        known = dcgm_catalog.describe(self.error_id, self.error_category)
+        return f"{self.test}: {where}{cause}{self.message}{code}" + (f" [{known}]" if known else "")
 
 
 class DcgmResult(Record):
@@ -149,7 +152,7 @@ class DcgmResult(Record):
 
     @property
     def passed(self) -> bool:
-        """True when DCGM ran and found nothing but configuration findings."""
+        """True when DCGM ran, tested everything, and found nothing but configuration findings."""
         return (
             self.runtime_error is None
             and bool(self.tests)
@@ -167,7 +170,10 @@ def diag_argv(level: int, dcgmi: str = "dcgmi") -> list[str]:
 
 
 def parse_diag(text: str) -> DcgmResult:
-    """Parse the JSON that `dcgmi diag -j` prints (DCGM 4.x or 3.x); DcgmError if it is not that."""
+    """Parse what `dcgmi diag` prints: its JSON (`-j`, 4.x or 3.x, warnings before it allowed)
+    or its table; DcgmError if it is neither."""
+    if dcgm_text.is_table(text):
+        return _from_text(dcgm_text.read_table(text))
     start = text.find("{")
     if start < 0:
         raise DcgmError(f"dcgm: not JSON output: {_first_line(text)!r}")
@@ -250,8 +256,27 @@ def _findings(test: str, res: dict[str, Any], gpu: int | None) -> list[DcgmFindi
 
 def _finding(test: str, gpu: int | None, status: str, msg: str, w: dict[str, Any]) -> DcgmFinding:
     ids = {k: _int(w.get(k)) for k in ("error_id", "error_category", "error_severity")}
-    return DcgmFinding(test=test, gpu=gpu, status=status, message=msg, kind=classify(test, **ids),
+    if ids["error_id"] is None and ids["error_category"] is None:  # the text table has no ids
+        ids["error_id"] = dcgm_catalog.error_id_from_message(msg)
+    kind, cause = verdict(test, message=msg, **ids)
+    return DcgmFinding(test=test, gpu=gpu, status=status, message=msg, kind=kind, cause=cause,
                        **ids)  # fmt: skip
+
+
+def verdict(
+    test: str,
+    error_id: int | None = None,
+    error_category: int | None = None,
+    error_severity: int | None = None,
+    message: str = "",
+) -> tuple[str, str]:
+    """(kind, cause) of one error: DCGM's catalog decides; without id or category, the test."""
+    kind, cause = dcgm_catalog.verdict(error_id, error_category, error_severity, message)
+    if kind is None:  # nothing DCGM's catalog can place: the deployment test checks settings
+        kind = (
+            "config" if test == "software" else "hardware" if test in HARDWARE_TESTS else "software"
+        )
+    return kind, cause
 
 
 def classify(
@@ -260,18 +285,37 @@ def classify(
     error_category: int | None = None,
     error_severity: int | None = None,
 ) -> str:
-    """'hardware', 'config' (a node setting, e.g. persistence mode) or 'software' (DCGM/CUDA side)."""
-    # Severity CONFIG ("this error can be configured") first: ECC turned off (DCGM_FR_ECC_UNSUPPORTED)
-    # has a hardware-memory category but is a setting, like persistence mode.
-    if error_severity == SEVERITY_CONFIG:
-        return "config"
-    if error_category in HARDWARE_CATEGORIES:
-        return "hardware"
-    if test == "software":
-        return "config"
-    if error_category in SOFTWARE_CATEGORIES and error_severity != SEVERITY_ISOLATE:
-        return "software"  # e.g. a CUDA API call failed: the test did not prove the GPU either way
-    return "hardware" if test in HARDWARE_TESTS else "software"
+    """The kind of one error (one of KINDS), by DCGM's catalog."""
+    return verdict(test, error_id, error_category, error_severity)[0]
+
+
+def _from_text(table: dcgm_text.TextDiag) -> DcgmResult:
+    """The table `dcgmi diag` prints without -j (3.x and 4.x), as a result like the JSON's."""
+    meta = dict(table.metadata)
+    tests, findings = [], []
+    for t in table.tests:
+        deployment = t.section == "Deployment" and t.name != "software"  # 3.x: one row a subtest
+        name = "software" if deployment else _V3_NAMES.get(t.name, t.name.lower().replace(" ", "_"))
+        tests.append((t.name if deployment else name, t.status))
+        if t.status.lower() not in _FAILING:
+            continue
+        found = [_finding(name, _gpu_in(w), t.status, f"{t.name}: {w}" if deployment else w, {})
+                 for w in t.warnings]  # fmt: skip
+        found = found or [_finding(name, g, s, f"{s}{_NO_DETAIL}", {})
+                          for g, s in t.per_gpu if s.lower() in _FAILING]  # fmt: skip
+        findings += found or [_finding(name, None, t.status, f"{t.status}{_NO_DETAIL}", {})]
+    ids = [i for i in meta.get("GPU Device IDs Detected", "").replace(" ", "").split(",") if i]
+    return DcgmResult(
+        format="text", version=meta.get("DCGM Version"), gpus=tuple(range(len(ids))),
+        driver_version=meta.get("Driver Version Detected"), tests=tuple(tests),
+        findings=tuple(findings), runtime_error="; ".join(table.errors) or None,
+    )  # fmt: skip
+
+
+def _gpu_in(message: str) -> int | None:
+    """The GPU a 3.x message starts with ('GPU 3 Error using ...'), else None."""
+    words = message.split(maxsplit=2)
+    return int(words[1]) if len(words) > 1 and words[0] == "GPU" and words[1].isdigit() else None
 
 
 def _parse_v3(doc: dict[str, Any]) -> DcgmResult:
@@ -373,15 +417,35 @@ def judge(result: DcgmResult, level: int) -> dict[str, Any]:
                 f"{_first_line(result.runtime_error)}", **extra}  # fmt: skip
     if not result.tests:
         return {"ok": None, "detail": f"{name}: DCGM reported no tests", **extra}
-    bad = [f for f in result.findings if f.kind != "config"]
+    bad = [f for f in result.findings if f.kind in ("hardware", "software")]
     config = "; ".join(f.sentence() for f in result.of_kind("config"))
     note = f"; configuration (not hardware): {config}" if config else ""
+    untested = result.of_kind("not_tested")
+    if untested:  # never a failure: DCGM's own error, not the node's (category 16, a skip, ...)
+        note += f"; DCGM could not test (not a node fault): {_summary(untested)}"
     if bad:
-        words = "; ".join(f"{f.sentence()}" + ("" if f.kind == "hardware" else f" [{f.kind}]")
-                          for f in bad)  # fmt: skip
-        return {"ok": False, "detail": f"{name}: failed: {words}{note}", **extra}
+        return {"ok": False, "detail": f"{name}: failed: {_summary(bad)}{note}", **extra}
+    if untested:
+        return {"ok": None, "detail": f"{name}: not judged{note}", **extra}
     ran = ", ".join(t for t, _ in result.tests)
     return {"ok": True, "detail": f"{name}: passed ({ran}){note}", **extra}
+
+
+def _summary(findings: tuple[DcgmFinding, ...] | list[DcgmFinding]) -> str:
+    """Findings in a few words: one per test and cause, its GPUs together, repeats counted."""
+    groups: dict[tuple[str, str, str], list[DcgmFinding]] = {}
+    for f in findings:
+        groups.setdefault((f.test, f.kind, f.cause), []).append(f)
+    out = []
+    for (_, kind, _), same in groups.items():
+        gpus = sorted({f.gpu for f in same if f.gpu is not None})
+        first = same[0].replace(gpu=None, message=_GPU_PREFIX.sub("", same[0].message))
+        where = f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}: " if gpus else ""
+        text = first.sentence().replace(": ", f": {where}", 1) if where else first.sentence()
+        more = len({f.message for f in same}) - 1 if not gpus else 0
+        tag = " [not the GPU: a node problem]" if kind == "software" else ""
+        out.append(text + tag + (f" (and {more} more like it)" if more > 0 else ""))
+    return "; ".join(out)
 
 
 def _obj(value: object, what: str) -> dict[str, Any]:
@@ -395,7 +459,7 @@ def _list(value: object, what: str) -> list[Any]:
         return []
     if not isinstance(value, list):
         raise DcgmError(f"dcgm: {what}: expected a list, got {type(value).__name__}")
-    return value
+    return [v for v in value if v is not None]  # nvvs 3.1 writes null between its tests
 
 
 def _int(value: object) -> int | None:
