@@ -64,7 +64,7 @@ def test_every_replay_file_parses(path: Path) -> None:
     assert res.version
     assert res.tests or res.runtime_error
     for f in res.findings:
-        assert f.kind in ("hardware", "config", "software")
+        assert f.kind in dcgm.KINDS
         assert f.sentence().startswith(f"{f.test}: ")
 
 

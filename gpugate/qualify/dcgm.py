@@ -191,6 +191,15 @@ def parse_diag(text: str) -> DcgmResult:
         raise DcgmError(f"dcgm: unexpected JSON shape: {type(exc).__name__}: {exc}") from None
 
 
+def parse_text(text: str) -> DcgmResult:
+    """Parse what `dcgmi diag` prints without -j: its table, or the `Error:` lines of a run that
+    could not start (e.g. "Cannot load plugins"); DcgmError if it is neither."""
+    table = dcgm_text.read_table(text)
+    if not table.tests and not table.errors:
+        raise DcgmError(f"dcgm: not a dcgmi diag table: {_first_line(text)!r}")
+    return _from_text(table)
+
+
 def _parse_doc(doc: dict[str, Any]) -> DcgmResult:
     if "iterations" in doc:  # `-i N`: one document per iteration (Diag.cpp RunStartDiag)
         return _merge([_parse_doc(_obj(it, "iteration")) for it in doc["iterations"] if it])
@@ -246,6 +255,8 @@ def _findings(test: str, res: dict[str, Any], gpu: int | None) -> list[DcgmFindi
         warnings = [{"warning": warnings}]
     out = []
     for w in warnings:
+        if w is None:  # nvvs writes null in its lists
+            continue
         w = w if isinstance(w, dict) else {"warning": str(w)}
         msg = w.get("warning", w.get("warnings", ""))  # 3.x deployment tests: under "warnings"
         out.append(_finding(test, gpu, status, str(msg).strip(), w))
@@ -412,9 +423,9 @@ def judge(result: DcgmResult, level: int) -> dict[str, Any]:
     name = f"dcgm level {level}"
     extra = {"findings": [f.to_dict() | {"text": f.sentence()} for f in result.findings],
              "dcgm_version": result.version, "exit_code": result.exit_code}  # fmt: skip
-    if result.runtime_error:
+    if result.runtime_error:  # e.g. "Cannot load plugins": DCGM could not test, not a node fault
         return {"ok": None, "detail": f"{name}: DCGM could not run: "
-                f"{_first_line(result.runtime_error)}", **extra}  # fmt: skip
+                f"{_first_line(result.runtime_error)}", "not_tested": True, **extra}  # fmt: skip
     if not result.tests:
         return {"ok": None, "detail": f"{name}: DCGM reported no tests", **extra}
     bad = [f for f in result.findings if f.kind in ("hardware", "software")]
@@ -426,7 +437,7 @@ def judge(result: DcgmResult, level: int) -> dict[str, Any]:
     if bad:
         return {"ok": False, "detail": f"{name}: failed: {_summary(bad)}{note}", **extra}
     if untested:
-        return {"ok": None, "detail": f"{name}: not judged{note}", **extra}
+        return {"ok": None, "detail": f"{name}: not judged{note}", "not_tested": True, **extra}
     ran = ", ".join(t for t, _ in result.tests)
     return {"ok": True, "detail": f"{name}: passed ({ran}){note}", **extra}
 

@@ -272,6 +272,8 @@ def judge_all(
             per[node].append(dcgm_result(raw, node, job.job_id, _missing(job, "dcgm")))
             if raw is None and job.started:
                 unproven[node].append(_missing(job, "dcgm"))
+            elif raw is not None and raw.get("ok") is None and raw.get("not_tested"):
+                unproven[node].append(str(raw.get("detail")))  # DCGM could not test: not a pass
     for test in ("allreduce", "h2d"):
         if test in tests:
             results, missing = _bandwidth(config, run_dir, node_jobs, test)
