@@ -235,3 +235,28 @@ def test_table_info_is_no_finding_and_cut_words_are_joined() -> None:
     text = _TABLE.replace("| Info   ", "| Warning").replace("| Pass      ", "| Fail      ", 1)
     (software, _) = read_table(text).tests
     assert software.warnings == ("Persistence mode for GPU 0 is disabled. Enable it.",)
+
+
+# --- the node's verdict -------------------------------------------------------------------------
+
+
+def test_a_node_dcgm_could_not_test_is_neither_passed_nor_failed(tmp_path) -> None:
+    from gpugate.config import load_config
+    from gpugate.qualify import jobs
+    from gpugate.qualify.judge import judge_all
+    from gpugate.qualify.records import Job
+
+    w = {"warning": "There was an internal error during the test: 'x'", "error_id": 44,
+         "error_category": 16, "error_severity": 4}  # fmt: skip
+    step = judge(parse_diag(_v4([{"entity_group": "GPU", "entity_id": 0, "status": "Fail",
+                                  "warnings": [w]}])), 2)  # fmt: skip
+    path = jobs.result_path(str(tmp_path), ("n1",), "dcgm")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(dict(step, test="dcgm", nodes=["n1"], job_id="7"), f)
+    job = Job(name="n1", nodes=("n1",), job_id="7", output="", state="COMPLETED", started=True)
+    config = load_config("/dev/null")  # the packaged defaults, no site file
+    verdicts, _ = judge_all(config, str(tmp_path), [job], [], ["dcgm"])
+    v = verdicts["n1"]
+    assert not v["passed"] and not v["failed"]  # not qualified, and never drained for it
+    assert "DCGM could not test" in v["why"]
