@@ -21,11 +21,11 @@ Facts are from NVIDIA's DCGM sources, 4.6.0 (commit 72fa3fe) unless noted:
 from __future__ import annotations
 
 import json
-import re
 
 from gpugate import runner
 from gpugate.qualify import dcgm_catalog, dcgm_text
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ _V3_NAMES = {
 _FAILING = ("fail", "warn")
 _NO_DETAIL = " (DCGM gave no detail)"
 _V4_KEY, _V3_KEY = "DCGM Diagnostic", "DCGM GPU Diagnostic"
-_GPU_PREFIX = re.compile(r"^GPU \d+ ")  # 3.x messages start with their GPU
+_GPU_PREFIX = lazy(r"^GPU \d+ ")  # 3.x messages start with their GPU
 
 
 class DcgmError(ValueError):

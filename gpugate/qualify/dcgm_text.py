@@ -10,13 +10,13 @@ start prints `Error: ...` lines instead of the table.
 
 from __future__ import annotations
 
-import re
-
 from gpugate.record import Record
+from gpugate.regex import lazy
 
-_SECTION = re.compile(r"^[|+]-----\s+(\w[\w ]*?)\s+-")
-_PER_GPU = re.compile(r"^GPU\s?(\d+):\s*(Pass|Fail|Warn|Skip)\b", re.I)
-_STATUS = re.compile(r"^(Pass|Fail|Warn|Skip)\b(?:\s*-\s*(.*))?$", re.I)
+_SECTION = lazy(r"^[|+]-----\s+(\w[\w ]*?)\s+-")
+_PER_GPU = lazy(r"(?i)^GPU\s?(\d+):\s*(Pass|Fail|Warn|Skip)\b")
+_STATUS = lazy(r"(?i)^(Pass|Fail|Warn|Skip)\b(?:\s*-\s*(.*))?$")
+_HEADER = lazy(r"(?m)^\|\s*Diagnostic\s*\|\s*Result\s*\|")
 _WIDTH = 45  # the value column: DCGM cuts text at this width (the captures: 45 + padding)
 
 
@@ -41,7 +41,7 @@ class TextDiag(Record):
 
 def is_table(text: str) -> bool:
     """True when `text` holds dcgmi's diag table."""
-    return re.search(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|", text, re.M) is not None
+    return _HEADER.search(text) is not None
 
 
 class _Row:
