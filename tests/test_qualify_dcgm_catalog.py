@@ -79,6 +79,7 @@ def test_cuinit_system_not_yet_initialized_names_the_fabric_manager() -> None:
     step = judge(res, 3)
     assert step["ok"] is False and "fabric manager" in step["detail"]
     assert "not the GPU" in step["detail"] and "GPUs 0,1,2,3,4,5,6,7" in step["detail"]
+    assert step["detail"].count("cuInit") == 1 and "more like it" not in step["detail"]
     assert dict(res.tests)["pcie"] == "Skip" and dict(res.tests)["Persistence Mode"] == "Pass"
 
 
@@ -185,6 +186,20 @@ def test_v4_json_internal_error_with_nulls_and_a_prefix_is_could_not_test() -> N
     res = parse_diag(_v4(results))
     assert [(f.gpu, f.kind, f.error_id) for f in res.findings] == [(1, "not_tested", 44)]
     assert judge(res, 2)["ok"] is None
+
+
+def test_different_hardware_errors_are_each_told() -> None:
+    one = {"warning": "DBE on GPU 2", "error_id": 4, "error_category": 10, "error_severity": 2}
+    two = {
+        "warning": "mismatch on GPU 3",
+        "error_id": 58,
+        "error_category": 10,
+        "error_severity": 2,
+    }
+    results = [{"entity_group": "GPU", "entity_id": 2, "status": "Fail", "warnings": [one]},
+               {"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": [two]}]  # fmt: skip
+    detail = judge(parse_diag(_v4(results)), 2)["detail"]
+    assert "pcie: GPU 2: DBE on GPU 2" in detail and "pcie: GPU 3: mismatch on GPU 3" in detail
 
 
 def test_hardware_beside_could_not_test_fails_and_says_both() -> None:

@@ -443,17 +443,19 @@ def judge(result: DcgmResult, level: int) -> dict[str, Any]:
 
 
 def _summary(findings: tuple[DcgmFinding, ...] | list[DcgmFinding]) -> str:
-    """Findings in a few words: one per test and cause, its GPUs together, repeats counted."""
-    groups: dict[tuple[str, str, str], list[DcgmFinding]] = {}
+    """Findings in a few words: the same message on several GPUs once (3.x writes one per GPU),
+    DCGM's own errors once per test and cause with the rest counted (they differ by a pid)."""
+    groups: dict[tuple[str, ...], list[DcgmFinding]] = {}
     for f in findings:
-        groups.setdefault((f.test, f.kind, f.cause), []).append(f)
+        text = "" if f.kind == "not_tested" else _GPU_PREFIX.sub("", f.message)
+        groups.setdefault((f.test, f.kind, f.cause, text), []).append(f)
     out = []
-    for (_, kind, _), same in groups.items():
+    for (_, kind, _, _), same in groups.items():
         gpus = sorted({f.gpu for f in same if f.gpu is not None})
         first = same[0].replace(gpu=None, message=_GPU_PREFIX.sub("", same[0].message))
         where = f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}: " if gpus else ""
         text = first.sentence().replace(": ", f": {where}", 1) if where else first.sentence()
-        more = len({f.message for f in same}) - 1 if not gpus else 0
+        more = len({_GPU_PREFIX.sub("", f.message) for f in same}) - 1
         tag = " [not the GPU: a node problem]" if kind == "software" else ""
         out.append(text + tag + (f" (and {more} more like it)" if more > 0 else ""))
     return "; ".join(out)
