@@ -123,16 +123,23 @@ def test_errors_end_in_an_error_json_not_a_hang(tmp_path: Path) -> None:
     }
 
 
-def test_without_torch_the_payload_reports_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("test", ["allreduce", "h2d"])
+def test_without_torch_the_payload_is_not_run_with_the_fix(tmp_path: Path, test: str) -> None:
+    # The system python, isolated (-I): what a node without PyTorch runs (issue 28 Deliver 3).
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else PLAIN_PYTHON
     out = tmp_path / "r.json"
     done = subprocess.run(
-        [PLAIN_PYTHON, str(PAYLOAD), "allreduce", "--out", str(out)],
+        [py, "-I", str(PAYLOAD), test, "--out", str(out)],
         env=task_env(0, 1, "n1", 0), capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     if done.returncode == 0:
-        pytest.skip("this interpreter has torch")
-    assert done.returncode == payload.EXIT_ERROR
-    assert json.loads(out.read_text())["error"].startswith("no torch in ")
+        pytest.skip(f"{py} has torch")
+    assert done.returncode == payload.EXIT_NOT_RUN
+    got = json.loads(out.read_text())
+    assert "error" not in got
+    assert got["not_run"].startswith(f"no torch in {py}")
+    assert got["fix"] == payload.FIX_TORCH
+    assert "qualify.python" in got["fix"]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,11 @@ Facts are from NVIDIA's DCGM sources, 4.6.0 (commit 72fa3fe) unless noted:
 - DCGM 3.3.9 (commit b0ec3c6) Diag.cpp: top key "DCGM GPU Diagnostic", display names as test names
   ("GPU Memory", "PCIe", ...), each result with "gpu_id" (a string), and the deployment tests each
   with one result whose warning text sits under "warnings" (not "warning").
+- MIG: `dcgmi diag` does not run on a GPU in MIG mode ("GPU 0's MIG configuration is
+  incompatible with the diagnostic because it prevents access to the entire GPU"; DCGM's
+  maintainers in NVIDIA/DCGM#31: "dcgmi diag does not support all MIG configurations", only a
+  single instance spanning the GPU; one MIG GPU stops the run for all, NVIDIA/DCGM#70). So the
+  step asks nvidia-smi first and skips the diag on a node with a GPU in MIG mode (issue 28).
 - Exit status: main_dcgmi.cpp returns the dcgmReturn_t; Diag.cpp `GetFailureResult` gives
   DCGM_ST_NVVS_ISOLATE_ERROR (-51, exit 205) when an error's severity is ISOLATE, else
   DCGM_ST_NVVS_ERROR (-30, exit 226) for any error on a GPU or in the software test; 0 otherwise.
@@ -102,6 +107,18 @@ _FAILING = ("fail", "warn")
 _NO_DETAIL = " (DCGM gave no detail)"
 _V4_KEY, _V3_KEY = "DCGM Diagnostic", "DCGM GPU Diagnostic"
 _GPU_PREFIX = lazy(r"^GPU \d+ ")  # 3.x messages start with their GPU
+# What dcgmi prints when it cannot reach DCGM's host engine (nv-hostengine / nvidia-dcgm not
+# running, or an embedded one that cannot start): DCGM is not there to test, not a GPU fault.
+_NO_HOSTENGINE = ("host engine", "connection to the specified host")
+_MIG_REFUSAL = "mig configuration is incompatible with the diagnostic"
+FIX_DCGMI = ("install DCGM on the node (datacenter-gpu-manager, or datacenter-gpu-manager-4-core "
+             "for 4.x) or set qualify.dcgmi to dcgmi's path, or drop dcgm from --tests")  # fmt: skip
+FIX_HOSTENGINE = ("start DCGM's host engine on the node: systemctl enable --now nvidia-dcgm "
+                  "(or run nv-hostengine)")  # fmt: skip
+FIX_MIG = ("to qualify these GPUs with DCGM, disable MIG (nvidia-smi -mig 0, then reset the GPU) "
+           "for the qualification; the other checks run under MIG")  # fmt: skip
+MIG_QUERY = ["--query-gpu=index,mig.mode.current", "--format=csv,noheader"]
+MIG_TIMEOUT_S = 20.0
 
 
 class DcgmError(ValueError):
@@ -109,7 +126,7 @@ class DcgmError(ValueError):
 
     def __init__(self, message: str, reason: str = "output") -> None:
         super().__init__(message)
-        self.reason = reason  # missing / timeout / killed / output / usage
+        self.reason = reason  # missing / timeout / killed / output / usage / hostengine / mig
 
 
 class DcgmFinding(Record):
@@ -392,8 +409,26 @@ def run_diag(level: int, dcgmi: str = "dcgmi", timeout_s: float | None = None) -
         parsed = parse_diag(res.stdout)
     except DcgmError as exc:
         err = _first_line(res.stderr)
-        raise DcgmError(f"{exc} (exit {res.returncode}{': ' + err if err else ''})") from None
+        said = f"{res.stdout}\n{res.stderr}".lower()
+        reason = ("hostengine" if any(m in said for m in _NO_HOSTENGINE)
+                  else "mig" if _MIG_REFUSAL in said else "output")  # fmt: skip
+        raise DcgmError(f"{exc} (exit {res.returncode}{': ' + err if err else ''})",
+                        reason) from None  # fmt: skip
     return parsed.replace(exit_code=res.returncode)
+
+
+def mig_gpus(nvidia_smi: str = "nvidia-smi", timeout_s: float = MIG_TIMEOUT_S) -> list[int] | None:
+    """The indices of this node's GPUs in MIG mode (`nvidia-smi --query-gpu=mig.mode.current`);
+    None when nvidia-smi cannot tell (missing, failed): then dcgmi runs and speaks for itself."""
+    res = runner.run([nvidia_smi, *MIG_QUERY], timeout=timeout_s)
+    if not res.ok:
+        return None
+    found = []
+    for line in res.stdout.splitlines():
+        index, _, mode = (w.strip() for w in line.partition(","))
+        if index.isdigit() and mode.lower() == "enabled":  # "Disabled", "[N/A]" (no MIG): not
+            found.append(int(index))
+    return found
 
 
 def dcgm_step(
@@ -402,19 +437,44 @@ def dcgm_step(
     timeout_s: float | None = None,
     node: str = "",
     job_id: str | None = None,
+    nvidia_smi: str = "nvidia-smi",
 ) -> dict[str, Any]:
-    """Run the DCGM diagnostic on this node and return one TEST RESULT (ok None: not judged)."""
+    """Run the DCGM diagnostic on this node and return one TEST RESULT (ok None: not judged;
+    "not_run" with its "fix": DCGM cannot test here, a matter of the site, never the node's)."""
     step = {"test": "dcgm", "nodes": [node] if node else [], "ok": None, "value_gbps": None,
             "floor_gbps": None, "detail": "", "job_id": job_id, "level": level}  # fmt: skip
+    mig = mig_gpus(nvidia_smi) if level in LEVELS else None
+    if mig:
+        gpus = ",".join(map(str, mig))
+        why = (f"GPU{'s' if len(mig) > 1 else ''} {gpus} in MIG mode: DCGM's diagnostic does "
+               "not support MIG (it needs the whole GPU)")  # fmt: skip
+        return _not_run(step, why, FIX_MIG, "mig", mig=mig)
     try:
         result = run_diag(level, dcgmi, timeout_s)
     except DcgmError as exc:
-        # Not judged (ok None), never a pass: Q3 decides what an unjudged test means for the node.
-        missing = f"dcgm: not run: {dcgmi} not found on this node"
-        step["detail"] = missing if exc.reason == "missing" else str(exc)
+        if exc.reason == "missing":
+            return _not_run(step, f"{dcgmi} (qualify.dcgmi) not found on this node", FIX_DCGMI,
+                            "missing")  # fmt: skip
+        if exc.reason == "hostengine":
+            return _not_run(step, f"DCGM's host engine is not running ({exc})", FIX_HOSTENGINE,
+                            "hostengine")  # fmt: skip
+        if exc.reason == "mig":
+            return _not_run(step, f"DCGM refused the GPUs' MIG configuration ({exc})", FIX_MIG,
+                            "mig")  # fmt: skip
+        # Not judged (ok None), never a pass: the node is "not qualified" (judge.judge_all).
+        step["detail"] = str(exc)
         step["error"] = exc.reason
         return step
     step.update(judge(result, level))
+    return step
+
+
+def _not_run(
+    step: dict[str, Any], why: str, fix: str, reason: str, **extra: object
+) -> dict[str, Any]:
+    """The step as "not run": why, the exact fix; not tested, so never a failure or a drain."""
+    step.update(detail=f"dcgm: not run: {why}; fix: {fix}", not_run=why, fix=fix,
+                not_tested=True, error=reason, **extra)  # fmt: skip
     return step
 
 

@@ -11,6 +11,7 @@ not stop the next, and the script's exit status says whether any failed.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 
@@ -28,6 +29,9 @@ PAYLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "payload.py")
 _PORT = "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))"
 # The batch step runs on the allocation's first node: the all-reduce's rendezvous.
 _ADDR = 'export MASTER_ADDR="$(hostname)"'
+# The DCGM step's stderr, next to its result: when gpugate cannot start on the node (its python
+# cannot import gpugate), the judge names the error instead of "no result" (issue 28).
+STEP_STDERR = "dcgm.stderr"
 
 
 def q(word: object) -> str:
@@ -35,9 +39,27 @@ def q(word: object) -> str:
     return shlex.quote(str(word))
 
 
-def _step(argv: list[str]) -> str:
-    """One script line running `argv`; a failure is remembered, the script goes on."""
-    return " ".join(q(a) for a in argv) + " || rc=1"
+def _step(argv: list[str], stderr: str | None = None) -> str:
+    """One script line running `argv`; a failure is remembered, the script goes on. `stderr`:
+    a file that keeps the step's stderr (copied to the job's output after it)."""
+    line = " ".join(q(a) for a in argv)
+    if stderr:
+        return f"{line} 2>{q(stderr)} || rc=1; cat {q(stderr)} >&2"
+    return line + " || rc=1"
+
+
+def _payload_step(python: str, argv: list[str], test: str, out: str) -> str:
+    """The srun line of a payload test, run only when qualify.python is there to run it; else
+    the test's "not run" result, with the fix (the node is not at fault: issue 28)."""
+    why = {"test": test, "not_run": f"qualify.python {python} is not found or not executable "
+           "on the job's node", "fix": "install PyTorch there and set qualify.python to its "
+           "interpreter (e.g. /opt/pytorch/bin/python), or drop allreduce,h2d,pairs from "
+           "--tests"}  # fmt: skip
+    note = json.dumps(why, sort_keys=True)
+    return (
+        f"if command -v {q(python)} >/dev/null 2>&1; then {_step(argv)}; "
+        f"else printf '%s\\n' {q(note)} > {q(out)}; fi"
+    )
 
 
 def node_script(
@@ -51,13 +73,16 @@ def node_script(
         timeout = max(60, qc.time_limit_min * 60 - 120)  # leave the payload its share
         lines.append(_step([*cli_command(), "qualify", "--step", "dcgm",
                             "--level", str(level), "--dcgmi", qc.dcgmi, "--node", node,
-                            "--timeout", str(timeout), "--out", f"{out}/dcgm.json"]))  # fmt: skip
+                            "--timeout", str(timeout), "--out", f"{out}/dcgm.json"],
+                           stderr=f"{out}/{STEP_STDERR}"))  # fmt: skip
     if "allreduce" in tests:
-        lines.append(_step(["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD,
-                            "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"]))  # fmt: skip
+        lines.append(_payload_step(qc.python, ["srun", f"--ntasks-per-node={ntasks}", qc.python,
+                     PAYLOAD, "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"],
+                     "allreduce", f"{out}/allreduce.json"))  # fmt: skip
     if "h2d" in tests:
-        lines.append(_step(["srun", "--ntasks=1", "--ntasks-per-node=1", qc.python, PAYLOAD,
-                            "h2d", "--out", f"{out}/h2d.json"]))  # fmt: skip
+        lines.append(_payload_step(qc.python, ["srun", "--ntasks=1", "--ntasks-per-node=1",
+                     qc.python, PAYLOAD, "h2d", "--out", f"{out}/h2d.json"], "h2d",
+                     f"{out}/h2d.json"))  # fmt: skip
     return _script(lines)
 
 
@@ -66,8 +91,9 @@ def pair_script(run_dir: str, pair: tuple[str, str], qc: Qualify, ntasks: int) -
     a, b = (valid_node_name(n) for n in pair)
     out = os.path.join(run_dir, f"pair-{a}-{b}")
     lines = [f"# gpugate qualify: pair {a} {b}", f"mkdir -p {q(out)}",
-             _step(["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD, "allreduce",
-                    *_sizes(qc), "--out", f"{out}/allreduce.json"])]  # fmt: skip
+             _payload_step(qc.python, ["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD,
+                           "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"],
+                           "allreduce", f"{out}/allreduce.json")]  # fmt: skip
     return _script(lines)
 
 

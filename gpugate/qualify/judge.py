@@ -6,6 +6,9 @@ against max(floor, min_fraction_of_median x the set's median) (pairs.judge_bandw
 floor and its source from floors.floor_for. A node fails on a test that ran and failed (ok
 False); a test that could not run (no dcgmi, no GPU, a job that never started) is not judged
 (ok None), and a node with nothing to show for a test it was asked for is not passed either.
+A step that was "not run" (a tool the site lacks: no torch or NCCL in qualify.python, no
+dcgmi, gpugate's DCGM step that could not start; {"not_run": why, "fix": ...}) is never the
+node's failure: ok None, "not run: why; fix: ..." in the detail and in the node's unproven list.
 """
 
 from __future__ import annotations
@@ -58,9 +61,19 @@ def dcgm_result(
     raw: dict[str, Any] | None, node: str, job_id: str | None, missing: str
 ) -> dict[str, Any]:
     """The DCGM step's own TEST RESULT, or a not-judged one saying why there is none."""
+    if raw is not None and raw.get("not_run") and raw.get("test") in ("dcgm", None):
+        return dict(raw, test="dcgm", nodes=[node], ok=None, detail=not_run_text("dcgm", raw),
+                    not_run=True, job_id=raw.get("job_id") or job_id)  # fmt: skip
     if raw is None or raw.get("test") != "dcgm" or raw.get("ok") not in (True, False, None):
         return result("dcgm", [node], None, f"dcgm: no result: {missing}", job_id=job_id)
     return dict(raw, nodes=[node], job_id=raw.get("job_id") or job_id)
+
+
+def not_run_text(test: str, raw: dict[str, Any]) -> str:
+    """'TEST: not run: WHY; fix: FIX' of a step that could not run (a tool the site lacks)."""
+    why = " ".join(str(raw.get("not_run") or "").split())[:300]
+    fix = " ".join(str(raw.get("fix") or "").split())[:300]
+    return f"{test}: not run: {why}" + (f"; fix: {fix}" if fix else "")
 
 
 def _setup_failure(errors: dict[str, str], asked: int) -> bool:
@@ -76,16 +89,21 @@ def bandwidth_results(
     floor: tuple[float | None, str],
     fraction: float,
     job_ids: dict[str, str | None],
+    not_run: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU)."""
+    """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU);
+    `not_run`: node -> the "TEST: not run: ..." line of a step the site could not run."""
 
     measured = {n: v for n, v in values.items() if v is not None}
     verdicts = judge_bandwidth(measured, floor[0], fraction) if measured else {}
-    setup = _setup_failure(errors, len(values) + len(errors) + len(missing))
+    not_run = not_run or {}
+    setup = _setup_failure(errors, len(values) + len(errors) + len(missing) + len(not_run))
     out = {}
-    for node in [*values, *errors, *missing]:
+    for node in [*values, *errors, *missing, *not_run]:
         extra = {"job_id": job_ids.get(node), "floor_gbps": floor[0], "floor_source": floor[1]}
-        if node in errors:
+        if node in not_run:
+            out[node] = result(test, [node], None, not_run[node], not_run=True, **extra)
+        elif node in errors:
             ok = None if setup else False
             why = "the same on every node: the setup, not the node; " if setup else ""
             out[node] = result(test, [node], ok, f"{test}: failed: {why}{errors[node]}", **extra)
@@ -186,6 +204,25 @@ def _missing(job: Job, test: str) -> str:
     return f"job {job.job_id} wrote no {test} result (see {job.output})"
 
 
+def _dcgm_did_not_start(run_dir: str, job: Job) -> dict[str, Any] | None:
+    """A "not run" result from the DCGM step's stderr (jobs.STEP_STDERR) when it wrote none:
+    gpugate's own step could not start on the node (e.g. its python cannot import gpugate)."""
+    path = os.path.join(os.path.dirname(jobs.result_path(run_dir, job.nodes, "dcgm")),
+                        jobs.STEP_STDERR)  # fmt: skip
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    return {"test": "dcgm", "ok": None, "not_run": "gpugate's DCGM step could not start: "
+            f"{lines[-1][:200]}", "fix": "run `gpugate selftest` on the node; the job's "
+            f"output {job.output} has the whole error"}  # fmt: skip
+
+
 def _floor(
     config: Config, test: str, backend: object, site: float | None, gpu_name: object = None
 ) -> tuple[Any, ...]:
@@ -204,6 +241,7 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
     values: dict[str, Any] = {}
     errors: dict[str, Any] = {}
     missing: dict[str, Any] = {}
+    not_run: dict[str, str] = {}
     unproven: dict[str, Any] = {}
     backend = gpu_name = None
     for job in node_jobs:
@@ -212,6 +250,8 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
         if raw is None:
             missing[node] = _missing(job, test)
             unproven[node] = missing[node]
+        elif raw.get("not_run"):
+            not_run[node] = unproven[node] = not_run_text(test, raw)
         elif "error" in raw:
             errors[node] = " ".join(str(raw["error"]).split())[:300]
         else:
@@ -224,7 +264,7 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
     floor = _floor(config, test, backend, site, gpu_name)
     ids = {j.nodes[0]: j.job_id for j in node_jobs}
     return bandwidth_results(test, values, errors, missing, floor,
-                             qc.min_fraction_of_median, ids), unproven  # fmt: skip
+                             qc.min_fraction_of_median, ids, not_run), unproven  # fmt: skip
 
 
 def _pairs(
@@ -241,6 +281,10 @@ def _pairs(
             not_run.append({"nodes": list(job.nodes), "job_id": job.job_id, "why": job.note})
             continue
         raw = read_result(jobs.result_path(run_dir, job.nodes, "allreduce"))
+        if raw is not None and raw.get("not_run"):  # the site lacks a tool: nothing to judge
+            not_run.append({"nodes": list(job.nodes), "job_id": job.job_id,
+                            "why": not_run_text("pair", raw)})  # fmt: skip
+            continue
         ok = raw is not None and "error" not in raw
         measured[job.nodes] = allreduce_value(raw) if raw is not None and ok else None
         backend = backend or (raw or {}).get("backend")
@@ -269,11 +313,15 @@ def judge_all(
         for job in node_jobs:
             node = job.nodes[0]
             raw = read_result(jobs.result_path(run_dir, job.nodes, "dcgm"))
-            per[node].append(dcgm_result(raw, node, job.job_id, _missing(job, "dcgm")))
+            if raw is None and job.started:
+                raw = _dcgm_did_not_start(run_dir, job)
+            res = dcgm_result(raw, node, job.job_id, _missing(job, "dcgm"))
+            per[node].append(res)
             if raw is None and job.started:
                 unproven[node].append(_missing(job, "dcgm"))
-            elif raw is not None and raw.get("ok") is None and raw.get("not_tested"):
-                unproven[node].append(str(raw.get("detail")))  # DCGM could not test: not a pass
+            elif (res.get("ok") is None and (raw or {}).get("not_tested")) or res.get("not_run"):
+                # DCGM could not test, or the step was not run: not a pass either, never a fail.
+                unproven[node].append(str(res.get("detail")))
     for test in ("allreduce", "h2d"):
         if test in tests:
             results, missing = _bandwidth(config, run_dir, node_jobs, test)

@@ -9,8 +9,10 @@ interpreter runs it by path inside a qualification job, under srun:
 
 Ranks come from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, the node from SLURMD_NODENAME,
 the rendezvous from MASTER_ADDR / MASTER_PORT (set by the job script). Rank 0 writes one JSON
-object to --out; any error (no torch, rendezvous failure, timeout) is a JSON object with
-"error", written the same way, and a non-zero exit, never a hang.
+object to --out; any error (rendezvous failure, timeout) is a JSON object with "error",
+written the same way, and a non-zero exit, never a hang. A tool the site lacks (no torch in
+this interpreter, no NCCL where --backend nccl asked for it) is not the node's fault: the
+object is {"not_run": why, "fix": the exact fix} and the exit is EXIT_NOT_RUN (issue 28).
 
 Bandwidths are GB/s (1e9 bytes per second), as NCCL-tests reports them: algbw = size / time,
 busbw = algbw * 2(n-1)/n for all_reduce (NCCL-tests doc/PERFORMANCE.md, "AllReduce").
@@ -40,12 +42,30 @@ if TYPE_CHECKING:
 DELAY_ENV = "GPUGATE_QUALIFY_TEST_DELAY"
 EXIT_ERROR = 2
 EXIT_TIMEOUT = 3
+EXIT_NOT_RUN = 4
+# The fixes a "not run" result names (docs/qualify.md, "Steps that did not run").
+FIX_TORCH = (
+    "set qualify.python to an interpreter with PyTorch (e.g. /opt/pytorch/bin/python), "
+    "or drop allreduce,h2d,pairs from --tests"
+)
+FIX_NCCL = (
+    "set qualify.python to a PyTorch built with NCCL (a CUDA build: "
+    "torch.distributed.is_nccl_available() is True), or run the payload with --backend auto"
+)
 GB = 1e9
 MIB = 1 << 20
 
 
 class PayloadError(Exception):
     """A failure the result JSON reports (its message is the "error" text)."""
+
+
+class NotRun(PayloadError):
+    """A tool this interpreter lacks: the test is not run (never the node's failure)."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 def parse_delay(text: str | None) -> dict[str, float] | None:
@@ -107,7 +127,7 @@ def _import_torch() -> ModuleType:
         import torch
         import torch.distributed
     except ImportError as exc:
-        raise PayloadError(f"no torch in {sys.executable}: {exc}") from None
+        raise NotRun(f"no torch in {sys.executable}: {exc}", FIX_TORCH) from None
     module: ModuleType = torch  # torch has no stubs where gpugate is checked
     return module
 
@@ -125,7 +145,7 @@ def _choose_backend(torch: ModuleType, dist: ModuleType, requested: str) -> str:
         raise PayloadError("--backend nccl: a rank has no CUDA device")
     if everyone and not dist.is_nccl_available():
         if requested == "nccl":
-            raise PayloadError("--backend nccl: this torch has no NCCL")
+            raise NotRun(f"--backend nccl: the torch in {sys.executable} has no NCCL", FIX_NCCL)
         return "gloo"
     return "nccl" if everyone else "gloo"
 
@@ -268,7 +288,7 @@ def _report(args: argparse.Namespace, ranks: Ranks | None, result: dict[str, Any
     """Rank 0 writes the result; other ranks print an error so the job's output shows it."""
     if ranks is None or ranks.rank == 0:
         write_result(args.out, result)
-    elif "error" in result:
+    elif "error" in result or "not_run" in result:
         print(json.dumps(result, sort_keys=True), file=sys.stderr)
 
 
@@ -309,12 +329,17 @@ def main(argv: list[str] | None = None) -> int:
             result = run_h2d(args, ranks)
         else:
             return 0
+    except NotRun as exc:
+        result = {"test": args.test, "not_run": str(exc), "fix": exc.fix, "rank": ranks.rank,
+                  "node": ranks.node}  # fmt: skip
     except PayloadError as exc:
         result = _error(args, ranks, str(exc))
     except Exception as exc:  # torch's own failures (rendezvous, NCCL) become the error JSON
         result = _error(args, ranks, f"{type(exc).__name__}: {exc}")
     timer.cancel()
     _report(args, ranks, result)
+    if "not_run" in result:
+        return EXIT_NOT_RUN
     return EXIT_ERROR if "error" in result else 0
 
 
