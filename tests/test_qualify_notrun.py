@@ -190,8 +190,9 @@ def test_a_dcgm_step_that_cannot_import_gpugate_is_not_run_with_its_error(
     """A python with no gpugate on its path (the system one, isolated): the step cannot start,
     and the judge says so from its stderr instead of "no result"."""
     monkeypatch.setattr(sys, "executable", SYSTEM_PYTHON)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p
-                                      and "qtools" not in p and os.path.isabs(p)])  # fmt: skip
+    bare = [p for p in sys.path if os.path.isabs(p) and "-packages" not in p
+            and not os.path.isdir(os.path.join(p, "gpugate"))]  # fmt: skip
+    monkeypatch.setattr(sys, "path", bare)
     monkeypatch.setattr("gpugate.child._self_contained", lambda: True)
     script, run_dir = dcgm_line(config, tmp_path)
     assert run_script(script, tmp_path, env={}) == 1
