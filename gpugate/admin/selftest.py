@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass, field
 
 from gpugate.admin.access import Account, Problem, account, denied
+from gpugate.admin.qualifysteps import check_qualify_steps
 from gpugate.admin.sitecheck import (
     SlurmFacts,
     check_controller_access,
@@ -356,6 +357,9 @@ def selftest(
                 report.problems.append(ran)
         report.status = "broken" if report.problems else "ok"
     reports.append(site_report(config_path(envs["epilog-slurmctld"][0]), slurm))
+    steps = qualify_report(config_path(envs["epilog-slurmctld"][0]))
+    if steps is not None:
+        reports.append(steps)
     return reports
 
 
@@ -377,6 +381,39 @@ def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
                                            "qualify partition is unchecked",
                                            "run gpugate selftest where scontrol works"))  # fmt: skip
     report.status = "broken" if report.problems else "ok"
+    return report
+
+
+def has_qualify_section(path: str | None) -> bool:
+    """Whether the site's config file has a top-level `qualify:` section (False: unreadable)."""
+    import yaml
+
+    try:
+        with open(path or "", encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(doc, dict) and "qualify" in doc
+
+
+def qualify_report(path: str | None) -> HookReport | None:
+    """Which `gpugate qualify` steps this host can run (None without a qualify: section); a
+    step it cannot is a warning with the fix (it would be "not run", never a drain)."""
+    if not has_qualify_section(path):  # the defaults hold one: the site's own file decides
+        return None
+    config, _ = check_config(path, account("root"))  # its problems are the hooks' already
+    qc = getattr(config, "qualify", None)
+    if qc is None:
+        return None
+    checks = check_qualify_steps(qc)
+    report = HookReport("qualify", "this host")
+    runnable = [c.step for c in checks if c.runnable]
+    report.problems = [Problem(f"{c.step}: would be \"not run\" in a qualification: {c.why}",
+                               c.fix) for c in checks if not c.runnable]  # fmt: skip
+    report.status = "warning" if report.problems else "ok"
+    notes = [f"runnable: {', '.join(runnable)}"] if runnable else ["no step runnable"]
+    notes += [c.why for c in checks if c.runnable and c.step in ("dcgm", "allreduce")]
+    report.note = "; ".join(notes)
     return report
 
 

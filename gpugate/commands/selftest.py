@@ -25,8 +25,8 @@ def main(argv: list[str]) -> int:
                     "job user; EpilogSlurmctld as SlurmUser) with GPUGATE_SELFTEST=1, in which "
                     "the hooks take no action; check what SlurmUser must reach and the Slurm "
                     "settings requeues rely on (JobRequeue, nohold_on_prolog_fail, SLURM_CONF "
-                    "for the hooks Slurm gives none, the qualify partition); report what "
-                    "would break with the fix.")  # fmt: skip
+                    "for the hooks Slurm gives none, the qualify partition) and which qualify "
+                    "steps this host can run; report what would break with the fix.")  # fmt: skip
     p.add_argument("--hooks-dir", default=DEFAULT_HOOKS_DIR, metavar="DIR",
                    help=f"where the wrappers are (default {DEFAULT_HOOKS_DIR})")  # fmt: skip
     p.add_argument("--user", default="nobody", help="the job user for the TaskProlog (nobody)")
@@ -46,10 +46,11 @@ def main(argv: list[str]) -> int:
     reports = selftest(args.hooks_dir, users, timeout=args.timeout)
     broken = any(r.status == "broken" for r in reports)
     if args.json:
-        hooks = [r.to_dict() for r in reports if r.hook != "site"]
+        hooks = [r.to_dict() for r in reports if r.hook not in ("site", "qualify")]
         site = [r.to_dict() for r in reports if r.hook == "site"]
-        print(json.dumps({"ok": not broken, "hooks": hooks, "site": site[0] if site else None},
-                         indent=2))  # fmt: skip
+        steps = [r.to_dict() for r in reports if r.hook == "qualify"]
+        print(json.dumps({"ok": not broken, "hooks": hooks, "site": site[0] if site else None,
+                          "qualify": steps[0] if steps else None}, indent=2))  # fmt: skip
     else:
         print(render(reports))
     return EXIT_UNHEALTHY if broken else EXIT_OK
@@ -59,12 +60,15 @@ def render(reports: list[Any]) -> str:
     """The report for a terminal: a line per hook, then each problem and its fix."""
     lines = []
     for r in reports:
-        who = f"as {r.user}" if r.hook != "site" else f"({r.user}, qualify)"
+        who = {"site": f"({r.user}, qualify)", "qualify": f"({r.user})"}.get(r.hook, f"as {r.user}")
         head = f"{r.hook:<17} {who:<15} {r.status}"
         lines.append(head + (f" ({r.note})" if r.note else ""))
         for problem in r.problems:
             lines += [f"    - {problem.what}", f"      fix: {problem.fix}"]
     broken = [r.hook for r in reports if r.status == "broken"]
+    if any(r.hook == "qualify" and r.status == "warning" for r in reports):
+        # A warning, not a break: such a step is "not run" in a qualification, never a drain.
+        lines.append("some qualify steps cannot run on this host (warnings above)")
     if not broken:
         lines.append("all hooks ok; Slurm's settings ok")
     else:
