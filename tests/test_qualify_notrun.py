@@ -126,7 +126,9 @@ def test_a_pair_whose_python_lacks_torch_is_not_run_not_measured(config, tmp_pat
                                ["pairs"])  # fmt: skip
     assert pairs == {"not_run": [{"nodes": ["n1", "n2"], "job_id": "9",
                                   "why": f"pair: not run: {NO_TORCH['not_run']}; fix: "
-                                         f"{NO_TORCH['fix']}"}], "text": "no pair ran"}  # fmt: skip
+                                         f"{NO_TORCH['fix']}"}],
+                     "text": f"no pair ran: pair: not run: {NO_TORCH['not_run']}; fix: "
+                             f"{NO_TORCH['fix']}"}  # fmt: skip
 
 
 class NoTorchOps(FakeOps):

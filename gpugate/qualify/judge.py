@@ -290,7 +290,9 @@ def _pairs(
         backend = backend or (raw or {}).get("backend")
         ids[job.nodes] = job.job_id
     if not measured:
-        return ({"not_run": not_run, "text": "no pair ran"} if not_run else None), {}
+        whys = list(dict.fromkeys(str(n["why"]) for n in not_run if n.get("why")))
+        text = "no pair ran" + (f": {'; '.join(whys[:2])}" if whys else "")
+        return ({"not_run": not_run, "text": text} if not_run else None), {}
     assert config.qualify is not None  # qualification runs only with a qualify: section
     floor = _floor(config, "pair", backend, config.qualify.pair_busbw_gbps)
     judged = judge_pairs(measured, floor[0], config.qualify.min_fraction_of_median)
