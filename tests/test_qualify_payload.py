@@ -176,3 +176,31 @@ def test_bad_arguments_are_refused() -> None:
         payload.build_parser().parse_args(["allreduce", "--out", "x", "--iters", "0"])
     with pytest.raises(SystemExit):
         payload.build_parser().parse_args(["h2d"])
+
+
+def test_nccl_asked_of_a_torch_without_it_is_not_run() -> None:
+    """`--backend nccl` where every rank has a GPU but torch has no NCCL: a tool the site
+    lacks, "not run" with the fix (issue 28); auto falls back to gloo."""
+    from types import SimpleNamespace
+
+    class Flag:
+        def __init__(self, value: list[int], dtype: object = None) -> None:
+            self.value = value[0]
+
+        def item(self) -> int:
+            return self.value
+
+    torch = SimpleNamespace(
+        cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 8),
+        tensor=Flag,
+        int32=None,
+    )
+    dist = SimpleNamespace(
+        all_reduce=lambda flag, op=None: None,
+        ReduceOp=SimpleNamespace(MIN="min"),
+        is_nccl_available=lambda: False,
+    )
+    with pytest.raises(payload.NotRun) as err:
+        payload._choose_backend(torch, dist, "nccl")
+    assert "has no NCCL" in str(err.value) and err.value.fix == payload.FIX_NCCL
+    assert payload._choose_backend(torch, dist, "auto") == "gloo"
