@@ -15,6 +15,7 @@ import os
 import shlex
 
 from gpugate.child import cli_command
+from gpugate.qualify.progress import STEP_MARK
 from gpugate.slurm.control import valid_node_name
 
 TYPE_CHECKING = False
@@ -40,6 +41,12 @@ def _step(argv: list[str]) -> str:
     return " ".join(q(a) for a in argv) + " || rc=1"
 
 
+def _mark(name: str) -> str:
+    """The line announcing a step in the job's output: `gpugate qualify` shows the step running
+    (progress.last_step)."""
+    return f"echo {q(STEP_MARK + name)}"
+
+
 def node_script(
     run_dir: str, node: str, tests: list[str], qc: Qualify, level: int, ntasks: int
 ) -> str:
@@ -48,14 +55,17 @@ def node_script(
     out = os.path.join(run_dir, node)
     lines = [f"# gpugate qualify: node {node}", f"mkdir -p {q(out)}"]
     if "dcgm" in tests:
+        lines.append(_mark("dcgm"))
         timeout = max(60, qc.time_limit_min * 60 - 120)  # leave the payload its share
         lines.append(_step([*cli_command(), "qualify", "--step", "dcgm",
                             "--level", str(level), "--dcgmi", qc.dcgmi, "--node", node,
                             "--timeout", str(timeout), "--out", f"{out}/dcgm.json"]))  # fmt: skip
     if "allreduce" in tests:
+        lines.append(_mark("allreduce"))
         lines.append(_step(["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD,
                             "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"]))  # fmt: skip
     if "h2d" in tests:
+        lines.append(_mark("h2d"))
         lines.append(_step(["srun", "--ntasks=1", "--ntasks-per-node=1", qc.python, PAYLOAD,
                             "h2d", "--out", f"{out}/h2d.json"]))  # fmt: skip
     return _script(lines)
@@ -65,7 +75,7 @@ def pair_script(run_dir: str, pair: tuple[str, str], qc: Qualify, ntasks: int) -
     """The batch script of one pair's job: the all-reduce across both nodes."""
     a, b = (valid_node_name(n) for n in pair)
     out = os.path.join(run_dir, f"pair-{a}-{b}")
-    lines = [f"# gpugate qualify: pair {a} {b}", f"mkdir -p {q(out)}",
+    lines = [f"# gpugate qualify: pair {a} {b}", f"mkdir -p {q(out)}", _mark("allreduce"),
              _step(["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD, "allreduce",
                     *_sizes(qc), "--out", f"{out}/allreduce.json"])]  # fmt: skip
     return _script(lines)
