@@ -193,6 +193,7 @@ def cli(tmp_path, monkeypatch):
     (["n1", "--tests", "dcgm,burn"], "unknown test(s) burn"),
     (["--idle", "--max-nodes", "0"], "--max-nodes must be at least 1"),
     (["--idle", "--max-nodes", "-3"], "--max-nodes must be at least 1"),
+    (["n1", "--max-nodes", "1"], "--max-nodes goes with --idle"),
     (["n[1-2],n1"], "node(s) named twice: n1"),
     (["n1", "n1"], "node(s) named twice: n1"),
     (["n1", "--level", "0"], "--level must be 1 to 4"),

@@ -23,6 +23,7 @@ from gpugate.names import refuse
 from gpugate.qualify.dcgm import dcgm_step
 from gpugate.qualify.sweep import sweep_config
 from gpugate.slurm.control import SlurmError
+from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -122,6 +123,8 @@ def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | 
         raise QualifyError(f"--level must be 1 to 4 (dcgmi diag -r), not {level}")
     if args.max_nodes is not None and args.max_nodes < 1:
         raise QualifyError(f"--max-nodes must be at least 1, got {args.max_nodes}")
+    if args.max_nodes is not None and not args.idle:
+        raise QualifyError("--max-nodes goes with --idle (the nodes named are all qualified)")
     if args.idle:
         choose_tests(config, tests)  # the nodes come from Slurm when the run starts
         return [], tests, level
@@ -136,8 +139,6 @@ def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | 
 def expand_nodes(exprs: list[str], config: Config) -> list[str]:
     """The NODE arguments' names; Slurm (`scontrol show hostnames`) only for what gpugate's own
     hostlist parser cannot read."""
-    from gpugate.slurm.hostlist import HostlistError, hostlist_expand
-
     names: list[str] = []
     for expr in exprs:
         try:
