@@ -92,8 +92,13 @@ def test_a_geometry_the_node_has_runs_and_asks_the_whole_node_and_its_gpus(confi
 def test_a_node_slurm_cannot_start_a_job_on_or_outside_the_partition_is_refused(config):
     slurm = cluster(flags=("NOT_RESPONDING",))
     ops = FakeOps(slurm, dict.fromkeys(NODES, FAST))
-    with pytest.raises(QualifyError, match="n1 is IDLE\\+NOT_RESPONDING: Slurm starts no job"):
+    with pytest.raises(QualifyError, match=r"n1 is IDLE\+NOT_RESPONDING .*: Slurm starts no job"):
         go(config, slurm, ops)
+    # Powered down by power saving: Slurm powers it up for the job.
+    slurm = cluster(flags=("NOT_RESPONDING", "POWERED_DOWN"))
+    assert all(v["passed"] for v in go(config, slurm, ops, wait_s=1).verdicts.values())
+    ops.submitted.clear()
+    ops.reservations.clear()
     slurm = cluster(partitions=("cpu",))
     with pytest.raises(QualifyError, match="n1 is not in partition gpu"):
         go(with_qualify(config, partition="gpu"), slurm, ops)

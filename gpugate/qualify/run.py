@@ -120,8 +120,9 @@ def choose_tests(config: Config, tests: list[str] | None) -> list[str]:
     return [t for t in TESTS if t in chosen]
 
 
-# Flags of a node no job can start on (sinfo(1) NODE STATE CODES): slurmd silent, powered off.
-_CANNOT_RUN = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN"})
+# A node whose slurmd does not answer starts no job (sinfo(1) NODE STATE CODES `*`); unless power
+# saving has it off or on its way (`~`, `#`, `%`, `!`): Slurm powers such a node up for a job.
+_POWER_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "POWER_UP"})
 
 
 def check_nodes(qc: Qualify, infos: dict[str, NodeInfo], nodes: list[str]) -> None:
@@ -140,10 +141,9 @@ def check_nodes(qc: Qualify, infos: dict[str, NodeInfo], nodes: list[str]) -> No
                      else f"one rank per GPU asks {ranks} (Gres=gpu:{info.gres_gpus})")  # fmt: skip
             problems.append(f"{node} has {cpus} CPUs; {asked}: set qualify.ntasks_per_node to "
                             f"at most {cpus}")  # fmt: skip
-        stuck = sorted(_CANNOT_RUN.intersection(info.flags))
-        if stuck:
-            problems.append(f"{node} is {'+'.join([info.state, *stuck])}: Slurm starts no job "
-                            "there (see `scontrol show node`)")  # fmt: skip
+        if "NOT_RESPONDING" in info.flags and not _POWER_FLAGS.intersection(info.flags):
+            problems.append(f"{node} is {info.state}+NOT_RESPONDING (its slurmd does not answer): "
+                            "Slurm starts no job there; see `scontrol show node`")  # fmt: skip
         if qc.partition and info.partitions and qc.partition not in info.partitions:
             problems.append(f"{node} is not in partition {qc.partition} (qualify.partition or "
                             f"--partition; it is in {','.join(info.partitions)})")  # fmt: skip
