@@ -168,6 +168,8 @@ def test_a_running_jobs_line_names_the_step_its_script_announced(tmp_path):
     assert progress.pending_meaning("ReqNodeNotAvail,_UnavailableNodes:n1").startswith("the node")
     assert progress.pending_meaning("QOSMaxJobsPerUserLimit").startswith("a QOS")
     assert progress.pending_meaning("SomethingNew") == ""
+    fresh = job.replace(state="PENDING", note="None")  # not yet looked at by the scheduler
+    assert progress.job_line(fresh, 5) == "job 7 on n1: PENDING, 5 s left"
 
 
 # --- Deliver 5: usage errors before anything runs, --no-wait included -----------------------

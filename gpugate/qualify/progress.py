@@ -50,6 +50,11 @@ _MEANINGS = {
 }
 
 
+def _reason(job: Job) -> str:
+    # Slurm writes Reason=None for a job just submitted, before the scheduler looked at it.
+    return "" if job.note in ("", "None", "(null)") else job.note
+
+
 def pending_meaning(reason: str) -> str:
     """What Slurm's pending reason means for a qualification job; "" when gpugate has no word."""
     key = reason.split(",")[0].strip()  # ReqNodeNotAvail,_UnavailableNodes:n1
@@ -76,7 +81,7 @@ def job_line(job: Job, left_s: float) -> str:
     """One waiting job: `job 12 on n1: RUNNING (step dcgm), 250 s left`."""
     where = ",".join(job.nodes)
     if job.state == "PENDING":
-        doing = f"PENDING (Slurm: {job.note})" if job.note else "PENDING"
+        doing = f"PENDING (Slurm: {_reason(job)})" if _reason(job) else "PENDING"
     else:
         step = last_step(job.output)
         doing = f"{job.state} (step {step})" if step else job.state
@@ -86,7 +91,7 @@ def job_line(job: Job, left_s: float) -> str:
 def never_started(job: Job, wait_s: float) -> str:
     """The note of a job cancelled still PENDING: Slurm's reason and what it means (the judge
     and the progress line put `job N on NODE:` before it)."""
-    why = f" (Slurm: {job.note})" if job.note else ""
-    meaning = pending_meaning(job.note)
+    why = f" (Slurm: {_reason(job)})" if _reason(job) else ""
+    meaning = pending_meaning(_reason(job))
     return (f"still PENDING after {wait_s:g} s (qualify.wait_s){why}: cancelled"
             + (f"; {meaning}" if meaning else ""))  # fmt: skip
