@@ -74,10 +74,17 @@ def test_more_ranks_than_cpus_is_refused_before_any_reservation_or_job(config):
                        r"set qualify.ntasks_per_node to at most 2"):  # fmt: skip
         go(with_qualify(config, ntasks_per_node=8), slurm, ops)
     assert ops.submitted == [] and ops.reservations == [] and slurm.resumed == []
-    # One rank per GPU from Gres is the same request.
-    with pytest.raises(QualifyError, match=r"one rank per GPU asks 8 \(Gres=gpu:8\)"):
-        go(config, cluster(cpus=2, gpus=8), ops)
     assert ops.submitted == [] and ops.reservations == []
+
+
+def test_one_rank_per_gpu_is_capped_at_the_node_cpus(config):
+    """The default (one rank per Gres GPU) fits the node: 8 GPUs, 2 CPUs -> 2 ranks, no wait."""
+    slurm = cluster(cpus=2, gpus=8)
+    ops = FakeOps(slurm, dict.fromkeys(NODES, FAST))
+    result = go(config, slurm, ops, wait_s=1)
+    assert all(v["passed"] for v in result.verdicts.values())
+    assert ops.submitted and all("--ntasks-per-node=2" in argv for argv in ops.submitted)
+    assert all("--gres=gpu:8" in argv for argv in ops.submitted)  # the whole node still
 
 
 def test_a_geometry_the_node_has_runs_and_asks_the_whole_node_and_its_gpus(config):

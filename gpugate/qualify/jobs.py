@@ -129,8 +129,11 @@ def sbatch_argv(
     return [*argv, script]
 
 
-def ntasks_for(qc: Qualify, gres_gpus: int | None) -> int:
-    """Ranks per node: qualify.ntasks_per_node, else one per GPU from Gres, else 1."""
+def ntasks_for(qc: Qualify, gres_gpus: int | None, cpus: int | None = None) -> int:
+    """Ranks per node: qualify.ntasks_per_node, else one per GPU from Gres (1 without), never
+    more than the node's CPUs: a default must fit the node it runs on (a test node with 8 GPUs
+    in Gres and 2 CPUs gets 2 ranks; a set value above the CPUs is refused, run.check_nodes)."""
     if qc.ntasks_per_node:
         return qc.ntasks_per_node
-    return gres_gpus if gres_gpus else 1
+    ranks = gres_gpus if gres_gpus else 1
+    return min(ranks, cpus) if cpus else ranks

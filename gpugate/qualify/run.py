@@ -135,12 +135,10 @@ def check_nodes(qc: Qualify, infos: dict[str, NodeInfo], nodes: list[str]) -> No
     problems = []
     for node in nodes:
         info = infos[node]
-        ranks, cpus = jobs.ntasks_for(qc, info.gres_gpus), info.cpus
-        if cpus and ranks > cpus:
-            asked = (f"qualify.ntasks_per_node is {qc.ntasks_per_node}" if qc.ntasks_per_node
-                     else f"one rank per GPU asks {ranks} (Gres=gpu:{info.gres_gpus})")  # fmt: skip
-            problems.append(f"{node} has {cpus} CPUs; {asked}: set qualify.ntasks_per_node to "
-                            f"at most {cpus}")  # fmt: skip
+        ranks, cpus = jobs.ntasks_for(qc, info.gres_gpus, info.cpus), info.cpus
+        if cpus and ranks > cpus:  # only a set qualify.ntasks_per_node: a default fits the CPUs
+            problems.append(f"{node} has {cpus} CPUs; qualify.ntasks_per_node is {ranks}: set "
+                            f"qualify.ntasks_per_node to at most {cpus}")  # fmt: skip
         if "NOT_RESPONDING" in info.flags and not _POWER_FLAGS.intersection(info.flags):
             problems.append(f"{node} is {info.state}+NOT_RESPONDING (its slurmd does not answer): "
                             "Slurm starts no job there; see `scontrol show node`")  # fmt: skip
@@ -285,7 +283,8 @@ class _Run:
         return min(gpus) if all(gpus) else None
 
     def _ntasks(self, nodes: tuple[str, ...]) -> int:
-        return jobs.ntasks_for(self.qc, self._gpus(nodes))
+        cpus = [self.infos[n].cpus for n in nodes]
+        return jobs.ntasks_for(self.qc, self._gpus(nodes), min(cpus) if all(cpus) else None)
 
     def _pairs(self, nodes: list[str]) -> list[Job]:
         """Every pair of the nodes that ran, one round of disjoint pairs at a time."""
