@@ -203,7 +203,10 @@ def test_a_job_that_never_starts_is_cancelled_and_reported_without_a_drain(confi
     result = go(config, slurm, ops, wait_s=0.2)
     v = result.verdicts["n3"]
     assert not v["passed"] and not v["failed"] and not slurm.infos["n3"].drained
-    assert "never started within qualify.wait_s" in v["why"] and "ReqNodeNotAvail" in v["why"]
+    assert (
+        "job 103: still PENDING after 0.2 s (qualify.wait_s) (Slurm: ReqNodeNotAvail): "
+        "cancelled; the node is not available" in v["why"]
+    )
     assert ops.cancelled == ["103"]
     assert result.verdicts["n1"]["passed"] and result.pairs["suspects"] == []
     # no pair with the node that never ran

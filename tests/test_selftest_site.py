@@ -233,7 +233,7 @@ def test_more_ranks_per_node_than_cpus(qualify):
     facts = _facts(cpus={"n1": 2, "n2": 2})
     (problem,) = C.check_qualify_geometry(qualify, facts)
     assert "one rank per Gres GPU asks 8 tasks of n1, n2, which has 2 CPUs" in problem.what
-    assert "PartitionConfig" in problem.what
+    assert "qualify runs 2 ranks, testing 2 of the node's GPUs" in problem.what
     assert problem.fix.startswith("set qualify.ntasks_per_node: 2 ")
     assert C.check_qualify_geometry(qualify.replace(ntasks_per_node=2), facts) == []
     (problem,) = C.check_qualify_geometry(qualify.replace(ntasks_per_node=3), facts)

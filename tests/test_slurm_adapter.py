@@ -160,6 +160,7 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
                 reason_time=n.reason_time,
                 partitions=list(n.partitions),
                 configured_gres={"gpu": n.gres_gpus} if n.gres_gpus else {},
+                total_cpus=n.cpus,
             )
 
         def modify(self, changes):

@@ -222,7 +222,10 @@ def _more_ranks_than_cpus(
     qc: Qualify, nodes: list[NodeInfo], cpus: dict[str, int]
 ) -> list[Problem]:
     """A job asking more tasks per node than the node has CPUs is accepted by sbatch and then
-    stays PENDING (Reason=PartitionConfig; seen on 22.05.8) until qualify.wait_s cancels it."""
+    stays PENDING (Reason=PartitionConfig; seen on 22.05.8) until qualify.wait_s cancels it.
+
+    qualify refuses a set ntasks_per_node above the CPUs and caps its default (one per GPU) at
+    them (jobs.ntasks_for); a capped run tests fewer GPUs than the node has, so both are said."""
     short = [(n.name, ntasks_for(qc, n.gres_gpus), cpus[n.name]) for n in nodes
              if n.name in cpus and ntasks_for(qc, n.gres_gpus) > cpus[n.name]]  # fmt: skip
     if not short:
@@ -234,9 +237,11 @@ def _more_ranks_than_cpus(
         if qc.ntasks_per_node
         else ("one rank per Gres GPU")
     )
+    then = ("qualify refuses it (a job Slurm would keep PENDING, PartitionConfig)"
+            if qc.ntasks_per_node else f"qualify runs {fewest} ranks, testing {fewest} of the "
+            "node's GPUs (a job of more would stay PENDING, PartitionConfig)")  # fmt: skip
     return [Problem(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
-                    "its qualification job stays PENDING (PartitionConfig) until qualify.wait_s "
-                    "cancels it", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
+                    f"{then}", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
                     "runs on that many GPUs of each node)")]  # fmt: skip
 
 

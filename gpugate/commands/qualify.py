@@ -12,7 +12,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections import Counter
 
 from gpugate.child import cli_command
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
@@ -21,10 +23,12 @@ from gpugate.names import refuse
 from gpugate.qualify.dcgm import dcgm_step
 from gpugate.qualify.sweep import sweep_config
 from gpugate.slurm.control import SlurmError
+from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser, Namespace
+    from collections.abc import Callable
     from typing import Any
 
     from gpugate.config.schema import Config
@@ -91,23 +95,71 @@ def main(argv: list[str]) -> int:
     over = {k: getattr(args, k) for k in ("reservation", "qos", "partition") if getattr(args, k)}
     assert config.qualify is not None  # checked above; sweep_config keeps the section
     config = config.replace(qualify=config.qualify.replace(**over))
+    # Every usage error before anything runs, --no-wait included: its child would only log it.
+    try:
+        request = check_args(args, config)
+    except ValueError as exc:  # QualifyError, a hostlist Slurm cannot read either
+        return refuse(PROG, exc, EXIT_USAGE)
+    except SlurmError as exc:
+        return refuse(PROG, f"Slurm: {exc}", EXIT_UNHEALTHY)
     if args.no_wait:
         return background(argv, config.state_dir)
-    return run(args, config)
+    return run(args, config, request)
 
 
-def run(args: Namespace, config: Config) -> int:
+def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | None, int]:
+    """(nodes, tests or None for the config's, level) from the command line; QualifyError (a
+    ValueError) for a usage error: no test, an unknown one, a bad level, a node named twice."""
+    from gpugate.qualify.run import QualifyError, check_request, choose_tests
+
+    assert config.qualify is not None  # main() refuses a config without the section
+    tests = None
+    if args.tests is not None:  # `--tests ""` or `--tests ,` names no test: not "the default"
+        tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+        if not tests:
+            raise QualifyError("--tests names no test: choose from dcgm, allreduce, h2d, pairs")
+    level = args.level if args.level is not None else config.qualify.level
+    if not 1 <= level <= 4:
+        raise QualifyError(f"--level must be 1 to 4 (dcgmi diag -r), not {level}")
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise QualifyError(f"--max-nodes must be at least 1, got {args.max_nodes}")
+    if args.max_nodes is not None and not args.idle:
+        raise QualifyError("--max-nodes goes with --idle (the nodes named are all qualified)")
+    if args.idle:
+        choose_tests(config, tests)  # the nodes come from Slurm when the run starts
+        return [], tests, level
+    nodes = expand_nodes(args.nodes, config)
+    twice = sorted(n for n, times in Counter(nodes).items() if times > 1)
+    if twice:
+        raise QualifyError(f"node(s) named twice: {', '.join(twice)}")
+    check_request(config, nodes, tests)
+    return nodes, tests, level
+
+
+def expand_nodes(exprs: list[str], config: Config) -> list[str]:
+    """The NODE arguments' names; Slurm (`scontrol show hostnames`) only for what gpugate's own
+    hostlist parser cannot read."""
+    names: list[str] = []
+    for expr in exprs:
+        try:
+            names += hostlist_expand(expr)
+        except HostlistError:
+            from gpugate.slurm.choose import backend
+
+            slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+            names += slurm.expand_hostlist(expr)
+    return names
+
+
+def run(args: Namespace, config: Config, request: tuple[list[str], list[str] | None, int]) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
     from gpugate.qualify.run import QualifyError, qualify_nodes
     from gpugate.slurm.choose import backend
 
     slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-    tests = [t.strip() for t in args.tests.split(",") if t.strip()] if args.tests else None
-    assert config.qualify is not None  # main() refuses a config without the section
-    level = args.level if args.level is not None else config.qualify.level
+    nodes, tests, level = request
     previous = _terminate_as_exit()
     try:
-        nodes = [n for expr in args.nodes for n in slurm.expand_hostlist(expr)]
         if args.idle:
             from gpugate.qualify.sweep import select_idle
 
@@ -117,7 +169,8 @@ def run(args: Namespace, config: Config) -> int:
                 return EXIT_OK
         result = qualify_nodes(config, slurm, nodes, level, tests,
                                resume_passed=args.resume_passed, wait_s=args.wait_s,
-                               trigger=args.trigger or ("sweep" if args.idle else ""))  # fmt: skip
+                               trigger=args.trigger or ("sweep" if args.idle else ""),
+                               progress=_printer(args.json))  # fmt: skip
     except (QualifyError, ValueError) as exc:
         return refuse(PROG, exc, EXIT_USAGE)
     except SlurmError as exc:
@@ -130,6 +183,16 @@ def run(args: Namespace, config: Config) -> int:
         print(table(result))
     passed = all(v["passed"] for v in result.verdicts.values())
     return EXIT_OK if passed else EXIT_UNHEALTHY
+
+
+def _printer(as_json: bool) -> Callable[[str], None]:
+    """Progress lines: stdout for a person, stderr under --json (stdout is the JSON alone)."""
+    stream = sys.stderr if as_json else sys.stdout
+
+    def say(line: str) -> None:
+        print(f"{PROG}: {line}", file=stream, flush=True)
+
+    return say
 
 
 def _terminate_as_exit() -> dict[int, Any]:

@@ -16,6 +16,7 @@ import os
 import shlex
 
 from gpugate.child import cli_command
+from gpugate.qualify.progress import STEP_MARK
 from gpugate.slurm.control import valid_node_name
 
 TYPE_CHECKING = False
@@ -62,6 +63,12 @@ def _payload_step(python: str, argv: list[str], test: str, out: str) -> str:
     )
 
 
+def _mark(name: str) -> str:
+    """The line announcing a step in the job's output: `gpugate qualify` shows the step running
+    (progress.last_step)."""
+    return f"echo {q(STEP_MARK + name)}"
+
+
 def node_script(
     run_dir: str, node: str, tests: list[str], qc: Qualify, level: int, ntasks: int
 ) -> str:
@@ -70,16 +77,19 @@ def node_script(
     out = os.path.join(run_dir, node)
     lines = [f"# gpugate qualify: node {node}", f"mkdir -p {q(out)}"]
     if "dcgm" in tests:
+        lines.append(_mark("dcgm"))
         timeout = max(60, qc.time_limit_min * 60 - 120)  # leave the payload its share
         lines.append(_step([*cli_command(), "qualify", "--step", "dcgm",
                             "--level", str(level), "--dcgmi", qc.dcgmi, "--node", node,
                             "--timeout", str(timeout), "--out", f"{out}/dcgm.json"],
                            stderr=f"{out}/{STEP_STDERR}"))  # fmt: skip
     if "allreduce" in tests:
+        lines.append(_mark("allreduce"))
         lines.append(_payload_step(qc.python, ["srun", f"--ntasks-per-node={ntasks}", qc.python,
                      PAYLOAD, "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"],
                      "allreduce", f"{out}/allreduce.json"))  # fmt: skip
     if "h2d" in tests:
+        lines.append(_mark("h2d"))
         lines.append(_payload_step(qc.python, ["srun", "--ntasks=1", "--ntasks-per-node=1",
                      qc.python, PAYLOAD, "h2d", "--out", f"{out}/h2d.json"], "h2d",
                      f"{out}/h2d.json"))  # fmt: skip
@@ -90,7 +100,7 @@ def pair_script(run_dir: str, pair: tuple[str, str], qc: Qualify, ntasks: int) -
     """The batch script of one pair's job: the all-reduce across both nodes."""
     a, b = (valid_node_name(n) for n in pair)
     out = os.path.join(run_dir, f"pair-{a}-{b}")
-    lines = [f"# gpugate qualify: pair {a} {b}", f"mkdir -p {q(out)}",
+    lines = [f"# gpugate qualify: pair {a} {b}", f"mkdir -p {q(out)}", _mark("allreduce"),
              _payload_step(qc.python, ["srun", f"--ntasks-per-node={ntasks}", qc.python, PAYLOAD,
                            "allreduce", *_sizes(qc), "--out", f"{out}/allreduce.json"],
                            "allreduce", f"{out}/allreduce.json")]  # fmt: skip
@@ -145,8 +155,11 @@ def sbatch_argv(
     return [*argv, script]
 
 
-def ntasks_for(qc: Qualify, gres_gpus: int | None) -> int:
-    """Ranks per node: qualify.ntasks_per_node, else one per GPU from Gres, else 1."""
+def ntasks_for(qc: Qualify, gres_gpus: int | None, cpus: int | None = None) -> int:
+    """Ranks per node: qualify.ntasks_per_node, else one per GPU from Gres (1 without), never
+    more than the node's CPUs: a default must fit the node it runs on (a test node with 8 GPUs
+    in Gres and 2 CPUs gets 2 ranks; a set value above the CPUs is refused, run.check_nodes)."""
     if qc.ntasks_per_node:
         return qc.ntasks_per_node
-    return gres_gpus if gres_gpus else 1
+    ranks = gres_gpus if gres_gpus else 1
+    return min(ranks, cpus) if cpus else ranks

@@ -29,7 +29,7 @@ import time
 
 from gpugate import log
 from gpugate.fstree import remove_tree
-from gpugate.qualify import jobs
+from gpugate.qualify import jobs, progress
 from gpugate.qualify import judge as J
 from gpugate.qualify.pairs import pair_rounds
 from gpugate.qualify.records import Job, QualifyRun
@@ -44,7 +44,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config, Qualify
+    from gpugate.qualify.progress import Progress
     from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.records import NodeInfo
 
 TESTS = ("dcgm", "allreduce", "h2d", "pairs")
 POLL_S = 2.0
@@ -104,12 +106,47 @@ def check_request(config: Config, nodes: list[str], tests: list[str] | None) -> 
             raise QualifyError(str(exc)) from None
     if len(set(nodes)) != len(nodes):
         raise QualifyError("a node is named twice")
+    return choose_tests(config, tests)
+
+
+def choose_tests(config: Config, tests: list[str] | None) -> list[str]:
+    """The tests to run in their order (config's by default); QualifyError for none or unknown."""
+    assert config.qualify is not None  # the callers refuse a config without the section
     chosen = list(config.qualify.tests if tests is None else tests)
     unknown = [t for t in chosen if t not in TESTS]
     if unknown or not chosen:
         raise QualifyError(f"unknown test(s) {', '.join(unknown) or '(none given)'}: "
                            f"choose from {', '.join(TESTS)}")  # fmt: skip
     return [t for t in TESTS if t in chosen]
+
+
+# A node whose slurmd does not answer starts no job (sinfo(1) NODE STATE CODES `*`); unless power
+# saving has it off or on its way (`~`, `#`, `%`, `!`): Slurm powers such a node up for a job.
+_POWER_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "POWER_UP"})
+
+
+def check_nodes(qc: Qualify, infos: dict[str, NodeInfo], nodes: list[str]) -> None:
+    """QualifyError, before anything is reserved or submitted, for a job Slurm cannot start.
+
+    sbatch accepts a job asking more tasks per node than the node has CPUs and keeps it PENDING
+    (Reason=PartitionConfig or Resources) until qualify.wait_s cancels it: an hour by default.
+    A pair job asks the ranks of its node with fewer GPUs, so every node passing covers them.
+    """
+    problems = []
+    for node in nodes:
+        info = infos[node]
+        ranks, cpus = jobs.ntasks_for(qc, info.gres_gpus, info.cpus), info.cpus
+        if cpus and ranks > cpus:  # only a set qualify.ntasks_per_node: a default fits the CPUs
+            problems.append(f"{node} has {cpus} CPUs; qualify.ntasks_per_node is {ranks}: set "
+                            f"qualify.ntasks_per_node to at most {cpus}")  # fmt: skip
+        if "NOT_RESPONDING" in info.flags and not _POWER_FLAGS.intersection(info.flags):
+            problems.append(f"{node} is {info.state}+NOT_RESPONDING (its slurmd does not answer): "
+                            "Slurm starts no job there; see `scontrol show node`")  # fmt: skip
+        if qc.partition and info.partitions and qc.partition not in info.partitions:
+            problems.append(f"{node} is not in partition {qc.partition} (qualify.partition or "
+                            f"--partition; it is in {','.join(info.partitions)})")  # fmt: skip
+    if problems:
+        raise QualifyError("no job could start: " + "; ".join(problems))
 
 
 # Run directories kept under state_dir/qualify/ (the newest, by their time-stamped names): each
@@ -157,8 +194,10 @@ def qualify_nodes(
     wait_s: float | None = None,
     ops: Ops | None = None,
     trigger: str = "",
+    progress: Progress | None = None,
 ) -> QualifyRun:
-    """Qualify `nodes` at DCGM `level` with `tests` (None: the config's); judge, record, act."""
+    """Qualify `nodes` at DCGM `level` with `tests` (None: the config's); judge, record, act.
+    `progress` gets a line per job submitted and, while waiting, per job still going."""
     chosen = check_request(config, nodes, tests)
     if not 1 <= level <= 4:
         raise QualifyError(f"--level must be 1 to 4 (dcgmi diag -r), not {level}")
@@ -171,8 +210,11 @@ def qualify_nodes(
     if foreign:
         raise QualifyError(f"not drained by gpugate: {', '.join(foreign)}; gpugate lifts only "
                            "its own drains, even for a qualification")  # fmt: skip
+    assert config.qualify is not None  # check_request refused a config without the section
+    check_nodes(config.qualify, infos, nodes)
     ops = ops or Ops(slurm)
     run = _Run(config, slurm, ops, list(nodes), level, chosen, infos, wait_s)
+    run.progress = progress
     run.trigger = trigger  # what asked for it (a suspect flag, an admin): in each record
     return run.go(resume_passed, requested_by or _who())
 
@@ -199,6 +241,7 @@ class _Run:
         self.settled: set[str] = set()  # taken nodes whose drain is decided
         self.jobs: dict[str, Job] = {}  # by name, their latest state
         self.trigger = ""
+        self.progress: Progress | None = None
 
     def go(self, resume_passed: bool, by: str) -> QualifyRun:
         """Reserve, resume, run, judge, act; the finally puts back whatever is left."""
@@ -240,7 +283,8 @@ class _Run:
         return min(gpus) if all(gpus) else None
 
     def _ntasks(self, nodes: tuple[str, ...]) -> int:
-        return jobs.ntasks_for(self.qc, self._gpus(nodes))
+        cpus = [self.infos[n].cpus for n in nodes]
+        return jobs.ntasks_for(self.qc, self._gpus(nodes), min(cpus) if all(cpus) else None)
 
     def _pairs(self, nodes: list[str]) -> list[Job]:
         """Every pair of the nodes that ran, one round of disjoint pairs at a time."""
@@ -252,28 +296,40 @@ class _Run:
                                  for pair in round_])  # fmt: skip
         return done
 
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
     def _phase(self, work: list[tuple[tuple[str, ...], str, str]]) -> list[Job]:
         """Submit every job of one phase at once, wait for all (bounded); the jobs as ended."""
         for nodes, script, name in work:
-            self.jobs[name] = self._submit(nodes, script, name)
+            job = self.jobs[name] = self._submit(nodes, script, name)
+            self._say(f"job {job.job_id} submitted: {','.join(nodes)}" if job.job_id else
+                      f"{','.join(nodes)}: {job.note}")  # fmt: skip
         names = [name for _, _, name in work]
-        deadline = time.monotonic() + self.wait_s
+        start = time.monotonic()
+        deadline, next_say = start + self.wait_s, start + progress.EVERY_S
         while True:
-            running = [n for n in names if self.jobs[n].state not in ENDED]
+            running = [n for n in names if _going(self.jobs[n])]
             for name in running:
                 job = self.jobs[name]
-                # mypy's find: a REFUSED job (no id) is not in ENDED, so it is asked for here and
-                # valid_job_id raises ValueError; kept as it is (no behaviour change in this
-                # typing pass), named in issue 27's report.
-                state, reason = self.ops.state(job.job_id)  # type: ignore[arg-type]  # see above
+                assert job.job_id is not None  # _going: a refused job has none and is never asked
+                state, reason = self.ops.state(job.job_id)
                 self.jobs[name] = job.replace(state=state, note=reason,
                                               started=job.started or state != "PENDING")  # fmt: skip
-            running = [n for n in names if self.jobs[n].state not in ENDED]
-            if not running or time.monotonic() >= deadline:
+            running = [n for n in names if _going(self.jobs[n])]
+            now = time.monotonic()
+            if not running or now >= deadline:
                 break
+            if now >= next_say:
+                next_say = now + progress.EVERY_S
+                for name in running:
+                    self._say(progress.job_line(self.jobs[name], deadline - now))
             time.sleep(POLL_S)
         for name in running:
             self.jobs[name] = self._cancel(self.jobs[name])
+            job = self.jobs[name]
+            self._say(f"job {job.job_id} on {','.join(job.nodes)}: {job.note}")
         return [self.jobs[n] for n in names]
 
     def _submit(self, nodes: tuple[str, ...], script: str, name: str) -> Job:
@@ -292,11 +348,11 @@ class _Run:
         return Job(name=name, nodes=nodes, job_id=job_id, output=output)
 
     def _cancel(self, job: Job) -> Job:
+        assert job.job_id is not None  # only a job Slurm took is waited for (_going)
         why = (f"ran past qualify.wait_s ({self.wait_s:g} s): cancelled" if job.started else
-               f"never started within qualify.wait_s ({self.wait_s:g} s)"
-               + (f" (pending: {job.note})" if job.note else "") + ": cancelled")  # fmt: skip
+               progress.never_started(job, self.wait_s))  # fmt: skip
         try:
-            self.ops.cancel(job.job_id)  # type: ignore[arg-type]  # None: see _phase
+            self.ops.cancel(job.job_id)
         except SlurmError as exc:
             why += f" (scancel failed: {log_line(exc)})"
         return job.replace(state="CANCELLED", note=why)
@@ -323,6 +379,11 @@ class _Run:
             except Exception as exc:
                 log.error(self.config.state_dir,
                           f"qualify: could not delete reservation {self.own_reservation}", exc)  # fmt: skip
+
+
+def _going(job: Job) -> bool:
+    """Whether the job is Slurm's and not ended: a job sbatch refused has no id and is over."""
+    return job.job_id is not None and job.state not in ENDED
 
 
 def log_line(exc: BaseException) -> str:

@@ -88,6 +88,7 @@ def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
         reason_time=_epoch(rec.get("reason_changed_at")),
         partitions=partitions,
         gres_gpus=gres_gpu_count(rec.get("gres")),
+        cpus=_number(rec.get("cpus")) or None,
     )
 
 
@@ -101,8 +102,13 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     partitions = (partition,) if isinstance(partition, str) and partition else ()
     gres = rec.get("gres")
     gpus = gres_gpu_count(gres.get("total") if isinstance(gres, dict) else gres)
+    # sinfo groups nodes: `cpus.minimum` is the fewest any node of the group has (24.11).
+    cpus_rec = rec.get("cpus")
+    cpus = _number(cpus_rec.get("minimum")) if isinstance(cpus_rec, dict) else None
     return [
-        _with_reason_object(name, state, flags, reason, partitions).replace(gres_gpus=gpus)
+        _with_reason_object(name, state, flags, reason, partitions).replace(
+            gres_gpus=gpus, cpus=cpus or None
+        )
         for name in names
     ]
 

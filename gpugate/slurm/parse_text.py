@@ -116,6 +116,7 @@ def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
         reason_time=when,
         partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p and p not in NULLS),
         gres_gpus=gres_gpu_count(kv.get("Gres")),
+        cpus=_int(kv.get("CPUTot")) or None,
     )
 
 

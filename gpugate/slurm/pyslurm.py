@@ -150,6 +150,11 @@ def _pyslurm_epoch(value: object) -> int | None:
         return None
 
 
+def _pyslurm_count(value: object) -> int | None:
+    # pyslurm's Node.total_cpus (23.x API); None or odd types read as unknown.
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _node_from_pyslurm(n: Any) -> NodeInfo:
     state, flags = split_state(getattr(n, "state", None) or "UNKNOWN")  # "IDLE+DRAIN"
     return NodeInfo(
@@ -161,4 +166,5 @@ def _node_from_pyslurm(n: Any) -> NodeInfo:
         reason_time=getattr(n, "reason_time", None) or None,
         partitions=tuple(getattr(n, "partitions", None) or ()),
         gres_gpus=records.gres_gpu_count(getattr(n, "configured_gres", None)),
+        cpus=_pyslurm_count(getattr(n, "total_cpus", None)),
     )

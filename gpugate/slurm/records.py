@@ -57,6 +57,7 @@ class NodeInfo(Record):
         str, ...
     ] = ()  # the partitions the node is in (the drain budget counts per partition)
     gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
+    cpus: int | None = None  # CPUs Slurm counts on the node (`CPUTot=`, JSON `cpus`); None: unknown
 
     @property
     def drained(self) -> bool:
