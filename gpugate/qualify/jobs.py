@@ -2,11 +2,14 @@
 
 A batch script is written by gpugate into the run's root-only directory, from validated node
 names and the site's config only, every word shell-quoted: no user input reaches it. A node's
-job runs the DCGM step through gpugate's own interpreter (`python -m gpugate qualify --step
-dcgm`), then the payload (payload.py, a standalone script the site's torch interpreter runs)
-under srun: `allreduce` across the node's ranks and `h2d` once per node. A pair's job runs the
-all-reduce across both nodes. Each step writes its own JSON result file; one failing step does
-not stop the next, and the script's exit status says whether any failed.
+job runs the DCGM step through gpugate's own interpreter (`gpugate qualify --step dcgm` by
+child.cli_command(): this process's python and sys.path, so the .deb's /opt/gpugate/lib too;
+its stderr kept in STEP_STDERR), then the payload (payload.py, a standalone script the site's
+torch interpreter runs) under srun: `allreduce` across the node's ranks and `h2d` once per node.
+A pair's job runs the all-reduce across both nodes. Each step writes its own JSON result file;
+one failing step does not stop the next, and the script's exit status says whether any failed.
+A qualify.python the node does not have is checked before srun: the test's result is then
+"not run" with the fix (issue 28), never an error of the node.
 """
 
 from __future__ import annotations
