@@ -244,6 +244,8 @@ def _add(
 def _same_event(state_dir: str, last: dict[str, Any], new: dict[str, Any]) -> bool:
     if last.get("check") != new["check"] or new["when"] - last.get("when", 0) >= SAME_EVENT_S:
         return False
+    if last.get("drill") != new.get("drill"):  # a drill's drain and a real fault's: two events
+        return False
     try:
         # Any resume logged since (of any node: one stat, not a read of the audit log) makes
         # the new drain a new event.
