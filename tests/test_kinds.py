@@ -306,3 +306,36 @@ def test_the_decision_record_carries_the_drill():
 
     record = done({"kind": "drill", "drill": DRILL_ID, "category": "gpu_xid_hardware"})
     assert (record["kind"], record["drill"]) == ("drill", DRILL_ID)
+
+
+# ------------------------------------------------------------ the epilog under a drill
+
+
+def test_an_epilog_under_a_drill_writes_a_drill_bundle_and_marks_everything(tmp_path):
+    from factories import make_facts
+    from test_epilog import NCCL_TIMEOUT, env, setup, slurm_with_job, snapshot
+
+    from gpugate.drill import start_drill
+    from gpugate.hooks.epilog import run_epilog
+    from gpugate.hooks.prolog import run_prolog
+    from gpugate.store.controller_view import record_path
+
+    config = setup(tmp_path)
+    snapshot(tmp_path, make_facts())
+    assert run_prolog(config, env(), slurm_with_job("")).exit_code == 0
+    out = tmp_path / "job.out"
+    out.write_text(NCCL_TIMEOUT)
+    d = start_drill(config, "gpu-node-01", "xid79", 1)
+    slurm = slurm_with_job(str(out))
+    result = run_epilog(config, env(exit_code=9, exit_code2="0:9"), slurm)
+    with open(f"{result.bundle}/summary.json") as fh:
+        s = json.load(fh)
+    assert (s["kind"], s["drill"]) == ("drill", d["id"])
+    [(_, reason)] = slurm.drains
+    assert reason.startswith(f"gpugate: DRILL {d['id']}: kernel.xid")
+    H.note_drain(config, "gpu-node-01", reason, hook="epilog")  # as commands/epilog.py does
+    assert H.drains(H.history_dir(config), "gpu-node-01")[-1]["drill"] == d["id"]
+    with open(record_path(config.evidence_dir, "77", "gpu-node-01", 0)) as fh:
+        view = json.load(fh)
+    assert (view["kind"], view["drill"]) == ("drill", d["id"])
+    assert L.read_failures(config.evidence_dir, 0) == []  # a drill, not a failed run
