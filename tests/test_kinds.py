@@ -339,3 +339,18 @@ def test_an_epilog_under_a_drill_writes_a_drill_bundle_and_marks_everything(tmp_
         view = json.load(fh)
     assert (view["kind"], view["drill"]) == ("drill", d["id"])
     assert L.read_failures(config.evidence_dir, 0) == []  # a drill, not a failed run
+
+
+def test_gpugate_evidence_says_what_a_bundle_is(tmp_path):
+    from gpugate.commands.evidence import describe, render
+
+    store_of_every_kind(tmp_path)
+    drill = describe(str(tmp_path / "600" / "vm-r0"))
+    qual = describe(str(tmp_path / "502" / "vm-r0"))
+    job = describe(str(tmp_path / "400" / "vm-r0"))
+    assert (drill["bundle_kind"], drill["drill"]) == ("drill", DRILL_ID)
+    assert (qual["bundle_kind"], qual["job_id"]) == ("qualify", "502")
+    text = render("vm", [drill, qual, job])
+    assert f"[DRILL {DRILL_ID}: a simulated fault]" in text
+    assert "job 502 on vm (run 0), collected ? [qualification]" in text
+    assert text.count("[") == 2  # the job's own bundle is not labelled
