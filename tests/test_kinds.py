@@ -354,3 +354,17 @@ def test_gpugate_evidence_says_what_a_bundle_is(tmp_path):
     assert f"[DRILL {DRILL_ID}: a simulated fault]" in text
     assert "job 502 on vm (run 0), collected ? [qualification]" in text
     assert text.count("[") == 2  # the job's own bundle is not labelled
+
+
+def test_a_drills_drains_make_no_repeat_offender_and_no_rma(tmp_path):
+    from gpugate.admin.report import repeat_offenders
+
+    marked = f"gpugate: DRILL {DRILL_ID}: kernel.xid: Xid 79"
+    for days in (3, 2, 1):
+        H.record_drain(str(tmp_path), "n1", marked, when=NOW - days * DAY)
+    H.record_drain(str(tmp_path), "n2", "gpugate: kernel.xid: Xid 79", when=NOW - DAY)
+    H.record_drain(str(tmp_path), "n2", "gpugate: kernel.xid: Xid 79", when=NOW)
+    assert H.count_drains(str(tmp_path), "n1", 30, NOW, "kernel.xid") == 0
+    assert H.count_drains(str(tmp_path), "n2", 30, NOW, "kernel.xid") == 2
+    offenders = repeat_offenders(H.drains(str(tmp_path)), NOW - 30 * DAY)
+    assert [o["node"] for o in offenders] == ["n2"]

@@ -74,9 +74,11 @@ def esc(value: object) -> str:
 def repeat_offenders(
     drains: list[dict[str, Any]], since: float, min_drains: int = 2
 ) -> list[dict[str, Any]]:
-    """Nodes drained at least `min_drains` times since `since`: count, by check, last drain."""
+    """Nodes drained at least `min_drains` times since `since`: count, by check, last drain
+    (a drill's drains are simulated: not counted)."""
     out = []
-    for node, entries in history.by_node(e for e in drains if e.get("when", 0) >= since).items():
+    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    for node, entries in history.by_node(real).items():
         if len(entries) < min_drains:
             continue
         checks: dict[str, int] = {}
@@ -430,9 +432,8 @@ def drains_chart(drains: list[dict[str, Any]], since: float, now: float) -> str:
 
 def repeats_chart(drains: list[dict[str, Any]], since: float) -> str:
     """How many nodes were drained once, twice, ... in the window."""
-    counts = [
-        len(v) for v in history.by_node(e for e in drains if e.get("when", 0) >= since).values()
-    ]
+    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    counts = [len(v) for v in history.by_node(real).values()]
     items = [(str(k), float(counts.count(k))) for k in range(1, max(counts, default=0) + 1)]
     return charts.vbars("Nodes by repeat count", items, x_title="drains per node in the window")
 

@@ -346,9 +346,10 @@ def count_drains(
     now: float | None = None,
     check: str | None = None,
 ) -> int:
-    """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`."""
+    """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`;
+    a drill's drains are simulated faults: never counted (no RMA, no repeat offender)."""
     found = drains(state_dir, node, window_start(window_days, now))
-    return sum(1 for e in found if check is None or e.get("check") == check)
+    return sum(1 for e in found if (check is None or e.get("check") == check) and not drill_of(e))
 
 
 def reaches_rma(hardware: bool, same_check_drains: int, rma_after: int) -> bool:
