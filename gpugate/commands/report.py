@@ -98,7 +98,9 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # a missing directory, no permission, a full disk
         print(f"gpugate report: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s); {tally(costs, others)}")
+    # With --json too, stdout holds only the JSON.
+    print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s); {tally(costs, others)}",
+          file=sys.stderr if args.json else sys.stdout)  # fmt: skip
     if notice:
         print(f"gpugate report: {notice}", file=sys.stderr)
         return EXIT_UNHEALTHY
@@ -127,11 +129,6 @@ def suspect_flags(where: str | tuple[str, ...]) -> list[dict[str, Any]]:
         return flags(where)
     except OSError:
         return []
-
-
-def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict[str, Any]]:
-    """The window's failed runs with their requeue, GPU-hours lost and a link from the page."""
-    return window_bundles(config, window_days, page_dir)[0]
 
 
 def window_bundles(
