@@ -377,3 +377,16 @@ def test_report_html_and_json_together_keep_stdout_json(site, capsys):  # noqa: 
     assert cli.main(argv) == 0
     got = capsys.readouterr()
     assert json.loads(got.out)["drills"] and "wrote" in got.err and out.exists()
+
+
+def test_a_drilled_runs_other_nodes_are_the_drills_too(tmp_path):
+    store_of_every_kind(tmp_path)  # job 600 run 0 on vm: the drill's
+    timeout = {"node": "vm2", "restart": 0, "category": "nccl_timeout", "kind": "job"}
+    write_bundle(str(tmp_path), "600", "vm2", 0, {}, timeout)
+    write_bundle(str(tmp_path), "600", "vm2", 1, {}, dict(timeout, restart=1))  # the rerun
+    got = {
+        (b["node"], b["restart"]): b for b in L.read_bundles(str(tmp_path), 0) if b["job"] == "600"
+    }
+    assert got["vm2", 0]["kind"] == "drill" and got["vm2", 0]["drill"] == DRILL_ID
+    assert got["vm2", 1]["kind"] == "job"  # a later run of the job is its own
+    assert [f["job"] for f in L.read_failures(str(tmp_path), 0)] == ["400", "600"]

@@ -93,7 +93,17 @@ def read_bundles(evidence_dir: str, since: float) -> list[dict[str, Any]]:
             record.update(drill=drill if isinstance(drill, str) else None,
                           hardware_findings=_texts(s.get("hardware_findings")))  # fmt: skip
         out.append(record)
-    return out
+    return _drilled_runs(out)
+
+
+def _drilled_runs(bundles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run of a job that a drill killed is the drill's on every node: the other nodes' ranks
+    died of it (an NCCL timeout) outside the drill's overlay, and their bundles say job."""
+    drills = {(b["job"], b["restart"]): b.get("drill") for b in bundles if b["kind"] == "drill"}
+    for b in bundles:
+        if b["kind"] == "job" and (b["job"], b["restart"]) in drills:
+            b.update(kind="drill", drill=drills[b["job"], b["restart"]], hardware_findings=[])
+    return bundles
 
 
 def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
