@@ -89,6 +89,16 @@ def drill(site: Site, cluster: LocalSlurm, node: str, *args: str) -> subprocess.
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=110)
 
 
+def gpugate_report(site: Site, cluster: LocalSlurm) -> str:
+    """`gpugate report --json` as root: the window's runs, qualifications, drills, drains."""
+    argv = [str(Path(sys.executable).parent / "gpugate"), "report", "--json", "--config",
+            str(site.config)]  # fmt: skip
+    env = dict(os.environ, SLURM_CONF=str(cluster.conf_path))
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_an_xid79_drill_drains_requeues_from_the_checkpoint_and_resumes(
     cluster: LocalSlurm, site: Site
 ):
@@ -138,6 +148,15 @@ def test_an_xid79_drill_drains_requeues_from_the_checkpoint_and_resumes(
     # The hooks' runs under the drill say so in their event lines.
     assert any(e.get("drill") == record["id"] for e in site.events() if e["hook"] == "epilog")
     assert not (site.state / "drill.json").exists()
+    # No admin mistakes it for a fault: the requeued job's AdminComment says DRILL, and the
+    # report shows a drill, no failed run and no false drain.
+    comment = cluster.job_state(job).get("AdminComment", "")
+    assert f"DRILL {record['id']}" in comment, comment
+    report = json.loads(gpugate_report(site, cluster))
+    assert [d["drill"] for d in report["drills"]] == [record["id"]], report["drills"]
+    assert report["failed_runs"] == [], report["failed_runs"]
+    assert report["false_drains"] == 0, report["drains_by_check"]
+    assert [d["node"] for d in report["drill_drains"]] == [node], report["drill_drains"]
     assert time.monotonic() - started < 120
 
 

@@ -104,6 +104,17 @@ def test_three_nodes_the_slow_one_is_named_and_drained_a_drained_one_stays_drain
         summary = json.loads((bundle / "summary.json").read_text())
         assert summary["kind"] == "qualify" and summary["passed"] == v[node]["passed"]
         assert (bundle / "allreduce.json").exists()
+    # The report keeps qualifications apart: n1 and n3 passed, n2 a qualification failure with
+    # its bandwidth reason; none is a failed run.
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "gpugate"), "report", "--json", "--config", str(site.config)],
+        env=cluster.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    report = json.loads(shown.stdout)
+    quals = {q["node"]: q for q in report["qualifications"]}
+    assert quals["n1"]["outcome"] == "passed" and quals["n1"]["label"] == "passed qualification"
+    assert quals["n2"]["outcome"] == "failed" and "allreduce" in quals["n2"]["why"], quals["n2"]
+    assert report["failed_runs"] == [], report["failed_runs"]
     assert time.monotonic() - started < 200
 
 

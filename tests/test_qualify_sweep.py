@@ -89,7 +89,9 @@ def test_qualification_series_per_node_and_test():
     assert value(samples, "gpugate_qualify_bandwidth_gbps", "n1", test="dcgm") is None
     assert value(samples, "gpugate_qualify_last_pass_timestamp_seconds", "n1") == NOW
     assert value(samples, "gpugate_qualify_runs_total", "n1", result="passed") == 1
-    later = M.apply_qualification(samples, [entry("n1", NOW + 60, passed=False, tests=[])])
+    # A failed run has a test that failed (a run that proved nothing is not_qualified).
+    failed = [result("allreduce", ["n1"], 2.0, ok=False)]
+    later = M.apply_qualification(samples, [entry("n1", NOW + 60, passed=False, tests=failed)])
     assert value(later, "gpugate_qualify_runs_total", "n1", result="failed") == 1
     assert value(later, "gpugate_qualify_runs_total", "n1", result="passed") == 1
     # A failed run leaves the last pass where it was.
@@ -130,7 +132,10 @@ def test_the_report_shows_each_nodes_latest_run_values_floors_and_the_verdict():
     assert "allreduce 1.0" not in section  # an older run of n2 is not shown
     assert "allreduce 40.0 GB/s (floor 9.0): ok" in section
     assert "pair n1-n2 3.2 GB/s (floor 9.0): FAIL" in section
-    assert "dcgm: not judged" in section and "FAILED" in section and "41, 42" in section
+    assert (
+        "dcgm: not judged" in section and "qualification failure" in section and "41, 42" in section
+    )
+    assert "passed qualification" in section  # n1
     assert "<td>pair: failed</td>" in section  # the failure column, even without a detail
     assert "the link between n1 and n2 &lt;b&gt;" in section  # escaped
     assert "No qualification recorded" in R.render_html([], [], [], now=NOW)

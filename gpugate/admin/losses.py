@@ -7,6 +7,11 @@ user; else the one the requeue found, by its modification time when the report c
 never before the run's start: earlier work was lost, and counted, in the run before) to the
 failure; the run's start when there is no checkpoint. Everything read
 here is untrusted: a summary that is not what the epilog writes is skipped, never raised.
+
+Only a job's bundle is a failed run. A bundle's kind (store/evidence.bundle_kind) keeps the
+others apart: a qualification (`gpugate qualify`: passed, failed with its DCGM or bandwidth
+reason, or not qualified) and a drill (a job's run that ended under a fault drill: a simulated
+fault, never a failure nor "undiagnosed"); `read_bundles` reads them all.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 
 from gpugate import jsonl
 from gpugate.clock import parse_utc
-from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
+from gpugate.store.evidence import INDEX_DIR, bundle_kind, read_index, read_summary
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,8 +64,9 @@ def bundle_paths(evidence_dir: str, since: float) -> list[str]:
     return [p for _, p in sorted(found)]
 
 
-def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
-    """One record per readable bundle of the window: job, node, run, category, GPUs, times."""
+def read_bundles(evidence_dir: str, since: float) -> list[dict[str, Any]]:
+    """One record per readable bundle of the window, each with its `kind` (job, qualify,
+    drill): job, node, run, category, GPUs, times; a qualification's outcome; a drill's id."""
     out = []
     for rel in bundle_paths(evidence_dir, since):
         s = read_summary(os.path.join(evidence_dir, rel))
@@ -69,17 +75,71 @@ def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
         job, node = rel.split("/", 1)[0], str(s.get("node") or rel.split("/", 1)[1])
         restart = s.get("restart")
         category = s.get("category")
-        out.append({
-            "path": rel, "job": job, "node": node,
+        kind = bundle_kind(s)
+        record = {
+            "path": rel, "job": job, "node": node, "kind": kind,
             "restart": restart if isinstance(restart, int) and not isinstance(restart, bool) else 0,
             "category": category if isinstance(category, str) and category else UNDIAGNOSED,
             "gpus": _gpus(s),
             "start": _time(s.get("job_start")),
             "failed": _time(s.get("first_failure_at")) or _time(s.get("job_end"))
-            or _time(s.get("collected_at")),
+            or _time(s.get("collected_at")) or _time(s.get("when")),
             **_recorded_checkpoint(s),
-        })  # fmt: skip
-    return out
+        }  # fmt: skip
+        if kind == "qualify":
+            record.update(qualification(s))
+        elif kind == "drill":
+            drill = s.get("drill")
+            record.update(drill=drill if isinstance(drill, str) else None,
+                          hardware_findings=_texts(s.get("hardware_findings")))  # fmt: skip
+        out.append(record)
+    return _drilled_runs(out)
+
+
+def _drilled_runs(bundles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run of a job that a drill killed is the drill's on every node: the other nodes' ranks
+    died of it (an NCCL timeout) outside the drill's overlay, and their bundles say job."""
+    drills = {(b["job"], b["restart"]): b.get("drill") for b in bundles if b["kind"] == "drill"}
+    for b in bundles:
+        if b["kind"] == "job" and (b["job"], b["restart"]) in drills:
+            b.update(kind="drill", drill=drills[b["job"], b["restart"]], hardware_findings=[])
+    return bundles
+
+
+def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
+    """The window's failed runs: the bundles of kind job (read_bundles)."""
+    return [b for b in read_bundles(evidence_dir, since) if b["kind"] == "job"]
+
+
+QUALIFY_LABELS = {"passed": "passed qualification", "failed": "qualification failure",
+                  "not_qualified": "not qualified"}  # fmt: skip
+
+
+def qualification(summary: dict[str, Any]) -> dict[str, Any]:
+    """A qualification bundle's outcome (passed / failed / not_qualified), its label, and why:
+    the first failure (DCGM's or the bandwidth's detail) for a failure, the verdict's why
+    otherwise. Bundles written before `outcome` are read from passed and their tests."""
+    tests = [t for t in summary.get("tests") or () if isinstance(t, dict)]
+    bad = [t for t in tests if t.get("ok") is False]
+    outcome = summary.get("outcome")
+    if outcome not in QUALIFY_LABELS:
+        outcome = (
+            "passed" if summary.get("passed") is True else "failed" if bad else "not_qualified"
+        )
+    why = summary.get("failure") if outcome == "failed" else None
+    if not isinstance(why, str) or not why:
+        first = bad[0] if bad and outcome == "failed" else None
+        why = f"{first.get('test')}: {first.get('detail')}" if first else summary.get("why")
+    kind = summary.get("fault_kind")
+    return {"outcome": outcome, "label": QUALIFY_LABELS[outcome],
+            "why": str(why) if why else None,
+            "fault_kind": kind if isinstance(kind, str) else None,
+            "hardware_fault": summary.get("hardware_fault") is True,
+            "run_id": summary.get("run_id") if isinstance(summary.get("run_id"), str) else None}  # fmt: skip
+
+
+def _texts(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _recorded_checkpoint(summary: dict[str, Any]) -> dict[str, Any]:

@@ -267,7 +267,10 @@ def node_row(
         "category": None,
         "xid": None,
         "bundle": None,
-        "drains": sum(1 for e in past if e.get("when", 0) >= since) if past else 0,
+        # A drill's drains are simulated faults: no repeat, no RMA (history.drill_of).
+        "drains": sum(1 for e in past if e.get("when", 0) >= since and not history.drill_of(e))
+        if past
+        else 0,
         "same_check_drains": 0,
         # A tuple, not a list: rows_json() keys rows by their values (printed as a JSON list).
         "unknown_xids": unknown_xids,
@@ -280,7 +283,8 @@ def node_row(
         return row
     check = history.reason_check(node.reason)
     bundle, facts = _latest_evidence(node, check, past, evidence_dir)
-    same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check)
+    same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check
+               and not history.drill_of(e))  # fmt: skip
     category, xid = facts.get("category"), facts.get("xid")
     row.update(check=check, category=category, xid=xid, bundle=bundle, same_check_drains=same)
     row["action"] = suggest_action(check, node.reason, category, xid, same, rma_after)

@@ -4,6 +4,9 @@ cause (admin/losses.py, from the bundles), each failed run linked to its bundle,
 decisions, the drains the budget held back; repeat offenders, and a timeline of drains and
 resumes from the history and the audit log; inline SVG charts (admin/charts.py); each node's
 latest qualification (gpugate/store/qualify.py: values against floors, failures, pair verdict).
+Bundles are kept apart by kind (admin/losses.py): only a job's is a failed run; qualifications
+(passed, failed with their reason, not qualified) and drills have their own section, and a
+drill's drains stay out of every check's record (store/outcomes.py).
 
 Every value is escaped: drain reasons, resume notes and node names can come from anyone able
 to write a job log or run `scontrol update`, and the page must show them as text.
@@ -22,7 +25,7 @@ from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
 from gpugate.store import history
-from gpugate.store.outcomes import FIELDS, check_record
+from gpugate.store.outcomes import FIELDS, check_record, drill_drains
 from gpugate.text import printable
 
 TYPE_CHECKING = False
@@ -71,9 +74,11 @@ def esc(value: object) -> str:
 def repeat_offenders(
     drains: list[dict[str, Any]], since: float, min_drains: int = 2
 ) -> list[dict[str, Any]]:
-    """Nodes drained at least `min_drains` times since `since`: count, by check, last drain."""
+    """Nodes drained at least `min_drains` times since `since`: count, by check, last drain
+    (a drill's drains are simulated: not counted)."""
     out = []
-    for node, entries in history.by_node(e for e in drains if e.get("when", 0) >= since).items():
+    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    for node, entries in history.by_node(real).items():
         if len(entries) < min_drains:
             continue
         checks: dict[str, int] = {}
@@ -325,19 +330,52 @@ def qualify_section(entries: list[dict[str, Any]]) -> str:
     for e in latest_per_node(entries):
         tests = [t for t in e.get("tests") or () if isinstance(t, dict)]
         values = "<br>".join(esc(measured(t)) for t in tests)
-        failed = "<br>".join(esc(f"{t.get('test')}: {t.get('detail') or 'failed'}") for t in tests
-                             if t.get("ok") is False)  # fmt: skip
-        result = "passed" if e["passed"] else "FAILED"
+        failures = "<br>".join(esc(f"{t.get('test')}: {t.get('detail') or 'failed'}") for t in tests
+                               if t.get("ok") is False)  # fmt: skip
+        result = "passed qualification" if e["passed"] else (
+            "qualification failure" if failures else "not qualified")  # fmt: skip
         body.append(
             f'<tr><td class="node">{esc(e["node"])}</td>'
             f'<td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["level"])}</td>'
-            f"<td>{result}</td><td>{values}</td><td>{failed}</td>"
+            f"<td>{result}</td><td>{values}</td><td>{failures}</td>"
             f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td>'
             f'<td class="reason">{esc(e.get("trigger") or "an admin")}</td></tr>'
         )
     headers = ("Node", "Latest run", "Level", "Result", "Measured (floor)", "Failures",
                "Verdict (pairs: the link or the node)", "Jobs", "Asked by")  # fmt: skip
     return _table(headers, body, "No qualification recorded (gpugate qualify).")
+
+
+def kind_label(bundle: dict[str, Any]) -> str:
+    """What a qualification or drill bundle is, in words: `passed qualification`,
+    `qualification failure`, `not qualified`, `drill <id>`."""
+    if bundle["kind"] == "drill":
+        return f"drill {bundle.get('drill') or ''}".strip()
+    return str(bundle.get("label") or bundle["kind"])
+
+
+def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, Any]] = ()) -> str:
+    """The window's qualification and drill bundles, newest first: never failed runs. A
+    drill's row names its fault from the drill records (drills.jsonl) when they are here."""
+    faults = {str(d.get("id")): str(d.get("injected") or d.get("fault")) for d in drills}
+    body = []
+    for b in sorted(bundles, key=lambda b: b["failed"] or 0, reverse=True):
+        why: object
+        if b["kind"] == "drill":
+            fault = faults.get(str(b.get("drill")))
+            shown = "; ".join(b.get("hardware_findings") or ()) or b.get("category")
+            why = f"simulated: {fault}" if fault else f"simulated fault ({shown})"
+        else:
+            why = b.get("why")
+        body.append(
+            f'<tr><td class="time">{esc(history.iso(b["failed"]))}</td>'
+            f'<td class="{esc(b["kind"])}">{esc(kind_label(b))}</td><td>{esc(b["job"])}</td>'
+            f'<td class="node">{esc(b["node"])}</td><td class="reason">{esc(why)}</td>'
+            f"<td>{_bundle_link(b)}</td></tr>"
+        )
+    headers = ("When", "What", "Job", "Node", "Why (a qualification's reason, a drill's fault)",
+               "Evidence")  # fmt: skip
+    return _table(headers, body, "No qualification or drill left evidence in the window.")
 
 
 def flag_outcome(
@@ -394,9 +432,8 @@ def drains_chart(drains: list[dict[str, Any]], since: float, now: float) -> str:
 
 def repeats_chart(drains: list[dict[str, Any]], since: float) -> str:
     """How many nodes were drained once, twice, ... in the window."""
-    counts = [
-        len(v) for v in history.by_node(e for e in drains if e.get("when", 0) >= since).values()
-    ]
+    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    counts = [len(v) for v in history.by_node(real).values()]
     items = [(str(k), float(counts.count(k))) for k in range(1, max(counts, default=0) + 1)]
     return charts.vbars("Nodes by repeat count", items, x_title="drains per node in the window")
 
@@ -461,11 +498,15 @@ def render_html(
     requeues: Sequence[dict[str, Any]] = (),
     qualifications: Sequence[dict[str, Any]] = (),
     flags: Sequence[dict[str, Any]] = (),
+    others: Sequence[dict[str, Any]] = (),
+    drills: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
     bundles; `requeues`: losses.requeue_events() of the window; `qualifications`: the
-    qualification records (store/qualify.py), the latest per node shown."""
+    qualification records (store/qualify.py), the latest per node shown; `others`: the
+    window's qualification and drill bundles (losses.read_bundles, kind not job); `drills`:
+    the drill records (store/drills.py)."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -475,6 +516,8 @@ def render_html(
     record = check_record(drains, resumes, since, drained_now)
 
     card_html = _cards(rows, record, events, costs, window_days, total_nodes)
+    drilled = len(drill_drains(drains, since))
+    card_html += f'<div class="card" id="drill-card"><b>{drilled}</b>drill drains</div>'
     # The interruption table first: what failures cost, then what gpugate did about them.
     more = len(events) == TIMELINE_MAX
     parts = [
@@ -494,7 +537,12 @@ def render_html(
         '<h2 id="suspects">Suspects: what users\' jobs pointed at</h2>',
         suspects_section(list(flags), list(qualifications), resumes, since),
         *cost_sections(costs, requeues, held, since),
+        '<h2 id="kinds">Qualifications and drills (not failed runs)</h2>',
+        kinds_section(others, drills),
         '<h2 id="record">Drains by check: how they ended</h2>',
+        f'<p class="meta">Drills\' drains ({drilled}) are simulated faults: not counted here.</p>'
+        if drilled
+        else "",
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',
         record_section(record),
         '<h2 id="offenders">Repeat offenders</h2>',

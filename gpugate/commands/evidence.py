@@ -12,7 +12,7 @@ from gpugate.clock import parse_utc
 from gpugate.config import load_config
 from gpugate.flightrec.culprit import job_culprit
 from gpugate.store import history
-from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
+from gpugate.store.evidence import bundle_kind, list_bundles, node_bundle_paths, read_summary
 from gpugate.store.held import HELD_LABEL, held_entries, held_now
 from gpugate.text import dumps, printable
 
@@ -92,6 +92,11 @@ def describe(bundle: str) -> dict[str, Any]:
     summary = read_summary(bundle) or {}
     out: dict[str, Any] = {k: summary.get(k) for k in FIELDS}
     out["path"] = bundle
+    if out.get("job_id") is None and isinstance(summary.get("job"), str):
+        out["job_id"] = summary["job"]  # a qualification's bundle names its job so
+    # job, qualify (gpugate qualify) or drill (a run under a fault drill: a simulated fault)
+    out["bundle_kind"] = bundle_kind(summary) if summary else None
+    out["drill"] = summary.get("drill") if isinstance(summary.get("drill"), str) else None
     out["files"] = summary.get("files") or sorted(_members(bundle))
     if not summary:
         out["why"] = "summary.json missing or unreadable"
@@ -163,10 +168,12 @@ def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None
     for d in items:
         xid = "-" if d["xid"] is None else d["xid"]
         rank = "-" if d["failing_rank"] is None else d["failing_rank"]
+        what = {"qualify": " [qualification]", "drill": f" [DRILL {d.get('drill') or '?'}: "
+                "a simulated fault]"}.get(str(d.get("bundle_kind")), "")  # fmt: skip
         lines += [
             "",
             f"job {d['job_id'] or '?'} on {d['node'] or '?'} (run {d['restart'] or 0}), "
-            f"collected {d['collected_at'] or '?'}",
+            f"collected {d['collected_at'] or '?'}{what}",
             f"  category: {d['category'] or '-'}    xid: {xid}    failing rank: {rank}",
             f"  action:   {d['action'] or '-'}" + (f" ({d['drain_reason']})" if d["drain_reason"] else ""),
             f"  why:      {d['why'] or '-'}",

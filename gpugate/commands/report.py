@@ -1,8 +1,10 @@
 """`gpugate report --html FILE`: failures and their cost, drains, evidence, requeues and repeat
-offenders as one HTML page."""
+offenders as one HTML page; `--json`: the same window's runs, qualifications, drills and drain
+records as one JSON object on stdout."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -12,7 +14,10 @@ from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
 from gpugate.store import history
+from gpugate.store.drills import drill_records
 from gpugate.store.held import held_entries
+from gpugate.store.history import drill_of
+from gpugate.store.outcomes import check_record, drill_drains
 from gpugate.store.suspects import flags
 
 TYPE_CHECKING = False
@@ -33,18 +38,25 @@ def parser() -> ArgumentParser:
         "its bundle, the requeue decisions and the checkpoint each run resumed from, the drains "
         "the budget held back; the nodes drained repeatedly in the history window, and a "
         "timeline of drains and resumes (the drain history and the audit log), with charts. "
+        "Qualifications and fault drills are kept apart from failed runs, and drills' drains "
+        "from the false-drain counts. --json prints the window's failed runs, qualifications, "
+        "drills and drains by check as one JSON object. "
         "Exit 0; 1 when Slurm could not be read (the page is still "
         "written, from the history alone, and says so).",
     )
-    p.add_argument("--html", metavar="FILE", required=True, help="write the page here")
+    p.add_argument("--html", metavar="FILE", help="write the page here")
+    p.add_argument("--json", action="store_true",
+                   help="print the window's runs, qualifications, drills and drains as JSON")  # fmt: skip
     add_cluster_options(p, "history window")
     return p
 
 
 def main(argv: list[str]) -> int:
     """Run `gpugate report`."""
-    args = parser().parse_args(argv)
-
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.html and not args.json:
+        p.error("give --html FILE, --json, or both")
     config = load_config(args.config)
     window = config.admin.history_window_days if args.window_days is None else args.window_days
     notice, groups = None, []
@@ -59,6 +71,13 @@ def main(argv: list[str]) -> int:
     where = history.history_dir(config)
     drains = history.drains(where)
     rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
+    page_dir = os.path.dirname(os.path.abspath(args.html or "."))
+    costs, others = window_bundles(config, window, page_dir)
+    drills = drill_entries(config)
+    if args.json:
+        print_json(config, window, costs, others, drains, history.resumes(where), rows, groups)
+        if not args.html:
+            return EXIT_UNHEALTHY if notice else EXIT_OK
     page = report.render_html(
         rows,
         drains,
@@ -67,17 +86,21 @@ def main(argv: list[str]) -> int:
         total_nodes=sum(len(names) for _, names in groups) if groups else None,
         notice=notice,
         held=held_entries(where),
-        costs=failure_costs(config, window, os.path.dirname(os.path.abspath(args.html))),
+        costs=costs,
         requeues=losses.requeue_events(events_dirs(config), history.window_start(window)),
         qualifications=qualification_entries(where),
         flags=suspect_flags(history.read_dirs(config)),
+        others=others,
+        drills=drills,
     )
     try:
         report.write_report(args.html, page)
     except OSError as exc:  # a missing directory, no permission, a full disk
         print(f"gpugate report: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s)")
+    # With --json too, stdout holds only the JSON.
+    print(f"gpugate report: wrote {args.html}: {len(rows)} drained node(s); {tally(costs, others)}",
+          file=sys.stderr if args.json else sys.stdout)  # fmt: skip
     if notice:
         print(f"gpugate report: {notice}", file=sys.stderr)
         return EXIT_UNHEALTHY
@@ -108,11 +131,73 @@ def suspect_flags(where: str | tuple[str, ...]) -> list[dict[str, Any]]:
         return []
 
 
-def failure_costs(config: Config, window_days: float, page_dir: str) -> list[dict[str, Any]]:
-    """The window's bundles with their requeue, GPU-hours lost and a link from the page."""
+def window_bundles(
+    config: Config, window_days: float, page_dir: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the window's failed runs, costed; its qualification and drill bundles), each with a
+    link from the page."""
     since = history.window_start(window_days)
-    failures = losses.read_failures(config.evidence_dir, since)
+    bundles = losses.read_bundles(config.evidence_dir, since)
+    failures = [b for b in bundles if b["kind"] == "job"]
     costs = losses.costed(failures, losses.requeue_events(events_dirs(config), since))
-    for c in costs:
+    others = [b for b in bundles if b["kind"] != "job"]
+    for c in [*costs, *others]:
         c["href"] = report.bundle_href(config.evidence_dir, c["path"], page_dir)
-    return costs
+    return costs, others
+
+
+def drill_entries(config: Config) -> list[dict[str, Any]]:
+    """The drill records (drills.jsonl); none when they cannot be read."""
+    try:
+        return drill_records(config)
+    except OSError:
+        return []
+
+
+def tally(costs: list[dict[str, Any]], others: list[dict[str, Any]]) -> str:
+    """`2 failed run(s), 3 qualification(s) (1 passed, 1 failed, 1 not qualified), 1 drill run(s)`."""
+    quals = [o for o in others if o["kind"] == "qualify"]
+    outcomes = {k: sum(1 for q in quals if q.get("outcome") == k)
+                for k in ("passed", "failed", "not_qualified")}  # fmt: skip
+    drills = sum(1 for o in others if o["kind"] == "drill")
+    return (f"{len(costs)} failed run(s), {len(quals)} qualification(s) ({outcomes['passed']} "
+            f"passed, {outcomes['failed']} failed, {outcomes['not_qualified']} not qualified), "
+            f"{drills} drill run(s)")  # fmt: skip
+
+
+_RUN_KEYS = ("path", "job", "node", "restart", "category", "gpus", "gpu_hours", "requeued",
+             "checkpoint")  # fmt: skip
+_OTHER_KEYS = ("path", "job", "node", "kind", "outcome", "label", "why", "fault_kind",
+               "hardware_fault", "run_id", "drill", "category", "hardware_findings")  # fmt: skip
+
+
+def print_json(
+    config: Config,
+    window: float,
+    costs: list[dict[str, Any]],
+    others: list[dict[str, Any]],
+    drains: list[dict[str, Any]],
+    resumes: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    groups: list[Any],
+) -> None:
+    """The window as one JSON object: failed runs (kind job only), qualifications, drills, and
+    each check's drains (drills' apart: never false drains)."""
+    since = history.window_start(window)
+    drained_now = {r["node"] for r in rows if r["drained"]} if groups else None
+    record = check_record(drains, resumes, since, drained_now)
+    doc = {
+        "window_days": window,
+        "failed_runs": [{k: c.get(k) for k in _RUN_KEYS} | {"kind": "job"} for c in costs],
+        "qualifications": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
+                           for o in others if o["kind"] == "qualify"],
+        "drills": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
+                   for o in others if o["kind"] == "drill"],
+        "drains_by_check": record,
+        "false_drains": sum(v["lifted_unrepaired"] for v in record.values()),
+        "drill_drains": [{k: d.get(k) for k in ("node", "at", "check", "reason")}
+                         | {"drill": drill_of(d)}
+                         for d in drill_drains(drains, since)],
+    }  # fmt: skip
+    json.dump(doc, sys.stdout, indent=1, default=str)
+    sys.stdout.write("\n")

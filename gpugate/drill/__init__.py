@@ -3,7 +3,11 @@
 `gpugate drill` (gpugate/commands/drill.py) writes `<state_dir>/drill.json` (root's state:
 fault, node, start, end, id). While the window is open, `gather()` lays the fault's overlay
 over the facts it read (checks/sources: `with_drill`) and marks the process (reasons.mark_drill),
-so every drain reason, AdminComment and event line it writes says `DRILL <id>`. Once the window
+so every drain reason, AdminComment and event line it writes says `DRILL <id>`. The epilog's
+bundle of a job that ends under it is a `drill` bundle (store/evidence.bundle_kind), and its
+decision record carries the id to EpilogSlurmctld (another process, on the controller), which
+marks the requeued job's AdminComment so too; a drill's drains are no false drains, no RMA
+count (store/history.drill_of). Once the window
 has ended the file is ignored and removed by whoever reads it next: a drill never outlives its
 window, even if the drill command died. Past drills are kept in `drills.jsonl`
 (admin.history_dir, gpugate/store/drills.py), bounded like drains.jsonl.

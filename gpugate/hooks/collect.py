@@ -20,7 +20,7 @@ from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.hookenv import comment_tokens
-from gpugate.slurm.reasons import evidence_detail
+from gpugate.slurm.reasons import drill_mark, evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
@@ -371,6 +371,10 @@ def _summary(
     """
     diagnosis = logs.get("diagnosis") or {}
     return {
+        # job, or drill: this run ended under a fault drill's overlay (gpugate/drill), so its
+        # fault is simulated; the report and the controller keep it apart from real failures.
+        "kind": "drill" if drill_mark() else "job",
+        "drill": drill_mark(),
         "job_id": env.job_id,
         "node": env.node,
         "restart": env.restart_count,

@@ -31,6 +31,7 @@ from gpugate.gate.suspicion import wants_votes
 from gpugate.slurm.choose import backend
 from gpugate.slurm.cli import expand_hostlist
 from gpugate.slurm.hookenv import comment_tokens, from_environ
+from gpugate.slurm.reasons import mark_drill
 from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
@@ -59,11 +60,15 @@ def run_requeue(
     summaries, unreadable = wait_for_summaries(config, job, wait_s if wait else 0)
     for problem in dict.fromkeys(unreadable.values()):  # plainly, in slurmctld's log
         log.say(f"epilog-slurmctld job {job.job_id}: {problem}")
+    drill = drill_of(summaries)
+    # The drill's mark travels in the node's decision record (this process read no overlay):
+    # the AdminComment and the event line then say `DRILL <id>`, as the node's drain does.
+    mark_drill(drill)
     decision = decide_requeue(job, summaries, config, unreadable if wait else None)
     if summaries:  # the flight recorder's culprit node, where root's evidence agrees
         named = with_culprit(config, job, summaries, decision.suspects)
         decision = decision.replace(suspects=named)
-    if not dry_run:
+    if not dry_run and not drill:  # a simulated fault names no suspect
         try:
             voted = cast_vote(config, job, summaries, decision.category)
         except Exception as exc:  # a vote must never cost the job its requeue
@@ -84,6 +89,15 @@ def run_requeue(
                 tell_unreadable(slurm, job.job_id, unreadable)]  # fmt: skip
         done += [t for t in told if t]
     return decision, done
+
+
+def drill_of(summaries: list[dict[str, Any]]) -> str | None:
+    """The drill a run's nodes ended under (their records' `drill`), or None."""
+    for s in summaries:
+        drill = s.get("drill")
+        if s.get("kind") == "drill" and isinstance(drill, str) and drill:
+            return drill
+    return None
 
 
 def run_epilog_slurmctld(config: Config) -> int:

@@ -133,8 +133,7 @@ def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
                "level": result.level, "tests_run": result.tests, "passed": verdict["passed"],
                "why": verdict["why"], "tests": verdict["tests"], "job_ids": verdict["job_ids"],
                "action": verdict["action"], "reservation": result.reservation, "user": "root",
-               "hardware_fault": verdict["failed"], "when": time.time(),
-               "trigger": run.trigger}  # fmt: skip
+               "when": time.time(), "trigger": run.trigger, **outcome(verdict)}  # fmt: skip
     try:
         return write_bundle(run.config.evidence_dir, job_id, node, 0, files, summary,
                             group=run.config.epilog.evidence_group,
@@ -142,6 +141,37 @@ def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
     except (EvidenceError, OSError) as exc:
         log.error(run.config.state_dir, f"qualify: no evidence bundle for {node}", exc)
         return None
+
+
+def outcome(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict's outcome for the bundle: passed / failed / not_qualified, the first failure,
+    its fault kind, and hardware_fault only where the failure is evidence against the GPUs."""
+    if verdict.get("passed"):
+        return {"outcome": "passed", "hardware_fault": False, "fault_kind": None, "failure": None}
+    bad = [t for t in verdict.get("tests") or () if isinstance(t, dict) and t.get("ok") is False]
+    if not bad:
+        return {"outcome": "not_qualified", "hardware_fault": False, "fault_kind": None,
+                "failure": None}  # fmt: skip
+    kinds = [fault_kind(t) for t in bad]
+    first = next((t for t, k in zip(bad, kinds) if k == "hardware"), bad[0])
+    return {"outcome": "failed", "hardware_fault": "hardware" in kinds,
+            "fault_kind": "hardware" if "hardware" in kinds else kinds[0],
+            "failure": f"{first.get('test')}: {first.get('detail') or 'failed'}"}  # fmt: skip
+
+
+def fault_kind(test: dict[str, Any]) -> str:
+    """What a failed TEST RESULT shows: hardware (DCGM's hardware verdict, a bandwidth measured
+    below its bar), software (DCGM's node problem that is not the GPU: fabric manager, ...),
+    config, or error (a step that failed without measuring: the setup, not the GPU)."""
+    if test.get("test") == "dcgm":
+        found = [f.get("kind") for f in test.get("findings") or () if isinstance(f, dict)]
+        for kind in ("hardware", "software", "config"):
+            if kind in found:
+                return kind
+        return "hardware"  # a failed DCGM result with no finding kinds (older): as before
+    value = test.get("value_gbps")
+    measured = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return "hardware" if measured else "error"
 
 
 def _tail(path: str) -> bytes | None:

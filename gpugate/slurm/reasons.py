@@ -39,6 +39,7 @@ _KEY_START = lazy(r"[A-Z]")  # Slurm's keys (and localslurm's test parser) start
 _REASON = lazy(r"(?s)^gpugate:\s*(?:DRILL [A-Za-z0-9_.\-]+:\s*)?([A-Za-z0-9_.\-]+)(?::\s*(.*))?$")
 _EVIDENCE = lazy(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
 _REFUSED = lazy(r"(?:^|\| )gpugate: (?:DRILL \S+: )?node (\S+) refused")
+_DRILL = lazy(r"(?:^|\| )gpugate:\s*DRILL ([A-Za-z0-9_.\-]+):")
 # The drill whose overlay this process's facts carry (gpugate/drill/__init__.py): every text built
 # here then says `DRILL <id>` right after the prefix, so no one takes a drill for a fault.
 _drill: str | None = None
@@ -171,6 +172,12 @@ def is_ours(reason: str | None) -> bool:
 def reason_check(reason: str | None) -> str | None:
     """The check id of a gpugate drain reason (`gpugate: gpu.ecc: ...` -> `gpu.ecc`)."""
     m = _REASON.match((reason or "").strip())
+    return m.group(1) if m else None
+
+
+def reason_drill(text: str | None) -> str | None:
+    """The drill id a reason or AdminComment is marked with (`gpugate: DRILL <id>: ...`)."""
+    m = _DRILL.search(text or "")
     return m.group(1) if m else None
 
 

@@ -52,6 +52,22 @@ EVIDENCE_DIR_MODE = 0o751  # the controller's records below it (store/controller
 LOCK_WAIT_S = locks.EVIDENCE_WAIT_S  # past it: indexed without the lock, pruned next run
 
 
+# What a bundle is of (its summary's `kind`): a job's run (the epilog), a qualification
+# (gpugate qualify, filed under its job's id) or a job's run that ended under a fault drill.
+KINDS = ("job", "qualify", "drill")
+
+
+def bundle_kind(summary: dict[str, Any]) -> str:
+    """job / qualify / drill: the summary's `kind`; a bundle written before kinds: job, or
+    qualify when it has a qualification's fields (run_id, tests_run)."""
+    kind = summary.get("kind")
+    if kind in KINDS:
+        return str(kind)
+    if "run_id" in summary and "tests_run" in summary:
+        return "qualify"
+    return "drill" if isinstance(summary.get("drill"), str) and summary.get("drill") else "job"
+
+
 class EvidenceError(OSError):
     """A bundle could not be written; the message says where and why."""
 
@@ -159,7 +175,7 @@ def write_bundle(
     at = round(time.time() if now is None else now, 3)
     entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
              "user": summary.get("user"), "at": at, "bytes": size,
-             "hw": bool(summary.get("hardware_fault"))}  # fmt: skip
+             "hw": bool(summary.get("hardware_fault")), "kind": bundle_kind(summary)}  # fmt: skip
     _index_and_prune(evidence_dir, node, entry, older, gid, retention)
     return final
 

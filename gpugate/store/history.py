@@ -46,6 +46,7 @@ from gpugate.fsutil import (
     private_dir,
 )
 from gpugate.jsonl import append, dumps
+from gpugate.slurm.reasons import drill_mark, reason_drill
 
 # Drain reasons are built and read back in one place (re-exported for the history's readers:
 # `name as name` says so to mypy).
@@ -127,7 +128,7 @@ def _when_ok(when: object) -> bool:
     return 0 <= when <= _WHEN_MAX
 
 
-_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id")
+_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id", "drill")
 _RESUME_TEXT = ("at", "who", "why", "reason", "boot_id", "repair")
 
 
@@ -145,6 +146,12 @@ def valid_drain(e: object) -> bool:
     if not _common_ok(e, _DRAIN_TEXT):
         return False
     return type(e.get("xid")) in (int, type(None))
+
+
+def drill_of(drain: dict[str, Any]) -> str | None:
+    """The drill a drain entry was a drill's (its `drill` id, else its reason's DRILL mark)."""
+    drill = drain.get("drill")
+    return drill if isinstance(drill, str) and drill else reason_drill(drain.get("reason"))
 
 
 def valid_resume(e: object) -> bool:
@@ -183,6 +190,7 @@ def record_drain(
     job: str | None = None,
     hook: str | None = None,
     boot_id: str | None = None,
+    drill: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
 ) -> dict[str, Any] | None:
@@ -201,6 +209,9 @@ def record_drain(
         "hook": hook,
         "boot_id": boot_id,  # repair evidence: a lift after a new boot followed a reboot
     }
+    drill = drill or reason_drill(reason)
+    if drill:  # a drill's drain (gpugate/drill): never a fault, never a false drain
+        entry["drill"] = drill
 
     same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
     return _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)
@@ -232,6 +243,8 @@ def _add(
 
 def _same_event(state_dir: str, last: dict[str, Any], new: dict[str, Any]) -> bool:
     if last.get("check") != new["check"] or new["when"] - last.get("when", 0) >= SAME_EVENT_S:
+        return False
+    if last.get("drill") != new.get("drill"):  # a drill's drain and a real fault's: two events
         return False
     try:
         # Any resume logged since (of any node: one stat, not a read of the audit log) makes
@@ -333,9 +346,10 @@ def count_drains(
     now: float | None = None,
     check: str | None = None,
 ) -> int:
-    """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`."""
+    """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`;
+    a drill's drains are simulated faults: never counted (no RMA, no repeat offender)."""
     found = drains(state_dir, node, window_start(window_days, now))
-    return sum(1 for e in found if check is None or e.get("check") == check)
+    return sum(1 for e in found if (check is None or e.get("check") == check) and not drill_of(e))
 
 
 def reaches_rma(hardware: bool, same_check_drains: int, rma_after: int) -> bool:
@@ -371,6 +385,7 @@ def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[st
     adm = config.admin
 
     fields.setdefault("boot_id", boot_id(config))  # repair evidence: a later lift after a new boot
+    fields.setdefault("drill", drill_mark())  # under a drill's overlay: its drain, marked
     try:
         return record_drain(
             history_dir(config),

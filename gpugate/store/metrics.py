@@ -13,7 +13,11 @@ Series (every one labelled with the Slurm `node`):
   is an ok),
   `gpugate_unknown_xids_total{xid}`, `gpugate_internal_errors_total`, `gpugate_drain_budget_exceeded_total` counters.
 - `gpugate_false_drains_total{check}` counter: drains lifted (by `gpugate resume` or by
-  healing) with no repair since the drain (history.lifted_without_repair).
+  healing) with no repair since the drain (history.lifted_without_repair); a drill's drain is
+  never one.
+- Fault drills (gpugate/drill): a hook run under a drill's overlay (reasons.drill_mark) counts
+  its drain in `gpugate_drill_drains_total{check}`, not in gpugate_drains_total; its diagnosis
+  in no category; its job end as `gpugate_job_ends_total{result="drill"}`, not as failed.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 - `gpugate_checkpoint_age_seconds` gauge: at the last measured job end on the node (an
   abnormal end of a job with `gpugate:ckpt=DIR`), how old its newest complete checkpoint was;
@@ -22,7 +26,8 @@ Series (every one labelled with the Slurm `node`):
   admin host that runs qualifications writes the series of every node it qualified):
   `gpugate_qualify_bandwidth_gbps{test}` gauge (the last run's value: allreduce busbw, h2d's
   slowest GPU, pair: the node's slowest pair), `gpugate_qualify_last_pass_timestamp_seconds`
-  gauge, `gpugate_qualify_runs_total{result}` counter (passed / failed).
+  gauge, `gpugate_qualify_runs_total{result}` counter (passed / failed / not_qualified: a run
+  that proved nothing, e.g. a step not run, is neither a pass nor a failure).
 
 The file is the only state: each update reads the previous file back, so counters keep
 counting across runs (a lost file restarts them at 0, which Prometheus reads as a counter
@@ -54,6 +59,7 @@ from gpugate.fsutil import (
     private_dir,
 )
 from gpugate.regex import lazy
+from gpugate.slurm.reasons import drill_mark
 from gpugate.store import locks
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
@@ -87,7 +93,7 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("category",)),
     "gpugate_job_ends_total": (
         "counter", "Job runs ended on this node, as the epilog judged each run by its own end: "
-        "ok or failed.", ("result",)),
+        "ok or failed (drill: ended under a fault drill).", ("result",)),
     "gpugate_unknown_xids_total": (
         "counter", "Xids not in NVIDIA's catalog seen by a prolog on this node (warned, kept).",
         ("xid",)),
@@ -98,6 +104,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_metrics_skipped_total": (
         "counter", "Hook runs whose metrics update was skipped: the textfile's lock was busy.",
         ()),
+    "gpugate_drill_drains_total": (
+        "counter", "Drains a fault drill (gpugate drill) set on this node, by check: never a "
+        "fault, never in gpugate_drains_total.", ("check",)),
     "gpugate_false_drains_total": (
         "counter", "Drains of this node lifted without any repair (no new boot, no GPU reset "
         "recorded), by the check that drained it.", ("check",)),
@@ -113,9 +122,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_qualify_last_pass_timestamp_seconds": (
         "gauge", "Unix time of the node's last passed qualification.", ()),
     "gpugate_qualify_runs_total": (
-        "counter", "Qualifications of the node, by result (passed / failed).", ("result",)),
+        "counter", "Qualifications of the node, by result (passed / failed / not_qualified).",
+        ("result",)),
 }  # fmt: skip
-JOB_END_RESULTS = ("ok", "failed")
+JOB_END_RESULTS = ("ok", "failed", "drill")
 SKIPPED_DIR = (
     "metrics.skipped.d"  # in state_dir: one empty file per skipped update, until folded in
 )
@@ -216,9 +226,11 @@ def apply_run(
     checkpoint_stale: bool = False,
     skipped: int = 0,
     job_end: str | None = None,
+    drill: str | None = None,
 ) -> Samples:
     """The samples after one hook run (pure: the file handling is in update_metrics);
-    `skipped`: earlier updates skipped since the last one (their lock was busy)."""
+    `skipped`: earlier updates skipped since the last one (their lock was busy); `drill`: the
+    drill whose overlay the run saw (its drain, diagnosis and job end are the drill's)."""
     # Only this node's series: a renamed node must not keep reporting under its old name.
     out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
     n: tuple[tuple[str, str], ...] = (("node", node),)
@@ -229,8 +241,12 @@ def apply_run(
         out = {k: v for k, v in out.items() if k[0] != "gpugate_check_status"}
     for check, status in statuses.items():
         out[("gpugate_check_status", (*n, ("check", check)))] = STATUS_VALUE.get(status, 3)
+    if drill:  # a simulated fault: no real drain, diagnosis or failed job to count
+        category = None
+        job_end = "drill" if job_end else None
     if drained_check:
-        key = ("gpugate_drains_total", (*n, ("check", drained_check)))
+        family = "gpugate_drill_drains_total" if drill else "gpugate_drains_total"
+        key = (family, (*n, ("check", drained_check)))
         out[key] = out.get(key, 0) + 1
     if category:
         # Only a high-confidence verdict counts under its category: alerts on a category
@@ -284,13 +300,21 @@ def _note_checkpoint(
         out[key] = out.get(key, 0) + 1
 
 
+def qualify_result(entry: dict[str, Any]) -> str:
+    """passed / failed (a test failed) / not_qualified (nothing failed, something unproven)."""
+    if entry.get("passed"):
+        return "passed"
+    tests = entry.get("tests") or ()
+    failed = any(isinstance(t, dict) and t.get("ok") is False for t in tests)
+    return "failed" if failed else "not_qualified"
+
+
 def apply_qualification(samples: Samples, entries: Iterable[dict[str, Any]]) -> Samples:
     """The samples after qualifications recorded as gpugate/store/qualify.py entries (pure)."""
     out = dict(samples)
     for e in entries:
         n = (("node", str(e["node"])),)
-        result = "passed" if e["passed"] else "failed"
-        key = ("gpugate_qualify_runs_total", (*n, ("result", result)))
+        key = ("gpugate_qualify_runs_total", (*n, ("result", qualify_result(e))))
         out[key] = out.get(key, 0) + 1
         if e["passed"]:
             out[("gpugate_qualify_last_pass_timestamp_seconds", n)] = round(float(e["when"]), 3)
@@ -377,6 +401,8 @@ def note_run(config: Config, node: str | None, hook: str, **run: Any) -> bool:
     path = config.admin.metrics_file
     if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
         return False
+    # Under a drill's overlay (checks/sources gather marks it): the run's counts are the drill's.
+    run.setdefault("drill", drill_mark())
     try:
         written = update_metrics(path, node, hook, state_dir=config.state_dir, **run)
     except Exception as exc:  # metrics must never fail a hook, nor undo what it decided

@@ -4,12 +4,17 @@ A drain ends in one of: lifted after a repair (a new boot, a GPU reset: history'
 repair_evidence), lifted without any repair (the drain was false, or the fault went away by
 itself: `gpugate_false_drains_total`), still drained, or lifted outside gpugate (Slurm shows
 the node in service and no audited lift follows the drain: someone ran `scontrol update`).
+
+A fault drill's drain (gpugate/drill: its history entry carries the drill id, its reason
+`gpugate: DRILL <id>: ...`) is none of these: a simulated fault, drained and lifted on purpose.
+It stays out of every check's record and of gpugate_false_drains_total; `drill_drains` counts
+them apart.
 """
 
 from __future__ import annotations
 
 from gpugate.store import history
-from gpugate.store.history import by_node, lifted_without_repair
+from gpugate.store.history import by_node, drill_of, lifted_without_repair
 from gpugate.store.metrics import note_run
 
 TYPE_CHECKING = False
@@ -39,8 +44,8 @@ def check_record(
     for node, entries in by_node(drains).items():
         entries = sorted(entries, key=lambda e: e.get("when", 0))
         for i, drain in enumerate(entries):
-            if drain.get("when", 0) < since:
-                continue
+            if drain.get("when", 0) < since or drill_of(drain):
+                continue  # a drill's drain still ends the drain before it (`end`)
             end = entries[i + 1]["when"] if i + 1 < len(entries) else float("inf")
             lift = next((r for r in lifts.get(node, ()) if drain["when"] <= r["when"] < end), None)
             counts = out.setdefault(drain.get("check") or "?", dict.fromkeys(FIELDS, 0))
@@ -53,6 +58,12 @@ def check_record(
             else:
                 counts["lifted_unaudited"] += 1
     return dict(sorted(out.items()))
+
+
+def drill_drains(drains: list[dict[str, Any]], since: float) -> list[dict[str, Any]]:
+    """The drills' drains since `since` (each history entry), oldest first."""
+    found = [d for d in drains if d.get("when", 0) >= since and drill_of(d)]
+    return sorted(found, key=lambda d: d.get("when", 0))
 
 
 def render_record(record: dict[str, dict[str, int]], window_days: float) -> str:
@@ -69,12 +80,15 @@ def render_record(record: dict[str, dict[str, int]], window_days: float) -> str:
 def note_lift(config: Config, node: str, lift: dict[str, Any]) -> bool | None:
     """After an audited lift (`lift`: its audit entry): count it in gpugate_false_drains_total
     when no repair shows since the node's newest drain. True when counted, False when repaired,
-    None when no drain of the node is on record. For `gpugate resume` and for healing."""
+    None when no drain of the node is on record. For `gpugate resume` and for healing. A
+    drill's drain is never a false drain: False."""
     where = history.history_dir(config)
     found = history.drains(where, node)
     drain = found[-1] if found else None
     if drain is None or drain["when"] > lift.get("when", 0):
         return None
+    if drill_of(drain):  # lifted on purpose when the drill ended: nothing was wrong
+        return False
     if not lifted_without_repair(drain, lift, history.resumes(where, node, drain["when"])):
         return False
 
