@@ -139,4 +139,4 @@ def test_the_metrics_and_the_report_show_both_outcomes(env_cluster, tmp_path):
     done = gpugate(env, "report", "--html", str(page))
     assert done.returncode == 0, done.stderr
     section = page.read_text().split('<h2 id="qualify">', 1)[1].split("<h2", 1)[0]
-    assert "gpu-a" in section and "gpu-b" in section and "FAILED" in section
+    assert "gpu-a" in section and "gpu-b" in section and "qualification failure" in section

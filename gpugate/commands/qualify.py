@@ -225,10 +225,19 @@ def table(result: QualifyRun) -> str:
             floor = "" if t["floor_gbps"] is None else f"floor {t['floor_gbps']:.2f}"
             lines.append(f"    {mark:<4} {t['test']:<9} {value:>12} {floor:>12}  {t['detail']}")
         if not v["passed"]:
-            lines.append(f"    why: {v['why']}")
+            lines.append(f"    why: {_why(v)}")
     if result.pairs:
         lines.append(f"pairs: {result.pairs.get('text', '')}")
     return "\n".join(lines)
+
+
+def _why(verdict: dict[str, Any]) -> str:
+    """A failure's why in full; a node not qualified names its steps shown above (each line
+    already has its reason and fix), unless something else kept it from a pass."""
+    unshown = [t["test"] for t in verdict["tests"] if t["ok"] is None]
+    if verdict["failed"] or not unshown:
+        return str(verdict["why"])
+    return f"not qualified: {', '.join(dict.fromkeys(unshown))} not run or not judged (above)"
 
 
 def background(argv: list[str], state_dir: str) -> int:
