@@ -81,6 +81,9 @@ def test_a_node_without_dcgmi_or_torch_is_not_qualified_and_not_drained(
     assert ids, f"no job id printed:\n{out}"
     assert "NOT QUALIFIED" in out, out
     assert "not run" in out and "dcgmi" in out and "torch" in out, out
+    # The DCGM step itself started (gpugate importable by the job from the installed package's
+    # path) and found no dcgmi; it is not "could not start".
+    assert "not found on this node" in out and "could not start" not in out, out
     assert "qualify.python" in out  # the fix, named
     for node in NODES:
         assert not cluster.is_drained(node), cluster.node(node)
