@@ -385,17 +385,20 @@ def test_signature_names_unique_and_categories_closed():
     assert {s.category for s in S.SIGNATURES} - {None} <= set(C.CATEGORIES)
 
 
-def test_grep_reads_every_anchor_as_python_does():
-    # Python looks for an anchor with `in`; grep gets one ERE alternation with metacharacters
-    # bracketed. Each anchor as ERE must match exactly the anchor's own text (a dot no wildcard).
+def test_grep_reads_every_key_as_python_does():
+    # Python looks for a key with `in`; grep gets one ERE alternation with metacharacters
+    # bracketed. Each key as ERE must match exactly the key's own text (a dot no wildcard).
     import re
 
-    assert all(a and "\n" not in a and "|" not in a for a in S.ANCHORS)
+    assert all(a and "\n" not in a for a in S.ANCHORS)
+    assert len(S.ALTERNATION.split("|")) == len(S.ANCHORS)
     pieces = S.GREP_ERE.split("|")
-    assert len(pieces) == len(S.ANCHORS) == len(S.ALTERNATION.split("|"))
-    for anchor, ere in zip(S.ANCHORS, pieces):
-        assert re.fullmatch(ere, anchor), (anchor, ere)
-        assert not re.search(ere, anchor.replace(".", "x")) or "." not in anchor
+    assert len(pieces) == len(S.KEYS)
+    for key, ere in zip(S.KEYS, pieces):
+        assert re.fullmatch(ere, key), (key, ere)
+        assert not re.search(ere, key.replace(".", "x")) or "." not in key
+    # Every anchor holds a key: the keys' lines are a superset of the anchors' lines.
+    assert all(any(k in a for k in S.KEYS) for a in S.ANCHORS)
 
 
 # --- ranking and failing rank ------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """Scanning logs: find the lines holding a signature's anchor word, within a byte and time budget.
 
-Scanning is the expensive part (logs of many GB are normal), so only lines containing one of
-the signatures' anchor words are ever decoded and matched. Two engines find those lines:
-- ``grep``: GNU grep over a regular file with the anchors as one `-E` alternation. It is the
+Scanning is the expensive part (logs of many GB are normal), so only lines holding one of the
+prefilter keys (`signatures.KEYS`: each anchor's tail from its rarest byte on) are ever decoded,
+and only there are the anchors and the signatures' patterns tried. One pass finds those lines,
+whatever the number of signatures, in one of two engines:
+- ``grep``: GNU grep over a regular file with the keys as one `-E` alternation. It is the
   fastest multi-word search on a node (the benchmark in `bench/` compares against it), streams
   with a small fixed buffer, and its `-n` gives line numbers for free.
-- ``python``: 1 MiB binary chunks, one `bytes.find` pass per anchor, newline counting per chunk.
-  Used for stdin, gzip'd logs, small files, and wherever grep is missing or fails.
+- ``python``: 1 MiB binary chunks, one pass of the keys' compiled alternation per chunk,
+  newline counting per chunk. Used for stdin, gzip'd logs, small files, and wherever grep is
+  missing or fails.
 Both feed the same per-line matching (`signatures.match_line`) into a `rank.Collector` and
 give identical results.
 """
@@ -51,8 +54,8 @@ class ScanError(Exception):
 
 
 def python_hits(stream: ByteReader) -> Iterator[tuple[int, bytes]]:
-    """Lines of a binary stream that contain an anchor, read in chunks (bounded memory)."""
-    keep = max(len(a) for a in S.ANCHOR_BYTES) - 1
+    """Lines of a binary stream that contain a key, read in chunks (bounded memory)."""
+    keep = max(len(a) for a in S.ANCHOR_BYTES) - 1  # a giant line's fragments overlap by this
     carry = b""
     line_no = 1
     while True:
@@ -76,31 +79,28 @@ def python_hits(stream: ByteReader) -> Iterator[tuple[int, bytes]]:
 
 
 def _hit_lines(buf: bytes, end: int, first_line: int) -> Iterator[tuple[int, bytes]]:
-    """Lines of buf[:end] holding an anchor: one find pass per anchor, then line numbers."""
-    spans: dict[int, int] = {}
-    for anchor in S.ANCHOR_BYTES:
-        i = buf.find(anchor, 0, end)
-        while i >= 0:
-            start = buf.rfind(b"\n", 0, i) + 1
-            stop = buf.find(b"\n", i, end)
-            stop = end if stop < 0 else stop
-            spans[start] = stop
-            i = buf.find(anchor, stop, end)
+    """Lines of buf[:end] holding a key: one pass of the keys' alternation, then line numbers."""
+    search = S.KEY_RE.search
     line_no, counted = first_line, 0
-    for start in sorted(spans):
+    m = search(buf, 0, end)
+    while m is not None:
+        start = buf.rfind(b"\n", 0, m.start()) + 1
+        stop = buf.find(b"\n", m.end(), end)
+        stop = end if stop < 0 else stop
         line_no += buf.count(b"\n", counted, start)
         counted = start
-        yield line_no, buf[start : spans[start]]
+        yield line_no, buf[start:stop]
+        m = search(buf, stop, end)
 
 
 def grep_hits(
     path: str, grep: str, size: int, stdin: BinaryIO | None = None
 ) -> Iterator[tuple[int, bytes]]:
-    """Lines of a file holding an anchor, found by `grep -a -n -E` (argument list, timeout).
+    """Lines of a file holding a key, found by `grep -a -n -E` (argument list, timeout).
 
-    One alternation of the anchors with ERE metacharacters bracketed (`.cc:` is `[.]cc:`), so
-    grep reads each anchor as Python's `in` does; GNU grep's `-E` alternation measured twice as
-    fast as `-F` with one `-e` per anchor on the benchmark log. `path` "-" with `stdin`: grep
+    One alternation of the keys with ERE metacharacters bracketed (`.cc:` is `[.]cc:`), so
+    grep reads each key as Python's `in` does; GNU grep 3.8's `-E` alternation (a DFA) measured
+    3.5x as fast as `-F -f` (Aho-Corasick) over these keys on the benchmark log. `path` "-" with `stdin`: grep
     reads a file already open (checked once, never opened again by name).
     """
 
@@ -141,7 +141,7 @@ def _parse_grep(out: IO[bytes]) -> Iterator[tuple[int, bytes]]:
             line_no = int(number)
         if whole:
             piece = piece[:-1]
-        if not continued or any(a in piece for a in S.ANCHOR_BYTES):
+        if not continued or any(k in piece for k in S.KEY_BYTES):
             yield line_no, piece
         continued = not whole
 
