@@ -160,6 +160,7 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[float, float, float, byte
         prefix = [TIME, "-f", "%M", "-o", rss.name] if os.path.exists(TIME) else []
         started = time.perf_counter()
         with subprocess.Popen(prefix + argv, env=env, stdout=subprocess.PIPE) as proc:
+            assert proc.stdout is not None  # a PIPE
             out = proc.stdout.read()
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)

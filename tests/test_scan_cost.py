@@ -1,0 +1,137 @@
+"""The scan's cost class does not follow the number of signatures (issue 30).
+
+Counted structure, never time: however many anchors the table holds, the grep engine starts one
+grep with one ERE, the Python engine makes one pass of one compiled alternation per chunk, and
+the signatures' patterns are tried only on lines that hold a prefilter key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import pytest
+
+from gpugate.diagnosis import engine as D
+from gpugate.diagnosis import scan
+from gpugate.diagnosis import signatures as S
+
+# Fifty made-up anchors in the shape of failure wordings (lower-case words, spaces), the kind a
+# new family adds; none is in the table.
+NOUNS = [
+    "shard",
+    "queue",
+    "bucket",
+    "stream",
+    "tensor",
+    "engine",
+    "worker",
+    "socket",
+    "fabric",
+    "cache",
+]
+VERBS = ["overflowed", "went stale", "lost its peer", "was evicted", "refused work"]
+SYNTHETIC = tuple(f"{n} {v}" for n, v in itertools.product(NOUNS, VERBS))
+
+NOISE = "".join(
+    f"[rank{i % 8}]: iteration {i} | lm loss: 2.{i:04d} | grad norm: 0.{i:03d} | tokens/s: 812\n"
+    for i in range(3000)
+)
+FAILURE = (
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 "
+    "has a total capacity of 79.1 GiB\n"
+    "[rank1]: the shard overflowed while the bucket went stale\n"  # synthetic anchors only
+)
+
+
+def _with_anchors(monkeypatch: pytest.MonkeyPatch, anchors: tuple[str, ...]) -> None:
+    """Make the scan search the keys of these anchors (what a larger table would give)."""
+    keys = S.prefilter_keys(anchors)
+    monkeypatch.setattr(S, "KEYS", keys)
+    monkeypatch.setattr(S, "KEY_BYTES", tuple(k.encode() for k in keys))
+    monkeypatch.setattr(S, "GREP_ERE", S.grep_ere(keys))
+    monkeypatch.setattr(S, "KEY_RE", S.key_regex(keys))
+
+
+class _CountingRegex:
+    """Wraps the keys' compiled alternation and counts its passes."""
+
+    def __init__(self, rx):
+        self.rx, self.calls = rx, 0
+
+    def search(self, *args):
+        self.calls += 1
+        return self.rx.search(*args)
+
+
+def _structure(monkeypatch, tmp_path, anchors, engine):
+    """(grep processes, ERE patterns given to grep, key-regex calls, lines matched, verdict)."""
+    _with_anchors(monkeypatch, anchors)
+    log = tmp_path / "job.log"
+    log.write_text(NOISE + FAILURE + NOISE)
+    popens: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy_popen(argv, *a, **kw):
+        popens.append(list(argv))
+        return real_popen(argv, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", spy_popen)
+    counter = _CountingRegex(S.KEY_RE)
+    monkeypatch.setattr(S, "KEY_RE", counter)
+    matched: list[bytes] = []
+    real_match = S.match_segment
+
+    def spy_match(segment):
+        matched.append(segment)
+        return real_match(segment)
+
+    monkeypatch.setattr(S, "match_segment", spy_match)
+    d = D.diagnose([str(log)], engine=engine)
+    monkeypatch.undo()
+    greps = [a for a in popens if a and a[0].endswith("grep")]
+    patterns = sum(a.count("-E") + a.count("-e") + a.count("-f") for a in greps)
+    return len(greps), patterns, counter.calls, matched, (d.category, d.failing_rank)
+
+
+@pytest.mark.parametrize("engine", ["grep", "python"])
+def test_fifty_more_signatures_keep_the_scan_structure(monkeypatch, tmp_path, engine):
+    if engine == "grep" and scan._find_grep() is None:
+        pytest.skip("no grep")
+    base = _structure(monkeypatch, tmp_path, S.ANCHORS, engine)
+    grown = _structure(monkeypatch, tmp_path, S.ANCHORS + SYNTHETIC, engine)
+    greps, patterns, passes, _, verdict = base
+    assert verdict == ("cuda_oom", 3)
+    if engine == "grep":
+        assert (greps, patterns, passes) == (1, 1, 0)  # one grep, one ERE, no Python pass
+    else:
+        # One search per line holding a key, plus the one that finds no more: the number of
+        # keys does not enter.
+        assert greps == 0 and passes == 2
+    # Fifty more anchors: one line more holds a key (the synthetic one), nothing else changes.
+    assert grown[:2] == base[:2]
+    assert grown[2] - base[2] == (0 if engine == "grep" else 1)
+    assert grown[4] == verdict
+
+
+@pytest.mark.parametrize("engine", ["grep", "python"])
+def test_patterns_run_only_on_lines_holding_a_key(monkeypatch, tmp_path, engine):
+    *_, matched, _ = _structure(monkeypatch, tmp_path, S.ANCHORS, engine)
+    assert matched, "the failure lines reach the patterns"
+    assert all(any(k in seg for k in S.KEY_BYTES) for seg in matched)
+    # ...and only the failure lines: 6,000 noise lines never reach a regex.
+    assert len(matched) == 1
+
+
+def test_every_anchor_holds_its_key_which_starts_on_its_rarest_byte():
+    for anchor in S.ANCHORS + SYNTHETIC:
+        key = S.prefilter_key(anchor)
+        assert key in anchor and len(key) >= min(S.KEY_MIN, len(anchor))
+        common = S._COMMONNESS
+        assert all(
+            common.get(ord(key[0]), 0) <= common.get(b, 0)
+            for b in anchor.encode()[: len(anchor) - S.KEY_MIN + 1]
+        ), (anchor, key)
+    keys = S.prefilter_keys(S.ANCHORS + SYNTHETIC)
+    assert all(any(k in a for k in keys) for a in S.ANCHORS + SYNTHETIC)
+    assert not any(a != b and a in b for a in keys for b in keys)  # none holds another
