@@ -17,8 +17,9 @@ from gpugate.diagnosis import engine as D
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "corpus")  # fmt: skip
 # labels.csv: the first 14 logs; labels-2.csv: 96 more (NCCL, timeouts, launchers, Slurm,
-# Xid/ECC/NVLink, OOM), same columns and rules (see the corpus README).
-LABEL_FILES = ("labels.csv", "labels-2.csv")
+# Xid/ECC/NVLink, OOM); labels-3.csv: 22 real logs of other runtimes (Ray, Horovod, JAX,
+# sglang, vLLM), same columns and rules (see the corpus README).
+LABEL_FILES = ("labels.csv", "labels-2.csv", "labels-3.csv")
 ENGINES = ["python"] + (["grep"] if shutil.which("grep") else [])
 
 

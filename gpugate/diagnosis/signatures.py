@@ -157,6 +157,21 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("slurm.node_failure", "slurm_node_failure", "CANCELLED|rror|NODE_FAIL",
          r"DUE TO NODE FAIL|Node failure on \S+|\bNODE_FAIL\b",  # the last: sacct/squeue's state
          "srun: error: Node failure on node-b3", specificity=90),
+    # slurmctld's own words when a node dies under a job (Slurm 20.11-24.05
+    # src/slurmctld/job_mgr.c kill_running_job_by_node_name: "requeue job %pJ due to failure of
+    # node %s", "Killing %pJ on failed node %s"; ping_nodes.c: "Nodes %s not responding, setting
+    # DOWN"), pasted beside a job log that says nothing itself.
+    _sig("slurm.ctld_node_failure", "slurm_node_failure", "failure of node|failed node|not responding",
+         r"requeue job \S+ due to failure of node \S+|Killing \S+ on failed node \S+|"
+         r"\bNodes? \S+ not responding, setting DOWN",
+         "slurmctld: requeue job JobId=81234 due to failure of node gpu-c07", specificity=90),
+    # `sinfo -R`'s REASON column (default format "%50E %9u %19H %N"): the reasons slurmctld sets
+    # itself for a dead node ("Not responding", ping_nodes.c; "Node unexpectedly rebooted",
+    # node_mgr.c), followed by user, timestamp and nodelist. A site's own drain reasons are not
+    # read: they are free text.
+    _sig("slurm.sinfo_down_reason", "slurm_node_failure", "Not responding|unexpectedly rebooted",
+         r"^\s*(?:Not responding|Node unexpectedly rebooted)\s+\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S",
+         "Not responding       slurm     2025-03-04T05:06:07 gpu-c07", specificity=85),
     _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
          r"DUE TO (?:PREEMPTION|JOB REQUEUE)",
          "slurmstepd: error: *** STEP 77.0 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 DUE TO PREEMPTION ***",
@@ -187,6 +202,18 @@ SIGNATURES: tuple[Signature, ...] = (
          r"uncorrectable NVLink error|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
          "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
          specificity=90),
+    # CUDA runtime's peer-to-peer errors between two GPUs (cuda_runtime_api / driver_types.h,
+    # CUDA 11-12): cudaErrorPeerAccessUnsupported (217) "peer access is not supported between
+    # these two devices", cudaErrorPeerAccessNotEnabled (705) "peer access has not been enabled";
+    # the driver API's CUDA_ERROR_PEER_ACCESS_UNSUPPORTED. The GPUs' link (NVLink/P2P) is the
+    # cause. Not inside an NCCL line: NCCL's transport failing on it ("NCCL WARN Cuda failure
+    # 217 ...") stays an NCCL failure (the corpus labels' rule).
+    _sig("cuda.peer_access", "nvlink_error",
+         "peer access|PeerAccess|PEER_ACCESS",
+         r"^(?!.*NCCL).*?(?:peer access is not supported between|peer access has not been enabled|"
+         r"cudaErrorPeerAccess(?:Unsupported|NotEnabled)|CUDA_ERROR_PEER_ACCESS_(?:UNSUPPORTED|NOT_ENABLED))",
+         "RuntimeError: CUDA error: peer access is not supported between these two devices",
+         specificity=85),
     _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
          r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|"
          r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -223,6 +250,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda.app_fault", "other", "rror",
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
          "RuntimeError: CUDA error: device-side assert triggered", specificity=70),
+    # A kernel's own assertion (PyTorch aten/src/ATen/native/cuda/*.cu CUDA_KERNEL_ASSERT, printed
+    # by the device's assert: "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s`
+    # failed."), e.g. indexSelectLargeIndex's `srcIndex < srcSelectDimSize`: a bug in the job.
+    _sig("cuda.kernel_assert", "other", "Assertion",
+         r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",
+         "/opt/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1290: indexSelectLargeIndex: block: "
+         "[41,0,0], thread: [96,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+         specificity=70),
     # The NCCL watchdog reporting its rank's CUDA error; the error's own words (illegal
     # access, ECC) are more specific and win when the line holds them.
     _sig("nccl.watchdog_exception", "other", "atchdog",
@@ -263,6 +298,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|client socket has timed out after|Timed out initializing process group in store based "
          r"barrier|DistStoreError: .*[Tt]ime(?:d )?out|TCPStore.*(?:timed out|Timeout)",
          "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//cuda//0",
+         specificity=60),
+    # c10d's socket layer giving up on a peer (PyTorch 2.3+ torch/csrc/distributed/c10d/
+    # socket.cpp waitForInput: "[c10d] waitForInput: socket %s timed out after %dms"), as an
+    # inference engine's (SGLang, vLLM) process group init or collective RPC waits on its store.
+    _sig("c10d.socket_wait_timeout", "nccl_timeout", "waitForInput",
+         r"waitForInput: socket \S+.*? timed out after \d+ ?ms",
+         "[rank1]:[W1203 10:11:12.000000000 socket.cpp:487] [c10d] waitForInput: socket "
+         "SocketImpl(fd=41, addr=[gpu-a1]:40112, remote=[gpu-a0]:29500) timed out after 1800000ms",
          specificity=60),
     _sig("nccl.watchdog_stuck", "nccl_timeout", "atchdog|imed out",
          r"watchdog got stuck|Heartbeat monitor timed out",
@@ -315,7 +358,49 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl.failure", "nccl_error", "NCCL failure",
          r"NCCL failure .*'(?P<detail>[^']{1,80})'",
          "NCCL failure train.cu:110 'unhandled system error'", specificity=75),
+    # Other runtimes' words for a failed NCCL call: Horovod (horovod/common/ops/nccl_operations.cc
+    # nccl_context: `op_name + " failed: " + ncclGetErrorString(result)`, raised in TensorFlow as
+    # "UnknownError: ncclCommInitRank failed: unhandled system error"), XLA/JAX
+    # (xla/service/gpu/nccl_utils.cc: "NCCL operation ncclCommInitRank(&comm, nranks, id, rank)
+    # failed: unhandled cuda error"). The detail is ncclGetErrorString's words.
+    _sig("nccl.call_failed", "nccl_error", " failed: ",
+         r"\bnccl[A-Z]\w*(?:\([^()\n]*\))? failed: (?P<detail>[a-z][a-z ]{2,60}[a-z])",
+         "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled "
+         "system error", specificity=80),
     # --- host memory -----------------------------------------------------------------------
+    # Ray's memory monitor (Ray 2.2+, doc/source/ray-core/scheduling/ray-oom-prevention.rst):
+    # the raylet's summary (src/ray/raylet/node_manager.cc: "%d Workers (tasks / actors) killed
+    # due to memory pressure (OOM), %d Workers crashed due to other reasons at node ...", not
+    # when it killed 0) and the killed task's error ("Memory on the node (IP: %s, ID: %s) where
+    # the task ... was running was %s / %s (%f), which exceeds the memory usage threshold of %f.
+    # Ray killed this worker ...").
+    _sig("ray.workers_killed", "host_oom", "memory pressure",
+         r"(?<!\D0 Workers \(tasks / actors\) )(?<!^0 Workers \(tasks / actors\) )"
+         r"killed due to memory pressure",
+         "(raylet) [2025-01-02 03:04:05,678 E 812 812] (raylet) node_manager.cc:3069: 2 Workers "
+         "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other "
+         "reasons at node (ID: 0f3c, IP: 10.0.0.7) over the last time period.",
+         specificity=90),
+    _sig("ray.memory_monitor", "host_oom", "memory usage threshold",
+         r"which exceeds the memory usage threshold\b",
+         "Memory on the node (IP: 10.0.0.7, ID: 0f3c) where the task (task ID: 9a, name=f, pid=812, "
+         "memory used=11.2GB) was running was 60.1GB / 62.8GB (0.957), which exceeds the memory "
+         "usage threshold of 0.95. Ray killed this worker (ID: 77) because it was the most "
+         "recently scheduled task", specificity=90),
+    # The task's or actor's own error (python/ray/exceptions.py OutOfMemoryError, "Task was
+    # killed due to the node running low on memory."; an actor's death cause carries the exit
+    # type NODE_OUT_OF_MEMORY, src/ray/protobuf/common.proto). Host RAM, not the GPU's: it
+    # outranks cuda.oom's bare "OutOfMemoryError".
+    _sig("ray.node_low_memory", "host_oom", "running low on memory|NODE_OUT_OF_MEMORY|OfMemory",
+         r"node running low on memory|Worker exit type: NODE_OUT_OF_MEMORY|"
+         r"\bray\.exceptions\.OutOfMemoryError\b",
+         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+         specificity=95),
+    # An allocator aborting the process when the host refuses memory: Rust's std
+    # (library/std/src/alloc.rs default_alloc_error_hook: "memory allocation of {} bytes failed").
+    _sig("host.alloc_abort", "host_oom", "memory allocation of",
+         r"memory allocation of \d+ bytes failed",
+         "memory allocation of 34359738368 bytes failed", specificity=70),
     _sig("host.dataloader_killed", "host_oom", "rror|Killed",
          r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
          "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", specificity=70),
