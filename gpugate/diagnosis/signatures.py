@@ -206,11 +206,12 @@ SIGNATURES: tuple[Signature, ...] = (
     # CUDA 11-12): cudaErrorPeerAccessUnsupported (217) "peer access is not supported between
     # these two devices", cudaErrorPeerAccessNotEnabled (705) "peer access has not been enabled";
     # the driver API's CUDA_ERROR_PEER_ACCESS_UNSUPPORTED. The GPUs' link (NVLink/P2P) is the
-    # cause. Not inside an NCCL line: NCCL's transport failing on it ("NCCL WARN Cuda failure
-    # 217 ...") stays an NCCL failure (the corpus labels' rule).
+    # cause. Not in NCCL's words: its transport failing on it ("NCCL WARN Cuda failure 217 ...",
+    # checks.h CUDACHECK, repeated as PyTorch's "Last error: Cuda failure '...'") stays an NCCL
+    # failure (the corpus labels' rule).
     _sig("cuda.peer_access", "nvlink_error",
          "peer access|PeerAccess|PEER_ACCESS",
-         r"^(?!.*NCCL).*?(?:peer access is not supported between|peer access has not been enabled|"
+         r"^(?!.*(?:NCCL|Cuda failure)).*?(?:peer access is not supported between|peer access has not been enabled|"
          r"cudaErrorPeerAccess(?:Unsupported|NotEnabled)|CUDA_ERROR_PEER_ACCESS_(?:UNSUPPORTED|NOT_ENABLED))",
          "RuntimeError: CUDA error: peer access is not supported between these two devices",
          specificity=85),
@@ -480,6 +481,15 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- context: torchrun's ChildFailedError summary ------------------------------------------
     # PyTorch 1.9 prints "Root Cause:", later ones "Root Cause (first observed failure):"; a
     # table collapsed onto one line carries its rank field on the same line.
+    # The same table collapsed onto one line (a paste that lost its newlines): the Root Cause's
+    # rank and exit code side by side, so the line fails the job itself (a SIGKILL reads as the
+    # host's OOM killer, as the table's own exitcode field does) and names the rank.
+    _sig("torchrun.table_collapsed", "other", "Root Cause",
+         r"Root Cause(?: \(first observed failure\))?:.*?\brank\s*:?\s*(?P<rank>\d+) "
+         r"\(local[_ ]rank: ?\d+\)\s*exitcode\s*:\s*(?P<exitcode>-?\d+)",
+         "Root Cause (first observed failure): [0]: time : 2024-11-02_09:12:01 host : gpu-p4 "
+         "rank : 2 (local_rank: 2) exitcode : -9 (pid: 8812) error_file: <N/A>",
+         specificity=55, resolve=O.exit_outcome),
     _sig("torchrun.root_cause", None, "Root Cause",
          r"Root Cause(?: \(first observed failure\))?:(?:.*?\brank\s*:\s*(?P<root_rank>\d+) \(local_rank)?",
          "Root Cause (first observed failure):", strength=CONTEXT),
