@@ -264,3 +264,39 @@ def test_fixture_names_carry_family_and_version():
     for name in (f[0] for f in FAMILIES):
         family, _, version = name[: -len(".log")].partition("--")
         assert family and version[:1].isdigit(), name
+
+
+# One line each: another runtime's words for a family, against the signature whose words are
+# close (a JVM's or Ray's "OutOfMemoryError" is host RAM, not the GPU's; a peer-access error is
+# the GPUs' link unless NCCL says it). Written for this test, formats as cited in signatures.py.
+ONE_LINERS = [
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+     "host_oom"),
+    ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node gpu-a1 is used "
+     "(61.2 / 64.0 GB).", "host_oom"),
+    ("Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space", "host_oom"),
+    ("fatal error: runtime: out of memory", "host_oom"),
+    ("<jemalloc>: Error in malloc(): out of memory. Requested: 68719476736", "host_oom"),
+    ("memory allocation of 68719476736 bytes failed", "host_oom"),
+    ("      Reason:       OOMKilled", "host_oom"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda_oom"),
+    ("RuntimeError: CUDA error: peer access has not been enabled", "nvlink_error"),
+    ("gpu-a1:1:2 [0] transport/p2p.cc:204 NCCL WARN Cuda failure 217 'peer access is not "
+     "supported between these two devices'", "nccl_error"),
+    ("horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed: unhandled cuda error",
+     "nccl_error"),
+    ("cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error",
+     "nccl_error"),
+    ("   NodeName=gpu-c07 Arch=x86_64 CoresPerSocket=32 Reason=Not responding [slurm@2025-02-10T03:01:40]",
+     "slurm_node_failure"),
+    ("(raylet) node_manager.cc:3024: 0 Workers (tasks / actors) killed due to memory pressure (OOM), "
+     "2 Workers crashed due to other reasons at node (ID: 1f, IP: 10.0.0.2)", "no_failure"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("text", "category"), ONE_LINERS, ids=[t[:40] for t, _ in ONE_LINERS])
+def test_other_runtimes_one_line(tmp_path, engine, text, category):
+    log = tmp_path / "job.log"
+    log.write_text(text + "\n")
+    assert D.diagnose([str(log)], engine=engine).category == category

@@ -169,8 +169,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # itself for a dead node ("Not responding", ping_nodes.c; "Node unexpectedly rebooted",
     # node_mgr.c), followed by user, timestamp and nodelist. A site's own drain reasons are not
     # read: they are free text.
+    # `scontrol show node` prints the same reason as "Reason=Not responding [slurm@%s]".
     _sig("slurm.sinfo_down_reason", "slurm_node_failure", "Not responding|unexpectedly rebooted",
-         r"^\s*(?:Not responding|Node unexpectedly rebooted)\s+\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S",
+         r"^\s*(?:Not responding|Node unexpectedly rebooted)\s+\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S"
+         r"|\bReason=(?:Not responding|Node unexpectedly rebooted) \[\w+@",
          "Not responding       slurm     2025-03-04T05:06:07 gpu-c07", specificity=85),
     _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
          r"DUE TO (?:PREEMPTION|JOB REQUEUE)",
@@ -368,6 +370,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bnccl[A-Z]\w*(?:\([^()\n]*\))? failed: (?P<detail>[a-z][a-z ]{2,60}[a-z])",
          "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled "
          "system error", specificity=80),
+    # CuPy/Chainer's NcclError (cupy_backends/cuda/libs/nccl.pyx: "%s: %s" of the result's name
+    # and ncclGetErrorString), e.g. "NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error".
+    _sig("nccl.cupy_error", "nccl_error", "NCCL_ERROR_",
+         r"\bNCCL_ERROR_(?:UNHANDLED_CUDA_ERROR|SYSTEM_ERROR|INTERNAL_ERROR|INVALID_ARGUMENT|"
+         r"INVALID_USAGE|REMOTE_ERROR)\b",
+         "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error",
+         specificity=75),
     # --- host memory -----------------------------------------------------------------------
     # Ray's memory monitor (Ray 2.2+, doc/source/ray-core/scheduling/ray-oom-prevention.rst):
     # the raylet's summary (src/ray/raylet/node_manager.cc: "%d Workers (tasks / actors) killed
@@ -392,16 +401,23 @@ SIGNATURES: tuple[Signature, ...] = (
     # killed due to the node running low on memory."; an actor's death cause carries the exit
     # type NODE_OUT_OF_MEMORY, src/ray/protobuf/common.proto). Host RAM, not the GPU's: it
     # outranks cuda.oom's bare "OutOfMemoryError".
+    # Ray before 2.0 raised its own (python/ray/memory_monitor.py: "RayOutOfMemoryError: More
+    # than 95% of the memory on node %s is used").
     _sig("ray.node_low_memory", "host_oom", "running low on memory|NODE_OUT_OF_MEMORY|OfMemory",
          r"node running low on memory|Worker exit type: NODE_OUT_OF_MEMORY|"
-         r"\bray\.exceptions\.OutOfMemoryError\b",
+         r"\bray\.exceptions\.OutOfMemoryError\b|\bRayOutOfMemoryError\b",
          "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
          specificity=95),
     # An allocator aborting the process when the host refuses memory: Rust's std
     # (library/std/src/alloc.rs default_alloc_error_hook: "memory allocation of {} bytes failed").
-    _sig("host.alloc_abort", "host_oom", "memory allocation of",
-         r"memory allocation of \d+ bytes failed",
-         "memory allocation of 34359738368 bytes failed", specificity=70),
+    # Others: jemalloc's abort (src/jemalloc.c "<jemalloc>: Error in malloc(): out of memory"),
+    # Go's runtime ("fatal error: runtime: out of memory", runtime/malloc.go), the JVM's
+    # java.lang.OutOfMemoryError (heap or native memory; not the GPU's "OutOfMemoryError"), and
+    # Kubernetes' container state "OOMKilled" (the pod's memory cgroup) in a pasted describe.
+    _sig("host.alloc_abort", "host_oom", "memory allocation of|of memory|OfMemory|OOMKilled",
+         r"memory allocation of \d+ bytes failed|<jemalloc>: Error in \w+\(\): out of memory|"
+         r"fatal error: runtime: out of memory|\bjava\.lang\.OutOfMemoryError\b|\bOOMKilled\b",
+         "memory allocation of 34359738368 bytes failed", specificity=92),
     _sig("host.dataloader_killed", "host_oom", "rror|Killed",
          r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
          "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", specificity=70),
