@@ -210,10 +210,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # the driver API's CUDA_ERROR_PEER_ACCESS_UNSUPPORTED. The GPUs' link (NVLink/P2P) is the
     # cause. Not in NCCL's words: its transport failing on it ("NCCL WARN Cuda failure 217 ...",
     # checks.h CUDACHECK, repeated as PyTorch's "Last error: Cuda failure '...'") stays an NCCL
-    # failure (the corpus labels' rule).
+    # failure (the corpus labels' rule). Only as an error (a program that probes P2P and falls
+    # back may print the words in a notice).
     _sig("cuda.peer_access", "nvlink_error",
          "peer access|PeerAccess|PEER_ACCESS",
-         r"^(?!.*(?:NCCL|Cuda failure)).*?(?:peer access is not supported between|peer access has not been enabled|"
+         r"^(?!.*(?:NCCL|Cuda failure)).*?(?:[Ee]rror|[Ff]ail).*?(?:peer access is not supported between|peer access has not been enabled|"
          r"cudaErrorPeerAccess(?:Unsupported|NotEnabled)|CUDA_ERROR_PEER_ACCESS_(?:UNSUPPORTED|NOT_ENABLED))",
          "RuntimeError: CUDA error: peer access is not supported between these two devices",
          specificity=85),
