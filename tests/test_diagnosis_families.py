@@ -281,6 +281,8 @@ ONE_LINERS = [
     ("      Reason:       OOMKilled", "host_oom"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda_oom"),
     ("RuntimeError: CUDA error: peer access has not been enabled", "nvlink_error"),
+    ("CUDA_ERROR_CONTAINED: an exception occurred on the device that is now contained by the GPU's "
+     "error containment capability", "nvlink_error"),
     ("INFO: peer access is not supported between these two devices; using host staging",
      "no_failure"),
     ("gpu-a1:1:2 [0] transport/p2p.cc:204 NCCL WARN Cuda failure 217 'peer access is not "

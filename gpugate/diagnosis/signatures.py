@@ -218,6 +218,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"cudaErrorPeerAccess(?:Unsupported|NotEnabled)|CUDA_ERROR_PEER_ACCESS_(?:UNSUPPORTED|NOT_ENABLED))",
          "RuntimeError: CUDA error: peer access is not supported between these two devices",
          specificity=85),
+    # CUDA 12's cudaErrorContained / CUDA_ERROR_CONTAINED (226, driver_types.h: "an exception
+    # occurred on the device that is now contained by the GPU's error containment capability";
+    # causes: invalid accesses of peer GPU memory over NVLink, or hardware errors).
+    _sig("cuda.contained", "nvlink_error", "ontained|CONTAINED",
+         r"cudaErrorContained|CUDA_ERROR_CONTAINED|contained by the GPU'?s error containment",
+         "RuntimeError: CUDA error: cudaErrorContained: an exception occurred on the device that "
+         "is now contained by the GPU's error containment capability", specificity=85),
     _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
          r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|"
          r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
