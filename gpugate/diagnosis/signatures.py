@@ -221,8 +221,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # CUDA 12's cudaErrorContained / CUDA_ERROR_CONTAINED (226, driver_types.h: "an exception
     # occurred on the device that is now contained by the GPU's error containment capability";
     # causes: invalid accesses of peer GPU memory over NVLink, or hardware errors).
-    _sig("cuda.contained", "nvlink_error", "ontained|CONTAINED",
-         r"cudaErrorContained|CUDA_ERROR_CONTAINED|contained by the GPU'?s error containment",
+    _sig("cuda.contained", "nvlink_error", "Contained|CONTAINED|'s error containment",
+         r"cudaErrorContained|CUDA_ERROR_CONTAINED|contained by the GPU's error containment",
          "RuntimeError: CUDA error: cudaErrorContained: an exception occurred on the device that "
          "is now contained by the GPU's error containment capability", specificity=85),
     _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
