@@ -293,6 +293,8 @@ ONE_LINERS = [
      "nccl_error"),
     ("   NodeName=gpu-c07 Arch=x86_64 CoresPerSocket=32 Reason=Not responding [slurm@2025-02-10T03:01:40]",
      "slurm_node_failure"),
+    ("Node unexpectedly rebooted boot_time=1738 slurm     2025-02-10T03:01:40 gpu-c07",
+     "slurm_node_failure"),
     ("(raylet) node_manager.cc:3024: 0 Workers (tasks / actors) killed due to memory pressure (OOM), "
      "2 Workers crashed due to other reasons at node (ID: 1f, IP: 10.0.0.2)", "no_failure"),
 ]  # fmt: skip

@@ -166,12 +166,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bNodes? \S+ not responding, setting DOWN",
          "slurmctld: requeue job JobId=81234 due to failure of node gpu-c07", specificity=90),
     # `sinfo -R`'s REASON column (default format "%50E %9u %19H %N"): the reasons slurmctld sets
-    # itself for a dead node ("Not responding", ping_nodes.c; "Node unexpectedly rebooted",
-    # node_mgr.c), followed by user, timestamp and nodelist. A site's own drain reasons are not
+    # itself for a dead node ("Not responding", ping_nodes.c; "Node unexpectedly rebooted
+    # boot_time=%u last response=%u", node_mgr.c), then user, timestamp and nodelist. A site's own drain reasons are not
     # read: they are free text.
     # `scontrol show node` prints the same reason as "Reason=Not responding [slurm@%s]".
     _sig("slurm.sinfo_down_reason", "slurm_node_failure", "Not responding|unexpectedly rebooted",
-         r"^\s*(?:Not responding|Node unexpectedly rebooted)\s+\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S"
+         r"^\s*(?:Not responding|Node unexpectedly rebooted)\b[^\n]{0,50}?\s\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S"
          r"|\bReason=(?:Not responding|Node unexpectedly rebooted) \[\w+@",
          "Not responding       slurm     2025-03-04T05:06:07 gpu-c07", specificity=85),
     _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
