@@ -396,10 +396,26 @@ SIGNATURES: tuple[Signature, ...] = (
     # PyTorch 1.9 prints "Root Cause:", later ones "Root Cause (first observed failure):"; a
     # table collapsed onto one line carries its rank field on the same line.
     _sig("torchrun.root_cause", None, "Root Cause",
-         r"Root Cause(?: \(first observed failure\))?:(?:.*?\brank\s*:\s*(?P<root_rank>\d+) \(local_rank)?",
+         r"Root Cause(?: \(first observed failure\))?:(?:.*?rank\s*:?\s*(?P<root_rank>\d+)\s*\(local[_ ]rank)?",
          "Root Cause (first observed failure):", strength=CONTEXT),
-    _sig("torchrun.rank_field", None, "local_rank",
-         r"^[\s|]*rank\s*:\s*(?P<rank>\d+) \(local_rank: ?\d+\)", "  rank      : 5 (local_rank: 1)",
+    # The rank row, also collapsed by a paste (`host: gpu-3rank2 (local rank: 2)exitcode: -9`).
+    _sig("torchrun.rank_field", None, "local_rank|local rank",
+         r"(?:^|[\s|:]|(?<=[a-z0-9]))rank\s*:?\s*(?P<rank>\d+)\s*\(local[_ ]rank:?\s*\d+\)",
+         "  rank      : 5 (local_rank: 1)", strength=CONTEXT),
+    # The row above it names the host (the template's `host      : ${hostname}`).
+    _sig("torchrun.host_field", None, "host      :",
+         r"^[\s|]*host\s+:\s*(?P<host>[A-Za-z0-9][\w.-]*)\s*$", "  host      : gpu-b7",
+         strength=CONTEXT),
+    # A traceback's first line: under a rank prefix (PyTorch >= 2.4 prefixes each rank's stderr,
+    # `[rank1]: Traceback ...`) it says which rank raised the exception printed just above.
+    _sig("python.traceback", None, "Traceback (most recent call last)",
+         r"Traceback \(most recent call last\)", "[rank1]: Traceback (most recent call last):",
+         strength=CONTEXT),
+    # DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.x): `nnodes=1, num_local_procs=4,
+    # node_rank=0`; one node with a process per GPU makes "GPU n" local rank n, as torchrun's.
+    _sig("deepspeed.launch_info", None, "num_local_procs",
+         r"nnodes=(?P<nnodes>\d+), num_local_procs=(?P<nprocs>\d+)",
+         "[2024-05-08 11:02:14,330] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0",
          strength=CONTEXT),
     # torchrun's launch configuration: one node with a process per GPU makes "GPU n" rank n.
     _sig("torchrun.launch_config", None, "max_nodes|nproc_per_node",
