@@ -1,8 +1,9 @@
 """Line cleaning: one raw log line to the text a signature reads, and the rank its prefix names.
 
 Launchers put their own prefixes in front of every line (srun --label, mpirun --tag-output,
-torchrun --tee, pdsh, Ray); terminals leave ANSI codes and `\r` progress bars. All of that is
-peeled off here, once, for both scanning engines (docs/gpu-facts.md section 6).
+torchrun --tee, pdsh, Ray), a pasted log may carry a quote's `> `, terminals leave ANSI codes
+and `\r` progress bars. All of that is peeled off here, once, for both scanning engines
+(docs/gpu-facts.md section 6).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _PREFIX_RE = lazy(
     | \([\w.-]*\s?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?       # (pid=42) (RayWorker pid=42, ip=1.2.3.4)
     | \d{1,5}:\s                                      # srun --label task number
     | \[[0-9;]*m                                      # a colour code whose ESC got lost
+    | >(?:\ |$)                                        # "> " quoting a pasted log (e-mail,
+                                                      # Markdown, GitHub issues)
     )""",
     re.X,
 )

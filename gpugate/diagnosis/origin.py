@@ -30,7 +30,9 @@ HIGH, MEDIUM = "high", "medium"
 # eats `_` and the spaces around the colon).
 TABLE_RANK_RE = lazy(r"rank\s*:?\s*(?P<rank>\d+)\s*\(local[_ ]rank:?\s*\d+\)")
 # The table's host row; collapsed, the host name runs into the next field (`host: gpu-3rank2`).
-TABLE_HOST_RE = lazy(r"\bhost\s*:\s*(?P<host>[A-Za-z0-9][\w.-]*?)\s*(?:rank\s*:?\s*\d|$|\s)")
+TABLE_HOST_RE = lazy(
+    r"(?<![A-Za-z])host\s*:\s*(?P<host>[A-Za-z0-9][\w.-]*?)\s*(?:rank\s*:?\s*\d|$|\s)"
+)
 # NCCL's own prefix: `gpu-a1:191:219 [0] NCCL ...` (host, pid, thread, local device).
 NCCL_HOST_RE = lazy(r"^(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
 # NCCL failures that are the reporting rank's own: its CUDA call failed inside NCCL.

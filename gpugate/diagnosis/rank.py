@@ -79,6 +79,9 @@ class Collector:
         self.launch: dict[int, dict[str, int]] = {}  # file -> torchrun's max_nodes, nproc_per_node
         self.tracebacks: list[tuple[int, int, int]] = []  # (file, line, rank) of prefixed ones
         self.rank_hosts: dict[int, str] = {}  # rank -> host, from torchrun's failure tables
+        # NCCL WARN lines under a rank prefix naming an origin kind (origin.nccl_kind) -> ranks
+        self.nccl_kinds: dict[str, set[int]] = {}
+        self.prefix_hosts: dict[int, set[str]] = {}  # rank -> hosts its NCCL-prefixed lines name
         self._host: dict[int, tuple[int, str]] = {}  # file -> (line, host) of the last host row
         self._kept: dict[tuple[int, str], int] = {}
         self._root_pending: set[int] = set()
@@ -90,6 +93,10 @@ class Collector:
         if key == self._last:
             return
         self._last = key
+        if m.rank is not None and ":" in m.text[:80]:
+            host = O.line_host(m.text)  # `[rank5]:gpu-d2:4242:4300 [5] NCCL ...`: rank 5's node
+            if host is not None and len(self.prefix_hosts.setdefault(m.rank, set())) < 4:
+                self.prefix_hosts[m.rank].add(host)
         if m.strength == S.CONTEXT:
             self._context(file, line, m)
             return
@@ -109,6 +116,7 @@ class Collector:
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
         view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
         view.tracebacks, view.rank_hosts = self.tracebacks, self.rank_hosts
+        view.nccl_kinds, view.prefix_hosts = self.nccl_kinds, self.prefix_hosts
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
@@ -131,6 +139,10 @@ class Collector:
         elif m.signature == "python.traceback" and m.rank is not None:
             if len(self.tracebacks) < KEEP_PER_GROUP:
                 self.tracebacks.append((file, line, m.rank))
+        elif m.signature == "nccl.warn" and m.rank is not None:
+            kind = O.nccl_kind(m.text)  # NCCL chatter, but under a rank's prefix it says whose
+            if kind is not None:
+                self.nccl_kinds.setdefault(kind, set()).add(m.rank)
         elif m.signature == "deepspeed.launch_info":
             self.launch.setdefault(file, {}).update(
                 max_nodes=int(m.fields["nnodes"]), nproc_per_node=int(m.fields["nprocs"])
@@ -217,7 +229,9 @@ def _rank(
         if col.roots
         else ("the only rank in torchrun's failure table")
     )
-    origin, root_line = _failing_rank(winners, roots, category, col.per_gpu_files(), table)
+    origin, root_line = _failing_rank(
+        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds
+    )
     if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
         culprit = next(iter(col.culprits))  # the rank the others waited for
         origin = O.Origin(rank=culprit, confidence=O.HIGH, reason=f"rank {culprit}: the one "
@@ -232,7 +246,7 @@ def _rank(
         origin = origin.with_alternative(_one_rank(roots), f"{table} names it")
     rank = origin.rank
     if rank is not None:
-        origin = origin.replace(node=_node(origin.rank, winners, col.rank_hosts))
+        origin = origin.replace(node=_node(origin.rank, col.rank_hosts, col.prefix_hosts))
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
@@ -323,6 +337,7 @@ def _failing_rank(
     category: str,
     per_gpu: Set[int] = frozenset(),
     table: str = "torchrun's failure table",
+    warned: dict[str, set[int]] | None = None,
 ) -> tuple[O.Origin, tuple[Any, ...] | None]:
     """The rank where the failure began (with its reason), or none when the text names no
     single origin; and the table row that named it, if one did.
@@ -339,7 +354,7 @@ def _failing_rank(
     by_table = O.Origin(rank=one, reason=f"rank {one}: {table}", confidence=O.HIGH)
     named = {s.match.rank for s in winners if s.match.rank is not None}
     if category in SYMPTOM_CATEGORIES:
-        own = _nccl_origin(winners, named) if category == "nccl_error" else O.NONE
+        own = _nccl_origin(winners, named, warned or {}) if category == "nccl_error" else O.NONE
         if own.rank is not None:
             return own.with_alternative(one, f"{table} names it"), None
         if one is not None and named <= {one}:
@@ -373,14 +388,14 @@ def _one_rank(roots: list[Any]) -> int | None:
     return ranks.pop() if len(ranks) == 1 else None
 
 
-def _nccl_origin(winners: list[Signal], named: set[int]) -> O.Origin:
+def _nccl_origin(winners: list[Signal], named: set[int], warned: dict[str, set[int]]) -> O.Origin:
     """An NCCL error that is its reporter's own failure, printed under one rank's prefix.
 
     A CUDA error inside NCCL (ncclUnhandledCudaError, "invalid device pointer") is the rank's
     own even when other ranks report its fallout; an OFI/libfabric failure names its reporter
     only when that rank is the only one reporting NCCL errors.
     """
-    kinds: dict[str, set[int]] = {}
+    kinds = {k: set(v) for k, v in warned.items()}  # NCCL WARN lines under a rank's prefix
     for s in winners:
         kind = O.nccl_kind(s.match.text) if s.match.rank is not None else None
         if kind is not None and s.match.rank is not None:
@@ -437,15 +452,15 @@ def _traceback_rank(winners: list[Signal], tracebacks: list[tuple[int, int, int]
                     "traceback follows the error line")  # fmt: skip
 
 
-def _node(rank: int | None, winners: list[Signal], hosts: dict[int, str]) -> str | None:
-    """The node of the failing rank where the log names it: torchrun's table, NCCL's prefix."""
+def _node(rank: int | None, table: dict[int, str], prefixed: dict[int, set[str]]) -> str | None:
+    """The node of the failing rank where the log names it: torchrun's table row, else the one
+    host NCCL's `host:pid:tid [dev]` prefix shows on that rank's lines."""
     if rank is None:
         return None
-    if rank in hosts:
-        return hosts[rank]
-    found = {O.line_host(s.match.text) for s in winners if s.match.rank == rank}
-    found.discard(None)
-    return found.pop() if len(found) == 1 else None
+    if rank in table:
+        return table[rank]
+    hosts = prefixed.get(rank, set())
+    return next(iter(hosts)) if len(hosts) == 1 else None
 
 
 def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:
