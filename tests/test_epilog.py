@@ -530,7 +530,9 @@ def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_pa
         ({}, None, None, None, None),
     ],
 )
-def test_the_failing_node_from_the_log_or_the_layout(diagnosis, nodelist, per_node, job_nodes, node):
+def test_the_failing_node_from_the_log_or_the_layout(
+    diagnosis, nodelist, per_node, job_nodes, node
+):
     from gpugate.hooks.collect import failing_node
 
     e = env().replace(nodelist=nodelist, tasks_per_node=per_node)
