@@ -41,6 +41,13 @@ ORIGINS = [
     # DeepSpeed 0.14 deepspeed/launcher/launch.py "nnodes=1, num_local_procs=4, node_rank=0":
     # one node, a process per GPU, so the OOM's "GPU 2" is local rank 2 = rank 2 (medium).
     ("rank-oom-gpu-deepspeed-one-node--0.14.log", "cuda_oom", 2, "medium", None, "GPU 2"),
+    # Lightning 2.1 "Initializing distributed: GLOBAL_RANK: %d, MEMBER: %d/%d" (lightning/fabric/
+    # utilities/distributed.py) and "LOCAL_RANK: %d - CUDA_VISIBLE_DEVICES: [%s]" (lightning/
+    # pytorch/accelerators/cuda.py): 4 processes, 4 visible GPUs, so GPU 1 is rank 1 (medium).
+    ("rank-oom-gpu-lightning-one-node--2.1.log", "cuda_oom", 1, "medium", None, "GPU 1"),
+    # The same on the second of two nodes (world 8, 4 GPUs visible): GPU 1 is local rank 1 of
+    # an unknown node, so no rank.
+    ("rank-oom-gpu-lightning-two-nodes--2.1.log", "cuda_oom", None, None, None, None),
     # A PyTorch 2.4 `[rankN]:` log pasted as a quote (`> ` before every line, GitHub/e-mail).
     ("rank-quoted-paste--2.4.log", "illegal_memory_access", 3, "high", None, "only rank"),
     # DeepSpeed 0.14 launch.py sigkill_handler: "Killing subprocess %d" for *every* process in

@@ -143,6 +143,11 @@ class Collector:
             kind = O.nccl_kind(m.text)  # NCCL chatter, but under a rank's prefix it says whose
             if kind is not None:
                 self.nccl_kinds.setdefault(kind, set()).add(m.rank)
+        elif m.signature == "lightning.member":
+            self.launch.setdefault(file, {})["world"] = int(m.fields["world"])
+        elif m.signature == "lightning.visible":
+            devices = [d for d in m.fields["devices"].replace(" ", "").split(",") if d]
+            self.launch.setdefault(file, {})["visible"] = len(devices)
         elif m.signature == "deepspeed.launch_info":
             self.launch.setdefault(file, {}).update(
                 max_nodes=int(m.fields["nnodes"]), nproc_per_node=int(m.fields["nprocs"])
@@ -167,9 +172,11 @@ class Collector:
             self.rank_hosts.setdefault(rank, host)
 
     def per_gpu_files(self) -> set[int]:
-        """Files whose torchrun launch was one node, one process per GPU (GPU n is rank n)."""
+        """Files whose launch was one node, one process per GPU (GPU n is rank n): torchrun's or
+        DeepSpeed's launch configuration, or Lightning's world size equal to the visible GPUs."""
         return {f for f, c in self.launch.items()
-                if c.get("max_nodes") == 1 and c.get("nproc_per_node", 0) > 1}  # fmt: skip
+                if (c.get("max_nodes") == 1 and c.get("nproc_per_node", 0) > 1)
+                or c.get("world", 0) == c.get("visible", 0) > 1}  # fmt: skip
 
 
 def rank_signals(

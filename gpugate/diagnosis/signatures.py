@@ -411,6 +411,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("python.traceback", None, "Traceback (most recent call last)",
          r"Traceback \(most recent call last\)", "[rank1]: Traceback (most recent call last):",
          strength=CONTEXT),
+    # Lightning 2.x: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4" (fabric/utilities/
+    # distributed.py) and "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]" (accelerators/cuda.py):
+    # as many processes as visible GPUs is one node with a process per GPU.
+    _sig("lightning.member", None, "MEMBER:",
+         r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/(?P<world>\d+)",
+         "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4", strength=CONTEXT),
+    _sig("lightning.visible", None, "CUDA_VISIBLE_DEVICES: [",
+         r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES: \[(?P<devices>[\d, ]*)\]",
+         "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]", strength=CONTEXT),
     # DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.x): `nnodes=1, num_local_procs=4,
     # node_rank=0`; one node with a process per GPU makes "GPU n" local rank n, as torchrun's.
     _sig("deepspeed.launch_info", None, "num_local_procs",
