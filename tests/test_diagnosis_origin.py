@@ -48,6 +48,9 @@ ORIGINS = [
     # The same on the second of two nodes (world 8, 4 GPUs visible): GPU 1 is local rank 1 of
     # an unknown node, so no rank.
     ("rank-oom-gpu-lightning-two-nodes--2.1.log", "cuda_oom", None, None, None, None),
+    # DeepSpeed 0.14's multi-node runner (deepspeed/launcher/multinode_runner.py PDSHRunner):
+    # pdsh puts `host: ` before every line, here before PyTorch's `[rank9]: `: rank 9 on gpu-b2.
+    ("rank-pdsh-host-prefix--0.14.log", "illegal_memory_access", 9, "high", "gpu-b2", "only rank"),
     # A PyTorch 2.4 `[rankN]:` log pasted as a quote (`> ` before every line, GitHub/e-mail).
     ("rank-quoted-paste--2.4.log", "illegal_memory_access", 3, "high", None, "only rank"),
     # DeepSpeed 0.14 launch.py sigkill_handler: "Killing subprocess %d" for *every* process in

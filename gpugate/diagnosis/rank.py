@@ -93,8 +93,9 @@ class Collector:
         if key == self._last:
             return
         self._last = key
-        if m.rank is not None and ":" in m.text[:80]:
-            host = O.line_host(m.text)  # `[rank5]:gpu-d2:4242:4300 [5] NCCL ...`: rank 5's node
+        if m.rank is not None and (":" in m.text[:80] or "prefix_host" in m.fields):
+            # `gpu-d2: [rank5]: ...` (pdsh) or `[rank5]:gpu-d2:4242:4300 [5] NCCL ...`: rank 5's node
+            host = m.fields.get("prefix_host") or O.line_host(m.text)
             if host is not None and len(self.prefix_hosts.setdefault(m.rank, set())) < 4:
                 self.prefix_hosts[m.rank].add(host)
         if m.strength == S.CONTEXT:

@@ -23,7 +23,7 @@ import re
 
 from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import outcomes as O
-from gpugate.diagnosis.cleaning import clean
+from gpugate.diagnosis.cleaning import clean, clean_prefixed
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -417,7 +417,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("lightning.member", None, "MEMBER:",
          r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/(?P<world>\d+)",
          "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4", strength=CONTEXT),
-    _sig("lightning.visible", None, "CUDA_VISIBLE_DEVICES: [",
+    _sig("lightning.visible", None, "- CUDA_VISIBLE_DEVICES:",
          r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES: \[(?P<devices>[\d, ]*)\]",
          "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]", strength=CONTEXT),
     # DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.x): `nnodes=1, num_local_procs=4,
@@ -485,7 +485,7 @@ def _window(part: bytes) -> bytes:
 
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
-    text, prefix_rank = clean(segment)
+    text, prefix_rank, prefix_host = clean_prefixed(segment)
     best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
@@ -499,7 +499,10 @@ def match_segment(segment: bytes) -> Match | None:
     if best is None:
         return None
     _, sig, m = best
-    return _to_match(sig, m, text, prefix_rank)
+    found = _to_match(sig, m, text, prefix_rank)
+    if prefix_host is not None:  # the launcher's host prefix: where this line was printed
+        found = found.replace(fields={**found.fields, "prefix_host": prefix_host})
+    return found
 
 
 # A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
