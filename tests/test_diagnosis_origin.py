@@ -197,3 +197,23 @@ def test_diagnose_cli_refuses_a_bad_layout(capsys):
         cmd.main(["--nodelist", "n[1-2]", "--tasks-per-node", "eight", log])
     with pytest.raises(SystemExit):
         cmd.main(["--tasks-per-node", "8", log])
+
+
+def test_tracebacks_of_two_ranks_after_the_error_name_no_rank():
+    text = (
+        "2024-11-07 09:13:58 | ERROR | step failed: CUDA out of memory. Tried to allocate 3.52 GiB.\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/train.py", line 214, in <module>\n'
+        "[rank2]: Traceback (most recent call last):\n"
+        '[rank2]:   File "/work/train.py", line 214, in <module>\n'
+    )
+    d = D.diagnose_bytes(text.encode())
+    assert (d.category, d.failing_rank, d.rank_reason) == ("cuda_oom", None, None)
+    one = D.diagnose_bytes(text.encode().rsplit(b"[rank2]", 2)[0])
+    assert (one.failing_rank, one.rank_confidence) == (1, "medium")
+
+
+def test_a_traceback_far_below_the_error_is_not_its_rank():
+    text = "RuntimeError: CUDA out of memory. Tried to allocate 3.52 GiB.\n" + "step\n" * 150
+    text += "[rank1]: Traceback (most recent call last):\n"
+    assert D.diagnose_bytes(text.encode()).failing_rank is None

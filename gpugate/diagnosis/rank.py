@@ -439,7 +439,7 @@ def _watchdog_rank(live: list[Signal], winners: list[Signal]) -> O.Origin:
                     reason=f"rank {rank}: its NCCL watchdog reported the error")  # fmt: skip
 
 
-TRACEBACK_WINDOW = 200  # lines after an unprefixed error line where its rank's traceback follows
+TRACEBACK_WINDOW = 100  # lines after an unprefixed error line where its rank's traceback follows
 
 
 def _traceback_rank(winners: list[Signal], tracebacks: list[tuple[int, int, int]]) -> O.Origin:
