@@ -51,6 +51,13 @@ ORIGINS = [
     # DeepSpeed 0.14's multi-node runner (deepspeed/launcher/multinode_runner.py PDSHRunner):
     # pdsh puts `host: ` before every line, here before PyTorch's `[rank9]: `: rank 9 on gpu-b2.
     ("rank-pdsh-host-prefix--0.14.log", "illegal_memory_access", 9, "high", "gpu-b2", "only rank"),
+    # PyTorch 2.1 torchrun on the second of two nodes: launcher/api.py's launch configs
+    # (max_nodes 2), agent/server/api.py's "Rendezvous complete for workers. Result:" with
+    # "global_ranks=[4, 5, 6, 7]", then multiprocessing/api.py's "failed (exitcode: -11)
+    # local_rank: 1": local rank 1 of this node is rank 5.
+    ("torchrun-agent-local-rank-two-nodes--2.1.log", "other", 5, "medium", None, "rendezvous"),
+    # The same without the rendezvous lines: local rank 1 of one of two nodes, no rank.
+    ("torchrun-agent-local-rank-two-nodes-no-rendezvous--2.1.log", "other", None, None, None, None),
     # A PyTorch 2.4 `[rankN]:` log pasted as a quote (`> ` before every line, GitHub/e-mail).
     ("rank-quoted-paste--2.4.log", "illegal_memory_access", 3, "high", None, "only rank"),
     # DeepSpeed 0.14 launch.py sigkill_handler: "Killing subprocess %d" for *every* process in

@@ -81,6 +81,7 @@ class Collector:
         self.rank_hosts: dict[int, str] = {}  # rank -> host, from torchrun's failure tables
         # NCCL WARN lines under a rank prefix naming an origin kind (origin.nccl_kind) -> ranks
         self.nccl_kinds: dict[str, set[int]] = {}
+        self.global_ranks: dict[int, list[int]] = {}  # file -> torchrun's rendezvous result
         self.prefix_hosts: dict[int, set[str]] = {}  # rank -> hosts its NCCL-prefixed lines name
         self._host: dict[int, tuple[int, str]] = {}  # file -> (line, host) of the last host row
         self._kept: dict[tuple[int, str], int] = {}
@@ -118,6 +119,7 @@ class Collector:
         view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
         view.tracebacks, view.rank_hosts = self.tracebacks, self.rank_hosts
         view.nccl_kinds, view.prefix_hosts = self.nccl_kinds, self.prefix_hosts
+        view.global_ranks = self.global_ranks
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
@@ -144,6 +146,9 @@ class Collector:
             kind = O.nccl_kind(m.text)  # NCCL chatter, but under a rank's prefix it says whose
             if kind is not None:
                 self.nccl_kinds.setdefault(kind, set()).add(m.rank)
+        elif m.signature == "torchrun.global_ranks":
+            ranks = [int(r) for r in m.fields["ranks"].replace(" ", "").split(",") if r]
+            self.global_ranks[file] = ranks  # the last rendezvous (a restart makes a new one)
         elif m.signature == "lightning.member":
             self.launch.setdefault(file, {})["world"] = int(m.fields["world"])
         elif m.signature == "lightning.visible":
@@ -171,6 +176,16 @@ class Collector:
             host = last[1]
         if rank is not None and host is not None:
             self.rank_hosts.setdefault(rank, host)
+
+    def local_to_global(self, file: int, local: int) -> int | None:
+        """The global rank of a local rank an agent in `file` named: by its rendezvous result;
+        the local rank itself when the launch was one node or is not known; None on several."""
+        ranks = self.global_ranks.get(file)
+        if ranks is not None:
+            return ranks[local] if 0 <= local < len(ranks) else None
+        if self.launch.get(file, {}).get("max_nodes", 1) > 1:
+            return None  # several nodes: local rank n is rank n on one of them only
+        return local
 
     def per_gpu_files(self) -> set[int]:
         """Files whose launch was one node, one process per GPU (GPU n is rank n): torchrun's or
@@ -238,7 +253,7 @@ def _rank(
         else ("the only rank in torchrun's failure table")
     )
     origin, root_line = _failing_rank(
-        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds
+        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds, col.local_to_global
     )
     if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
         culprit = next(iter(col.culprits))  # the rank the others waited for
@@ -346,6 +361,7 @@ def _failing_rank(
     per_gpu: Set[int] = frozenset(),
     table: str = "torchrun's failure table",
     warned: dict[str, set[int]] | None = None,
+    to_global: Callable[[int, int], int | None] = lambda file, local: local,
 ) -> tuple[O.Origin, tuple[Any, ...] | None]:
     """The rank where the failure began (with its reason), or none when the text names no
     single origin; and the table row that named it, if one did.
@@ -377,17 +393,20 @@ def _failing_rank(
         return by_table, root[1]
     if named:
         return O.NONE, None
-    local = {s.match.fields["local_rank"] for s in winners if "local_rank" in s.match.fields}
-    gpus = {s.match.fields["gpu"] for s in winners if "gpu" in s.match.fields and s.file in per_gpu}
-    if len(local | gpus) == 1:  # both shapes, when present, must agree
-        rank = int((local | gpus).pop())
-        why = (
-            "the one local rank torchrun's agent says failed (on one node, local rank = rank)"
-            if local
-            else f"the OOM names GPU {rank} under a one-node launch of one process per GPU"
-        )
-        return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: {why}"), None
-    return O.NONE, None
+    local = {to_global(s.file, int(s.match.fields["local_rank"]))
+             for s in winners if "local_rank" in s.match.fields}  # fmt: skip
+    gpus = {int(s.match.fields["gpu"]) for s in winners
+            if "gpu" in s.match.fields and s.file in per_gpu}  # fmt: skip
+    if None in local or len(local | gpus) != 1:  # both shapes, when present, must agree
+        return O.NONE, None
+    rank = next(iter(local | gpus))
+    assert rank is not None
+    why = (
+        "the one local rank torchrun's agent says failed, mapped by its rendezvous (or one node)"
+        if local
+        else f"the OOM names GPU {rank} under a one-node launch of one process per GPU"
+    )
+    return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: {why}"), None
 
 
 def _one_rank(roots: list[Any]) -> int | None:

@@ -411,6 +411,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("python.traceback", None, "Traceback (most recent call last)",
          r"Traceback \(most recent call last\)", "[rank1]: Traceback (most recent call last):",
          strength=CONTEXT),
+    # torchrun's agent after its rendezvous (torch/distributed/elastic/agent/server/api.py,
+    # "Rendezvous complete for workers. Result:" then "  global_ranks=[4, 5, 6, 7]"): the global
+    # rank of each of this node's local ranks.
+    _sig("torchrun.global_ranks", None, "global_ranks=",
+         r"^\s*global_ranks=\[(?P<ranks>[\d, ]*)\]", "  global_ranks=[4, 5, 6, 7]",
+         strength=CONTEXT),
     # Lightning 2.x: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4" (fabric/utilities/
     # distributed.py) and "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]" (accelerators/cuda.py):
     # as many processes as visible GPUs is one node with a process per GPU.
