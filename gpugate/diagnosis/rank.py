@@ -399,8 +399,9 @@ def _failing_rank(
             if "gpu" in s.match.fields and s.file in per_gpu}  # fmt: skip
     if None in local or len(local | gpus) != 1:  # both shapes, when present, must agree
         return O.NONE, None
-    rank = next(iter(local | gpus))
-    assert rank is not None
+    found = next(iter(local | gpus))
+    assert found is not None
+    rank = found
     why = (
         "the one local rank torchrun's agent says failed, mapped by its rendezvous (or one node)"
         if local
