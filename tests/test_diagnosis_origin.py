@@ -58,6 +58,11 @@ ORIGINS = [
     ("torchrun-agent-local-rank-two-nodes--2.1.log", "other", 5, "medium", None, "rendezvous"),
     # The same without the rendezvous lines: local rank 1 of one of two nodes, no rank.
     ("torchrun-agent-local-rank-two-nodes-no-rendezvous--2.1.log", "other", None, None, None, None),
+    # Both nodes' agents merged by pdsh (`host: ` before every line): gpu-e2's rendezvous maps
+    # its local rank 1 to rank 5, and its prefix names the node.
+    ("torchrun-agents-merged-pdsh--2.1.log", "other", 5, "medium", "gpu-e2", "rendezvous"),
+    # The same merged without host prefixes: two rendezvous results, no telling whose: none.
+    ("torchrun-agents-merged-unprefixed--2.1.log", "other", None, None, None, None),
     # A PyTorch 2.4 `[rankN]:` log pasted as a quote (`> ` before every line, GitHub/e-mail).
     ("rank-quoted-paste--2.4.log", "illegal_memory_access", 3, "high", None, "only rank"),
     # DeepSpeed 0.14 launch.py sigkill_handler: "Killing subprocess %d" for *every* process in

@@ -27,7 +27,7 @@ _PREFIX_RE = lazy(
     | (?:\d{1,3}\.){3}\d{1,3}:\s                      # 192.168.1.2: (pdsh / DeepSpeed)
     | (?!(?i:rank|gpu|cuda|device|step|epoch|iter|layer)\d)   # not a counter's "step100: "
       (?P<host>[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9-]*     # gpu-a1: (pdsh, DeepSpeed's multi-node
-        (?:\.[A-Za-z0-9-]+)*):\ (?=\S|$)               # runner): a host name with a digit
+        (?:\.[A-Za-z0-9-]+)*):\                      # runner): a host name with a digit
     | \([\w.-]*\s?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?       # (pid=42) (RayWorker pid=42, ip=1.2.3.4)
     | \d{1,5}:\s                                      # srun --label task number
     | \[[0-9;]*m                                      # a colour code whose ESC got lost

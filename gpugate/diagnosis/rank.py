@@ -81,7 +81,8 @@ class Collector:
         self.rank_hosts: dict[int, str] = {}  # rank -> host, from torchrun's failure tables
         # NCCL WARN lines under a rank prefix naming an origin kind (origin.nccl_kind) -> ranks
         self.nccl_kinds: dict[str, set[int]] = {}
-        self.global_ranks: dict[int, list[int]] = {}  # file -> torchrun's rendezvous result
+        # (file, host prefix) -> torchrun's rendezvous results (global ranks of local 0, 1, ...)
+        self.global_ranks: dict[tuple[int, str | None], set[tuple[int, ...]]] = {}
         self.prefix_hosts: dict[int, set[str]] = {}  # rank -> hosts its NCCL-prefixed lines name
         self._host: dict[int, tuple[int, str]] = {}  # file -> (line, host) of the last host row
         self._kept: dict[tuple[int, str], int] = {}
@@ -147,8 +148,10 @@ class Collector:
             if kind is not None:
                 self.nccl_kinds.setdefault(kind, set()).add(m.rank)
         elif m.signature == "torchrun.global_ranks":
-            ranks = [int(r) for r in m.fields["ranks"].replace(" ", "").split(",") if r]
-            self.global_ranks[file] = ranks  # the last rendezvous (a restart makes a new one)
+            ranks = tuple(int(r) for r in m.fields["ranks"].replace(" ", "").split(",") if r)
+            # Per host prefix: a log merging several nodes' agents holds one result per node.
+            key = (file, m.fields.get("prefix_host"))
+            self.global_ranks.setdefault(key, set()).add(ranks)
         elif m.signature == "lightning.member":
             self.launch.setdefault(file, {})["world"] = int(m.fields["world"])
         elif m.signature == "lightning.visible":
@@ -177,11 +180,16 @@ class Collector:
         if rank is not None and host is not None:
             self.rank_hosts.setdefault(rank, host)
 
-    def local_to_global(self, file: int, local: int) -> int | None:
-        """The global rank of a local rank an agent in `file` named: by its rendezvous result;
-        the local rank itself when the launch was one node or is not known; None on several."""
-        ranks = self.global_ranks.get(file)
-        if ranks is not None:
+    def local_to_global(self, file: int, local: int, host: str | None = None) -> int | None:
+        """The global rank of a local rank an agent in `file` named: by its node's rendezvous
+        result; the local rank itself when the launch was one node or is not known; None when
+        it ran on one of several nodes that cannot be told apart."""
+        results = [r for (f, h), rs in self.global_ranks.items() if f == file for r in rs
+                   if h == host or host is None]  # fmt: skip
+        if results:
+            if len(set(results)) > 1:
+                return None  # several nodes' (or elastic restarts') results: which one is it?
+            ranks = results[0]
             return ranks[local] if 0 <= local < len(ranks) else None
         if self.launch.get(file, {}).get("max_nodes", 1) > 1:
             return None  # several nodes: local rank n is rank n on one of them only
@@ -269,7 +277,8 @@ def _rank(
         origin = origin.with_alternative(_one_rank(roots), f"{table} names it")
     rank = origin.rank
     if rank is not None:
-        origin = origin.replace(node=_node(origin.rank, col.rank_hosts, col.prefix_hosts))
+        node = origin.node or _node(origin.rank, col.rank_hosts, col.prefix_hosts)
+        origin = origin.replace(node=node)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
@@ -361,7 +370,7 @@ def _failing_rank(
     per_gpu: Set[int] = frozenset(),
     table: str = "torchrun's failure table",
     warned: dict[str, set[int]] | None = None,
-    to_global: Callable[[int, int], int | None] = lambda file, local: local,
+    to_global: Callable[[int, int, str | None], int | None] = lambda file, local, host: local,
 ) -> tuple[O.Origin, tuple[Any, ...] | None]:
     """The rank where the failure began (with its reason), or none when the text names no
     single origin; and the table row that named it, if one did.
@@ -393,7 +402,7 @@ def _failing_rank(
         return by_table, root[1]
     if named:
         return O.NONE, None
-    local = {to_global(s.file, int(s.match.fields["local_rank"]))
+    local = {to_global(s.file, int(s.match.fields["local_rank"]), s.match.fields.get("prefix_host"))
              for s in winners if "local_rank" in s.match.fields}  # fmt: skip
     gpus = {int(s.match.fields["gpu"]) for s in winners
             if "gpu" in s.match.fields and s.file in per_gpu}  # fmt: skip
@@ -407,7 +416,10 @@ def _failing_rank(
         if local
         else f"the OOM names GPU {rank} under a one-node launch of one process per GPU"
     )
-    return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: {why}"), None
+    # The agent's own host prefix (pdsh) is the node that ran its local rank.
+    hosts = {s.match.fields.get("prefix_host") for s in winners if "local_rank" in s.match.fields}
+    node = next(iter(hosts)) if len(hosts) == 1 else None
+    return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: {why}", node=node), None
 
 
 def _one_rank(roots: list[Any]) -> int | None:
