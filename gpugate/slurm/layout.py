@@ -10,11 +10,10 @@ they know it is the block one, and get None wherever the numbers do not add up.
 
 from __future__ import annotations
 
-import re
-
+from gpugate.regex import lazy
 from gpugate.slurm.hostlist import expand_lenient
 
-_COUNT_RE = re.compile(r"^\s*(\d+)(?:\(x(\d+)\))?\s*$")
+_COUNT_RE = lazy(r"^\s*(\d+)(?:\(x(\d+)\))?\s*$")
 
 
 def valid_spec(spec: str) -> bool:
