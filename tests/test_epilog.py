@@ -519,21 +519,20 @@ def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("diagnosis", "nodelist", "per_node", "job_nodes", "node"),
+    ("diagnosis", "nodelist", "job_nodes", "node"),
     [
-        ({"failing_rank": 9, "failing_node": "from-log"}, "n[1-4]", "8(x4)", None, "from-log"),
-        ({"failing_rank": 9}, "n[1-4]", "8(x4)", None, "n2"),
-        ({"failing_rank": 9}, "n[1-4]", "8(x4)", ["m1", "m2", "m3", "m4"], "m2"),  # Slurm's list
-        ({"failing_rank": 9}, "n[1-4]", None, None, None),  # several nodes, no layout
-        ({"failing_rank": 3}, "n7", None, None, "n7"),  # one node
-        ({"failing_rank": None}, "n7", None, None, None),
-        ({}, None, None, None, None),
+        ({"failing_rank": 9, "failing_node": "from-log"}, "n[1-4]", None, "from-log"),
+        # Several nodes and no word from the log: Slurm's tasks per node would mislead under
+        # torchrun (one task per node), so no node.
+        ({"failing_rank": 9}, "n[1-4]", None, None),
+        ({"failing_rank": 3}, "n7", None, "n7"),  # one node
+        ({"failing_rank": 3}, "n[1-4]", ["m1"], "m1"),  # Slurm's job record: one node
+        ({"failing_rank": None}, "n7", None, None),
+        ({}, None, None, None),
     ],
 )
-def test_the_failing_node_from_the_log_or_the_layout(
-    diagnosis, nodelist, per_node, job_nodes, node
-):
+def test_the_failing_node_from_the_log_or_a_one_node_job(diagnosis, nodelist, job_nodes, node):
     from gpugate.hooks.collect import failing_node
 
-    e = env().replace(nodelist=nodelist, tasks_per_node=per_node)
+    e = env().replace(nodelist=nodelist)
     assert failing_node(diagnosis, e, {"nodes": job_nodes} if job_nodes else {}) == node

@@ -47,8 +47,12 @@ if TYPE_CHECKING:
 
 
 def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -> str | None:
-    """The failing rank's node: the one the log names, else the job's block layout (its nodes,
-    SLURM_TASKS_PER_NODE where the environment has it; a one-node job needs none)."""
+    """The failing rank's node: the one the log names, else the job's only node.
+
+    Slurm's tasks per node are not used here: under torchrun (one task per node, a process per
+    GPU) they would put rank 1 on the second node. An admin who knows the layout gives it to
+    `gpugate diagnose --nodelist --tasks-per-node`.
+    """
     named = diagnosis.get("failing_node")
     if isinstance(named, str) and named:
         return named
@@ -56,7 +60,7 @@ def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -
     if type(rank) is not int:
         return None
     nodes = job.get("nodes") or env.nodelist
-    return node_of_rank(rank, nodes or None, env.tasks_per_node)
+    return node_of_rank(rank, nodes or None, None)
 
 
 def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict[str, Any]:
@@ -406,7 +410,7 @@ def _summary(
         "confidence": diagnosis.get("confidence"),
         "xid": diagnosis.get("xid"),
         "failing_rank": diagnosis.get("failing_rank"),
-        # The failing rank's node (the log's word, else the job's layout), why that rank, and
+        # The failing rank's node (the log's word, else a one-node job's), why that rank, and
         # how sure: the controller's suspect vote points at this node when it is one of the job's.
         "failing_node": result.failing_node,
         "rank_reason": diagnosis.get("rank_reason"),

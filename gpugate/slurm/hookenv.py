@@ -21,9 +21,6 @@ class HookEnv(Record):
     comment: str = ""
     nodelist: str | None = None
     num_nodes: int | None = None
-    # SLURM_TASKS_PER_NODE (`8(x4)`), where the hook's environment has it (a job's own steps
-    # do; the epilog may not): the failing rank's node under the block layout (slurm/layout.py).
-    tasks_per_node: str | None = None
     restart_count: int = 0
     work_dir: str | None = None
     stdout: str | None = None
@@ -68,7 +65,6 @@ def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
         # SLURM_JOB_NODELIST only exists from 23.x on; SLURM_NODELIST everywhere.
         nodelist=e.get("SLURM_JOB_NODELIST") or e.get("SLURM_NODELIST"),
         num_nodes=_int(e.get("SLURM_JOB_NUM_NODES")),
-        tasks_per_node=e.get("SLURM_TASKS_PER_NODE") or None,
         restart_count=_int(e.get("SLURM_JOB_RESTART_COUNT") or e.get("SLURM_RESTART_COUNT")) or 0,
         work_dir=e.get("SLURM_JOB_WORK_DIR"),
         stdout=e.get("SLURM_JOB_STDOUT"),
