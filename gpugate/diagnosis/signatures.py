@@ -23,7 +23,7 @@ import re
 
 from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import outcomes as O
-from gpugate.diagnosis.cleaning import clean
+from gpugate.diagnosis.cleaning import clean, clean_prefixed
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -515,11 +515,43 @@ SIGNATURES: tuple[Signature, ...] = (
          "rank : 2 (local_rank: 2) exitcode : -9 (pid: 8812) error_file: <N/A>",
          specificity=55, resolve=O.exit_outcome),
     _sig("torchrun.root_cause", None, "Root Cause",
-         r"Root Cause(?: \(first observed failure\))?:(?:.*?\brank\s*:\s*(?P<root_rank>\d+) \(local_rank)?",
+         r"Root Cause(?: \(first observed failure\))?:(?:.*?rank\s*:?\s*(?P<root_rank>\d+)\s*\(local[_ ]rank)?",
          "Root Cause (first observed failure):", strength=CONTEXT),
-    _sig("torchrun.rank_field", None, "local_rank",
-         r"^[\s|]*rank\s*:\s*(?P<rank>\d+) \(local_rank: ?\d+\)", "  rank      : 5 (local_rank: 1)",
-         strength=CONTEXT),
+    # The rank row, also collapsed by a paste (`host: gpu-3rank2 (local rank: 2)exitcode: -9`).
+    _sig("torchrun.rank_field", None, "local_rank|local rank",
+         r"(?:^|[\s|:]|(?<=[a-z0-9]))rank\s*:?\s*(?P<rank>\d+)\s*\(local[_ ]rank:?\s*\d+\)",
+         "  rank      : 5 (local_rank: 1)", strength=CONTEXT),
+    # The row above it names the host (the template's `host      : ${hostname}`). These context
+    # rows below have specificity 1: on a line that also holds a failure, the failure wins.
+    _sig("torchrun.host_field", None, "host      :",
+         r"^[\s|]*host\s+:\s*(?P<host>[A-Za-z0-9][\w.-]*)\s*$", "  host      : gpu-b7",
+         specificity=1, strength=CONTEXT),
+    # A traceback's first line: under a rank prefix (PyTorch >= 2.4 prefixes each rank's stderr,
+    # `[rank1]: Traceback ...`) it says which rank raised the exception printed just above.
+    _sig("python.traceback", None, "Traceback (most recent call last)",
+         r"^\s*Traceback \(most recent call last\):?\s*$",
+         "[rank1]: Traceback (most recent call last):", specificity=1, strength=CONTEXT),
+    # torchrun's agent after its rendezvous (torch/distributed/elastic/agent/server/api.py,
+    # "Rendezvous complete for workers. Result:" then "  global_ranks=[4, 5, 6, 7]"): the global
+    # rank of each of this node's local ranks.
+    _sig("torchrun.global_ranks", None, "global_ranks=",
+         r"^\s*global_ranks=\[(?P<ranks>[\d, ]*)\]", "  global_ranks=[4, 5, 6, 7]",
+         specificity=1, strength=CONTEXT),
+    # Lightning 2.x: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4" (fabric/utilities/
+    # distributed.py) and "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]" (accelerators/cuda.py):
+    # as many processes as visible GPUs is one node with a process per GPU.
+    _sig("lightning.member", None, "MEMBER:",
+         r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/(?P<world>\d+)",
+         "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4", specificity=1, strength=CONTEXT),
+    _sig("lightning.visible", None, "- CUDA_VISIBLE_DEVICES:",
+         r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES: \[(?P<devices>[\d, ]*)\]",
+         "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]", specificity=1, strength=CONTEXT),
+    # DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.x): `nnodes=1, num_local_procs=4,
+    # node_rank=0`; one node with a process per GPU makes "GPU n" local rank n, as torchrun's.
+    _sig("deepspeed.launch_info", None, "num_local_procs",
+         r"nnodes=(?P<nnodes>\d+), num_local_procs=(?P<nprocs>\d+)",
+         "[2024-05-08 11:02:14,330] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0",
+         specificity=1, strength=CONTEXT),
     # torchrun's launch configuration: one node with a process per GPU makes "GPU n" rank n.
     _sig("torchrun.launch_config", None, "max_nodes|nproc_per_node",
          r"\]\s+(?P<key>max_nodes|nproc_per_node)\s*:\s*(?P<n>\d+)\s*$",
@@ -579,7 +611,7 @@ def _window(part: bytes) -> bytes:
 
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
-    text, prefix_rank = clean(segment)
+    text, prefix_rank, prefix_host = clean_prefixed(segment)
     best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
@@ -593,7 +625,10 @@ def match_segment(segment: bytes) -> Match | None:
     if best is None:
         return None
     _, sig, m = best
-    return _to_match(sig, m, text, prefix_rank)
+    found = _to_match(sig, m, text, prefix_rank)
+    if prefix_host is not None:  # the launcher's host prefix: where this line was printed
+        found = found.replace(fields={**found.fields, "prefix_host": prefix_host})
+    return found
 
 
 # A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
