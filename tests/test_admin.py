@@ -347,6 +347,19 @@ def test_evidence_of_a_node_newest_first(site, capsys):
     assert "xid: 79" in text and "failing rank: 3" in text and f"raw files: {new}/" in text
 
 
+def test_evidence_shows_the_failing_ranks_node_and_why(site, capsys):
+    bundle(site, "301", "gpu-07", collected_at="2026-11-21T10:00:00Z", category="cuda_oom",
+           failing_rank=9, failing_node="gpu-09", rank_confidence="high",
+           rank_reason="rank 9: the only rank on the decisive cuda_oom lines")  # fmt: skip
+    assert cli.main(["evidence", "gpu-07", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["bundles"][0]
+    assert (first["failing_rank"], first["failing_node"]) == (9, "gpu-09")
+    assert cli.main(["evidence", "gpu-07"]) == 0
+    text = capsys.readouterr().out
+    assert "failing rank: 9 on gpu-09" in text
+    assert "rank:     rank 9: the only rank on the decisive cuda_oom lines" in text
+
+
 def test_evidence_says_the_dumps_were_the_users_and_must_not_be_unpickled(site, capsys):
     files = {"kernel.log": "x\n", "flightrec.json": "{}", "flightrec/fr_rank_0.json": "{}"}
     write_bundle(str(site / "ev"), "311", "gpu-03", 0, files, {"job_id": "311", "node": "gpu-03"})

@@ -187,6 +187,54 @@ FAMILIES = [
     ("xid-74-nvlink--535.log", "nvlink_error", 74, None),
     # PyTorch 2.0 "CUDA error: an illegal memory access was encountered" + its CUDA_LAUNCH_BLOCKING hint.
     ("illegal-memory-access--2.0.log", "illegal_memory_access", None, None),
+    # --- other runtimes' words for the same families ---
+    # Ray 2.9 src/ray/raylet/node_manager.cc: "(raylet) ... %d Workers (tasks / actors) killed due
+    # to memory pressure (OOM), %d Workers crashed due to other reasons at node (ID: %s, IP: %s)";
+    # the NCCL errors of the killed worker's peers after it are its victims: host_oom stays.
+    ("ray-raylet-memory-pressure--2.9.log", "host_oom", None, None),
+    # The same summary with 0 killed (only crashes): no memory verdict; the worker's error decides.
+    ("ray-raylet-zero-killed--2.9.log", "other", None, None),
+    # Ray 2.9 python/ray/exceptions.py OutOfMemoryError ("Task was killed due to the node running
+    # low on memory.") and the memory monitor's "Memory on the node (IP: %s, ID: %s) where the
+    # task (...) was running was %s / %s (%f), which exceeds the memory usage threshold of %f.":
+    # host RAM, not the GPU's (not cuda_oom for "OutOfMemoryError").
+    ("ray-oom-error-task--2.9.log", "host_oom", None, None),
+    # Ray 2.9 RayActorError death cause with "Worker exit type: NODE_OUT_OF_MEMORY"
+    # (src/ray/protobuf/common.proto WorkerExitType), fields tab-indented.
+    ("ray-actor-node-oom--2.9.log", "host_oom", None, None),
+    # Rust 1.75 library/std/src/alloc.rs default_alloc_error_hook: "memory allocation of %d bytes
+    # failed", then abort (a Rust tokenizer/data tool), and bash's "Aborted (core dumped)".
+    ("rust-alloc-abort--1.75.log", "host_oom", None, None),
+    # PyTorch 2.3 c10/cuda/CUDAException.h "CUDA error: %s" with CUDA 12's
+    # cudaErrorPeerAccessUnsupported (217) string "peer access is not supported between these two
+    # devices": the GPUs' peer link -> nvlink_error (NCCL's own "Cuda failure" with the same
+    # words stays nccl_error: nccl-cuda-failure--2.19.log above).
+    ("cuda-peer-access--2.3.log", "nvlink_error", None, None),
+    # Horovod 0.19 horovod/common/ops/nccl_operations.cc: op name + " failed: " +
+    # ncclGetErrorString(), raised by TensorFlow 1.15 as errors_impl.UnknownError, under mpirun
+    # --tag-output "[1,%d]<stderr>:" prefixes.
+    ("horovod-nccl-comminit--0.19.log", "nccl_error", None, None),
+    # jaxlib 0.4 xla/service/gpu/nccl_utils.cc: "NCCL operation %s failed: %s", logged by
+    # runtime/support.cc "Intercepted XLA runtime error:" then XlaRuntimeError.
+    ("xla-nccl-call--0.4.log", "nccl_error", None, None),
+    # PyTorch 2.5 torch/csrc/distributed/c10d/socket.cpp waitForInput "[c10d] waitForInput: socket
+    # %s timed out after %dms" on two ranks, under SGLang's "[%s TP%d] Scheduler hit an exception".
+    ("c10d-socket-wait-timeout--2.5.log", "nccl_timeout", None, None),
+    # Slurm 23.11 slurmctld (src/slurmctld/ping_nodes.c "Nodes %s not responding, setting DOWN",
+    # job_mgr.c "Killing %pJ on failed node %s", "requeue job %pJ due to failure of node %s")
+    # pasted after a job log that stops without an error.
+    ("slurmctld-requeue-node-failure--23.11.log", "slurm_node_failure", None, None),
+    # Slurm 23.11 `sinfo -R` (default "%50E %9u %19H %N") with slurmctld's "Not responding" reason.
+    ("slurm-sinfo-not-responding--23.11.log", "slurm_node_failure", None, None),
+    # The same table with a site's free-text drain reason beside a finished run: no failure.
+    ("slurm-sinfo-site-reason--23.11.log", "no_failure", None, None),
+    # PyTorch 2.1 aten/src/ATen/native/cuda/Indexing.cu indexSelectLargeIndex CUDA_KERNEL_ASSERT:
+    # "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s` failed." after ordinary
+    # Lightning progress lines: a bug in the job (other), not a clean end.
+    ("cuda-kernel-assert--2.1.log", "other", None, None),
+    # PyTorch 2.1 ChildFailedError table collapsed onto one line, "exitcode : -9" and "Signal 9
+    # (SIGKILL) received by PID", after lines showing the process's RSS growing: host memory.
+    ("torchrun-table-collapsed-sigkill--2.1.log", "host_oom", None, 2),
     # A finished PyTorch 2.3 / Lightning run with c10d socket retries, NCCL INFO and a missing-metadata line.
     ("ok-noisy-run--2.3.log", "no_failure", None, None),
 ]  # fmt: skip
@@ -216,3 +264,45 @@ def test_fixture_names_carry_family_and_version():
     for name in (f[0] for f in FAMILIES):
         family, _, version = name[: -len(".log")].partition("--")
         assert family and version[:1].isdigit(), name
+
+
+# One line each: another runtime's words for a family, against the signature whose words are
+# close (a JVM's or Ray's "OutOfMemoryError" is host RAM, not the GPU's; a peer-access error is
+# the GPUs' link unless NCCL says it). Written for this test, formats as cited in signatures.py.
+ONE_LINERS = [
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+     "host_oom"),
+    ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node gpu-a1 is used "
+     "(61.2 / 64.0 GB).", "host_oom"),
+    ("Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space", "host_oom"),
+    ("fatal error: runtime: out of memory", "host_oom"),
+    ("<jemalloc>: Error in malloc(): out of memory. Requested: 68719476736", "host_oom"),
+    ("memory allocation of 68719476736 bytes failed", "host_oom"),
+    ("      Reason:       OOMKilled", "host_oom"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda_oom"),
+    ("RuntimeError: CUDA error: peer access has not been enabled", "nvlink_error"),
+    ("CUDA_ERROR_CONTAINED: an exception occurred on the device that is now contained by the GPU's "
+     "error containment capability", "nvlink_error"),
+    ("INFO: peer access is not supported between these two devices; using host staging",
+     "no_failure"),
+    ("gpu-a1:1:2 [0] transport/p2p.cc:204 NCCL WARN Cuda failure 217 'peer access is not "
+     "supported between these two devices'", "nccl_error"),
+    ("horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed: unhandled cuda error",
+     "nccl_error"),
+    ("cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error",
+     "nccl_error"),
+    ("   NodeName=gpu-c07 Arch=x86_64 CoresPerSocket=32 Reason=Not responding [slurm@2025-02-10T03:01:40]",
+     "slurm_node_failure"),
+    ("Node unexpectedly rebooted boot_time=1738 slurm     2025-02-10T03:01:40 gpu-c07",
+     "slurm_node_failure"),
+    ("(raylet) node_manager.cc:3024: 0 Workers (tasks / actors) killed due to memory pressure (OOM), "
+     "2 Workers crashed due to other reasons at node (ID: 1f, IP: 10.0.0.2)", "no_failure"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("text", "category"), ONE_LINERS, ids=[t[:40] for t, _ in ONE_LINERS])
+def test_other_runtimes_one_line(tmp_path, engine, text, category):
+    log = tmp_path / "job.log"
+    log.write_text(text + "\n")
+    assert D.diagnose([str(log)], engine=engine).category == category

@@ -128,6 +128,12 @@ def test_oom_with_iso_stamp_before_glog_timeouts(tmp_path, capsys):
     assert out["first_uncertain"] is None
 
 
+def test_the_failing_rank_read_from_the_first_nodes_logs_ran_on_that_node(tmp_path, capsys):
+    oom = "2024-01-02 03:04:05,100 [rank9]: " + OOM.format("").lstrip()
+    _, out = run_json(three_nodes(tmp_path, oom), capsys)
+    assert (out["first_node"], out["failing_rank"], out["failing_node"]) == ("nodeB", 9, "nodeB")
+
+
 def test_timeout_first_when_it_really_came_first(tmp_path, capsys):
     # No hard-coded favourite: a node whose timeout came 20 s before B's OOM is named first.
     files = three_nodes(tmp_path, OOM.format("2024-01-02T03:04:45Z"), a_stamp="0102 03:04:25.0")

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 
+import pytest
 from factories import default_config, make_facts
 from fakes import FakeSlurm
 
@@ -137,6 +138,8 @@ def test_users_own_oom_leaves_the_node_in_service(tmp_path):
     result, slurm, _ = job_run(tmp_path, CUDA_OOM)
     assert result.category == "cuda_oom" and result.failing_rank == 1
     assert result.confidence == "high" and summary(result)["confidence"] == "high"
+    # A one-node job: the failing rank ran here (issue 30: the bundle names the rank's node).
+    assert result.failing_node == "gpu-node-01" and summary(result)["failing_node"] == "gpu-node-01"
     assert slurm.drains == [] and not result.hardware_fault
 
 
@@ -513,3 +516,23 @@ def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_pa
     run_prolog(config, env(), slurm_with_job(str(out)))
     s = summary(run_epilog(config, env(), slurm_with_job(str(out))))
     assert int(before) <= parse_utc(s["job_start"]) <= parse_utc(s["job_end"])
+
+
+@pytest.mark.parametrize(
+    ("diagnosis", "nodelist", "job_nodes", "node"),
+    [
+        ({"failing_rank": 9, "failing_node": "from-log"}, "n[1-4]", None, "from-log"),
+        # Several nodes and no word from the log: Slurm's tasks per node would mislead under
+        # torchrun (one task per node), so no node.
+        ({"failing_rank": 9}, "n[1-4]", None, None),
+        ({"failing_rank": 3}, "n7", None, "n7"),  # one node
+        ({"failing_rank": 3}, "n[1-4]", ["m1"], "m1"),  # Slurm's job record: one node
+        ({"failing_rank": None}, "n7", None, None),
+        ({}, None, None, None),
+    ],
+)
+def test_the_failing_node_from_the_log_or_a_one_node_job(diagnosis, nodelist, job_nodes, node):
+    from gpugate.hooks.collect import failing_node
+
+    e = env().replace(nodelist=nodelist)
+    assert failing_node(diagnosis, e, {"nodes": job_nodes} if job_nodes else {}) == node

@@ -492,3 +492,28 @@ def test_an_admins_resume_of_a_suspect_in_service_clears_it_audited(tmp_path, st
     (entry,) = history.resumes(where, "b")
     assert entry["why"] == "cable reseated, DCGM r3 clean" and entry["resumed"] is True
     assert entry["reason"].startswith("suspect: first to fail")
+
+
+# ------------------------------------------------------- the failing rank's node (issue 30)
+
+
+def test_the_failing_node_named_by_a_bundle_is_the_vote_not_the_first_to_notice(tmp_path):
+    config = config_for(tmp_path, votes_needed=3)
+    # b's time stamps come first, but the batch host's diagnosis names c's rank as the origin.
+    named = [*B_FIRST[:2], {**B_FIRST[2], "failing_node": "c"}]
+    said = cast(config, "101", summaries=named)
+    assert said.startswith("suspect c "), said
+    assert [v["node"] for v in votes(history.read_dirs(config))] == ["c"]
+
+
+def test_a_failing_node_outside_the_job_or_disputed_falls_back_to_the_time_stamps(tmp_path):
+    config = config_for(tmp_path, votes_needed=3)
+    stranger = [*B_FIRST[:2], {**B_FIRST[2], "failing_node": "z"}]
+    assert cast(config, "101", summaries=stranger).startswith("suspect b ")
+    split = [{**B_FIRST[0], "failing_node": "a"}, B_FIRST[1], {**B_FIRST[2], "failing_node": "c"}]
+    assert cast(config, "102", summaries=split).startswith("suspect b ")
+    only = [{**B_FIRST[2], "failing_node": "c"}]
+    assert suspicion.failing_node(failed_job("103"), only) == (
+        "c",
+        parse_utc("2026-12-01T10:10:01Z"),
+    )

@@ -223,6 +223,8 @@ def _bundle_facts(bundle: str | None) -> dict[str, Any]:
         out["xid"] = summary["xid"]
     if type(summary.get("failing_rank")) is int:
         out["failing_rank"] = summary["failing_rank"]
+    if type(summary.get("failing_node")) is str:
+        out["failing_node"] = summary["failing_node"]
     return out
 
 

@@ -9,6 +9,7 @@ from gpugate.cli import EXIT_OK, EXIT_USAGE
 from gpugate.diagnosis import multinode
 from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG, LOG_FILE, claim_text
+from gpugate.slurm.layout import node_of_rank, valid_spec
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -59,6 +60,18 @@ def parser() -> argparse.ArgumentParser:
         "node that failed first; without it a file's node is its directory's name, or the node "
         "an evidence bundle directory recorded); may be given more than once",
     )
+    p.add_argument(
+        "--nodelist",
+        metavar="HOSTLIST",
+        help="the job's nodes in order (SLURM_JOB_NODELIST, e.g. gpu[01-04]): with "
+        "--tasks-per-node, the failing rank's node when the log does not name it",
+    )
+    p.add_argument(
+        "--tasks-per-node",
+        metavar="N",
+        help="ranks per node under Slurm's block layout: 8, or SLURM_TASKS_PER_NODE's 8(x4) / "
+        "2(x3),1 (torchrun: its --nproc-per-node, nodes in --node-rank order)",
+    )
     return p  # fmt: skip
 
 
@@ -68,6 +81,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not args.logs and not args.kernel_log:
         p.error("give at least one LOG or --kernel-log FILE")
+    if args.tasks_per_node is not None and not args.nodelist:
+        p.error("--tasks-per-node needs --nodelist")
+    if args.tasks_per_node is not None and not valid_spec(args.tasks_per_node):
+        p.error(f"--tasks-per-node: not a count or the 8(x4) form: {args.tasks_per_node!r}")
 
     own = JOB_FILE if args.job_output else LOG_FILE
     sources = [own] * len(args.logs) + [KERNEL_LOG] * len(args.kernel_log)
@@ -81,6 +98,9 @@ def main(argv: list[str]) -> int:
     if groups is not None:
         return _several_nodes(groups, args)
     result = diagnose([*args.logs, *args.kernel_log], engine=args.engine, sources=sources)
+    if result.failing_node is None and args.nodelist:
+        node = node_of_rank(result.failing_rank, args.nodelist, args.tasks_per_node)
+        result = result.replace(failing_node=node)
 
     failed = [f for f in result.files if f.error]
     for f in failed:
@@ -115,7 +135,9 @@ def render(d: Diagnosis) -> str:
         f"  {printable(d.summary)}",
         f"  what to do: {printable(d.advice)}",
         f"  xid: {'-' if d.xid is None else d.xid}    "
-        f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}",
+        f"failing rank: {'-' if d.failing_rank is None else d.failing_rank}"
+        + ("" if d.failing_node is None else f" on {printable(d.failing_node)}")
+        + ("" if d.rank_reason is None else f" ({d.rank_confidence}: {printable(d.rank_reason)})"),
         f"  confidence: {d.confidence}" + _alternatives(d),
     ]
     if d.evidence:

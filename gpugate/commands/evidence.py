@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 # What a bundle's summary says, in the order shown.
 FIELDS = ("job_id", "node", "restart", "collected_at", "category", "xid", "failing_rank",
+          "failing_node", "rank_reason",
           "suspected_node", "action", "drain_reason", "why", "summary_text")  # fmt: skip
 
 
@@ -168,6 +169,8 @@ def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None
     for d in items:
         xid = "-" if d["xid"] is None else d["xid"]
         rank = "-" if d["failing_rank"] is None else d["failing_rank"]
+        if d.get("failing_node"):
+            rank = f"{rank} on {d['failing_node']}"
         what = {"qualify": " [qualification]", "drill": f" [DRILL {d.get('drill') or '?'}: "
                 "a simulated fault]"}.get(str(d.get("bundle_kind")), "")  # fmt: skip
         lines += [
@@ -177,6 +180,7 @@ def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None
             f"  category: {d['category'] or '-'}    xid: {xid}    failing rank: {rank}",
             f"  action:   {d['action'] or '-'}" + (f" ({d['drain_reason']})" if d["drain_reason"] else ""),
             f"  why:      {d['why'] or '-'}",
+            *([f"  rank:     {d['rank_reason']}"] if d.get("rank_reason") else []),
             *([f"  held back: {d['held_why']}"] if d.get("held_why") else []),
             *([f"  cause:    {d['summary_text']}"] if d["summary_text"] else []),
             f"  raw files: {d['path']}/  ({', '.join(d['files'])})",

@@ -288,6 +288,8 @@ def job_json(results: list[NodeResult]) -> dict[str, Any]:
     if why:
         text += f" uncertain: {why}."
         out["confidence"] = _LOWER.get(out.get("confidence") or "high", "low")
+    if ordered and out.get("failing_rank") is not None and not out.get("failing_node"):
+        out["failing_node"] = first.node  # the rank was read from that node's own logs
     out.update(summary=text, first_node=first.node if ordered else None, first_uncertain=why,
                suspect_nodes=suspects, nodes=[_node_json(r, suspects) for r in results])  # fmt: skip
     _add_flight_recorder(out, [r.bundle for r in results if r.bundle])

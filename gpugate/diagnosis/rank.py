@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from gpugate.checks import xid as X
+from gpugate.diagnosis import origin as O
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES, TIERS
 from gpugate.diagnosis.confidence import assess, note
@@ -76,6 +77,14 @@ class Collector:
         self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
         self.launch: dict[int, dict[str, int]] = {}  # file -> torchrun's max_nodes, nproc_per_node
+        self.tracebacks: list[tuple[int, int, int]] = []  # (file, line, rank) of prefixed ones
+        self.rank_hosts: dict[int, str] = {}  # rank -> host, from torchrun's failure tables
+        # NCCL WARN lines under a rank prefix naming an origin kind (origin.nccl_kind) -> ranks
+        self.nccl_kinds: dict[str, set[int]] = {}
+        # (file, host prefix) -> torchrun's rendezvous results (global ranks of local 0, 1, ...)
+        self.global_ranks: dict[tuple[int, str | None], set[tuple[int, ...]]] = {}
+        self.prefix_hosts: dict[int, set[str]] = {}  # rank -> hosts its NCCL-prefixed lines name
+        self._host: dict[int, tuple[int, str]] = {}  # file -> (line, host) of the last host row
         self._kept: dict[tuple[int, str], int] = {}
         self._root_pending: set[int] = set()
         self._last: tuple[int, int, str] | None = None
@@ -86,6 +95,11 @@ class Collector:
         if key == self._last:
             return
         self._last = key
+        if m.rank is not None and (":" in m.text[:80] or "prefix_host" in m.fields):
+            # `gpu-d2: [rank5]: ...` (pdsh) or `[rank5]:gpu-d2:4242:4300 [5] NCCL ...`: rank 5's node
+            host = m.fields.get("prefix_host") or O.line_host(m.text)
+            if host is not None and len(self.prefix_hosts.setdefault(m.rank, set())) < 4:
+                self.prefix_hosts[m.rank].add(host)
         if m.strength == S.CONTEXT:
             self._context(file, line, m)
             return
@@ -104,6 +118,9 @@ class Collector:
         view.signals = self.signals + self.claims
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
         view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
+        view.tracebacks, view.rank_hosts = self.tracebacks, self.rank_hosts
+        view.nccl_kinds, view.prefix_hosts = self.nccl_kinds, self.prefix_hosts
+        view.global_ranks = self.global_ranks
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
@@ -111,13 +128,39 @@ class Collector:
         # "rank : N (local_rank: M)" of that failure.
         if m.signature == "torchrun.root_cause" and "root_rank" in m.fields:
             self.roots.append((file, line, int(m.fields["root_rank"])))  # collapsed onto one line
+            self._table_host(file, line, m, int(m.fields["root_rank"]))
         elif m.signature == "torchrun.root_cause":
             self._root_pending.add(file)
         elif m.signature == "torchrun.rank_field" and file in self._root_pending:
             self._root_pending.discard(file)
             self.roots.append((file, line, m.rank))
+            self._table_host(file, line, m)
         elif m.signature == "torchrun.rank_field":
             self.table_ranks.append((file, line, m.rank))  # a "Failures:" row, or a fragment
+            self._table_host(file, line, m)
+        elif m.signature == "torchrun.host_field":
+            self._host[file] = (line, m.fields["host"])
+        elif m.signature == "python.traceback" and m.rank is not None:
+            if len(self.tracebacks) < KEEP_PER_GROUP:
+                self.tracebacks.append((file, line, m.rank))
+        elif m.signature == "nccl.warn" and m.rank is not None:
+            kind = O.nccl_kind(m.text)  # NCCL chatter, but under a rank's prefix it says whose
+            if kind is not None:
+                self.nccl_kinds.setdefault(kind, set()).add(m.rank)
+        elif m.signature == "torchrun.global_ranks":
+            ranks = tuple(int(r) for r in m.fields["ranks"].replace(" ", "").split(",") if r)
+            # Per host prefix: a log merging several nodes' agents holds one result per node.
+            key = (file, m.fields.get("prefix_host"))
+            self.global_ranks.setdefault(key, set()).add(ranks)
+        elif m.signature == "lightning.member":
+            self.launch.setdefault(file, {})["world"] = int(m.fields["world"])
+        elif m.signature == "lightning.visible":
+            devices = [d for d in m.fields["devices"].replace(" ", "").split(",") if d]
+            self.launch.setdefault(file, {})["visible"] = len(devices)
+        elif m.signature == "deepspeed.launch_info":
+            self.launch.setdefault(file, {}).update(
+                max_nodes=int(m.fields["nnodes"]), nproc_per_node=int(m.fields["nprocs"])
+            )
         elif m.signature == "run.completed":
             self.completed[file] = line
         elif m.signature == "torch.desync_header":
@@ -127,10 +170,37 @@ class Collector:
         elif m.signature == "torchrun.launch_config":
             self.launch.setdefault(file, {})[m.fields["key"]] = int(m.fields["n"])
 
+    def _table_host(self, file: int, line: int, m: S.Match, rank: int | None = None) -> None:
+        """The host of a table row: on the row itself (collapsed) or on the row just above."""
+        rank = m.rank if rank is None else rank
+        host = O.table_host(m.text)
+        last = self._host.get(file)
+        if host is None and last is not None and 0 < line - last[0] <= 2:
+            host = last[1]
+        if rank is not None and host is not None:
+            self.rank_hosts.setdefault(rank, host)
+
+    def local_to_global(self, file: int, local: int, host: str | None = None) -> int | None:
+        """The global rank of a local rank an agent in `file` named: by its node's rendezvous
+        result; the local rank itself when the launch was one node or is not known; None when
+        it ran on one of several nodes that cannot be told apart."""
+        results = [r for (f, h), rs in self.global_ranks.items() if f == file for r in rs
+                   if h == host or host is None]  # fmt: skip
+        if results:
+            if len(set(results)) > 1:
+                return None  # several nodes' (or elastic restarts') results: which one is it?
+            ranks = results[0]
+            return ranks[local] if 0 <= local < len(ranks) else None
+        if self.launch.get(file, {}).get("max_nodes", 1) > 1:
+            return None  # several nodes: local rank n is rank n on one of them only
+        return local
+
     def per_gpu_files(self) -> set[int]:
-        """Files whose torchrun launch was one node, one process per GPU (GPU n is rank n)."""
+        """Files whose launch was one node, one process per GPU (GPU n is rank n): torchrun's or
+        DeepSpeed's launch configuration, or Lightning's world size equal to the visible GPUs."""
         return {f for f, c in self.launch.items()
-                if c.get("max_nodes") == 1 and c.get("nproc_per_node", 0) > 1}  # fmt: skip
+                if (c.get("max_nodes") == 1 and c.get("nproc_per_node", 0) > 1)
+                or c.get("world", 0) == c.get("visible", 0) > 1}  # fmt: skip
 
 
 def rank_signals(
@@ -185,17 +255,40 @@ def _rank(
     category = primary.match.category or "other"
     winners = [s for s in tier if s.match.category == primary.match.category]
     xid, xid_signal = _root_xid(live, top, category)
-    rank, root_line = _failing_rank(winners, roots, category, col.per_gpu_files())
+    table = (
+        "the Root Cause of torchrun's failure table"
+        if col.roots
+        else ("the only rank in torchrun's failure table")
+    )
+    origin, root_line = _failing_rank(
+        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds, col.local_to_global
+    )
     if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
-        rank, root_line = next(iter(col.culprits)), None  # the rank the others waited for
-    if rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
-        rank = _watchdog_rank(live, winners)
+        culprit = next(iter(col.culprits))  # the rank the others waited for
+        origin = O.Origin(rank=culprit, confidence=O.HIGH, reason=f"rank {culprit}: the one "
+                          "rank PyTorch's desync report says the others waited for",
+                          ).with_alternative(origin.rank, origin.reason or "")  # fmt: skip
+        root_line = None
+    if origin.rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
+        origin = _watchdog_rank(live, winners)
+    if origin.rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
+        origin = _traceback_rank(winners, col.tracebacks)
+    if origin.rank is not None and root_line is None and roots:
+        origin = origin.with_alternative(_one_rank(roots), f"{table} names it")
+    rank = origin.rank
+    if rank is not None:
+        node = origin.node or _node(origin.rank, col.rank_hosts, col.prefix_hosts)
+        origin = origin.replace(node=node)
     evidence = _evidence(winners, xid_signal, root_line, names, sources)
     sure = assess(live, winners, top, rank, names, sources)
     return Diagnosis(
         category=category,
         xid=xid,
         failing_rank=rank,
+        rank_reason=origin.reason,
+        rank_confidence=origin.confidence,
+        rank_alternatives=origin.alternatives,
+        failing_node=origin.node,
         summary=_summary(category, primary, winners, xid, rank) + note(sure),
         confidence=sure.level,
         alternatives=sure.alternatives,
@@ -271,46 +364,143 @@ def _root_xid(live: list[Signal], top: int, category: str) -> tuple[int | None, 
 
 
 def _failing_rank(
-    winners: list[Signal], roots: list[Any], category: str, per_gpu: Set[int] = frozenset()
-) -> tuple[int | None, tuple[Any, ...] | None]:
-    """The rank where the failure began, or None when the text names no single origin.
+    winners: list[Signal],
+    roots: list[Any],
+    category: str,
+    per_gpu: Set[int] = frozenset(),
+    table: str = "torchrun's failure table",
+    warned: dict[str, set[int]] | None = None,
+    to_global: Callable[[int, int, str | None], int | None] = lambda file, local, host: local,
+) -> tuple[O.Origin, tuple[Any, ...] | None]:
+    """The rank where the failure began (with its reason), or none when the text names no
+    single origin; and the table row that named it, if one did.
 
     A symptom (NCCL timeout or error) is printed by its victims: the rank on those lines is a
     reporter, and only torchrun's Root Cause names an origin (when no other rank reports the
-    symptom). Otherwise: the one rank the
-    decisive lines name; else the Root Cause; else the one local rank torchrun's agent named
-    (a single node: local rank = rank), or the one GPU an OOM names under a one-node,
-    process-per-GPU torchrun launch.
+    symptom), or an NCCL error that is the rank's own (see origin.nccl_kind). Otherwise: the
+    one rank the decisive lines name; else the Root Cause; else the one local rank torchrun's
+    agent named (a single node: local rank = rank), or the one GPU an OOM names under a
+    one-node, process-per-GPU launch.
     """
-    root = (roots[0][2], roots[0]) if len({r[2] for r in roots}) == 1 else (None, None)
+    one = _one_rank(roots)
+    root = (one, roots[0]) if one is not None else (None, None)
+    by_table = O.Origin(rank=one, reason=f"rank {one}: {table}", confidence=O.HIGH)
     named = {s.match.rank for s in winners if s.match.rank is not None}
     if category in SYMPTOM_CATEGORIES:
-        # Every rank timing out beside a Root Cause: that rank is just the first victim seen.
-        return root if named <= {root[0]} else (None, None)
+        own = _nccl_origin(winners, named, warned or {}) if category == "nccl_error" else O.NONE
+        if own.rank is not None:
+            return own.with_alternative(one, f"{table} names it"), None
+        if one is not None and named <= {one}:
+            # Every rank timing out beside a Root Cause: that rank is just the first victim seen.
+            return by_table.replace(confidence=O.MEDIUM), root[1]
+        return O.NONE, None
     if len(named) == 1:
-        return named.pop(), None
-    if not named and root[0] is not None:
-        return root
-    local = {s.match.fields["local_rank"] for s in winners if "local_rank" in s.match.fields}
-    local |= {
-        s.match.fields["gpu"] for s in winners if "gpu" in s.match.fields and s.file in per_gpu
-    }
-    if not named and len(local) == 1:
-        return int(local.pop()), None
-    return None, None
+        rank = named.pop()
+        return O.Origin(rank=rank, confidence=O.HIGH,
+                        reason=f"rank {rank}: the only rank on the decisive {category} lines"), None  # fmt: skip
+    if not named and one is not None:
+        return by_table, root[1]
+    if named:
+        return O.NONE, None
+    local = {to_global(s.file, int(s.match.fields["local_rank"]), s.match.fields.get("prefix_host"))
+             for s in winners if "local_rank" in s.match.fields}  # fmt: skip
+    gpus = {int(s.match.fields["gpu"]) for s in winners
+            if "gpu" in s.match.fields and s.file in per_gpu}  # fmt: skip
+    if None in local or len(local | gpus) != 1:  # both shapes, when present, must agree
+        return O.NONE, None
+    found = next(iter(local | gpus))
+    assert found is not None
+    rank = found
+    why = (
+        "the one local rank torchrun's agent says failed, mapped by its rendezvous (or one node)"
+        if local
+        else f"the OOM names GPU {rank} under a one-node launch of one process per GPU"
+    )
+    # The agent's own host prefix (pdsh) is the node that ran its local rank.
+    hosts = {s.match.fields.get("prefix_host") for s in winners if "local_rank" in s.match.fields}
+    node = next(iter(hosts)) if len(hosts) == 1 else None
+    return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: {why}", node=node), None
 
 
-def _watchdog_rank(live: list[Signal], winners: list[Signal]) -> int | None:
+def _one_rank(roots: list[Any]) -> int | None:
+    """The rank of the table rows when they name one rank, else None."""
+    ranks = {r[2] for r in roots}
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def _nccl_origin(winners: list[Signal], named: set[int], warned: dict[str, set[int]]) -> O.Origin:
+    """An NCCL error that is its reporter's own failure, printed under one rank's prefix.
+
+    A CUDA error inside NCCL (ncclUnhandledCudaError, "invalid device pointer") is the rank's
+    own even when other ranks report its fallout; an OFI/libfabric failure names its reporter
+    only when that rank is the only one reporting NCCL errors.
+    """
+    kinds = {k: set(v) for k, v in warned.items()}  # NCCL WARN lines under a rank's prefix
+    for s in winners:
+        kind = O.nccl_kind(s.match.text) if s.match.rank is not None else None
+        if kind is not None and s.match.rank is not None:
+            kinds.setdefault(kind, set()).add(s.match.rank)
+    own = kinds.get("own", set())
+    if len(own) == 1:
+        rank = next(iter(own))
+        return O.Origin(rank=rank, confidence=O.HIGH, reason=f"rank {rank}: its own CUDA error "
+                        "inside NCCL, not a symptom of another rank")  # fmt: skip
+    lone = kinds.get("one", set())
+    if not own and len(lone) == 1 and named == lone:
+        rank = next(iter(lone))
+        return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: the only rank "
+                        "reporting the NCCL failure (an OFI/libfabric error)")  # fmt: skip
+    return O.NONE
+
+
+def _watchdog_rank(live: list[Signal], winners: list[Signal]) -> O.Origin:
     """The rank whose NCCL watchdog reported the winning error, when the error line names none.
 
     `[PG ID 2 PG GUID 3 Rank 0] Process group watchdog thread terminated with exception: <the
     rank's own CUDA error>` is that rank's error coming back through its watchdog.
     """
     if any(s.match.rank is not None for s in winners):
-        return None  # the winners named several ranks: no single origin
+        return O.NONE  # the winners named several ranks: no single origin
     ranks = {s.match.rank for s in live if s.match.signature == "nccl.watchdog_exception"}
     ranks.discard(None)
-    return ranks.pop() if len(ranks) == 1 else None
+    if len(ranks) != 1:
+        return O.NONE
+    rank = ranks.pop()
+    assert rank is not None
+    return O.Origin(rank=rank, confidence=O.HIGH,
+                    reason=f"rank {rank}: its NCCL watchdog reported the error")  # fmt: skip
+
+
+TRACEBACK_WINDOW = 100  # lines after an unprefixed error line where its rank's traceback follows
+
+
+def _traceback_rank(winners: list[Signal], tracebacks: list[tuple[int, int, int]]) -> O.Origin:
+    """The one rank whose prefixed traceback follows the (unprefixed) decisive line.
+
+    PyTorch >= 2.4 prefixes each rank's stderr (`[rank1]: Traceback ...`) while a logger's copy
+    of the same error has no prefix: the traceback right after it says which rank raised it.
+    """
+    if not winners or any(s.match.rank is not None for s in winners):
+        return O.NONE
+    first = min(winners, key=lambda s: (s.file, s.line))
+    ranks = {r for f, line, r in tracebacks
+             if f == first.file and 0 < line - first.line <= TRACEBACK_WINDOW}  # fmt: skip
+    if len(ranks) != 1:
+        return O.NONE
+    rank = ranks.pop()
+    return O.Origin(rank=rank, confidence=O.MEDIUM, reason=f"rank {rank}: the only rank whose "
+                    "traceback follows the error line")  # fmt: skip
+
+
+def _node(rank: int | None, table: dict[int, str], prefixed: dict[int, set[str]]) -> str | None:
+    """The node of the failing rank where the log names it: torchrun's table row, else the one
+    host NCCL's `host:pid:tid [dev]` prefix shows on that rank's lines."""
+    if rank is None:
+        return None
+    if rank in table:
+        return table[rank]
+    hosts = prefixed.get(rank, set())
+    return next(iter(hosts)) if len(hosts) == 1 else None
 
 
 def _to_evidence(s: Signal, names: list[str], sources: list[str]) -> Evidence:

@@ -23,7 +23,7 @@ import re
 
 from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import outcomes as O
-from gpugate.diagnosis.cleaning import clean
+from gpugate.diagnosis.cleaning import clean, clean_prefixed
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -158,6 +158,23 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("slurm.node_failure", "slurm_node_failure", "CANCELLED|rror|NODE_FAIL",
          r"DUE TO NODE FAIL|Node failure on \S+|\bNODE_FAIL\b",  # the last: sacct/squeue's state
          "srun: error: Node failure on node-b3", specificity=90),
+    # slurmctld's own words when a node dies under a job (Slurm 20.11-24.05
+    # src/slurmctld/job_mgr.c kill_running_job_by_node_name: "requeue job %pJ due to failure of
+    # node %s", "Killing %pJ on failed node %s"; ping_nodes.c: "Nodes %s not responding, setting
+    # DOWN"), pasted beside a job log that says nothing itself.
+    _sig("slurm.ctld_node_failure", "slurm_node_failure", "failure of node|failed node|not responding",
+         r"requeue job \S+ due to failure of node \S+|Killing \S+ on failed node \S+|"
+         r"\bNodes? \S+ not responding, setting DOWN",
+         "slurmctld: requeue job JobId=81234 due to failure of node gpu-c07", specificity=90),
+    # `sinfo -R`'s REASON column (default format "%50E %9u %19H %N"): the reasons slurmctld sets
+    # itself for a dead node ("Not responding", ping_nodes.c; "Node unexpectedly rebooted
+    # boot_time=%u last response=%u", node_mgr.c), then user, timestamp and nodelist. A site's own drain reasons are not
+    # read: they are free text.
+    # `scontrol show node` prints the same reason as "Reason=Not responding [slurm@%s]".
+    _sig("slurm.sinfo_down_reason", "slurm_node_failure", "Not responding|unexpectedly rebooted",
+         r"^\s*(?:Not responding|Node unexpectedly rebooted)\b[^\n]{0,50}?\s\S+\s+\d{4}-\d\d-\d\dT[\d:]{8}\s+\S"
+         r"|\bReason=(?:Not responding|Node unexpectedly rebooted) \[\w+@",
+         "Not responding       slurm     2025-03-04T05:06:07 gpu-c07", specificity=85),
     _sig("slurm.preempted", "slurm_cancelled", "CANCELLED",
          r"DUE TO (?:PREEMPTION|JOB REQUEUE)",
          "slurmstepd: error: *** STEP 77.0 ON node-a1 CANCELLED AT 2024-02-01T10:00:00 DUE TO PREEMPTION ***",
@@ -188,6 +205,27 @@ SIGNATURES: tuple[Signature, ...] = (
          r"uncorrectable NVLink error|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
          "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
          specificity=90),
+    # CUDA runtime's peer-to-peer errors between two GPUs (cuda_runtime_api / driver_types.h,
+    # CUDA 11-12): cudaErrorPeerAccessUnsupported (217) "peer access is not supported between
+    # these two devices", cudaErrorPeerAccessNotEnabled (705) "peer access has not been enabled";
+    # the driver API's CUDA_ERROR_PEER_ACCESS_UNSUPPORTED. The GPUs' link (NVLink/P2P) is the
+    # cause. Not in NCCL's words: its transport failing on it ("NCCL WARN Cuda failure 217 ...",
+    # checks.h CUDACHECK, repeated as PyTorch's "Last error: Cuda failure '...'") stays an NCCL
+    # failure (the corpus labels' rule). Only as an error (a program that probes P2P and falls
+    # back may print the words in a notice).
+    _sig("cuda.peer_access", "nvlink_error",
+         "peer access|PeerAccess|PEER_ACCESS",
+         r"^(?!.*(?:NCCL|Cuda failure)).*?(?:[Ee]rror|[Ff]ail).*?(?:peer access is not supported between|peer access has not been enabled|"
+         r"cudaErrorPeerAccess(?:Unsupported|NotEnabled)|CUDA_ERROR_PEER_ACCESS_(?:UNSUPPORTED|NOT_ENABLED))",
+         "RuntimeError: CUDA error: peer access is not supported between these two devices",
+         specificity=85),
+    # CUDA 12's cudaErrorContained / CUDA_ERROR_CONTAINED (226, driver_types.h: "an exception
+    # occurred on the device that is now contained by the GPU's error containment capability";
+    # causes: invalid accesses of peer GPU memory over NVLink, or hardware errors).
+    _sig("cuda.contained", "nvlink_error", "Contained|CONTAINED|'s error containment",
+         r"cudaErrorContained|CUDA_ERROR_CONTAINED|contained by the GPU's error containment",
+         "RuntimeError: CUDA error: cudaErrorContained: an exception occurred on the device that "
+         "is now contained by the GPU's error containment capability", specificity=85),
     _sig("cuda.oom", "cuda_oom", "of memory|OfMemory|rror|RROR",
          r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|"
          r"[Cc]uda failure '?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -224,6 +262,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda.app_fault", "other", "rror",
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
          "RuntimeError: CUDA error: device-side assert triggered", specificity=70),
+    # A kernel's own assertion (PyTorch aten/src/ATen/native/cuda/*.cu CUDA_KERNEL_ASSERT, printed
+    # by the device's assert: "%s:%d: %s: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `%s`
+    # failed."), e.g. indexSelectLargeIndex's `srcIndex < srcSelectDimSize`: a bug in the job.
+    _sig("cuda.kernel_assert", "other", "Assertion",
+         r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",
+         "/opt/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1290: indexSelectLargeIndex: block: "
+         "[41,0,0], thread: [96,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+         specificity=70),
     # The NCCL watchdog reporting its rank's CUDA error; the error's own words (illegal
     # access, ECC) are more specific and win when the line holds them.
     _sig("nccl.watchdog_exception", "other", "atchdog",
@@ -264,6 +310,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|client socket has timed out after|Timed out initializing process group in store based "
          r"barrier|DistStoreError: .*[Tt]ime(?:d )?out|TCPStore.*(?:timed out|Timeout)",
          "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//cuda//0",
+         specificity=60),
+    # c10d's socket layer giving up on a peer (PyTorch 2.3+ torch/csrc/distributed/c10d/
+    # socket.cpp waitForInput: "[c10d] waitForInput: socket %s timed out after %dms"), as an
+    # inference engine's (SGLang, vLLM) process group init or collective RPC waits on its store.
+    _sig("c10d.socket_wait_timeout", "nccl_timeout", "waitForInput",
+         r"waitForInput: socket \S+.*? timed out after \d+ ?ms",
+         "[rank1]:[W1203 10:11:12.000000000 socket.cpp:487] [c10d] waitForInput: socket "
+         "SocketImpl(fd=41, addr=[gpu-a1]:40112, remote=[gpu-a0]:29500) timed out after 1800000ms",
          specificity=60),
     _sig("nccl.watchdog_stuck", "nccl_timeout", "atchdog|imed out",
          r"watchdog got stuck|Heartbeat monitor timed out",
@@ -316,7 +370,63 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl.failure", "nccl_error", "NCCL failure",
          r"NCCL failure .*'(?P<detail>[^']{1,80})'",
          "NCCL failure train.cu:110 'unhandled system error'", specificity=75),
+    # Other runtimes' words for a failed NCCL call: Horovod (horovod/common/ops/nccl_operations.cc
+    # nccl_context: `op_name + " failed: " + ncclGetErrorString(result)`, raised in TensorFlow as
+    # "UnknownError: ncclCommInitRank failed: unhandled system error"), XLA/JAX
+    # (xla/service/gpu/nccl_utils.cc: "NCCL operation ncclCommInitRank(&comm, nranks, id, rank)
+    # failed: unhandled cuda error"). The detail is ncclGetErrorString's words.
+    _sig("nccl.call_failed", "nccl_error", " failed: ",
+         r"\bnccl[A-Z]\w*(?:\([^()\n]*\))? failed: (?P<detail>[a-z][a-z ]{2,60}[a-z])",
+         "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled "
+         "system error", specificity=80),
+    # CuPy/Chainer's NcclError (cupy_backends/cuda/libs/nccl.pyx: "%s: %s" of the result's name
+    # and ncclGetErrorString), e.g. "NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error".
+    _sig("nccl.cupy_error", "nccl_error", "NCCL_ERROR_",
+         r"\bNCCL_ERROR_(?:UNHANDLED_CUDA_ERROR|SYSTEM_ERROR|INTERNAL_ERROR|INVALID_ARGUMENT|"
+         r"INVALID_USAGE|REMOTE_ERROR)\b",
+         "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error",
+         specificity=75),
     # --- host memory -----------------------------------------------------------------------
+    # Ray's memory monitor (Ray 2.2+, doc/source/ray-core/scheduling/ray-oom-prevention.rst):
+    # the raylet's summary (src/ray/raylet/node_manager.cc: "%d Workers (tasks / actors) killed
+    # due to memory pressure (OOM), %d Workers crashed due to other reasons at node ...", not
+    # when it killed 0) and the killed task's error ("Memory on the node (IP: %s, ID: %s) where
+    # the task ... was running was %s / %s (%f), which exceeds the memory usage threshold of %f.
+    # Ray killed this worker ...").
+    _sig("ray.workers_killed", "host_oom", "memory pressure",
+         r"(?<!\D0 Workers \(tasks / actors\) )(?<!^0 Workers \(tasks / actors\) )"
+         r"killed due to memory pressure",
+         "(raylet) [2025-01-02 03:04:05,678 E 812 812] (raylet) node_manager.cc:3069: 2 Workers "
+         "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other "
+         "reasons at node (ID: 0f3c, IP: 10.0.0.7) over the last time period.",
+         specificity=90),
+    _sig("ray.memory_monitor", "host_oom", "memory usage threshold",
+         r"which exceeds the memory usage threshold\b",
+         "Memory on the node (IP: 10.0.0.7, ID: 0f3c) where the task (task ID: 9a, name=f, pid=812, "
+         "memory used=11.2GB) was running was 60.1GB / 62.8GB (0.957), which exceeds the memory "
+         "usage threshold of 0.95. Ray killed this worker (ID: 77) because it was the most "
+         "recently scheduled task", specificity=90),
+    # The task's or actor's own error (python/ray/exceptions.py OutOfMemoryError, "Task was
+    # killed due to the node running low on memory."; an actor's death cause carries the exit
+    # type NODE_OUT_OF_MEMORY, src/ray/protobuf/common.proto). Host RAM, not the GPU's: it
+    # outranks cuda.oom's bare "OutOfMemoryError".
+    # Ray before 2.0 raised its own (python/ray/memory_monitor.py: "RayOutOfMemoryError: More
+    # than 95% of the memory on node %s is used").
+    _sig("ray.node_low_memory", "host_oom", "running low on memory|NODE_OUT_OF_MEMORY|OfMemory",
+         r"node running low on memory|Worker exit type: NODE_OUT_OF_MEMORY|"
+         r"\bray\.exceptions\.OutOfMemoryError\b|\bRayOutOfMemoryError\b",
+         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+         specificity=95),
+    # An allocator aborting the process when the host refuses memory: Rust's std
+    # (library/std/src/alloc.rs default_alloc_error_hook: "memory allocation of {} bytes failed").
+    # Others: jemalloc's abort (src/jemalloc.c "<jemalloc>: Error in malloc(): out of memory"),
+    # Go's runtime ("fatal error: runtime: out of memory", runtime/malloc.go), the JVM's
+    # java.lang.OutOfMemoryError (heap or native memory; not the GPU's "OutOfMemoryError"), and
+    # Kubernetes' container state "OOMKilled" (the pod's memory cgroup) in a pasted describe.
+    _sig("host.alloc_abort", "host_oom", "memory allocation of|of memory|OfMemory|OOMKilled",
+         r"memory allocation of \d+ bytes failed|<jemalloc>: Error in \w+\(\): out of memory|"
+         r"fatal error: runtime: out of memory|\bjava\.lang\.OutOfMemoryError\b|\bOOMKilled\b",
+         "memory allocation of 34359738368 bytes failed", specificity=92),
     _sig("host.dataloader_killed", "host_oom", "rror|Killed",
          r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
          "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", specificity=70),
@@ -396,12 +506,53 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- context: torchrun's ChildFailedError summary ------------------------------------------
     # PyTorch 1.9 prints "Root Cause:", later ones "Root Cause (first observed failure):"; a
     # table collapsed onto one line carries its rank field on the same line.
+    # The same table collapsed onto one line (a paste that lost its newlines): the Root Cause's
+    # rank and exit code side by side, so the line fails the job itself (a SIGKILL reads as the
+    # host's OOM killer, as the table's own exitcode field does) and names the rank.
+    _sig("torchrun.table_collapsed", "other", "Root Cause",
+         r"Root Cause(?: \(first observed failure\))?:.*?\brank\s*:?\s*(?P<rank>\d+) "
+         r"\(local[_ ]rank: ?\d+\)\s*exitcode\s*:\s*(?P<exitcode>-?\d+)",
+         "Root Cause (first observed failure): [0]: time : 2024-11-02_09:12:01 host : gpu-p4 "
+         "rank : 2 (local_rank: 2) exitcode : -9 (pid: 8812) error_file: <N/A>",
+         specificity=55, resolve=O.exit_outcome),
     _sig("torchrun.root_cause", None, "Root Cause",
-         r"Root Cause(?: \(first observed failure\))?:(?:.*?\brank\s*:\s*(?P<root_rank>\d+) \(local_rank)?",
+         r"Root Cause(?: \(first observed failure\))?:(?:.*?rank\s*:?\s*(?P<root_rank>\d+)\s*\(local[_ ]rank)?",
          "Root Cause (first observed failure):", strength=CONTEXT),
-    _sig("torchrun.rank_field", None, "local_rank",
-         r"^[\s|]*rank\s*:\s*(?P<rank>\d+) \(local_rank: ?\d+\)", "  rank      : 5 (local_rank: 1)",
-         strength=CONTEXT),
+    # The rank row, also collapsed by a paste (`host: gpu-3rank2 (local rank: 2)exitcode: -9`).
+    _sig("torchrun.rank_field", None, "local_rank|local rank",
+         r"(?:^|[\s|:]|(?<=[a-z0-9]))rank\s*:?\s*(?P<rank>\d+)\s*\(local[_ ]rank:?\s*\d+\)",
+         "  rank      : 5 (local_rank: 1)", strength=CONTEXT),
+    # The row above it names the host (the template's `host      : ${hostname}`). These context
+    # rows below have specificity 1: on a line that also holds a failure, the failure wins.
+    _sig("torchrun.host_field", None, "host      :",
+         r"^[\s|]*host\s+:\s*(?P<host>[A-Za-z0-9][\w.-]*)\s*$", "  host      : gpu-b7",
+         specificity=1, strength=CONTEXT),
+    # A traceback's first line: under a rank prefix (PyTorch >= 2.4 prefixes each rank's stderr,
+    # `[rank1]: Traceback ...`) it says which rank raised the exception printed just above.
+    _sig("python.traceback", None, "Traceback (most recent call last)",
+         r"^\s*Traceback \(most recent call last\):?\s*$",
+         "[rank1]: Traceback (most recent call last):", specificity=1, strength=CONTEXT),
+    # torchrun's agent after its rendezvous (torch/distributed/elastic/agent/server/api.py,
+    # "Rendezvous complete for workers. Result:" then "  global_ranks=[4, 5, 6, 7]"): the global
+    # rank of each of this node's local ranks.
+    _sig("torchrun.global_ranks", None, "global_ranks=",
+         r"^\s*global_ranks=\[(?P<ranks>[\d, ]*)\]", "  global_ranks=[4, 5, 6, 7]",
+         specificity=1, strength=CONTEXT),
+    # Lightning 2.x: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4" (fabric/utilities/
+    # distributed.py) and "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]" (accelerators/cuda.py):
+    # as many processes as visible GPUs is one node with a process per GPU.
+    _sig("lightning.member", None, "MEMBER:",
+         r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/(?P<world>\d+)",
+         "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4", specificity=1, strength=CONTEXT),
+    _sig("lightning.visible", None, "- CUDA_VISIBLE_DEVICES:",
+         r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES: \[(?P<devices>[\d, ]*)\]",
+         "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]", specificity=1, strength=CONTEXT),
+    # DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.x): `nnodes=1, num_local_procs=4,
+    # node_rank=0`; one node with a process per GPU makes "GPU n" local rank n, as torchrun's.
+    _sig("deepspeed.launch_info", None, "num_local_procs",
+         r"nnodes=(?P<nnodes>\d+), num_local_procs=(?P<nprocs>\d+)",
+         "[2024-05-08 11:02:14,330] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0",
+         specificity=1, strength=CONTEXT),
     # torchrun's launch configuration: one node with a process per GPU makes "GPU n" rank n.
     _sig("torchrun.launch_config", None, "max_nodes|nproc_per_node",
          r"\]\s+(?P<key>max_nodes|nproc_per_node)\s*:\s*(?P<n>\d+)\s*$",
@@ -548,7 +699,7 @@ def _window(part: bytes) -> bytes:
 
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
-    text, prefix_rank = clean(segment)
+    text, prefix_rank, prefix_host = clean_prefixed(segment)
     best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
@@ -562,7 +713,10 @@ def match_segment(segment: bytes) -> Match | None:
     if best is None:
         return None
     _, sig, m = best
-    return _to_match(sig, m, text, prefix_rank)
+    found = _to_match(sig, m, text, prefix_rank)
+    if prefix_host is not None:  # the launcher's host prefix: where this line was printed
+        found = found.replace(fields={**found.fields, "prefix_host": prefix_host})
+    return found
 
 
 # A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)

@@ -60,6 +60,13 @@ class Diagnosis(Record):
     category: str
     xid: int | None = None
     failing_rank: int | None = None
+    # Why that rank (e.g. "rank 2: the only rank in torchrun's failure table"), how sure (high
+    # only when the origin line itself names the one rank), other ranks another shape named, and
+    # the rank's node where the log (or the job's layout, see gpugate.slurm.layout) names it.
+    rank_reason: str | None = None
+    rank_confidence: str | None = None
+    rank_alternatives: tuple[Any, ...] = ()  # of {"rank", "reason"}
+    failing_node: str | None = None
     summary: str = ""
     advice: str = ""
     evidence: tuple[Evidence, ...] = ()
@@ -90,6 +97,10 @@ class Diagnosis(Record):
             "category": self.category,
             "xid": self.xid,
             "failing_rank": self.failing_rank,
+            "failing_node": self.failing_node,
+            "rank_reason": self.rank_reason,
+            "rank_confidence": self.rank_confidence,
+            "rank_alternatives": [dict(a) for a in self.rank_alternatives],
             "summary": self.summary,
             "advice": self.advice,
             "decided_by": self.decided_by,

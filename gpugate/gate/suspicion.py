@@ -26,6 +26,7 @@ import time
 
 from gpugate import log
 from gpugate.child import ChildError, detach
+from gpugate.clock import parse_utc
 from gpugate.diagnosis.categories import USER, kind
 from gpugate.gate.flightrec_votes import first_node as fr_first_node
 from gpugate.gate.requeue import USER_STATES
@@ -63,6 +64,23 @@ def user_caused(
     return any(kind(c) == USER for c in (category, *own))
 
 
+def failing_node(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str, float | None] | None:
+    """(node, its first failure time or None) when the bundles name one failing node of the job.
+
+    The diagnosis names the failing rank's node where the log (torchrun's table, NCCL's prefix)
+    or the job's layout tells it; bundles naming different nodes, or a node not the job's, say
+    nothing.
+    """
+    named = {s.get("failing_node") for s in summaries if isinstance(s.get("failing_node"), str)}
+    if len(named) != 1:
+        return None
+    node = named.pop()
+    if node not in job.nodes:
+        return None
+    own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
+    return node, next((t for t in own if t is not None), None)
+
+
 def vote(
     config: Config,
     job: JobEnd,
@@ -73,8 +91,13 @@ def vote(
     """Cast this failed job's vote; past the threshold, flag its node. What was done, or None."""
     if not wants_votes(job, config):
         return None
-    # The flight recorder's culprit, when it names one, is stronger than the time stamps.
-    first = fr_first_node(config, job, summaries) or S.first_to_fail(summaries, job.nodes)
+    # The flight recorder's culprit, when it names one, is stronger than the time stamps; so is
+    # the failing rank's node when the bundles name it (the origin, not the first to notice).
+    first = (
+        fr_first_node(config, job, summaries)
+        or failing_node(job, summaries)
+        or S.first_to_fail(summaries, job.nodes)
+    )
     if first is None:
         return "no suspect (a node without a failure time, or a tie)"
     node, at = first

@@ -20,6 +20,7 @@ from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.hookenv import comment_tokens
+from gpugate.slurm.layout import node_of_rank
 from gpugate.slurm.reasons import drill_mark, evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
@@ -43,6 +44,23 @@ if TYPE_CHECKING:
     from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+
+
+def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -> str | None:
+    """The failing rank's node: the one the log names, else the job's only node.
+
+    Slurm's tasks per node are not used here: under torchrun (one task per node, a process per
+    GPU) they would put rank 1 on the second node. An admin who knows the layout gives it to
+    `gpugate diagnose --nodelist --tasks-per-node`.
+    """
+    named = diagnosis.get("failing_node")
+    if isinstance(named, str) and named:
+        return named
+    rank = diagnosis.get("failing_rank")
+    if type(rank) is not int:
+        return None
+    nodes = job.get("nodes") or env.nodelist
+    return node_of_rank(rank, nodes or None, None)
 
 
 def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict[str, Any]:
@@ -392,6 +410,11 @@ def _summary(
         "confidence": diagnosis.get("confidence"),
         "xid": diagnosis.get("xid"),
         "failing_rank": diagnosis.get("failing_rank"),
+        # The failing rank's node (the log's word, else a one-node job's), why that rank, and
+        # how sure: the controller's suspect vote points at this node when it is one of the job's.
+        "failing_node": result.failing_node,
+        "rank_reason": diagnosis.get("rank_reason"),
+        "rank_confidence": diagnosis.get("rank_confidence"),
         "summary_text": diagnosis.get("summary"),
         "job_output_category": diagnosis.get("job_output_category"),
         "job_output_xid": diagnosis.get("job_output_xid"),

@@ -228,6 +228,7 @@ def _run_epilog(
         category=diagnosis.get("category"),
         xid=diagnosis.get("xid"),
         failing_rank=diagnosis.get("failing_rank"),
+        failing_node=collect.failing_node(diagnosis, env, job),
         confidence=diagnosis.get("confidence"),
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),

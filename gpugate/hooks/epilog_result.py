@@ -21,6 +21,8 @@ class EpilogResult(Record):
     category: str | None = None
     xid: int | None = None
     failing_rank: int | None = None
+    # The failing rank's node: named by the log, else the job's only node.
+    failing_node: str | None = None
     confidence: str | None = None  # the diagnosis's: the metrics count only high under category
     hardware_fault: bool = False
     hardware_checks: tuple[Any, ...] = ()  # the failing hardware check ids (for the metrics)

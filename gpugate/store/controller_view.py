@@ -41,6 +41,7 @@ SUMMARY_FIELDS = (
     "job_id", "node", "restart", "category", "category_trusted", "confidence", "xid",
     "hardware_fault", "first_hardware_error_at", "first_failure_at", "checkpoint_age_s",
     "checkpoint_stale", "checkpoint_message", "flightrec_dumps", "job_start", "job_end",
+    "failing_node",  # the failing rank's node (the suspect vote points at it when known)
     "kind", "drill",  # a drill's run: the controller marks what it writes DRILL <id> too
 )  # fmt: skip
 # The flight recorder's compact records keep only what find_culprit reads (no stack frames).
