@@ -1,8 +1,9 @@
 """Job-log failure signatures: one table of what a dying training job prints, and the matching.
 
 Each `Signature` names a diagnosis category, a compiled pattern (searched in one cleaned line
-segment), the anchors that any matching line must contain (the scanner's cheap prefilter: only
-lines holding an anchor are ever decoded and matched), a specificity, a strength and an example
+segment, compiled on first use), the anchors that any matching line must contain (the scanner's
+cheap prefilter searches a key of each, `KEYS` below: only lines holding a key are ever decoded,
+and only anchors they hold send a line to a pattern), a specificity, a strength and an example
 line (the tests check that every example matches its pattern and passes the prefilter).
 
 Formats by era and framework are in section 6 of docs/gpu-facts.md; kernel
@@ -80,7 +81,7 @@ def _sig(
     strength: str = FATAL,
     resolve: Callable[..., Any] | None = None,
 ) -> Signature:
-    """A table row: anchors as one `|`-separated string, the pattern compiled."""
+    """A table row: anchors as one `|`-separated string, the pattern compiled on first use."""
     return Signature(name=name, category=category, anchors=tuple(anchors.split("|")),
                      pattern=lazy(pattern), example=example,
                      specificity=specificity, strength=strength, resolve=resolve)  # fmt: skip
@@ -636,6 +637,10 @@ def start_bytes(anchors: Iterable[str]) -> frozenset[int]:
         best = min(served, key=lambda b: (_weight(b) / served[b], b))
         chosen.add(best)
         left = {a for a in left if best not in options[a]}
+    # Greedy leaves bytes that later choices made redundant: drop them, the commonest first.
+    for b in sorted(chosen, key=_weight, reverse=True):
+        if all(options[a] & (chosen - {b}) for a in options):
+            chosen.discard(b)
     return frozenset(chosen)
 
 
