@@ -141,3 +141,10 @@ def test_keys_start_on_a_cheap_cover_of_bytes_and_new_anchors_reuse_it():
     before = sum(map(S._weight, S.start_bytes(S.ANCHORS)))
     after = sum(map(S._weight, S.start_bytes(S.ANCHORS + SYNTHETIC)))
     assert after <= 1.25 * before, (before, after)
+
+
+def test_a_key_never_starts_inside_a_utf8_character():
+    anchors = ("Speicher erschöpft", "énorme échec", "メモリ不足")
+    for key in S.prefilter_keys(anchors):
+        assert any(key in a for a in anchors)
+        assert len(key.encode()) >= S.KEY_MIN

@@ -620,9 +620,10 @@ def _weight(byte: int) -> float:
     return BYTE_WEIGHT.get(byte, 0.5)
 
 
-def _starts(anchor: bytes) -> range:
-    """Where a key may start in an anchor: KEY_MIN bytes at least are left (a short anchor: 0)."""
-    return range(max(1, len(anchor) - KEY_MIN + 1))
+def _starts(anchor: bytes) -> list[int]:
+    """Where a key may start in an anchor: KEY_MIN bytes at least are left (a short anchor: 0),
+    never inside a UTF-8 character."""
+    return [0] + [i for i in range(1, len(anchor) - KEY_MIN + 1) if anchor[i] & 0xC0 != 0x80]
 
 
 def start_bytes(anchors: Iterable[str]) -> frozenset[int]:
@@ -652,7 +653,7 @@ def prefilter_key(anchor: str, starts: frozenset[int]) -> str:
     """
     raw = anchor.encode()
     i = next(i for i in _starts(raw) if raw[i] in starts)
-    return raw[i:].decode("utf-8", "surrogateescape")
+    return raw[i:].decode()
 
 
 def prefilter_keys(anchors: Iterable[str]) -> tuple[str, ...]:
