@@ -231,9 +231,10 @@ def table(
         rows.append(
             f"| {name} | {wall[name]:.2f} | {cpu[name]:.2f} | {ratios} | {peaks[name]:.0f} |"
         )
+    rows.append("")
     for label, fig in (("wall", wall), ("cpu", cpu)):
         ok = all(fig["gpugate"] <= x * fig[b] for b, x in BOUNDS.items())
-        rows.append(f"\ngpugate within the time bounds by {label}: {'yes' if ok else 'NO'}")
+        rows.append(f"gpugate within the time bounds by {label}: {'yes' if ok else 'NO'}")
     rows.append(f"gpugate under {PEAK_MB} MB: {'yes' if peaks['gpugate'] < PEAK_MB else 'NO'}")
     return "\n".join(rows)
 
