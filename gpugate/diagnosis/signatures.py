@@ -670,7 +670,9 @@ def prefilter_keys(anchors: Iterable[str]) -> tuple[str, ...]:
 
 def grep_ere(keys: Iterable[str]) -> str:
     """The keys as one ERE alternation, metacharacters bracketed (`.cc:` is `[.]cc:`)."""
-    return "|".join("".join(f"[{c}]" if c in ".[]()*+?{}^$\\|" else c for c in k) for k in keys)
+    # `^` escaped instead: `[^]` would open a negated bracket.
+    esc = {c: f"[{c}]" for c in ".[]()*+?{}$\\|"} | {"^": "\\^"}
+    return "|".join("".join(esc.get(c, c) for c in k) for k in keys)
 
 
 def key_regex(keys: Iterable[str]) -> re.Pattern[bytes]:
