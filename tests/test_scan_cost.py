@@ -148,3 +148,30 @@ def test_a_key_never_starts_inside_a_utf8_character():
     for key in S.prefilter_keys(anchors):
         assert any(key in a for a in anchors)
         assert len(key.encode()) >= S.KEY_MIN
+
+
+def test_a_large_file_split_between_two_greps_gives_the_same_lines(monkeypatch, tmp_path):
+    if scan._find_grep() is None:
+        pytest.skip("no grep")
+    log = tmp_path / "job.log"
+    log.write_text(NOISE + FAILURE + NOISE + FAILURE.replace("rank3", "rank5") + NOISE)
+    whole = D.diagnose([str(log)], engine="grep")
+    greps: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy_popen(argv, *a, **kw):
+        greps.append(list(argv))
+        return real_popen(argv, *a, **kw)
+
+    monkeypatch.setattr(scan, "SPLIT_MIN", 0)  # every file is large
+    monkeypatch.setattr(subprocess, "Popen", spy_popen)
+    split = D.diagnose([str(log)], engine="grep")
+    assert len(greps) == 2 and all(a.count("-E") == 1 for a in greps)
+    assert split.evidence == whole.evidence and split.failing_rank == whole.failing_rank
+    # The hits themselves, line numbers included, one by one.
+    with open(log, "rb") as f:
+        size = log.stat().st_size
+        mid = scan.split_point(f.fileno(), size)
+        assert mid is not None and 0 < mid < size
+        one = list(scan.grep_hits("-", "grep", size, stdin=f))
+        assert list(scan.split_grep_hits(f.fileno(), "grep", size, mid)) == one
