@@ -6,7 +6,8 @@ and only there are the anchors and the signatures' patterns tried. One pass find
 whatever the number of signatures, in one of two engines:
 - ``grep``: GNU grep over a regular file with the keys as one `-E` alternation. It is the
   fastest multi-word search on a node (the benchmark in `bench/` compares against it), streams
-  with a small fixed buffer, and its `-n` gives line numbers for free.
+  with a small fixed buffer, and its `-n` gives line numbers for free. A file of SPLIT_MIN or
+  more goes to two greps at once, one per half.
 - ``python``: 1 MiB binary chunks, one pass of the keys' compiled alternation per chunk,
   newline counting per chunk. Used for stdin, gzip'd logs, small files, and wherever grep is
   missing or fails.
