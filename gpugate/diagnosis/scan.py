@@ -175,7 +175,14 @@ def split_grep_hits(fd: int, grep: str, size: int, mid: int) -> Iterator[tuple[i
     try:
         os.lseek(second, mid, os.SEEK_SET)
         a = _start_grep("-", grep, mid, read_end)
-        b = _start_grep("-", grep, size - mid, second)
+        try:
+            b = _start_grep("-", grep, size - mid, second)
+        except BaseException:
+            _stop(a)
+            raise
+    except BaseException:
+        os.close(write_end)
+        raise
     finally:
         os.close(read_end)
         os.close(second)
@@ -195,14 +202,20 @@ def split_grep_hits(fd: int, grep: str, size: int, mid: int) -> Iterator[tuple[i
             yield line_no + first_lines, raw
     finally:
         if first_lines is None:  # stopped early: the second grep must not be left running
-            b[1].cancel()
-            if b[0].poll() is None:
-                b[0].kill()
-                b[0].wait()
-            for stream in (b[0].stdout, b[0].stderr):
-                if stream is not None:
-                    stream.close()
+            _stop(b)
         feeder.join()
+
+
+def _stop(started: tuple[subprocess.Popen[bytes], threading.Timer]) -> None:
+    """Kill a started grep that will not be drained, and close its pipes."""
+    proc, timer = started
+    timer.cancel()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def _split_at(fd: int, size: int) -> int | None:
