@@ -175,3 +175,24 @@ def test_a_large_file_split_between_two_greps_gives_the_same_lines(monkeypatch, 
         assert mid is not None and 0 < mid < size
         one = list(scan.grep_hits("-", "grep", size, stdin=f))
         assert list(scan.split_grep_hits(f.fileno(), "grep", size, mid)) == one
+
+
+def test_a_split_scan_stopped_early_leaves_no_grep_running(monkeypatch, tmp_path):
+    if scan._find_grep() is None:
+        pytest.skip("no grep")
+    log = tmp_path / "job.log"
+    log.write_text(FAILURE + NOISE * 4 + FAILURE)
+    procs: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def spy_popen(argv, *a, **kw):
+        procs.append(real_popen(argv, *a, **kw))
+        return procs[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", spy_popen)
+    with open(log, "rb") as f:
+        size = log.stat().st_size
+        hits = scan.split_grep_hits(f.fileno(), "grep", size, scan.split_point(f.fileno(), size))
+        assert next(hits)[0] == 1
+        hits.close()
+    assert len(procs) == 2 and all(p.poll() is not None for p in procs)
