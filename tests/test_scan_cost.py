@@ -181,7 +181,9 @@ def test_a_split_scan_stopped_early_leaves_no_grep_running(monkeypatch, tmp_path
     if scan._find_grep() is None:
         pytest.skip("no grep")
     log = tmp_path / "job.log"
-    log.write_text(FAILURE + NOISE * 4 + FAILURE)
+    # The first half's grep has more to say than a pipe holds: it blocks on its output, and
+    # must be killed before its feeder is waited for.
+    log.write_text(FAILURE * 2000 + NOISE * 4 + FAILURE)
     procs: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen
 

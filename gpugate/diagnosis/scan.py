@@ -189,20 +189,25 @@ def split_grep_hits(fd: int, grep: str, size: int, mid: int) -> Iterator[tuple[i
     feeder = threading.Thread(target=_pump, args=(fd, write_end, mid, sentinel), daemon=True)
     feeder.start()
     first_lines = None
+    drain_a, drain_b = _drain(a), _drain(b)
     try:
         held: tuple[int, bytes] | None = None
-        for hit in _drain(a):
+        for hit in drain_a:
             if held is not None:
                 yield held
             held = hit
         if held is None or held[1] != sentinel[:-1]:
             raise ScanError("grep over the first half ended early")
         first_lines = held[0] - 1
-        for line_no, raw in _drain(b):
+        for line_no, raw in drain_b:
             yield line_no + first_lines, raw
     finally:
-        if first_lines is None:  # stopped early: the second grep must not be left running
-            _stop(b)
+        # Stopped early: kill the first grep before waiting for its feeder (a grep blocked on
+        # its output reads no more input), and the second, which may not have been drained.
+        drain_a.close()
+        drain_b.close()
+        if first_lines is None:
+            _stop(b)  # never started draining: its generator's cleanup never ran
         feeder.join()
 
 
