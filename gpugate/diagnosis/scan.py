@@ -30,7 +30,7 @@ from gpugate.fsutil import open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Generator, Iterable, Iterator
     from typing import IO, BinaryIO, Protocol
 
     from gpugate.diagnosis.rank import Collector
@@ -123,7 +123,9 @@ def _start_grep(
     return proc, timer
 
 
-def _drain(started: tuple[subprocess.Popen[bytes], threading.Timer]) -> Iterator[tuple[int, bytes]]:
+def _drain(
+    started: tuple[subprocess.Popen[bytes], threading.Timer],
+) -> Generator[tuple[int, bytes], None, None]:
     """The hits of a started grep; its exit checked, nothing left running."""
     proc, timer = started
     assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
