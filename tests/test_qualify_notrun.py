@@ -269,3 +269,17 @@ def test_dcgmis_own_mig_refusal_is_not_run(tmp_path):
                       "the diagnostic because it prevents access to the entire GPU.\")")  # fmt: skip
     step = dcgm.dcgm_step(1, dcgmi, 10, "n1", nvidia_smi=str(tmp_path / "no-smi"))
     assert step["ok"] is None and step["error"] == "mig" and step["fix"] == dcgm.FIX_MIG
+
+
+@pytest.mark.parametrize(
+    "detail",
+    ["dcgm: dcgmi diag timed out after 60 s", "dcgm: no readable output from dcgmi"],
+)
+def test_a_dcgm_step_that_proved_nothing_keeps_the_node_from_passing(config, tmp_path, detail):
+    """A timeout or unreadable output is not judged (ok None) and not a pass either."""
+    run_dir = tmp_path / "run"
+    write(run_dir, "n1", "dcgm", {"test": "dcgm", "nodes": ["n1"], "ok": None, "detail": detail})
+    verdicts, _ = judge.judge_all(config, str(run_dir), [started("n1")], [], ["dcgm"])
+    v = verdicts["n1"]
+    assert not v["passed"] and not v["failed"], v
+    assert v["why"] == f"not qualified: {detail}"

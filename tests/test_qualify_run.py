@@ -60,9 +60,10 @@ class FakeOps:
         return job_id
 
     def _node_results(self, run_dir: str, node: str, job_id: str) -> None:
-        self._write(run_dir, node, "dcgm", {"test": "dcgm", "nodes": [node], "ok": None,
+        # DCGM passes here (as the dcgmi stand-in's level 1 does): the tests judge bandwidths.
+        self._write(run_dir, node, "dcgm", {"test": "dcgm", "nodes": [node], "ok": True,
                     "value_gbps": None, "floor_gbps": None, "job_id": job_id,
-                    "detail": "dcgm: not run: dcgmi not found on this node"})  # fmt: skip
+                    "detail": "dcgm: passed (level 1)"})  # fmt: skip
         ar = {"test": "allreduce", "backend": "gloo", "busbw_gbps": self.speed[node]}
         if node in self.error:
             ar = {"test": "allreduce", "error": self.error[node]}

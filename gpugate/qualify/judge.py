@@ -321,8 +321,9 @@ def judge_all(
             per[node].append(res)
             if raw is None and job.started:
                 unproven[node].append(_missing(job, "dcgm"))
-            elif (res.get("ok") is None and (raw or {}).get("not_tested")) or res.get("not_run"):
-                # DCGM could not test, or the step was not run: not a pass either, never a fail.
+            elif res.get("ok") is None:
+                # DCGM could not test, the step was not run, dcgmi timed out or printed nothing
+                # readable: nothing was proven, so not a pass either; never a fail.
                 unproven[node].append(str(res.get("detail")))
     for test in ("allreduce", "h2d"):
         if test in tests:
