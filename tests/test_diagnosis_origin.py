@@ -215,9 +215,9 @@ def test_tracebacks_of_two_ranks_after_the_error_name_no_rank():
     text = (
         "2024-11-07 09:13:58 | ERROR | step failed: CUDA out of memory. Tried to allocate 3.52 GiB.\n"
         "[rank1]: Traceback (most recent call last):\n"
-        '[rank1]:   File "/work/train.py", line 214, in <module>\n'
+        '[rank1]:   File "/home/alice/train.py", line 214, in <module>\n'
         "[rank2]: Traceback (most recent call last):\n"
-        '[rank2]:   File "/work/train.py", line 214, in <module>\n'
+        '[rank2]:   File "/home/alice/train.py", line 214, in <module>\n'
     )
     d = D.diagnose_bytes(text.encode())
     assert (d.category, d.failing_rank, d.rank_reason) == ("cuda_oom", None, None)
