@@ -129,7 +129,7 @@ def run_epilog_slurmctld(config: Config) -> int:
         done.append(_comment(slurm, job.job_id, cannot_write, "controller_dir unwritable"))
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
     log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
-              requeue=decision.requeue,
+              requeue=decision.requeue, slurm=slurm.kind,
               why=decision.why, category=decision.category, suspects=list(decision.suspects),
               refused_on=list(decision.refused_on), told=decision.tell,
               said=decision.describe() if decision.tell else None,

@@ -38,6 +38,9 @@ OWN_HOOK_ENV_LOOP = 'for f in "${0%/*}/hook.env"; do'
 # slurm_hooks/ copied as the files they name (copytree follows them).
 PACKAGE_DIRS = {"gpugate": "gpugate"}
 DEPENDENCIES = ("yaml", "loguru", "pynvml")  # pyproject.toml's, by module
+# GPUGATE_E2E_BACKEND=pyslurm runs the suite on the pyslurm backend (`slurm.backend: pyslurm`,
+# which fails rather than fall back): .ci/run's second pass, after .ci/pyslurm built it.
+BACKEND_VAR = "GPUGATE_E2E_BACKEND"
 LAUNCHER = ROOT / "packaging" / "rpm" / "gpugate"  # the packaged one: ../lib first on sys.path
 
 
@@ -94,6 +97,8 @@ def copy_gpugate(lib: Path) -> None:
     for source, target in PACKAGE_DIRS.items():
         shutil.copytree(ROOT / source, lib / target, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+    if e2e_backend() == "pyslurm":
+        copy_distribution("pyslurm", lib)
     for module in DEPENDENCIES:
         spec = importlib.util.find_spec(module)
         if spec is None or spec.origin is None:
@@ -104,6 +109,33 @@ def copy_gpugate(lib: Path) -> None:
                             ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
         else:
             shutil.copy(spec.origin, lib / Path(spec.origin).name)
+
+
+def copy_distribution(name: str, lib: Path) -> None:
+    """An installed distribution's files (its package and its .dist-info, which `slurm.backend:
+    auto` reads for the version) into LIB, as `pip install --target` lays them out."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution(name)
+    except PackageNotFoundError:
+        raise JobUserCannotRun(f"{name} is not installed for {sys.executable} "
+                               "(.ci/pyslurm builds it)") from None  # fmt: skip
+    for file in dist.files or ():
+        source = Path(str(dist.locate_file(file)))
+        if file.parts[0] in ("..", "/") or "__pycache__" in file.parts or not source.is_file():
+            continue  # scripts outside site-packages, byte code
+        target = lib / file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+
+
+def e2e_backend() -> str:
+    """The Slurm backend the end-to-end suite's hooks and commands use: cli, or pyslurm."""
+    kind = os.environ.get(BACKEND_VAR, "") or "cli"
+    if kind not in ("cli", "pyslurm"):
+        raise RuntimeError(f"{BACKEND_VAR}={kind!r}: expected 'cli' or 'pyslurm'")
+    return kind
 
 
 def job_interpreter() -> str:
@@ -181,6 +213,7 @@ class Site:
         self.evidence = base / "evidence"
         self.config = base / "gpugate.yaml"
         self.metrics = base / "metrics" / "gpugate.prom"
+        self.backend = e2e_backend()
         for d in (self.hooks, self.snapshots, self.state, self.evidence, self.metrics.parent):
             d.mkdir(parents=True, exist_ok=True)
         # Jobs run as an ordinary user (localslurm.JOB_USER) and write their output here, like
@@ -275,7 +308,8 @@ class Site:
             "task_prolog:\n"
             f"  nccl_debug_dir: {self.base / 'nccl'}\n"
             "admin:\n"
-            f"  metrics_file: {self.metrics}\n" + extra
+            f"  metrics_file: {self.metrics}\n"
+            f"slurm:\n  backend: {self.backend}\n" + extra
         )
 
     def nccl_dir_per_node(self, nodes: list[str]) -> None:
