@@ -309,7 +309,8 @@ NODE_FILES = {
     "24.11-debian13/sinfo.two-drain-reasons.json": (parse_sinfo_json, 3, {
         "gpu-node-01": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC "
                         "120 > 100", "root", 1796275332, True),
-        "gpu-node-03": ("IDLE", (), "", "root", None, False),
+        # sinfo says root set no reason; scontrol's text of the same node says nobody.
+        "gpu-node-03": ("IDLE", (), "", "", None, False),
     }),
     "24.11-debian13/scontrol-show-node-o.two-drain-reasons.txt": (parse_show_node_text, 3, {
         "gpu-node-01": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC "
@@ -354,7 +355,7 @@ JOB_FILES = {
     }),
     "22.05/squeue.json": (parse_jobs_json, 3, {
         1: dict(state="COMPLETED", nodes=("vm",), batch_host="vm", restarts=1),
-        3: dict(state="RUNNING", nodes=("vm",), reason="None", uid=0),
+        3: dict(state="RUNNING", nodes=("vm",), reason="", uid=0),  # JSON says "None": no reason
     }),
     "22.05/squeue.held-job.json": (parse_jobs_json, 4, {
         4: dict(state="PENDING", reason="launch_failed_requeued_held", nodes=(), restarts=1,

@@ -15,6 +15,7 @@ from gpugate.slurm.records import (
     NodeInfo,
     ended_at,
     gres_gpu_count,
+    job_reason,
     split_state,
 )
 
@@ -163,7 +164,7 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
         user=user,
         uid=_int(uid.rstrip(")")),
         state=kv.get("JobState", ""),
-        reason=_text(kv.get("Reason")),
+        reason=job_reason(_text(kv.get("Reason"))),
         nodes=tuple(expand(_text(kv.get("NodeList")))),
         batch_host=_text(kv.get("BatchHost")),
         stdout=_text(kv.get("StdOut")),
@@ -178,7 +179,7 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
         requeue=kv.get("Requeue") == "1",
         partition=_text(kv.get("Partition")),
         required_nodes=tuple(expand(_text(kv.get("ReqNodeList")))),
-        end_time=_text_time(kv.get("EndTime") or ""),
+        end_time=ended_at(_text_time(kv.get("EndTime") or "")),  # running: the expected end
         start_time=ended_at(_text_time(kv.get("StartTime") or "")),  # pending: a forecast
     )
 
