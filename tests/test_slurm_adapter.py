@@ -1436,3 +1436,14 @@ def test_a_jobs_start_time_is_read_and_a_forecast_is_not():
     assert parse_show_job_text(text).start_time == started
     forecast = text.replace("StartTime=2026-12-01T06:57:13", "StartTime=2999-01-01T00:00:00")
     assert parse_show_job_text(forecast).start_time is None
+
+
+def test_scontrol_text_numbers_are_ascii_digits_only() -> None:
+    # int() reads "1_0" as 10; a JobId= that is no plain id is no record of ours.
+    odd = JOB_1_TEXT.replace("Restarts=1 ", "Restarts=1_0 ").replace(
+        "ExitCode=0:54", "ExitCode=0:5_4"
+    )
+    job = parse_show_job_text(odd)
+    assert (job.restarts, job.exit_signal) == (0, 0)
+    with pytest.raises(ValueError, match="14_1"):
+        parse_show_job_text(JOB_1_TEXT.replace("JobId=1 ", "JobId=14_1 "))
