@@ -24,6 +24,7 @@ from gpugate.slurm import cli as slurm_cli
 from gpugate.slurm import control as S
 from gpugate.slurm import pyslurm as pyslurm_backend
 from gpugate.slurm import reasons as R
+from gpugate.slurm import records
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm.parse_json import parse_jobs_json, parse_nodes_json, parse_sinfo_json
 from gpugate.slurm.parse_text import (
@@ -118,6 +119,8 @@ def _normalise(argv: tuple) -> tuple | None:
         return ("release", argv[2])
     if verb != "update":
         return None
+    if "NodeName" in args and "Comment" in args:
+        return ("node_comment", args["NodeName"], args["Comment"])
     if "NodeName" in args:
         state = args["State"]
         return (
@@ -133,11 +136,42 @@ def _normalise(argv: tuple) -> tuple | None:
     return ("start_now", job) if args.get("StartTime") == "now" else ("update", job)
 
 
-def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.ModuleType:
-    """A `pyslurm` module with the 22.5+ calls the backend uses, logging writes like FakeRunner."""
+def fake_pyslurm(
+    nodes: dict[str, NodeInfo],
+    jobs: dict[int, JobInfo],
+    version: str = "22.5",
+    raw: dict[int, dict] | None = None,
+) -> types.ModuleType:
+    """A `pyslurm` module with the 22.5+ calls the backend uses, logging writes like FakeRunner.
+
+    As the real one (docs/slurm-facts.md, measured on 22.5.3 and 24.11.0): a job without a
+    reason says "None"; 22.5 prints a partly used node ALLOCATED (its CPU counts say MIXED);
+    24.11 names "root" as the reason's user on a node without a reason; Job(...) and
+    Job.load(...) take a plain integer id only, and every job id given is kept in `mod.ids`.
+    `raw` overrides a job's attributes as pyslurm would give them (an expected end_time).
+    """
     mod = types.ModuleType("pyslurm")
     log: list[tuple] = []
-    mod.log = log
+    ids: list[int] = []
+    mod.log, mod.ids = log, ids
+    raw = raw or {}
+
+    def plain(job_id):
+        # pyslurm's Job stores a uint32_t: text (or a bool) is a TypeError there.
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise TypeError(f"an integer is required, not {job_id!r}")
+        ids.append(job_id)
+        return job_id
+
+    def node_state(n: NodeInfo) -> str:
+        if version == "22.5" and n.state == "MIXED":
+            return "+".join(("ALLOCATED", *n.flags))
+        return "+".join((n.state, *n.flags))
+
+    def cpu_counts(n: NodeInfo) -> dict:
+        total = n.cpus or 0
+        allocated = {"MIXED": total // 2, "ALLOCATED": total}.get(n.state, 0)
+        return dict(allocated_cpus=allocated, idle_cpus=(total - allocated) if total else None)
 
     class RPCError(Exception):
         pass
@@ -152,19 +186,25 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
             if name not in nodes:
                 raise RPCError(f"Node '{name}' does not exist")
             n = nodes[name]
+            user = n.reason_user or ("root" if version == "24.11" else None)
             return Node(
                 n.name,
-                state="+".join((n.state, *n.flags)),
+                state=node_state(n),
                 reason=n.reason or None,
-                reason_user=n.reason_user or None,
+                reason_user=user,
                 reason_time=n.reason_time,
                 partitions=list(n.partitions),
                 configured_gres={"gpu": n.gres_gpus} if n.gres_gpus else {},
                 total_cpus=n.cpus,
+                **cpu_counts(n),
             )
 
         def modify(self, changes):
-            if changes.state == "DRAIN":
+            if self.name not in nodes:
+                raise RPCError("Invalid node name specified")
+            if getattr(changes, "comment", None) is not None:
+                log.append(("node_comment", self.name, changes.comment))
+            elif changes.state == "DRAIN":
                 log.append(("drain", self.name, changes.reason))
             else:
                 log.append(("resume", self.name) if changes.state == "RESUME" else ("?",))
@@ -180,18 +220,23 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
 
     class Job:
         def __init__(self, job_id):
-            self.id = job_id
+            self.id = plain(job_id)
+
+        def _known(self):
+            if self.id not in jobs:
+                raise RPCError("Invalid job id specified")  # slurm_strerror(ESLURM_INVALID_JOB_ID)
 
         @staticmethod
         def load(job_id):
-            if job_id not in jobs:
-                raise RPCError("Invalid job id specified")
-            j, job = jobs[job_id], Job(job_id)
+            job = Job(job_id)  # keeps the id in `ids`, once
+            job._known()
+            j = jobs[job_id]
             job.__dict__.update(
                 user_name=j.user,
                 user_id=j.uid,
                 state=j.state,
-                state_reason=j.reason.replace("_", " "),  # state_desc has spaces
+                # state_desc has spaces; no reason is "None" (WAIT_NO_REASON's string)
+                state_reason=j.reason.replace("_", " ") or "None",
                 allocated_nodes=",".join(j.nodes) or None,
                 batch_host=j.batch_host or None,
                 standard_output=j.stdout,
@@ -209,15 +254,19 @@ def fake_pyslurm(nodes: dict[str, NodeInfo], jobs: dict[int, JobInfo]) -> types.
                 end_time=j.end_time,
                 start_time=j.start_time,
             )
+            job.__dict__.update(raw.get(job_id, {}))
             return job
 
         def requeue(self, hold=False):
+            self._known()
             log.append(("requeue", str(self.id), hold))
 
         def release(self):
+            self._known()
             log.append(("release", str(self.id)))
 
         def modify(self, desc):
+            self._known()
             for key, value in desc.changes.items():
                 if key == "excluded_nodes":
                     log.append(("exclude", str(self.id), tuple(value)))
@@ -309,7 +358,8 @@ NODE_FILES = {
     "24.11-debian13/sinfo.two-drain-reasons.json": (parse_sinfo_json, 3, {
         "gpu-node-01": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC "
                         "120 > 100", "root", 1796275332, True),
-        "gpu-node-03": ("IDLE", (), "", "root", None, False),
+        # sinfo says root set no reason; scontrol's text of the same node says nobody.
+        "gpu-node-03": ("IDLE", (), "", "", None, False),
     }),
     "24.11-debian13/scontrol-show-node-o.two-drain-reasons.txt": (parse_show_node_text, 3, {
         "gpu-node-01": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC "
@@ -354,7 +404,7 @@ JOB_FILES = {
     }),
     "22.05/squeue.json": (parse_jobs_json, 3, {
         1: dict(state="COMPLETED", nodes=("vm",), batch_host="vm", restarts=1),
-        3: dict(state="RUNNING", nodes=("vm",), reason="None", uid=0),
+        3: dict(state="RUNNING", nodes=("vm",), reason="", uid=0),  # JSON says "None": no reason
     }),
     "22.05/squeue.held-job.json": (parse_jobs_json, 4, {
         4: dict(state="PENDING", reason="launch_failed_requeued_held", nodes=(), restarts=1,
@@ -1057,6 +1107,222 @@ def test_pyslurm_backend_maps_fields_and_comment() -> None:
         backend.job(2)
 
 
+# ------------------------------------- job ids: exactly the job named, whatever the backend
+
+# Job 14 is running with no reason and an expected end; 141 and 142 exist to catch an id read
+# as `int("14_1")`. scontrol prints an array task or het component under its own JobId.
+JOB_14_TEXT = (
+    JOB_1_TEXT.replace("JobId=1 ", "JobId=14 ")
+    .replace("JobState=PENDING Reason=launch_failed_requeued_held", "JobState=RUNNING Reason=None")
+    .replace("ExitCode=0:54", "ExitCode=0:0")
+    .replace("EndTime=Unknown", "EndTime=2999-01-01T00:00:00")
+    .replace("   NodeList=\n", "   NodeList=vm\n")
+)
+TASK_TEXT = {
+    "14_1": JOB_14_TEXT.replace("JobId=14 ", "JobId=15 ArrayJobId=14 ArrayTaskId=1 "),
+    "14+1": JOB_14_TEXT.replace("JobId=14 ", "JobId=16 HetJobId=14 HetJobOffset=1 "),
+    "14": JOB_14_TEXT,
+}
+EXPECTED_END = calendar.timegm((2999, 1, 1, 0, 0, 0))
+UNKNOWN_JOB = "slurm_update error: Invalid job id specified\n"
+
+
+def job_writes_argv(job: str) -> list[tuple]:
+    return [
+        ("scontrol", "requeuehold", job),
+        ("scontrol", "update", f"JobId={job}", "ExcNodeList=vm"),
+        ("scontrol", "update", f"JobId={job}", "ExcNodeList="),
+        ("scontrol", "release", job),
+        ("scontrol", "update", f"JobId={job}", "StartTime=now"),
+        ("scontrol", "update", f"JobId={job}", "AdminComment=gpugate: x"),
+    ]
+
+
+def id_backend(
+    kind: str, node_line: str = IDLE_LINE, version: str = "22.5"
+) -> tuple[S.SlurmControl, FakeRunner, types.ModuleType | None]:
+    """Node `vm` as `node_line` says; jobs 14, 141, 142 (pyslurm) and 14_1, 14+1, 14 (scontrol)."""
+    runner = FakeRunner().ok(SHOW_VM, node_line)
+    for job, text in TASK_TEXT.items():
+        runner.ok(("scontrol", "-o", "show", "job", job), text)
+        for argv in job_writes_argv(job):
+            runner.ok(argv)
+    cli = slurm_cli.CliBackend(runner=runner)
+    if kind == "cli":
+        return cli, runner, None
+    (node,) = parse_show_node_text(node_line)
+    job14 = parse_show_job_text(JOB_14_TEXT)
+    jobs = {i: job14.replace(job_id=i) for i in (14, 141, 142)}
+    raw = {14: {"end_time": EXPECTED_END}}  # pyslurm gives a running job's expected end
+    module = fake_pyslurm({"vm": node}, jobs, version=version, raw=raw)
+    return pyslurm_backend.PyslurmBackend(cli=cli, module=module), runner, module
+
+
+def all_job_calls(backend: S.SlurmControl, job: str) -> None:
+    backend.requeue(job, hold=True)
+    backend.set_excluded(job, ["vm"])
+    backend.set_excluded(job, [])
+    backend.release(job)
+    backend.set_admin_comment(job, "x")
+
+
+@BOTH
+@pytest.mark.parametrize("job", ["14_1", "14+1", "14"])
+def test_conformance_every_job_call_acts_on_exactly_that_job(kind: str, job: str) -> None:
+    backend, runner, module = id_backend(kind)
+    assert backend.job(job) == parse_show_job_text(TASK_TEXT[job])
+    all_job_calls(backend, job)
+    written = runner.writes() + (module.log if module else [])
+    assert sorted(written) == sorted(
+        [
+            ("requeue", job, True),
+            ("exclude", job, ("vm",)),
+            ("exclude", job, ()),
+            ("release", job),
+            ("start_now", job),
+            ("comment", job, "gpugate: x"),
+        ]
+    )
+    if module is not None:
+        # pyslurm is asked about plain job 14 only, never 141, 142 or 14 for a task.
+        assert module.ids == ([14] * len(module.ids) if job == "14" else [])
+        assert job != "14" or len(module.ids) == 5  # load, requeue, exclude, release, comment
+    for argv in runner.argvs:
+        assert not any(a in ("141", "142", "JobId=141", "JobId=142") for a in argv), argv
+
+
+@pytest.mark.parametrize("job", ["14_1", "14+1"])
+def test_scontrol_gets_an_array_task_or_het_component_verbatim(job: str) -> None:
+    backend, runner, _ = id_backend("pyslurm")
+    all_job_calls(backend, job)
+    assert [a for a in runner.argvs if a[1] != "-o"] == job_writes_argv(job)
+
+
+@BOTH
+def test_conformance_a_running_job_without_reason_or_end(kind: str) -> None:
+    backend, _, _ = id_backend(kind)
+    job = backend.job(14)
+    assert (job.reason, job.state, job.end_time, job.back_in_queue) == ("", "RUNNING", None, False)
+    assert job == parse_show_job_text(JOB_14_TEXT)
+
+
+def test_a_completing_job_reads_back_in_queue_only_without_a_past_end() -> None:
+    ended = JOB_14_TEXT.replace("JobState=RUNNING", "JobState=COMPLETING")
+    requeued = ended.replace("EndTime=2999-01-01T00:00:00", "EndTime=Unknown")
+    done = ended.replace("EndTime=2999-01-01T00:00:00", "EndTime=2026-11-29T10:00:00")
+    assert parse_show_job_text(requeued).back_in_queue
+    assert not parse_show_job_text(done).back_in_queue
+    assert parse_show_job_text(done).end_time == utc("2026-11-29T10:00:00")
+
+
+MIXED_LINE = IDLE_LINE.replace("State=IDLE", "State=MIXED").replace("CPUAlloc=0", "CPUAlloc=1")
+ALLOC_LINE = IDLE_LINE.replace("State=IDLE", "State=ALLOCATED").replace("CPUAlloc=0", "CPUAlloc=2")
+
+
+@BOTH
+@pytest.mark.parametrize("version", ["22.5", "24.11"])
+@pytest.mark.parametrize(
+    ("line", "state"),
+    [(MIXED_LINE, "MIXED"), (ALLOC_LINE, "ALLOCATED"), (IDLE_LINE, "IDLE"), (ADMIN_LINE, "IDLE")],
+    ids=["mixed", "allocated", "idle-no-reason", "drained"],
+)
+def test_conformance_same_node_record(kind: str, version: str, line: str, state: str) -> None:
+    backend, _, module = id_backend(kind, line, version)
+    if module is not None and line is MIXED_LINE:  # the fake mirrors the real pyslurm
+        raw = module.Node.load("vm")
+        assert (raw.state, raw.allocated_cpus, raw.idle_cpus) == (
+            ("ALLOCATED", 1, 1) if version == "22.5" else ("MIXED", 1, 1)
+        )
+    if module is not None and line is IDLE_LINE and version == "24.11":
+        assert module.Node.load("vm").reason_user == "root"
+    node = backend.node("vm")
+    assert node == parse_show_node_text(line)[0]
+    assert node.state == state
+    assert node.reason_user == ("root" if line is ADMIN_LINE else "")
+
+
+@pytest.mark.parametrize(
+    ("state", "allocated", "idle", "expected"),
+    [
+        ("ALLOCATED", 1, 1, "MIXED"),
+        ("ALLOCATED", 2, None, "ALLOCATED"),  # unknown counts change nothing
+        ("ALLOCATED", None, 2, "ALLOCATED"),
+        ("ALLOCATED", 2, 0, "ALLOCATED"),
+        ("IDLE", 0, 2, "IDLE"),
+        ("DOWN", 1, 1, "DOWN"),
+    ],
+)
+def test_mixed_only_when_the_counts_say_so(state, allocated, idle, expected) -> None:
+    assert records.mixed_if_partly_allocated(state, allocated, idle) == expected
+
+
+@pytest.mark.parametrize("reason", ["None", "none", "NONE", "(null)", "", None, "  None "])
+def test_no_job_reason_reads_empty(reason) -> None:
+    assert records.job_reason(reason) == ""
+    assert records.job_reason("launch failed requeued held") == "launch_failed_requeued_held"
+
+
+UNKNOWN_WRITES = {
+    "requeue": lambda b, j: b.requeue(j),
+    "requeuehold": lambda b, j: b.requeue(j, hold=True),
+    "release": lambda b, j: b.release(j),
+    "exclude": lambda b, j: b.set_excluded(j, ["vm"]),
+    "clear": lambda b, j: b.set_excluded(j, []),
+    "comment": lambda b, j: b.set_admin_comment(j, "x"),
+    "read": lambda b, j: b.job(j),
+}
+
+
+@BOTH
+@pytest.mark.parametrize("write", sorted(UNKNOWN_WRITES))
+@pytest.mark.parametrize("job", ["99", "14_9"])
+def test_conformance_unknown_job_is_job_not_found(kind: str, write: str, job: str) -> None:
+    backend, runner, _ = id_backend(kind)
+    # scontrol's words: "Invalid job id specified" for a plain id, "Job 14_9 not found" for a
+    # task; pyslurm raises RPCError("Invalid job id specified").
+    says = UNKNOWN_JOB if "_" not in job else f"Job {job} not found\n"
+    for argv in [*job_writes_argv(job), ("scontrol", "requeue", job)]:
+        runner.fail(argv, stderr=says)
+    runner.fail(("scontrol", "-o", "show", "job", job), stderr=says)
+    with pytest.raises(S.JobNotFound):
+        UNKNOWN_WRITES[write](backend, job)
+
+
+def test_cli_start_now_on_an_unknown_job_is_job_not_found() -> None:
+    runner = FakeRunner().fail(
+        ("scontrol", "update", "JobId=99", "StartTime=now"), stderr=UNKNOWN_JOB
+    )
+    with pytest.raises(S.JobNotFound, match="99"):
+        slurm_cli.CliBackend(runner=runner).start_now(99)
+
+
+def test_cli_other_failures_stay_command_errors() -> None:
+    runner = FakeRunner().fail(
+        ("scontrol", "requeue", "14"), stderr="Requeue of JobId=14 failed: Access denied\n"
+    )
+    runner.fail(
+        ("scontrol", "update", "JobId=14", "ExcNodeList=nosuch"),
+        stderr="Node nosuch not found\n",  # an unknown node is no unknown job
+    )
+    cli = slurm_cli.CliBackend(runner=runner)
+    with pytest.raises(S.SlurmCommandError) as err:
+        cli.requeue(14)
+    assert not isinstance(err.value, S.JobNotFound)
+    with pytest.raises(S.SlurmCommandError) as err:
+        cli.set_excluded(14, ["nosuch"])
+    assert not isinstance(err.value, S.JobNotFound)
+
+
+@BOTH
+def test_conformance_node_comment_is_written_by_each_backend_itself(kind: str) -> None:
+    backend, runner, module = id_backend(kind)
+    runner.ok(("scontrol", "update", "NodeName=vm", "Comment=gpugate: gpu.ecc: x"))
+    backend.set_node_comment("vm", "gpu.ecc: x")
+    expected = [("node_comment", "vm", "gpugate: gpu.ecc: x")]
+    assert (module.log if module else runner.writes()) == expected
+    assert module is None or runner.writes() == []  # pyslurm did not need scontrol
+
+
 def test_pyslurm_backend_imports_lazily_from_sys_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     (node,) = parse_show_node_text(OURS_LINE)
     monkeypatch.setitem(sys.modules, "pyslurm", fake_pyslurm({"vm": node}, {}))
@@ -1170,3 +1436,14 @@ def test_a_jobs_start_time_is_read_and_a_forecast_is_not():
     assert parse_show_job_text(text).start_time == started
     forecast = text.replace("StartTime=2026-12-01T06:57:13", "StartTime=2999-01-01T00:00:00")
     assert parse_show_job_text(forecast).start_time is None
+
+
+def test_scontrol_text_numbers_are_ascii_digits_only() -> None:
+    # int() reads "1_0" as 10; a JobId= that is no plain id is no record of ours.
+    odd = JOB_1_TEXT.replace("Restarts=1 ", "Restarts=1_0 ").replace(
+        "ExitCode=0:54", "ExitCode=0:5_4"
+    )
+    job = parse_show_job_text(odd)
+    assert (job.restarts, job.exit_signal) == (0, 0)
+    with pytest.raises(ValueError, match="14_1"):
+        parse_show_job_text(JOB_1_TEXT.replace("JobId=1 ", "JobId=14_1 "))

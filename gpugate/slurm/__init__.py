@@ -2,8 +2,9 @@
 
 `control.py` the interface the hooks call (SlurmControl, its errors), `choose.py` which
 backend, `cli.py` scontrol/sinfo, `pyslurm.py` libslurm, `records.py` NodeInfo/JobInfo,
-`parse_text.py` and `parse_json.py` every version's output, `hostlist.py` host names,
-`reasons.py` the drain reasons gpugate writes and recognises.
+`parse_text.py` and `parse_json.py` every version's output, `jobid.py` job ids (plain,
+array task, het component), `hostlist.py` host names, `reasons.py` the drain reasons gpugate
+writes and recognises.
 
 `from gpugate.slurm import backend` is the entry for scripts and tests (docs/interfaces.md).
 """

@@ -20,9 +20,9 @@ from gpugate.slurm.control import (
     SlurmError,
     SlurmMissing,
     SlurmTimeout,
-    valid_job_id,
     valid_node_name,
 )
+from gpugate.slurm.jobid import parse_job_id
 from gpugate.slurm.parse_json import parse_sinfo_json
 from gpugate.slurm.parse_text import parse_show_jobs_text, parse_show_node_text
 
@@ -30,6 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from gpugate.slurm.jobid import JobId
     from gpugate.slurm.records import JobInfo, NodeInfo
 
     Runner = Callable[..., _runner.CommandResult]
@@ -103,14 +104,15 @@ class CliBackend(SlurmControl):
         raise NodeNotFound(f"node {name!r} not in scontrol output")
 
     def job(self, job_id: int | str) -> JobInfo:
-        """One job; JobNotFound when Slurm does not know it."""
-        missing = JobNotFound(f"job {job_id} not found")
-        text = self._show("job", valid_job_id(job_id), "invalid job id", missing)
+        """One job (plain, array task `14_1`, het `14+1`); JobNotFound when Slurm does not know it."""
+        jid = parse_job_id(job_id)
+        text = self._job_call(jid, "-o", "show", "job", str(jid))
         jobs = parse_show_jobs_text(text, self.expand_hostlist)
         if not jobs:
-            raise JobNotFound(f"job {job_id} not in scontrol output")
-        # An array's master id lists every task; prefer the record with this very id.
-        return next((j for j in jobs if str(j.job_id) == str(job_id)), jobs[0])
+            raise JobNotFound(f"job {jid} not in scontrol output")
+        # An array's master id lists every task; prefer the record with this very id (an
+        # array task or het component prints one record, under its own plain JobId).
+        return next((j for j in jobs if j.job_id == jid.plain), jobs[0])
 
     def _show(self, what: str, name: str, says: str, missing: SlurmError) -> str:
         """`scontrol -o show <what> <name>`; `missing` raised when scontrol's error `says` so."""
@@ -121,6 +123,17 @@ class CliBackend(SlurmControl):
                 raise missing from e
             raise
 
+    def _job_call(self, job_id: object, *args: str) -> str:
+        """`scontrol ARGS...` about one job; JobNotFound when scontrol says it does not know it."""
+        try:
+            return self.scontrol(*args)
+        except SlurmCommandError as e:
+            # "Invalid job id specified" for an unknown plain id, "Job 1_4 not found" for an
+            # unknown array task (scontrol's own words, 22.05 and 24.11).
+            if _says(e, "invalid job id") or _says_job_not_found(e):
+                raise JobNotFound(f"job {job_id} not found: {_said(e)}") from e
+            raise
+
     def _write_drain(self, node: str, reason: str) -> None:
         self.scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
 
@@ -129,29 +142,50 @@ class CliBackend(SlurmControl):
 
     def requeue(self, job_id: int | str, hold: bool = False) -> None:
         """Requeue a running job, held if asked (so the exclusion can be set first)."""
-        self.scontrol("requeuehold" if hold else "requeue", valid_job_id(job_id))
+        jid = parse_job_id(job_id)
+        self._job_call(jid, "requeuehold" if hold else "requeue", str(jid))
 
     def release(self, job_id: int | str) -> None:
         """Release a held job and let it start now (a requeue delays it by 120 s)."""
-        self.scontrol("release", valid_job_id(job_id))
-        self.start_now(job_id)
+        jid = parse_job_id(job_id)
+        self._job_call(jid, "release", str(jid))
+        self.start_now(jid)
 
-    def start_now(self, job_id: int | str) -> None:
+    def start_now(self, job_id: int | str | JobId) -> None:
         """Clear the BeginTime (+120 s) that every requeue sets."""
-        self.scontrol("update", f"JobId={valid_job_id(job_id)}", "StartTime=now")
+        jid = parse_job_id(job_id)
+        self._job_call(jid, "update", f"JobId={jid}", "StartTime=now")
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
         """Set a pending job's excluded nodes; an empty list clears them (`ExcNodeList=`)."""
+        jid = parse_job_id(job_id)
         names = ",".join(valid_node_name(n) for n in nodes)
-        self.scontrol("update", f"JobId={valid_job_id(job_id)}", f"ExcNodeList={names}")
+        self._job_call(jid, "update", f"JobId={jid}", f"ExcNodeList={names}")
 
     def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
-        self.scontrol("update", f"JobId={valid_job_id(job_id)}", f"AdminComment={comment}")
+        jid = parse_job_id(job_id)
+        self._job_call(jid, "update", f"JobId={jid}", f"AdminComment={comment}")
+
+    def _write_node_comment(self, node: str, comment: str) -> None:
+        self.scontrol("update", f"NodeName={node}", f"Comment={comment}")
 
 
 def _says(error: SlurmCommandError, words: str) -> bool:
     res = error.result
     return res.status == _runner.NONZERO and words in (res.stdout + res.stderr).lower()
+
+
+def _says_job_not_found(error: SlurmCommandError) -> bool:
+    # "Job 1_4 not found", not any "not found" (an unknown node in ExcNodeList is no unknown job).
+    res = error.result
+    return res.status == _runner.NONZERO and bool(
+        re.search(r"(?i)\bjob\s+\S+\s+not found", res.stdout + res.stderr)
+    )
+
+
+def _said(error: SlurmCommandError) -> str:
+    res = error.result
+    return " ".join((res.stderr or res.stdout).split())
 
 
 def expand_hostlist(expr: str) -> list[str]:

@@ -5,6 +5,13 @@ Backends implement the reads and raw writes: `cli.py` (scontrol/sinfo, the defau
 here, in `SlurmControl.drain`/`resume`: gpugate never replaces or clears a drain whose reason
 it did not write (reasons start with `gpugate:`, see `gpugate/slurm/reasons.py`). The records
 (NodeInfo, JobInfo) are in `records.py`, the parsers in `parse_text.py` and `parse_json.py`.
+
+Job ids: every method that takes one accepts a plain id (`14`, `"14"`), an array task
+(`"14_1"`) or a het component (`"14+1"`), parsed once by `jobid.parse_job_id`, and acts on
+exactly that job, whatever the backend: never on another job whose digits match (pyslurm
+takes only plain ids, so its backend hands array tasks and het components to scontrol).
+Every backend returns the same record for the same job or node, and raises JobNotFound /
+NodeNotFound, for reads and writes alike, when Slurm does not know the id.
 Tests use the in-memory `tests/fakes.py:FakeSlurm`, a subclass of this interface.
 """
 
@@ -14,6 +21,7 @@ from gpugate import runner as _runner
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
+from gpugate.slurm.jobid import JobId, parse_job_id
 from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_reason
 from gpugate.slurm.records import JobInfo, NodeInfo
 
@@ -32,10 +40,10 @@ if TYPE_CHECKING:
 
         def scontrol(self, *args: str) -> str: ...
 
-        def start_now(self, job_id: int | str) -> None: ...
+        def start_now(self, job_id: int | str | JobId) -> None: ...
 
 
-__all__ = ["JobInfo", "NodeInfo", "SlurmControl", "SlurmError"]
+__all__ = ["JobId", "JobInfo", "NodeInfo", "SlurmControl", "SlurmError", "parse_job_id"]
 
 DEFAULT_TIMEOUT = 10.0  # seconds per scontrol call
 
@@ -118,23 +126,28 @@ class SlurmControl:
         raise NotImplementedError
 
     def job(self, job_id: int | str) -> JobInfo:
-        """One job; JobNotFound when Slurm does not know it."""
+        """One job (plain id, array task `14_1`, het component `14+1`); JobNotFound when Slurm
+        does not know it."""
         raise NotImplementedError
 
     def requeue(self, job_id: int | str, hold: bool = False) -> None:
-        """Requeue a running job, held if asked (so the exclusion can be set first)."""
+        """Requeue a running job, held if asked (so the exclusion can be set first);
+        JobNotFound when Slurm does not know it."""
         raise NotImplementedError
 
     def release(self, job_id: int | str) -> None:
-        """Release a held job and let it start now (a requeue delays it by 120 s)."""
+        """Release a held job and let it start now (a requeue delays it by 120 s); JobNotFound
+        when Slurm does not know it."""
         raise NotImplementedError
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
-        """Set a pending job's excluded nodes; an empty list clears them."""
+        """Set a pending job's excluded nodes; an empty list clears them; JobNotFound when
+        Slurm does not know the job."""
         raise NotImplementedError
 
     def set_admin_comment(self, job_id: int | str, text: str) -> None:
-        """Write `gpugate: <text>` (sanitised) into the job's AdminComment."""
+        """Write `gpugate: <text>` (sanitised) into the job's AdminComment; JobNotFound when
+        Slurm does not know the job."""
         self._write_admin_comment(job_id, admin_comment(text))
 
     def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
@@ -173,8 +186,8 @@ class SlurmControl:
         self._write_node_comment(valid_node_name(node), admin_comment(text))
 
     def _write_node_comment(self, node: str, comment: str) -> None:
-        # Only scontrol can set a node's Comment (pyslurm 22.5 has no such field).
-        self.cli.scontrol("update", f"NodeName={node}", f"Comment={comment}")
+        # scontrol in the CLI backend; pyslurm (22.5 and 24.11 alike) through Node.modify.
+        raise NotImplementedError
 
     def _write_drain(self, node: str, reason: str) -> None:
         raise NotImplementedError
@@ -256,7 +269,6 @@ class SlurmControl:
 
 
 _NODE_NAME = lazy(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_JOB_ID = lazy(r"^\d+(?:[_+]\d+)?$")
 
 
 def valid_node_name(name: str) -> str:
@@ -267,8 +279,7 @@ def valid_node_name(name: str) -> str:
     return str(name)
 
 
-def valid_job_id(job_id: int | str) -> str:
-    """`job_id` as text, or ValueError when it is not a Slurm job id."""
-    if not _JOB_ID.match(str(job_id)):
-        raise ValueError(f"not a Slurm job id: {job_id!r}")
-    return str(job_id)
+def valid_job_id(job_id: int | str | JobId) -> str:
+    """`job_id` as Slurm spells it (`14`, `14_1`, `14+1`), or ValueError when it is not one."""
+    # Ids reach argv; parse_job_id admits digits, "_" and "+" only, so never an option.
+    return str(parse_job_id(job_id))

@@ -24,6 +24,7 @@ from gpugate.slurm.records import (
     ended_at,
     gres_gpu_count,
     job_reason,
+    node_reason,
     split_state,
 )
 
@@ -79,13 +80,16 @@ def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
     partitions = tuple(p for p in rec.get("partitions") or () if isinstance(p, str))
     if isinstance(reason, dict):  # defensive: the sinfo-record shape
         return _with_reason_object(rec["name"], state, flags, reason, partitions)
+    text, user, when = node_reason(
+        reason, rec.get("reason_set_by_user"), _epoch(rec.get("reason_changed_at"))
+    )
     return NodeInfo(
         name=rec["name"],
         state=state,
         flags=flags,
-        reason=reason.strip(),
-        reason_user=rec.get("reason_set_by_user") or "",
-        reason_time=_epoch(rec.get("reason_changed_at")),
+        reason=text,
+        reason_user=user,
+        reason_time=when,
         partitions=partitions,
         gres_gpus=gres_gpu_count(rec.get("gres")),
         cpus=_number(rec.get("cpus")) or None,
@@ -120,13 +124,16 @@ def _with_reason_object(
     reason: dict[str, Any],
     partitions: tuple[str, ...] = (),
 ) -> NodeInfo:
+    text, user, when = node_reason(
+        reason.get("description"), reason.get("user"), _epoch(reason.get("time"))
+    )
     return NodeInfo(
         name=name,
         state=state,
         flags=flags,
-        reason=(reason.get("description") or "").strip(),
-        reason_user=reason.get("user") or "",
-        reason_time=_epoch(reason.get("time")),
+        reason=text,
+        reason_user=user,
+        reason_time=when,
         partitions=partitions,
     )
 

@@ -10,11 +10,13 @@ import time
 
 from gpugate.regex import lazy
 from gpugate.slurm.hostlist import NULLS, expand_lenient
+from gpugate.slurm.jobid import parse_job_id
 from gpugate.slurm.records import (
     JobInfo,
     NodeInfo,
     ended_at,
     gres_gpu_count,
+    job_reason,
     split_state,
 )
 
@@ -159,11 +161,11 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
     user, _, uid = kv.get("UserId", "").partition("(")
     code, _, sig = kv.get("ExitCode", "0:0").partition(":")
     return JobInfo(
-        job_id=int(kv["JobId"]),
+        job_id=_plain_job_id(kv["JobId"]),
         user=user,
         uid=_int(uid.rstrip(")")),
         state=kv.get("JobState", ""),
-        reason=_text(kv.get("Reason")),
+        reason=job_reason(_text(kv.get("Reason"))),
         nodes=tuple(expand(_text(kv.get("NodeList")))),
         batch_host=_text(kv.get("BatchHost")),
         stdout=_text(kv.get("StdOut")),
@@ -178,16 +180,25 @@ def _job_from_kv(kv: dict[str, str], expand: Callable[[str], list[str]]) -> JobI
         requeue=kv.get("Requeue") == "1",
         partition=_text(kv.get("Partition")),
         required_nodes=tuple(expand(_text(kv.get("ReqNodeList")))),
-        end_time=_text_time(kv.get("EndTime") or ""),
+        end_time=ended_at(_text_time(kv.get("EndTime") or "")),  # running: the expected end
         start_time=ended_at(_text_time(kv.get("StartTime") or "")),  # pending: a forecast
     )
 
 
+def _plain_job_id(text: str) -> int:
+    # scontrol's JobId= is always the plain id (an array task prints ArrayJobId/ArrayTaskId).
+    plain = parse_job_id(text).plain
+    if plain is None:
+        raise ValueError(f"JobId={text!r} is not a plain job id")
+    return plain
+
+
 def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
+    # ASCII digits only: int() also reads "1_0" as 10 and " 7 " as 7.
+    text = (value or "").removeprefix("-")
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         return None
+    return int(value or "")
 
 
 def _text(value: str | None) -> str:

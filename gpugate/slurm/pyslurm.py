@@ -14,10 +14,18 @@ from gpugate.slurm.control import (
     NodeNotFound,
     SlurmControl,
     SlurmError,
-    valid_job_id,
     valid_node_name,
 )
-from gpugate.slurm.records import JobInfo, NodeInfo, ended_at, job_reason, split_state
+from gpugate.slurm.jobid import JobId, parse_job_id
+from gpugate.slurm.records import (
+    JobInfo,
+    NodeInfo,
+    ended_at,
+    job_reason,
+    mixed_if_partly_allocated,
+    node_reason,
+    split_state,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +41,8 @@ class PyslurmBackend(SlurmControl):
     one live check was pyslurm 22.5.3 on Slurm 22.05.8, by hand. Use it through
     select_backend(), which never imports pyslurm in-process to probe: a failing `slurm_init()`
     exits the interpreter. What pyslurm cannot do goes to the CLI: clearing ExcNodeList (an
-    empty list reads as "unchanged") and StartTime=now.
+    empty list reads as "unchanged"), StartTime=now, and every call on an array task (`14_1`)
+    or het component (`14+1`): pyslurm's Job(...)/Job.load(...) take a plain integer id only.
     """
 
     kind = "pyslurm"
@@ -60,9 +69,12 @@ class PyslurmBackend(SlurmControl):
             return fn(*args, **kwargs)
         except self._ps.RPCError as e:
             text = str(e)
-            if "does not exist" in text:
+            lower = text.lower()
+            # Node.load: "Node 'x' does not exist"; slurm_strerror: "Invalid node name
+            # specified", "Invalid job id specified" (ESLURM_INVALID_JOB_ID, every job RPC).
+            if "does not exist" in lower or "invalid node name" in lower:
                 raise NodeNotFound(f"{what}: {text}") from e
-            if "invalid job id" in text.lower():
+            if "invalid job id" in lower:
                 raise JobNotFound(f"{what}: {text}") from e
             raise SlurmError(f"pyslurm {what}: {text}") from e
 
@@ -79,7 +91,10 @@ class PyslurmBackend(SlurmControl):
 
     def job(self, job_id: int | str) -> JobInfo:
         """One job; JobNotFound when Slurm does not know it."""
-        j = self._rpc(f"Job.load({job_id})", self._ps.Job.load, int(valid_job_id(job_id)))
+        jid = parse_job_id(job_id)
+        if jid.plain is None:  # pyslurm's Job.load takes a plain id only: scontrol reads it
+            return self._cli.job(str(jid))
+        j = self._rpc(f"Job.load({jid})", self._ps.Job.load, jid.plain)
         code, sig = j.exit_code or 0, j.exit_code_signal or 0
         return JobInfo(
             job_id=int(j.id),
@@ -105,12 +120,15 @@ class PyslurmBackend(SlurmControl):
             start_time=ended_at(_pyslurm_epoch(getattr(j, "start_time", None))),
         )
 
-    def _job(self, job_id: int | str) -> Any:
-        return self._ps.Job(int(valid_job_id(job_id)))
+    def _job(self, jid: JobId) -> Any:
+        # Callers send array tasks and het components to the CLI first; this is the guard.
+        if jid.plain is None:
+            raise ValueError(f"pyslurm's Job takes a plain job id, not {str(jid)!r}")
+        return self._ps.Job(jid.plain)
 
-    def _modify_job(self, job_id: int | str, **changes: object) -> None:
+    def _modify_job(self, jid: JobId, **changes: object) -> None:
         desc = self._ps.JobSubmitDescription(**changes)
-        self._rpc(f"Job({job_id}).modify", self._job(job_id).modify, desc)
+        self._rpc(f"Job({jid}).modify", self._job(jid).modify, desc)
 
     def _write_drain(self, node: str, reason: str) -> None:
         changes = self._ps.Node(state="DRAIN", reason=reason)
@@ -120,26 +138,47 @@ class PyslurmBackend(SlurmControl):
         changes = self._ps.Node(state="RESUME")
         self._rpc(f"Node({node}).modify", self._ps.Node(node).modify, changes)
 
+    # Each job write below sends an array task (`14_1`) or het component (`14+1`) to
+    # scontrol, which addresses it itself: pyslurm's Job(...) holds a plain uint32 job id only.
+
     def requeue(self, job_id: int | str, hold: bool = False) -> None:
         """Requeue a running job, held if asked (so the exclusion can be set first)."""
-        self._rpc(f"Job({job_id}).requeue", self._job(job_id).requeue, hold=hold)
+        jid = parse_job_id(job_id)
+        if jid.plain is None:
+            self._cli.requeue(str(jid), hold=hold)
+            return
+        self._rpc(f"Job({jid}).requeue", self._job(jid).requeue, hold=hold)
 
     def release(self, job_id: int | str) -> None:
         """Release a held job and let it start now (a requeue delays it by 120 s)."""
-        self._rpc(f"Job({job_id}).release", self._job(job_id).release)
-        self._cli.start_now(job_id)
+        jid = parse_job_id(job_id)
+        if jid.plain is None:
+            self._cli.release(str(jid))
+            return
+        self._rpc(f"Job({jid}).release", self._job(jid).release)
+        self._cli.start_now(jid)
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
         """Set a pending job's excluded nodes; an empty list clears them (through scontrol)."""
+        jid = parse_job_id(job_id)
         names = [valid_node_name(n) for n in nodes]
-        if not names:
-            # pyslurm turns [] or "" into NULL, which Slurm reads as "unchanged".
-            self._cli.set_excluded(job_id, [])
+        # pyslurm turns [] or "" into NULL, which Slurm reads as "unchanged".
+        if not names or jid.plain is None:
+            self._cli.set_excluded(str(jid), names)
             return
-        self._modify_job(job_id, excluded_nodes=names)
+        self._modify_job(jid, excluded_nodes=names)
 
     def _write_admin_comment(self, job_id: int | str, comment: str) -> None:
-        self._modify_job(job_id, admin_comment=comment)
+        jid = parse_job_id(job_id)
+        if jid.plain is None:
+            self._cli._write_admin_comment(str(jid), comment)
+            return
+        self._modify_job(jid, admin_comment=comment)
+
+    def _write_node_comment(self, node: str, comment: str) -> None:
+        # Node.comment is settable in pyslurm 22.5.3 and 24.11.0 alike (core/node.pyx).
+        changes = self._ps.Node(comment=comment)
+        self._rpc(f"Node({node}).modify", self._ps.Node(node).modify, changes)
 
 
 def _pyslurm_epoch(value: object) -> int | None:
@@ -157,13 +196,25 @@ def _pyslurm_count(value: object) -> int | None:
 
 def _node_from_pyslurm(n: Any) -> NodeInfo:
     state, flags = split_state(getattr(n, "state", None) or "UNKNOWN")  # "IDLE+DRAIN"
+    # pyslurm 22.5 prints a partly used node ALLOCATED, where scontrol (and pyslurm 24.11)
+    # say MIXED; the CPU counts tell which (core/node.pyx: allocated_cpus, idle_cpus).
+    state = mixed_if_partly_allocated(
+        state,
+        _pyslurm_count(getattr(n, "allocated_cpus", None)),
+        _pyslurm_count(getattr(n, "idle_cpus", None)),
+    )
+    reason, user, when = node_reason(
+        getattr(n, "reason", None),
+        getattr(n, "reason_user", None),
+        getattr(n, "reason_time", None) or None,
+    )
     return NodeInfo(
         name=n.name,
         state=state,
         flags=flags,
-        reason=(getattr(n, "reason", None) or "").strip(),
-        reason_user=getattr(n, "reason_user", None) or "",
-        reason_time=getattr(n, "reason_time", None) or None,
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
         partitions=tuple(getattr(n, "partitions", None) or ()),
         gres_gpus=records.gres_gpu_count(getattr(n, "configured_gres", None)),
         cpus=_pyslurm_count(getattr(n, "total_cpus", None)),

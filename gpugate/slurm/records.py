@@ -174,4 +174,31 @@ def ended_at(epoch: int | None) -> int | None:
 
 def job_reason(text: str | None) -> str:
     """A job's state reason as scontrol prints it: whitespace as underscores (info_job.c)."""
-    return re.sub(r"\s", "_", (text or "").strip())
+    text = (text or "").strip()
+    # pyslurm gives "None" (Slurm's WAIT_NO_REASON string) where scontrol's record has none.
+    if text.lower() in ("none", "(null)"):
+        return ""
+    return re.sub(r"\s", "_", text)
+
+
+def node_reason(
+    reason: str | None, user: str | None, when: int | None
+) -> tuple[str, str, int | None]:
+    """(reason, user, time), the user and time blank when there is no reason.
+
+    pyslurm 24.11 names `root` as the reason's user on a node that has no reason; scontrol
+    prints nothing. Who set no reason is nobody.
+    """
+    reason = (reason or "").strip()
+    return (reason, user or "", when) if reason else ("", "", None)
+
+
+def mixed_if_partly_allocated(state: str, allocated_cpus: int | None, idle_cpus: int | None) -> str:
+    """MIXED for an ALLOCATED node with some CPUs allocated and some idle, as scontrol says.
+
+    pyslurm 22.5.3 prints the node's base state, ALLOCATED, where scontrol (node_info.c) and
+    pyslurm 24.11 say MIXED; unknown counts leave the state alone.
+    """
+    if state == "ALLOCATED" and (allocated_cpus or 0) > 0 and (idle_cpus or 0) > 0:
+        return "MIXED"
+    return state
