@@ -932,6 +932,7 @@ def test_job_writes_issue_exactly_these_commands() -> None:
         ("scontrol", "requeue", "4"),
         ("scontrol", "update", "JobId=4", "ExcNodeList=gpu-node-17,gpu-node-18"),
         ("scontrol", "update", "JobId=4", "ExcNodeList="),
+        SHOW_JOB_4,  # release() first waits out a requeue under way: JOB_4_TEXT is PENDING
         ("scontrol", "release", "4"),
         ("scontrol", "update", "JobId=4", "StartTime=now"),
         (
@@ -942,7 +943,7 @@ def test_job_writes_issue_exactly_these_commands() -> None:
         ),
     ]
     for argv in expected:
-        runner.ok(argv)
+        runner.ok(argv, JOB_4_TEXT if argv == SHOW_JOB_4 else "")
     cli = slurm_cli.CliBackend(runner=runner)
     cli.requeue(4, hold=True)
     cli.requeue("4")
@@ -951,6 +952,51 @@ def test_job_writes_issue_exactly_these_commands() -> None:
     cli.release(4)
     cli.set_admin_comment(4, "node gpu-node-17 refused: gpu.ecc: x=1\ny")
     assert runner.argvs == expected
+
+
+class StatesThenPending:
+    """A job that reads COMPLETING (a requeue under way) `busy` times, then PENDING."""
+
+    def __init__(self, busy: int, state: str = "COMPLETING") -> None:
+        self.busy, self.state, self.reads, self.released = busy, state, 0, []
+        self.slept: list[float] = []
+
+    def job(self, job_id: object) -> records.JobInfo:
+        self.reads += 1
+        state = self.state if self.reads <= self.busy else "PENDING"
+        return records.JobInfo(job_id=int(str(job_id)), state=state)
+
+
+@pytest.mark.parametrize("state", ["COMPLETING", "REQUEUED"])
+def test_release_waits_out_a_requeue_under_way_then_the_second(
+    monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    seen = StatesThenPending(busy=3, state=state)
+    monkeypatch.setattr(S.time, "sleep", seen.slept.append)
+    monkeypatch.setattr(S.time, "time", lambda: 1000.25)
+    runner = (
+        FakeRunner()
+        .ok(("scontrol", "release", "4"))
+        .ok(("scontrol", "update", "JobId=4", "StartTime=now"))
+    )
+    cli = slurm_cli.CliBackend(runner=runner)
+    monkeypatch.setattr(cli, "job", seen.job)
+    cli.release(4)
+    assert seen.reads == 4  # three under way, then pending
+    assert seen.slept == [S.REQUEUE_POLL_S] * 3 + [0.75]  # then into the next whole second
+    assert runner.argvs == [("scontrol", "release", "4"),
+                            ("scontrol", "update", "JobId=4", "StartTime=now")]  # fmt: skip
+
+
+def test_wait_requeued_gives_up_after_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = StatesThenPending(busy=10**6)
+    clock = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(S.time, "sleep", seen.slept.append)
+    monkeypatch.setattr(S.time, "monotonic", lambda: next(clock))
+    cli = slurm_cli.CliBackend(runner=FakeRunner())
+    monkeypatch.setattr(cli, "job", seen.job)
+    assert cli.wait_requeued(4, wait_s=30) is False
+    assert seen.reads == 4  # t=10, 20, 30 within; 40 past the 30 s
 
 
 @pytest.mark.parametrize("job_id", ["-1", "4 5", "4;reboot", ""])
@@ -1186,7 +1232,8 @@ def test_conformance_every_job_call_acts_on_exactly_that_job(kind: str, job: str
     if module is not None:
         # pyslurm is asked about plain job 14 only, never 141, 142 or 14 for a task.
         assert module.ids == ([14] * len(module.ids) if job == "14" else [])
-        assert job != "14" or len(module.ids) == 5  # load, requeue, exclude, release, comment
+        # load, requeue, exclude, release (after reading the job: no requeue under way), comment
+        assert job != "14" or len(module.ids) == 6
     for argv in runner.argvs:
         assert not any(a in ("141", "142", "JobId=141", "JobId=142") for a in argv), argv
 

@@ -145,11 +145,9 @@ class CliBackend(SlurmControl):
         jid = parse_job_id(job_id)
         self._job_call(jid, "requeuehold" if hold else "requeue", str(jid))
 
-    def release(self, job_id: int | str) -> None:
-        """Release a held job and let it start now (a requeue delays it by 120 s)."""
+    def _write_release(self, job_id: int | str) -> None:
         jid = parse_job_id(job_id)
         self._job_call(jid, "release", str(jid))
-        self.start_now(jid)
 
     def start_now(self, job_id: int | str | JobId) -> None:
         """Clear the BeginTime (+120 s) that every requeue sets."""

@@ -17,6 +17,8 @@ Tests use the in-memory `tests/fakes.py:FakeSlurm`, a subclass of this interface
 
 from __future__ import annotations
 
+import time
+
 from gpugate import runner as _runner
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -48,6 +50,12 @@ __all__ = ["JobId", "JobInfo", "NodeInfo", "SlurmControl", "SlurmError", "parse_
 DEFAULT_TIMEOUT = 10.0  # seconds per scontrol call
 
 DRAINED, RESUMED, REFUSED, UNCHANGED = "drained", "resumed", "refused", "unchanged"
+# A job whose requeue is still under way: its nodes are cleaning up (job_state_string() prints
+# the COMPLETING flag, or REQUEUED/REQUEUE_FED, before the base state). Not REQUEUE_HOLD: a
+# job held by its requeue may show that until it is released.
+REQUEUE_UNDER_WAY = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_FED"})
+REQUEUE_WAIT_S = 60.0  # a node's Epilog gets PrologEpilogTimeout; gpugate's takes ~1 s
+REQUEUE_POLL_S = 0.2
 REBOOT_REQUESTED = "reboot_requested"
 NEXT_STATES = ("RESUME", "DOWN")  # `scontrol reboot ... nextstate=` (scontrol(1))
 
@@ -136,9 +144,32 @@ class SlurmControl:
         raise NotImplementedError
 
     def release(self, job_id: int | str) -> None:
-        """Release a held job and let it start now (a requeue delays it by 120 s); JobNotFound
-        when Slurm does not know it."""
+        """Release a held job and let it start now, once a requeue under way is over
+        (wait_requeued); JobNotFound when Slurm does not know it."""
+        self.wait_requeued(job_id)
+        self._write_release(job_id)
+        self.cli.start_now(job_id)
+
+    def _write_release(self, job_id: int | str) -> None:
         raise NotImplementedError
+
+    def wait_requeued(self, job_id: int | str, wait_s: float = REQUEUE_WAIT_S) -> bool:
+        """Wait while a requeue of the job is under way; False if it was not over in `wait_s`.
+
+        A requeue ends when the job's nodes have cleaned up: Slurm then moves its BeginTime to
+        now + cred_expire + 1 (job_mgr.c batch_requeue_fini; 121 s by default), which would
+        overwrite a `StartTime=now` sent earlier (seen on 22.05). And a node refuses a launch
+        credential made in the second it revoked the job's last one (slurm_cred.c, ctime <=
+        revoked): on 24.11 a job requeued held and released within that second came back
+        FAILED, "Job credential revoked". So: wait out COMPLETING, then for the next second.
+        """
+        deadline = time.monotonic() + wait_s
+        while self.job(job_id).state.upper() in REQUEUE_UNDER_WAY:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(REQUEUE_POLL_S)
+        time.sleep(1.0 - time.time() % 1.0)  # into the next whole second
+        return True
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
         """Set a pending job's excluded nodes; an empty list clears them; JobNotFound when

@@ -149,14 +149,12 @@ class PyslurmBackend(SlurmControl):
             return
         self._rpc(f"Job({jid}).requeue", self._job(jid).requeue, hold=hold)
 
-    def release(self, job_id: int | str) -> None:
-        """Release a held job and let it start now (a requeue delays it by 120 s)."""
+    def _write_release(self, job_id: int | str) -> None:
         jid = parse_job_id(job_id)
         if jid.plain is None:
-            self._cli.release(str(jid))
+            self._cli._write_release(str(jid))
             return
         self._rpc(f"Job({jid}).release", self._job(jid).release)
-        self._cli.start_now(jid)
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
         """Set a pending job's excluded nodes; an empty list clears them (through scontrol)."""

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from gpugate.record import to_plain  # noqa: E402
-from gpugate.slurm.choose import backend  # noqa: E402
+from gpugate.record import to_plain
+from gpugate.slurm.choose import backend
 
 
 def main() -> int:
