@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass, field
 
 from gpugate.admin.access import Account, Problem, account, denied
+from gpugate.admin.backendcheck import check_backend
 from gpugate.admin.qualifysteps import check_qualify_steps
 from gpugate.admin.sitecheck import (
     SlurmFacts,
@@ -376,6 +377,9 @@ def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
         report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
         config, _ = check_config(path, account("root"))  # its problems are the hooks' already
         report.problems += check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        kind = getattr(getattr(config, "slurm", None), "backend", "auto")
+        report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
+        report.problems += problems
         if slurm.nodes_error:
             report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "
                                            "qualify partition is unchecked",

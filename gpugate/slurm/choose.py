@@ -58,6 +58,7 @@ def select_backend(
     runner: Runner | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     version_of: Callable[[str], str] | None = None,
+    slurm_conf: str | None = None,
 ) -> BackendChoice:
     """Pick cli or pyslurm; GPUGATE_SLURM_BACKEND (auto/cli/pyslurm) overrides `kind`."""
     requested = (os.environ.get(ENV_BACKEND) or kind or "auto").strip().lower()
@@ -65,7 +66,8 @@ def select_backend(
         raise ValueError(f"{ENV_BACKEND}/backend: {requested!r} is not one of {', '.join(KINDS)}")
     if requested == "cli":
         return BackendChoice(kind="cli", why="the command-line backend was asked for")
-    problem = _pyslurm_problem(CliBackend(timeout=timeout, runner=runner), version_of)
+    cli = CliBackend(timeout=timeout, runner=runner, slurm_conf=slurm_conf)
+    problem = _pyslurm_problem(cli, version_of)
     if problem is None:
         return BackendChoice(kind="pyslurm", why="pyslurm matches Slurm and imports cleanly")
     if requested == "pyslurm":
