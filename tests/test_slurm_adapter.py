@@ -8,6 +8,7 @@ clusters in `fixtures/slurm/`) and pyslurm by a fake module (it cannot be built 
 from __future__ import annotations
 
 import calendar
+import json
 import os
 import sys
 import time
@@ -1382,7 +1383,8 @@ def test_pyslurm_backend_imports_lazily_from_sys_modules(monkeypatch: pytest.Mon
 # --------------------------------------------------------------------- backend selection
 
 VERSION = ("scontrol", "--version")
-PROBE = (sys.executable, "-c", "import pyslurm")
+PROBE = (sys.executable, "-I", "-c", C._PROBE,
+         json.dumps([p for p in sys.path if os.path.isabs(p)]))  # fmt: skip
 
 
 def installed(version: str):
@@ -1423,6 +1425,20 @@ def test_select_cli_when_the_import_probe_fails(status: str) -> None:
     runner = FakeRunner().ok(VERSION, "slurm 22.05.8").fail(PROBE, status=status, rc=1)
     choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "cli" and "import pyslurm" in choice.why
+
+
+def test_the_probe_finds_pyslurm_where_this_process_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The packaged launcher puts /opt/gpugate/lib first on sys.path; a pyslurm there (found by
+    # `auto`'s version check) must import in the probe's child too, whatever PYTHONPATH says.
+    (tmp_path / "pyslurm").mkdir()
+    (tmp_path / "pyslurm" / "__init__.py").write_text("import sys; sys.exit(7) if 0 else None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent")
+    assert C._probe_import(slurm_cli.CliBackend()) is None
+    (tmp_path / "pyslurm" / "__init__.py").write_text("raise SystemExit(3)\n")
+    assert "exit 3" in (C._probe_import(slurm_cli.CliBackend()) or "")
 
 
 def test_select_cli_when_scontrol_cannot_say_its_version() -> None:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     _G = TypeVar("_G", bound=HasGres)
     from gpugate.slurm.cli import Runner
 
+_PROBE = "import json, sys; sys.path[:] = json.loads(sys.argv.pop(1)); import pyslurm"
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
 ENV_BACKEND = "GPUGATE_SLURM_BACKEND"
 KINDS = ("auto", "cli", "pyslurm")
@@ -98,7 +99,12 @@ def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -
 def _probe_import(cli: CliBackend) -> str | None:
     # In a child: `import pyslurm` runs slurm_init(), which exits or hangs without a usable
     # slurm.conf, and no try/except can catch that.
-    res = cli._run([sys.executable, "-c", "import pyslurm"], PROBE_TIMEOUT, env=cli.env())
+    # The child searches this process's sys.path, nothing else (-I: no PYTHON* variables, no
+    # user site): the packaged launcher puts its lib/ first, where a site may install pyslurm,
+    # and `auto` found pyslurm's version there.
+    paths = json.dumps([p for p in sys.path if os.path.isabs(p)])
+    argv = [sys.executable, "-I", "-c", _PROBE, paths]
+    res = cli._run(argv, PROBE_TIMEOUT, env=cli.env())
     return None if res.ok else f"`import pyslurm` failed in a subprocess: {res.describe()}"
 
 
