@@ -263,6 +263,9 @@ def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:
         ]
         if len(found) >= runs:
             assert found[-1]["requeue"] is False
+            # The controller read the job through the backend this suite runs on (cli, or
+            # pyslurm in .ci/run's second pass): never a silent fallback.
+            assert found[-1]["slurm"] == site.backend, found[-1]
             return found[-1]
         time.sleep(0.5)
     raise AssertionError(f"no epilog-slurmctld decision for job {job}")
