@@ -1383,8 +1383,12 @@ def test_pyslurm_backend_imports_lazily_from_sys_modules(monkeypatch: pytest.Mon
 # --------------------------------------------------------------------- backend selection
 
 VERSION = ("scontrol", "--version")
-PROBE = (sys.executable, "-I", "-c", C._PROBE,
-         json.dumps([p for p in sys.path if os.path.isabs(p)]))  # fmt: skip
+
+
+def probe() -> tuple[str, ...]:
+    """The import probe's argv: this process's sys.path as it is now (test modules add to it)."""
+    return (sys.executable, "-I", "-c", C._PROBE,
+            json.dumps([p for p in sys.path if os.path.isabs(p)]))  # fmt: skip
 
 
 def installed(version: str):
@@ -1412,17 +1416,17 @@ def test_select_cli_on_version_mismatch_without_probing() -> None:
 
 
 def test_select_pyslurm_when_versions_match_as_integers_and_the_probe_passes() -> None:
-    runner = FakeRunner().ok(VERSION, "slurm-wlm 22.05.8\n").ok(PROBE)
+    runner = FakeRunner().ok(VERSION, "slurm-wlm 22.05.8\n").ok(probe())
     choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "pyslurm"
-    assert runner.argvs == [VERSION, PROBE]
+    assert runner.argvs == [VERSION, probe()]
     assert runner.calls[1][1] == C.PROBE_TIMEOUT
     assert "pyslurm" not in sys.modules  # never imported in-process to probe
 
 
 @pytest.mark.parametrize("status", ["nonzero", "timeout", "killed"])
 def test_select_cli_when_the_import_probe_fails(status: str) -> None:
-    runner = FakeRunner().ok(VERSION, "slurm 22.05.8").fail(PROBE, status=status, rc=1)
+    runner = FakeRunner().ok(VERSION, "slurm 22.05.8").fail(probe(), status=status, rc=1)
     choice = C.select_backend("auto", runner=runner, version_of=installed("22.5.3"))
     assert choice.kind == "cli" and "import pyslurm" in choice.why
 
@@ -1459,7 +1463,7 @@ def test_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert C.select_backend("pyslurm", runner=runner, version_of=installed("22.5.3")).kind == "cli"
     assert runner.argvs == []
     monkeypatch.setenv(C.ENV_BACKEND, "PySlurm")
-    runner.ok(VERSION, "slurm 22.05.8").ok(PROBE)
+    runner.ok(VERSION, "slurm 22.05.8").ok(probe())
     assert C.select_backend("cli", runner=runner, version_of=installed("22.5.3")).kind == "pyslurm"
     monkeypatch.setenv(C.ENV_BACKEND, "rest")
     with pytest.raises(ValueError, match=C.ENV_BACKEND):
@@ -1470,7 +1474,7 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.metadata
 
     monkeypatch.setattr(importlib.metadata, "version", installed("22.5.3"))
-    runner = FakeRunner().ok(VERSION, "slurm 22.05.8").ok(PROBE)
+    runner = FakeRunner().ok(VERSION, "slurm 22.05.8").ok(probe())
     chosen = C.backend(runner=runner, timeout=4)
     assert isinstance(chosen, pyslurm_backend.PyslurmBackend) and chosen.cli.timeout == 4
     assert chosen.why
