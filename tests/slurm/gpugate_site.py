@@ -307,9 +307,10 @@ class Site:
             f"evidence_dir: {self.evidence}\n"
             "task_prolog:\n"
             f"  nccl_debug_dir: {self.base / 'nccl'}\n"
+            f"slurm:\n  backend: {self.backend}\n"
+            # admin: last, its lines indented: a test's `extra` may continue it.
             "admin:\n"
-            f"  metrics_file: {self.metrics}\n"
-            f"slurm:\n  backend: {self.backend}\n" + extra
+            f"  metrics_file: {self.metrics}\n" + extra
         )
 
     def nccl_dir_per_node(self, nodes: list[str]) -> None:
