@@ -83,6 +83,10 @@ FAKE_REBOOT = Path(__file__).resolve().with_name("fake_reboot.py")
 NodePredicate = Callable[[dict], bool]
 
 
+# The cgroup v1 devices controller; Slurm's default CgroupMountpoint is /sys/fs/cgroup.
+CGROUP_V1_DEVICES = "/sys/fs/cgroup/devices"
+
+
 class SlurmUnavailable(RuntimeError):
     """Slurm cannot run here (not root, or apt cannot provide it): tests should skip."""
 
@@ -277,6 +281,7 @@ class LocalSlurm:
         health_check_node_state: str | None = None,
         job_submit_lua: str | os.PathLike | None = None,
         slurm_user: str = "root",
+        device_cgroups: bool = False,
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
@@ -314,6 +319,12 @@ class LocalSlurm:
         if slurm_user not in ("root", SLURM_USER):
             raise ValueError(f"slurm_user is 'root' or {SLURM_USER!r}, not {slurm_user!r}")
         self.slurm_user = slurm_user
+        # TaskPlugin=task/cgroup with ConstrainDevices=yes (cgroup v1), fake GPUs with
+        # NVIDIA's major number: a job can open only the GPUs Slurm gave it (errno tells).
+        self.device_cgroups = device_cgroups
+        # The GPU indices each node's gres.conf lists (set_gpus() leaves some out).
+        self.gpu_indices = {node: list(range(gpus_per_node)) for node in self.nodes}
+        self.gpu_counts = {node: gpus_per_node for node in self.nodes}
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
 
@@ -387,6 +398,8 @@ class LocalSlurm:
         self._write_fake_gpus()
         self._write_configs()
         self._save_state()
+        if self.device_cgroups:
+            self._reset_device_cgroups()
         try:
             self._start_munged()
             self._start_daemon([_need("slurmctld"), "-f", str(self.conf_path)], "slurmctld")
@@ -422,6 +435,8 @@ class LocalSlurm:
                 pass  # a dead or broken controller: the kills below still clean up
             self._wait_gone(["slurmctld", *[f"slurmd-{n}" for n in self.nodes]], timeout=5)
         self._kill_leftovers()
+        if self.device_cgroups:
+            self._reset_device_cgroups()  # a denied device must not reach the next cluster
 
     def _prepare_dirs(self) -> None:
         """Create the directory tree; wipe state and spool so no saved DRAIN survives."""
@@ -477,14 +492,63 @@ class LocalSlurm:
         key.chmod(0o400)
 
     def _write_fake_gpus(self) -> None:
-        """Make /dev/null-like char devices that gres.conf lists as GPUs (File= is required)."""
+        """Make the char devices that gres.conf lists as GPUs (File= is required).
+
+        /dev/null's numbers (1,3) by default; with ``device_cgroups`` NVIDIA's (195,N), which
+        no driver serves here: opening one fails ENXIO where the cgroup allows it and EPERM
+        where it does not, so a job can tell which GPUs Slurm let it open.
+        """
         for node in self.nodes:
             node_dir = self.base / "dev" / node
             node_dir.mkdir(parents=True, exist_ok=True)
             for index in range(self.gpus_per_node):
                 dev = node_dir / f"nvidia{index}"
-                if not dev.exists():
-                    _run_quiet(["mknod", "-m", "666", str(dev), "c", "1", "3"])
+                major, minor = ("195", str(index)) if self.device_cgroups else ("1", "3")
+                if dev.exists():
+                    dev.unlink()  # a previous run of this base dir may have had the other kind
+                _run_quiet(["mknod", "-m", "666", str(dev), "c", major, minor])
+
+    def gpu_device(self, node: str, index: int) -> Path:
+        """The fake device file of GPU ``index`` on ``node``."""
+        return self.base / "dev" / node / f"nvidia{index}"
+
+    def set_gpus(self, node: str, indices: Sequence[int], count: int | None = None) -> None:
+        """Rewrite gres.conf so ``node`` lists only these GPUs' files, and slurm.conf's
+        ``Gres=gpu:N`` to their number (or to ``count``, to make the two disagree).
+
+        Nothing is reloaded: the caller picks ``scontrol reconfigure`` or restarts.
+        """
+        self.gpu_indices[node] = sorted(indices)
+        self.gpu_counts[node] = len(indices) if count is None else count
+        self._write_configs()
+
+    def restart_slurmctld(self, timeout: float = 20.0) -> None:
+        """Stop slurmctld and start it again on the same state (running jobs survive)."""
+        pid = self._daemon_pid("slurmctld")
+        if pid is not None:
+            _terminate([pid], grace=timeout / 2)
+        self._start_daemon([_need("slurmctld"), "-f", str(self.conf_path)], "slurmctld")
+
+    def device_cgroup(self, node: str) -> Path:
+        """Where slurmd of ``node`` puts its jobs in the cgroup v1 devices hierarchy.
+
+        A slurmd built for several per host (`slurmd -N`, as here) uses ``slurm_<node>``;
+        one per host uses ``slurm``.
+        """
+        devices = Path(CGROUP_V1_DEVICES)
+        per_node = devices / f"slurm_{node}"
+        return (
+            per_node
+            if per_node.is_dir() or not (devices / "slurm").is_dir()
+            else (devices / "slurm")
+        )
+
+    def _reset_device_cgroups(self) -> None:
+        """Allow every device again below each node's cgroup (a test may have denied some)."""
+        for node in self.nodes:
+            allow = self.device_cgroup(node) / "devices.allow"
+            if allow.exists():
+                allow.write_text("a")
 
     def _write_configs(self) -> None:
         """Write slurm.conf, gres.conf and (only for 24.x+) cgroup.conf."""
@@ -494,7 +558,10 @@ class LocalSlurm:
         if self.job_submit_lua is not None:
             (etc / "job_submit.lua").write_text(Path(self.job_submit_lua).read_text())
         cgroup_conf = etc / "cgroup.conf"
-        if slurm_version() >= (24, 0):
+        if self.device_cgroups:
+            # Both versions take cgroup/v1 by name (22.05 refuses only "disabled").
+            cgroup_conf.write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
+        elif slurm_version() >= (24, 0):
             # 24.x always loads a cgroup plugin and fails where cgroups are unusable;
             # 22.05 refuses this line (no plugin named "disabled"), so write it only here.
             cgroup_conf.write_text("CgroupPlugin=disabled\n")
@@ -520,9 +587,11 @@ class LocalSlurm:
             f"SlurmdLogFile={base}/log/slurmd-%n.log",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
-            # No cgroups: ConstrainDevices fails with EPERM on these VMs.
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            # No cgroups unless asked for (device_cgroups): cgroup v1 device rules need root.
+            "ProctrackType=proctrack/cgroup"
+            if self.device_cgroups
+            else "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/cgroup" if self.device_cgroups else "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
@@ -578,7 +647,7 @@ class LocalSlurm:
     def _node_line(self, node: str) -> str:
         """One NodeName= line; every node is this host, on its own slurmd port."""
         layout = " ".join(f"{key}={value}" for key, value in cpu_layout().items())
-        gres = f" Gres=gpu:{self.gpus_per_node}" if self.gpus_per_node else ""
+        gres = f" Gres=gpu:{self.gpu_counts[node]}" if self.gpus_per_node else ""
         return (
             f"NodeName={node} NodeHostname={_hostname()} NodeAddr=127.0.0.1 "
             f"Port={self.node_ports[node]} {layout} RealMemory=1000{gres} State=UNKNOWN"
@@ -587,9 +656,11 @@ class LocalSlurm:
     def gres_conf_text(self) -> str:
         """Return gres.conf: fake GPU files per node, no NVML autodetection."""
         lines = ["AutoDetect=off"]
-        count = self.gpus_per_node
-        for node in self.nodes if count else ():
-            names = "nvidia0" if count == 1 else f"nvidia[0-{count - 1}]"
+        for node in self.nodes if self.gpus_per_node else ():
+            indices = self.gpu_indices[node]
+            if not indices:
+                continue
+            names = f"nvidia{indices[0]}" if len(indices) == 1 else f"nvidia[{_ranges(indices)}]"
             lines.append(f"NodeName={node} Name=gpu File={self.base}/dev/{node}/{names}")
         return "\n".join(lines) + "\n"
 
@@ -984,6 +1055,34 @@ class LocalSlurm:
 
 
 # --------------------------------------------------------------------------- small helpers
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """Slurm's bracket list of sorted indices: [0, 1, 2, 4, 5] -> "0-2,4-5"."""
+    parts: list[str] = []
+    start = prev = indices[0]
+    for index in [*indices[1:], None]:
+        if index is not None and index == prev + 1:
+            prev = index
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if index is not None:
+            start = prev = index
+    return ",".join(parts)
+
+
+def device_cgroups_usable() -> str | None:
+    """Why this host cannot run ``device_cgroups`` clusters, or None when it can.
+
+    Slurm's ConstrainDevices needs the cgroup v1 devices controller (v2 hosts use eBPF,
+    which these tests do not cover) and root to write its rules.
+    """
+    devices = Path(CGROUP_V1_DEVICES)
+    if not (devices / "devices.deny").exists():
+        return f"no cgroup v1 devices controller at {devices}"
+    if os.geteuid() != 0:
+        return "device cgroup rules need root"
+    return None
 
 
 def _need(name: str) -> str:
