@@ -31,6 +31,7 @@ _CHOICES = {
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "prolog.on_error": ("allow", "refuse"),
     "health.suspect_action": ("qualify", "review"),
+    "isolate.unit": ("node", "gpu"),
 }
 # Mappings whose keys and values are closed sets: path -> (key pattern, what a key is, values).
 _KEYED = {
@@ -58,6 +59,7 @@ _AT_MOST = {
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {
     "health.heal_after_passes": 1,
+    "isolate.max_gpus": 1,
     "health.suspect_users_min": 1,
     "health.suspect_votes_per_user": 1,
     "checks.kernel.app_xid_users_min": 1,

@@ -236,6 +236,18 @@ class Slurm(Record):
     timeout_s: float
 
 
+class Isolate(Record):
+    """One faulty GPU out of service instead of its whole node (gpugate/isolate/; opt in)."""
+
+    unit: str  # "node": drain the node (the default); "gpu": take out only the faulty GPU(s)
+    max_gpus: int  # more faulty GPUs than this on one node: drain the node
+    checks: list[str]  # check ids whose fault, confined to one GPU, may be isolated
+    slurm_conf: str | None  # the slurm.conf slurmctld reads (None: the hook's SLURM_CONF)
+    gres_conf: str | None  # the gres.conf with the node's GPU lines (None: beside slurm_conf)
+    cgroup_devices: str  # the cgroup v1 devices controller (Slurm's CgroupMountpoint/devices)
+    settle_s: float  # how long Slurm may take to report the new GPU count after the reload
+
+
 class ResumeQualify(Record):
     """The qualification level (`gpugate qualify`, 0: none) a drain of each fault class calls for."""
 
@@ -361,6 +373,7 @@ class Config(Record):
     submit: Submit
     checkpoints: Checkpoints
     drill: Drill = Drill(max_minutes=30.0)  # a default: configs built before drills
+    isolate: Isolate | None = None  # None: a config built in code (the packaged file has it)
     # Where EpilogSlurmctld writes (events, votes, flags, locks, log); None: <state_dir>/controller.
     controller_dir: str | None = None
     qualify: Qualify | None = None  # None: a config built in code (the packaged file has it)
