@@ -58,6 +58,7 @@ class NodeInfo(Record):
     ] = ()  # the partitions the node is in (the drain budget counts per partition)
     gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
     cpus: int | None = None  # CPUs Slurm counts on the node (`CPUTot=`, JSON `cpus`); None: unknown
+    comment: str = ""  # the node's Comment (gpugate/isolate/comment.py records isolated GPUs)
 
     @property
     def drained(self) -> bool:
