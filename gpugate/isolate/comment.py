@@ -4,8 +4,10 @@ One entry per GPU, `; `-joined after the `gpugate-isolated:` marker:
 
     gpugate-isolated: gpu3 minor=3 serial=1654922010523 since=1764782400 why=gpu.ecc: GPU3 ...
 
-`why` runs to the end of its entry (it may hold spaces and `=`); `;` in it is replaced. The
-Comment is Slurm's, readable by every user (`scontrol show node`): it holds nothing secret.
+`why` runs to the end of its entry (it may hold spaces and `=`); `;` in it is replaced, and it
+is cut at WHY_MAX characters. SlurmControl.set_node_comment writes it after `gpugate: `, so the
+marker is looked for anywhere in the Comment. The Comment is Slurm's, readable by every user
+(`scontrol show node`): it holds nothing secret.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from gpugate.record import Record
 
 MARKER = "gpugate-isolated:"
+WHY_MAX = 120  # per GPU: eight entries stay within the Comment's cap (reasons.COMMENT_MAX)
 _ENTRY = re.compile(
     r"gpu(?P<index>\d+) minor=(?P<minor>\d+) serial=(?P<serial>\S*) since=(?P<since>\d+)"
     r" why=(?P<why>.*)"
@@ -38,7 +41,7 @@ def format_comment(gpus: list[IsolatedGpu]) -> str:
         return ""
     entries = [
         f"gpu{g.index} minor={g.minor} serial={g.serial or ''} since={int(g.since)} "
-        f"why={' '.join(g.why.replace(';', ',').split())}"
+        f"why={' '.join(g.why.replace(';', ',').split())[:WHY_MAX]}"
         for g in sorted(gpus, key=lambda g: g.index)
     ]
     return f"{MARKER} " + "; ".join(entries)
@@ -46,10 +49,11 @@ def format_comment(gpus: list[IsolatedGpu]) -> str:
 
 def parse_comment(comment: str | None) -> list[IsolatedGpu]:
     """The isolated GPUs a node Comment records ([] when it has no gpugate-isolated entry)."""
-    if not comment or not comment.startswith(MARKER):
+    at = (comment or "").find(MARKER)
+    if at < 0:
         return []
     out = []
-    for entry in comment[len(MARKER) :].split(";"):
+    for entry in (comment or "")[at + len(MARKER) :].split(";"):
         match = _ENTRY.fullmatch(entry.strip())
         if match:
             out.append(
