@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": ("nodes", "drained nodes, reasons and evidence at a glance"),
     "evidence": ("evidence", "evidence bundles of a node or a job"),
     "resume": ("resume", "check a node, then resume it (audited)"),
+    "isolate": ("isolate", "take one faulty GPU out of Slurm's service (started by the hooks)"),
     "drill": ("drill", "inject a simulated fault on this node for a window, follow and record it"),
     "qualify": ("qualify", "qualify nodes with DCGM and bandwidth tests run as Slurm jobs"),
     "report": (

@@ -246,6 +246,7 @@ class Isolate(Record):
     gres_conf: str | None  # the gres.conf with the node's GPU lines (None: beside slurm_conf)
     cgroup_devices: str  # the cgroup v1 devices controller (Slurm's CgroupMountpoint/devices)
     settle_s: float  # how long Slurm may take to report the new GPU count after the reload
+    wait_idle_s: float  # how long the isolation waits for the node's last jobs to end
 
 
 class ResumeQualify(Record):

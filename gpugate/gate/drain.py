@@ -19,6 +19,7 @@ from gpugate.slurm.reasons import budget_comment, drain_reason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -74,6 +75,22 @@ def drain_node(
         if undone:
             return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
     return DrainOutcome(reason=reason, drained=True)
+
+
+def isolate_after_drain(
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    failing: list[Finding],
+    gpus: tuple[Gpu, ...] | None,
+) -> str:
+    """After gpugate drained `node`: start taking out only the faulty GPU(s) when the site
+    asks for it (`isolate.unit: gpu`); a line for the hook's log ("" when isolation is off)."""
+    if config.isolate is None or config.isolate.unit != "gpu":
+        return ""
+    from gpugate.isolate.apply import request  # only where a site isolates
+
+    return request(config, slurm, node, failing, gpus)
 
 
 # Two jobs' prologs on one node can drain it together; when the other's settle undoes the drain

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import time
 
 from gpugate import fsutil, log
@@ -14,7 +15,7 @@ from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
-from gpugate.gate.drain import drain_detail, drain_node
+from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checkpoints.freshness import Freshness
-    from gpugate.checks.facts import Facts
+    from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog_result import EpilogResult
@@ -240,13 +241,20 @@ def drain_for_hardware(
     hardware: list[Finding],
     slurm: SlurmControl | None = None,
     bundle: str | None = None,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> tuple[str, bool, str | None]:
     """Drain this node for its own hardware fault: (reason, drained, what blocked it: "admin",
-    "budget", "error" or None); the reason names the bundle if one was written."""
+    "budget", "error" or None); the reason names the bundle if one was written. With
+    `isolate.unit: gpu` a fault confined to one GPU then starts that GPU's isolation."""
     check_id, detail = drain_detail(hardware)
     if bundle:
         detail = evidence_detail(bundle, detail)
-    outcome = drain_node(slurm or _slurm(config), env.node or "", check_id, detail, config)
+    slurm = slurm or _slurm(config)
+    outcome = drain_node(slurm, env.node or "", check_id, detail, config)
+    if outcome.drained:
+        isolation = isolate_after_drain(config, slurm, env.node or "", hardware, gpus)
+        if isolation:
+            sys.stderr.write(f"gpugate: {isolation}\n")
     return outcome.reason, outcome.drained, outcome.blocked_by
 
 

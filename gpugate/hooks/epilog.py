@@ -21,6 +21,7 @@ from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.hooks.epilog_result import EpilogResult
 from gpugate.hooks.flightrec_collect import collect_dumps
+from gpugate.isolate.state import without_isolated
 from gpugate.log import say
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.store import app_xids as xid_history
@@ -111,7 +112,9 @@ def hardware_decision(
     """
     # Only the checks marked `hardware` on their @check line (see gpugate/checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
-    found = run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+    found = without_isolated(
+        config, run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+    )
     found = new_since_prolog(found, baseline)
     may_drain = config.epilog.drain_on_hardware
     return decide(found, config.policy, phase="epilog", may_drain=may_drain)
@@ -200,7 +203,8 @@ def _run_epilog(
     if why is None and not config.epilog.always_bundle:
         result = EpilogResult(abnormal=False, why="normal end")
         if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
-            reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm)
+            reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
+                                                                  gpus=facts.gpus)  # fmt: skip
             result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         cleanup(config, env)
         return result.replace(duration_s=time.monotonic() - started)
@@ -244,7 +248,7 @@ def _run_epilog(
                                     baseline=baseline)  # fmt: skip
     if drain:
         reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
-                                                              bundle=bundle)  # fmt: skip
+                                                              bundle=bundle, gpus=facts.gpus)  # fmt: skip
         result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         if bundle:
             collect.record_outcome(config, bundle, result)

@@ -21,10 +21,11 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.drill import active_drill
-from gpugate.gate.drain import drain_detail, drain_node
+from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
+from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.choose import with_slurm_gres
@@ -38,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.checks.facts import Facts
+    from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
@@ -128,7 +129,9 @@ def judge(
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, node, position=position, deadline_s=config.health.deadline_s)
     facts = with_slurm_gres(config, node, facts, slurm)
-    return facts, skip_for_jobs(run_checks(facts, config), in_use, any_job)
+    return facts, skip_for_jobs(
+        without_isolated(config, run_checks(facts, config)), in_use, any_job
+    )
 
 
 def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
@@ -161,7 +164,7 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
         result = keep_or_lift(config, slurm, info, decision, boot, any_job)
         result = result.replace(message=_joined(result.message, repaired))
     elif decision.action == DRAIN:
-        result = drain_for(config, slurm, node, decision, boot)
+        result = drain_for(config, slurm, node, decision, boot, facts.gpus)
         if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
             result = result.replace(message=_joined(result.message, repair(
                 config, slurm, node, findings, idle=False)))  # fmt: skip
@@ -229,7 +232,12 @@ def _joined(message: str, extra: str) -> str:
 
 
 def drain_for(
-    config: Config, slurm: SlurmControl, node: str, decision: Decision, boot: str | None
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    decision: Decision,
+    boot: str | None,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> HealthResult:
     """Drain an in-service node that fails, as the prolog does (budget, ownership); remember it."""
     check_id, detail = drain_detail(list(decision.failing))
@@ -241,6 +249,9 @@ def drain_for(
             status="fail", action="drain", blocked_by="error", message=f"fail: {check_id}: {detail}"
         )
     if outcome.drained:
+        isolation = isolate_after_drain(config, slurm, node, list(decision.failing), gpus)
+        if isolation:
+            note(isolation)
         entry = Healing(
             node=node, check=check_id, fault=fault_class(check_id), since=time.time(), boot_id=boot
         )

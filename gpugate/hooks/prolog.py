@@ -20,9 +20,12 @@ from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
-from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node
+from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.hooks.task_prolog import fr_opted_out
+from gpugate.isolate.state import local_path as isolation_file
+from gpugate.isolate.state import sync as sync_isolated
+from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.slurm.choose import backend, with_slurm_gres
 from gpugate.slurm.cli import expand_hostlist
@@ -44,7 +47,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.checks.facts import Facts
+    from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.gate.drain import DrainOutcome
@@ -103,6 +106,21 @@ def check_statuses(findings: list[Finding], config: Config) -> dict[str, str]:
     return out
 
 
+def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
+    """Deny this node's isolated GPUs' devices again (a reboot clears cgroup rules); one stat
+    when nothing is isolated. A rule that cannot be written is a failure: Slurm no longer
+    counts the GPU, so only the rule keeps jobs off it."""
+    if not node or not os.path.exists(isolation_file(config)):
+        return []
+    try:
+        sync_isolated(config, node)
+    except OSError as exc:
+        from gpugate.checks.findings import fail
+
+        return [fail("isolate.deny", f"cannot deny the isolated GPUs' devices: {exc}")]
+    return []
+
+
 def concerns_job(f: Finding, env: HookEnv) -> bool:
     """A node-wide finding, or one about a GPU the job was given."""
     return f.gpu is None or env.gpus is None or f.gpu in env.gpus
@@ -118,7 +136,9 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
                                 message="gpugate:skip in the job's comment: checks skipped")  # fmt: skip
         note("the job asked for gpugate:skip, which this site does not allow; checking anyway")
     facts = gather_for_prolog(config, env, config.prolog.deadline_s)
-    findings = run_checks(facts, config)
+    findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
+        config, env.node
+    )
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (see act_on_failure).
@@ -139,7 +159,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         result = PrologResult(exit_code=0, status=decision.status, action=decision.action,
                               message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
     else:
-        result = act_on_failure(config, env, decision, slurm, statuses, started)
+        result = act_on_failure(config, env, decision, slurm, statuses, started, facts.gpus)
     return result.replace(unknown_xids=unknown)
 
 
@@ -150,6 +170,7 @@ def act_on_failure(
     slurm: SlurmControl | None,
     statuses: dict[str, Any],
     started: float,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> PrologResult:
     """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
 
@@ -172,6 +193,10 @@ def act_on_failure(
         outcome = drain_node(slurm, env.node or "", check_id, detail, config)
     except Exception as exc:  # the adapter's SlurmError (controller down), or any other
         outcome = drain_failed(env, check_id, detail, exc)
+    if outcome.drained and slurm is not None:
+        isolation = isolate_after_drain(config, slurm, env.node or "", failing, gpus)
+        if isolation:
+            note(isolation)
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
     refuse = concerns and outcome.blocked_by != "budget"
     if refuse and env.job_id:

@@ -17,7 +17,7 @@ import re
 from gpugate.record import Record
 
 MARKER = "gpugate-isolated:"
-WHY_MAX = 120  # per GPU: eight entries stay within the Comment's cap (reasons.COMMENT_MAX)
+WHY_MAX = 80  # per GPU: two entries stay within the Comment's cap (reasons.COMMENT_MAX)
 _ENTRY = re.compile(
     r"gpu(?P<index>\d+) minor=(?P<minor>\d+) serial=(?P<serial>\S*) since=(?P<since>\d+)"
     r" why=(?P<why>.*)"

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
         def start_now(self, job_id: int | str | JobId) -> None: ...
 
+        def version(self) -> tuple[int, int] | None: ...
+
 
 __all__ = ["JobId", "JobInfo", "NodeInfo", "SlurmControl", "SlurmError", "parse_job_id"]
 
@@ -215,6 +217,10 @@ class SlurmControl:
     def set_node_comment(self, node: str, text: str) -> None:
         """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change)."""
         self._write_node_comment(valid_node_name(node), admin_comment(text))
+
+    def clear_node_comment(self, node: str) -> None:
+        """Empty the node's Comment (an isolation put back)."""
+        self._write_node_comment(valid_node_name(node), "")
 
     def _write_node_comment(self, node: str, comment: str) -> None:
         # scontrol in the CLI backend; pyslurm (22.5 and 24.11 alike) through Node.modify.

@@ -1,0 +1,334 @@
+"""Take one GPU out of Slurm's service, and put it back: the sequence measured on real Slurm.
+
+docs/slurm-facts.md ("One GPU out of a node") has the measurements; in short, with the node
+drained by gpugate first (nothing new starts while its configuration changes):
+
+1. deny the GPU's device below slurmd's cgroup (cgroup.py): Slurm itself never denies a
+   device that gres.conf no longer names;
+2. write gres.conf without the GPU's file and slurm.conf's `Gres=gpu:N-1`, together
+   (conf.py): either alone, and Slurm marks the node INVAL and drains it itself;
+3. `scontrol reconfigure`: on 24.11 it restarts slurmctld and the slurmds, which take the new
+   count; 22.05's does not (the node goes INVALID_REG and cannot be resumed), so 22.05 is a
+   site that cannot isolate (`site_problem`) and keeps today's drain;
+4. read the node back: `Gres=gpu:N-1`, no INVALID_REG, still drained by gpugate;
+5. write the node Comment naming the GPU (comment.py) and resume.
+
+A hook never runs these steps itself: 24.11's reconfigure restarts the slurmd that is waiting
+for the hook. The hook drains as today, records the request, and starts `gpugate isolate
+apply NODE` in a session of its own (`request`), which waits for the node to be idle. Any
+step that fails, or an answer from Slurm that is not the expected one, puts the files back
+and leaves the node drained, with a reason saying why: never worse than a drain.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from gpugate import log
+from gpugate.isolate import cgroup, conf, state
+from gpugate.isolate.comment import IsolatedGpu, format_comment
+from gpugate.isolate.plan import targets
+from gpugate.slurm.reasons import drain_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.checks.facts import Gpu
+    from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
+    from gpugate.slurm.records import NodeInfo
+
+# Measured: 24.11's `scontrol reconfigure` takes a GPU count change; 22.05's does not. (23.11
+# made reconfigure a restart too, by its release notes; not measured, so not trusted.)
+MIN_SLURM = (24, 11)
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+POLL_S = 0.5
+
+
+class IsolationFailed(RuntimeError):
+    """A step of the isolation (or of putting a GPU back) did not do what it must."""
+
+
+def conf_paths(config: Config) -> tuple[str, str]:
+    """(slurm.conf, gres.conf) as the isolation edits them."""
+    iso = config.isolate
+    slurm_conf = (
+        (iso.slurm_conf if iso else None) or os.environ.get("SLURM_CONF") or (DEFAULT_SLURM_CONF)
+    )
+    gres_conf = (iso.gres_conf if iso else None) or os.path.join(
+        os.path.dirname(slurm_conf), "gres.conf"
+    )
+    return slurm_conf, gres_conf
+
+
+def site_problem(config: Config, slurm: SlurmControl, node: str) -> str | None:
+    """Why GPUs of `node` cannot be isolated safely here; None when they can."""
+    version = slurm.cli.version()
+    if version is None or version < MIN_SLURM:
+        have = ".".join(map(str, version)) if version else "unknown"
+        return (
+            f"Slurm {have}: `scontrol reconfigure` does not take a GPU count change before "
+            f"{MIN_SLURM[0]}.{MIN_SLURM[1]} (docs/slurm-facts.md)"
+        )
+    devices = config.isolate.cgroup_devices if config.isolate else "/sys/fs/cgroup/devices"
+    why = cgroup.problem(devices)
+    if why:
+        return why
+    slurm_conf, gres_conf = conf_paths(config)
+    for path in (slurm_conf, gres_conf):
+        if not os.access(path, os.R_OK | os.W_OK):
+            return f"{path}: not writable here"
+    try:
+        conf.read_node_gpus(_read(slurm_conf), _read(gres_conf), node)
+    except (conf.Unsupported, OSError) as exc:
+        return str(exc)
+    return None
+
+
+def request(
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    failing: list[Finding],
+    gpus: tuple[Gpu, ...] | None,
+) -> str:
+    """After a hook drained `node` for `failing`: start the isolation of the faulty GPU(s) if
+    this site and fault allow it. Returns a line for the hook's log: what it started or why
+    the node stays drained. Never raises."""
+    try:
+        chosen = targets(config, failing, gpus)
+        if isinstance(chosen, str):
+            return f"node drained, not isolated: {chosen}"
+        why = site_problem(config, slurm, node)
+        if why:
+            _event(config, node, "refused", chosen, why)
+            return f"node drained, not isolated: {why}"
+        record = state.Isolation(
+            node=node,
+            state=state.REQUESTED,
+            gpus=tuple(state.Isolated(gpu=g) for g in chosen),
+            updated=time.time(),
+        )
+        state.save(config, record)
+        pid = _spawn(config, node)
+        _event(config, node, "requested", chosen, f"gpugate isolate apply, pid {pid}")
+        return f"isolating {_names(chosen)} (gpugate isolate apply {node}, pid {pid})"
+    except Exception as exc:  # the drain stands: an isolation is only ever an improvement
+        return f"node drained, not isolated: {type(exc).__name__}: {exc}"
+
+
+def _spawn(config: Config, node: str) -> int:
+    """`gpugate isolate apply NODE` in a session of its own, outliving the hook and slurmd's
+    restart; its output appended to <state_dir>/isolate.log."""
+    from gpugate.child import cli_command
+
+    path = os.path.join(config.state_dir, "isolate.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [*cli_command(), "isolate", "apply", node],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            close_fds=True,
+            start_new_session=True,
+        )
+    finally:
+        os.close(fd)
+    return proc.pid
+
+
+def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
+    """Carry out the requested isolation of `node` (run on the node, as root)."""
+    record = state.load_local(config)
+    if record is None or record.state != state.REQUESTED:
+        raise IsolationFailed(f"{node}: no isolation requested here")
+    iso = config.isolate
+    assert iso is not None  # request() checked
+    slurm_conf, gres_conf = conf_paths(config)
+    original = (_read(slurm_conf), _read(gres_conf))
+    denied: list[int] = []
+    changed = False
+    try:
+        _wait_idle_drained(slurm, node, iso.wait_idle_s)
+        gpus = conf.read_node_gpus(*original, node)
+        texts = original
+        lines = []
+        for item in record.gpus:
+            path = conf.gpu_file(gpus, item.gpu.minor)
+            new_slurm, new_gres, line = conf.take_out(*texts, node, path)
+            texts = (new_slurm, new_gres)
+            lines.append(line)
+        for item in record.gpus:
+            cgroup.deny(iso.cgroup_devices, node, item.gpu.minor)
+            denied.append(item.gpu.minor)
+        conf.write_conf(gres_conf, texts[1])
+        conf.write_conf(slurm_conf, texts[0])
+        changed = True
+        slurm.cli.scontrol("reconfigure")
+        want = gpus.count - len(record.gpus)
+        _wait_count(slurm, node, want, iso.settle_s)
+        isolated = [item.gpu for item in record.gpus]
+        slurm.set_node_comment(node, format_comment(isolated))
+        done = record.replace(
+            state=state.APPLIED,
+            gpus=tuple(
+                item.replace(line=line) for item, line in zip(record.gpus, lines, strict=True)
+            ),
+            why="",
+            updated=time.time(),
+        )
+        state.save(config, done)
+        slurm.resume(node)
+        _event(config, node, "applied", isolated, f"Gres=gpu:{want}")
+        return done
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        _undo(config, slurm, node, original, changed, denied, (slurm_conf, gres_conf))
+        failed = record.replace(state=state.FAILED, why=why, updated=time.time())
+        state.save(config, failed)
+        _keep_drained(slurm, node, record, why)
+        _event(config, node, "failed", [g.gpu for g in record.gpus], why)
+        return failed
+
+
+def _undo(
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    original: tuple[str, str],
+    changed: bool,
+    denied: list[int],
+    paths: tuple[str, str],
+) -> None:
+    """Put the files back as they were (and Slurm's count with them), lift the denies."""
+    devices = config.isolate.cgroup_devices if config.isolate else ""
+    if changed:
+        try:
+            conf.write_conf(paths[1], original[1])
+            conf.write_conf(paths[0], original[0])
+            slurm.cli.scontrol("reconfigure")
+        except Exception as exc:
+            log.error(config.state_dir, f"isolate {node}: could not put the files back", exc)
+    for minor in denied:
+        try:
+            cgroup.allow(devices, node, minor)
+        except OSError as exc:
+            log.error(config.state_dir, f"isolate {node}: could not allow minor {minor}", exc)
+
+
+def _keep_drained(slurm: SlurmControl, node: str, record: state.Isolation, why: str) -> None:
+    """Drained with a reason that says the isolation failed and why (never resumed)."""
+    first = record.gpus[0].gpu if record.gpus else None
+    detail = f"GPU{first.index} not isolated ({why}); {first.why}" if first else why
+    try:
+        slurm.drain(node, drain_reason("isolate", detail))
+    except Exception as exc:
+        log.error(None, f"isolate {node}: could not write the drain reason", exc)
+
+
+def restore(config: Config, slurm: SlurmControl, node: str) -> str:
+    """Put every isolated GPU of `node` back (before a resume): drain, files, reconfigure,
+    read the full count back, allow the devices if this is the node. Returns what it did;
+    IsolationFailed when a step fails (the node then stays drained)."""
+    record = state.load(state.shared_path(config, node))
+    if record is None or record.state == state.REQUESTED:
+        return ""
+    iso = config.isolate
+    devices = iso.cgroup_devices if iso else "/sys/fs/cgroup/devices"
+    settle = iso.settle_s if iso else 30.0
+    names = _names([g.gpu for g in record.gpus])
+    if record.state == state.APPLIED:
+        slurm_conf, gres_conf = conf_paths(config)
+        texts = (_read(slurm_conf), _read(gres_conf))
+        before = conf.read_node_gpus(*texts, node)
+        for item in record.gpus:
+            if not item.line:
+                raise IsolationFailed(f"{node}: no gres.conf line kept for GPU{item.gpu.index}")
+            texts = conf.put_back(*texts, node, item.line)
+        info = slurm.node(node)
+        if not info.drained:
+            slurm.drain(node, drain_reason("isolate", f"putting back {names}"))
+        conf.write_conf(gres_conf, texts[1])
+        conf.write_conf(slurm_conf, texts[0])
+        slurm.cli.scontrol("reconfigure")
+        _wait_count(slurm, node, before.count + len(record.gpus), settle)
+    here = this_node_is(node)
+    if here:
+        for item in record.gpus:
+            cgroup.allow(devices, node, item.gpu.minor)
+    state.forget(config, node, here)
+    slurm.clear_node_comment(node)
+    _event(config, node, "restored", [g.gpu for g in record.gpus], "")
+    return f"{names} back in service"
+
+
+def this_node_is(node: str) -> bool:
+    """Whether this process runs on `node` (its cgroup rules are here)."""
+    from gpugate.config.classes import this_node
+
+    here, _ = this_node()
+    return here == node
+
+
+def _wait_idle_drained(slurm: SlurmControl, node: str, timeout: float) -> None:
+    """Until no job is on the node and it is still drained by gpugate; else IsolationFailed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = slurm.node(node)
+        if not (info.drained and info.gpugate_owned):
+            raise IsolationFailed(f"{node} is no longer drained by gpugate ({info.reason!r})")
+        if _idle(info):
+            return
+        if time.monotonic() > deadline:
+            raise IsolationFailed(f"{node} still ran jobs after {timeout:g} s")
+        time.sleep(POLL_S)
+
+
+def _idle(info: NodeInfo) -> bool:
+    """No job allocated or completing on the node."""
+    busy = {"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"}
+    return info.state not in busy and not busy.intersection(info.flags)
+
+
+def _wait_count(slurm: SlurmControl, node: str, want: int, timeout: float) -> None:
+    """Until Slurm reports `Gres=gpu:<want>` for the node, valid; else IsolationFailed."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            info = slurm.node(node)
+        except Exception as exc:  # slurmctld restarting
+            last = exc
+            time.sleep(POLL_S)
+            continue
+        if "INVALID_REG" in info.flags or "INVAL" in info.flags:
+            raise IsolationFailed(f"Slurm marked {node} {'+'.join(info.flags)}: {info.reason}")
+        if info.gres_gpus == want:
+            return
+        last = f"Gres=gpu:{info.gres_gpus}"
+        time.sleep(POLL_S)
+    raise IsolationFailed(f"{node} did not report Gres=gpu:{want} within {timeout:g} s ({last})")
+
+
+def _read(path: str) -> str:
+    """A Slurm configuration file's text (the site's, root's: read as it is)."""
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _names(gpus: list[IsolatedGpu]) -> str:
+    return ", ".join(f"GPU {g.index}" for g in gpus)
+
+
+def _event(config: Config, node: str, outcome: str, gpus: list[IsolatedGpu], why: str) -> None:
+    log.event(
+        config.state_dir,
+        "isolate",
+        node=node,
+        outcome=outcome,
+        gpus=[{"index": g.index, "minor": g.minor, "serial": g.serial} for g in gpus],
+        why=why,
+    )
