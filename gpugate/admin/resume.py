@@ -151,6 +151,33 @@ def check_then_resume(
     return Attempt(resumed=True, why="", result=result)
 
 
+def restore_isolated(
+    config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
+) -> Attempt:
+    """Put a node's isolated GPUs back, then resume it: the node's own checks first (every
+    GPU judged, the isolated one too: it goes back only once repaired), then the files and
+    Slurm's count in the reverse order (gpugate.isolate.apply.restore), then the resume as
+    any other, audited."""
+    from gpugate.isolate.apply import restore
+
+    node = request.node
+    facts, source = node_facts(config, node, request.facts_file, slurm)
+    if facts is None:
+        return _refused(config, request, info.reason, source)
+    decision = decide(run_checks(facts, config), config.policy)
+    if decision.status == "fail" and not request.force:
+        why = f"{node} still fails its checks: {decision.failing[0].message}"
+        failing = tuple(f.message for f in decision.failing)
+        result = f"{decision.status} ({source})"
+        return _refused(config, request, info.reason, why, result).replace(failing=failing)
+    try:
+        done = restore(config, slurm, node)
+    except Exception as exc:  # the node stays as it is (drained if the restore drained it)
+        return _refused(config, request, info.reason, f"could not put the GPUs back: {exc}")
+    attempt = check_then_resume(config, slurm, slurm.node(node), request)
+    return attempt.replace(result=f"{done}; {attempt.result}" if attempt.result else done)
+
+
 def qualify_level(config: Config, reason: str | None) -> int:
     """The level (0: none) `admin.resume_qualify` asks of a drain with this reason, by the fault
     class of its check (a `gpugate: qualify:` drain, like any unknown id, counts as hardware)."""

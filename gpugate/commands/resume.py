@@ -3,7 +3,9 @@ what passes (and, where `admin.resume_qualify` asks, what a qualification proved
 
 from __future__ import annotations
 
-from gpugate.admin.resume import Request, check_then_resume, held_notice
+import os
+
+from gpugate.admin.resume import Request, check_then_resume, held_notice, restore_isolated
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
 from gpugate.names import refuse
@@ -75,6 +77,26 @@ def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
     )
 
 
+def isolation_of(config: Config, node: str) -> bool | str:
+    """Whether `node` has GPUs isolated that a resume puts back (or why that cannot be read)."""
+    from gpugate.isolate.state import APPLIED, load, shared_path
+
+    try:
+        record = load(shared_path(config, node))
+    except ValueError as exc:
+        return f"cannot read {node}'s isolation record: {exc}"
+    return record is not None and record.state == APPLIED
+
+
+def forget_failed_isolation(config: Config, node: str) -> None:
+    """A resumed node's isolation that never took (its records) is over."""
+    from gpugate.isolate.apply import this_node_is
+    from gpugate.isolate.state import forget, shared_path
+
+    if os.path.exists(shared_path(config, node)):
+        forget(config, node, this_node_is(node))
+
+
 def main(argv: list[str]) -> int:
     """Run `gpugate resume`."""
     args = parser().parse_args(argv)
@@ -85,6 +107,19 @@ def main(argv: list[str]) -> int:
     if isinstance(found, int):
         return found
     config, slurm, info = found
+    isolated = isolation_of(config, args.node)
+    if isinstance(isolated, str):
+        return refuse("gpugate resume", isolated, EXIT_UNHEALTHY)
+    if isolated:  # GPUs out of Slurm's service: back in, then the node resumed as usual
+        request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts,
+                          qualify=args.qualify, level=args.level)  # fmt: skip
+        attempt = restore_isolated(config, slurm, info, request)
+        for message in attempt.failing:
+            print(f"  FAIL    {message}")
+        if not attempt.resumed:
+            return refuse("gpugate resume", f"refused: {attempt.why}", EXIT_UNHEALTHY)
+        print(f"gpugate resume: {args.node} resumed with every GPU ({attempt.result})")
+        return EXIT_OK
     if not info.drained:
         held = held_notice(config, args.node)  # the budget held gpugate's drain back
         if held:
@@ -104,5 +139,6 @@ def main(argv: list[str]) -> int:
         print(f"  FAIL    {message}")
     if not attempt.resumed:
         return refuse("gpugate resume", f"refused: {attempt.why}", EXIT_UNHEALTHY)
+    forget_failed_isolation(config, args.node)
     print(f"gpugate resume: {args.node} resumed (checks: {attempt.result}; was: {info.reason!r})")
     return EXIT_OK

@@ -51,6 +51,10 @@ class IsolationFailed(RuntimeError):
     """A step of the isolation (or of putting a GPU back) did not do what it must."""
 
 
+class Abandoned(IsolationFailed):
+    """The node is no longer gpugate's to change (an admin resumed or drained it)."""
+
+
 def conf_paths(config: Config) -> tuple[str, str]:
     """(slurm.conf, gres.conf) as the isolation edits them."""
     iso = config.isolate
@@ -188,8 +192,11 @@ def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         why = f"{type(exc).__name__}: {exc}"
         _undo(config, slurm, node, original, changed, denied, (slurm_conf, gres_conf))
         failed = record.replace(state=state.FAILED, why=why, updated=time.time())
-        state.save(config, failed)
-        _keep_drained(slurm, node, record, why)
+        if isinstance(exc, Abandoned):  # someone else decided about the node: leave it be
+            state.forget(config, node, here=True)
+        else:
+            state.save(config, failed)
+            _keep_drained(slurm, node, record, why)
         _event(config, node, "failed", [g.gpu for g in record.gpus], why)
         return failed
 
@@ -279,7 +286,7 @@ def _wait_idle_drained(slurm: SlurmControl, node: str, timeout: float) -> None:
     while True:
         info = slurm.node(node)
         if not (info.drained and info.gpugate_owned):
-            raise IsolationFailed(f"{node} is no longer drained by gpugate ({info.reason!r})")
+            raise Abandoned(f"{node} is no longer drained by gpugate ({info.reason!r})")
         if _idle(info):
             return
         if time.monotonic() > deadline:
