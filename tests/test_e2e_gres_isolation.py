@@ -10,7 +10,6 @@ the table in docs/slurm-facts.md ("One GPU out of a node"), which gpugate's isol
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -23,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.slurm.device_probe import opened, probe, refused  # noqa: E402
 from tests.slurm.localslurm import (  # noqa: E402
     LocalSlurm,
     LocalSlurmError,
@@ -41,18 +41,6 @@ KEPT = [index for index in range(GPUS) if index != BAD]
 # NVIDIA's character-device major (Documentation/admin-guide/devices.txt: 195 char, NVIDIA).
 NVIDIA_MAJOR = 195
 OUR_REASON = "gpugate: isolating GPU 3"
-
-# Run inside a job: which of the node's fake GPU files this job may open.
-PROBE = """import errno, json, os, sys
-result = {}
-for index in range(int(sys.argv[2])):
-    try:
-        os.close(os.open(os.path.join(sys.argv[1], "nvidia%d" % index), os.O_RDWR))
-        result[index] = "opened"
-    except OSError as exc:
-        result[index] = errno.errorcode.get(exc.errno, str(exc.errno))
-print(json.dumps({"gpus": os.environ.get("SLURM_JOB_GPUS"), "open": result}))
-"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,33 +63,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalSlurm]:
         tmp_path / "slurm", nodes=["n1", "n2"], gpus_per_node=GPUS, device_cgroups=True
     ) as running:
         yield running
-
-
-def probe(cluster: LocalSlurm, node: str, gpus: int | None, timeout: float = 30) -> dict:
-    """Run PROBE as an ordinary user's job on ``node`` asking for ``gpus`` GPUs (None: no
-    GPU at all); return {"gpus": SLURM_JOB_GPUS, "open": {index: "ENXIO" | "EPERM"}}."""
-    script = cluster.work_dir / "probe.py"
-    script.write_text(PROBE)
-    script.chmod(0o644)
-    out = cluster.work_dir / f"probe.{node}.{gpus}.{time.monotonic_ns()}.out"
-    options = {"nodelist": node, "output": str(out)}
-    if gpus:
-        options["gres"] = f"gpu:{gpus}"
-    job = cluster.submit(wrap=f"python3 {script} {cluster.base / 'dev' / node} {GPUS}", **options)
-    cluster.wait_job(job, "COMPLETED", timeout=timeout)
-    result = json.loads(out.read_text().strip().splitlines()[-1])
-    result["open"] = {int(index): what for index, what in result["open"].items()}
-    return result
-
-
-def opened(result: dict) -> set[int]:
-    """The GPU indices the job could open (ENXIO: allowed by the cgroup, no driver here)."""
-    return {index for index, what in result["open"].items() if what == "ENXIO"}
-
-
-def refused(result: dict) -> set[int]:
-    """The GPU indices the device cgroup refused to the job."""
-    return {index for index, what in result["open"].items() if what == "EPERM"}
 
 
 def reload_gres(cluster: LocalSlurm, node: str) -> None:

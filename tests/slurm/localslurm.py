@@ -66,6 +66,7 @@ TERMINAL_JOB_STATES = frozenset(
 )
 # Job fields holding arbitrary text (gpugate writes its verdicts into comments).
 JOB_FREE_TEXT = ("AdminComment", "Comment", "SystemComment")
+NODE_FREE_TEXT = ("Reason", "Comment")  # gpugate writes node comments too
 # Unix socket paths (munged's, slurmstepd's in the spool dir) must fit in sun_path (108 bytes).
 MAX_SOCKET_PATH = 107
 # Where the sockets go instead when the base dir is too long for them.
@@ -947,7 +948,7 @@ class LocalSlurm:
     def node(self, name: str) -> dict[str, str]:
         """Return ``scontrol show node -o NAME`` as a dict (State, Reason, Gres, ...)."""
         proc = self.run(["scontrol", "show", "node", "-o", name])
-        return parse_kv(proc.stdout.strip().splitlines()[0], free_text=("Reason",))
+        return parse_kv(proc.stdout.strip().splitlines()[0], free_text=NODE_FREE_TEXT)
 
     def is_drained(self, name: str) -> bool:
         """Whether the node carries the DRAIN flag (24.11 keeps Reason after a resume)."""

@@ -1,0 +1,236 @@
+"""End to end: one faulty GPU out of service instead of its node (issue 31, `isolate.unit: gpu`).
+
+A real local Slurm with device cgroups (TaskPlugin=task/cgroup, ConstrainDevices=yes) and 8
+fake GPUs per node, SlurmUser=slurm, gpugate's hooks; node n1's snapshot gains an
+uncorrectable ECC error on GPU 3 (the bundled h100-ecc). On Slurm 24.11 the isolation must
+keep n1 schedulable with 7 GPUs, a 7-GPU job must run there and be unable to open GPU 3's
+device (asked from inside the job), an 8-GPU job must wait, Slurm must never mark n1 INVAL
+or drain it itself, and `gpugate resume n1` after the repair must give the 8 GPUs back. On
+22.05, whose reconfigure does not take a count change (docs/slurm-facts.md), the node must
+stay drained, saying why. With `isolate.unit: node` the same fault drains the node as today.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from e2e import Site, slurm_or_skip
+
+pytestmark = pytest.mark.slurm
+
+slurm_or_skip()
+
+from device_probe import opened, probe, refused  # noqa: E402 - on the path after slurm_or_skip()
+from localslurm import (  # noqa: E402
+    LocalSlurm,
+    LocalSlurmError,
+    device_cgroups_usable,
+    slurm_version,
+    state_flags,
+)
+
+if device_cgroups_usable():
+    pytest.skip(f"no device cgroups: {device_cgroups_usable()}", allow_module_level=True)
+
+NODES = ["n1", "n2"]
+GPUS = 8
+BAD = 3  # h100-ecc.yaml: GPU3 has uncorrectable ECC errors
+ISOLATES = slurm_version() >= (24, 11)  # gpugate.isolate.apply.MIN_SLURM, measured
+ISOLATE_GPU = "isolate:\n  unit: gpu\n  settle_s: 60\n  wait_idle_s: 120\n"
+
+
+def snapshot(site: Site, node: str, name: str) -> None:
+    """`name` for `node`, each GPU with its device minor (= its index here, as on the fake
+    devices); NVML's minor is what names /dev/nvidiaN."""
+    site.use_snapshot(node, name)
+    path = site.snapshots / f"{node}.yaml"
+    lines = []
+    for line in path.read_text().splitlines():
+        lines.append(line)
+        if line.startswith("- index: "):
+            lines.append(f"  minor_number: {int(line.split()[-1])}")
+    tmp = site.snapshots / f".{node}.minor"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.chmod(0o666)
+    os.replace(tmp, path)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    return Site(tmp_path_factory.mktemp("e2e-isolate"), config_extra=ISOLATE_GPU)
+
+
+@pytest.fixture(scope="module")
+def cluster(site: Site):
+    for node in NODES:
+        snapshot(site, node, "h100-healthy")
+    with site.cluster(NODES, device_cgroups=True, gpus_per_node=GPUS) as c:
+        yield c
+
+
+class Watch:
+    """Every state and reason of a node, polled in the background."""
+
+    def __init__(self, cluster: LocalSlurm, node: str) -> None:
+        self.cluster, self.node, self.seen = cluster, node, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                fields = self.cluster.node(self.node)
+                self.seen.append((fields.get("State", ""), fields.get("Reason", "")))
+            except (LocalSlurmError, OSError, IndexError, subprocess.SubprocessError):
+                pass  # slurmctld restarting (24.11's reconfigure)
+            self.stop.wait(0.2)
+
+    def __enter__(self) -> Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def slurms_own(self) -> list[tuple[str, str]]:
+        """Where Slurm itself invalidated the node or drained it with its own reason."""
+        return [
+            (s, r)
+            for s, r in self.seen
+            if "INVALID_REG" in state_flags(s) or "reported lower than configured" in r
+        ]
+
+
+def node_fields(cluster: LocalSlurm, node: str) -> dict[str, str]:
+    """The node's fields, waiting out a controller that restarts."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return cluster.node(node)
+        except (LocalSlurmError, subprocess.SubprocessError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def wait_for(cluster: LocalSlurm, node: str, what, timeout: float = 120) -> dict[str, str]:
+    """Poll the node until `what(fields)`; the fields."""
+    deadline = time.monotonic() + timeout
+    fields: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        fields = node_fields(cluster, node)
+        if what(fields):
+            return fields
+        time.sleep(0.5)
+    raise AssertionError(f"{node} never got there: {fields}")
+
+
+def gres(fields: dict[str, str]) -> str:
+    return fields.get("Gres", "").split("(")[0]
+
+
+def gpugate(
+    site: Site, cluster: LocalSlurm, *argv: str, node: str = "n1"
+) -> subprocess.CompletedProcess:
+    """A gpugate command as root, as if on `node` (SLURMD_NODENAME), against this cluster."""
+    env = {**cluster.env(), "GPUGATE_CONFIG": str(site.config), "SLURMD_NODENAME": node,
+           "GPUGATE_CACHE_DIR": str(site.base / "cache")}  # fmt: skip
+    return subprocess.run([str(site.gpugate), *argv], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def isolate_events(site: Site) -> list[dict]:
+    return [e for e in site.events() if e.get("hook") == "isolate"]
+
+
+def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -> None:
+    busy = cluster.submit(wrap="sleep 600", nodelist="n2", gres=f"gpu:{GPUS}")
+    cluster.wait_job(busy, "RUNNING")
+    snapshot(site, "n1", "h100-ecc")
+    with Watch(cluster, "n1") as watch:
+        # Any job on n1 meets the fault in its prolog: the drain, then the isolation.
+        first = cluster.submit(wrap="true", nodelist="n1", gres="gpu:1")
+        if not ISOLATES:
+            fields = wait_for(cluster, "n1", lambda f: "DRAIN" in state_flags(f["State"]))
+            assert fields["Reason"].startswith("gpugate: gpu.ecc")
+            time.sleep(3)
+            assert "DRAIN" in state_flags(node_fields(cluster, "n1")["State"])
+            assert gres(node_fields(cluster, "n1")) == f"gpu:{GPUS}"
+            refusals = [e for e in isolate_events(site) if e.get("outcome") == "refused"]
+            assert refusals and "reconfigure" in refusals[-1]["why"]
+            check = gpugate(site, cluster, "isolate", "check", "n1")
+            assert check.returncode == 1 and "scontrol reconfigure" in check.stderr
+            cluster.run(["scancel", str(first), str(busy)], check=False)
+            return
+        fields = wait_for(
+            cluster, "n1", lambda f: gres(f) == "gpu:7" and "DRAIN" not in state_flags(f["State"])
+        )
+        comment = fields.get("Comment", "")
+        assert "gpugate-isolated: gpu3 minor=3 serial=1652123000003" in comment
+        assert "gpu.ecc" in comment
+        applied = [e for e in isolate_events(site) if e.get("outcome") == "applied"]
+        assert applied and applied[-1]["gpus"][0]["index"] == BAD
+
+        seven = probe(cluster, "n1", 7)
+        assert refused(seven) == {BAD}, seven
+        assert opened(seven) == set(range(GPUS)) - {BAD}
+        assert refused(probe(cluster, "n1", None)) == set(range(GPUS))
+        # Nowhere has 8 free GPUs (n2 is busy, n1 has 7): the job waits, never runs on n1.
+        eight = cluster.submit(wrap="true", gres=f"gpu:{GPUS}")
+        time.sleep(4)
+        assert cluster.job_state(eight)["JobState"] == "PENDING"
+        cluster.run(["scancel", str(eight)])
+
+        # Repaired: the node's facts pass again; the admin puts the GPU back.
+        snapshot(site, "n1", "h100-healthy")
+        done = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced")
+        assert done.returncode == 0, done.stderr + done.stdout
+        fields = wait_for(
+            cluster, "n1",
+            lambda f: gres(f) == f"gpu:{GPUS}" and "DRAIN" not in state_flags(f["State"]),
+        )  # fmt: skip
+        assert "gpugate-isolated" not in fields.get("Comment", "")
+        assert opened(probe(cluster, "n1", GPUS)) == set(range(GPUS))
+    assert watch.seen
+    assert watch.slurms_own() == []
+    assert cluster.job_state(busy)["JobState"] == "RUNNING"  # lived through two reconfigures
+    audit = (site.state / "audit.jsonl").read_text().splitlines()
+    assert any(json.loads(line).get("node") == "n1" for line in audit)
+    cluster.run(["scancel", str(busy)])
+
+
+def test_isolate_off_drains_the_node_as_today(site: Site, cluster: LocalSlurm) -> None:
+    site.write_config("")  # isolate.unit: node, the default
+    try:
+        for job in cluster.queue():
+            cluster.run(["scancel", str(job)], check=False)
+        wait_for(cluster, "n1", lambda f: "DRAIN" not in state_flags(f["State"]), 30)
+        snapshot(site, "n1", "h100-ecc")
+        cluster.submit(wrap="true", nodelist="n1", gres="gpu:1")
+        fields = wait_for(cluster, "n1", lambda f: "DRAIN" in state_flags(f["State"]), 60)
+        assert fields["Reason"].startswith("gpugate: gpu.ecc")
+        time.sleep(3)
+        fields = node_fields(cluster, "n1")
+        assert "DRAIN" in state_flags(fields["State"])
+        assert gres(fields) == f"gpu:{GPUS}"
+        assert "gpugate-isolated" not in fields.get("Comment", "")
+    finally:
+        site.write_config(ISOLATE_GPU)
+        snapshot(site, "n1", "h100-healthy")
+
+
+def test_the_site_says_whether_it_can_isolate(site: Site, cluster: LocalSlurm) -> None:
+    check = gpugate(site, cluster, "isolate", "check", "n1")
+    if ISOLATES:
+        assert check.returncode == 0, check.stderr
+        assert "can isolate" in check.stdout
+    else:
+        assert check.returncode == 1
+        assert "does not take a GPU count change" in check.stderr
