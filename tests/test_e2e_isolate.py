@@ -17,7 +17,6 @@ import os
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from e2e import Site, slurm_or_skip
