@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gpugate.admin.access import Account, Problem, account, denied
 from gpugate.admin.backendcheck import check_backend
+from gpugate.admin.isolatecheck import check_isolation
 from gpugate.admin.qualifysteps import check_qualify_steps
 from gpugate.admin.sitecheck import (
     SlurmFacts,
@@ -28,6 +29,7 @@ from gpugate.admin.sitecheck import (
     gather_slurm,
 )
 from gpugate.config import ConfigError, load_config
+from gpugate.node import node_name
 from gpugate.runner import TIMEOUT, run
 
 TYPE_CHECKING = False
@@ -379,6 +381,9 @@ def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
         report.problems += check_qualify_geometry(getattr(config, "qualify", None), slurm)
         kind = getattr(getattr(config, "slurm", None), "backend", "auto")
         report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
+        report.problems += problems
+        isolation, problems = check_isolation(config, slurm.conf.get("SLURM_CONF"), node_name())
+        report.note = "; ".join(n for n in (report.note, isolation) if n)
         report.problems += problems
         if slurm.nodes_error:
             report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "
