@@ -32,7 +32,8 @@ def check_isolation(
     from gpugate.slurm.cli import CliBackend
 
     try:
-        why = site_problem(config, CliBackend(config.slurm.timeout_s, slurm_conf=slurm_conf), node)
+        cli = CliBackend(config.slurm.timeout_s, slurm_conf=slurm_conf)
+        why = site_problem(config, cli, node, slurm_conf)
     except Exception as exc:  # Slurm unreadable: said by the site's other checks
         why = f"{type(exc).__name__}: {exc}"
     if why:

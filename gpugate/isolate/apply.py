@@ -55,11 +55,15 @@ class Abandoned(IsolationFailed):
     """The node is no longer gpugate's to change (an admin resumed or drained it)."""
 
 
-def conf_paths(config: Config) -> tuple[str, str]:
-    """(slurm.conf, gres.conf) as the isolation edits them."""
+def conf_paths(config: Config, slurm_conf: str | None = None) -> tuple[str, str]:
+    """(slurm.conf, gres.conf) as the isolation edits them: `isolate.slurm_conf`, else the one
+    Slurm's commands read here (`slurm_conf`, SLURM_CONF, Slurm's default)."""
     iso = config.isolate
     slurm_conf = (
-        (iso.slurm_conf if iso else None) or os.environ.get("SLURM_CONF") or (DEFAULT_SLURM_CONF)
+        (iso.slurm_conf if iso else None)
+        or slurm_conf
+        or os.environ.get("SLURM_CONF")
+        or DEFAULT_SLURM_CONF
     )
     gres_conf = (iso.gres_conf if iso else None) or os.path.join(
         os.path.dirname(slurm_conf), "gres.conf"
@@ -67,7 +71,9 @@ def conf_paths(config: Config) -> tuple[str, str]:
     return slurm_conf, gres_conf
 
 
-def site_problem(config: Config, slurm: SlurmControl, node: str) -> str | None:
+def site_problem(
+    config: Config, slurm: SlurmControl, node: str, slurm_conf: str | None = None
+) -> str | None:
     """Why GPUs of `node` cannot be isolated safely here; None when they can."""
     version = slurm.cli.version()
     if version is None or version < MIN_SLURM:
@@ -80,7 +86,7 @@ def site_problem(config: Config, slurm: SlurmControl, node: str) -> str | None:
     why = cgroup.problem(devices)
     if why:
         return why
-    slurm_conf, gres_conf = conf_paths(config)
+    slurm_conf, gres_conf = conf_paths(config, slurm_conf)
     for path in (slurm_conf, gres_conf):
         if not os.access(path, os.R_OK | os.W_OK):
             return f"{path}: not writable here"
