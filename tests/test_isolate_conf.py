@@ -6,6 +6,8 @@ import os
 import stat
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpugate.isolate.conf import (
     NodeGpus,
@@ -176,6 +178,16 @@ def test_a_node_in_a_comma_list_and_its_paired_addresses_are_split():
     assert read_node_gpus(s2, g2, "c") == read_node_gpus(slurm, gres, "c")
 
 
+def test_ports_of_several_slurmd_on_one_host_are_split_too():
+    slurm = "NodeName=n[1-3] NodeHostname=h NodeAddr=127.0.0.1 Port=[17001-17003] Gres=gpu:8\n"
+    gres = "NodeName=n[1-3] Name=gpu File=/dev/nvidia[0-7]\n"
+    s2, _, _ = roundtrip(slurm, gres, "n2", "/dev/nvidia1")
+    assert s2.splitlines() == [
+        "NodeName=n[1,3] NodeHostname=h NodeAddr=127.0.0.1 Port=[17001,17003] Gres=gpu:8",
+        "NodeName=n2 NodeHostname=h NodeAddr=127.0.0.1 Port=17002 Gres=gpu:7",
+    ]
+
+
 def test_unpaired_addresses_are_refused():
     slurm = "NodeName=a,b,c NodeAddr=10.0.0.[1-2] Gres=gpu:4\n"
     gres = "NodeName=a,b,c Name=gpu File=/dev/nvidia[0-3]\n"
@@ -276,6 +288,8 @@ def test_the_nodes_own_autodetect_off_wins_over_a_global_nvml():
     ("gres", "message"),
     [
         ("AutoDetect=nvml\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"gres.conf line 1: AutoDetect=nvml finds the GPU again"),
+        ("AutoDetect=off\nAutoDetect=nvml\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"gres.conf line 2: AutoDetect=nvml finds"),
+        ("NodeName=n1 AutoDetect=off\nNodeName=n[1-2] AutoDetect=nvml\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"gres.conf line 2: AutoDetect=nvml finds"),
         ("autodetect=rsmi\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"line 1: AutoDetect=rsmi finds"),
         ("NodeName=n1 Name=gpu File=/dev/nvidia[0-7] AutoDetect=nvidia\n", r"line 1: AutoDetect=nvidia finds"),
         ("NodeName=n1 AutoDetect=oneapi\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"line 1: AutoDetect=oneapi finds"),
@@ -344,6 +358,40 @@ def test_gpu_file_matches_the_basename_exactly():
 def test_hostlist_compress_reads_back_in_order(names, expr):
     assert hostlist_compress(names) == expr
     assert hostlist_expand(expr) == names
+
+
+_NAMES = st.lists(
+    st.builds(
+        lambda head, n, width: f"{head}{n:0{width}d}",
+        st.sampled_from(["gpu", "n", "rack1-n", "/dev/nvidia", "10.0.0."]),
+        st.integers(0, 120),
+        st.integers(1, 3),
+    ),
+    min_size=1,
+    max_size=30,
+    unique=True,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NAMES)
+def test_hostlist_compress_always_reads_back_as_the_same_list(names):
+    assert hostlist_expand(hostlist_compress(names)) == names
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 12), st.data())
+def test_any_node_of_a_shared_line_round_trips_and_spares_the_others(size, data):
+    nodes = [f"gpu{i:02d}" for i in range(1, size + 1)]
+    node = data.draw(st.sampled_from(nodes))
+    minor = data.draw(st.integers(0, 7))
+    slurm = f"NodeName=gpu[01-{size:02d}] CPUs=8 Gres=gpu:8 # rack 1\nPartitionName=p Nodes=ALL\n"
+    gres = f"AutoDetect=off\nNodeName=gpu[01-{size:02d}] Name=gpu File=/dev/nvidia[0-7]\n"
+    before = {n: read_node_gpus(slurm, gres, n) for n in nodes}
+    s2, g2, _ = roundtrip(slurm, gres, node, f"/dev/nvidia{minor}")
+    for other in nodes:
+        if other != node:
+            assert read_node_gpus(s2, g2, other) == before[other]
 
 
 def test_hostlist_compress_refuses_a_name_a_hostlist_cannot_hold():

@@ -34,6 +34,9 @@ _GRES_KEYS = frozenset(
     ("nodename", "name", "type", "file", "files", "cores", "cpus", "flags", "count", "links",
      "link", "multiplefiles", "autodetect")
 )  # fmt: skip
+# slurm.conf words whose hostlist pairs one to one with NodeName's (slurm.conf(5); Port= for
+# several slurmd on one host): split along with it.
+_PAIRED = ("nodename", "nodehostname", "nodeaddr", "bcastaddr", "port")
 # The words a removed GPU's own line keeps: what Slurm binds to each file of its line alike.
 _KEPT_WORDS = ("type", "cores", "cpus", "flags")
 
@@ -225,7 +228,7 @@ def _set_count(slurm_conf: str, node: str, delta: int, where: str) -> str:
     keep: list[tuple[int, int, str]] = []
     own: list[tuple[int, int, str]] = [(gres.value_start, gres.end, ",".join(entries))]
     for word in line.words:
-        if word.key in ("nodename", "nodehostname", "nodeaddr"):
+        if word.key in _PAIRED:
             values = found.names if word.key == "nodename" else _expand(line, word, where)
             if len(values) == 1 and word.key != "nodename":
                 continue  # one value for all of them stays as it is
@@ -261,14 +264,14 @@ class _GresLine(Record):
 def _gres_lines(lines: list[_Line], node: str, where: str) -> list[_GresLine]:
     """Every gres.conf line for the node; Unsupported where the node's GPUs are not plain."""
     out: list[_GresLine] = []
-    auto: tuple[_Line, str] | None = None  # global AutoDetect
-    local: tuple[_Line, str] | None = None  # AutoDetect on a line for the node
+    auto: list[tuple[_Line, str]] = []  # global AutoDetect lines
+    local: list[tuple[_Line, str]] = []  # AutoDetect on lines for the node
     for i, line in enumerate(lines):
         if not line.words:
             continue
         first = line.first_key
         if first == "autodetect":
-            auto = (line, line.words[0].value)
+            auto.append((line, line.words[0].value))
             continue
         later = [w for w in line.words[1:] if w.key == "nodename"]
         if later:
@@ -286,15 +289,18 @@ def _gres_lines(lines: list[_Line], node: str, where: str) -> list[_GresLine]:
         if node not in nodes:
             continue
         detect = line.get("autodetect")
-        if detect is not None and local is None:
-            local = (line, detect.value)
+        if detect is not None:
+            local.append((line, detect.value))
         file_word = line.get("file") or line.get("files") or line.get("multiplefiles")
         files = _expand(line, file_word, where) if file_word else []
         if name:
             out.append(_GresLine(index=i, nodes=nodes, name=name, files=files))
-    chosen = local or auto  # Slurm: a node's own AutoDetect wins over the global one
-    if chosen and chosen[1].lower() != "off":
-        line, value = chosen
+    # Slurm: a node's own AutoDetect wins over the global one (gres.c
+    # `_handle_global_autodetect`). Anything but `off` (nvml, nvidia, rsmi, oneapi, nrt, a
+    # word a later Slurm adds) may find the GPU again.
+    for line, value in local or auto:
+        if value.lower() == "off":
+            continue
         raise Unsupported(
             f"{where} line {line.number}: AutoDetect={value} finds the GPU again "
             "(only File= lines with AutoDetect=off can leave a GPU out)"
@@ -468,7 +474,8 @@ def put_back(
 
 def read_text(path: str) -> str:
     """A Slurm configuration file's text; Unsupported for a symlink, a non-regular file, one
-    over MAX_CONF_BYTES or one that is not UTF-8 (gpugate writes back what it reads)."""
+    over MAX_CONF_BYTES or one that is not UTF-8 (gpugate writes back what it reads); the
+    open's own OSError (naming the path) for a missing or unreadable one."""
     try:
         data = read_regular(path, MAX_CONF_BYTES, follow=False)
     except FileRefused as exc:
