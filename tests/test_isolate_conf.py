@@ -63,7 +63,9 @@ def test_reads_the_nodes_count_and_files():
 def test_take_out_changes_only_the_nodes_count_and_file_and_keeps_comments():
     s2, g2, line = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
     assert s2 == SLURM.replace("RealMemory=1000 Gres=gpu:8", "RealMemory=1000 Gres=gpu:7")
-    assert g2 == GRES.replace("File=/dev/nvidia[0-7]  # eight", "File=/dev/nvidia[0-2,4-7]")
+    assert g2 == GRES.replace(
+        "File=/dev/nvidia[0-7]  # eight", "File=/dev/nvidia[0-2,4-7]  # eight"
+    )
     assert line == "NodeName=n1 Name=gpu File=/dev/nvidia3"
     assert read_node_gpus(s2, g2, "n2") == read_node_gpus(SLURM, GRES, "n2")
 
@@ -94,6 +96,15 @@ def test_put_back_refuses_a_file_already_listed():
 def test_put_back_refuses_a_line_take_out_would_not_write(line):
     s2, g2, _ = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
     with pytest.raises(Unsupported, match="put back"):
+        put_back(s2, g2, "n1", line)
+
+
+def test_put_back_refuses_to_append_after_a_continued_line():
+    s2, g2, line = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
+    g2 = g2.replace("/dev/nvidia[0-2,4-7]  # eight", "/dev/nvidia[0-2,4-7] \\")
+    g2 = g2.replace("NodeName=n2 Name=gpu File=/dev/nvidia[0-7]", "  Cores=0-1")
+    assert read_node_gpus(s2, g2, "n1").count == 7
+    with pytest.raises(Unsupported, match=r"gres.conf line 3: continued"):
         put_back(s2, g2, "n1", line)
 
 
@@ -295,7 +306,7 @@ def test_the_nodes_own_autodetect_off_wins_over_a_global_nvml():
         ("NodeName=n1 AutoDetect=oneapi\nNodeName=n1 Name=gpu File=/dev/nvidia[0-7]\n", r"line 1: AutoDetect=oneapi finds"),
         ("Name=gpu File=/dev/nvidia[0-7]\n", r"gres.conf line 1: a gpu line without NodeName= applies to every node"),
         ("NodeName=n1 Name=gpu File=/dev/nvidia[0-7] Links=-1,0,0,0,0,0,0,0\n", r"gres.conf line 1: Links=-1,0,0,0,0,0,0,0 is positional"),
-        ("NodeName=n1 Name=gpu Count=8\n", r"gres.conf line 1: Count= without File="),
+        ("NodeName=n1 Name=gpu Count=8\n", r"gres.conf line 1: no File="),
         ("NodeName=n1 Name=gpu MultipleFiles=/dev/nvidia[0-7]\n", r"gres.conf line 1: MultipleFiles="),
         ("NodeName=n2 Name=gpu File=/dev/nvidia[0-7]\n", r"gres.conf: no gpu line for node n1 \(Include"),
         ("NodeName=n1 Name=gpu File=/dev/nvidia[0-6]\n", r"slurm.conf gives node n1 Gres=gpu:8 but gres.conf lists 7 gpu file"),

@@ -224,7 +224,6 @@ def _set_count(slurm_conf: str, node: str, delta: int, where: str) -> str:
         return "\n".join(ln.raw for ln in lines)
     # A shared line: the others keep the original line, the node gets one of its own.
     pos = found.names.index(node)
-    others = [n for n in found.names if n != node]
     keep: list[tuple[int, int, str]] = []
     own: list[tuple[int, int, str]] = [(gres.value_start, gres.end, ",".join(entries))]
     for word in line.words:
@@ -243,7 +242,6 @@ def _set_count(slurm_conf: str, node: str, delta: int, where: str) -> str:
     new_line = _replace(content, own)
     ending = "\r" if line.raw.endswith("\r") and not new_line.endswith("\r") else ""
     line.raw = _replace(line.raw, keep)
-    assert others  # the node shares this line with at least one other
     out = [ln.raw for ln in lines]
     out.insert(found.index + 1, new_line + ending)
     return "\n".join(out)
@@ -315,7 +313,7 @@ def _gpu_lines(lines: list[_Line], node: str, where: str) -> list[_GresLine]:
     for g in gpus:
         line = lines[g.index]
         if line.get("file") is None and line.get("files") is None:
-            what = "MultipleFiles=" if line.get("multiplefiles") else "Count= without File="
+            what = "MultipleFiles=" if line.get("multiplefiles") else "no File="
             raise Unsupported(
                 f"{where} line {line.number}: {what} (gpugate needs one File= path per GPU)"
             )
@@ -388,28 +386,30 @@ def take_out(
         + [w.text for w in line.words if w.key in _KEPT_WORDS]
     )
     rest = [f for f in g.files if f != path]
-    new_line = _without(line, node, g, rest, gres_name) if rest else None
-    ending = "\r" if line.raw.endswith("\r") else ""
+    edits = _without(line, node, g, rest, gres_name) if rest else None
     out = [ln.raw for ln in lines]
     if g.nodes == [node]:
-        if new_line is None:
-            del out[g.index]
+        if edits is None:
+            del out[g.index]  # the line listed this GPU alone
         else:
-            out[g.index] = new_line + ending
+            out[g.index] = _replace(line.raw, edits)  # its comment stays
     else:
         others = [n for n in g.nodes if n != node]
         head = line.words[0]
         out[g.index] = _replace(
             line.raw, [(head.value_start, head.end, _compress(others, gres_name, line))]
         )
-        if new_line is not None:
-            out.insert(g.index + 1, new_line + ending)
+        if edits is not None:  # the node's own copy, without the shared line's comment
+            ending = "\r" if line.raw.endswith("\r") else ""
+            out.insert(g.index + 1, _replace(line.raw[: line.comment_at], edits).rstrip() + ending)
     new_slurm = _set_count(slurm_conf, node, -1, slurm_name)
     return new_slurm, "\n".join(out), removed
 
 
-def _without(line: _Line, node: str, g: _GresLine, rest: list[str], where: str) -> str:
-    """The node's own copy of a gres line, listing only `rest` (comment left behind)."""
+def _without(
+    line: _Line, node: str, g: _GresLine, rest: list[str], where: str
+) -> list[tuple[int, int, str]]:
+    """The edits that make a gres line the node's own, listing only the files `rest`."""
     edits: list[tuple[int, int, str]] = []
     for word in line.words:
         if word.key == "nodename":
@@ -423,8 +423,7 @@ def _without(line: _Line, node: str, g: _GresLine, rest: list[str], where: str) 
                     f"{len(g.files)} files"
                 )
             edits.append((word.value_start, word.end, str(len(rest))))
-    content = line.raw[: line.comment_at].rstrip()
-    return _replace(content, edits)
+    return edits
 
 
 def put_back(
@@ -463,6 +462,7 @@ def put_back(
         raise Unsupported(f"{gres_name}: {file.value} is already listed for node {node}")
     lines = _lines(gres_conf)
     last = max(g.index for g in _gpu_lines(lines, node, gres_name))
+    _refuse_continued(lines[last], gres_name)  # a line after a `\` would join it
     ending = "\r" if lines[last].raw.endswith("\r") else ""
     out = [ln.raw for ln in lines]
     out.insert(last + 1, line + ending)
