@@ -106,7 +106,7 @@ _NOT_IN_A_NAME = frozenset("[],") | frozenset(" \t\r\n")
 
 
 def hostlist_compress(names: list[str]) -> str:
-    """The shortest-to-write expression that expands to `names` in the same order.
+    """A compact hostlist expression that expands to `names`, in the same order.
 
     Order is kept, never sorted: slurm.conf pairs NodeName[i] with NodeAddr[i], and gres.conf's
     File= order is the order of the node's GRES indices. Consecutive names that differ only in
