@@ -97,3 +97,54 @@ def expand_lenient(expr: str) -> list[str]:
         return hostlist_expand(expr)
     except HostlistError:
         return [expr]
+
+
+# A name's last run of digits, with what comes before and after it: `gpu-a100-07` is
+# ("gpu-a100-", "07", ""), `/dev/nvidia3` is ("/dev/nvidia", "3", "").
+_LAST_NUMBER = lazy(r"^(.*\D)?(\d{1,18})(\D*)$")
+_NOT_IN_A_NAME = frozenset("[],") | frozenset(" \t\r\n")
+
+
+def hostlist_compress(names: list[str]) -> str:
+    """A compact hostlist expression that expands to `names`, in the same order.
+
+    Order is kept, never sorted: slurm.conf pairs NodeName[i] with NodeAddr[i], and gres.conf's
+    File= order is the order of the node's GRES indices. Consecutive names that differ only in
+    their last number become a bracket range (`gpu[01-16,18-64]`, `/dev/nvidia[0-2,4-7]`); the
+    result is checked by expanding it again. HostlistError for a name a hostlist cannot hold.
+    """
+    groups: list[tuple[str, str, list[list[str]]]] = []  # (head, tail, [[lo, hi], ...])
+    for name in names:
+        if not name or _NOT_IN_A_NAME & set(name):
+            raise HostlistError(f"{name!r} cannot be written in a hostlist")
+        match = _LAST_NUMBER.match(name)
+        if not match:
+            groups.append((name, "", []))
+            continue
+        head, digits, tail = match.group(1) or "", match.group(2), match.group(3)
+        last = groups[-1] if groups else None
+        if last and last[2] and (last[0], last[1]) == (head, tail):
+            lo, hi = last[2][-1]
+            # Slurm pads a range to its lower bound's width: extend only what reads back.
+            if int(digits) == int(hi) + 1 and f"{int(digits):0{len(lo)}d}" == digits:
+                last[2][-1][1] = digits
+                continue
+            if len(digits) == len(last[2][0][0]):  # one width per bracket keeps it plain
+                last[2].append([digits, digits])
+                continue
+        groups.append((head, tail, [[digits, digits]]))
+    parts = []
+    for head, tail, ranges in groups:
+        if not ranges:
+            parts.append(head)
+        elif len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+            parts.append(f"{head}{ranges[0][0]}{tail}")
+        else:
+            body = ",".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+            parts.append(f"{head}[{body}]{tail}")
+    expr = ",".join(parts)
+    if hostlist_expand(expr) != list(names):
+        expr = ",".join(names)  # plain names always read back as themselves
+        if hostlist_expand(expr) != list(names):
+            raise HostlistError(f"cannot write {names!r} as a hostlist")
+    return expr
