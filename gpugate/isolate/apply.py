@@ -91,8 +91,9 @@ def site_problem(
         if not os.access(path, os.R_OK | os.W_OK):
             return f"{path}: not writable here"
     try:
-        conf.read_node_gpus(_read(slurm_conf), _read(gres_conf), node)
-    except (conf.Unsupported, OSError) as exc:
+        texts = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
+        conf.read_node_gpus(*texts, node, slurm_name=slurm_conf, gres_name=gres_conf)
+    except (conf.Unsupported, OSError, ValueError) as exc:
         return str(exc)
     return None
 
@@ -158,17 +159,18 @@ def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
     iso = config.isolate
     assert iso is not None  # request() checked
     slurm_conf, gres_conf = conf_paths(config)
-    original = (_read(slurm_conf), _read(gres_conf))
+    original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
     denied: list[int] = []
     changed = False
     try:
         _wait_idle_drained(slurm, node, iso.wait_idle_s)
-        gpus = conf.read_node_gpus(*original, node)
+        where = {"slurm_name": slurm_conf, "gres_name": gres_conf}
+        gpus = conf.read_node_gpus(*original, node, **where)
         texts = original
         lines = []
         for item in record.gpus:
             path = conf.gpu_file(gpus, item.gpu.minor)
-            new_slurm, new_gres, line = conf.take_out(*texts, node, path)
+            new_slurm, new_gres, line = conf.take_out(*texts, node, path, **where)
             texts = (new_slurm, new_gres)
             lines.append(line)
         for item in record.gpus:
@@ -255,12 +257,13 @@ def restore(config: Config, slurm: SlurmControl, node: str) -> str:
     names = _names([g.gpu for g in record.gpus])
     if record.state == state.APPLIED:
         slurm_conf, gres_conf = conf_paths(config)
-        texts = (_read(slurm_conf), _read(gres_conf))
-        before = conf.read_node_gpus(*texts, node)
+        texts = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
+        where = {"slurm_name": slurm_conf, "gres_name": gres_conf}
+        before = conf.read_node_gpus(*texts, node, **where)
         for item in record.gpus:
             if not item.line:
                 raise IsolationFailed(f"{node}: no gres.conf line kept for GPU{item.gpu.index}")
-            texts = conf.put_back(*texts, node, item.line)
+            texts = conf.put_back(*texts, node, item.line, **where)
         info = slurm.node(node)
         if not info.drained:
             slurm.drain(node, drain_reason("isolate", f"putting back {names}"))
@@ -324,12 +327,6 @@ def _wait_count(slurm: SlurmControl, node: str, want: int, timeout: float) -> No
         last = f"Gres=gpu:{info.gres_gpus}"
         time.sleep(POLL_S)
     raise IsolationFailed(f"{node} did not report Gres=gpu:{want} within {timeout:g} s ({last})")
-
-
-def _read(path: str) -> str:
-    """A Slurm configuration file's text (the site's, root's: read as it is)."""
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
 
 
 def _names(gpus: list[IsolatedGpu]) -> str:
