@@ -1,0 +1,202 @@
+"""The isolation's sequence against an in-memory Slurm that reads the files as Slurm does.
+
+The fake's `scontrol reconfigure` answers as the measured versions do (docs/slurm-facts.md):
+24.11 takes the count both files give; 22.05 keeps its own and marks the node INVALID_REG.
+The real Slurm runs in tests/test_e2e_isolate.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeSlurm
+from gpugate.checks.facts import Gpu
+from gpugate.checks.findings import fail
+from gpugate.config import load_config
+from gpugate.isolate import apply, conf, state
+from gpugate.isolate.comment import IsolatedGpu, parse_comment
+from gpugate.slurm.records import NodeInfo
+from gpugate.slurm.reasons import drain_reason
+
+NODE = "n1"
+SLURM_CONF = (
+    "ClusterName=c\nGresTypes=gpu\n"
+    "NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
+    "NodeName=n2 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
+)
+GRES_CONF = "AutoDetect=off\nNodeName=n1 Name=gpu File={dev}/nvidia[0-7]\n"
+ECC3 = fail("gpu.ecc", "GPU3 volatile uncorrectable ECC 2 (limit 0)", gpu=3)
+
+
+class FakeCli:
+    """What the isolation asks of scontrol: the version, and reconfigure."""
+
+    def __init__(self, slurm: FakeSlurm, version: tuple[int, int], conf_path: Path) -> None:
+        self.slurm, self.v, self.conf_path = slurm, version, conf_path
+        self.commands: list[tuple[str, ...]] = []
+        self.gres_path = conf_path.parent / "gres.conf"
+        self.invalid = False  # answer INVALID_REG whatever the files say
+
+    def version(self) -> tuple[int, int]:
+        return self.v
+
+    def scontrol(self, *args: str) -> str:
+        self.commands.append(args)
+        assert args == ("reconfigure",)
+        info = self.slurm.infos[NODE]
+        gpus = conf.read_node_gpus(self.conf_path.read_text(), self.gres_path.read_text(), NODE)
+        if self.v >= (24, 11) and not self.invalid:
+            self.slurm.infos[NODE] = info.replace(gres_gpus=gpus.count)
+        elif gpus.count != info.gres_gpus or self.invalid:
+            self.slurm.infos[NODE] = info.replace(flags=(*info.flags, "INVALID_REG"))
+        return ""
+
+
+class Slurm(FakeSlurm):
+    """FakeSlurm with the CLI part the isolation uses."""
+
+    fake_cli: FakeCli
+
+    @property
+    def cli(self) -> FakeCli:  # type: ignore[override]  # the two calls the isolation makes
+        return self.fake_cli
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text(SLURM_CONF)
+    (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
+    devices = tmp_path / "cgroup"
+    (devices / "slurm").mkdir(parents=True)
+    for name in ("devices.deny", "devices.allow"):
+        (devices / name).write_text("")
+        (devices / "slurm" / name).write_text("")
+    (tmp_path / "state").mkdir()
+    base = load_config()
+    config = base.replace(
+        state_dir=str(tmp_path / "state"),
+        admin=base.admin.replace(history_dir=str(tmp_path / "history")),
+        isolate=base.isolate.replace(
+            unit="gpu",
+            slurm_conf=str(etc / "slurm.conf"),
+            cgroup_devices=str(devices),
+            settle_s=2,
+            wait_idle_s=2,
+        ),
+    )
+    monkeypatch.setattr(apply, "POLL_S", 0.01)
+    monkeypatch.setenv("SLURMD_NODENAME", NODE)
+    drained = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8, partitions=("gpu",),
+                       reason=drain_reason("gpu.ecc", "GPU3 bad"))  # fmt: skip
+    slurm = Slurm([drained, NodeInfo(name="n2", state="IDLE", gres_gpus=8, partitions=("gpu",))])
+    slurm.fake_cli = FakeCli(slurm, (24, 11), etc / "slurm.conf")
+    return config, slurm, etc, devices / "slurm"
+
+
+def requested(config) -> None:
+    gpu = IsolatedGpu(index=3, minor=3, serial="S3", since=1, why=ECC3.message)
+    record = state.Isolation(node=NODE, state=state.REQUESTED, gpus=(state.Isolated(gpu=gpu),))
+    state.save(config, record)
+
+
+def test_the_sequence_takes_the_gpu_out_and_resumes(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.APPLIED, done.why
+    gpus = conf.read_node_gpus(
+        (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
+    )
+    assert gpus.count == 7 and not any(f.endswith("/nvidia3") for f in gpus.files)
+    assert "Gres=gpu:8" in (etc / "slurm.conf").read_text()  # n2 untouched
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert slurm.fake_cli.commands == [("reconfigure",)]
+    assert slurm.resumed == [NODE]
+    (comment,) = [c for n, c in slurm.node_comments if n == NODE]
+    assert parse_comment(comment)[0].index == 3
+    assert done.gpus[0].line.endswith("/nvidia3")
+    assert state.load_local(config) == done
+
+
+def test_slurms_wrong_answer_puts_everything_back_and_keeps_the_drain(site) -> None:
+    config, slurm, etc, group = site
+    slurm.fake_cli.invalid = True
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "INVALID_REG" in done.why
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.resumed == []
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (")
+
+
+def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    slurm.infos[NODE] = slurm.infos[NODE].replace(flags=(), reason="")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "no longer drained by gpugate" in done.why
+    assert slurm.drains == [] and slurm.fake_cli.commands == []
+    assert state.load_local(config) is None
+
+
+def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    slurm.infos[NODE] = slurm.infos[NODE].replace(state="MIXED")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "still ran jobs" in done.why
+    assert slurm.fake_cli.commands == [] and slurm.resumed == []
+
+
+def test_putting_back_restores_the_count_device_and_comment(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    said = apply.restore(config, slurm, NODE)
+    assert said == "GPU 3 back in service"
+    gpus = conf.read_node_gpus(
+        (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
+    )
+    assert gpus.count == 8 and any(f.endswith("/nvidia3") for f in gpus.files)
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.node_comments[-1] == (NODE, "")
+    assert state.load_local(config) is None
+    assert state.load(state.shared_path(config, NODE)) is None
+    assert slurm.infos[NODE].gres_gpus == 8
+    assert slurm.infos[NODE].drained  # the resume itself is `gpugate resume`'s, after checks
+
+
+def test_request_on_22_05_keeps_the_drain_and_says_why(site) -> None:
+    config, slurm, etc, group = site
+    slurm.fake_cli.v = (22, 5)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    said = apply.request(config, slurm, NODE, [ECC3], gpus)
+    assert said.startswith("node drained, not isolated: Slurm 22.5")
+    assert state.load_local(config) is None
+
+
+def test_request_starts_the_background_step(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, etc, group = site
+    started: list[str] = []
+    monkeypatch.setattr(apply, "_spawn", lambda config, node: started.append(node) or 4242)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    said = apply.request(config, slurm, NODE, [ECC3], gpus)
+    assert said == f"isolating GPU 3 (gpugate isolate apply {NODE}, pid 4242)"
+    assert started == [NODE]
+    assert state.load_local(config).state == state.REQUESTED
+
+
+def test_an_unsupported_gres_conf_is_a_site_problem(site) -> None:
+    config, slurm, etc, group = site
+    (etc / "gres.conf").write_text("AutoDetect=nvml\n")
+    why = apply.site_problem(config, slurm, NODE)
+    assert why and "AutoDetect" in why
