@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fakes import FakeSlurm
+
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
 from gpugate.config import load_config
 from gpugate.isolate import apply, conf, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
-from gpugate.slurm.records import NodeInfo
 from gpugate.slurm.reasons import drain_reason
+from gpugate.slurm.records import NodeInfo
 
 NODE = "n1"
 SLURM_CONF = (
@@ -139,7 +139,7 @@ def test_slurms_wrong_answer_puts_everything_back_and_keeps_the_drain(site) -> N
 
 
 def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
-    config, slurm, etc, group = site
+    config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(flags=(), reason="")
     done = apply.apply(config, slurm, NODE)
@@ -149,7 +149,7 @@ def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
 
 
 def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
-    config, slurm, etc, group = site
+    config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(state="MIXED")
     done = apply.apply(config, slurm, NODE)
@@ -176,7 +176,7 @@ def test_putting_back_restores_the_count_device_and_comment(site) -> None:
 
 
 def test_request_on_22_05_keeps_the_drain_and_says_why(site) -> None:
-    config, slurm, etc, group = site
+    config, slurm, _etc, _group = site
     slurm.fake_cli.v = (22, 5)
     gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
     said = apply.request(config, slurm, NODE, [ECC3], gpus)
@@ -185,7 +185,7 @@ def test_request_on_22_05_keeps_the_drain_and_says_why(site) -> None:
 
 
 def test_request_starts_the_background_step(site, monkeypatch: pytest.MonkeyPatch) -> None:
-    config, slurm, etc, group = site
+    config, slurm, _etc, _group = site
     started: list[str] = []
     monkeypatch.setattr(apply, "_spawn", lambda config, node: started.append(node) or 4242)
     gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
@@ -196,7 +196,7 @@ def test_request_starts_the_background_step(site, monkeypatch: pytest.MonkeyPatc
 
 
 def test_an_unsupported_gres_conf_is_a_site_problem(site) -> None:
-    config, slurm, etc, group = site
+    config, slurm, etc, _group = site
     (etc / "gres.conf").write_text("AutoDetect=nvml\n")
     why = apply.site_problem(config, slurm, NODE)
     assert why and "AutoDetect" in why
