@@ -311,6 +311,10 @@ def _identity(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     gpu["uuid"] = _text(r.optional("nvmlDeviceGetUUID", h))
     gpu["name"] = _text(r.optional("nvmlDeviceGetName", h))
     gpu["serial"] = _text(r.optional("nvmlDeviceGetSerial", h))
+    # NVML: "The minor number for the device is such that the Nvidia device node file for
+    # each GPU will have the form /dev/nvidia[minor number]." Not the NVML index: the two
+    # orders can differ, and isolating a GPU denies exactly this device file.
+    gpu["minor_number"] = _int(r.optional("nvmlDeviceGetMinorNumber", h))
 
 
 def _field_values(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
