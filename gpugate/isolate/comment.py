@@ -10,12 +10,11 @@ Comment is Slurm's, readable by every user (`scontrol show node`): it holds noth
 
 from __future__ import annotations
 
-import re
-
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 MARKER = "gpugate-isolated:"
-_ENTRY = re.compile(
+_ENTRY = lazy(
     r"gpu(?P<index>\d+) minor=(?P<minor>\d+) serial=(?P<serial>\S*) since=(?P<since>\d+)"
     r" why=(?P<why>.*)"
 )
