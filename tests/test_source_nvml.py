@@ -591,6 +591,18 @@ def test_lost_gpu_keeps_what_answered_before_and_is_not_read_further() -> None:
     assert calls_after[-1] == "nvmlDeviceGetName"
 
 
+def test_a_gpu_lost_after_its_bus_id_keeps_its_device_minor() -> None:
+    # The lost GPU is the one isolation takes out: its /dev/nvidiaN is read right after PCI.
+    changes = {"nvmlDeviceGetMinorNumber": 5, "nvmlDeviceGetUUID": err("GPU_IS_LOST")}
+    gpu = read(FakeNvml(node({1: changes}, count=2)))["gpus"][1]
+    assert (gpu["error"], gpu["pci_bus_id"], gpu["minor_number"]) == (
+        "gpu_is_lost",
+        "00000000:29:00.0",
+        5,
+    )
+    assert gpu["uuid"] is None
+
+
 def test_gpu_lost_in_the_middle_of_the_reading() -> None:
     changes = {"nvmlDeviceGetTotalEccErrors": err("UNKNOWN")}
     gpu = read(FakeNvml(node({0: changes}, count=1)))["gpus"][0]
