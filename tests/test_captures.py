@@ -131,6 +131,7 @@ def test_every_contract_field_of_a_b200_is_mapped():
         "name": "NVIDIA B200",
         "pci_bus_id": "00000000:90:00.0",
         "serial": "1650000000002",
+        "minor_number": 1,
         "temperature_c": 53.0,
         "power_draw_w": 205.94,
         "power_limit_w": 1000.0,
@@ -242,3 +243,35 @@ def test_gpugate_facts_says_why_it_cannot_convert(tmp_path, capsys):
     bad.write_text("<nope>")
     assert main(["facts", "--from-nvidia-smi-xml", str(bad)]) == 2
     assert "bad.xml" in capsys.readouterr().err
+
+
+MINORS = """<?xml version="1.0" ?>
+<nvidia_smi_log>
+  <gpu id="00000000:18:00.0"><minor_number>2</minor_number></gpu>
+  <gpu id="00000000:2A:00.0"><minor_number>0</minor_number></gpu>
+  <gpu id="00000000:3A:00.0"><minor_number>N/A</minor_number></gpu>
+  <gpu id="00000000:5D:00.0"></gpu>
+</nvidia_smi_log>
+"""
+
+
+def test_the_minor_number_is_read_as_printed_never_taken_from_the_index():
+    gpus = snapshot_from_xml(MINORS)["gpus"]
+    assert [(g["index"], g.get("minor_number")) for g in gpus] == [
+        (0, 2),  # /dev/nvidia2 is the first GPU listed: the orders can differ
+        (1, 0),
+        (2, None),  # N/A: unknown, never 0 (which would name another GPU's device file)
+        (3, None),  # not printed at all
+    ]
+    assert "minor_number" not in gpus[2] and "minor_number" not in gpus[3]
+    facts = facts_from_dict(snapshot_from_xml(MINORS))
+    assert [g.minor_number for g in facts.gpus] == [2, 0, None, None]
+
+
+def test_a_real_capture_whose_only_gpu_is_not_minor_0():
+    # An A100 with MIG on (driver 535): the one GPU the capture lists is /dev/nvidia1.
+    path = os.path.join(CAPTURES, "a100-sxm4-80gb-mig.535.54.03.q.xml")
+    if not os.path.exists(path):
+        pytest.skip(f"no capture at {path}")
+    (gpu,) = snapshot_from_xml(read(path))["gpus"]
+    assert (gpu["index"], gpu["minor_number"]) == (0, 1)

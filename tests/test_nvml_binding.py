@@ -109,6 +109,7 @@ def expected_gpu(index: int, v: dict) -> dict:
         "name": v["name"],
         "uuid": v["uuid"],
         "serial": v["serial"],
+        "minor_number": int(v["minor"]),
         "pci_bus_id": v["bus_id"],
         "error": None,
         "temperature_c": float(v["temp"]),
@@ -238,12 +239,13 @@ def test_a_driver_without_the_deprecated_temperature_call(tmp_path: Path) -> Non
     assert not any(g.get("read_errors") for g in gpus)
 
 
-def test_a_snapshot_costs_at_most_150_nvml_calls(libdir: Path, tmp_path: Path) -> None:
-    """Issue 13: an 8-GPU snapshot made ~940 calls (576 per-link NVLink counters); at most 150."""
+def test_a_snapshot_costs_at_most_160_nvml_calls(libdir: Path, tmp_path: Path) -> None:
+    """Issue 13: an 8-GPU snapshot made ~940 calls (576 per-link NVLink counters); at most 150,
+    and 160 since issue 31 reads each GPU's device minor (no field value carries it)."""
     calls = tmp_path / "calls"
     facts(libdir, tmp_path, "b200", NVML_STUB_CALLS=str(calls))
     counts = dict(line.rsplit(" ", 1) for line in calls.read_text().splitlines())
-    assert int(counts.pop("total")) <= 150, counts
+    assert int(counts.pop("total")) <= 160, counts
     assert "nvmlDeviceGetNvLinkErrorCounter" not in counts
 
 

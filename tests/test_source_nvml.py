@@ -235,6 +235,7 @@ def h100(index: int) -> dict:
         "nvmlDeviceGetUUID": f"GPU-8f2c000{index}-1d2e-4c3b-9a7f-0c5e2b7a000{index}",
         "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
         "nvmlDeviceGetSerial": f"165212300000{index}",
+        "nvmlDeviceGetMinorNumber": index,  # /dev/nvidia<index> on this board
         "nvmlDeviceGetTemperature": per_arg({pynvml.NVML_TEMPERATURE_GPU: 33 + index}),
         "nvmlDeviceGetPowerUsage": 71_500 + 1000 * index,  # mW
         "nvmlDeviceGetEnforcedPowerLimit": 700_000,
@@ -281,6 +282,7 @@ def healthy_gpu(index: int) -> dict:
         "name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": f"00000000:{0x18 + 0x11 * index:02X}:00.0",
         "serial": f"165212300000{index}",
+        "minor_number": index,
         "error": None,
         "temperature_c": 33.0 + index,
         "power_draw_w": 71.5 + index,
@@ -322,12 +324,13 @@ def test_healthy_h100_node_reads_every_field_in_snapshot_units() -> None:
     assert fake.initialized == 0 and fake.shutdowns == 1
 
 
-def test_an_8_gpu_18_link_snapshot_costs_at_most_150_nvml_calls() -> None:
+def test_an_8_gpu_18_link_snapshot_costs_at_most_160_nvml_calls() -> None:
     fake = FakeNvml(node())
     data = read(fake)
     assert data["gpus"] == [healthy_gpu(i) for i in range(8)]
-    # ~940 before the counters were batched (576 of them per-link NVLink error counters).
-    assert len(fake.calls) <= 150, len(fake.calls)
+    # ~940 before the counters were batched (576 of them per-link NVLink error counters); 150,
+    # and one more per GPU since issue 31 (nvmlDeviceGetMinorNumber: no field value has it).
+    assert len(fake.calls) <= 160, len(fake.calls)
     per_link = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkErrorCounter"}
     assert not [name for name, _, _ in fake.calls if name in per_link]
     batches = [args for name, _, args in fake.calls if name == "nvmlDeviceGetFieldValues"]
@@ -474,6 +477,12 @@ FEATURES_ABSENT = {
         {"nvmlDeviceGetComputeRunningProcesses": NOT_SUPPORTED},
         {"processes": None},
     ),
+    # Unknown, never assumed to be the index: isolating the GPU needs its own device file.
+    "minor_number": ({"nvmlDeviceGetMinorNumber": NOT_SUPPORTED}, {"minor_number": None}),
+    "minor_number_function_missing": (
+        {"nvmlDeviceGetMinorNumber": err("FUNCTION_NOT_FOUND")},
+        {"minor_number": None},
+    ),
 }
 
 
@@ -484,6 +493,23 @@ def test_unsupported_feature_is_absent_and_nothing_else_changes(case: str) -> No
     assert gpus[2] == {**healthy_gpu(2), **expected_changes}
     assert "read_errors" not in gpus[2]
     assert all(gpus[i] == healthy_gpu(i) for i in range(8) if i != 2)
+
+
+def test_the_minor_number_is_the_gpus_own_not_its_index() -> None:
+    # NVML orders GPUs by PCI bus id; the driver numbers /dev/nvidiaN as it probed them, which
+    # need not agree (nvidia-smi lists them as `Minor Number`): here GPU 0 is /dev/nvidia3.
+    minors = {0: 3, 1: 0, 2: 1, 3: 2}
+    fake = FakeNvml(node({i: {"nvmlDeviceGetMinorNumber": m} for i, m in minors.items()}, 4))
+    gpus = read(fake)["gpus"]
+    assert [(g["index"], g["minor_number"]) for g in gpus] == list(minors.items())
+    facts = facts_from_dict(read(FakeNvml(node({0: {"nvmlDeviceGetMinorNumber": 3}}, 1))))
+    assert (facts.gpus[0].index, facts.gpus[0].minor_number) == (0, 3)
+
+
+def test_a_binding_without_the_minor_number_call_reads_everything_else() -> None:
+    fake = FakeNvml(node(count=1), missing=("nvmlDeviceGetMinorNumber",))
+    gpu = read(fake)["gpus"][0]
+    assert gpu == {**healthy_gpu(0), "minor_number": None}
 
 
 def test_fabric_falls_back_to_the_deprecated_call_on_older_drivers() -> None:
@@ -563,6 +589,18 @@ def test_lost_gpu_keeps_what_answered_before_and_is_not_read_further() -> None:
     assert gpu["name"] is None
     calls_after = [name for name, index, _ in fake.calls if index == 1]
     assert calls_after[-1] == "nvmlDeviceGetName"
+
+
+def test_a_gpu_lost_after_its_bus_id_keeps_its_device_minor() -> None:
+    # The lost GPU is the one isolation takes out: its /dev/nvidiaN is read right after PCI.
+    changes = {"nvmlDeviceGetMinorNumber": 5, "nvmlDeviceGetUUID": err("GPU_IS_LOST")}
+    gpu = read(FakeNvml(node({1: changes}, count=2)))["gpus"][1]
+    assert (gpu["error"], gpu["pci_bus_id"], gpu["minor_number"]) == (
+        "gpu_is_lost",
+        "00000000:29:00.0",
+        5,
+    )
+    assert gpu["uuid"] is None
 
 
 def test_gpu_lost_in_the_middle_of_the_reading() -> None:

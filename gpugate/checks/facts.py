@@ -51,6 +51,9 @@ class Gpu(Record):
     name: str | None = None
     pci_bus_id: str | None = None
     serial: str | None = None
+    # The GPU's device file is /dev/nvidia<minor_number> (NVML nvmlDeviceGetMinorNumber): what
+    # a device cgroup allows or denies. NVML index order and minor numbers can differ.
+    minor_number: int | None = None
     error: str | None = None
     temperature_c: float | None = None
     power_draw_w: float | None = None
@@ -176,7 +179,7 @@ _INTS = {
     "uncorrected", "pid", "used_memory_mib", "ecc_volatile_uncorrected", "ecc_volatile_corrected",
     "ecc_aggregate_uncorrected", "ecc_aggregate_corrected", "memory_used_mib", "memory_total_mib",
     "pci_gpu_count", "nofile_soft", "nofile_hard", "total_mib", "available_mib", "swap_total_mib",
-    "swap_used_mib", "sent", "received", "kernel_log_seq", "slurm_gres_gpus",
+    "swap_used_mib", "sent", "received", "kernel_log_seq", "slurm_gres_gpus", "minor_number",
 }  # fmt: skip
 _FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",

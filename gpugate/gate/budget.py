@@ -12,14 +12,24 @@ Two limits per partition (docs/flow.md "The drain budget"):
   Such a node fails every job that lands on it, so keeping it in service saves no capacity;
   the budget is there to stop a gpugate bug or a fleet-wide false positive, and half the
   partition plus the cluster-wide `max_drains_per_window` still bound those.
+
+The budget counts GPUs out of service (issue 31): a node gpugate drained counts 1 (whatever its
+Comment says); a node in service with GPUs gpugate isolated (its Comment, gpugate/isolate/
+comment.py) counts isolated / (isolated + the GPUs Slurm still gives it), or 1 when Slurm's
+count is unknown (the cautious side). What gpugate holds out, in whole nodes (a part of a node
+still serves), stays within the limit after the action: seven of eight GPUs isolated across a
+partition still allow one drain, eight do not. Each isolation is one action against
+`max_drains_per_window`, like a drain.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
 from gpugate import log
+from gpugate.isolate.comment import parse_comment
 from gpugate.record import Record
 
 TYPE_CHECKING = False
@@ -27,6 +37,9 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Budget, Config
     from gpugate.slurm.records import NodeInfo
 
+# Shares of nodes are summed as floats (fractions imports re: start-up, gpugate/startup.py);
+# whole nodes are counted with this slack, so that 3 x 1/3 is one node, not 0.999...
+_SLACK = 1e-9
 WARN_EVERY_S = 86400  # warn_daily: a budget too small to act is logged once a day per node
 WARN_STAMP = ".budget-warned"
 
@@ -63,31 +76,110 @@ def _limit_why(cfg: Budget, limit: int, check: str | None) -> str:
     return f"limit {limit}: {cfg.max_drained_share:.0%}, at least {cfg.min_drains_allowed}"
 
 
+def held_out(info: NodeInfo, more: int = 0) -> float:
+    """How much of node `info` gpugate holds out of service (0 to 1), with `more` GPUs isolated."""
+    if info.drained:
+        # Drained counts whole, whatever its Comment says; an admin's drain is not gpugate's.
+        return 1.0 if info.gpugate_owned else 0.0
+    before = len(parse_comment(info.comment))
+    isolated = before + more
+    if isolated <= 0:
+        return 0.0
+    if info.gres_gpus is None:
+        return 1.0  # Slurm's count unknown: the share unknown, count the whole node
+    # gres_gpus is what Slurm gives the node now: the GPUs still serving, isolated ones left out.
+    return min(1.0, isolated / (before + info.gres_gpus))
+
+
+def whole_nodes(share: float) -> int:
+    """Whole nodes in a sum of nodes' shares (a part of a node still serves)."""
+    return math.floor(share + _SLACK)
+
+
 def check_budget(
     nodes: dict[str, NodeInfo], node: str, cfg: Budget, now: float, check: str | None = None
 ) -> BudgetVerdict:
     """May gpugate drain `node` (for `check`) now? Counts gpugate's drains per partition and window."""
-    ours = [n for n in nodes.values() if n.drained and n.gpugate_owned and n.name != node]
+    return _check(nodes, node, cfg, now, check, 1.0, isolating=False)
+
+
+def check_isolation_budget(
+    nodes: dict[str, NodeInfo],
+    node: str,
+    cfg: Budget,
+    now: float,
+    check: str | None = None,
+    gpus: int = 1,
+) -> BudgetVerdict:
+    """May gpugate isolate `gpus` more GPUs of `node` (for `check`) now? A drain's question, for
+    the share of the node they add."""
+    me = nodes.get(node)
+    share = held_out(me, gpus) if me is not None else 1.0
+    return _check(nodes, node, cfg, now, check, share, isolating=True)
+
+
+def _check(
+    nodes: dict[str, NodeInfo],
+    node: str,
+    cfg: Budget,
+    now: float,
+    check: str | None,
+    mine: float,
+    isolating: bool,
+) -> BudgetVerdict:
+    # `node` itself counts as `mine`, its share after the action (re-draining it is free). What
+    # gpugate holds out is counted in whole nodes: a node with some GPUs isolated still serves.
+    others = [n for n in nodes.values() if n.name != node]
     me = nodes.get(node)
     for partition in me.partitions if me else ():
         members = [n for n in nodes.values() if partition in n.partitions]
         limit = partition_limit(cfg, members, check)
-        drained = sum(1 for n in ours if partition in n.partitions)
-        if drained + 1 > limit:
+        held = [n for n in others if partition in n.partitions]
+        if whole_nodes(sum(held_out(n) for n in held) + mine) > limit:
             return BudgetVerdict(
                 allowed=False,
-                why=f"partition {partition}: gpugate already drained {drained} of {len(members)} "
-                f"nodes ({_limit_why(cfg, limit, check)})",
+                why=f"partition {partition}: gpugate already {_held_why(held, len(members))} "
+                f"({_limit_why(cfg, limit, check)})",
             )
-    recent = sum(
-        1 for n in ours if n.reason_time is not None and now - n.reason_time < cfg.window_s
+    recent = sum(1 for n in others if _recent_drain(n, cfg, now))
+    # An isolation also counts the earlier ones on its own node: each was an action of its own.
+    isolations = sum(
+        _recent_isolations(n, cfg, now) for n in (nodes.values() if isolating else others)
     )
-    if recent + 1 > cfg.max_drains_per_window:
+    if recent + isolations + 1 > cfg.max_drains_per_window:
+        also = f" and {isolations} GPU isolations" if isolations else ""
         return BudgetVerdict(
             allowed=False,
-            why=f"{recent} gpugate drains in the last {cfg.window_s:g} s (limit {cfg.max_drains_per_window})",
+            why=f"{recent} gpugate drains{also} in the last {cfg.window_s:g} s (limit {cfg.max_drains_per_window})",
         )
     return BudgetVerdict(allowed=True, why="within the drain budget")
+
+
+def _recent_drain(n: NodeInfo, cfg: Budget, now: float) -> bool:
+    return (
+        n.drained
+        and n.gpugate_owned
+        and n.reason_time is not None
+        and now - n.reason_time < cfg.window_s
+    )
+
+
+def _recent_isolations(n: NodeInfo, cfg: Budget, now: float) -> int:
+    if n.drained:
+        return 0  # a drained node counts once, as its drain
+    return sum(1 for g in parse_comment(n.comment) if now - g.since < cfg.window_s)
+
+
+def _held_why(held: list[NodeInfo], members: int) -> str:
+    """`drained 2 of 20 nodes`, and the GPUs isolated on the others if any."""
+    drained = sum(1 for n in held if n.drained and n.gpugate_owned)
+    text = f"drained {drained} of {members} nodes"
+    isolated = [n for n in held if not n.drained and n.comment and held_out(n)]
+    if isolated:
+        gpus = sum(len(parse_comment(n.comment)) for n in isolated)
+        share = sum(held_out(n) for n in isolated)
+        text += f" and isolated {gpus} GPUs on {len(isolated)} nodes ({float(share):.3g} of a node)"
+    return text
 
 
 def keeps_drain(
@@ -106,11 +198,14 @@ def keeps_drain(
     me = nodes.get(node)
     for partition in me.partitions if me else ():
         members = [n for n in nodes.values() if partition in n.partitions]
+        # Whole nodes' worth of isolated GPUs in service take their place in the ranking first.
+        isolated = sum(held_out(n) for n in members if not n.drained)
         limit = partition_limit(cfg, members, check)
         ranked = [n.name for n in order if partition in n.partitions]
-        if node in ranked and ranked.index(node) >= limit:
+        if node in ranked and ranked.index(node) >= limit - whole_nodes(isolated):
+            also = f" with {float(isolated):.3g} nodes' worth of GPUs isolated" if isolated else ""
             return BudgetVerdict(allowed=False, why=f"partition {partition}: {len(ranked)} of {len(members)} nodes "
-                                 f"drained by gpugate at once ({_limit_why(cfg, limit, check)})")  # fmt: skip
+                                 f"drained by gpugate at once{also} ({_limit_why(cfg, limit, check)})")  # fmt: skip
     recent = [
         n.name for n in order if n.reason_time is not None and now - n.reason_time < cfg.window_s
     ]

@@ -12,13 +12,12 @@ marker is looked for anywhere in the Comment. The Comment is Slurm's, readable b
 
 from __future__ import annotations
 
-import re
-
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 MARKER = "gpugate-isolated:"
 WHY_MAX = 80  # per GPU: two entries stay within the Comment's cap (reasons.COMMENT_MAX)
-_ENTRY = re.compile(
+_ENTRY = lazy(
     r"gpu(?P<index>\d+) minor=(?P<minor>\d+) serial=(?P<serial>\S*) since=(?P<since>\d+)"
     r" why=(?P<why>.*)"
 )

@@ -330,6 +330,7 @@ nvmlReturn_t DECLDIR nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperat
     return NVML_SUCCESS;
 }
 
+UINT_GETTER(nvmlDeviceGetMinorNumber, "minor") /* /dev/nvidia<minor> */
 UINT_GETTER(nvmlDeviceGetPowerUsage, "power_mw")
 UINT_GETTER(nvmlDeviceGetEnforcedPowerLimit, "limit_mw")
 

@@ -87,6 +87,8 @@ def gpu_from_xml(g: Element, index: int) -> dict[str, Any]:
         "name": _text(g, "product_name"),
         "pci_bus_id": _text(g, "pci/pci_bus_id") or g.get("id") or None,
         "serial": _text(g, "serial"),
+        # nvmlDeviceGetMinorNumber: the GPU is /dev/nvidia<minor>, not /dev/nvidia<index>.
+        "minor_number": _int(g, "minor_number"),
         "temperature_c": _number(g, "temperature/gpu_temp"),
         "throttle_reasons": _reasons(g),
         "ecc_mode_enabled": _flag(g, "ecc_mode/current_ecc"),

@@ -308,6 +308,11 @@ def _identity(r: _Reader, h: object, gpu: dict[str, Any]) -> None:
     # PCI first: the bus id often still answers on a GPU that is lost, and names it in reasons.
     pci = r.optional("nvmlDeviceGetPciInfo", h)
     gpu["pci_bus_id"] = None if pci is None else _text(pci.busId)
+    # NVML: "The minor number for the device is such that the Nvidia device node file for
+    # each GPU will have the form /dev/nvidia[minor number]." Not the NVML index: the two
+    # orders can differ, and isolating a GPU denies exactly this device file. Read early: a
+    # lost GPU is the one to isolate, and its first refused call ends its reading.
+    gpu["minor_number"] = _int(r.optional("nvmlDeviceGetMinorNumber", h))
     gpu["uuid"] = _text(r.optional("nvmlDeviceGetUUID", h))
     gpu["name"] = _text(r.optional("nvmlDeviceGetName", h))
     gpu["serial"] = _text(r.optional("nvmlDeviceGetSerial", h))
