@@ -52,6 +52,12 @@ LAZY: dict[str, tuple[float, str]] = {
         "the Slurm adapter (backends, cli, control, parsers, pyslurm): "
         "only for commands that ask Slurm; a replayed check never does",
     ),
+    "gpugate.isolate.apply": (
+        0.0,
+        "gate.drain.isolate_after_drain, admin.resume.restore_isolated, commands.resume: the "
+        "GPU isolation (slurm.conf/gres.conf parser, child), only where `isolate.unit: gpu` "
+        "meets a fault or a resume puts a GPU back; no measured hook run takes it",
+    ),
     "gpugate.slurm.control": (0.9, "commands.ask.ask_slurm_for: the adapter's errors, with it"),
     "threading": (1.5, "checks.sources.gather_dict: a live gather's threads; a replay has none"),
     "signal": (0.9, "runner._kill_group: only a command past its timeout is killed"),

@@ -9,6 +9,8 @@ says so before a fault does.
 from __future__ import annotations
 
 from gpugate.admin.access import Problem
+from gpugate.isolate.apply import site_problem
+from gpugate.slurm.cli import CliBackend
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,9 +30,6 @@ def check_isolation(
     isolate = getattr(config, "isolate", None)
     if config is None or isolate is None or isolate.unit != "gpu":
         return "isolate: node (a GPU fault drains the node)", []
-    from gpugate.isolate.apply import site_problem
-    from gpugate.slurm.cli import CliBackend
-
     try:
         cli = CliBackend(config.slurm.timeout_s, slurm_conf=slurm_conf)
         why = site_problem(config, cli, node, slurm_conf)

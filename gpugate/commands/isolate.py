@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
+from gpugate.isolate import apply
 from gpugate.names import refuse
 
 TYPE_CHECKING = False
@@ -36,8 +37,6 @@ def main(argv: list[str]) -> int:
     if isinstance(found, int):
         return found
     config, slurm, _info = found
-    from gpugate.isolate import apply
-
     if args.action == "check":
         why = apply.site_problem(config, slurm, args.node)
         if why:

@@ -8,6 +8,7 @@ import os
 from gpugate.admin.resume import Request, check_then_resume, held_notice, restore_isolated
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
+from gpugate.isolate.state import APPLIED, forget, load, shared_path
 from gpugate.names import refuse
 from gpugate.store.history import history_dir, read_dirs, record_resume
 from gpugate.store.suspects import open_flags
@@ -79,8 +80,6 @@ def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
 
 def isolation_of(config: Config, node: str) -> bool | str:
     """Whether `node` has GPUs isolated that a resume puts back (or why that cannot be read)."""
-    from gpugate.isolate.state import APPLIED, load, shared_path
-
     try:
         record = load(shared_path(config, node))
     except ValueError as exc:
@@ -91,7 +90,6 @@ def isolation_of(config: Config, node: str) -> bool | str:
 def forget_failed_isolation(config: Config, node: str) -> None:
     """A resumed node's isolation that never took (its records) is over."""
     from gpugate.isolate.apply import this_node_is
-    from gpugate.isolate.state import forget, shared_path
 
     if os.path.exists(shared_path(config, node)):
         forget(config, node, this_node_is(node))

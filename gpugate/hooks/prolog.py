@@ -15,7 +15,7 @@ import time
 
 from gpugate import log
 from gpugate.checks.facts import facts_from_dict
-from gpugate.checks.findings import SEVERITY
+from gpugate.checks.findings import SEVERITY, fail
 from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
@@ -115,8 +115,6 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
     try:
         sync_isolated(config, node)
     except OSError as exc:
-        from gpugate.checks.findings import fail
-
         return [fail("isolate.deny", f"cannot deny the isolated GPUs' devices: {exc}")]
     return []
 

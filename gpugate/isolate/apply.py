@@ -27,6 +27,8 @@ import subprocess
 import time
 
 from gpugate import log
+from gpugate.child import cli_command
+from gpugate.config.classes import this_node
 from gpugate.isolate import cgroup, conf, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
@@ -133,8 +135,6 @@ def request(
 def _spawn(config: Config, node: str) -> int:
     """`gpugate isolate apply NODE` in a session of its own, outliving the hook and slurmd's
     restart; its output appended to <state_dir>/isolate.log."""
-    from gpugate.child import cli_command
-
     path = os.path.join(config.state_dir, "isolate.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
@@ -283,8 +283,6 @@ def restore(config: Config, slurm: SlurmControl, node: str) -> str:
 
 def this_node_is(node: str) -> bool:
     """Whether this process runs on `node` (its cgroup rules are here)."""
-    from gpugate.config.classes import this_node
-
     here, _ = this_node()
     return here == node
 

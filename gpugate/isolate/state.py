@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 
+from gpugate.checks import findings as F
 from gpugate.fsutil import atomic_write, private_dir, read_text
+from gpugate.isolate import cgroup
 from gpugate.isolate.comment import IsolatedGpu
 from gpugate.record import Record
 from gpugate.store.dirs import history_dir
@@ -144,8 +146,6 @@ def forget_local(config: Config) -> None:
 def sync(config: Config, node: str) -> None:
     """In the prolog: keep this node's isolated GPUs denied (a reboot clears cgroup rules).
     Cheap when nothing is isolated: one failed stat."""
-    from gpugate.isolate import cgroup
-
     try:
         record = load_local(config)
     except ValueError:
@@ -175,8 +175,6 @@ def without_isolated(config: Config, found: list[Finding]) -> list[Finding]:
     isolated = isolated_indices(config)
     if not isolated:
         return found
-    from gpugate.checks import findings as F
-
     return [
         F.warn(f.check, f"GPU{f.gpu} is isolated (out of Slurm's service): {f.message}", gpu=f.gpu)
         if f.gpu in isolated and f.status != F.OK
