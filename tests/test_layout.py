@@ -42,8 +42,9 @@ _TABLE = {
     "store": "checks config diagnosis drill log slurm",
     "gate": "checks config diagnosis flightrec log slurm store",
     "health": "config store",
+    "isolate": "checks config gate log slurm store",  # issue 31: one GPU out of a node
     "qualify": "checks config gate log slurm store",
-    "admin": "checkpoints checks config diagnosis gate log qualify slurm store",
+    "admin": "checkpoints checks config diagnosis gate isolate log qualify slurm store",
     "hooks": "admin checkpoints checks config diagnosis drill flightrec gate health log slurm store",
     "cli": "checks config",
     "commands": "admin checkpoints checks cli config diagnosis drill flightrec gate hooks log qualify slurm store",

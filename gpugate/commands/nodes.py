@@ -57,7 +57,7 @@ def _run(args: Namespace) -> int:
     config = load_config(args.config)
     try:
         slurm = None if args.sinfo_json else admin.cli_backend(config)
-        groups = admin.read_node_groups(slurm, args.sinfo_json)
+        groups = admin.read_node_groups(slurm, args.sinfo_json, admin.wants_comments(config))
     except admin.NodesUnavailable as exc:
         print(f"gpugate nodes: {exc}", file=sys.stderr)
         return EXIT_UNHEALTHY
@@ -77,6 +77,10 @@ def _run(args: Namespace) -> int:
         sys.stdout.write(f'{head[:-1]}, "nodes": {admin.rows_json(rows)}}}\n')
     else:
         sys.stdout.write(admin.render_table(rows))
+        isolated = admin.render_isolated(rows)
+        if isolated:
+            sys.stdout.write("\nIsolated GPUs (out of Slurm's count, the node serves the rest):\n")
+            sys.stdout.write(isolated)
         if stats is not None:
             sys.stdout.write("\n" + render_record(stats, window))
     return EXIT_OK

@@ -93,6 +93,7 @@ def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
         partitions=partitions,
         gres_gpus=gres_gpu_count(rec.get("gres")),
         cpus=_number(rec.get("cpus")) or None,
+        comment=_string(rec.get("comment")),
     )
 
 
@@ -109,9 +110,12 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     # sinfo groups nodes: `cpus.minimum` is the fewest any node of the group has (24.11).
     cpus_rec = rec.get("cpus")
     cpus = _number(cpus_rec.get("minimum")) if isinstance(cpus_rec, dict) else None
+    # The aggregation ignores the Comment as it does the reason (the record carries its first
+    # node's): a Comment is a node's own only in a record of one node.
+    comment = _string(rec.get("comment")) if len(names) == 1 else ""
     return [
         _with_reason_object(name, state, flags, reason, partitions).replace(
-            gres_gpus=gpus, cpus=cpus or None
+            gres_gpus=gpus, cpus=cpus or None, comment=comment
         )
         for name in names
     ]
@@ -201,6 +205,11 @@ def _number(value: object) -> int | None:
     except (TypeError, ValueError):
         return None
     return number
+
+
+def _string(value: object) -> str:
+    """A JSON string field; "" for null or another type."""
+    return value if isinstance(value, str) else ""
 
 
 def _epoch(value: object) -> int | None:
