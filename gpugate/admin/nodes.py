@@ -529,8 +529,11 @@ def rows_json(rows: list[dict[str, Any]]) -> str:
         key = tuple(items)
         if row.get("isolated_gpus"):  # dicts cannot key the cache; such rows are few
             rest = json.dumps(dict(key), separators=(",", ":"))[1:]
-        elif (rest := rests.get(key)) is None:
-            rest = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
+        else:
+            cached = rests.get(key)
+            if cached is None:
+                cached = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
+            rest = cached
         parts.append(
             f"{{{quote(first)}:{quote(name)},{rest}" if key else f"{{{quote(first)}:{quote(name)}}}"
         )

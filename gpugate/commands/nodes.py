@@ -27,8 +27,9 @@ def parser() -> ArgumentParser:
         "gpugate owns the drain, the failing check and the category of the newest evidence, how "
         "often gpugate drained the node in the history window, the Xids outside NVIDIA's catalog "
         "its prologs reported in that window (warned, never drained), and the suggested action (reset "
-        "GPU, reboot, reseat/check cables, RMA candidate). Most urgent first. Exit 0, or 1 when "
-        "Slurm cannot be read.",
+        "GPU, reboot, reseat/check cables, RMA candidate). Most urgent first. GPUs isolated "
+        "from their node (isolate.unit: gpu; the node's Comment) are listed below the table "
+        "(JSON: each row's isolated_gpus). Exit 0, or 1 when Slurm cannot be read.",
     )
     p.add_argument("--drained", action="store_true", help="only drained, down or failed nodes")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -65,7 +65,9 @@ _REASON_END = lazy(rf"{_USER_TIME.pattern}(?=\s*$|\s+{_KEY_NAME}=)")
 # finding's message in it): scontrol prints only these keys after it (node_info.c,
 # `slurm_sprint_node_table`: Comment, Extra, InstanceId/InstanceType, ReservationName), so no
 # other `Key=` in the text can end it.
-NODE_FREE_TEXT_ENDS = {"Comment": frozenset({"Extra", "InstanceId", "InstanceType", "ReservationName"})}
+NODE_FREE_TEXT_ENDS = {
+    "Comment": frozenset({"Extra", "InstanceId", "InstanceType", "ReservationName"})
+}
 
 
 def parse_kv(line: str, ends: Mapping[str, frozenset[str]] | None = None) -> dict[str, str]:
@@ -114,9 +116,7 @@ def _records(text: str, first_key: str) -> list[str]:
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
     """Parse `scontrol show node [-o]` output into NodeInfo, one per node."""
-    return [
-        _node_from_kv(parse_kv(rec, NODE_FREE_TEXT_ENDS)) for rec in _records(text, "NodeName")
-    ]
+    return [_node_from_kv(parse_kv(rec, NODE_FREE_TEXT_ENDS)) for rec in _records(text, "NodeName")]
 
 
 def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
