@@ -229,6 +229,19 @@ def test_the_page_has_a_section_and_cards_for_isolated_gpus():
     assert "No GPU is isolated" in empty and "<b>0</b>GPUs isolated" in empty
 
 
+def test_report_page_shows_an_isolated_node_apart_from_the_drained_ones(site, capsys):
+    saved = site / "sinfo.json"
+    saved.write_text(fixture("22.05/sinfo.isolated-comment.json"))
+    page = site / "report.html"
+    assert cli.main(["report", "--html", str(page), "--sinfo-json", str(saved)]) == 0
+    assert "0 drained node(s)" in capsys.readouterr().out
+    html = page.read_text()
+    drained = html.split('<h2 id="drained">')[1].split("<h2")[0]
+    isolated = html.split('<h2 id="isolated">')[1].split("<h2")[0]
+    assert "No drained nodes" in drained and ">vm<" not in drained
+    assert ">vm<" in isolated and "1654922010523" in isolated
+
+
 def test_report_json_lists_isolated_gpus_and_kept_hours(site, capsys):
     saved = site / "sinfo.json"
     saved.write_text(fixture("22.05/sinfo.isolated-comment.json"))

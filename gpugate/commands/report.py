@@ -74,6 +74,8 @@ def main(argv: list[str]) -> int:
     where = history.history_dir(config)
     drains = history.drains(where)
     rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
+    # A node kept in service with isolated GPUs has its own section, not a drained node's row.
+    rows = [r for r in rows if r["drained"] or r["action"] != admin.NONE]
     page_dir = os.path.dirname(os.path.abspath(args.html or "."))
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
