@@ -40,14 +40,14 @@ _TABLE = {
     "diagnosis": "checks flightrec",
     "checkpoints": "slurm",
     "store": "checks config diagnosis drill log slurm",
-    "gate": "checks config diagnosis flightrec log slurm store",
+    "isolate": "checks config log slurm store",  # issue 31: one GPU out of a node
+    "gate": "checks config diagnosis flightrec isolate log slurm store",
     "health": "config store",
-    "isolate": "checks config gate log slurm store",  # issue 31: one GPU out of a node
     "qualify": "checks config gate log slurm store",
     "admin": "checkpoints checks config diagnosis gate isolate log qualify slurm store",
-    "hooks": "admin checkpoints checks config diagnosis drill flightrec gate health log slurm store",
+    "hooks": "admin checkpoints checks config diagnosis drill flightrec gate health isolate log slurm store",
     "cli": "checks config",
-    "commands": "admin checkpoints checks cli config diagnosis drill flightrec gate hooks log qualify slurm store",
+    "commands": "admin checkpoints checks cli config diagnosis drill flightrec gate hooks isolate log qualify slurm store",
     "__main__": "cli",
 }  # fmt: skip
 ALLOWED: dict[str, frozenset[str]] = {
