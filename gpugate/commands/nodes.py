@@ -31,7 +31,12 @@ def parser() -> ArgumentParser:
         "from their node (isolate.unit: gpu; the node's Comment) are listed below the table "
         "(JSON: each row's isolated_gpus). Exit 0, or 1 when Slurm cannot be read.",
     )
-    p.add_argument("--drained", action="store_true", help="only drained, down or failed nodes")
+    p.add_argument(
+        "--drained",
+        action="store_true",
+        help="only drained, down or failed nodes (and those gpugate "
+        "holds partly out: held-back drains, suspects, isolated GPUs)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--stats", action="store_true", help="also each check's record in the window: "
                    "drains, lifted after repair, lifted without repair, still drained")  # fmt: skip
