@@ -110,8 +110,9 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     # sinfo groups nodes: `cpus.minimum` is the fewest any node of the group has (24.11).
     cpus_rec = rec.get("cpus")
     cpus = _number(cpus_rec.get("minimum")) if isinstance(cpus_rec, dict) else None
-    # The aggregation ignores the Comment as it does the reason (the record carries its first
-    # node's): a Comment is a node's own only in a record of one node.
+    # sinfo merges nodes only on the fields of its output format (sinfo.c, MATCH_FLAG_COMMENT
+    # only with a Comment field): as with the reason, measured on 24.11, a record's Comment is
+    # its first node's (read from the source, not measured). A node's own only when alone.
     comment = _string(rec.get("comment")) if len(names) == 1 else ""
     return [
         _with_reason_object(name, state, flags, reason, partitions).replace(
