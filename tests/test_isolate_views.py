@@ -168,6 +168,16 @@ def test_with_isolation_on_aggregated_nodes_are_read_one_by_one():
     assert runner.argvs == [("sinfo", "--json")] and A.isolated_gpus(groups) == []
 
 
+def test_per_node_records_need_no_second_call():
+    """22.05's `sinfo --json` has one record per node, each with its own Comment."""
+    runner = FakeRunner().ok(("sinfo", "--json"), fixture("22.05/sinfo.isolated-comment.json"))
+    groups = A.read_node_groups(CliBackend(runner=runner), per_node=True)
+    assert runner.argvs == [("sinfo", "--json")]
+    assert [(e["node"], e["index"], e["gpus_serving"]) for e in A.isolated_gpus(groups)] == [
+        ("vm", 3, 7)
+    ]
+
+
 def test_wants_comments_follows_isolate_unit(tmp_path):
     site = tmp_path / "gpugate.yaml"
     site.write_text(f"state_dir: {tmp_path}\n")
