@@ -197,6 +197,7 @@ def fake_pyslurm(
                 partitions=list(n.partitions),
                 configured_gres={"gpu": n.gres_gpus} if n.gres_gpus else {},
                 total_cpus=n.cpus,
+                comment=n.comment or None,  # pyslurm: None for an unset char*
                 **cpu_counts(n),
             )
 
@@ -303,6 +304,16 @@ NODE_FILES = {
     "22.05/scontrol-show-node.drained.txt": (parse_show_node_text, 1, {  # multi-line form
         "vm": ("IDLE", ("DRAIN",), "test: custom reason", "root", utc("2026-11-29T09:10:44"), True),
     }),
+    # *.isolated-comment.*: copies with gpugate's isolation Comment (tests/test_isolate_views.py).
+    "22.05/scontrol-show-node-o.isolated-comment.txt": (parse_show_node_text, 1, {
+        "vm": ("IDLE", (), "test: custom reason", "root", utc("2026-11-29T09:10:44"), False),
+    }),
+    "22.05/scontrol-show-node.isolated-comment.txt": (parse_show_node_text, 1, {
+        "vm": ("IDLE", (), "test: custom reason", "root", utc("2026-11-29T09:10:44"), False),
+    }),
+    "22.05/sinfo.isolated-comment.json": (parse_sinfo_json, 1, {
+        "vm": ("MIXED", (), "", "", None, False),
+    }),
     "23.02/sinfo.allocated-drain-excerpt.json": (parse_sinfo_json, 10, {
         "cs62": ("ALLOCATED", ("DRAIN",), "IT-4461", "root", 1705613872, True),
         "cs204": ("ALLOCATED", ("DRAIN",), "IT-4461", "root", 1705613872, True),
@@ -350,6 +361,17 @@ NODE_FILES = {
     # 24.11 keeps the reason after a resume: idle, reason set, NOT drained.
     "24.11-debian13/scontrol-show-node.idle-after-resume.json": (parse_nodes_json, 1, {
         "vm": ("IDLE", (), "r F", "root", 1795946246, False),
+    }),
+    "24.11-debian13/scontrol-show-node-o.isolated-comment.txt": (parse_show_node_text, 1, {
+        "vm": ("IDLE", ("DRAIN",), "Prolog error", "root", utc("2026-11-29T09:51:54"), True),
+    }),
+    "24.11-debian13/scontrol-show-node.isolated-comment.json": (parse_nodes_json, 1, {
+        "vm": ("IDLE", (), "r F", "root", 1795946246, False),
+    }),
+    "24.11-debian13/sinfo.isolated-comment.json": (parse_sinfo_json, 3, {
+        "gpu-node-01": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC "
+                        "120 > 100", "root", 1796275332, True),
+        "gpu-node-03": ("IDLE", (), "", "", None, False),
     }),
     "24.11-debian13/sinfo.drained.json": (parse_sinfo_json, 1, {
         "vm": ("IDLE", ("DRAIN",), "Prolog error", "root", 1795945914, True),

@@ -20,6 +20,7 @@ from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
+from gpugate.isolate.comment import parse_comment
 from gpugate.regex import lazy
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
@@ -96,10 +97,13 @@ def parse_node_groups(text: str) -> list[Group]:
         return as_groups(P._dedupe([P._node_from_record(r)] for r in doc.get("nodes") or []))
     groups, seen = [], set()
     for rec in doc["sinfo"]:
-        names = [n for n in (rec.get("nodes") or {}).get("nodes") or [] if n not in seen]
+        listed = (rec.get("nodes") or {}).get("nodes") or []
+        names = [n for n in listed if n not in seen]
         if names:
             seen.update(names)
             first = P._nodes_from_sinfo_record({**rec, "nodes": {"nodes": names[:1]}})[0]
+            if len(listed) > 1:  # the record's Comment is its first node's (parse_json.py)
+                first = first.replace(comment="")
             groups.append((first, names))
     return groups
 
@@ -108,9 +112,16 @@ def parse_node_groups(text: str) -> list[Group]:
 SINFO_JSON_MAX = 256 << 20
 
 
-def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = None) -> list[Group]:
+def read_node_groups(
+    slurm: CliBackend | None = None, sinfo_json: str | None = None, per_node: bool = False
+) -> list[Group]:
     """Every node: from a saved `sinfo --json` file, else one `sinfo --json` call, else the
-    `scontrol -o show node` text (where sinfo has no JSON)."""
+    `scontrol -o show node` text (where sinfo has no JSON).
+
+    `per_node` (isolation on, wants_comments()): each node's own Comment and GPU count, which
+    23.02+'s aggregated `sinfo` records do not carry: one `scontrol -o show node` call reads
+    them when sinfo aggregated any nodes (a saved file cannot be asked again: its aggregated
+    nodes show no isolated GPU)."""
     if sinfo_json:
         from gpugate.fsutil import read_text
 
@@ -134,9 +145,17 @@ def read_node_groups(slurm: CliBackend | None = None, sinfo_json: str | None = N
                 IndexError, RecursionError):  # fmt: skip
             # No JSON support (no data_parser plugin) or a shape we do not know.
             return as_groups(parse_show_node_text(slurm.scontrol("-o", "show", "node")))
+        if per_node and any(len(names) > 1 for _, names in groups):
+            return as_groups(parse_show_node_text(slurm.scontrol("-o", "show", "node")))
         return split_reasoned_groups(groups, slurm)
     except S.SlurmError as exc:
         raise NodesUnavailable(f"cannot list Slurm's nodes: {exc}") from exc
+
+
+def wants_comments(config: Config | None) -> bool:
+    """Whether this site isolates GPUs (`isolate.unit: gpu`): the views then read each node's
+    Comment, where gpugate records an isolated GPU (gpugate/isolate/comment.py)."""
+    return config is not None and config.isolate is not None and config.isolate.unit == "gpu"
 
 
 def split_reasoned_groups(groups: list[Group], slurm: CliBackend) -> list[Group]:
@@ -276,6 +295,8 @@ def node_row(
         "same_check_drains": 0,
         # A tuple, not a list: rows_json() keys rows by their values (printed as a JSON list).
         "unknown_xids": unknown_xids,
+        # The GPUs gpugate took out of the node's service (its Slurm Comment); () for most.
+        "isolated_gpus": isolated_of(node) if node.comment else (),
         "action": NONE,
     }
     if not drained:
@@ -330,8 +351,11 @@ def node_rows(
     for first, names in groups:
         drained = first.drained
         if drained_only and not drained:
-            # A held-back drain is shown with the drained nodes: it is one gpugate wanted.
-            names = [n for n in names if n in held or n in suspects]
+            # A held-back drain is shown with the drained nodes: it is one gpugate wanted; so
+            # is a node with isolated GPUs (partly out of service). A Comment is a group's
+            # own only for a group of one node (parse_node_groups).
+            isolated = len(names) == 1 and bool(parse_comment(first.comment))
+            names = [n for n in names if n in held or n in suspects or isolated]
         out = urgent if drained else rest
         shared = None  # the row of the group's nodes without history, made once
         for name in names:
@@ -363,6 +387,28 @@ def suspect_row(row: dict[str, Any], flag: dict[str, Any]) -> dict[str, Any]:
     return dict(row, action=SUSPECT, suspect_source=flag["source"], suspect_detail=flag["detail"],
                 suspect_since=flag["at"], suspect_asked=flag["action"],
                 suspect_note=flag.get("note") or "")  # fmt: skip
+
+
+def isolated_of(node: NodeInfo) -> tuple[dict[str, Any], ...]:
+    """The node's isolated GPUs as the JSON shows them: index, minor, serial, since (ISO and
+    epoch), why."""
+    return tuple(
+        {"index": g.index, "minor": g.minor, "serial": g.serial, "since": history.iso(g.since),
+         "since_epoch": g.since, "why": g.why}
+        for g in parse_comment(node.comment)
+    )  # fmt: skip
+
+
+def isolated_gpus(groups: Iterable[Group]) -> list[dict[str, Any]]:
+    """Every isolated GPU of the listing, by node then GPU index: isolated_of()'s fields with
+    `node` and `gpus_serving` (the node's GPU count as Slurm reports it now; None: unknown)."""
+    out = []
+    for node, names in groups:
+        if len(names) != 1 or not node.comment:  # a group's Comment is its first node's
+            continue
+        for gpu in isolated_of(node):
+            out.append({"node": names[0], **gpu, "gpus_serving": node.gres_gpus})
+    return sorted(out, key=lambda e: (e["node"], e["index"]))
 
 
 def unknown_by_node(entries: Iterable[dict[str, Any]], since: float) -> dict[str, tuple[int, ...]]:
@@ -431,6 +477,18 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def isolated_line(node: str, gpu: dict[str, Any]) -> str:
+    """`gpu-07: isolated GPU 3 (serial 1654922010523) since 2026-12-03T10:00:00Z: gpu.ecc: ...`."""
+    serial = f" (serial {gpu['serial']})" if gpu["serial"] else ""
+    return _cell(f"{node}: isolated GPU {gpu['index']}{serial} since {gpu['since']}: {gpu['why']}")
+
+
+def render_isolated(rows: list[dict[str, Any]]) -> str:
+    """One line per isolated GPU of the rows ("" when none), for below the table."""
+    lines = [isolated_line(r["node"], g) for r in rows for g in r.get("isolated_gpus") or ()]
+    return "".join(f"{line}\n" for line in lines)
+
+
 def _shown(row: dict[str, Any], key: str) -> object:
     """A row's value for the table: a held-back drain's reason says what gpugate wanted."""
     if key == "reason" and row["action"] == HELD and not row["reason"]:
@@ -469,9 +527,13 @@ def rows_json(rows: list[dict[str, Any]]) -> str:
         items = iter(row.items())
         first, name = next(items)
         key = tuple(items)
-        rest = rests.get(key)
-        if rest is None:
-            rest = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
+        if row.get("isolated_gpus"):  # dicts cannot key the cache; such rows are few
+            rest = json.dumps(dict(key), separators=(",", ":"))[1:]
+        else:
+            cached = rests.get(key)
+            if cached is None:
+                cached = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
+            rest = cached
         parts.append(
             f"{{{quote(first)}:{quote(name)},{rest}" if key else f"{{{quote(first)}:{quote(name)}}}"
         )

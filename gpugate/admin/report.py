@@ -71,6 +71,49 @@ def esc(value: object) -> str:
     return escape(printable(value), quote=True)
 
 
+def kept_serving(isolated: Sequence[dict[str, Any]], since: float, now: float) -> dict[str, float]:
+    """{node: GPU-hours it kept serving in the window}: the GPUs Slurm counts on it now times
+    the hours since its earliest isolation (from the window's start at the earliest).
+
+    `isolated`: admin.nodes.isolated_gpus() entries. A node whose GPU count is unknown counts
+    nothing: the page says how it is computed.
+    """
+    first: dict[str, tuple[float, int | None]] = {}
+    for e in isolated:
+        when = float(e["since_epoch"])
+        if e["node"] not in first or when < first[e["node"]][0]:
+            first[e["node"]] = (when, e.get("gpus_serving"))
+    return {
+        node: max(0.0, now - max(when, since)) / 3600 * gpus
+        for node, (when, gpus) in sorted(first.items())
+        if isinstance(gpus, int) and gpus > 0
+    }
+
+
+KEPT_HOW = (
+    "GPU-hours kept serving: for each node with isolated GPUs, the GPUs Slurm counts on it now "
+    "times the hours since its earliest isolation (or the window's start): what a drain of the "
+    "whole node would have taken out of service."
+)
+
+
+def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float]) -> str:
+    """The GPUs gpugate isolated (node Comments), by node: which, since when, why, and the
+    GPU-hours each node kept serving."""
+    body = [
+        f'<tr><td class="node">{esc(e["node"])}</td><td class="n">{esc(e["index"])}</td>'
+        f'<td class="n">{esc(e["minor"])}</td><td><code>{esc(e["serial"])}</code></td>'
+        f'<td class="time">{esc(e["since"])}</td><td class="reason">{esc(e["why"])}</td>'
+        f'<td class="n">{esc(e.get("gpus_serving"))}</td>'
+        f'<td class="n">{_hours(kept.get(e["node"]))}</td></tr>'
+        for e in isolated
+    ]
+    headers = ("Node", "GPU", "Minor", "Serial", "Isolated since", "Why", "GPUs still serving",
+               "GPU-hours kept serving (node)")  # fmt: skip
+    table = _table(headers, body, "No GPU is isolated (isolate.unit: gpu).")
+    return f'<p class="meta">{esc(KEPT_HOW)}</p>{table}' if body else table
+
+
 def repeat_offenders(
     drains: list[dict[str, Any]], since: float, min_drains: int = 2
 ) -> list[dict[str, Any]]:
@@ -500,13 +543,15 @@ def render_html(
     flags: Sequence[dict[str, Any]] = (),
     others: Sequence[dict[str, Any]] = (),
     drills: Sequence[dict[str, Any]] = (),
+    isolated: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
     bundles; `requeues`: losses.requeue_events() of the window; `qualifications`: the
     qualification records (store/qualify.py), the latest per node shown; `others`: the
     window's qualification and drill bundles (losses.read_bundles, kind not job); `drills`:
-    the drill records (store/drills.py)."""
+    the drill records (store/drills.py); `isolated`: admin.nodes.isolated_gpus() of the
+    listing."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -518,6 +563,10 @@ def render_html(
     card_html = _cards(rows, record, events, costs, window_days, total_nodes)
     drilled = len(drill_drains(drains, since))
     card_html += f'<div class="card" id="drill-card"><b>{drilled}</b>drill drains</div>'
+    kept = kept_serving(isolated, since, now)
+    card_html += (f'<div class="card" id="isolated-card"><b>{len(isolated)}</b>GPUs isolated</div>'
+                  f'<div class="card" id="kept-card"><b>{_hours(sum(kept.values()))}</b>'
+                  "GPU-hours kept serving</div>")  # fmt: skip
     # The interruption table first: what failures cost, then what gpugate did about them.
     more = len(events) == TIMELINE_MAX
     parts = [
@@ -532,6 +581,8 @@ def render_html(
         f'<div class="cards">{card_html}</div>',
         '<h2 id="drained">Drained nodes</h2>',
         drained_section(rows),
+        '<h2 id="isolated">Isolated GPUs</h2>',
+        isolated_section(isolated, kept),
         '<h2 id="qualify">Qualification</h2>',
         qualify_section(list(qualifications)),
         '<h2 id="suspects">Suspects: what users\' jobs pointed at</h2>',

@@ -27,10 +27,16 @@ def parser() -> ArgumentParser:
         "gpugate owns the drain, the failing check and the category of the newest evidence, how "
         "often gpugate drained the node in the history window, the Xids outside NVIDIA's catalog "
         "its prologs reported in that window (warned, never drained), and the suggested action (reset "
-        "GPU, reboot, reseat/check cables, RMA candidate). Most urgent first. Exit 0, or 1 when "
-        "Slurm cannot be read.",
+        "GPU, reboot, reseat/check cables, RMA candidate). Most urgent first. GPUs isolated "
+        "from their node (isolate.unit: gpu; the node's Comment) are listed below the table "
+        "(JSON: each row's isolated_gpus). Exit 0, or 1 when Slurm cannot be read.",
     )
-    p.add_argument("--drained", action="store_true", help="only drained, down or failed nodes")
+    p.add_argument(
+        "--drained",
+        action="store_true",
+        help="only drained, down or failed nodes (and those gpugate "
+        "holds partly out: held-back drains, suspects, isolated GPUs)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--stats", action="store_true", help="also each check's record in the window: "
                    "drains, lifted after repair, lifted without repair, still drained")  # fmt: skip
@@ -57,7 +63,7 @@ def _run(args: Namespace) -> int:
     config = load_config(args.config)
     try:
         slurm = None if args.sinfo_json else admin.cli_backend(config)
-        groups = admin.read_node_groups(slurm, args.sinfo_json)
+        groups = admin.read_node_groups(slurm, args.sinfo_json, admin.wants_comments(config))
     except admin.NodesUnavailable as exc:
         print(f"gpugate nodes: {exc}", file=sys.stderr)
         return EXIT_UNHEALTHY
@@ -77,6 +83,10 @@ def _run(args: Namespace) -> int:
         sys.stdout.write(f'{head[:-1]}, "nodes": {admin.rows_json(rows)}}}\n')
     else:
         sys.stdout.write(admin.render_table(rows))
+        isolated = admin.render_isolated(rows)
+        if isolated:
+            sys.stdout.write("\nIsolated GPUs (out of Slurm's count, the node serves the rest):\n")
+            sys.stdout.write(isolated)
         if stats is not None:
             sys.stdout.write("\n" + render_record(stats, window))
     return EXIT_OK

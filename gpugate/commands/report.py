@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from gpugate.admin import losses, report
 from gpugate.admin import nodes as admin
@@ -37,10 +38,12 @@ def parser() -> ArgumentParser:
         "GPU-hours lost by cause (from the evidence bundles), each failed run with a link to "
         "its bundle, the requeue decisions and the checkpoint each run resumed from, the drains "
         "the budget held back; the nodes drained repeatedly in the history window, and a "
-        "timeline of drains and resumes (the drain history and the audit log), with charts. "
+        "timeline of drains and resumes (the drain history and the audit log), with charts; "
+        "the GPUs isolated from their nodes (isolate.unit: gpu) and the GPU-hours those nodes "
+        "kept serving. "
         "Qualifications and fault drills are kept apart from failed runs, and drills' drains "
         "from the false-drain counts. --json prints the window's failed runs, qualifications, "
-        "drills and drains by check as one JSON object. "
+        "drills, drains by check, isolated_gpus and gpu_hours_kept_serving as one JSON object. "
         "Exit 0; 1 when Slurm could not be read (the page is still "
         "written, from the history alone, and says so).",
     )
@@ -62,7 +65,7 @@ def main(argv: list[str]) -> int:
     notice, groups = None, []
     try:
         slurm = None if args.sinfo_json else admin.cli_backend(config)
-        groups = admin.read_node_groups(slurm, args.sinfo_json)
+        groups = admin.read_node_groups(slurm, args.sinfo_json, admin.wants_comments(config))
     except admin.NodesUnavailable as exc:
         notice = f"{exc}. Drained nodes are missing; the history below is complete."
     except (OSError, ValueError) as exc:
@@ -71,11 +74,15 @@ def main(argv: list[str]) -> int:
     where = history.history_dir(config)
     drains = history.drains(where)
     rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
+    # A node kept in service with isolated GPUs has its own section, not a drained node's row.
+    rows = [r for r in rows if r["drained"] or r["action"] != admin.NONE]
     page_dir = os.path.dirname(os.path.abspath(args.html or "."))
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
+    isolated = admin.isolated_gpus(groups)
     if args.json:
-        print_json(config, window, costs, others, drains, history.resumes(where), rows, groups)
+        print_json(config, window, costs, others, drains, history.resumes(where), rows, groups,
+                   isolated)  # fmt: skip
         if not args.html:
             return EXIT_UNHEALTHY if notice else EXIT_OK
     page = report.render_html(
@@ -92,6 +99,7 @@ def main(argv: list[str]) -> int:
         flags=suspect_flags(history.read_dirs(config)),
         others=others,
         drills=drills,
+        isolated=isolated,
     )
     try:
         report.write_report(args.html, page)
@@ -180,10 +188,14 @@ def print_json(
     resumes: list[dict[str, Any]],
     rows: list[dict[str, Any]],
     groups: list[Any],
+    isolated: list[dict[str, Any]] | None = None,
 ) -> None:
-    """The window as one JSON object: failed runs (kind job only), qualifications, drills, and
-    each check's drains (drills' apart: never false drains)."""
+    """The window as one JSON object: failed runs (kind job only), qualifications, drills,
+    each check's drains (drills' apart: never false drains), the isolated GPUs and the
+    GPU-hours their nodes kept serving."""
     since = history.window_start(window)
+    isolated = isolated or []
+    kept = report.kept_serving(isolated, since, time.time())
     drained_now = {r["node"] for r in rows if r["drained"]} if groups else None
     record = check_record(drains, resumes, since, drained_now)
     doc = {
@@ -198,6 +210,8 @@ def print_json(
         "drill_drains": [{k: d.get(k) for k in ("node", "at", "check", "reason")}
                          | {"drill": drill_of(d)}
                          for d in drill_drains(drains, since)],
+        "isolated_gpus": isolated,
+        "gpu_hours_kept_serving": round(sum(kept.values()), 3),
     }  # fmt: skip
     json.dump(doc, sys.stdout, indent=1, default=str)
     sys.stdout.write("\n")

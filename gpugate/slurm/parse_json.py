@@ -93,6 +93,7 @@ def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
         partitions=partitions,
         gres_gpus=gres_gpu_count(rec.get("gres")),
         cpus=_number(rec.get("cpus")) or None,
+        comment=_string(rec.get("comment")),
     )
 
 
@@ -109,9 +110,13 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     # sinfo groups nodes: `cpus.minimum` is the fewest any node of the group has (24.11).
     cpus_rec = rec.get("cpus")
     cpus = _number(cpus_rec.get("minimum")) if isinstance(cpus_rec, dict) else None
+    # sinfo merges nodes only on the fields of its output format (sinfo.c, MATCH_FLAG_COMMENT
+    # only with a Comment field): as with the reason, measured on 24.11, a record's Comment is
+    # its first node's (read from the source, not measured). A node's own only when alone.
+    comment = _string(rec.get("comment")) if len(names) == 1 else ""
     return [
         _with_reason_object(name, state, flags, reason, partitions).replace(
-            gres_gpus=gpus, cpus=cpus or None
+            gres_gpus=gpus, cpus=cpus or None, comment=comment
         )
         for name in names
     ]
@@ -201,6 +206,11 @@ def _number(value: object) -> int | None:
     except (TypeError, ValueError):
         return None
     return number
+
+
+def _string(value: object) -> str:
+    """A JSON string field; "" for null or another type."""
+    return value if isinstance(value, str) else ""
 
 
 def _epoch(value: object) -> int | None:

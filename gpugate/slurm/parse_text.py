@@ -22,7 +22,7 @@ from gpugate.slurm.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 # A key: capitalised, may hold `:` or `/` parts (`AllocNode:Sid`, `CPUs/Task`, `ReqB:S:C:T`).
 _KEY_NAME = r"[A-Z][A-Za-z0-9_]*(?:[:/][A-Za-z0-9_*]+)*"
@@ -61,10 +61,22 @@ _KNOWN_KEYS = frozenset(
 # anchor must be followed by the end or the next key, so a `[a@b]` inside the text is kept.
 _USER_TIME = lazy(r" \[([^\[\]@\s]*)@([^\[\]\s]+)\]")
 _REASON_END = lazy(rf"{_USER_TIME.pattern}(?=\s*$|\s+{_KEY_NAME}=)")
+# A node's Comment is free text that gpugate writes (gpugate/isolate/comment.py, with a
+# finding's message in it): scontrol prints only these keys after it (node_info.c,
+# `slurm_sprint_node_table`: Comment, Extra, InstanceId/InstanceType, ReservationName), so no
+# other `Key=` in the text can end it.
+NODE_FREE_TEXT_ENDS = {
+    "Comment": frozenset({"Extra", "InstanceId", "InstanceType", "ReservationName"})
+}
 
 
-def parse_kv(line: str) -> dict[str, str]:
-    """Split one `scontrol -o` record into {key: value}; values keep their inner spaces."""
+def parse_kv(line: str, ends: Mapping[str, frozenset[str]] | None = None) -> dict[str, str]:
+    """Split one `scontrol -o` record into {key: value}; values keep their inner spaces.
+
+    `ends`: for a free-text key, the only keys that can end it (NODE_FREE_TEXT_ENDS); other
+    free-text keys end at any key Slurm prints.
+    """
+    ends = ends or {}
     matches = list(_KEY.finditer(line))
     out: dict[str, str] = {}
     i = 0
@@ -79,7 +91,8 @@ def parse_kv(line: str) -> dict[str, str]:
         else:
             j = i + 1
             if key in _FREE_TEXT:
-                while j < len(matches) and matches[j].group(1) not in _KNOWN_KEYS:
+                enders = ends.get(key, _KNOWN_KEYS)
+                while j < len(matches) and matches[j].group(1) not in enders:
                     j += 1
             end = matches[j].start() if j < len(matches) else len(line)
         out.setdefault(key, line[start:end].strip())
@@ -103,7 +116,7 @@ def _records(text: str, first_key: str) -> list[str]:
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
     """Parse `scontrol show node [-o]` output into NodeInfo, one per node."""
-    return [_node_from_kv(parse_kv(rec)) for rec in _records(text, "NodeName")]
+    return [_node_from_kv(parse_kv(rec, NODE_FREE_TEXT_ENDS)) for rec in _records(text, "NodeName")]
 
 
 def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
@@ -119,6 +132,7 @@ def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
         partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p and p not in NULLS),
         gres_gpus=gres_gpu_count(kv.get("Gres")),
         cpus=_int(kv.get("CPUTot")) or None,
+        comment=_text(kv.get("Comment")),
     )
 
 

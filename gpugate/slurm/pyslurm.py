@@ -216,4 +216,11 @@ def _node_from_pyslurm(n: Any) -> NodeInfo:
         partitions=tuple(getattr(n, "partitions", None) or ()),
         gres_gpus=records.gres_gpu_count(getattr(n, "configured_gres", None)),
         cpus=_pyslurm_count(getattr(n, "total_cpus", None)),
+        # Node.comment: the node's Comment (core/node.pyx, 22.5.3 and 24.11.0); None when unset.
+        comment=_pyslurm_text(getattr(n, "comment", None)),
     )
+
+
+def _pyslurm_text(value: object) -> str:
+    # pyslurm returns None for an unset char* field; anything but a string reads as unset.
+    return value if isinstance(value, str) else ""

@@ -19,6 +19,9 @@ Series (every one labelled with the Slurm `node`):
   its drain in `gpugate_drill_drains_total{check}`, not in gpugate_drains_total; its diagnosis
   in no category; its job end as `gpugate_job_ends_total{result="drill"}`, not as failed.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
+- `gpugate_isolated_gpus` gauge: the GPUs gpugate took out of the node's service (isolate.unit:
+  gpu, gpugate/isolate/), set by the isolation and its reversal through note_isolated(); 0 once
+  they are back. Absent on a node that never had one.
 - `gpugate_checkpoint_age_seconds` gauge: at the last measured job end on the node (an
   abnormal end of a job with `gpugate:ckpt=DIR`), how old its newest complete checkpoint was;
   `gpugate_checkpoint_stale_ends_total` counter: such ends over `checkpoints.max_age_s`.
@@ -110,6 +113,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_false_drains_total": (
         "counter", "Drains of this node lifted without any repair (no new boot, no GPU reset "
         "recorded), by the check that drained it.", ("check",)),
+    "gpugate_isolated_gpus": (
+        "gauge", "GPUs gpugate took out of this node's service (isolated), 0 once back.", ()),
     "gpugate_last_run_timestamp_seconds": (
         "gauge", "Unix time of the last run of each gpugate hook.", ("hook",)),
     "gpugate_checkpoint_age_seconds": (
@@ -298,6 +303,30 @@ def _note_checkpoint(
     if stale:
         key = ("gpugate_checkpoint_stale_ends_total", n)
         out[key] = out.get(key, 0) + 1
+
+
+def apply_isolated(samples: Samples, node: str, count: int) -> Samples:
+    """The samples with the node's isolated-GPU gauge set to `count` (pure)."""
+    # Only this node's series, as apply_run: a renamed node must not keep reporting.
+    out = {k: v for k, v in samples.items() if dict(k[1]).get("node") == node}
+    out[("gpugate_isolated_gpus", (("node", node),))] = max(0, int(count))
+    return out
+
+
+def note_isolated(config: Config, node: str | None, count: int) -> bool:
+    """For the isolation and its reversal on the node: set gpugate_isolated_gpus to `count`
+    in `admin.metrics_file`, never raising (as note_run); True if written."""
+    path = config.admin.metrics_file
+    if not path or not node or not os.path.isdir(os.path.dirname(path) or "."):
+        return False
+    try:
+        written = _fold(path, config.state_dir, lambda prev: apply_isolated(prev, node, count))
+    except Exception as exc:  # the isolation is done; a metric must not undo it
+        log.error(config.state_dir, f"isolate: could not update {path}", exc)
+        return False
+    if not written:
+        _skipped(config.state_dir, path, "isolate")
+    return written
 
 
 def qualify_result(entry: dict[str, Any]) -> str:
