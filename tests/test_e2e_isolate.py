@@ -145,11 +145,22 @@ def gpugate(
                           timeout=300, check=False)  # fmt: skip
 
 
+def fresh_start(cluster: LocalSlurm) -> None:
+    """No job, every node in service (a test before may have left n1 drained)."""
+    for job in cluster.queue():
+        cluster.run(["scancel", str(job)], check=False)
+    for node in NODES:
+        if cluster.is_drained(node):
+            cluster.resume(node)
+    wait_for(cluster, "n1", lambda f: "DRAIN" not in state_flags(f["State"]), 30)
+
+
 def isolate_events(site: Site) -> list[dict]:
     return [e for e in site.events() if e.get("hook") == "isolate"]
 
 
 def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -> None:
+    fresh_start(cluster)
     busy = cluster.submit(wrap="sleep 600", nodelist="n2", gres=f"gpu:{GPUS}")
     cluster.wait_job(busy, "RUNNING")
     snapshot(site, "n1", "h100-ecc")
@@ -208,9 +219,7 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
 def test_isolate_off_drains_the_node_as_today(site: Site, cluster: LocalSlurm) -> None:
     site.write_config("")  # isolate.unit: node, the default
     try:
-        for job in cluster.queue():
-            cluster.run(["scancel", str(job)], check=False)
-        wait_for(cluster, "n1", lambda f: "DRAIN" not in state_flags(f["State"]), 30)
+        fresh_start(cluster)
         snapshot(site, "n1", "h100-ecc")
         cluster.submit(wrap="true", nodelist="n1", gres="gpu:1")
         fields = wait_for(cluster, "n1", lambda f: "DRAIN" in state_flags(f["State"]), 60)

@@ -33,6 +33,7 @@ from gpugate.isolate import cgroup, conf, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
 from gpugate.slurm.reasons import drain_reason
+from gpugate.store.metrics import note_isolated
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         )
         state.save(config, done)
         slurm.resume(node)
+        note_isolated(config, node, len(isolated))
         _event(config, node, "applied", isolated, f"Gres=gpu:{want}")
         return done
     except Exception as exc:
@@ -275,6 +277,7 @@ def restore(config: Config, slurm: SlurmControl, node: str) -> str:
     if here:
         for item in record.gpus:
             cgroup.allow(devices, node, item.gpu.minor)
+        note_isolated(config, node, 0)  # the node's own metrics file: only where it is
     state.forget(config, node, here)
     slurm.clear_node_comment(node)
     _event(config, node, "restored", [g.gpu for g in record.gpus], "")
