@@ -183,7 +183,11 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
             cluster, "n1", lambda f: gres(f) == "gpu:7" and "DRAIN" not in state_flags(f["State"])
         )
         comment = fields.get("Comment", "")
-        assert "gpugate-isolated: gpu3 minor=3 serial=1652123000003" in comment
+        log = site.state / "isolate.log"
+        said = log.read_text() if log.exists() else "(no isolate.log)"
+        assert "gpugate-isolated: gpu3 minor=3 serial=1652123000003" in comment, json.dumps(
+            [fields, said]
+        )
         assert "gpu.ecc" in comment
         applied = [e for e in isolate_events(site) if e.get("outcome") == "applied"]
         assert applied and applied[-1]["gpus"][0]["index"] == BAD

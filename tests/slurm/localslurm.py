@@ -228,7 +228,8 @@ def parse_kv(line: str, free_text: Sequence[str] = ()) -> dict[str, str]:
     Values may contain spaces (OS=Linux 6.1 #1 SMP), so a field starts only at `` Key=``
     with an upper-case key. Free-text values (node Reason, job Comment) may even contain
     ``Key=``: scontrol ends each of them with two spaces, so a key in ``free_text`` runs to
-    the next key preceded by two spaces, or to the end of the line.
+    the next key preceded by two spaces, or to the next free-text key (24.11 prints a node's
+    `Comment=` one space after its `Reason=`), or to the end of the line.
     """
     matches = list(_KEY_RE.finditer(line))
     fields: dict[str, str] = {}
@@ -238,7 +239,11 @@ def parse_kv(line: str, free_text: Sequence[str] = ()) -> dict[str, str]:
         key = match.group(1)
         following = matches[index + 1 :]
         if key in free_text:
-            following = [m for m in following if line[m.start() - 1 : m.start() + 1] == "  "]
+            following = [
+                m
+                for m in following
+                if line[m.start() - 1 : m.start() + 1] == "  " or m.group(1) in free_text
+            ]
         end = following[0].start() if following else len(line)
         fields[key] = line[match.end() : end].strip()
         index = matches.index(following[0]) if following else len(matches)
