@@ -200,3 +200,15 @@ def test_an_unsupported_gres_conf_is_a_site_problem(site) -> None:
     (etc / "gres.conf").write_text("AutoDetect=nvml\n")
     why = apply.site_problem(config, slurm, NODE)
     assert why and "AutoDetect" in why
+
+
+def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
+    config, slurm, etc, _group = site
+    requested(config)
+    before = (etc / "gres.conf").read_text()
+    apply.apply(config, slurm, NODE)
+    assert apply.listed_again(config, NODE) is None
+    (etc / "gres.conf").write_text(before)  # configuration management reverting the edit
+    (etc / "slurm.conf").write_text(SLURM_CONF)
+    why = apply.listed_again(config, NODE)
+    assert why and "GPU 3 isolated by gpugate" in why and "gpugate resume n1" in why

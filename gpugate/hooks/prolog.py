@@ -116,7 +116,13 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
         sync_isolated(config, node)
     except OSError as exc:
         return [fail("isolate.deny", f"cannot deny the isolated GPUs' devices: {exc}")]
-    return []
+    from gpugate.isolate.apply import listed_again  # only on a node with a GPU isolated
+
+    try:
+        why = listed_again(config, node)
+    except ValueError as exc:  # the node's record unreadable
+        why = str(exc)
+    return [fail("isolate.deny", why)] if why else []
 
 
 def concerns_job(f: Finding, env: HookEnv) -> bool:

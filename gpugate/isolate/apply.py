@@ -284,6 +284,28 @@ def restore(config: Config, slurm: SlurmControl, node: str) -> str:
     return f"{names} back in service"
 
 
+def listed_again(config: Config, node: str) -> str | None:
+    """On an isolated node: why its GPU lines no longer match the isolation (someone put a GPU
+    back into gres.conf, configuration management reverting gpugate's edit), or None. Slurm
+    would then hand out a GPU whose device stays denied: the prolog refuses such a node."""
+    record = state.load_local(config)
+    if record is None or record.state != state.APPLIED:
+        return None
+    slurm_conf, gres_conf = conf_paths(config)
+    try:
+        gpus = conf.read_node_gpus(conf.read_text(slurm_conf), conf.read_text(gres_conf), node)
+    except (conf.Unsupported, OSError, ValueError) as exc:
+        return f"cannot read the node's GPU lines: {exc}"
+    names = {os.path.basename(path) for path in gpus.files}
+    back = [g.gpu for g in record.gpus if f"nvidia{g.gpu.minor}" in names]
+    if back:
+        return (
+            f"{_names(back)} isolated by gpugate, but {gres_conf} lists its device again; "
+            f"run `gpugate resume {node}` to put it back properly"
+        )
+    return None
+
+
 def this_node_is(node: str) -> bool:
     """Whether this process runs on `node` (its cgroup rules are here)."""
     here, _ = this_node()
