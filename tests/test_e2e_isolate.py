@@ -13,7 +13,6 @@ stay drained, saying why. With `isolate.unit: node` the same fault drains the no
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -45,19 +44,8 @@ ISOLATE_GPU = "isolate:\n  unit: gpu\n  settle_s: 60\n  wait_idle_s: 120\n"
 
 
 def snapshot(site: Site, node: str, name: str) -> None:
-    """`name` for `node`, each GPU with its device minor (= its index here, as on the fake
-    devices); NVML's minor is what names /dev/nvidiaN."""
-    site.use_snapshot(node, name)
-    path = site.snapshots / f"{node}.yaml"
-    lines = []
-    for line in path.read_text().splitlines():
-        lines.append(line)
-        if line.startswith("- index: "):
-            lines.append(f"  minor_number: {int(line.split()[-1])}")
-    tmp = site.snapshots / f".{node}.minor"
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.chmod(0o666)
-    os.replace(tmp, path)
+    """`name` for `node`, each GPU with its device minor (NVML's minor names /dev/nvidiaN)."""
+    site.use_snapshot_with_minors(node, name)
 
 
 @pytest.fixture(scope="module")
