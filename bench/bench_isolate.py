@@ -91,7 +91,14 @@ def until_drained_count(cluster: LocalSlurm, gpus: int, timeout: float = 120) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if cluster.node("n1").get("Gres", "").split("(")[0] == f"gpu:{gpus}":
+            fields = cluster.node("n1")
+            registered = fields.get("SlurmdStartTime") not in (None, "None")
+            states = state_flags(fields.get("State", ""))
+            if (
+                fields.get("Gres", "").split("(")[0] == f"gpu:{gpus}"
+                and registered
+                and ("UNKNOWN" not in states)
+            ):
                 return
         except Exception:
             pass

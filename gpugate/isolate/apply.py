@@ -333,7 +333,14 @@ def _idle(info: NodeInfo) -> bool:
 
 
 def _wait_count(slurm: SlurmControl, node: str, want: int, timeout: float) -> None:
-    """Until Slurm reports `Gres=gpu:<want>` for the node, valid; else IsolationFailed."""
+    """Until Slurm reports `Gres=gpu:<want>` for the node, valid, and its slurmd registered
+    again; else IsolationFailed.
+
+    Seen on 24.11: right after `scontrol reconfigure` the restarted slurmctld lists the node
+    UNKNOWN (no slurmd registered yet) with the new count; a resume then is refused ("Invalid
+    node state specified"), and once, the node that registered next came back without its
+    DRAIN. So the count counts only from a registered node (not UNKNOWN, responding).
+    """
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -345,7 +352,8 @@ def _wait_count(slurm: SlurmControl, node: str, want: int, timeout: float) -> No
             continue
         if "INVALID_REG" in info.flags or "INVAL" in info.flags:
             raise IsolationFailed(f"Slurm marked {node} {'+'.join(info.flags)}: {info.reason}")
-        if info.gres_gpus == want:
+        registered = info.state != "UNKNOWN" and "NOT_RESPONDING" not in info.flags
+        if info.gres_gpus == want and registered:
             return
         last = f"Gres=gpu:{info.gres_gpus}"
         time.sleep(POLL_S)
