@@ -212,3 +212,27 @@ def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
     (etc / "slurm.conf").write_text(SLURM_CONF)
     why = apply.listed_again(config, NODE)
     assert why and "GPU 3 isolated by gpugate" in why and "gpugate resume n1" in why
+
+
+def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, _etc, _group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    monkeypatch.setenv("SLURMD_NODENAME", "admin-host")
+    with pytest.raises(apply.IsolationFailed, match="run it on n1 itself"):
+        apply.restore(config, slurm, NODE)
+    assert state.load(state.shared_path(config, NODE)) is not None
+
+
+def test_a_failed_put_back_leaves_files_and_rule_as_they_were(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    isolated = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    slurm.fake_cli.invalid = True  # Slurm answers INVALID_REG to the count going up
+    (group / "devices.deny").write_text("")
+    with pytest.raises(apply.IsolationFailed, match="GPU 3 not put back"):
+        apply.restore(config, slurm, NODE)
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == isolated
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert state.load_local(config).state == state.APPLIED

@@ -8,7 +8,7 @@ import os
 from gpugate.admin.resume import Request, check_then_resume, held_notice, restore_isolated
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
-from gpugate.isolate.state import APPLIED, forget, load, shared_path
+from gpugate.isolate.state import APPLIED, forget, load, local_path, shared_path
 from gpugate.names import refuse
 from gpugate.store.history import history_dir, read_dirs, record_resume
 from gpugate.store.suspects import open_flags
@@ -91,8 +91,9 @@ def forget_failed_isolation(config: Config, node: str) -> None:
     """A resumed node's isolation that never took (its records) is over."""
     from gpugate.isolate.apply import this_node_is
 
-    if os.path.exists(shared_path(config, node)):
-        forget(config, node, this_node_is(node))
+    here = this_node_is(node)
+    if os.path.exists(shared_path(config, node)) or (here and os.path.exists(local_path(config))):
+        forget(config, node, here)
 
 
 def main(argv: list[str]) -> int:

@@ -247,38 +247,50 @@ def _keep_drained(slurm: SlurmControl, node: str, record: state.Isolation, why: 
 
 
 def restore(config: Config, slurm: SlurmControl, node: str) -> str:
-    """Put every isolated GPU of `node` back (before a resume): drain, files, reconfigure,
-    read the full count back, allow the devices if this is the node. Returns what it did;
-    IsolationFailed when a step fails (the node then stays drained)."""
+    """Put every isolated GPU of `node` back (before a resume), on the node itself: drain, the
+    devices allowed, both files, reconfigure, the full count read back. Returns what it did;
+    IsolationFailed when a step fails (the files and the rules then as they were, drained)."""
     record = state.load(state.shared_path(config, node))
     if record is None or record.state == state.REQUESTED:
         return ""
+    if not this_node_is(node):
+        raise IsolationFailed(f"run it on {node} itself: its GPUs' device rules are there")
     iso = config.isolate
     devices = iso.cgroup_devices if iso else "/sys/fs/cgroup/devices"
     settle = iso.settle_s if iso else 30.0
     names = _names([g.gpu for g in record.gpus])
     if record.state == state.APPLIED:
         slurm_conf, gres_conf = conf_paths(config)
-        texts = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
+        original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
         where = {"slurm_name": slurm_conf, "gres_name": gres_conf}
-        before = conf.read_node_gpus(*texts, node, **where)
+        before = conf.read_node_gpus(*original, node, **where)
+        texts = original
         for item in record.gpus:
             if not item.line:
                 raise IsolationFailed(f"{node}: no gres.conf line kept for GPU{item.gpu.index}")
             texts = conf.put_back(*texts, node, item.line, **where)
-        info = slurm.node(node)
-        if not info.drained:
+        if not slurm.node(node).drained:
             slurm.drain(node, drain_reason("isolate", f"putting back {names}"))
-        conf.write_conf(gres_conf, texts[1])
-        conf.write_conf(slurm_conf, texts[0])
-        slurm.cli.scontrol("reconfigure")
-        _wait_count(slurm, node, before.count + len(record.gpus), settle)
-    here = this_node_is(node)
-    if here:
+        # The rule goes first: once the count is up Slurm may hand the GPU out at once (24.11
+        # once dropped a drain across a reconfigure); until then the node is drained, and the
+        # jobs still running keep the deny they were made with (v1 copies it into each group).
         for item in record.gpus:
             cgroup.allow(devices, node, item.gpu.minor)
-        note_isolated(config, node, 0)  # the node's own metrics file: only where it is
-    state.forget(config, node, here)
+        try:
+            conf.write_conf(gres_conf, texts[1])
+            conf.write_conf(slurm_conf, texts[0])
+            slurm.cli.scontrol("reconfigure")
+            _wait_count(slurm, node, before.count + len(record.gpus), settle)
+        except Exception as exc:
+            _undo(config, slurm, node, original, True, [], (slurm_conf, gres_conf))
+            for item in record.gpus:
+                cgroup.deny(devices, node, item.gpu.minor)
+            raise IsolationFailed(f"{names} not put back: {type(exc).__name__}: {exc}") from exc
+    else:  # FAILED: the files were put back then; only a rule may be left
+        for item in record.gpus:
+            cgroup.allow(devices, node, item.gpu.minor)
+    note_isolated(config, node, 0)  # the node's own metrics file
+    state.forget(config, node, here=True)
     slurm.clear_node_comment(node)
     _event(config, node, "restored", [g.gpu for g in record.gpus], "")
     return f"{names} back in service"
