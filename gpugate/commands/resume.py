@@ -109,17 +109,7 @@ def main(argv: list[str]) -> int:
     isolated = isolation_of(config, args.node)
     if isinstance(isolated, str):
         return refuse("gpugate resume", isolated, EXIT_UNHEALTHY)
-    if isolated:  # GPUs out of Slurm's service: back in, then the node resumed as usual
-        request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts,
-                          qualify=args.qualify, level=args.level)  # fmt: skip
-        attempt = restore_isolated(config, slurm, info, request)
-        for message in attempt.failing:
-            print(f"  FAIL    {message}")
-        if not attempt.resumed:
-            return refuse("gpugate resume", f"refused: {attempt.why}", EXIT_UNHEALTHY)
-        print(f"gpugate resume: {args.node} resumed with every GPU ({attempt.result})")
-        return EXIT_OK
-    if not info.drained:
+    if not info.drained and not isolated:
         held = held_notice(config, args.node)  # the budget held gpugate's drain back
         if held:
             print(f"gpugate resume: nothing to resume: {held}")
@@ -133,11 +123,16 @@ def main(argv: list[str]) -> int:
 
     request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts,
                       qualify=args.qualify, level=args.level)  # fmt: skip
-    attempt = check_then_resume(config, slurm, info, request)
+    # GPUs out of Slurm's service: back in first, then the node resumed as any other.
+    resume = restore_isolated if isolated else check_then_resume
+    attempt = resume(config, slurm, info, request)
     for message in attempt.failing:
         print(f"  FAIL    {message}")
     if not attempt.resumed:
         return refuse("gpugate resume", f"refused: {attempt.why}", EXIT_UNHEALTHY)
+    if isolated:
+        print(f"gpugate resume: {args.node} resumed with every GPU ({attempt.result})")
+        return EXIT_OK
     forget_failed_isolation(config, args.node)
     print(f"gpugate resume: {args.node} resumed (checks: {attempt.result}; was: {info.reason!r})")
     return EXIT_OK
