@@ -15,6 +15,7 @@ from fakes import FakeSlurm
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
 from gpugate.config import load_config
+from gpugate.fsutil import FileLock, lock_file
 from gpugate.isolate import apply, conf, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
 from gpugate.slurm.reasons import drain_reason
@@ -236,3 +237,16 @@ def test_a_failed_put_back_leaves_files_and_rule_as_they_were(site) -> None:
     assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == isolated
     assert (group / "devices.deny").read_text() == "c 195:3 rwm"
     assert state.load_local(config).state == state.APPLIED
+
+
+def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, _etc, _group = site
+    monkeypatch.setattr(apply, "_spawn", lambda config, node: 1)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    assert apply.request(config, slurm, NODE, [ECC3], gpus).startswith("isolating GPU 3")
+    again = apply.request(config, slurm, NODE, [fail("gpu.ecc", "GPU5 ECC", gpu=5)], gpus)
+    assert again == "node drained, not isolated: an isolation is already requested here"
+    held = FileLock(lock_file(config.state_dir, "isolate.lock"), wait_s=0)
+    with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
+        apply.apply(config, slurm, NODE)
+    assert apply.apply(config, slurm, NODE).state == state.APPLIED

@@ -29,6 +29,7 @@ import time
 from gpugate import log
 from gpugate.child import cli_command
 from gpugate.config.classes import this_node
+from gpugate.fsutil import FileLock, lock_file
 from gpugate.isolate import cgroup, conf, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
@@ -115,6 +116,11 @@ def request(
         chosen = targets(config, failing, gpus)
         if isinstance(chosen, str):
             return f"node drained, not isolated: {chosen}"
+        earlier = state.load_local(config)
+        if earlier is not None and earlier.state in (state.REQUESTED, state.APPLIED):
+            # One isolation per node at a time; a fault on a second GPU while one is out is
+            # more than one GPU at fault: the node stays drained (isolate.max_gpus).
+            return f"node drained, not isolated: an isolation is already {earlier.state} here"
         why = site_problem(config, slurm, node)
         if why:
             _event(config, node, "refused", chosen, why)
@@ -153,7 +159,15 @@ def _spawn(config: Config, node: str) -> int:
 
 
 def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
-    """Carry out the requested isolation of `node` (run on the node, as root)."""
+    """Carry out the requested isolation of `node` (run on the node, as root), one at a time:
+    two hooks of one node may both have asked (IsolationFailed for the second)."""
+    with FileLock(lock_file(config.state_dir, "isolate.lock"), wait_s=0) as lock:
+        if not lock.held:
+            raise IsolationFailed(f"{node}: another `gpugate isolate apply` runs")
+        return _apply(config, slurm, node)
+
+
+def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
     record = state.load_local(config)
     if record is None or record.state != state.REQUESTED:
         raise IsolationFailed(f"{node}: no isolation requested here")
