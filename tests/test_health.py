@@ -403,3 +403,40 @@ def test_a_fifo_in_place_of_the_healing_file_hangs_no_health_check(tmp_path):
     worker.join(30)
     assert done, "the health check blocked on a FIFO healing.json"
     assert done[0].action == "lift" and slurm.resumed == [NODE]  # read as no entry: counts anew
+
+
+def isolated_here(config, boot: str = "boot-1") -> None:
+    """GPU 3 of NODE taken out of Slurm's service (gpugate/isolate/), as the node records it."""
+    from gpugate.isolate import state
+    from gpugate.isolate.comment import IsolatedGpu
+
+    gpu = IsolatedGpu(index=3, minor=3, serial="S3", since=int(time.time()) - 60,
+                      why="gpu.ecc: GPU3 aggregate uncorrected ECC 120")  # fmt: skip
+    record = state.Isolation(node=NODE, state=state.APPLIED, boot_id=boot,
+                             gpus=(state.Isolated(gpu=gpu, line="NodeName=x Name=gpu File=y"),))  # fmt: skip
+    state.save(config, record)
+
+
+def test_an_isolated_gpu_goes_back_only_after_a_repair_and_its_own_checks(tmp_path, monkeypatch):
+    import gpugate.admin.resume as resume
+    from gpugate.admin.resume import Attempt
+
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    config = config.replace(admin=config.admin.replace(history_dir=str(tmp_path / "history")))
+    (tmp_path / "state").mkdir(exist_ok=True)
+    isolated_here(config)
+    asked: list = []
+    monkeypatch.setattr(resume, "restore_isolated", lambda c, s, info, request: asked.append(
+        request) or Attempt(resumed=True, why="", result="ok (this node)"))  # fmt: skip
+    slurm = cluster()
+    result = run_health(config, NODE, slurm)  # GPU 3 still bad: out of service, not drained
+    assert (result.action, slurm.drains) == ("allow", [])
+    assert "GPU 3 stays isolated: still failing: gpu.ecc" in result.message
+    swap(tmp_path, make_facts())  # passes again, same boot: no repair evidence yet
+    assert "waits for a person or a repair" in run_health(config, NODE, slurm).message
+    write_boot(tmp_path, "boot-2")  # rebooted (the repair), and its checks pass
+    result = run_health(config, NODE, slurm)
+    assert (result.action, result.resumed) == ("lift", True)
+    assert "GPU 3 put back: repaired: rebooted" in result.message
+    (request,) = asked
+    assert (request.who, request.why) == ("gpugate health", "repaired: rebooted")

@@ -83,6 +83,7 @@ def isolate_after_drain(
     node: str,
     failing: list[Finding],
     gpus: tuple[Gpu, ...] | None,
+    boot_id: str | None = None,
 ) -> str:
     """After gpugate drained `node`: start taking out only the faulty GPU(s) when the site
     asks for it (`isolate.unit: gpu`); a line for the hook's log ("" when isolation is off)."""
@@ -90,7 +91,7 @@ def isolate_after_drain(
         return ""
     from gpugate.isolate.apply import request  # only where a site isolates
 
-    return request(config, slurm, node, failing, gpus)
+    return request(config, slurm, node, failing, gpus, boot_id)
 
 
 # Two jobs' prologs on one node can drain it together; when the other's settle undoes the drain

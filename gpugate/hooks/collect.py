@@ -242,6 +242,7 @@ def drain_for_hardware(
     slurm: SlurmControl | None = None,
     bundle: str | None = None,
     gpus: tuple[Gpu, ...] | None = None,
+    boot_id: str | None = None,
 ) -> tuple[str, bool, str | None]:
     """Drain this node for its own hardware fault: (reason, drained, what blocked it: "admin",
     "budget", "error" or None); the reason names the bundle if one was written. With
@@ -252,7 +253,7 @@ def drain_for_hardware(
     slurm = slurm or _slurm(config)
     outcome = drain_node(slurm, env.node or "", check_id, detail, config)
     if outcome.drained:
-        isolation = isolate_after_drain(config, slurm, env.node or "", hardware, gpus)
+        isolation = isolate_after_drain(config, slurm, env.node or "", hardware, gpus, boot_id)
         if isolation:
             sys.stderr.write(f"gpugate: {isolation}\n")
     return outcome.reason, outcome.drained, outcome.blocked_by

@@ -204,7 +204,8 @@ def _run_epilog(
         result = EpilogResult(abnormal=False, why="normal end")
         if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
             reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
-                                                                  gpus=facts.gpus)  # fmt: skip
+                                                                  gpus=facts.gpus,
+                                                                  boot_id=facts.boot_id)  # fmt: skip
             result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         cleanup(config, env)
         return result.replace(duration_s=time.monotonic() - started)
@@ -248,7 +249,8 @@ def _run_epilog(
                                     baseline=baseline)  # fmt: skip
     if drain:
         reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
-                                                              bundle=bundle, gpus=facts.gpus)  # fmt: skip
+                                                              bundle=bundle, gpus=facts.gpus,
+                                                              boot_id=facts.boot_id)  # fmt: skip
         result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
         if bundle:
             collect.record_outcome(config, bundle, result)

@@ -11,6 +11,7 @@ resume`'s own code path and audit log. A drain someone else set is never touched
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -25,6 +26,9 @@ from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
+from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
+from gpugate.isolate.state import load_local as load_isolation
+from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -171,6 +175,9 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
     else:
         healing_forget(config, node)
         result = HealthResult(status=decision.status, action="allow", message=decision.status)
+        put_back = put_back_if_repaired(config, slurm, info, facts, boot, any_job)
+        if put_back is not None:
+            result = put_back.replace(status=decision.status)
     if result.action != "drain" or result.drained:
         # Not moved past a failure gpugate could not act on: the prolog must still see it.
         remember_kernel_pos(config, facts)
@@ -249,7 +256,7 @@ def drain_for(
             status="fail", action="drain", blocked_by="error", message=f"fail: {check_id}: {detail}"
         )
     if outcome.drained:
-        isolation = isolate_after_drain(config, slurm, node, list(decision.failing), gpus)
+        isolation = isolate_after_drain(config, slurm, node, list(decision.failing), gpus, boot)
         if isolation:
             note(isolation)
         entry = Healing(
@@ -322,6 +329,59 @@ def keep_or_lift(
     return HealthResult(
         status=status, action="lift", resumed=True, message=f"resumed: {verdict.why}"
     )
+
+
+def put_back_if_repaired(
+    config: Config,
+    slurm: SlurmControl,
+    info: NodeInfo,
+    facts: Facts,
+    boot: str | None,
+    any_job: bool,
+) -> HealthResult | None:
+    """A node in service with a GPU isolated: put the GPU back when the heal rules see repair
+    evidence (a reboot or a GPU reset since the fault) and its own checks pass, as `gpugate
+    resume` would (audited, as gpugate health); None when nothing is isolated here."""
+    if not os.path.exists(isolation_file(config)):
+        return None
+    try:
+        record = load_isolation(config)
+    except ValueError as exc:
+        return HealthResult(status="warn", action="allow", message=f"isolation record: {exc}")
+    if record is None or record.state != ISOLATION_APPLIED or any_job:
+        return None
+    isolated = {item.gpu.index for item in record.gpus}
+    failing = tuple(
+        (f.check, fault_class(f.check))
+        for f in run_checks(facts, config)  # every GPU judged: the isolated one too
+        if f.gpu in isolated and f.status == "fail"
+    )
+    first = record.gpus[0].gpu
+    check = first.why.split(":", 1)[0] or "isolate"
+    entry = Healing(node=info.name, check=check, fault="hardware", since=float(first.since),
+                    boot_id=record.boot_id or None)  # fmt: skip
+    same = count_drains(history_dir(config), info.name, config.admin.history_window_days,
+                        check=check)  # fmt: skip
+    verdict = heal_verdict(entry, failing, boot, config.health.heal_after_passes, same,
+                           config.admin.rma_after_drains, reset_at=reset_time(config, info.name))  # fmt: skip
+    if verdict.action == LIFT:
+        verdict = proof_gate(verdict, *qualified_for_lift(config, info))
+    gpus = ", ".join(f"GPU {g}" for g in sorted(isolated))
+    if verdict.action != LIFT:
+        return HealthResult(
+            status="ok", action="allow", message=f"{gpus} stays isolated: {verdict.why}"
+        )
+    from gpugate.admin.resume import Request, restore_isolated
+
+    attempt = restore_isolated(
+        config, slurm, info, Request(node=info.name, why=verdict.why, who="gpugate health")
+    )
+    if not attempt.resumed:
+        return HealthResult(
+            status="ok", action="allow", message=f"{gpus} not put back: {attempt.why}"
+        )
+    return HealthResult(status="ok", action="lift", resumed=True,
+                        message=f"{gpus} put back: {verdict.why}")  # fmt: skip
 
 
 def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:

@@ -163,7 +163,9 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
         result = PrologResult(exit_code=0, status=decision.status, action=decision.action,
                               message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
     else:
-        result = act_on_failure(config, env, decision, slurm, statuses, started, facts.gpus)
+        result = act_on_failure(
+            config, env, decision, slurm, statuses, started, facts.gpus, facts.boot_id
+        )
     return result.replace(unknown_xids=unknown)
 
 
@@ -175,6 +177,7 @@ def act_on_failure(
     statuses: dict[str, Any],
     started: float,
     gpus: tuple[Gpu, ...] | None = None,
+    boot_id: str | None = None,
 ) -> PrologResult:
     """Drain, refuse the job when the failure concerns it, explain; never start it by accident.
 
@@ -198,7 +201,7 @@ def act_on_failure(
     except Exception as exc:  # the adapter's SlurmError (controller down), or any other
         outcome = drain_failed(env, check_id, detail, exc)
     if outcome.drained and slurm is not None:
-        isolation = isolate_after_drain(config, slurm, env.node or "", failing, gpus)
+        isolation = isolate_after_drain(config, slurm, env.node or "", failing, gpus, boot_id)
         if isolation:
             note(isolation)
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").

@@ -108,10 +108,12 @@ def request(
     node: str,
     failing: list[Finding],
     gpus: tuple[Gpu, ...] | None,
+    boot_id: str | None = None,
 ) -> str:
     """After a hook drained `node` for `failing`: start the isolation of the faulty GPU(s) if
     this site and fault allow it. Returns a line for the hook's log: what it started or why
-    the node stays drained. Never raises."""
+    the node stays drained. Never raises. `boot_id`: the node's boot now (a reboot since the
+    fault is repair evidence for the health check)."""
     try:
         chosen = targets(config, failing, gpus)
         if isinstance(chosen, str):
@@ -130,6 +132,7 @@ def request(
             state=state.REQUESTED,
             gpus=tuple(state.Isolated(gpu=g) for g in chosen),
             updated=time.time(),
+            boot_id=boot_id or "",
         )
         state.save(config, record)
         pid = _spawn(config, node)

@@ -54,6 +54,7 @@ class Isolation(Record):
     gpus: tuple[Isolated, ...] = ()
     why: str = ""
     updated: float = 0.0
+    boot_id: str = ""  # the node's boot when the fault was seen: a reboot since is a repair
 
     def to_json(self) -> dict[str, object]:
         """The record as JSON (the files' format)."""
@@ -62,6 +63,7 @@ class Isolation(Record):
             "state": self.state,
             "why": self.why,
             "updated": self.updated,
+            "boot_id": self.boot_id,
             "gpus": [{**g.gpu.to_dict(), "line": g.line} for g in self.gpus],
         }
 
@@ -88,6 +90,7 @@ class Isolation(Record):
                 gpus=gpus,
                 why=str(data.get("why") or ""),
                 updated=float(data.get("updated") or 0.0),
+                boot_id=str(data.get("boot_id") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an isolation record: {exc}") from exc
