@@ -39,11 +39,14 @@ class FakeCli:
         self.commands: list[tuple[str, ...]] = []
         self.gres_path = conf_path.parent / "gres.conf"
         self.invalid = False  # answer INVALID_REG whatever the files say
+        self.shown = "SlurmctldParameters     = (null)\n"  # `scontrol show config`
 
     def version(self) -> tuple[int, int]:
         return self.v
 
     def scontrol(self, *args: str) -> str:
+        if args == ("show", "config"):
+            return self.shown
         self.commands.append(args)
         assert args == ("reconfigure",)
         info = self.slurm.infos[NODE]
@@ -250,3 +253,12 @@ def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch)
     with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
         apply.apply(config, slurm, NODE)
     assert apply.apply(config, slurm, NODE).state == state.APPLIED
+
+
+def test_a_configless_site_is_not_isolated(site) -> None:
+    config, slurm, _etc, _group = site
+    slurm.fake_cli.shown = "SlurmctldParameters     = enable_configless,idle_on_node_suspend\n"
+    why = apply.site_problem(config, slurm, NODE)
+    assert why and why.startswith("configless Slurm")
+    slurm.fake_cli.shown = "SlurmctldParameters     = (null)\n"
+    assert apply.site_problem(config, slurm, NODE) is None

@@ -86,6 +86,11 @@ def site_problem(
             f"Slurm {have}: `scontrol reconfigure` does not take a GPU count change before "
             f"{MIN_SLURM[0]}.{MIN_SLURM[1]} (docs/slurm-facts.md)"
         )
+    if configless(slurm.cli.scontrol("show", "config")):
+        return (
+            "configless Slurm (SlurmctldParameters=enable_configless): slurmd reads slurm.conf "
+            "and gres.conf from the controller, not the files gpugate would edit here"
+        )
     devices = config.isolate.cgroup_devices if config.isolate else "/sys/fs/cgroup/devices"
     why = cgroup.problem(devices)
     if why:
@@ -100,6 +105,15 @@ def site_problem(
     except (conf.Unsupported, OSError, ValueError) as exc:
         return str(exc)
     return None
+
+
+def configless(shown: str) -> bool:
+    """Whether `scontrol show config` says the controller serves the configuration."""
+    for line in shown.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "SlurmctldParameters" and "enable_configless" in value:
+            return True
+    return False
 
 
 def request(
