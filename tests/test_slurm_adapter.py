@@ -1536,3 +1536,13 @@ def test_scontrol_text_numbers_are_ascii_digits_only() -> None:
     assert (job.restarts, job.exit_signal) == (0, 0)
     with pytest.raises(ValueError, match="14_1"):
         parse_show_job_text(JOB_1_TEXT.replace("JobId=1 ", "JobId=14_1 "))
+
+
+@BOTH
+def test_conformance_node_comment_is_emptied_through_scontrol(kind: str) -> None:
+    # pyslurm's Node.modify takes an empty comment as "no change" (seen on 24.11.0).
+    backend, runner, module = id_backend(kind)
+    runner.ok(("scontrol", "update", "NodeName=vm", "Comment="))
+    backend.clear_node_comment("vm")
+    assert runner.writes() == [("node_comment", "vm", "")]
+    assert module is None or module.log == []

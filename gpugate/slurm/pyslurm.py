@@ -174,6 +174,12 @@ class PyslurmBackend(SlurmControl):
         self._modify_job(jid, admin_comment=comment)
 
     def _write_node_comment(self, node: str, comment: str) -> None:
+        if not comment:
+            # An empty comment is "no change" to pyslurm's Node.modify (seen on 24.11.0 with
+            # pyslurm 24.11.0: a put-back GPU kept its isolation Comment); scontrol's
+            # `Comment=` empties it.
+            self.cli.scontrol("update", f"NodeName={node}", "Comment=")
+            return
         # Node.comment is settable in pyslurm 22.5.3 and 24.11.0 alike (core/node.pyx).
         changes = self._ps.Node(comment=comment)
         self._rpc(f"Node({node}).modify", self._ps.Node(node).modify, changes)
