@@ -507,12 +507,21 @@ class LocalSlurm:
         for node in self.nodes:
             node_dir = self.base / "dev" / node
             node_dir.mkdir(parents=True, exist_ok=True)
+            if self.device_cgroups and os.statvfs(node_dir).f_flag & os.ST_NODEV:
+                raise LocalSlurmError(
+                    f"{node_dir} is on a filesystem mounted nodev: jobs could open none of its "
+                    "fake GPUs (EACCES), whatever their device cgroup says; use another base dir"
+                )
             for index in range(self.gpus_per_node):
                 dev = node_dir / f"nvidia{index}"
                 major, minor = ("195", str(index)) if self.device_cgroups else ("1", "3")
                 if dev.exists():
                     dev.unlink()  # a previous run of this base dir may have had the other kind
                 _run_quiet(["mknod", "-m", "666", str(dev), "c", major, minor])
+            if self.device_cgroups:
+                # The jobs open these as the job user: every directory above must let them by
+                # (pytest's tmp dirs are 0700), or every open fails EACCES, cgroup or not.
+                open_path(node_dir)
 
     def gpu_device(self, node: str, index: int) -> Path:
         """The fake device file of GPU ``index`` on ``node``."""
