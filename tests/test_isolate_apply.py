@@ -262,3 +262,16 @@ def test_a_configless_site_is_not_isolated(site) -> None:
     assert why and why.startswith("configless Slurm")
     slurm.fake_cli.shown = "SlurmctldParameters     = (null)\n"
     assert apply.site_problem(config, slurm, NODE) is None
+
+
+def test_a_resume_that_fails_last_undoes_everything_and_the_comment(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    slurm.errors["resume"] = RuntimeError("slurmctld went away")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "slurmctld went away" in done.why
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.node_comments[-1] == (NODE, "")
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.node(NODE).drained

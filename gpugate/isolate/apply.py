@@ -191,11 +191,13 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
     iso = config.isolate
     assert iso is not None  # request() checked
     slurm_conf, gres_conf = conf_paths(config)
-    original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
+    original = ("", "")
     denied: list[int] = []
-    changed = False
+    changed = commented = False
     try:
         _wait_idle_drained(slurm, node, iso.wait_idle_s)
+        # Read only now: an admin may have edited them while the node's last jobs ran.
+        original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
         where = {"slurm_name": slurm_conf, "gres_name": gres_conf}
         gpus = conf.read_node_gpus(*original, node, **where)
         texts = original
@@ -216,6 +218,7 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         _wait_count(slurm, node, want, iso.settle_s)
         isolated = [item.gpu for item in record.gpus]
         slurm.set_node_comment(node, format_comment(isolated))
+        commented = True
         done = record.replace(
             state=state.APPLIED,
             gpus=tuple(
@@ -232,6 +235,11 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
         _undo(config, slurm, node, original, changed, denied, (slurm_conf, gres_conf))
+        if commented:  # the Comment must not name a GPU that is not out
+            try:
+                slurm.clear_node_comment(node)
+            except Exception as error:
+                log.error(config.state_dir, f"isolate {node}: could not clear the Comment", error)
         failed = record.replace(state=state.FAILED, why=why, updated=time.time())
         if isinstance(exc, Abandoned):  # someone else decided about the node: leave it be
             state.forget(config, node, here=True)
