@@ -20,6 +20,7 @@ from gpugate.isolate import apply, conf, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
 from gpugate.slurm.reasons import drain_reason
 from gpugate.slurm.records import NodeInfo
+from gpugate.store.locks import ISOLATE
 
 NODE = "n1"
 SLURM_CONF = (
@@ -249,7 +250,7 @@ def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch)
     assert apply.request(config, slurm, NODE, [ECC3], gpus).startswith("isolating GPU 3")
     again = apply.request(config, slurm, NODE, [fail("gpu.ecc", "GPU5 ECC", gpu=5)], gpus)
     assert again == "node drained, not isolated: an isolation is already requested here"
-    held = FileLock(lock_file(config.state_dir, "isolate.lock"), wait_s=0)
+    held = FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0)
     with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
         apply.apply(config, slurm, NODE)
     assert apply.apply(config, slurm, NODE).state == state.APPLIED

@@ -33,6 +33,7 @@ LOCKERS = {
     "gpugate/store/evidence.py",
     "gpugate/store/metrics.py",
     "gpugate/gate/repair.py",
+    "gpugate/isolate/apply.py",
 }
 
 
@@ -130,6 +131,10 @@ def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monk
     )
     metrics.note_run(config, "n1", "prolog")
     metrics.note_qualification(config, [{"node": "n1", "passed": True, "when": 1.0}])
+    from gpugate.isolate import apply
+
+    with pytest.raises(apply.IsolationFailed, match="no isolation requested"):
+        apply.apply(config, None, "n1")  # type: ignore[arg-type]  # stops before asking Slurm
     assert sorted(taken) == sorted(lock_paths(config))
     for path in lock_paths(config):
         st, top = os.lstat(path), os.lstat(os.path.dirname(path))

@@ -34,6 +34,7 @@ from gpugate.isolate import cgroup, conf, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
 from gpugate.slurm.reasons import drain_reason
+from gpugate.store.locks import ISOLATE
 from gpugate.store.metrics import note_isolated
 
 TYPE_CHECKING = False
@@ -178,7 +179,7 @@ def _spawn(config: Config, node: str) -> int:
 def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
     """Carry out the requested isolation of `node` (run on the node, as root), one at a time:
     two hooks of one node may both have asked (IsolationFailed for the second)."""
-    with FileLock(lock_file(config.state_dir, "isolate.lock"), wait_s=0) as lock:
+    with FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0) as lock:
         if not lock.held:
             raise IsolationFailed(f"{node}: another `gpugate isolate apply` runs")
         return _apply(config, slurm, node)

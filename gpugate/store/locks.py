@@ -13,6 +13,7 @@ when the lock does not come in time:
 | APP_XIDS | `<state_dir>/locks/` | APP_XIDS_WAIT_S | appends (one O_APPEND write), prunes at the next run |
 | REPAIRS | `<state_dir>/locks/` | REPAIRS_WAIT_S | writes anyway (atomic), says so |
 | metrics_lock() | `<state_dir>/locks/` (never node_exporter's textfile directory) | METRICS_WAIT_S | skips the update: logged, counted in gpugate_metrics_skipped_total |
+| ISOLATE | `<state_dir>/locks/` | 0 (one try) | `gpugate isolate apply` stops: another one runs the node's isolation |
 
 The waits are short next to the hooks' deadlines (prolog 20 s, epilog 45 s, health 20 s) even
 all together; the holder can only be another gpugate run, whose hold is milliseconds.
@@ -33,6 +34,7 @@ HISTORY = "history.lock"  # drains, audit, held, unknown Xids, suspects, qualifi
 EVIDENCE = "evidence.lock"  # the node's evidence index and its pruning
 APP_XIDS = "app_xids.lock"  # app_xids.jsonl: appends and its pruning
 REPAIRS = "repairs.lock"  # repairs.json (gpugate/gate/repair.py)
+ISOLATE = "isolate.lock"  # one GPU isolation at a time per node (gpugate/isolate/apply.py)
 
 HISTORY_WAIT_S = 5.0
 EVIDENCE_WAIT_S = 5.0
@@ -55,7 +57,7 @@ def lock_paths(config: Config) -> list[str]:
     paths = [os.path.join(history_dir(config), LOCK_DIR, HISTORY)]
     # EpilogSlurmctld's votes and flags, in its own directory.
     paths.append(os.path.join(controller_dir(config), LOCK_DIR, HISTORY))
-    paths += [os.path.join(state, name) for name in (EVIDENCE, APP_XIDS, REPAIRS)]
+    paths += [os.path.join(state, name) for name in (EVIDENCE, APP_XIDS, REPAIRS, ISOLATE)]
     textfile = config.admin.metrics_file
     if textfile:
         paths.append(os.path.join(state, metrics_lock(textfile)))
