@@ -125,3 +125,21 @@ def test_resume_of_a_held_node_says_what_happened(tmp_path):
         "gpu-02 is in service, but gpugate wanted it drained: would drain (budget)"
     )
     assert WHY in said and REASON in said
+
+
+def test_a_drain_clears_the_stale_would_drain_comment_it_supersedes(tmp_path):
+    """A node held back once ("would drain" in its Comment) and drained by its next job: the
+    Comment no longer says what the node is (seen in CI on the pyslurm backend)."""
+    from fakes import FakeSlurm, idle
+
+    from gpugate.gate.drain import drain_node
+    from gpugate.slurm.reasons import admin_comment, budget_comment
+
+    held = idle("n1").replace(comment=admin_comment(budget_comment(WHY, REASON)))
+    slurm = FakeSlurm([held, "n2", "n3", "n4"])
+    outcome = drain_node(slurm, "n1", "kernel.gpu_bus", "GPU1 fell off the bus")
+    assert outcome.drained
+    assert slurm.node_comments == [("n1", "")]
+    other = FakeSlurm([idle("n1").replace(comment="an admin's note"), "n2", "n3", "n4"])
+    assert drain_node(other, "n1", "kernel.gpu_bus", "GPU1").drained
+    assert other.node_comments == []  # someone else's Comment is left alone

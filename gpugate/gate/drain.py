@@ -15,7 +15,7 @@ from gpugate import log
 from gpugate.gate.budget import check_budget, keeps_drain, warn_daily
 from gpugate.record import Record
 from gpugate.slurm.control import NotOurDrain
-from gpugate.slurm.reasons import budget_comment, drain_reason
+from gpugate.slurm.reasons import BUDGET_COMMENT, budget_comment, drain_reason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,10 +62,17 @@ def drain_node(
         if blocked:
             return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
     try:
-        slurm.drain(node, reason)
+        change = slurm.drain(node, reason)
     except NotOurDrain as exc:
         note(f"not draining {node}: {exc}")
         return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))
+    if change.before is not None and BUDGET_COMMENT in change.before.comment:
+        # An earlier run found no room and said "would drain" in the Comment; now it is
+        # drained, that line is stale (seen when a held node was drained by its next job).
+        try:
+            slurm.clear_node_comment(node)
+        except Exception as exc:
+            note(f"could not clear the stale budget comment of {node}: {exc}")
     if config is not None:
         try:
             undone = settle_budget(slurm, node, reason, config, check_id)

@@ -126,9 +126,12 @@ def refusal_comment(node: str, check_id: str, detail: str) -> str:
     return f"{GPUGATE_PREFIX} node {node} refused: {check_id}: {detail}"
 
 
+BUDGET_COMMENT = "would drain (budget exceeded"  # how budget_comment() starts
+
+
 def budget_comment(why: str, reason: str) -> str:
     """The node Comment when the budget stopped a drain: what gpugate would have done."""
-    return f"would drain (budget exceeded: {why}): {reason}"
+    return f"{BUDGET_COMMENT}: {why}): {reason}"
 
 
 def merge_admin_comment(existing: str, piece: str, limit: int = ADMIN_COMMENT_MAX) -> str | None:
