@@ -547,16 +547,10 @@ class LocalSlurm:
     def device_cgroup(self, node: str) -> Path:
         """Where slurmd of ``node`` puts its jobs in the cgroup v1 devices hierarchy.
 
-        A slurmd built for several per host (`slurmd -N`, as here) uses ``slurm_<node>``;
-        one per host uses ``slurm``.
+        These clusters run several slurmd per host (`slurmd -N`), which use ``slurm_<node>``
+        (seen on 22.05 and 24.11); never ``slurm``, which a real slurmd on this host would own.
         """
-        devices = Path(CGROUP_V1_DEVICES)
-        per_node = devices / f"slurm_{node}"
-        return (
-            per_node
-            if per_node.is_dir() or not (devices / "slurm").is_dir()
-            else (devices / "slurm")
-        )
+        return Path(CGROUP_V1_DEVICES) / f"slurm_{node}"
 
     def _reset_device_cgroups(self) -> None:
         """Allow every device again below each node's cgroup (a test may have denied some)."""
