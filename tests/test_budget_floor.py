@@ -70,7 +70,7 @@ def test_simultaneous_hardware_drains_keep_one_node_up():
 
 
 def test_a_drain_passes_its_check_to_the_budget(tmp_path):
-    config = default_config().replace(state_dir=str(tmp_path), budget=cfg(settle_s=0))
+    config = default_config().replace(state_dir=str(tmp_path), budget=cfg(settle_s=0, jitter_s=0))
     slurm = FakeSlurm(nodes=[*cluster(2, ours=1).values(), node("n02")])
     outcome = drain_node(slurm, "n02", "kernel.gpu_bus", "GPU1 fell off the bus", config)
     assert outcome.drained
@@ -79,7 +79,7 @@ def test_a_drain_passes_its_check_to_the_budget(tmp_path):
 
 
 def test_a_held_drain_is_recorded_once_for_every_view(tmp_path):
-    config = default_config().replace(state_dir=str(tmp_path), budget=cfg(settle_s=0))
+    config = default_config().replace(state_dir=str(tmp_path), budget=cfg(settle_s=0, jitter_s=0))
     slurm = FakeSlurm(nodes=[*cluster(20, ours=2).values()])
     for _ in range(2):  # the prologs of two jobs: one entry
         outcome = drain_node(slurm, "n10", "gpu.temperature", "GPU2 95 C", config)

@@ -35,7 +35,7 @@ def broken_node(tmp_path, monkeypatch):
     site.write_text(
         f"facts_file: {tmp_path}/{{node}}.yaml\nstate_dir: {state}\n"
         f"evidence_dir: {tmp_path / 'ev'}\ntask_prolog:\n  nccl_debug_dir: null\n"
-        f"budget:\n  settle_s: 0\nadmin:\n  metrics_file: {tmp_path / 'prom' / 'gpugate.prom'}\n"
+        f"budget:\n  settle_s: 0\n  jitter_s: 0\nadmin:\n  metrics_file: {tmp_path / 'prom' / 'gpugate.prom'}\n"
     )
     (tmp_path / "prom").mkdir()
     env = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": NODE, "SLURM_JOB_GPUS": "2,3",

@@ -36,7 +36,7 @@ N3_REASON = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100 (before 
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     python = torch_python_or_skip()
     qualify = (
-        "budget:\n  settle_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 3\n"
+        "budget:\n  settle_s: 0\n  jitter_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 3\n"
         "qualify:\n"
         f"  python: {python}\n  dcgmi: {STANDIN / 'dcgmi'}\n"
         "  size_mib: 1\n  iters: 5\n  ntasks_per_node: 2\n  time_limit_min: 5\n  wait_s: 120\n"

@@ -48,7 +48,7 @@ def setup(tmp_path, **epilog):
         evidence_dir=str(tmp_path / "evidence"),
         epilog=config.epilog.replace(**epilog),
         task_prolog=config.task_prolog.replace(nccl_debug_dir=None),
-        budget=config.budget.replace(settle_s=0),
+        budget=config.budget.replace(settle_s=0, jitter_s=0),
     )
 
 

@@ -271,7 +271,7 @@ def _controller_site(tmp_path: Path, job_id: str, users_min: int = 1):
         state_dir=str(tmp_path / "state"),
         evidence_dir=str(tmp_path / "ev"),
         admin=config.admin.replace(history_dir=str(tmp_path / "hist")),
-        budget=config.budget.replace(settle_s=0, min_drains_allowed=3),
+        budget=config.budget.replace(settle_s=0, jitter_s=0, min_drains_allowed=3),
         health=config.health.replace(
             suspect_votes=2, suspect_window_h=72, suspect_users_min=users_min
         ),

@@ -38,7 +38,7 @@ def setup(tmp_path, facts, passes: int = 2, boot: str = "boot-1"):
     return config.replace(
         facts_file=str(tmp_path / "node.yaml"),
         state_dir=str(tmp_path / "state"),
-        budget=config.budget.replace(settle_s=0),
+        budget=config.budget.replace(settle_s=0, jitter_s=0),
         sources=config.sources.replace(proc_root=str(tmp_path / "proc")),
         health=config.health.replace(heal_after_passes=passes),
     )

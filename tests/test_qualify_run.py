@@ -97,7 +97,7 @@ class FakeOps:
 @pytest.fixture
 def config(tmp_path):
     return site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
-                "budget:\n  settle_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
+                "budget:\n  settle_s: 0\n  jitter_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
                 "qualify:\n  wait_s: 5\n")  # fmt: skip
 
 
@@ -315,7 +315,7 @@ def test_the_config_refuses_a_level_beyond_dcgm_and_a_fraction_over_one(tmp_path
 
 def test_a_new_failure_over_the_drain_budget_is_recorded_not_drained(tmp_path):
     config = site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
-                  "budget:\n  settle_s: 0\n  max_drained_share: 0.0\n  min_drains_allowed: 0\n"
+                  "budget:\n  settle_s: 0\n  jitter_s: 0\n  max_drained_share: 0.0\n  min_drains_allowed: 0\n"
                   "  hardware_share: 0.0\n")  # fmt: skip
     slurm = FakeSlurm(NODES)
     result = go(config, slurm, FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST}))

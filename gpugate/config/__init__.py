@@ -46,6 +46,8 @@ _AT_MOST = {
     "epilog.evidence_user_share": 1.0,
     "budget.hardware_share": 1.0,
     "budget.max_drained_share": 1.0,
+    # Before the prolog's deadline (20 s by default) and Slurm's PrologEpilogTimeout.
+    "budget.jitter_s": 10.0,
     "health.deadline_s": 55.0,
     "drill.max_minutes": 1440.0,  # a day: a drill is an exercise, not an outage
     "qualify.level": 4,  # dcgmi diag -r 1..4

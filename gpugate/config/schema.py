@@ -165,6 +165,7 @@ class Budget(Record):
     max_drains_per_window: int
     window_s: float
     settle_s: float
+    jitter_s: float  # before counting, a failing hook waits up to this long (spreads a storm)
     # Checks whose fault makes the node useless for any job: drained up to hardware_share
     # of a partition (rounded up), never its last node in service (gpugate/gate/budget.py).
     hardware_checks: list[str]

@@ -8,6 +8,7 @@ log line and an event instead. An admin's drain is never replaced (SlurmControl.
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 
@@ -112,13 +113,28 @@ def _lifted(info: NodeInfo | None) -> bool:
     return info is not None and not (info.drained and info.gpugate_owned)
 
 
+# The budget's reads of the whole cluster go through the shared view (gpugate/store/
+# fleet_view.py): before a drain, a read at most this old will do (the settle corrects a count
+# that missed a drain); a hook waits this long for another hook's read before reading itself.
+VIEW_AGE_S = 1.0
+VIEW_WAIT_S = 3.0
+
+
+def budget_nodes(slurm: SlurmControl, config: Config, since: float) -> dict[str, NodeInfo]:
+    """Slurm's nodes as read at or after `since`: another hook's read when one is that fresh."""
+    from gpugate.store.fleet_view import nodes_since  # only hooks that drain count
+
+    return nodes_since(slurm, config, since, VIEW_WAIT_S)[0]
+
+
 def settle_budget(
     slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
 ) -> str | None:
     """Undo this drain if, once concurrent drains have landed, it ranks beyond the budget."""
+    drained_at = time.time()
     time.sleep(config.budget.settle_s)
     try:
-        nodes = slurm.nodes()
+        nodes = budget_nodes(slurm, config, since=drained_at + config.budget.settle_s)
     except Exception:
         return None  # cannot tell: keep the drain (the normal action)
     if _lifted(nodes.get(node)):
@@ -145,8 +161,12 @@ def over_budget(
     slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
 ) -> str | None:
     """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
+    # In a fleet-wide false alarm every node's prolog gets here in the same second: spread
+    # out, the later ones see the earlier drains and stop before draining (only failing
+    # hooks pay this wait).
+    time.sleep(random.uniform(0, config.budget.jitter_s))  # noqa: S311 (a spread, no secret)
     try:
-        nodes = slurm.nodes()
+        nodes = budget_nodes(slurm, config, since=time.time() - VIEW_AGE_S)
     except Exception as exc:  # cannot count: the normal action (drain this one node) stands
         note(f"drain budget unknown ({exc}); draining {node}")
         return None

@@ -1,0 +1,181 @@
+"""One read of Slurm's nodes, shared by every hook that counts the drain budget at the same time.
+
+The budget (gpugate/gate/budget.py) counts from Slurm's node records: once before a drain and
+once after it settles. Slurm has no server-side filter for "the drained nodes": `scontrol show
+node`, sinfo and pyslurm all have slurmctld pack every node record, so each count costs
+slurmctld O(nodes). In a fleet-wide false alarm (a bad driver roll-out, a wrong threshold) every
+node's prolog fails at once and counts twice: N prologs, 2N whole-cluster reads, O(N^2) for the
+slurmctld that must also schedule the requeued jobs.
+
+So the read is shared. A hook that needs the nodes as Slurm had them at or after time T uses the
+view another hook read at or after T; otherwise it claims the refresh (one marker file created
+with O_EXCL), reads Slurm, and leaves its read for the others. While one refresh runs the others
+wait for it (at most `wait_s`, then read Slurm themselves), so under a storm slurmctld sees about
+one whole-cluster read per read's duration, whatever the number of nodes, and no node makes more
+than one per count.
+
+The view lives in `<history_dir>/fleet/` (admin.history_dir is shared storage: every node shares
+it; without one it is the node's state_dir, shared by that node's hooks only). Root writes it;
+a directory or file that is not root's own and private is never trusted (a user who could write
+the view could keep a broken node in service or drain a healthy one): the hook reads Slurm
+itself. The freshness is the writer's clock: `budget.settle_s` must exceed the nodes' clock skew
+(NTP keeps it to milliseconds); a view stamped in the future is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import time
+
+from gpugate.fsutil import FileRefused, atomic_write, private_dir, read_regular
+from gpugate.slurm.records import NodeInfo
+from gpugate.store.dirs import history_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
+
+FLEET_DIR = "fleet"
+VIEW = "nodes.json"
+MARKER = "refresh"  # exists while one hook reads Slurm for everyone
+DIR_MODE = 0o700
+MAX_BYTES = 64 << 20  # ~200 bytes a node: a 100,000-node cluster fits
+POLL_S = 0.1  # a waiting hook looks for the refreshed view this often (jittered +-50 %)
+FUTURE_S = 1.0  # a view stamped further ahead than this is a clock gone wrong: not used
+SHARED, READ = "shared", "read"
+# The fields a view keeps: what the budget counts (gpugate/gate/budget.py) and nothing else.
+_FIELDS = ("state", "flags", "reason", "reason_user", "reason_time", "partitions", "gres_gpus",
+           "comment")  # fmt: skip
+
+
+def view_dir(config: Config) -> str:
+    """`<history_dir>/fleet`: shared storage when admin.history_dir is set."""
+    return os.path.join(history_dir(config), FLEET_DIR)
+
+
+def nodes_since(
+    slurm: SlurmControl,
+    config: Config,
+    since: float,
+    wait_s: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, NodeInfo], str]:
+    """Slurm's nodes as read at or after `since` (this clock): (nodes, SHARED or READ).
+
+    SHARED: another hook's read, from the view; READ: this hook read Slurm (and shared it).
+    Never waits for another hook's read longer than `wait_s`.
+    """
+    try:
+        directory = private_dir(view_dir(config), DIR_MODE, gid=-1)
+        _trusted_dir(directory)
+    except OSError:  # no private place to share through: each hook reads for itself
+        return slurm.nodes(), READ
+    deadline = clock() + wait_s
+    while True:
+        now = clock()
+        view = load_view(directory)
+        if view is not None and since <= view[0] <= now + FUTURE_S:
+            return view[1], SHARED
+        if _claim(directory, now, stale_s=wait_s + config.slurm.timeout_s):
+            try:
+                read_at = clock()
+                nodes = slurm.nodes()
+                save_view(directory, read_at, nodes)
+            finally:
+                _unclaim(directory)
+            return nodes, READ
+        if now >= deadline:  # the refresh is late: read for ourselves, share nothing
+            return slurm.nodes(), READ
+        sleep(POLL_S * random.uniform(0.5, 1.5))  # noqa: S311 (a spread, no secret)
+
+
+def load_view(directory: str) -> tuple[float, dict[str, NodeInfo]] | None:
+    """(read_at, nodes) of the shared view; None when there is none or it is not trusted."""
+    path = os.path.join(directory, VIEW)
+    try:
+        data = read_regular(path, MAX_BYTES, follow=False)
+        st = os.lstat(path)
+    except (FileRefused, OSError):
+        return None
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None  # not root's own: a user's file is never budget evidence
+    try:
+        doc = json.loads(data)
+        read_at = float(doc["read_at"])
+        nodes = {str(n["name"]): _node(n) for n in doc["nodes"]}
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None  # torn or foreign: read Slurm instead
+    return read_at, nodes
+
+
+def save_view(directory: str, read_at: float, nodes: dict[str, NodeInfo]) -> None:
+    """Share a read (atomically: readers see the old view or the new one)."""
+    rows = [_row(n) for n in nodes.values()]
+    text = json.dumps({"read_at": read_at, "nodes": rows}, separators=(",", ":"))
+    try:
+        atomic_write(os.path.join(directory, VIEW), text, mode=0o600)
+    except OSError:
+        pass  # not shared: the next hook reads Slurm itself, which is today's cost
+
+
+def _row(n: NodeInfo) -> dict[str, Any]:
+    # Only what differs from a plain node: a 1,000-node view of healthy nodes is ~60 KB.
+    row: dict[str, Any] = {"name": n.name}
+    for field in _FIELDS:
+        value = getattr(n, field)
+        if value != getattr(_PLAIN, field):
+            row[field] = list(value) if isinstance(value, tuple) else value
+    return row
+
+
+_PLAIN = NodeInfo(name="", state="")
+
+
+def _node(row: dict[str, Any]) -> NodeInfo:
+    values = {k: row[k] for k in _FIELDS if k in row}
+    for k in ("flags", "partitions"):
+        if k in values:
+            values[k] = tuple(str(v) for v in values[k])
+    return NodeInfo(name=str(row["name"]), **values)
+
+
+def _trusted_dir(directory: str) -> None:
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PermissionError(f"{directory}: not a private directory of this user's")
+
+
+def _claim(directory: str, now: float, stale_s: float) -> bool:
+    """Take the refresh (create the marker); a marker older than `stale_s` is a dead hook's."""
+    path = os.path.join(directory, MARKER)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            try:
+                if now - os.lstat(path).st_mtime <= stale_s:
+                    return False
+                os.unlink(path)
+            except FileNotFoundError:
+                pass  # its holder just finished: try again
+            continue
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+    return False
+
+
+def _unclaim(directory: str) -> None:
+    try:
+        os.unlink(os.path.join(directory, MARKER))
+    except OSError:
+        pass

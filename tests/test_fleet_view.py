@@ -1,0 +1,226 @@
+"""The budget's shared read of Slurm's nodes (gpugate/store/fleet_view.py): one read serves every
+hook that needs one as fresh, a stale or untrusted view is never used, and a storm of concurrent
+drains still keeps the budget exactly, with a bounded number of Slurm calls per node."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from factories import default_config
+from fakes import FakeSlurm
+
+from gpugate.gate.drain import drain_node
+from gpugate.slurm.records import NodeInfo
+from gpugate.store import fleet_view as fv
+
+
+def site(tmp_path, **budget):
+    config = default_config().replace(state_dir=str(tmp_path / "state"))
+    return config.replace(budget=config.budget.replace(**budget))
+
+
+class Clock:
+    """A fake clock; sleep() advances it and runs what a test hooks on it."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+        self.on_sleep = None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        if self.on_sleep:
+            self.on_sleep()
+
+
+VARIED = [
+    NodeInfo(name="n1", state="IDLE", partitions=("gpu",), gres_gpus=8),
+    NodeInfo(name="n2", state="IDLE", flags=("DRAIN",), reason="gpugate: gpu.ecc: x",
+             reason_user="root", reason_time=999_990, partitions=("gpu", "all"), gres_gpus=8),
+    NodeInfo(name="n3", state="DOWN", flags=("NOT_RESPONDING",), reason="Not responding",
+             reason_user="slurm", reason_time=5, partitions=("all",)),
+    NodeInfo(name="n4", state="MIXED", partitions=("gpu",), gres_gpus=7,
+             comment="gpugate-isolated: gpu3 minor=3 serial=1 since=999000 why=gpu.ecc: y"),
+]  # fmt: skip
+
+
+def test_a_view_keeps_every_field_the_budget_counts(tmp_path):
+    config = site(tmp_path)
+    slurm = FakeSlurm(VARIED)
+    clock = Clock()
+    first, how = fv.nodes_since(slurm, config, clock() - 1, 3.0, clock, clock.sleep)
+    assert how == fv.READ and first == {n.name: n for n in VARIED}
+    second, how = fv.nodes_since(slurm, config, clock() - 1, 3.0, clock, clock.sleep)
+    assert how == fv.SHARED and second == first and slurm.listings == 1
+
+
+def test_a_view_older_than_asked_is_read_again(tmp_path):
+    config = site(tmp_path)
+    slurm = FakeSlurm(["n1"])
+    clock = Clock()
+    fv.nodes_since(slurm, config, clock(), 3.0, clock, clock.sleep)
+    clock.now += 2
+    _, how = fv.nodes_since(slurm, config, clock() - 1, 3.0, clock, clock.sleep)
+    assert how == fv.READ and slurm.listings == 2
+
+
+def test_a_hook_waits_for_the_refresh_under_way_and_uses_it(tmp_path):
+    config = site(tmp_path)
+    clock = Clock()
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    open(os.path.join(directory, fv.MARKER), "w").close()  # another hook reads Slurm now
+    others = {"n9": NodeInfo(name="n9", state="IDLE", partitions=("gpu",))}
+
+    def refreshed():
+        if clock.now > 1_000_000.3:
+            fv.save_view(directory, 1_000_000.2, others)
+
+    clock.on_sleep = refreshed
+    slurm = FakeSlurm(["n1"])
+    nodes, how = fv.nodes_since(slurm, config, 1_000_000.1, 3.0, clock, clock.sleep)
+    assert how == fv.SHARED and nodes == others and slurm.listings == 0
+
+
+def test_a_refresh_that_never_comes_costs_one_read_of_our_own(tmp_path):
+    config = site(tmp_path)
+    clock = Clock()
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    open(os.path.join(directory, fv.MARKER), "w").close()
+    slurm = FakeSlurm(["n1"])
+    nodes, how = fv.nodes_since(slurm, config, clock(), 3.0, clock, clock.sleep)
+    assert how == fv.READ and set(nodes) == {"n1"} and slurm.listings == 1
+    assert clock.now - 1_000_000.0 >= 3.0  # waited its wait_s, not longer than a poll beyond
+    assert clock.now - 1_000_000.0 < 3.0 + 2 * fv.POLL_S
+
+
+def test_a_dead_hooks_marker_is_taken_over(tmp_path):
+    config = site(tmp_path)
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    marker = os.path.join(directory, fv.MARKER)
+    open(marker, "w").close()
+    old = time.time() - 3600
+    os.utime(marker, (old, old))
+    slurm = FakeSlurm(["n1"])
+    _, how = fv.nodes_since(slurm, config, time.time(), 3.0)
+    assert how == fv.READ and slurm.listings == 1 and not os.path.exists(marker)
+    assert fv.load_view(directory) is not None  # and its read is shared
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda p: os.chmod(p, 0o666),  # anyone could have written it
+        lambda p: Path(p).write_text('{"read_at": 1e12, "nod'),  # torn
+        lambda p: Path(p).write_text(json.dumps({"read_at": 4e9, "nodes": []})),  # future
+        lambda p: Path(p).write_text(json.dumps({"read_at": "x", "nodes": [{"name": 1}]})),
+        lambda p: (os.unlink(p), os.symlink("/etc/hostname", p)),  # a symlink
+    ],
+    ids=["writable", "torn", "future", "foreign", "symlink"],
+)
+def test_an_untrusted_or_spoiled_view_is_never_used(tmp_path, spoil):
+    config = site(tmp_path)
+    slurm = FakeSlurm(["n1"])
+    fv.nodes_since(slurm, config, time.time() - 1, 3.0)
+    spoil(os.path.join(fv.view_dir(config), fv.VIEW))
+    nodes, how = fv.nodes_since(slurm, config, time.time() - 60, 3.0)
+    assert how == fv.READ and set(nodes) == {"n1"} and slurm.listings == 2
+
+
+def test_a_directory_others_can_write_is_not_shared_through(tmp_path):
+    config = site(tmp_path)
+    directory = fv.view_dir(config)
+    os.makedirs(directory)
+    os.chmod(directory, 0o777)
+    os.chmod(directory, 0o777)  # private_dir tightens its own: make it someone else's kind
+    slurm = FakeSlurm(["n1"])
+    if os.geteuid() == 0:
+        os.chown(directory, 65534, 65534)  # nobody's: root refuses it
+    for _ in range(2):
+        _, how = fv.nodes_since(slurm, config, time.time() - 1, 3.0)
+        assert how == fv.READ
+    assert slurm.listings == 2 and not os.path.exists(os.path.join(directory, fv.VIEW))
+
+
+def test_concurrent_hooks_share_one_read(tmp_path):
+    config = site(tmp_path)
+
+    class Slow(FakeSlurm):
+        def nodes(self, names=None):
+            time.sleep(0.2)  # a 1,000-node `scontrol show node` under load
+            return super().nodes(names)
+
+    slurm = Slow([f"n{i}" for i in range(50)])
+    since = time.time()
+    got: list[tuple[int, str]] = []
+
+    def hook():
+        nodes, how = fv.nodes_since(slurm, config, since, 3.0)
+        got.append((len(nodes), how))
+
+    threads = [threading.Thread(target=hook) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 40 and all(n == 50 for n, _ in got)
+    assert slurm.listings == 1 and sum(how == fv.READ for _, how in got) == 1
+
+
+def storm(tmp_path, members: int, failing: int, settle_s: float = 1.2):
+    """`failing` of `members` nodes drain at once from threads; (slurm, outcomes)."""
+    config = site(tmp_path, settle_s=settle_s, jitter_s=0.3, max_drains_per_window=1000)
+    names = [f"n{i:04d}" for i in range(members)]
+    slurm = FakeSlurm([NodeInfo(name=n, state="IDLE", partitions=("gpu",)) for n in names])
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+    outcomes = {}
+
+    def count(name):
+        ident = threading.current_thread().name
+        with lock:
+            counts[ident] = counts.get(ident, 0) + 1
+
+    real_nodes, real_node = slurm.nodes, slurm.node
+
+    def nodes(names=None):
+        count("nodes")
+        return real_nodes(names)
+
+    def node(name):
+        count("node")
+        return real_node(name)
+
+    slurm.nodes, slurm.node = nodes, node  # type: ignore[method-assign]
+
+    def fail(name):
+        outcomes[name] = drain_node(slurm, name, "gpu.driver", "a bad roll-out", config)
+
+    threads = [threading.Thread(target=fail, args=(n,), name=n) for n in names[:failing]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return slurm, outcomes, counts, config
+
+
+@pytest.mark.parametrize("members", [64, 256])
+def test_a_storm_keeps_the_budget_exactly_at_a_bounded_cost_per_node(tmp_path, members):
+    slurm, outcomes, counts, config = storm(tmp_path, members, failing=members)
+    limit = int(config.budget.max_drained_share * members)
+    drained = [n for n, i in slurm.infos.items() if i.drained and i.gpugate_owned]
+    assert len(drained) == limit == sum(o.drained for o in outcomes.values())
+    assert all(o.blocked_by == "budget" for o in outcomes.values() if not o.drained)
+    # Per hook: at most one read of the whole cluster per count (two counts), one node read
+    # for the drain and one for its undo: whatever the cluster's size.
+    assert max(counts.values()) <= 4
+    assert slurm.listings <= members  # shared: far fewer than two per node
