@@ -114,10 +114,11 @@ def _lifted(info: NodeInfo | None) -> bool:
 
 
 # The budget's reads of the whole cluster go through the shared view (gpugate/store/
-# fleet_view.py): before a drain, a read at most this old will do (the settle corrects a count
-# that missed a drain); a hook waits this long for another hook's read before reading itself.
-VIEW_AGE_S = 1.0
-VIEW_WAIT_S = 3.0
+# fleet_view.py): every count wants a read begun after it asked (one read serves all the hooks
+# that asked before it began); a hook waits this long for another hook's read before reading
+# itself. Measured (bench/scale_storm.py): reusing a read up to 1 s old let a whole storm's
+# hooks count from one early read, all drain, and most undo.
+VIEW_WAIT_S = 5.0  # a refresh takes ~50 ms; under a storm's load, seconds
 
 
 def budget_nodes(slurm: SlurmControl, config: Config, since: float) -> dict[str, NodeInfo]:
@@ -166,7 +167,7 @@ def over_budget(
     # hooks pay this wait).
     time.sleep(random.uniform(0, config.budget.jitter_s))  # noqa: S311 (a spread, no secret)
     try:
-        nodes = budget_nodes(slurm, config, since=time.time() - VIEW_AGE_S)
+        nodes = budget_nodes(slurm, config, since=time.time())
     except Exception as exc:  # cannot count: the normal action (drain this one node) stands
         note(f"drain budget unknown ({exc}); draining {node}")
         return None

@@ -47,7 +47,7 @@ VIEW = "nodes.json"
 MARKER = "refresh"  # exists while one hook reads Slurm for everyone
 DIR_MODE = 0o700
 MAX_BYTES = 64 << 20  # ~200 bytes a node: a 100,000-node cluster fits
-POLL_S = 0.1  # a waiting hook looks for the refreshed view this often (jittered +-50 %)
+POLL_S = 0.2  # a waiting hook looks for the refreshed view this often (jittered +-50 %)
 FUTURE_S = 1.0  # a view stamped further ahead than this is a clock gone wrong: not used
 SHARED, READ = "shared", "read"
 # The fields a view keeps: what the budget counts (gpugate/gate/budget.py) and nothing else.
@@ -79,11 +79,18 @@ def nodes_since(
     except OSError:  # no private place to share through: each hook reads for itself
         return slurm.nodes(), READ
     deadline = clock() + wait_s
+    seen: tuple[int, ...] | None = None
     while True:
         now = clock()
-        view = load_view(directory)
-        if view is not None and since <= view[0] <= now + FUTURE_S:
-            return view[1], SHARED
+        # A waiting hook opens the view only to see whether it changed (on NFS an open
+        # revalidates, a stat may not); it parses it only when it did: a storm's thousand
+        # waiting hooks must not each read the whole view ten times a second.
+        mark = _mark(directory)
+        if mark is not None and mark != seen:
+            seen = mark
+            view = load_view(directory)
+            if view is not None and since <= view[0] <= now + FUTURE_S:
+                return view[1], SHARED
         if _claim(directory, now, stale_s=wait_s + config.slurm.timeout_s):
             try:
                 read_at = clock()
@@ -114,6 +121,19 @@ def load_view(directory: str) -> tuple[float, dict[str, NodeInfo]] | None:
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None  # torn or foreign: read Slurm instead
     return read_at, nodes
+
+
+def _mark(directory: str) -> tuple[int, ...] | None:
+    """What tells one version of the view from the next (inode, size, mtime); None: none."""
+    try:
+        fd = os.open(os.path.join(directory, VIEW), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def save_view(directory: str, read_at: float, nodes: dict[str, NodeInfo]) -> None:

@@ -288,9 +288,15 @@ class LocalSlurm:
         job_submit_lua: str | os.PathLike | None = None,
         slurm_user: str = "root",
         device_cgroups: bool = False,
+        simulated_nodes: str = "",
     ) -> None:
         self.base = Path(base_dir).resolve()
         self.nodes = list(nodes)
+        # A hostlist (`sim[0001-1000]`) of nodes slurm.conf and the partition list with no
+        # slurmd behind them: a real slurmctld's node table at a size one machine cannot run
+        # slurmds for (the budget's storm benchmark, bench/bench_scale.py). SlurmdTimeout=0
+        # keeps them out of DOWN ("not responding"): slurmctld never pings them.
+        self.simulated_nodes = simulated_nodes
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
         self.gpus_per_node = gpus_per_node
@@ -615,7 +621,7 @@ class LocalSlurm:
             "MinJobAge=3600",
             # Fast tests: SIGKILL 2 s after SIGTERM when a job is cancelled.
             "KillWait=2",
-            "SlurmdTimeout=30",
+            "SlurmdTimeout=0" if self.simulated_nodes else "SlurmdTimeout=30",
             "MessageTimeout=10",
             "GresTypes=gpu",
         ]
@@ -636,10 +642,14 @@ class LocalSlurm:
         if self.extra_conf:
             lines.append(self.extra_conf.strip())
         lines += [self._node_line(node) for node in self.nodes]
-        lines.append(
-            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES "
-            "MaxTime=INFINITE State=UP"
-        )
+        members = ",".join(self.nodes)
+        if self.simulated_nodes:
+            lines.append(
+                f"NodeName={self.simulated_nodes} NodeHostname={_hostname()} "
+                "NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=UNKNOWN"
+            )
+            members += f",{self.simulated_nodes}"
+        lines.append(f"PartitionName=debug Nodes={members} Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
     def scheduler_parameters_text(self) -> str:
