@@ -1,13 +1,16 @@
-"""Probe the other nodes of a multi-node job: the seed's `ping -M do -s 1400`, 100 probes.
+"""Probe other nodes of a multi-node job: the seed's `ping -M do -s 1400`, 100 probes.
 
 `-M do` forbids fragmentation, so a path whose MTU is smaller than the packet loses every probe
 instead of quietly fragmenting: exactly the misconfiguration that makes NCCL's socket traffic
-stall. The probes to all peers run concurrently, bounded by the prolog's deadline.
+stall. Each node probes a bounded set (`choose_peers`: its ring neighbours in the job's node
+order plus a few seeded random others), so a job of N nodes sends O(N*k) probes, not N*(N-1).
+The probes run concurrently, bounded by the prolog's deadline.
 """
 
 from __future__ import annotations
 
 import threading
+from random import Random
 
 from gpugate.regex import lazy
 from gpugate.runner import MISSING, TIMEOUT, run
@@ -20,6 +23,37 @@ if TYPE_CHECKING:
 
 _SENT = lazy(r"(?<!\d)(\d{1,20}) packets transmitted, (\d{1,20}) (?:packets )?received")
 _RTT = lazy(r"(?:rtt|round-trip) min/avg/max/\S+ = [\d.]+/(\d+(?:\.\d+)?)/")
+
+
+# Why a peer was not probed at all: not a link fault (net.peers warns, never drains).
+UNRESOLVED = "name does not resolve"
+NO_PING = "ping is not installed"
+# iputils and busybox/inetutils wording for a name the resolver does not know.
+_UNRESOLVED = lazy(r"Name or service not known|Temporary failure in name resolution|unknown host|"
+                   r"No address associated with hostname|bad address")  # fmt: skip
+
+
+def choose_peers(order: list[str], me: str, neighbours: int, random: int, seed: str) -> list[str]:
+    """The nodes `me` probes: `neighbours` ring neighbours in the job's node order (half before,
+    half after, wrapping) and `random` others chosen from `seed` and `me`; all others when
+    the job is that small. Never `me`, no duplicates, never more than neighbours + random."""
+    nodes = list(dict.fromkeys(order))  # a hostlist may repeat a name; keep the first place
+    # A str seed hashes with SHA-512: the same picks on every node and rerun (no secret here).
+    rng = Random(f"{seed}/{me}")  # noqa: S311
+    if me not in nodes:
+        # The hostlist does not name this node (NodeName vs hostname): no place in the ring,
+        # so seeded picks alone, still bounded.
+        return rng.sample(nodes, min(neighbours + random, len(nodes)))
+    others = len(nodes) - 1
+    if others <= neighbours + random:
+        return [n for n in nodes if n != me]
+    at = nodes.index(me)
+    before, after = neighbours // 2, neighbours - neighbours // 2  # odd k: one more after
+    ring = [nodes[(at - d) % len(nodes)] for d in range(1, before + 1)]
+    ring += [nodes[(at + d) % len(nodes)] for d in range(1, after + 1)]
+    taken = {me, *ring}
+    rest = [n for n in nodes if n not in taken]
+    return ring + rng.sample(rest, min(random, len(rest)))
 
 
 def parse_ping(text: str) -> dict[str, Any]:
@@ -52,7 +86,13 @@ def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict[str, Any]:
     res = run(ping_argv(host, cfg, deadline_s), timeout=deadline_s + 1)
     entry: dict[str, Any] = {"node": host}
     entry.update(parse_ping(res.stdout))
-    if res.status in (MISSING, TIMEOUT) or "sent" not in entry:
+    if res.status == MISSING:
+        entry["error"], entry["skipped"] = res.describe(), NO_PING
+    elif "sent" not in entry and _UNRESOLVED.search(res.stderr):
+        # ping exits 2 before sending anything: the job's node name is not a host name here
+        # (NodeName without DNS, e.g. NodeAddr-only clusters); it says nothing about the link.
+        entry["error"], entry["skipped"] = res.stderr.strip().splitlines()[-1][:200], UNRESOLVED
+    elif res.status == TIMEOUT or "sent" not in entry:
         entry["error"] = res.describe()
     elif res.stderr.strip():
         entry["error"] = res.stderr.strip().splitlines()[-1][:200]  # e.g. "message too long"
