@@ -129,10 +129,12 @@ def test_parse_ping_summary():
 
 
 def test_argv_is_the_seeds_unfragmented_probe():
-    argv = ping_argv("n2", default_config().prolog.peers, 5)
+    argv = ping_argv("n2", default_config().prolog.peers)
     assert argv[:5] == ["ping", "-q", "-n", "-M", "do"]
     assert argv[argv.index("-s") + 1] == "1400" and argv[argv.index("-c") + 1] == "100"
-    assert argv[-1] == "n2"
+    assert argv[argv.index("-i") + 1] == "0.002" and argv[-1] == "n2"
+    # No -w: it would keep a lossy peer's ping sending until `count` replies or the deadline.
+    assert "-w" not in argv
 
 
 @pytest.mark.parametrize(
@@ -209,3 +211,13 @@ def test_real_ping_to_a_name_that_does_not_resolve():
     # localslurm's nodes are n1..nN at 127.0.0.1: names no resolver knows (RFC 2606 .invalid).
     entry = probe_peer("n2.gpugate.invalid", default_config().prolog.peers, 5)
     assert entry["skipped"] == UNRESOLVED, entry
+
+
+@pytest.mark.skipif(shutil.which("ping") is None, reason="iputils-ping not installed")
+def test_real_ping_to_a_silent_address_sends_count_probes_only():
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) never answers: `count` probes, then the verdict.
+    cfg = default_config().prolog.peers.replace(count=20)
+    entry = probe_peer("192.0.2.1", cfg, 10)
+    if "sent" not in entry:
+        pytest.skip(f"no route to TEST-NET-1 here: {entry}")
+    assert entry["sent"] == 20 and entry["received"] == 0

@@ -68,22 +68,25 @@ def parse_ping(text: str) -> dict[str, Any]:
     return out
 
 
-def ping_argv(host: str, cfg: Peers, deadline_s: float) -> list[str]:
+def ping_argv(host: str, cfg: Peers) -> list[str]:
     """The ping command line for one peer (an argument list, never a shell string)."""
+    # No -w: with a deadline iputils ping sends until `count` replies come back, so one lossy
+    # peer held the prolog for its whole deadline (and sent hundreds of probes more). Without
+    # it ping sends `count` probes and waits -W 1 s for the last replies: at most
+    # count * interval + 1 s; the caller's timeout still bounds it.
     return [
         "ping", "-q", "-n", "-M", "do",
         "-s", str(cfg.packet_size),
         "-c", str(cfg.count),
         "-i", f"{cfg.interval_s:g}",
         "-W", "1",
-        "-w", str(max(1, int(deadline_s))),
         host,
     ]  # fmt: skip
 
 
 def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict[str, Any]:
     """Ping one peer; a snapshot `peers` entry."""
-    res = run(ping_argv(host, cfg, deadline_s), timeout=deadline_s + 1)
+    res = run(ping_argv(host, cfg), timeout=deadline_s + 1)
     entry: dict[str, Any] = {"node": host}
     entry.update(parse_ping(res.stdout))
     if res.status == MISSING:
