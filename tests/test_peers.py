@@ -221,3 +221,27 @@ def test_real_ping_to_a_silent_address_sends_count_probes_only():
     if "sent" not in entry:
         pytest.skip(f"no route to TEST-NET-1 here: {entry}")
     assert entry["sent"] == 20 and entry["received"] == 0
+
+
+def test_prolog_pings_while_it_gathers_and_names_the_prober(monkeypatch):
+    import threading
+
+    from gpugate.hooks import prolog
+
+    pinged = threading.Event()
+
+    def fake_probe(host, cfg, deadline_s):
+        pinged.set()
+        return {"node": host, "sent": 100, "received": 100, "avg_ms": 0.1}
+
+    def fake_gather(config, node, position, deadline_s):
+        # The probes started before the gathering: a sequential prolog would wait here in vain.
+        assert pinged.wait(5), "the peers were not being probed while the node gathered"
+        return make_facts(node=node)
+
+    monkeypatch.setattr(peers_source, "probe_peer", fake_probe)
+    monkeypatch.setattr(prolog, "gather", fake_gather)
+    monkeypatch.setattr(prolog, "with_slurm_gres", lambda config, node, facts: facts)
+    env = HookEnv(node="n2", job_id="5", nodelist="n[1-3]", num_nodes=3)
+    facts = prolog.gather_for_prolog(default_config(), env, 10)
+    assert [(p.prober, p.node) for p in facts.peers] == [("n2", "n1"), ("n2", "n3")]

@@ -74,16 +74,17 @@ class PrologResult(Record):
 def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
     from where the last check stopped; the job's peers probed when it spans nodes."""
-    started = time.monotonic()
+    peers = job_peers(config, env)
+    probing = None
+    if peers:  # pinged while the node gathers its own facts: the probe adds little to the start
+        from gpugate.checks.sources.peers import start_probes
+
+        probing = start_probes(peers, config.prolog.peers, max(1.0, deadline_s - 1.0))
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
     facts = with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
-    peers = job_peers(config, env)
-    if peers:
-        from gpugate.checks.sources.peers import probe_peers
-
-        left = max(1.0, deadline_s - (time.monotonic() - started) - 1.0)
-        probes = [{**p, "prober": env.node} for p in probe_peers(peers, config.prolog.peers, left)]
+    if probing is not None:
+        probes = [{**p, "prober": env.node} for p in probing()]
         facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
     return facts
 

@@ -4,12 +4,13 @@
 instead of quietly fragmenting: exactly the misconfiguration that makes NCCL's socket traffic
 stall. Each node probes a bounded set (`choose_peers`: its ring neighbours in the job's node
 order plus a few seeded random others), so a job of N nodes sends O(N*k) probes, not N*(N-1).
-The probes run concurrently, bounded by the prolog's deadline.
+The probes run concurrently, beside the node's own gathering, bounded by the prolog's deadline.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from random import Random
 
 from gpugate.regex import lazy
@@ -17,6 +18,7 @@ from gpugate.runner import MISSING, TIMEOUT, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from gpugate.config.schema import Peers
@@ -102,9 +104,12 @@ def probe_peer(host: str, cfg: Peers, deadline_s: float) -> dict[str, Any]:
     return entry
 
 
-def probe_peers(hosts: list[str], cfg: Peers, deadline_s: float) -> list[dict[str, Any]]:
-    """Ping every peer at once; results in the order given."""
+def start_probes(
+    hosts: list[str], cfg: Peers, deadline_s: float
+) -> Callable[[], list[dict[str, Any]]]:
+    """Start pinging every peer at once; returns the wait for the results (in the order given)."""
     results: list[dict[str, Any]] = [{"node": h, "error": "not probed"} for h in hosts]
+    end = time.monotonic() + deadline_s + 2
 
     def work(i: int, host: str) -> None:
         results[i] = probe_peer(host, cfg, deadline_s)
@@ -112,6 +117,15 @@ def probe_peers(hosts: list[str], cfg: Peers, deadline_s: float) -> list[dict[st
     threads = [threading.Thread(target=work, args=(i, h), daemon=True) for i, h in enumerate(hosts)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(deadline_s + 2)
-    return results
+
+    def wait() -> list[dict[str, Any]]:
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+        return results
+
+    return wait
+
+
+def probe_peers(hosts: list[str], cfg: Peers, deadline_s: float) -> list[dict[str, Any]]:
+    """Ping every peer at once; results in the order given."""
+    return start_probes(hosts, cfg, deadline_s)()
