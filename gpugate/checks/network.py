@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 @check("net.peers", action=RESEAT, fault=TRANSIENT)
 def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """Unfragmented pings to the job's other nodes: no loss, average latency under the limit."""
+    """Unfragmented pings to some of the job's nodes: no loss, average latency under the limit."""
     if facts.peers is None:
         return []  # not a multi-node prolog, or the probe is switched off: nothing to say
     cfg = ctx.config.prolog.peers
