@@ -129,6 +129,8 @@ class PeerProbe(Record):
     received: int | None = None
     avg_ms: float | None = None
     error: str | None = None
+    prober: str | None = None  # the node that sent the pings (the prolog's SLURMD_NODENAME)
+    skipped: str | None = None  # why no ping went out, not a link fault (name unresolved, no ping)
 
 
 class Facts(Record):

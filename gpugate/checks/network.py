@@ -13,17 +13,24 @@ if TYPE_CHECKING:
 
 @check("net.peers", action=RESEAT, fault=TRANSIENT)
 def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
-    """Unfragmented pings to the job's other nodes: no loss, average latency under the limit."""
+    """Unfragmented pings to some of the job's nodes: no loss, average latency under the limit."""
     if facts.peers is None:
         return []  # not a multi-node prolog, or the probe is switched off: nothing to say
     cfg = ctx.config.prolog.peers
     out = []
     for p in facts.peers:
+        pair = f"{p.prober or facts.node} -> {p.node}"  # a bad link shows on both of its ends
+        if p.skipped:
+            # A name this node cannot resolve, or no ping binary: nothing was sent, so nothing
+            # is known about the link; the node is not at fault.
+            out.append(F.warn("net.peers", f"{pair}: not probed, {p.skipped} ({p.error}); "
+                              "not a link fault"))  # fmt: skip
+            continue
         if p.error and not p.sent:
             out.append(
                 F.fail(
                     "net.peers",
-                    f"{p.node}: no answer to unfragmented {cfg.packet_size}-byte pings ({p.error})",
+                    f"{pair}: no answer to unfragmented {cfg.packet_size}-byte pings ({p.error})",
                 )
             )
             continue
@@ -33,7 +40,7 @@ def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
             out.append(
                 F.fail(
                     "net.peers",
-                    f"{p.node}: {loss:.0f}% loss of {sent} unfragmented {cfg.packet_size}-byte pings"
+                    f"{pair}: {loss:.0f}% loss of {sent} unfragmented {cfg.packet_size}-byte pings"
                     + (f" ({p.error})" if p.error else ""),
                     value=loss,
                     limit=cfg.max_loss_pct,
@@ -43,14 +50,14 @@ def check_net_peers(facts: Facts, ctx: Context) -> list[F.Finding]:
             out.append(
                 F.fail(
                     "net.peers",
-                    f"{p.node}: average ping {p.avg_ms:.1f} ms > {cfg.max_avg_ms:g} ms",
+                    f"{pair}: average ping {p.avg_ms:.1f} ms > {cfg.max_avg_ms:g} ms",
                     value=p.avg_ms,
                     limit=cfg.max_avg_ms,
                 )
             )
     if not out:
         names = ", ".join(p.node for p in facts.peers) or "none"
-        out.append(
-            F.ok("net.peers", f"peers answer without loss under {cfg.max_avg_ms:g} ms: {names}")
-        )
+        me = next((p.prober for p in facts.peers if p.prober), facts.node)
+        detail = f"{me} -> {names}: answer without loss under {cfg.max_avg_ms:g} ms"
+        out.append(F.ok("net.peers", detail))
     return out  # fmt: skip

@@ -150,6 +150,8 @@ class Peers(Record):
     """The multi-node peer probe (the seed's `ping -M do -s 1400`, 100 probes, 10 ms)."""
 
     enabled: bool
+    neighbours: int  # ring neighbours probed, half before and half after (choose_peers)
+    random: int  # other nodes probed besides, seeded by the job id and the node
     packet_size: int
     count: int
     interval_s: float

@@ -74,26 +74,31 @@ class PrologResult(Record):
 def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
     """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
     from where the last check stopped; the job's peers probed when it spans nodes."""
-    started = time.monotonic()
+    peers = job_peers(config, env)
+    probing = None
+    if peers:  # pinged while the node gathers its own facts: the probe adds little to the start
+        from gpugate.checks.sources.peers import start_probes
+
+        probing = start_probes(peers, config.prolog.peers, max(1.0, deadline_s - 1.0))
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
     facts = with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
-    peers = job_peers(config, env)
-    if peers:
-        from gpugate.checks.sources.peers import probe_peers
-
-        left = max(1.0, deadline_s - (time.monotonic() - started) - 1.0)
-        probes = probe_peers(peers, config.prolog.peers, left)
+    if probing is not None:
+        probes = [{**p, "prober": env.node} for p in probing()]
         facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
     return facts
 
 
 def job_peers(config: Config, env: HookEnv) -> list[str]:
-    """The job's other nodes, when the peer probe is on and the job spans several nodes."""
-    if not config.prolog.peers.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
+    """The nodes this one probes, when the peer probe is on and the job spans several nodes:
+    its ring neighbours in the job's node order and a few seeded others (choose_peers)."""
+    cfg = config.prolog.peers
+    if not cfg.enabled or not env.nodelist or (env.num_nodes or 0) < 2:
         return []
+    from gpugate.checks.sources.peers import choose_peers
 
-    return [n for n in expand_hostlist(env.nodelist) if n != env.node]
+    order = expand_hostlist(env.nodelist)
+    return choose_peers(order, env.node or "", cfg.neighbours, cfg.random, env.job_id or "")
 
 
 def check_statuses(findings: list[Finding], config: Config) -> dict[str, str]:
