@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import statistics
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from gpugate.config import load_config  # noqa: E402
 from gpugate.gate import drain as drain_mod  # noqa: E402
 from gpugate.slurm.cli import CliBackend  # noqa: E402
 
+WORKERS = 16
 _SDIAG = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
 
 
@@ -80,17 +83,9 @@ def sdiag(cluster: LocalSlurm) -> dict[str, tuple[int, int]]:
     return {m[0]: (int(m[1]), int(m[2])) for m in _SDIAG.findall(out)}
 
 
-def storm(cluster: LocalSlurm, names: list[str], mode: str, base: Path) -> dict[str, Any]:
-    """Every node in `names` fails at once; what it cost."""
-    site = base / f"site-{mode}-{len(names)}"
-    (site / "shared").mkdir(parents=True)
-    (site / "gpugate.yaml").write_text(
-        f"state_dir: {site / 'state'}\nevidence_dir: {site / 'evidence'}\n"
-        f"admin:\n  history_dir: {site / 'shared'}\n"
-        + ("budget:\n  jitter_s: 0\n" if mode == "before" else "")
-    )
-    config = load_config(str(site / "gpugate.yaml"))
-    real = drain_mod.budget_nodes
+def _hooks(names: list[str], config_path: str, mode: str, out: Any) -> None:
+    """One worker process: a thread per node, each a failing prolog's drain; results to `out`."""
+    config = load_config(config_path)
     if mode == "before":
         drain_mod.budget_nodes = lambda slurm, config, since: slurm.nodes()  # type: ignore[assignment]
     results: dict[str, tuple[dict[str, int], float, bool]] = {}
@@ -101,28 +96,56 @@ def storm(cluster: LocalSlurm, names: list[str], mode: str, base: Path) -> dict[
         outcome = drain_mod.drain_node(slurm, name, "gpu.driver", "bad roll-out", config)
         results[name] = (slurm.counts, time.monotonic() - began, outcome.drained)
 
+    threads = [threading.Thread(target=hook, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    out.put(results)
+
+
+def storm(
+    cluster: LocalSlurm, names: list[str], mode: str, base: Path, jitter_s: float = 0.5
+) -> dict[str, Any]:
+    """Every node in `names` fails at once; what it cost."""
+    site = base / f"site-{mode}-{len(names)}-{jitter_s:g}"
+    (site / "shared").mkdir(parents=True)
+    (site / "gpugate.yaml").write_text(
+        f"state_dir: {site / 'state'}\nevidence_dir: {site / 'evidence'}\n"
+        f"admin:\n  history_dir: {site / 'shared'}\n"
+        f"budget:\n  jitter_s: {0 if mode == 'before' else jitter_s}\n"
+    )
+    # Hooks run in worker processes (a node's hook is its own process at a site; a thousand
+    # threads behind one interpreter lock would slow each read far beyond a real node's).
+    workers = max(1, min(WORKERS, len(names) // 8))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
     cluster.run(["sdiag", "--reset"])
     began = time.monotonic()
-    try:
-        threads = [threading.Thread(target=hook, args=(n,), daemon=True) for n in names]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-    finally:
-        drain_mod.budget_nodes = real  # type: ignore[assignment]
+    procs = [
+        context.Process(
+            target=_hooks, args=(names[i::workers], str(site / "gpugate.yaml"), mode, queue)
+        )
+        for i in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[str, tuple[dict[str, int], float, bool]] = {}
+    for _ in procs:
+        results.update(queue.get(timeout=900))
+    for p in procs:
+        p.join(60)
     wall = time.monotonic() - began
     rpcs = sdiag(cluster)
-    standing = [n for n in names if cluster.is_drained(n)] if len(names) <= 64 else None
-    if standing is None:
-        out = cluster.run(["sinfo", "-h", "-N", "-t", "drain", "-o", "%N"]).stdout.split()
-        standing = [n for n in out if n in set(names)]
+    out = cluster.run(["sinfo", "-h", "-N", "-t", "drain", "-o", "%N"]).stdout.split()
+    standing = [n for n in out if n in set(names)]
     per = [r[0] for r in results.values()]
-    if standing:  # resuming a node that is not drained is an error: only those
-        cluster.run(["scontrol", "update", f"nodename={','.join(standing)}", "state=resume"])
+    for name in standing:  # one by one: a list with one node Slurm will not resume fails whole
+        cluster.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
     return {
         "mode": mode,
         "nodes": len(names),
+        "jitter_s": 0 if mode == "before" else jitter_s,
         "finished": len(results),
         "drained_standing": len(standing),
         "per_node_max": {k: max(c[k] for c in per) for k in per[0]},
@@ -137,9 +160,10 @@ def storm(cluster: LocalSlurm, names: list[str], mode: str, base: Path) -> dict[
     }
 
 
-def run(sizes: list[int], modes: list[str]) -> list[dict[str, Any]]:
-    """One private Slurm per size; a storm per mode; the figures."""
-    out = []
+def run(
+    sizes: list[int], modes: list[str], jitters: tuple[float, ...] = (0.5,)
+) -> Iterator[dict[str, Any]]:
+    """One private Slurm per size; a storm per mode; each storm's figures as it ends."""
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="gpugate-storm-") as tmp:
             simulated = f"sim[0001-{size:04d}]"
@@ -149,9 +173,9 @@ def run(sizes: list[int], modes: list[str]) -> list[dict[str, Any]]:
             os.environ["SLURM_CONF"] = str(cluster.conf_path)
             with cluster.start():
                 for mode in modes:
-                    out.append(storm(cluster, names, mode, Path(tmp)))
-                    time.sleep(2)
-    return out
+                    for jitter in jitters if mode == "after" else (0.0,):
+                        yield storm(cluster, names, mode, Path(tmp), jitter)
+                        time.sleep(2)
 
 
 def main() -> int:
@@ -159,8 +183,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[64, 1000])
     parser.add_argument("--modes", nargs="+", default=["before", "after"])
+    parser.add_argument("--jitter", type=float, nargs="+", default=[0.5])
     args = parser.parse_args()
-    for row in run(args.nodes, args.modes):
+    for row in run(args.nodes, args.modes, tuple(args.jitter)):
         print(json.dumps(row), flush=True)
     return 0
 
