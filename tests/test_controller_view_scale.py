@@ -215,7 +215,9 @@ def test_a_hardware_fault_at_900_of_1000_and_the_first_failure_are_found(big):
     summaries, _, found, account = read(ev, nodes)
     assert not found["n0900"].get("partial") and not found["n0700"].get("partial")
     assert found["n0900"]["hardware_fault"] is True and "n0900" not in account.not_read
-    end = JobEnd(job_id=JOB, nodes=nodes, state="FAILED", exit_code2="1:0", comment="gpugate:requeue")
+    end = JobEnd(
+        job_id=JOB, nodes=nodes, state="FAILED", exit_code2="1:0", comment="gpugate:requeue"
+    )
     category, suspects, infra = cause(end, summaries)
     assert (category, suspects[0], infra) == ("gpu_xid_hardware", "n0900", True)
     assert decide_requeue(end, summaries, default_config()).requeue
@@ -254,7 +256,7 @@ def test_the_controller_logs_what_it_did_not_read(big, monkeypatch):
 
 def _refused(ev: Path, nodes: tuple[str, ...], opens: dict) -> tuple:
     opens.clear()
-    summaries, _, found, account = read(ev, nodes)
+    _, _, found, account = read(ev, nodes)
     record_opens = {p: c for p, c in opens.items() if "@digest" not in p}
     # Fallen back to every record (within the budget), the hardware fault still found.
     assert account.read == len(nodes) and account.not_read == () and len(record_opens) == len(nodes)
@@ -298,6 +300,28 @@ def test_another_jobs_digest_is_refused(job100, opens):
     assert _refused(ev, nodes, opens)[0] == "another job's or run's ('8', run 0)"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_digest_not_its_directory_owners_is_refused(job100, opens):
+    ev, nodes, digest = job100
+    os.chown(digest, 4321, -1)  # a user's file, put there by whoever could
+    why, _ = _refused(ev, nodes, opens)
+    assert why.startswith("not its directory owner's alone (uid 4321")
+
+
+def test_a_node_the_digest_does_not_name_is_read_whatever_the_limit(tmp_path):
+    nodes = names(100)
+    build(tmp_path, nodes, {"n0077": hardware("n0077", 1)})
+    digest = V.digest_path(str(tmp_path), JOB, 0)
+    doc = json.loads(Path(digest).read_text())
+    del doc["nodes"]["n0077"]  # its writer's update lost
+    Path(digest).write_text(json.dumps(doc))
+    summaries, _, found, account = read(tmp_path, nodes, max_records=4)
+    assert found["n0077"]["hardware_fault"] is True and not found["n0077"].get("partial")
+    # Peeked at (a small record is read whole) and counted among the four.
+    assert account.read == 4 and len(account.not_read) == 96 and account.opens == 1 + 1 + 3
+    assert cause(JobEnd(job_id=JOB, nodes=nodes), summaries)[1][0] == "n0077"
+
+
 def test_a_digest_that_is_not_a_file_is_refused(job100, opens):
     ev, nodes, digest = job100
     os.unlink(digest)
@@ -308,7 +332,7 @@ def test_a_digest_that_is_not_a_file_is_refused(job100, opens):
 def test_no_digest_at_all_reads_every_record(job100, opens):
     ev, nodes, digest = job100  # nodes of an older release write none
     os.unlink(digest)
-    summaries, _, found, account = read(ev, nodes)
+    _, _, found, account = read(ev, nodes)
     assert account.read == 100 and account.digest is None and found["n0090"]["hardware_fault"]
 
 
@@ -374,7 +398,7 @@ def test_max_records_is_validated(tmp_path):
     assert load_config("/dev/null").requeue.max_records == 64
     for bad in ("0", "-1", "5000", "many"):
         site.write_text(f"requeue:\n  max_records: {bad}\n")
-        with pytest.raises(ConfigError, match="requeue.max_records"):
+        with pytest.raises(ConfigError, match=r"requeue\.max_records"):
             load_config(str(site))
     site.write_text("requeue:\n  max_records: 8\n")
     assert load_config(str(site)).requeue.max_records == 8

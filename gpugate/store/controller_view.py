@@ -515,7 +515,10 @@ def read_records(
     used = digest is not None and digest.why is None and digest.seen is not None
     unread = set(named) | over
     limit = max(0, max_records - len(final)) if used and max_records is not None else None
-    for node in read_order(nodes, named, over)[:limit]:
+    # The digest vouches only for the nodes it names: a done record it does not name (its
+    # writer's update lost or refused) is read whatever the limit, after the most telling.
+    unnamed = [n for n in nodes if n in over and n not in named]
+    for node in read_order(nodes, named)[:limit] + unnamed:
         doc, _ = read_record(
             record_path(evidence_dir, job_id, node, restart), min(MAX_BYTES, tally.left()), tally
         )
@@ -534,27 +537,23 @@ def read_records(
     return summaries, problems, found, account
 
 
-def read_order(
-    nodes: tuple[str, ...], named: dict[str, dict[str, Any]], over: set[str]
-) -> list[str]:
-    """The done nodes to read, most telling first: hardware faults (earliest error first), the
-    failing rank's node, the first to fail, the records the digest does not name, the rest."""
+def read_order(nodes: tuple[str, ...], named: dict[str, dict[str, Any]]) -> list[str]:
+    """The digest's done nodes, most telling first: hardware faults (earliest error first),
+    the failing rank's node, then by first failure time, the rest in the job's order."""
     place = {n: i for i, n in enumerate(nodes)}
     failing = {e.get("failing_node") for e in named.values()}
 
     def key(node: str) -> tuple[int, str, int]:
-        entry = named.get(node)
-        if entry is None:
-            return 3, "", place[node]
+        entry = named[node]
         if entry.get("hardware_fault"):
             return 0, str(entry.get("first_hardware_error_at") or "~"), place[node]
         if node in failing:
             return 1, "", place[node]
         if entry.get("first_failure_at"):
             return 2, str(entry["first_failure_at"]), place[node]
-        return 4, "", place[node]
+        return 3, "", place[node]
 
-    return sorted(set(named) | over, key=key)
+    return sorted(named, key=key)
 
 
 class _Digest:
