@@ -124,14 +124,19 @@ def test_a_1000_node_job_opens_its_digest_and_max_records_records(big, opens):
     assert len(full) == MAX and full.isdisjoint(account.not_read)
 
 
+def with_late(ev: Path, nodes: tuple[str, ...], late: tuple[str, ...], opens: dict) -> Clock:
+    """Every node done but `late`, still running; the opens counted from here on."""
+    build(ev, tuple(n for n in nodes if n not in late))
+    for node in late:
+        V.write_record(str(ev), JOB, node, 0, V.running(45, now=1000.0))
+    opens.clear()  # the writers' opens
+    return Clock()
+
+
 def test_done_records_are_read_once_and_only_the_late_ones_are_polled(tmp_path, opens):
     nodes = names(MAX)
     late = nodes[10:14]
-    build(tmp_path, tuple(n for n in nodes if n not in late))
-    for node in late:
-        V.write_record(str(tmp_path), JOB, node, 0, V.running(45, now=1000.0))
-    clock = Clock()
-    opens.clear()  # the writers' opens
+    clock = with_late(tmp_path, nodes, late, opens)
 
     def sleep(s: float) -> None:
         clock.sleep(s)
@@ -154,12 +159,7 @@ def test_a_large_job_with_late_nodes_polls_only_those_and_takes_them_from_the_di
     tmp_path, opens
 ):
     nodes = names(200)
-    late = ("n0150", "n0151")
-    build(tmp_path, tuple(n for n in nodes if n not in late))
-    for node in late:
-        V.write_record(str(tmp_path), JOB, node, 0, V.running(45, now=1000.0))
-    clock = Clock()
-    opens.clear()  # the writers' opens
+    clock = with_late(tmp_path, nodes, ("n0150", "n0151"), opens)
 
     def sleep(s: float) -> None:
         clock.sleep(s)

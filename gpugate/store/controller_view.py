@@ -440,22 +440,10 @@ def still_running(found: dict[str, dict[str, Any]], now: float) -> bool:
 
 
 def wait_for_records(
-    evidence_dir: str,
-    job_id: str,
-    nodes: tuple[str, ...],
-    restart: int,
-    wait_s: float,
-    cap_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.time,
+    *args: Any, **kwargs: Any
 ) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]]]:
-    """Wait until every node's epilog is over; (done records, problems, every record found).
-
-    Every record is read (read_records without max_records).
-    """
-    summaries, problems, found, _ = read_records(
-        evidence_dir, job_id, nodes, restart, wait_s, cap_s, sleep, clock
-    )
+    """read_records' (done records, problems, every record found), its arguments the same."""
+    summaries, problems, found, _ = read_records(*args, **kwargs)
     return summaries, problems, found
 
 
