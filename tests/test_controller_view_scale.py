@@ -383,7 +383,8 @@ def test_pruning_the_last_record_takes_the_digest_and_its_lock(tmp_path):
     for node in ("n0001", "n0002"):
         V.write_record(str(tmp_path), JOB, node, 0, V.done(timeout(node, 1)))
     job_dir = Path(V.view_dir(str(tmp_path), JOB))
-    assert (job_dir / "locks" / "digest-r0.lock").exists()
+    lock = job_dir / "locks" / "digest-r0.lock"  # no user can open it and hold it
+    assert lock.stat().st_mode & 0o777 == 0o600 and lock.parent.stat().st_mode & 0o777 == 0o700
     E.remove_view(str(tmp_path), f"{JOB}/n0001-r0")
     assert Path(V.digest_path(str(tmp_path), JOB, 0)).exists()  # n0002's record is left
     E.remove_view(str(tmp_path), f"{JOB}/n0002-r0")
