@@ -155,6 +155,30 @@ def test_done_records_are_read_once_and_only_the_late_ones_are_polled(tmp_path, 
     assert account.opens == MAX - len(late) + 6 * len(late)
 
 
+@pytest.mark.parametrize("n", [1, MAX, 1000])
+def test_only_the_late_nodes_are_polled_again(tmp_path, opens, n):
+    nodes = names(n)
+    late = nodes[-2:]  # the job's last nodes (its only one at n=1) end after three polls
+    clock = with_late(tmp_path, nodes, late, opens)
+    digest = V.digest_path(str(tmp_path), JOB, 0)
+
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        if clock.polls == 3:
+            for node in late:
+                V.write_record(str(tmp_path), JOB, node, 0, V.done(timeout(node, 1)))
+            for path in [p for p in opens if not p.endswith(".json") or p == digest]:
+                del opens[path]  # the writers' own opens
+
+    summaries, _, _, account = V.read_records(str(tmp_path), JOB, nodes, 0, 60, 105, sleep,
+                                              clock.time, max_records=MAX)  # fmt: skip
+    path = {p: V.record_path(str(tmp_path), JOB, p, 0) for p in nodes}
+    assert clock.polls == 3 and len(summaries) == n == account.records
+    assert all(opens.get(path[p], 0) <= 1 for p in nodes if p not in late)  # done: once at most
+    assert all(opens[path[p]] in (3, 4) for p in late)  # running thrice, then done (or named)
+    assert sum(opens.get(path[p], 0) for p in nodes) <= min(n, MAX) + 3 * len(late)
+
+
 def test_a_large_job_with_late_nodes_polls_only_those_and_takes_them_from_the_digest(
     tmp_path, opens
 ):
