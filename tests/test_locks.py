@@ -34,6 +34,9 @@ LOCKERS = {
     "gpugate/store/metrics.py",
     "gpugate/gate/repair.py",
     "gpugate/isolate/apply.py",
+    # A job's digest lock, one per job and run below evidence_dir (not a fixed path, so not in
+    # lock_paths): private as the others, tests/test_controller_view_scale.py.
+    "gpugate/store/controller_view.py",
 }
 
 

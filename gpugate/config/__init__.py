@@ -43,6 +43,8 @@ _KEYED = {
 }
 # Shares of a whole (non-negative is checked for every number).
 _AT_MOST = {
+    # The controller's reads stay under controller_view.READ_BUDGET (64 MiB) whatever this is.
+    "requeue.max_records": 4096,
     "epilog.evidence_user_share": 1.0,
     "budget.hardware_share": 1.0,
     "budget.max_drained_share": 1.0,
@@ -60,6 +62,7 @@ _AT_MOST = {
 }
 # Counts that mean nothing below a floor (0 passes would lift a drain on the failing run).
 _AT_LEAST = {
+    "requeue.max_records": 1,
     "health.heal_after_passes": 1,
     "isolate.max_gpus": 1,
     "health.suspect_users_min": 1,

@@ -228,6 +228,7 @@ class Requeue(Record):
     max_restarts: int
     max_restarts_limit: int
     wait_for_bundles_s: float
+    max_records: int  # a larger job's records: its digest, and this many in full
     exclude_suspects: bool
     start_now: bool
 

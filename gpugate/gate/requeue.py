@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
+    from gpugate.store.controller_view import ReadAccount
 
 # Slurm's own verdicts on the job (JobState) that settle the question without logs.
 USER_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "PREEMPTED"})
@@ -229,23 +230,28 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
 
 
 def wait_for_summaries(
-    config: Config, job: JobEnd, wait_s: float
+    config: Config, job: JobEnd, wait_s: float, accounts: list[ReadAccount] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """(the nodes' done records for this run of the job, node -> why unreadable).
 
     Waits until every node epilog has ended (its record done, or past its deadline): a record
     not there yet up to `wait_s`, a running one up to its deadline (at most wait_s plus
-    epilog.deadline_s in all). The records are all the controller reads, never the bundles.
+    epilog.deadline_s in all). The records are all the controller reads, never the bundles;
+    of a job over requeue.max_records nodes, at most that many in full (the others' decision
+    fields from the job's digest). `accounts` gets what was read and what not.
     """
     if not job.nodes or not job.job_id:
         return [], {}
     cap = wait_s + config.epilog.deadline_s if wait_s > 0 else 0.0
     try:
-        summaries, problems, _ = controller_view.wait_for_records(
-            config.evidence_dir, job.job_id, job.nodes, job.restarts, wait_s, cap
-        )
+        summaries, problems, _, account = controller_view.read_records(
+            config.evidence_dir, job.job_id, job.nodes, job.restarts, wait_s, cap,
+            max_records=config.requeue.max_records,
+        )  # fmt: skip
     except (OSError, ValueError) as exc:  # a node name unfit for a path, say
         return [], {"*": f"cannot read the decision records: {exc}"}
+    if accounts is not None:
+        accounts.append(account)
     return summaries, {n: cannot_read(why) for n, why in problems.items()}
 
 

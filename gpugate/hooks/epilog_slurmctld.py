@@ -32,6 +32,7 @@ from gpugate.slurm.choose import backend
 from gpugate.slurm.cli import expand_hostlist
 from gpugate.slurm.hookenv import comment_tokens, from_environ
 from gpugate.slurm.reasons import mark_drill
+from gpugate.store.controller_view import hostlist
 from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
     from gpugate.slurm.control import SlurmControl
+    from gpugate.store.controller_view import ReadAccount
 
 
 def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
@@ -52,12 +54,23 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
 
 
 def run_requeue(
-    config: Config, job: JobEnd, slurm: SlurmControl, wait_s: float, dry_run: bool = False
+    config: Config,
+    job: JobEnd,
+    slurm: SlurmControl,
+    wait_s: float,
+    dry_run: bool = False,
+    accounts: list[ReadAccount] | None = None,
 ) -> tuple[Any, ...]:
-    """Gather the evidence, decide, act; returns (decision, steps done)."""
+    """Gather the evidence, decide, act; returns (decision, steps done). `accounts` gets
+    what was read of the records and what not."""
     # A failed multi-node job's bundles are waited for to vote on its suspect, too.
     wait = needs_evidence(job, config) or wants_votes(job, config)
-    summaries, unreadable = wait_for_summaries(config, job, wait_s if wait else 0)
+    accounts = [] if accounts is None else accounts
+    summaries, unreadable = wait_for_summaries(config, job, wait_s if wait else 0, accounts)
+    for account in accounts:
+        if account.not_read or account.digest not in (None, "used"):
+            # What the decision did not see, said where the admin looks (slurmctld's log).
+            log.say(f"epilog-slurmctld job {job.job_id}: {account.describe()}")
     for problem in dict.fromkeys(unreadable.values()):  # plainly, in slurmctld's log
         log.say(f"epilog-slurmctld job {job.job_id}: {problem}")
     drill = drill_of(summaries)
@@ -124,7 +137,10 @@ def run_epilog_slurmctld(config: Config) -> int:
     cannot_write = writable_problem(where)
     if cannot_write:  # said before deciding: the decision itself will not be recorded
         log.say(f"epilog-slurmctld job {job.job_id}: {cannot_write}")
-    decision, done = run_requeue(config, job, slurm, config.requeue.wait_for_bundles_s)
+    accounts: list[ReadAccount] = []
+    wait_s = config.requeue.wait_for_bundles_s
+    decision, done = run_requeue(config, job, slurm, wait_s, accounts=accounts)
+    read = accounts[0] if accounts else None
     if cannot_write and decision.requeue:  # a requeued job takes an AdminComment
         done.append(_comment(slurm, job.job_id, cannot_write, "controller_dir unwritable"))
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
@@ -135,6 +151,9 @@ def run_epilog_slurmctld(config: Config) -> int:
               said=decision.describe() if decision.tell else None,
               unreadable=decision.unreadable or None,
               checkpoint=decision.checkpoint, ckpt_dir=decision.ckpt_dir,
+              records=read.describe() if read else None,
+              not_read=hostlist(read.not_read) if read and read.not_read else None,
+              not_read_count=len(read.not_read) if read else None,
               steps=done, pid=os.getpid())  # fmt: skip
     return 0
 

@@ -14,16 +14,32 @@ the job ended well, or the prolog refused it here) removes the record instead, s
 job leaves a file: the controller waits for evidence only after an abnormal end, which the
 node epilog sees too (the job's exit code) and answers with a bundle. A record goes with its
 bundle when the node prunes it (evidence.remove_view).
+
+A large job (issue 32): each node epilog that writes a done record also adds its decision
+fields to the job's digest, `<job id>/@digest-r<restarts>.json` beside the records ('@' is in
+no node's name), under an flock on `<job id>/locks/digest-r<restarts>.lock` (0600 in a 0700
+directory of root's, fsutil.FileLock: no user can hold it); about 150 bytes per node, no
+flight recorder. The controller reads every record of a job of at most `requeue.max_records`
+nodes, as before. For a larger one it reads the digest, and in full only the records that
+matter most, at most max_records: the hardware-fault nodes, the failing rank's node, the nodes
+that failed first (`read_order`); the others' decision fields come from the digest
+(`partial`), and the account (`ReadAccount`) names them, unread, as a hostlist. Bytes read
+in all stay under READ_BUDGET. A digest SlurmUser cannot trust (a symlink, not root's, writable
+by others, torn, another job's) is refused with the reason, and every record is then read as
+for a small job, within the same byte budget.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import time
 
-from gpugate.fsutil import atomic_write
+from gpugate.fsutil import FileLock, atomic_write, lock_file
+from gpugate.record import Record
+from gpugate.slurm.hostlist import HostlistError, hostlist_compress
 from gpugate.store.evidence import _JOB, VIEW_DIR, bundle_name, remove_view
 
 TYPE_CHECKING = False
@@ -48,6 +64,24 @@ SUMMARY_FIELDS = (
 FR_PG_KEYS = ("name", "desc", "ranks", "last_enqueued", "last_completed")
 FR_ENTRY_KEYS = ("seq", "pg_id", "op", "sizes", "state", "is_p2p", "retired")
 FR_ENTRIES_KEPT = 256  # per rank: the newest; a hang is at the end of the ring buffer
+# The digest: what each node's entry keeps (the decision fields, no flight recorder, no
+# checkpoint text), its size cap (about 150 bytes a node: 8 MiB holds 50,000 nodes) and the
+# lock's wait (the holder rewrites a file of at most that size: milliseconds).
+DIGEST_FIELDS = (
+    "category", "category_trusted", "confidence", "hardware_fault", "first_hardware_error_at",
+    "first_failure_at", "failing_node", "kind", "drill",
+)  # fmt: skip
+DIGEST_MAX_BYTES = 8 << 20
+DIGEST_WAIT_S = 5.0
+# All the controller reads for one job, records and digest together: 16 records at their
+# 4 MiB cap, or 200 flight-recorder records of 8 ranks (about 300 KiB each). Several
+# EpilogSlurmctld run at once on slurmctld's host, and json holds a record at several times
+# its size in memory.
+READ_BUDGET = 64 << 20
+# What a poll reads of a record the digest does not name yet (a large job): a running record
+# is under 100 bytes; a larger one is done, and waits for the digest to say whether it matters.
+PEEK_BYTES = 4096
+POLL_S = 0.5
 
 
 class ViewError(OSError):
@@ -92,7 +126,44 @@ def write_record(
         _traversable(directory)
     doc = dict(record, node=node, run=int(restart), written_at=round(time.time(), 3))
     atomic_write(path, json.dumps(doc, default=str), mode=FILE_MODE)
+    if doc.get("state") == DONE:
+        try:
+            note_done(evidence_dir, job_id, node, restart, doc)
+        except OSError as exc:  # the record is there: the controller reads it directly
+            raise ViewError(f"{path} written, the job's digest not updated: {exc}") from None
     return path
+
+
+def digest_path(evidence_dir: str, job_id: str, restart: int) -> str:
+    """`<evidence_dir>/controller-view/<job id>/@digest-r<restarts>.json`."""
+    return os.path.join(view_dir(evidence_dir, job_id), f"@digest-r{int(restart)}.json")
+
+
+def digest_entry(record: dict[str, Any]) -> dict[str, Any]:
+    """A done record's line in the digest: its decision fields that are set, nothing else."""
+    return {k: record[k] for k in DIGEST_FIELDS if record.get(k) not in (None, False, "")}
+
+
+def note_done(
+    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any]
+) -> bool:
+    """Add this node's done record to its job's digest; whether the lock came in time.
+
+    Read-modify-write under the job's flock: concurrent node epilogs lose no node. Without
+    the lock (a writer stuck past DIGEST_WAIT_S) it writes anyway, atomically: an entry
+    another node wrote meanwhile may be lost, and the controller then reads that node's
+    record directly (a node the digest does not name is polled as before).
+    """
+    directory = view_dir(evidence_dir, job_id)
+    path = digest_path(evidence_dir, job_id, restart)
+    with FileLock(lock_file(directory, f"digest-r{int(restart)}.lock"),
+                  wait_s=DIGEST_WAIT_S) as lock:  # fmt: skip
+        current, _ = read_digest(path, job_id, restart)  # a refused one is replaced
+        nodes = dict(current["nodes"]) if current else {}
+        nodes[node] = digest_entry(record)
+        doc = {"job_id": job_id, "run": int(restart), "done": len(nodes), "nodes": nodes}
+        atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str), mode=FILE_MODE)
+    return lock.held
 
 
 def forget(evidence_dir: str, job_id: str, node: str, restart: int) -> None:
@@ -152,23 +223,91 @@ def _fr_record(rec: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the controller
 
 
-def read_record(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(record, None), (None, None) when there is none yet, or (None, why it is unreadable)."""
+class ReadAccount(Record):
+    """What the controller read of one run's records, and what it left unread (issue 32)."""
+
+    nodes: int = 0  # the job's nodes
+    records: int = 0  # done records known: read, or named by the digest
+    read: int = 0  # done records read in full
+    not_read: tuple[str, ...] = ()  # done, not read: the digest's line stands for them
+    opens: int = 0  # files opened, digest included (a missing record's failed open counts)
+    bytes_read: int = 0
+    digest: str | None = None  # "used", why it was refused, or None (not needed or none)
+
+    def describe(self) -> str:
+        """`read 64 of 1000 records (the first failures and hardware faults); not read: ...`."""
+        text = f"read {self.read} of {self.records} records"
+        if self.digest == "used":
+            text += " (the first failures and hardware faults)"
+        elif self.digest:
+            text += f" (the job's digest refused: {self.digest})"
+        if self.not_read:
+            text += f"; not read: {hostlist(self.not_read)} ({len(self.not_read)} nodes)"
+        return text
+
+
+def hostlist(nodes: tuple[str, ...]) -> str:
+    """`n[0065-1000]`: the nodes as a compressed hostlist (a plain list if one cannot be)."""
+    try:
+        return hostlist_compress(list(nodes))
+    except HostlistError:
+        return ",".join(nodes)
+
+
+class _Tally:
+    """Files opened and bytes read by one controller read, against its byte budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.opens, self.bytes = budget, 0, 0
+
+    def left(self) -> int:
+        return max(0, self.budget - self.bytes)
+
+
+def _load(
+    path: str, cap: int, tally: _Tally | None
+) -> tuple[bytes | None, str | None, bool, int | None]:
+    """(data, why not, over `cap`, owner uid) of a regular file opened without following a
+    symlink or blocking; (None, None, False, None) when there is none."""
+    if tally is not None:
+        tally.opens += 1
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return None, None
+        return None, None, False, None
     except OSError as exc:
-        return None, f"{exc.strerror or exc}"
+        if exc.errno == errno.ELOOP:
+            return None, "a symlink; not followed", False, None
+        return None, f"{exc.strerror or exc}", False, None
     try:
         with os.fdopen(fd, "rb") as fh:
-            if not _regular(fh.fileno()):
-                return None, "not a regular file"
-            data = fh.read(MAX_BYTES + 1)
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None, "not a regular file", False, st.st_uid
+            if st.st_size > cap:  # said without reading it
+                return None, None, True, st.st_uid
+            data = fh.read(cap + 1)
     except OSError as exc:
-        return None, f"{exc.strerror or exc}"
-    if len(data) > MAX_BYTES:
-        return None, f"larger than {MAX_BYTES >> 20} MiB"
+        return None, f"{exc.strerror or exc}", False, None
+    if tally is not None:
+        tally.bytes += len(data)
+    if len(data) > cap:  # grew since the fstat
+        return None, None, True, st.st_uid
+    return data, None, False, st.st_uid
+
+
+def read_record(
+    path: str, cap: int = MAX_BYTES, tally: _Tally | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None), (None, None) when there is none yet, or (None, why it is unreadable).
+
+    `cap` under MAX_BYTES (a byte budget, a peek): a larger record is (None, OVER_CAP).
+    """
+    data, why, over, _ = _load(path, min(cap, MAX_BYTES), tally)
+    if over:
+        return None, OVER_CAP if cap < MAX_BYTES else f"larger than {MAX_BYTES >> 20} MiB"
+    if data is None:
+        return None, why
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError):
@@ -178,14 +317,66 @@ def read_record(path: str) -> tuple[dict[str, Any] | None, str | None]:
     return doc, None
 
 
-def _regular(fd: int) -> bool:
-    return stat.S_ISREG(os.fstat(fd).st_mode)
+OVER_CAP = "larger than what is left to read"
+
+
+def read_digest(
+    path: str, job_id: str, restart: int, tally: _Tally | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the job's digest, None), (None, None) when there is none, or (None, why refused).
+
+    SlurmUser trusts only what root wrote for this job and run: a regular file (no symlink
+    followed) owned by its directory's owner (root's 0711), writable by nobody else, in a
+    directory nobody else can write, at most DIGEST_MAX_BYTES, whole JSON naming this job.
+    """
+    cap = DIGEST_MAX_BYTES if tally is None else min(DIGEST_MAX_BYTES, tally.left())
+    data, why, over, uid = _load(path, cap, tally)
+    if why is not None:
+        return None, why
+    if over:
+        return None, f"larger than {cap} bytes"
+    if data is None:
+        return None, None
+    try:
+        where = os.stat(os.path.dirname(path))
+        mode = os.stat(path, follow_symlinks=False).st_mode
+    except OSError as exc:
+        return None, f"{exc.strerror or exc}"
+    if uid != where.st_uid or where.st_mode & 0o022 or mode & 0o022:
+        return None, (f"not its directory owner's alone (uid {uid}, mode {mode & 0o7777:04o}; "
+                      f"directory uid {where.st_uid}, mode {where.st_mode & 0o7777:04o})")  # fmt: skip
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, "not JSON (torn or foreign)"
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), dict):
+        return None, "not a digest"
+    if doc.get("job_id") != job_id or doc.get("run") != int(restart):
+        return None, f"another job's or run's ({doc.get('job_id')!r}, run {doc.get('run')!r})"
+    nodes = {n: e for n, e in doc["nodes"].items() if _entry_ok(e)}
+    return {**doc, "nodes": nodes}, None
+
+
+def _entry_ok(entry: object) -> bool:
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(entry, dict) and all(
+        k in DIGEST_FIELDS and isinstance(v, scalar) for k, v in entry.items()
+    )
 
 
 def gather(
-    evidence_dir: str, job_id: str, nodes: tuple[str, ...], restart: int
+    evidence_dir: str,
+    job_id: str,
+    nodes: tuple[str, ...],
+    restart: int,
+    cap: int = MAX_BYTES,
+    tally: _Tally | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """({node: record}, {node: why unreadable}) for this run of the job, as they are now."""
+    """({node: record}, {node: why unreadable}) for this run of the job, as they are now.
+
+    A record over `cap` (a peek, the byte budget) is neither: its node is in the problems
+    as OVER_CAP, for the caller to take out.
+    """
     found: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {}
     for node in nodes:
@@ -194,9 +385,12 @@ def gather(
         except (ViewError, OSError) as exc:
             problems[node] = str(exc)
             continue
-        doc, why = read_record(path)
+        doc, why = read_record(path, min(cap, tally.left()) if tally else cap, tally)
         if doc is not None:
             found[node] = doc
+            continue
+        if why == OVER_CAP:
+            problems[node] = OVER_CAP
             continue
         blocked = _blocked(path)  # a directory on the way this process cannot pass
         if blocked is not None:
@@ -246,6 +440,14 @@ def still_running(found: dict[str, dict[str, Any]], now: float) -> bool:
 
 
 def wait_for_records(
+    *args: Any, **kwargs: Any
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]]]:
+    """read_records' (done records, problems, every record found), its arguments the same."""
+    summaries, problems, found, _ = read_records(*args, **kwargs)
+    return summaries, problems, found
+
+
+def read_records(
     evidence_dir: str,
     job_id: str,
     nodes: tuple[str, ...],
@@ -254,17 +456,40 @@ def wait_for_records(
     cap_s: float,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
-) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]]]:
-    """Wait until every node's epilog is over; (done records, problems, every record found).
+    max_records: int | None = None,
+    budget: int = READ_BUDGET,
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]], ReadAccount]:
+    """Wait until every node's epilog is over; (done records, problems, every record found,
+    what was read and what not).
 
     A missing record is waited for up to `wait_s` (that node's epilog has not started yet);
     a running one until its deadline, however late, up to `cap_s` in all (a node clock far
-    off, say). An unreadable directory is not waited for: nothing will come.
+    off, say). An unreadable directory is not waited for: nothing will come. A done record
+    is final: read once, never opened again; each poll opens only the nodes still missing or
+    running. A job of more than `max_records` nodes is read through its digest (the module's
+    docstring); bytes read in all stay under `budget`.
     """
+    tally = _Tally(budget)
+    digest = None
+    if max_records is not None and len(nodes) > max_records:
+        digest = _Digest(digest_path(evidence_dir, job_id, restart), job_id, restart, tally)
+    final: dict[str, dict[str, Any]] = {}  # done records read in full
+    named: dict[str, dict[str, Any]] = {}  # the digest's entries of done nodes, not opened
+    over: set[str] = set()  # done records over the peek or the budget: read at the end, or not
+    wanted = set(nodes)
     start = clock()
     while True:
         now = clock()
-        found, problems = gather(evidence_dir, job_id, nodes, restart)
+        if digest is not None:
+            named = {n: e for n, e in digest.poll().items() if n in wanted}
+        pending = tuple(n for n in nodes if n not in final and n not in named and n not in over)
+        cap = PEEK_BYTES if digest is not None and digest.why is None else MAX_BYTES
+        got, problems = gather(evidence_dir, job_id, pending, restart, cap, tally)
+        over |= {n for n, why in problems.items() if why == OVER_CAP}
+        problems = {n: why for n, why in problems.items() if why != OVER_CAP}
+        final.update((n, r) for n, r in got.items() if r.get("state") == DONE)
+        placeholder = {"state": DONE}  # known done (the digest, a size), not read yet
+        found = {**dict.fromkeys(over | set(named), placeholder), **got, **final}
         waited = now - start
         if len(problems) == len(nodes):  # nothing will come that this process can read
             break
@@ -272,6 +497,83 @@ def wait_for_records(
             break
         if waited >= wait_s and not still_running(found, now):
             break
-        sleep(0.5)
-    summaries = [r for r in found.values() if r.get("state") == DONE]
-    return summaries, problems, found
+        if tally.left() == 0:  # said in the account: the rest is not read
+            break
+        sleep(POLL_S)
+    used = digest is not None and digest.why is None and digest.seen is not None
+    unread = set(named) | over
+    limit = max(0, max_records - len(final)) if used and max_records is not None else None
+    # The digest vouches only for the nodes it names: a done record it does not name (its
+    # writer's update lost or refused) is read whatever the limit, after the most telling.
+    unnamed = [n for n in nodes if n in over and n not in named]
+    for node in read_order(nodes, named)[:limit] + unnamed:
+        doc, _ = read_record(
+            record_path(evidence_dir, job_id, node, restart), min(MAX_BYTES, tally.left()), tally
+        )
+        if doc is not None and doc.get("state") == DONE:
+            final[node] = doc
+            unread.discard(node)
+    stubs = {n: {"state": DONE, **named[n], "node": n, "run": int(restart), "partial": True}
+             for n in named if n not in final}  # fmt: skip
+    found = {**found, **stubs, **final}
+    summaries = [found[n] for n in nodes if n in final or n in stubs]
+    account = ReadAccount(
+        nodes=len(nodes), records=len(final) + len(unread), read=len(final),
+        not_read=tuple(n for n in nodes if n in unread), opens=tally.opens,
+        bytes_read=tally.bytes, digest="used" if used else (digest.why if digest else None),
+    )  # fmt: skip
+    return summaries, problems, found, account
+
+
+def read_order(nodes: tuple[str, ...], named: dict[str, dict[str, Any]]) -> list[str]:
+    """The digest's done nodes, most telling first: hardware faults (earliest error first),
+    the failing rank's node, then by first failure time, the rest in the job's order."""
+    place = {n: i for i, n in enumerate(nodes)}
+    failing = {e.get("failing_node") for e in named.values()}
+
+    def key(node: str) -> tuple[int, str, int]:
+        entry = named[node]
+        if entry.get("hardware_fault"):
+            return 0, str(entry.get("first_hardware_error_at") or "~"), place[node]
+        if node in failing:
+            return 1, "", place[node]
+        if entry.get("first_failure_at"):
+            return 2, str(entry["first_failure_at"]), place[node]
+        return 3, "", place[node]
+
+    return sorted(named, key=key)
+
+
+class _Digest:
+    """The job's digest as a large job's polls see it: read again only when it changed."""
+
+    def __init__(self, path: str, job_id: str, restart: int, tally: _Tally) -> None:
+        self.path, self.job_id, self.restart, self.tally = path, job_id, restart, tally
+        self.seen: tuple[int, int, int] | None = None
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.why: str | None = None  # refused: every record is then read as for a small job
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        """The done nodes' entries ({} once refused, or while there is no digest)."""
+        if self.why is not None:
+            return {}
+        try:  # lstat opens nothing: an unchanged digest costs no open and no byte
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return self.nodes
+        except OSError as exc:
+            st = None
+            self.why = f"{exc.strerror or exc}"
+        if st is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == self.seen:
+            return self.nodes
+        doc, why = (None, self.why) if st is None else read_digest(
+            self.path, self.job_id, self.restart, self.tally)  # fmt: skip
+        if doc is None and why is None:  # replaced between the lstat and the open: next poll
+            return self.nodes
+        if doc is None or st is None:
+            self.why = why or self.why
+            self.nodes = {}
+            return {}
+        self.seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self.nodes = doc["nodes"]
+        return self.nodes

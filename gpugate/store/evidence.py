@@ -431,9 +431,27 @@ def remove_view(evidence_dir: str, rel: str) -> None:
     try:
         if ".old-" not in name:
             os.unlink(record)
+        _drop_digest(os.path.dirname(record))
         os.rmdir(os.path.dirname(record))
     except OSError:  # none, or the job's other nodes still have theirs
         pass
+
+
+def _drop_digest(job_dir: str) -> None:
+    """Remove a job's digest and its lock (controller_view.note_done) once no record is left:
+    a record is always written before its node's digest entry, so none is being added."""
+    names = os.listdir(job_dir)
+    if not all(n.startswith("@digest-r") or n == "locks" for n in names):
+        return
+    for n in names:
+        if n == "locks":
+            locks_dir = os.path.join(job_dir, n)
+            for lock in os.listdir(locks_dir):
+                if lock.startswith("digest-r"):
+                    os.unlink(os.path.join(locks_dir, lock))
+            os.rmdir(locks_dir)
+        else:
+            os.unlink(os.path.join(job_dir, n))
 
 
 # ------------------------------------------------------------------------------ reading

@@ -13,6 +13,7 @@ when the lock does not come in time:
 | APP_XIDS | `<state_dir>/locks/` | APP_XIDS_WAIT_S | appends (one O_APPEND write), prunes at the next run |
 | REPAIRS | `<state_dir>/locks/` | REPAIRS_WAIT_S | writes anyway (atomic), says so |
 | metrics_lock() | `<state_dir>/locks/` (never node_exporter's textfile directory) | METRICS_WAIT_S | skips the update: logged, counted in gpugate_metrics_skipped_total |
+| a job's digest (controller_view.note_done) | `<evidence_dir>/controller-view/<job>/locks/digest-r<run>.lock` (shared: every node of the job) | controller_view.DIGEST_WAIT_S | writes anyway (atomic rewrite; another node's entry may be lost: the controller then reads that node's record itself) |
 | ISOLATE | `<state_dir>/locks/` | 0 (one try) | `gpugate isolate apply` stops: another one runs the node's isolation |
 
 The waits are short next to the hooks' deadlines (prolog 20 s, epilog 45 s, health 20 s) even
