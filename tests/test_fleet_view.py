@@ -224,3 +224,36 @@ def test_a_storm_keeps_the_budget_exactly_at_a_bounded_cost_per_node(tmp_path, m
     # for the drain and one for its undo: whatever the cluster's size.
     assert max(counts.values()) <= 4
     assert slurm.listings <= members  # shared: far fewer than two per node
+
+
+def test_a_count_slurm_does_not_answer_holds_back_when_the_last_view_shows_a_full_budget(tmp_path):
+    config = site(tmp_path, settle_s=0, jitter_s=0)
+    full = [NodeInfo(name=f"n{i}", state="IDLE", partitions=("gpu",)) for i in range(10)]
+    full[1] = full[1].replace(flags=("DRAIN",), reason="gpugate: gpu.driver: x",
+                              reason_user="root", reason_time=int(time.time()) - 60)  # fmt: skip
+    slurm = FakeSlurm(full)
+    fv.nodes_since(slurm, config, time.time(), 3.0)  # an earlier hook's read, shared
+    from gpugate.slurm.control import SlurmError
+
+    slurm.errors["nodes"] = SlurmError("scontrol -o show node: timed out after 10 s")
+    outcome = drain_node(slurm, "n5", "gpu.driver", "a bad roll-out", config)
+    assert not outcome.drained and outcome.blocked_by == "budget"
+    assert "as read 0 s ago" in outcome.why and "timed out" in outcome.why
+    assert slurm.drains == [] and slurm.node_comments  # held loudly, as over budget
+
+
+def test_a_count_slurm_does_not_answer_drains_without_a_recent_view(tmp_path):
+    config = site(tmp_path, settle_s=0, jitter_s=0)
+    slurm = FakeSlurm(
+        [NodeInfo(name=f"n{i}", state="IDLE", partitions=("gpu",)) for i in range(10)]
+    )
+    fv.nodes_since(slurm, config, time.time(), 3.0)
+    old = time.time() - 3600
+    view = os.path.join(fv.view_dir(config), fv.VIEW)
+    doc = json.loads(Path(view).read_text())
+    doc["read_at"] = old
+    Path(view).write_text(json.dumps(doc))
+    from gpugate.slurm.control import SlurmError
+
+    slurm.errors["nodes"] = SlurmError("timed out")
+    assert drain_node(slurm, "n5", "gpu.driver", "x", config).drained  # unknown: the node goes

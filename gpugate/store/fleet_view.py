@@ -104,6 +104,16 @@ def nodes_since(
         sleep(POLL_S * random.uniform(0.5, 1.5))  # noqa: S311 (a spread, no secret)
 
 
+def last_view(config: Config) -> tuple[float, dict[str, NodeInfo]] | None:
+    """The last shared read, however old (read_at, nodes); None when there is none to trust."""
+    try:
+        directory = view_dir(config)
+        _trusted_dir(directory)
+    except OSError:
+        return None
+    return load_view(directory)
+
+
 def load_view(directory: str) -> tuple[float, dict[str, NodeInfo]] | None:
     """(read_at, nodes) of the shared view; None when there is none or it is not trusted."""
     path = os.path.join(directory, VIEW)
