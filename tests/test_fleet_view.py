@@ -257,3 +257,37 @@ def test_a_count_slurm_does_not_answer_drains_without_a_recent_view(tmp_path):
 
     slurm.errors["nodes"] = SlurmError("timed out")
     assert drain_node(slurm, "n5", "gpu.driver", "x", config).drained  # unknown: the node goes
+
+
+def test_a_settle_slurm_does_not_answer_undoes_a_drain_the_last_view_already_ranks_beyond(tmp_path):
+    from gpugate.gate.drain import settle_budget
+    from gpugate.slurm.control import SlurmError
+
+    config = site(tmp_path, settle_s=0, jitter_s=0)
+    nodes = {f"n{i}": NodeInfo(name=f"n{i}", state="IDLE", partitions=("gpu",)) for i in range(10)}
+    nodes["n1"] = nodes["n1"].replace(flags=("DRAIN",), reason="gpugate: gpu.driver: x",
+                                      reason_user="root", reason_time=int(time.time()) - 1)  # fmt: skip
+    slurm = FakeSlurm(nodes.values())
+    slurm._write_drain("n5", "gpugate: gpu.driver: y")  # ours, set after n1's
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    fv.save_view(directory, time.time(), nodes)  # another hook's read: n1 fills the limit of 1
+    slurm.errors["nodes"] = SlurmError("timed out")
+    why = settle_budget(slurm, "n5", "gpugate: gpu.driver: y", config, "gpu.driver")
+    assert why and "partition gpu" in why and slurm.resumed == ["n5"]
+
+
+def test_a_settle_slurm_does_not_answer_keeps_a_drain_the_last_view_leaves_room_for(tmp_path):
+    from gpugate.gate.drain import settle_budget
+    from gpugate.slurm.control import SlurmError
+
+    config = site(tmp_path, settle_s=0, jitter_s=0)
+    nodes = {f"n{i}": NodeInfo(name=f"n{i}", state="IDLE", partitions=("gpu",)) for i in range(10)}
+    slurm = FakeSlurm(nodes.values())
+    slurm._write_drain("n5", "gpugate: gpu.driver: y")
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    fv.save_view(directory, time.time(), nodes)
+    slurm.errors["nodes"] = SlurmError("timed out")
+    assert settle_budget(slurm, "n5", "gpugate: gpu.driver: y", config, "gpu.driver") is None
+    assert slurm.resumed == []

@@ -115,17 +115,22 @@ def _lifted(info: NodeInfo | None) -> bool:
 
 # The budget's reads of the whole cluster go through the shared view (gpugate/store/
 # fleet_view.py): every count wants a read begun after it asked (one read serves all the hooks
-# that asked before it began); a hook waits this long for another hook's read before reading
-# itself. Measured (bench/scale_storm.py): reusing a read up to 1 s old let a whole storm's
-# hooks count from one early read, all drain, and most undo.
-VIEW_WAIT_S = 5.0  # a refresh takes ~50 ms; under a storm's load, seconds
+# that asked before it began). Measured (bench/scale_storm.py): reusing a read up to 1 s old
+# let a whole storm's hooks count from one early read, all drain, and most undo. A hook waits
+# for another's read as long as that read may take (the adapter's timeout) and this much more.
+VIEW_SLACK_S = 2.0
+# When Slurm does not answer the count, Slurm's nodes as the shared view last read them, if
+# this recent, still say whether a storm has filled the budget: measured (bench/scale_storm.py,
+# 1,000 failing prologs), an overloaded slurmctld timed the counts out and the hooks, each
+# draining what it could not count, left 658 nodes drained against a limit of 10.
+LAST_VIEW_MAX_AGE_S = 300.0
 
 
 def budget_nodes(slurm: SlurmControl, config: Config, since: float) -> dict[str, NodeInfo]:
     """Slurm's nodes as read at or after `since`: another hook's read when one is that fresh."""
     from gpugate.store.fleet_view import nodes_since  # only hooks that drain count
 
-    return nodes_since(slurm, config, since, VIEW_WAIT_S)[0]
+    return nodes_since(slurm, config, since, config.slurm.timeout_s + VIEW_SLACK_S)[0]
 
 
 def settle_budget(
@@ -137,7 +142,9 @@ def settle_budget(
     try:
         nodes = budget_nodes(slurm, config, since=drained_at + config.budget.settle_s)
     except Exception:
-        return None  # cannot tell: keep the drain (the normal action)
+        nodes = _with_my_drain(config, node, reason, drained_at)
+        if nodes is None:
+            return None  # cannot tell: keep the drain (the normal action)
     if _lifted(nodes.get(node)):
         return LIFTED
     verdict = keeps_drain(nodes, node, config.budget, time.time(), check)
@@ -158,6 +165,26 @@ def settle_budget(
     return verdict.why
 
 
+def _with_my_drain(
+    config: Config, node: str, reason: str, drained_at: float
+) -> dict[str, NodeInfo] | None:
+    """Slurm did not answer the settle: the last shared read (if recent), with this drain as
+    Slurm set it. The drains it shows were set before this one and rank before it, so if they
+    already fill the budget this one is beyond it, whatever the read missed; None: no read."""
+    from gpugate.store.fleet_view import last_view
+
+    known = last_view(config)
+    if known is None or not 0 <= time.time() - known[0] <= LAST_VIEW_MAX_AGE_S:
+        return None
+    nodes = dict(known[1])
+    me = nodes.get(node)
+    if me is None:
+        return None
+    flags = tuple(dict.fromkeys([*me.flags, "DRAIN"]))
+    nodes[node] = me.replace(flags=flags, reason=reason, reason_time=int(drained_at))
+    return nodes
+
+
 def over_budget(
     slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
 ) -> str | None:
@@ -176,13 +203,6 @@ def over_budget(
         return None
     _over_budget_actions(slurm, node, reason, verdict.why, config)
     return verdict.why
-
-
-# When Slurm does not answer the count, Slurm's nodes as the shared view last read them, if
-# this recent, still say whether a storm has filled the budget: measured (bench/scale_storm.py,
-# 1,000 failing prologs), an overloaded slurmctld timed the counts out and the hooks, each
-# draining what it could not count, left 658 nodes drained against a limit of 10.
-LAST_VIEW_MAX_AGE_S = 300.0
 
 
 def _count_unknown(

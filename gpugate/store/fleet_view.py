@@ -10,7 +10,8 @@ slurmctld that must also schedule the requeued jobs.
 So the read is shared. A hook that needs the nodes as Slurm had them at or after time T uses the
 view another hook read at or after T; otherwise it claims the refresh (one marker file created
 with O_EXCL), reads Slurm, and leaves its read for the others. While one refresh runs the others
-wait for it (at most `wait_s`, then read Slurm themselves), so under a storm slurmctld sees about
+wait for it (as long as its read may take: `wait_s`, the adapter's timeout and a little more;
+then the marker is a dead hook's and the next one reads), so under a storm slurmctld sees about
 one whole-cluster read per read's duration, whatever the number of nodes, and no node makes more
 than one per count.
 
@@ -71,7 +72,9 @@ def nodes_since(
     """Slurm's nodes as read at or after `since` (this clock): (nodes, SHARED or READ).
 
     SHARED: another hook's read, from the view; READ: this hook read Slurm (and shared it).
-    Never waits for another hook's read longer than `wait_s`.
+    Waits for another hook's read while it may still come (`wait_s`: its read's timeout and a
+    little more), never longer: a hook that read itself as soon as a read ran late would pile
+    onto a slurmctld already slow (measured: bench/scale_storm.py).
     """
     try:
         directory = private_dir(view_dir(config), DIR_MODE, gid=-1)
@@ -91,7 +94,7 @@ def nodes_since(
             view = load_view(directory)
             if view is not None and since <= view[0] <= now + FUTURE_S:
                 return view[1], SHARED
-        if _claim(directory, now, stale_s=wait_s + config.slurm.timeout_s):
+        if _claim(directory, now, stale_s=wait_s):
             try:
                 read_at = clock()
                 nodes = slurm.nodes()
