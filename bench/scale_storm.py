@@ -11,8 +11,8 @@ Measured per node: the adapter's calls (whole-cluster reads, single-node reads, 
 time a hook spends; for the whole storm: slurmctld's own RPC counts and mean latency by type
 (`sdiag`, reset before the storm), the drains left standing against the budget's limit.
 
-`before`: every count reads Slurm itself (the code before the shared view, no jitter);
-`after`: the shared view of gpugate/store/fleet_view.py and budget.jitter_s.
+`before`: every count reads Slurm itself (the code before the shared view), `after`: the
+shared view of gpugate/store/fleet_view.py; both with the same `budget.jitter_s` (--jitter).
 
     python bench/scale_storm.py [--nodes 64 1000]
 """
@@ -113,7 +113,7 @@ def storm(
     (site / "gpugate.yaml").write_text(
         f"state_dir: {site / 'state'}\nevidence_dir: {site / 'evidence'}\n"
         f"admin:\n  history_dir: {site / 'shared'}\n"
-        f"budget:\n  jitter_s: {0 if mode == 'before' else jitter_s}\n"
+        f"budget:\n  jitter_s: {jitter_s}\n"
     )
     # Hooks run in worker processes (a node's hook is its own process at a site; a thousand
     # threads behind one interpreter lock would slow each read far beyond a real node's).
@@ -145,7 +145,7 @@ def storm(
     return {
         "mode": mode,
         "nodes": len(names),
-        "jitter_s": 0 if mode == "before" else jitter_s,
+        "jitter_s": jitter_s,
         "finished": len(results),
         "drained_standing": len(standing),
         "per_node_max": {k: max(c[k] for c in per) for k in per[0]},
@@ -173,7 +173,7 @@ def run(
             os.environ["SLURM_CONF"] = str(cluster.conf_path)
             with cluster.start():
                 for mode in modes:
-                    for jitter in jitters if mode == "after" else (0.0,):
+                    for jitter in jitters:
                         yield storm(cluster, names, mode, Path(tmp), jitter)
                         time.sleep(2)
 

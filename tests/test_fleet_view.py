@@ -291,3 +291,19 @@ def test_a_settle_slurm_does_not_answer_keeps_a_drain_the_last_view_leaves_room_
     slurm.errors["nodes"] = SlurmError("timed out")
     assert settle_budget(slurm, "n5", "gpugate: gpu.driver: y", config, "gpu.driver") is None
     assert slurm.resumed == []
+
+
+def test_a_slow_reader_never_removes_the_marker_of_the_hook_that_took_over(tmp_path):
+    config = site(tmp_path)
+    directory = fv.view_dir(config)
+    os.makedirs(directory, mode=0o700)
+    mine = fv._claim(directory, time.time(), stale_s=10)
+    marker = os.path.join(directory, fv.MARKER)
+    old = time.time() - 60
+    os.utime(marker, (old, old))  # our read ran past the wait: stale to the others
+    theirs = fv._claim(directory, time.time(), stale_s=10)
+    assert mine and theirs and theirs != mine
+    fv._unclaim(directory, mine)  # our slow read ends
+    assert os.path.exists(marker)  # the new holder's marker stays
+    fv._unclaim(directory, theirs)
+    assert not os.path.exists(marker)

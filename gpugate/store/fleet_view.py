@@ -29,6 +29,7 @@ import json
 import os
 import random
 import stat
+import threading
 import time
 
 from gpugate.fsutil import FileRefused, atomic_write, private_dir, read_regular
@@ -94,13 +95,14 @@ def nodes_since(
             view = load_view(directory)
             if view is not None and since <= view[0] <= now + FUTURE_S:
                 return view[1], SHARED
-        if _claim(directory, now, stale_s=wait_s):
+        token = _claim(directory, now, stale_s=wait_s)
+        if token is not None:
             try:
                 read_at = clock()
                 nodes = slurm.nodes()
                 save_view(directory, read_at, nodes)
             finally:
-                _unclaim(directory)
+                _unclaim(directory, token)
             return nodes, READ
         if now >= deadline:  # the refresh is late: read for ourselves, share nothing
             return slurm.nodes(), READ
@@ -186,29 +188,43 @@ def _trusted_dir(directory: str) -> None:
         raise PermissionError(f"{directory}: not a private directory of this user's")
 
 
-def _claim(directory: str, now: float, stale_s: float) -> bool:
-    """Take the refresh (create the marker); a marker older than `stale_s` is a dead hook's."""
+def _claim(directory: str, now: float, stale_s: float) -> str | None:
+    """Take the refresh: create the marker, holding a token of ours (None: another hook holds
+    it). A marker older than `stale_s` is a dead or stuck hook's and is taken over."""
     path = os.path.join(directory, MARKER)
+    token = f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
     for _ in range(2):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
             try:
                 if now - os.lstat(path).st_mtime <= stale_s:
-                    return False
+                    return None
                 os.unlink(path)
             except FileNotFoundError:
                 pass  # its holder just finished: try again
             continue
         except OSError:
-            return False
-        os.close(fd)
-        return True
-    return False
+            return None
+        try:
+            os.write(fd, token.encode())
+        finally:
+            os.close(fd)
+        return token
+    return None
 
 
-def _unclaim(directory: str) -> None:
+def _unclaim(directory: str, token: str) -> None:
+    """Remove the marker if it is still ours: a slow read's marker another hook took over
+    (stale) is the new holder's, and removing it would let a third read start beside it."""
+    path = os.path.join(directory, MARKER)
     try:
-        os.unlink(os.path.join(directory, MARKER))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            held = os.read(fd, 128).decode(errors="replace")
+        finally:
+            os.close(fd)
+        if held == token:
+            os.unlink(path)
     except OSError:
         pass
