@@ -83,9 +83,12 @@ def sdiag(cluster: LocalSlurm) -> dict[str, tuple[int, int]]:
     return {m[0]: (int(m[1]), int(m[2])) for m in _SDIAG.findall(out)}
 
 
-def _hooks(names: list[str], config_path: str, mode: str, out: Any) -> None:
+def _hooks(names: list[str], config_path: str, mode: str, jitter_s: float, out: Any) -> None:
     """One worker process: a thread per node, each a failing prolog's drain; results to `out`."""
     config = load_config(config_path)
+    # Set here, not in the file: a spread beyond the config's 10 s cap stands for 1,000 nodes'
+    # own CPUs on this machine's two (see the module's docstring).
+    config = config.replace(budget=config.budget.replace(jitter_s=jitter_s))
     if mode == "before":
         drain_mod.budget_nodes = lambda slurm, config, since: slurm.nodes()  # type: ignore[assignment]
     results: dict[str, tuple[dict[str, int], float, bool]] = {}
@@ -113,7 +116,6 @@ def storm(
     (site / "gpugate.yaml").write_text(
         f"state_dir: {site / 'state'}\nevidence_dir: {site / 'evidence'}\n"
         f"admin:\n  history_dir: {site / 'shared'}\n"
-        f"budget:\n  jitter_s: {jitter_s}\n"
     )
     # Hooks run in worker processes (a node's hook is its own process at a site; a thousand
     # threads behind one interpreter lock would slow each read far beyond a real node's).
@@ -124,7 +126,8 @@ def storm(
     began = time.monotonic()
     procs = [
         context.Process(
-            target=_hooks, args=(names[i::workers], str(site / "gpugate.yaml"), mode, queue)
+            target=_hooks,
+            args=(names[i::workers], str(site / "gpugate.yaml"), mode, jitter_s, queue),
         )
         for i in range(workers)
     ]
@@ -132,7 +135,13 @@ def storm(
         p.start()
     results: dict[str, tuple[dict[str, int], float, bool]] = {}
     for _ in procs:
-        results.update(queue.get(timeout=900))
+        while True:
+            try:
+                results.update(queue.get(timeout=5))
+                break
+            except Exception:  # queue.Empty: a worker that died sends nothing
+                if not any(p.is_alive() for p in procs) and queue.empty():
+                    break
     for p in procs:
         p.join(60)
     wall = time.monotonic() - began
