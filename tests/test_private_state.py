@@ -93,6 +93,10 @@ def expected_mode(rel: str) -> int:
         return 0o700
     if rel.startswith("locks/"):
         return 0o600
+    if rel == "fleet":  # the budget's shared read of Slurm's nodes: root's only, no group
+        return 0o700
+    if rel.startswith("fleet/"):
+        return 0o600
     return 0o640
 
 
@@ -103,7 +107,7 @@ def assert_private(state: Path, gid: int = 0) -> None:
             assert uid == JOB_UID, rel  # the job's user's own file
             continue
         assert uid == 0, rel
-        if rel != "task" and not rel.startswith("locks"):  # locks: no group access at all
+        if rel != "task" and not rel.startswith(("locks", "fleet")):  # no group access at all
             assert file_gid == gid, f"{rel}: gid {file_gid}"
 
 
@@ -115,7 +119,7 @@ def test_a_refused_prolog_and_its_epilog_leave_only_private_files(world, monkeyp
     found = modes(state)
     for name in ("events.jsonl", "gpugate.log", "kernel-log.pos", "drains.jsonl",
                  "locks/history.lock", "jobs/42/baseline.json", "jobs/42/refused.json",
-                 "task/42.json"):  # fmt: skip
+                 "task/42.json", "fleet/nodes.json"):  # fmt: skip
         assert name in found, name
     assert_private(state)
     # The metrics textfile is node_exporter's to read: it keeps 0644 under the hooks' umask.

@@ -142,9 +142,10 @@ def settle_budget(
     try:
         nodes = budget_nodes(slurm, config, since=drained_at + config.budget.settle_s)
     except Exception:
-        nodes = _with_my_drain(config, node, reason, drained_at)
-        if nodes is None:
+        known = _with_my_drain(config, node, reason, drained_at)
+        if known is None:
             return None  # cannot tell: keep the drain (the normal action)
+        nodes = known
     if _lifted(nodes.get(node)):
         return LIFTED
     verdict = keeps_drain(nodes, node, config.budget, time.time(), check)
