@@ -78,6 +78,7 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
     "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
     "gpugate.store.fleet_view": (0.5, "gate.drain: the budget's shared read, only when draining"),
+    "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),
     "gpugate.checks.sources.peers": (1.2, "hooks.prolog: the peer probe, when configured"),
     "gpugate.gate.suspicion": (27.5, "hooks.epilog: suspects, after an abnormal end only"),

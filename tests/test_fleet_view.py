@@ -307,3 +307,12 @@ def test_a_slow_reader_never_removes_the_marker_of_the_hook_that_took_over(tmp_p
     assert os.path.exists(marker)  # the new holder's marker stays
     fv._unclaim(directory, theirs)
     assert not os.path.exists(marker)
+
+
+def test_selftest_says_whether_a_storm_shares_one_read_across_nodes(tmp_path):
+    alone = site(tmp_path)
+    assert "only this node's hooks" in fv.share_note(alone)
+    assert "set admin.history_dir" in fv.share_note(alone)
+    shared = alone.replace(admin=alone.admin.replace(history_dir=str(tmp_path / "nfs")))
+    note = fv.share_note(shared)
+    assert "every node" in note and str(tmp_path / "nfs" / fv.FLEET_DIR) in note

@@ -383,7 +383,10 @@ def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
         report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
         report.problems += problems
         isolation, problems = check_isolation(config, slurm.conf.get("SLURM_CONF"), node_name())
-        report.note = "; ".join(n for n in (report.note, isolation) if n)
+        from gpugate.store.fleet_view import share_note
+
+        shared = share_note(config) if config is not None else ""
+        report.note = "; ".join(n for n in (report.note, isolation, shared) if n)
         report.problems += problems
         if slurm.nodes_error:
             report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "

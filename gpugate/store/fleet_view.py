@@ -62,6 +62,15 @@ def view_dir(config: Config) -> str:
     return os.path.join(history_dir(config), FLEET_DIR)
 
 
+def share_note(config: Config) -> str:
+    """selftest's line: where the budget's read of Slurm is shared, and by whom."""
+    if config.admin.history_dir:
+        return (f"drain budget: a storm's counts share one read of Slurm through "
+                f"{view_dir(config)} (admin.history_dir: every node that mounts it)")  # fmt: skip
+    return (f"drain budget: only this node's hooks share a read of Slurm ({view_dir(config)}); "
+            "set admin.history_dir to shared storage so a storm's failing prologs share one")  # fmt: skip
+
+
 def nodes_since(
     slurm: SlurmControl,
     config: Config,
