@@ -172,6 +172,9 @@ def test_a_hanging_source_is_cut_at_the_deadline(tmp_path):
     site = Site(tmp_path)
     site.config.write_text(
         f"state_dir: {site.state}\nevidence_dir: {site.evidence}\n"
+        # Never the packaged /var/lib/gpugate/nccl: the host's own gpugate (a job's NCCL
+        # directory was left there by this test).
+        f"task_prolog:\n  nccl_debug_dir: {site.base / 'nccl'}\n"
         "prolog:\n  deadline_s: 3\n"
         f"sources:\n  kernel_log_file: {fifo}\n  timeout_s:\n    kernel_log: 30\n"
         # This CI host is no GPU node: keep its own limits and memory out of the verdict,
