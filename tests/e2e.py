@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 
-from gpugate_site import SNAPSHOTS, Site, installed_hooks
+from gpugate_site import SNAPSHOTS, Site, gpugate_for_job_user, installed_hooks
 
-__all__ = ["SNAPSHOTS", "Site", "installed_hooks", "slurm_or_skip"]
+__all__ = ["SNAPSHOTS", "Site", "gpugate_for_job_user", "installed_hooks", "slurm_or_skip"]
 
 
 def slurm_or_skip() -> None:

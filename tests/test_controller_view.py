@@ -144,7 +144,8 @@ def test_the_cap_bounds_a_deadline_far_off(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to an ordinary user to be denied")
 def test_an_unreadable_evidence_dir_is_said_at_once_never_waited_for(tmp_path):
     import subprocess
-    import sys
+
+    from e2e import gpugate_for_job_user
 
     for directory in (tmp_path, *tmp_path.parents):  # pytest's 0700: passable, as /var/lib is
         directory.chmod(directory.stat().st_mode | 0o001)
@@ -155,7 +156,8 @@ def test_an_unreadable_evidence_dir_is_said_at_once_never_waited_for(tmp_path):
 
     code = ("import json,sys; from gpugate.store import controller_view as V; "
             "s,p,_=V.wait_for_records(sys.argv[1],'5',('n1',),0,60,105); print(json.dumps(p))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(ev)], user=65534, group=65534,
+    python, env = gpugate_for_job_user()  # the checkout may be out of nobody's reach
+    out = subprocess.run([python, "-s", "-c", code, str(ev)], user=65534, group=65534, env=env,
                          extra_groups=[], capture_output=True, text=True, timeout=30)  # fmt: skip
     problems = json.loads(out.stdout)
     assert problems["n1"] == f"cannot read {ev}: Permission denied"  # the dir that blocks

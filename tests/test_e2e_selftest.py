@@ -14,7 +14,6 @@ import json
 import os
 import pwd
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -76,7 +75,9 @@ def hook_env(site: Site, slurm_conf_line: str) -> None:
     (a file left there outlived the module and pointed later modules' hooks at its config)."""
     text = site.hook_env_text()
     if not installed_hooks():
-        text = f"GPUGATE_BIN={Path(sys.executable).parent / 'gpugate'}\n" + text
+        # The site's copy: the TaskProlog runs it as the job user, who may not reach this
+        # checkout's virtualenv (a clone in 0700 `mktemp -d`, issue 40).
+        text = f"GPUGATE_BIN={site.gpugate}\n" + text
     site.hook_env.write_text(text + slurm_conf_line)
 
 

@@ -14,11 +14,11 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from e2e import gpugate_for_job_user
 from factories import make_facts
 from fakes import FakeSlurm
 
@@ -241,10 +241,15 @@ def test_remove_job_state_drops_baseline_and_task_file(tmp_path):
     S.remove_job_state(d, "../etc")  # not a job id: nothing
 
 
-def _as(uid: int, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], user=uid, group=uid, extra_groups=[],
+def _as(uid: int, code: str, **env: str) -> subprocess.CompletedProcess:
+    """Python CODE as UID, with gpugate importable: the checkout and this interpreter may be
+    out of that user's reach (a clone in 0700 `mktemp -d`, pyenv's under 0700 /root)."""
+    if os.geteuid() != 0:
+        pytest.skip("runs Python as another user: root only")
+    python, user_env = gpugate_for_job_user()
+    return subprocess.run([python, "-s", "-c", code], user=uid, group=uid, extra_groups=[],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "GPUGATE_CACHE_DIR": ""})  # fmt: skip
+                          env={**user_env, "GPUGATE_CACHE_DIR": "", **env})  # fmt: skip
 
 
 READ = """
@@ -285,12 +290,7 @@ def test_the_taskprolog_as_the_job_user_exports_the_checkpoint_dir(world, monkey
     site = make_site(world, monkeypatch)
     assert main(["prolog", "--config", str(site)]) == 0
     code = "import sys\nfrom gpugate.cli import main\nsys.exit(main(['task-prolog']))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], user=JOB_UID, group=JOB_UID, extra_groups=[],
-        capture_output=True, text=True, timeout=60,
-        env={"PATH": "/usr/bin:/bin", "GPUGATE_CACHE_DIR": "", "GPUGATE_CONFIG": str(site),
-             "SLURM_JOB_ID": "42", "SLURMD_NODENAME": NODE},
-    )  # fmt: skip
+    done = _as(JOB_UID, code, GPUGATE_CONFIG=str(site), SLURM_JOB_ID="42", SLURMD_NODENAME=NODE)
     assert done.returncode == 0, done.stderr
     assert f"export GPUGATE_CKPT_DIR={world / 'ckpts'}" in done.stdout.splitlines()
 

@@ -7,7 +7,6 @@ import getpass
 import json
 import os
 import shutil
-import site
 import sys
 from pathlib import Path
 
@@ -368,7 +367,7 @@ def test_the_text_report_names_problem_and_fix(tmp_path, capsys):
 @as_root
 def test_the_task_prolog_as_an_ordinary_user(tmp_path):
     """The bug of issue 16: an interpreter inside a home only root may enter."""
-    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    from e2e import gpugate_for_job_user
     from localslurm import JOB_USER, ensure_user, open_path
 
     ensure_user()
@@ -376,10 +375,12 @@ def test_the_task_prolog_as_an_ordinary_user(tmp_path):
     private = tmp_path / "root-home"
     private.mkdir(mode=0o700)
     python = private / "python3"
-    python.symlink_to(os.path.realpath(sys.executable))
-    launcher = tmp_path / "gpugate"  # gpugate, run by that python from this checkout
-    # The venv's .pth files map gpugate's packages (addsitedir reads them).
-    body = f"import site, sys\nfor d in {site.getsitepackages()!r}:\n    site.addsitedir(d)\n"
+    # A Python the job user can run and a copy of gpugate it can read: this checkout and its
+    # interpreter may be out of that user's reach themselves (issue 40).
+    reachable, env = gpugate_for_job_user()
+    python.symlink_to(reachable)
+    launcher = tmp_path / "gpugate"  # gpugate, run by that python from the readable copy
+    body = f"import sys\nsys.path.insert(0, {env['PYTHONPATH']!r})\n"
     launcher.write_text(f"#!{python}\n{body}from gpugate.cli import main\nsys.exit(main())\n")
     launcher.chmod(0o755)
     libexec = _site(tmp_path, launcher)

@@ -1,21 +1,25 @@
 """The PyTorch the end-to-end jobs run with: `make torch`'s own virtualenv (.venv-torch).
 
-The jobs run it as the ordinary job user (tests/slurm/localslurm.py JOB_USER), who may not
-reach this checkout (a clone in 0700 /root or `mktemp -d`): then a hard-linked copy of the
-virtualenv in a 0755 directory under /tmp stands in for it, for this test session (issue 26).
+The jobs run it as the ordinary job user (tests/slurm/localslurm.py JOB_USER), who may reach
+neither this checkout (a clone in 0700 /root or `mktemp -d`) nor the Python the virtualenv was
+made with (pyenv's, under 0700 /root): then a hard-linked copy of the virtualenv in a 0755
+directory under /tmp, started by a Python of the same version that user can run, stands in for
+it, for this test session (issues 26 and 40; tests/slurm/jobpython.py).
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
-import shutil
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+
+from jobpython import JobUserCannotRun, venv_for_job_user
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_PYTHON = ROOT / os.environ.get("TORCH_VENV", ".venv-torch") / "bin" / "python"
@@ -47,50 +51,17 @@ def torch_python_or_skip() -> str:
         pytest.skip(why)
     if os.geteuid() != 0:
         return str(TORCH_PYTHON)  # no job user without root: the tests run it themselves
-    python, problem = _python_for_jobs()
-    if problem:
-        pytest.fail(problem, pytrace=False)
-    return python
+    try:
+        return _python_for_jobs()
+    except JobUserCannotRun as exc:
+        pytest.fail(f"{exc}; or make torch TORCH_VENV=<a directory every user can reach> and "
+                    "set TORCH_VENV for the tests", pytrace=False)  # fmt: skip
 
 
 @functools.cache
-def _python_for_jobs() -> tuple[str, str | None]:
-    """TORCH_PYTHON if the job user can import torch with it, else a hard-linked copy's."""
-    if _job_user_imports_torch(TORCH_PYTHON) is None:
-        return str(TORCH_PYTHON), None
-    copy = Path(tempfile.mkdtemp(prefix="gpugate-torch-"))  # root's, 0700 until filled
-    atexit.register(shutil.rmtree, copy, True)
-    venv = TORCH_PYTHON.parent.parent
-    # Hard links: a copy of 1 GB in a second, the same read-only files; a virtualenv finds its
-    # site-packages from the python it was started as, so the copy's bin/python uses its own.
-    linked = subprocess.run(["cp", "-al", f"{venv}/.", str(copy)], capture_output=True,
-                            text=True, timeout=300, check=False)  # fmt: skip
-    copy.chmod(0o755)
-    problem = linked.stderr.strip()[-300:] if linked.returncode else None
-    python = copy / "bin" / "python"
-    problem = problem or _job_user_imports_torch(python)
-    if problem:
-        return "", (f"the job user cannot run PyTorch from {TORCH_PYTHON} (a checkout in a private "
-                    f"directory?), nor from a linked copy in {copy}: {problem}; make torch "
-                    "TORCH_VENV=<a directory every user can reach> and set TORCH_VENV for the tests")  # fmt: skip
-    return str(python), None
-
-
-def _job_user_imports_torch(python: Path) -> str | None:
-    """None if the job user can `import torch` with PYTHON, else why not."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tests" / "slurm"))
-    from localslurm import ensure_user
-
-    uid, gid = ensure_user()
-    try:
-        done = subprocess.run([str(python), "-c", "import torch"], user=uid, group=gid,
-                              extra_groups=[], capture_output=True, text=True, timeout=120,
-                              cwd="/", env={"PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else done.stderr.strip()[-300:] or "failed"
+def _python_for_jobs() -> str:
+    """TORCH_PYTHON if the job user can import torch with it, else a copy's (jobpython)."""
+    return venv_for_job_user(TORCH_PYTHON.parent.parent, ("-c", "import torch"))
 
 
 def torch_version() -> str | None:

@@ -19,13 +19,16 @@ there, the newest Site is the one the hooks serve.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from jobpython import JobUserCannotRun, as_job_user, job_interpreter
 from localslurm import JOB_USER, LocalSlurm, ensure_user, open_path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -42,10 +45,6 @@ DEPENDENCIES = ("yaml", "loguru", "pynvml")  # pyproject.toml's, by module
 # which fails rather than fall back): .ci/run's second pass, after .ci/pyslurm built it.
 BACKEND_VAR = "GPUGATE_E2E_BACKEND"
 LAUNCHER = ROOT / "packaging" / "rpm" / "gpugate"  # the packaged one: ../lib first on sys.path
-
-
-class JobUserCannotRun(RuntimeError):
-    """The ordinary job user cannot run this site's copy of gpugate (the message says why)."""
 
 
 def wrapper_text() -> str:
@@ -92,6 +91,25 @@ def install_for_jobs(prefix: Path) -> Path:
     return launcher
 
 
+@functools.cache
+def gpugate_for_job_user() -> tuple[str, dict[str, str]]:
+    """(python, env) that run this checkout's gpugate as the job user, for one test session:
+    a Python that user can run and PYTHONPATH to a copy of gpugate and its dependencies in a
+    0755 directory under /tmp (the checkout and its virtualenv may be out of that user's reach)."""
+    lib = Path(tempfile.mkdtemp(prefix="gpugate-lib-"))
+    atexit.register(shutil.rmtree, lib, True)
+    copy_gpugate(lib)
+    for path in (lib, *lib.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    python = job_interpreter()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(lib)}
+    problem = as_job_user([python, "-s", "-c", "import gpugate.cli, yaml"], env=env)
+    if problem:
+        raise JobUserCannotRun(f"the job user {JOB_USER} cannot import gpugate from {lib} "
+                               f"with {python}: {problem}")  # fmt: skip
+    return python, env
+
+
 def copy_gpugate(lib: Path) -> None:
     """This checkout's gpugate, laid out as installed, and its dependencies, into LIB."""
     for source, target in PACKAGE_DIRS.items():
@@ -136,36 +154,6 @@ def e2e_backend() -> str:
     if kind not in ("cli", "pyslurm"):
         raise RuntimeError(f"{BACKEND_VAR}={kind!r}: expected 'cli' or 'pyslurm'")
     return kind
-
-
-def job_interpreter() -> str:
-    """A Python the job user can run: this one's own, else the system's python3 (3.9+)."""
-    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3"]
-    problems = []
-    for python in candidates:
-        problem = as_job_user(
-            [python, "-Es", "-c", "import sys; assert sys.version_info >= (3, 9)"]
-        )
-        if not problem:
-            return python
-        problems.append(f"{python}: {problem}")
-    raise JobUserCannotRun(
-        f"the job user {JOB_USER} can run no Python for the TaskProlog and the jobs "
-        f"({'; '.join(problems)}): install python3, or a Python outside private directories"
-    )
-
-
-def as_job_user(argv: list[str]) -> str | None:
-    """Run ARGV as the job user; None if it exits 0, else what went wrong."""
-    uid, gid = ensure_user()
-    try:
-        done = subprocess.run(argv, user=uid, group=gid, extra_groups=[], capture_output=True,
-                              text=True, timeout=120, cwd="/", env={"PATH": "/usr/bin:/bin"})  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return (
-        None if done.returncode == 0 else (done.stderr.strip()[-500:] or f"exit {done.returncode}")
-    )
 
 
 # GPUGATE_E2E_HOOKS=installed: the installed package's wrappers and its /etc/gpugate/hook.env.
