@@ -17,6 +17,8 @@ from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources.nvidia_smi_xml import NvidiaSmiXmlError, snapshot_from_xml
 from gpugate.cli import main
 
+pytestmark = pytest.mark.shared("captures")  # ../shared: counted, a skip fails CI
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "nvidia-smi")
 CAPTURES = os.path.join(HERE, "..", "..", "shared", "reference", "real-outputs", "nvidia-smi")

@@ -14,6 +14,8 @@ import pytest
 
 from gpugate.diagnosis import engine as D
 
+pytestmark = pytest.mark.shared("corpus")  # ../shared: counted, a skip fails CI
+
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "corpus")  # fmt: skip
 # labels.csv: the first 14 logs; labels-2.csv: 96 more (NCCL, timeouts, launchers, Slurm,

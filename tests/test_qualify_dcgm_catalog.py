@@ -44,6 +44,7 @@ def commands(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", [PCIE_423, PCIE_SLURM, PCIE_V100])
+@pytest.mark.shared("captures")
 def test_category_16_pcie_failure_is_could_not_test_and_keeps_the_node(name: str) -> None:
     text = capture(name)
     res = parse_diag(commands(text)[0] if text.startswith("$") else text)
@@ -57,11 +58,13 @@ def test_category_16_pcie_failure_is_could_not_test_and_keeps_the_node(name: str
     assert not res.passed
 
 
+@pytest.mark.shared("captures")
 def test_the_slurm_job_capture_has_every_gpu_passing_the_pcie_test() -> None:
     (pcie,) = [t for t in read_table(capture(PCIE_SLURM)).tests if t.name == "pcie"]
     assert pcie.status == "Fail" and pcie.per_gpu == tuple((g, "Pass") for g in range(8))
 
 
+@pytest.mark.shared("captures")
 def test_plugins_that_could_not_load_are_could_not_test() -> None:
     res = parse_text(commands(capture(PCIE_V100))[1])
     assert res.runtime_error and "Cannot load plugins" in res.runtime_error
@@ -69,6 +72,7 @@ def test_plugins_that_could_not_load_are_could_not_test() -> None:
     assert step["ok"] is None and step["not_tested"] and "could not run" in step["detail"]
 
 
+@pytest.mark.shared("captures")
 def test_cuinit_system_not_yet_initialized_names_the_fabric_manager() -> None:
     res = parse_diag(capture(FM_DOWN))
     assert (res.format, res.version, res.gpus) == ("text", "3.3.8", tuple(range(8)))
@@ -83,6 +87,7 @@ def test_cuinit_system_not_yet_initialized_names_the_fabric_manager() -> None:
     assert dict(res.tests)["pcie"] == "Skip" and dict(res.tests)["Persistence Mode"] == "Pass"
 
 
+@pytest.mark.shared("captures")
 def test_nvvs_json_with_a_warning_prefix_and_nulls_parses() -> None:
     text = capture(NVVS)
     assert text.lstrip().startswith("WARNING") and "null," in text

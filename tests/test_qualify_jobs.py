@@ -54,6 +54,7 @@ def go(config, slurm, ops, **kw):
 
 @pytest.mark.skipif(not os.path.isdir(REF), reason=f"no reference outputs at {REF} (shared/ is "
                     "not beside this checkout)")  # fmt: skip
+@pytest.mark.shared("reference")
 def test_the_node_records_read_the_cpus_from_text_and_json():
     with open(f"{REF}/slurm-samples/scontrol-show-node.drained.txt") as fh:
         (text,) = parse_show_node_text(fh.read())

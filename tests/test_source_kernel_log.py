@@ -278,6 +278,7 @@ def real(name: str) -> Path:
     return path
 
 
+@pytest.mark.shared("captures")
 def test_real_xid_48_63_94_iso_time():
     kept = kl.read_log_file(str(real("xid-48-63-94.iso-time.log")))
     xids = [parse_xid(line).code for line in kept if parse_xid(line)]
@@ -285,6 +286,7 @@ def test_real_xid_48_63_94_iso_time():
     assert sum("nvidia-peermem" in line for line in kept) == len(kept) - 11
 
 
+@pytest.mark.shared("captures")
 def test_real_xid_119_keeps_xids_and_drops_the_rpc_dump_and_stack():
     kept = kl.read_log_file(str(real("xid-119-gsp-timeout.log")))
     assert [parse_xid(line).code for line in kept if parse_xid(line)] == [119] * 5
@@ -293,6 +295,7 @@ def test_real_xid_119_keeps_xids_and_drops_the_rpc_dump_and_stack():
     assert not any("Call Trace" in line or "clocksource" in line for line in kept)
 
 
+@pytest.mark.shared("captures")
 def test_real_xid_13_43_decode_iso():
     path = real("xid-13-43.decode-iso.log")
     kept = kl.read_log_file(str(path), max_lines=2000)
