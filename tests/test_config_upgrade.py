@@ -141,7 +141,14 @@ def test_the_old_site_file_keeps_the_prolog_gating(faulty_node, capsys):
 
 
 @pytest.mark.parametrize("hook", ["prolog", "epilog", "task-prolog", "epilog-slurmctld", "health"])
-def test_a_refused_key_is_loud_in_every_hook(faulty_node, capsys, hook):
+def test_a_refused_key_is_loud_in_every_hook(faulty_node, capsys, monkeypatch, hook):
+    """On stderr (slurmd logs a failing hook's) and syslog (a passing one's is not logged)."""
+    import syslog
+
+    logged: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        syslog, "syslog", lambda priority, message: logged.append((priority, message))
+    )
     tmp_path, base = faulty_node
     site = tmp_path / "site.yaml"
     site.write_text(base + "checks:\n  gpu: [not, a, mapping]\n")
@@ -151,6 +158,7 @@ def test_a_refused_key_is_loud_in_every_hook(faulty_node, capsys, hook):
     assert line in err, err
     assert "REFUSED: checks.gpu ignored, gating with its packaged default" in err
     assert "`gpugate config check`" in err
+    assert [m for p, m in logged if p == syslog.LOG_WARNING and "REFUSED: checks.gpu" in m]
     # Still gating: the prolog refuses the job on the faulty node, the others ran their body.
     assert code == (1 if hook == "prolog" else 0)
     assert not (tmp_path / "fallback").exists()

@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
         # As the other hooks: a refused site key is said and left out, the exports still made.
         config, problems = load_config_for_hook(args.config)
         for problem in problems:
-            log.say(f"task-prolog: config: {problem}")
+            log.alarm(f"task-prolog: config: {problem}")
         if not config.task_prolog.enabled:
             return 0
         job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")

@@ -61,7 +61,7 @@ def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> i
         log.event(state_dir, hook, outcome="internal_error", error=str(exc)[:500])
         return 0
     for problem in problems:
-        log.say(f"{hook}: config: {problem}")
+        log.alarm(f"{hook}: config: {problem}")
     # The controller (SlurmUser) writes only its own directory; the node hooks their state_dir.
     where = config.state_dir
     if hook == "epilog-slurmctld":
