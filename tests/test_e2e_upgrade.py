@@ -42,6 +42,7 @@ from test_deb import (  # noqa: E402
     run,
     run_in_throwaway_root,
 )
+from test_e2e_deb import ecc_node_refuses_the_job  # noqa: E402
 
 __all__ = ["deb_file"]  # the fixture, shared with test_deb.py
 
@@ -151,14 +152,7 @@ def cluster(upgraded: str, site: Site):
 
 
 def test_the_faulty_node_refuses_the_job_after_the_upgrade(cluster: LocalSlurm, site: Site):
-    marker = site.base / "ran-n2"
-    job = cluster.submit(wrap=f"touch {marker}", output=str(site.base / "n2.out"), nodelist="n2")
-    state = cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=45)
-    node = cluster.wait_node("n2", lambda n: "DRAIN" in n.get("State", ""), timeout=15)
-    assert node["Reason"].startswith("gpugate: gpu.ecc: "), node["Reason"]
-    assert state["AdminComment"].startswith("gpugate: node n2 refused: gpu.ecc"), state
-    assert not marker.exists(), "the job ran on a node with an uncorrectable ECC error"
-    assert not cluster.is_drained("n1")
+    ecc_node_refuses_the_job(cluster, site)
     log = cluster.slurmd_log("n2").read_text(errors="replace")
     assert "requeue.wait_for_bundles_s: 30 s is shorter" in log, log[-3000:]
 
