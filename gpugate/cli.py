@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "submit_policy",
         "the checkpoint policy at submission: write Slurm's job_submit.lua (--lua)",
     ),
+    "config": ("config", "check the site config as the hooks read it (`gpugate config check`)"),
     "selftest": ("selftest", "run each installed hook as Slurm would: what would break, the fix"),
 }
 

@@ -59,6 +59,23 @@ def say(message: str) -> None:
         pass
 
 
+def alarm(message: str) -> None:
+    """A line that must reach an admin on every run: stderr and syslog (LOG_WARNING).
+
+    slurmd logs a Prolog's or Epilog's stderr only when it fails (or at SlurmdDebug=debug and
+    above: 22.05 at info showed nothing of a passing prolog's), so a hook that gates on with a
+    refused or migrated config says so to syslog too, where journald and log shippers keep it.
+    """
+    say(message)
+    try:
+        import syslog  # late: only a hook with something to alarm about
+
+        syslog.openlog("gpugate", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_WARNING, message)
+    except (OSError, ValueError):  # ValueError: a NUL in the message
+        pass
+
+
 def error(state_dir: str | None, message: str, exc: BaseException | None = None) -> None:
     """Log an error with its traceback to the rotated log file and a line to stderr."""
     say(message if exc is None else f"{message}: {type(exc).__name__}: {exc}")

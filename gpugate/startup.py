@@ -87,6 +87,8 @@ LAZY: dict[str, tuple[float, str]] = {
         "xid.catalog, xid.nvlink5_resolution: NVIDIA's Xid rows, only when an Xid is read",
     ),
     "gpugate.checks.sxid_catalog": (0.4, "sxid.table: the SXid rows, only when an SXid is read"),
+    "syslog": (0.0, "log.alarm: a hook's config problem, said to syslog too (rare by design)"),
+    "copy": (0.0, "config.load_config_for_hook: a refused site file's copy, keys left out"),
     "gpugate.node": (
         0.1,
         "config.classes, gate.guard: this node's name, when a class or an "

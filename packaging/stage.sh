@@ -7,7 +7,8 @@
 #   OUT/tree/etc/             gpugate.yaml (all comments) and hook.env, the site's files
 #   OUT/tree/doc/             README.md, slurm.conf.example, optional documents, examples/
 #   OUT/tree/share/           job_submit.lua (install as /usr/share/gpugate/job_submit.lua)
-#   OUT/version               the project's version (pyproject.toml = gpugate/__init__.py)
+#   OUT/version               this build's version (packaging/version.sh: the project's version
+#                             plus +git<count>.<date>.<hash>), written into the wheel too
 #   OUT/bundled               "name=version ..." of the bundled dependencies
 #
 # Nodes run their distribution's system python3 (RHEL 9: 3.9; Debian 12/13, Ubuntu 22.04/24.04:
@@ -45,6 +46,12 @@ code_version=$(sed -n 's/^__version__ = "\([^"]*\)"$/\1/p' "$repo/gpugate/__init
 [ -n "$version" ] || die "no version in pyproject.toml"
 [ "$version" = "$code_version" ] ||
     die "pyproject.toml says $version but gpugate/__init__.py says $code_version"
+# This build's own version (packaging/version.sh says how and why), written into the copy the
+# wheel is built from: the package, its metadata and `gpugate --version` carry the same one,
+# and no git runs when gpugate starts.
+version=$("$packaging/version.sh") || die "packaging/version.sh failed"
+# What dpkg, rpm and PEP 440 all take (and sed below writes as it is).
+[[ $version =~ ^[0-9][0-9A-Za-z.+~]*$ ]] || die "not a package version: $version"
 
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 rm -rf "$out/src" "$out/wheel" "$out/tree" "$out/version" "$out/bundled"
@@ -58,6 +65,10 @@ mkdir -p "$src" "$out/wheel" "$tree/bin" "$tree/libexec" "$tree/etc" "$tree/doc/
 echo "stage.sh: gpugate $version: building the wheel" >&2
 (cd "$repo" && tar -c --exclude=__pycache__ --exclude='*.pyc' \
     pyproject.toml README.md gpugate slurm_hooks config) | tar -x -C "$src"
+sed -i "s/^version = \"[^\"]*\"$/version = \"$version\"/" "$src/pyproject.toml"
+sed -i "s/^__version__ = \"[^\"]*\"$/__version__ = \"$version\"/" "$src/gpugate/__init__.py"
+grep -qx "__version__ = \"$version\"" "$src/gpugate/__init__.py" ||
+    die "could not write version $version into the wheel's gpugate/__init__.py"
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps \
     --wheel-dir "$out/wheel" "$src" >&2
 
@@ -98,7 +109,8 @@ sys.path.insert(0, sys.argv[1])
 import yaml, loguru, pynvml, gpugate.cli
 assert not yaml.__with_libyaml__, "PyYAML still has its C extension"
 assert gpugate.__file__.startswith(sys.argv[1]), gpugate.__file__
-' "$lib"
+assert gpugate.__version__ == sys.argv[2], (gpugate.__version__, sys.argv[2])
+' "$lib" "$version"
 
 # Record what is bundled (the RPM's `Provides: bundled(python3dist(...))`, the .deb's
 # description): security trackers find bundled copies through these.

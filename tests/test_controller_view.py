@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from factories import default_config
 
-from gpugate.config import ConfigError, load_config
+from gpugate.config import load_config
 from gpugate.gate.requeue import JobEnd, decide_requeue, note_path, tell_user
 from gpugate.store import controller_view as V
 from gpugate.store import history
@@ -278,11 +278,12 @@ def test_gpugate_evidence_shows_the_controllers_decision_for_a_job(tmp_path, cap
 # ------------------------------------------------------------------------------ the config
 
 
-def test_a_wait_shorter_than_the_epilog_deadline_is_refused(tmp_path):
+def test_a_wait_shorter_than_the_epilog_deadline_is_raised_to_it(tmp_path, capsys):
+    """Accepted by the previous release: raised with a warning, never refused (issue 40)."""
     site = tmp_path / "site.yaml"
     site.write_text("requeue:\n  wait_for_bundles_s: 30\nepilog:\n  deadline_s: 45\n")
-    with pytest.raises(ConfigError, match=r"wait_for_bundles_s: 30 s is shorter than epilog\."):
-        load_config(str(site))
+    assert load_config(str(site)).requeue.wait_for_bundles_s == 45
+    assert "requeue.wait_for_bundles_s: 30 s is shorter than epilog." in capsys.readouterr().err
     site.write_text("requeue:\n  wait_for_bundles_s: 45\nepilog:\n  deadline_s: 45\n")
     assert load_config(str(site)).requeue.wait_for_bundles_s == 45
 

@@ -20,8 +20,7 @@ import sys
 import tarfile
 
 import pytest
-
-from gpugate import __version__
+from test_version import VERSION_RE, build_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SH = os.path.join(REPO, "packaging", "deb", "build.sh")
@@ -64,11 +63,12 @@ def build_deb(base: str) -> str:
         BUILD_DIR=os.path.join(base, "build"),
         DIST_DIR=os.path.join(base, "dist"),
     )
+    version = build_version()
     result = run([BUILD_SH], timeout=600, env=env, cwd=REPO)
     if result.returncode != 0:
         pytest.fail(f"build.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     path = result.stdout.strip().splitlines()[-1]  # build.sh prints the package last
-    assert path == os.path.join(base, "dist", f"gpugate_{__version__}_all.deb"), result.stdout
+    assert path == os.path.join(base, "dist", f"gpugate_{version}_all.deb"), result.stdout
     return path
 
 
@@ -106,9 +106,10 @@ def test_control_fields(deb_file):
     result = run(["dpkg-deb", "-f", deb_file, "Package", "Version", "Architecture", "Depends"])
     assert result.returncode == 0, result.stderr
     fields = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert re.fullmatch(VERSION_RE, fields["Version"]), fields
     assert fields == {
         "Package": "gpugate",
-        "Version": __version__,
+        "Version": fields["Version"],
         "Architecture": "all",
         "Depends": "python3 (>= 3.9)",
     }
@@ -231,11 +232,25 @@ def test_launcher_is_the_system_python3(deb_file, tmp_path):
         assert fh.readline() == "#!/usr/bin/python3 -Es\n"
 
 
+def test_gpugate_reports_the_packages_version(deb_file, tmp_path):
+    """`gpugate --version` of the packaged code is the package's Version (issue 40)."""
+    run(["dpkg-deb", "-x", deb_file, str(tmp_path)])
+    version = run(["dpkg-deb", "-f", deb_file, "Version"]).stdout.strip()
+    launcher = tmp_path / "opt" / "gpugate" / "bin" / "gpugate"
+    result = run(
+        [SYSTEM_PYTHON, "-s", "-E", str(launcher), "--version"], env={"PATH": "/usr/bin:/bin"}
+    )
+    assert result.stdout.strip() == f"gpugate {version}", result.stderr
+
+
 def test_conffiles_and_scripts(deb_file):
     assert control_file(deb_file, "conffiles").split() == CONFFILES
     postinst = control_file(deb_file, "postinst")
     assert "/usr/bin/python3 -s -E -m compileall -q /opt/gpugate/lib" in postinst
     assert "__pycache__" in control_file(deb_file, "prerm")
+    # The site config checked on every install and upgrade, never failing it (issue 40).
+    assert "exec timeout 60 /opt/gpugate/bin/gpugate config check" in postinst
+    assert ') 2>&1 || echo "gpugate: fix what is said above' in postinst
     # Installing never touches Slurm: no script calls scontrol or restarts a daemon.
     scripts = postinst + control_file(deb_file, "prerm") + control_file(deb_file, "postrm")
     code = "\n".join(line.split("#", 1)[0] for line in scripts.splitlines())  # not the comments

@@ -125,6 +125,11 @@ def test_healthy_node_runs_the_users_job_with_the_task_prologs_settings(
 
 
 def test_ecc_node_refuses_the_job_and_is_drained(cluster: LocalSlurm, site: Site):
+    ecc_node_refuses_the_job(cluster, site)
+
+
+def ecc_node_refuses_the_job(cluster: LocalSlurm, site: Site) -> None:
+    """n2 (uncorrectable ECC) refuses a job: held, drained by gpugate, the job never ran."""
     marker = site.base / "ran-n2"
     job = cluster.submit(wrap=f"touch {marker}", output=str(site.base / "n2.out"), nodelist="n2")
     state = cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=45)

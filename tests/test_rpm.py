@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_version import VERSION_RE
 
-from gpugate import __version__
 from gpugate.config import load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,10 +102,10 @@ def clean_env(tmp_path, **extra: str) -> dict[str, str]:
 # --- the package's metadata ---------------------------------------------------------------
 
 
-def test_noarch_and_the_projects_version(rpm_file):
-    assert query(rpm_file, "--queryformat", "%{NAME} %{VERSION} %{ARCH}") == (
-        f"gpugate {__version__} noarch"
-    )
+def test_noarch_and_the_builds_version(rpm_file):
+    name, version, arch = query(rpm_file, "--queryformat", "%{NAME} %{VERSION} %{ARCH}").split()
+    assert (name, arch) == ("gpugate", "noarch") and re.fullmatch(VERSION_RE, version), version
+    assert "gpugate config check" in run(["rpm", "-qp", "--scripts", rpm_file]).stdout
 
 
 def test_file_list(rpm_file):
@@ -246,7 +246,7 @@ def test_unpacked_launcher_checks_a_snapshot(root, tmp_path, snapshot, code, sta
     assert json.loads(result.stdout)["status"] == status
 
 
-def test_launcher_ignores_the_jobs_python_environment(root, tmp_path):
+def test_launcher_ignores_the_jobs_python_environment(root, rpm_file, tmp_path):
     """-E: a job's PYTHONPATH (here a decoy gpugate) and PYTHONHOME change nothing."""
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"no {SYSTEM_PYTHON}")
@@ -256,7 +256,8 @@ def test_launcher_ignores_the_jobs_python_environment(root, tmp_path):
     env = clean_env(tmp_path, PYTHONPATH=str(decoy.parent), PYTHONHOME=str(tmp_path / "nowhere"))
     result = run([os.path.join(root, "usr", "bin", "gpugate"), "--version"], env=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"gpugate {__version__}"
+    version = run(["rpm", "-qp", "--queryformat", "%{VERSION}", rpm_file]).stdout
+    assert result.stdout.strip() == f"gpugate {version}"
 
 
 def test_launcher_runs_on_the_oldest_supported_python(root, tmp_path):

@@ -98,7 +98,11 @@ def test_cli_never_fails_the_step_even_with_a_broken_config(tmp_path, capsys):
     site = tmp_path / "site.yaml"
     site.write_text("task_prolog: [\n")
     assert main(["task-prolog", "--config", str(site)]) == 0
-    assert capsys.readouterr().out == ""
+    # Refused whole: the packaged defaults' exports, and the reason on stderr (issue 40).
+    out, err = capsys.readouterr()
+    assert "export NCCL_DEBUG=WARN" in out.splitlines()
+    assert f"task-prolog: config: {site}: not valid YAML" in err
+    assert "REFUSED: the whole file ignored" in err
 
 
 # --- only well-formed export lines (issue 11, point 6) ----------------------------------------

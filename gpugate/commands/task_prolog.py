@@ -8,7 +8,7 @@ import sys
 from gpugate import log
 from gpugate.commands import hook_args
 from gpugate.commands.guarded import selftest_dry_run, selftest_mode
-from gpugate.config import load_config
+from gpugate.config import load_config_for_hook
 from gpugate.hooks.task_prolog import exports, render
 
 
@@ -19,7 +19,10 @@ def main(argv: list[str]) -> int:
         return selftest_dry_run("task-prolog", args.config)
 
     try:
-        config = load_config(args.config)
+        # As the other hooks: a refused site key is said and left out, the exports still made.
+        config, problems = load_config_for_hook(args.config)
+        for problem in problems:
+            log.alarm(f"task-prolog: config: {problem}")
         if not config.task_prolog.enabled:
             return 0
         job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")

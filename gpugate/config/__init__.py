@@ -8,6 +8,7 @@ defaults. Unknown keys, wrong types and bad values are refused as `file: key.pat
 from __future__ import annotations
 
 import os
+import sys
 
 from gpugate.checks.registry import registered
 from gpugate.config import built, schema
@@ -95,8 +96,89 @@ def site_config_path(explicit: str | None = None) -> tuple[str | None, bool]:
 
 
 def load_config(path: str | None = None) -> schema.Config:
-    """Load the packaged defaults and the site file over them."""
+    """Load the packaged defaults and the site file over them; warnings go to stderr."""
+    config, warnings = load_config_warned(path)
+    say_once(warnings)
+    return config
 
+
+def load_config_warned(path: str | None = None) -> tuple[schema.Config, list[str]]:
+    """The Config, and what was migrated on the way (`FILE: KEY: ...` lines for the admin)."""
+    site_path, defaults, defaults_id, site, site_id = _read(path)
+    # The same files, node and code as a run before: its Config (gpugate/config/built.py).
+    inputs = built.inputs(defaults_id, site_id, defaults, site)
+    cached = built.fetch(inputs)
+    if cached is not None:
+        return cached
+    config, warnings = _build_over(defaults, site, site_path)
+    built.keep(inputs, config, warnings)
+    return config, warnings
+
+
+def load_config_for_hook(path: str | None = None) -> tuple[schema.Config, list[str]]:
+    """The Config a Slurm hook gates with, and the problems to say loudly on every run.
+
+    A site file the strict loader refuses does not turn gating off: each refused key is left
+    out (`FILE: KEY: problem; REFUSED: ...` in the lines returned) and the hook gates with the
+    packaged default for it and every valid key of the site file. Failing the prolog instead
+    would drain every node of the cluster for one stale line (Slurm drains a node whose prolog
+    fails, and holds the job), and letting jobs through unchecked let a job run on a node with
+    ECC errors (issue 40). Only a broken packaged file (a broken install) still raises.
+    """
+    try:
+        return load_config_warned(path)
+    except ConfigError as refused:
+        first = refused
+    site_path, defaults, _, site, _ = _read(path, salvage=True)
+    import copy  # late: only a hook whose site file was refused
+
+    site = copy.deepcopy(site)  # keys are dropped from it: never from a parse kept for reuse
+    problems: list[str] = []
+    if not site and site_path and str(first).startswith(f"{site_path}: "):
+        # Unreadable, not YAML, or not a mapping: nothing of it can be used.
+        problems.append(_ignored(str(first), "the whole file"))
+    for _ in range(_MAX_DROPPED):
+        try:
+            config, warnings = _build_over(defaults, site, site_path)
+        except ConfigError as exc:
+            key = error_key(str(exc), site_path or "")
+            if key is None or not _drop(site, key):
+                if not site:
+                    raise  # the packaged defaults alone fail: the install is broken
+                problems.append(_ignored(str(exc), "the whole file"))
+                site = {}
+                continue
+            problems.append(_ignored(str(exc), key))
+            continue
+        return config, problems + warnings
+    raise first
+
+
+# A site file with more refused keys than this is left out whole (each pass builds the Config).
+_MAX_DROPPED = 50
+
+
+def _ignored(problem: str, what: str) -> str:
+    """One loud line: the problem, what is left out, what gates instead, how to check."""
+    if what == "the whole file":
+        instead = "gating with the packaged defaults"
+    elif what.endswith("]"):
+        instead = "gating with the rest of the list"
+    else:
+        instead = "gating with its packaged default"
+    return (
+        f"{problem}; REFUSED: {what} ignored, {instead} until it is fixed "
+        "(`gpugate config check` lists every problem)"
+    )
+
+
+def _read(
+    path: str | None, salvage: bool = False
+) -> tuple[str | None, dict[str, Any], str, dict[str, Any], str]:
+    """(site path, packaged mapping, its id, site mapping, its id).
+
+    salvage: a site file that cannot be read or is no mapping reads as empty instead of raising.
+    """
     try:
         defaults, defaults_id = load_yaml_identified(PACKAGED_FILE)
     except YamlError as exc:
@@ -110,39 +192,112 @@ def load_config(path: str | None = None) -> schema.Config:
         try:
             site, site_id = load_yaml_identified(site_path)
         except YamlError as exc:
-            raise ConfigError(str(exc)) from None
+            if not salvage:
+                raise ConfigError(str(exc)) from None
+            site = {}
         if site is None:
             site = {}  # an empty file is fine
     if not isinstance(defaults, dict):
         raise ConfigError(f"{PACKAGED_FILE}: expected a mapping at the top")
     if not isinstance(site, dict):
-        raise ConfigError(f"{site_path}: expected a mapping at the top")
-    # The same files, node and code as a run before: its Config (gpugate/config/built.py).
-    inputs = built.inputs(defaults_id, site_id, defaults, site)
-    cached = built.fetch(inputs)
-    if cached is not None:
-        return cached
+        if not salvage:
+            raise ConfigError(f"{site_path}: expected a mapping at the top")
+        site = {}
+    return site_path, defaults, defaults_id, site, site_id
+
+
+def _build_over(
+    defaults: dict[str, Any], site: dict[str, Any], site_path: str | None
+) -> tuple[schema.Config, list[str]]:
+    """Validate the site mapping, merge it over the defaults, build and migrate the Config."""
     defaults, _ = split_classes(defaults, PACKAGED_FILE, ConfigError)
     site, classes = split_classes(site, site_path or "", ConfigError)
     # Check the site file on its own first, so an error names the file that holds it.
     _check_partial(schema.Config, site, site_path or "", "")
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
-    _check_together(config, site_path or PACKAGED_FILE)
-    built.keep(inputs, config)
-    return config
+    return migrate(config, site_path or PACKAGED_FILE)
 
 
-def _check_together(config: schema.Config, source: str) -> None:
-    """Refuse values that are each valid but wrong together."""
+def migrate(config: schema.Config, source: str) -> tuple[schema.Config, list[str]]:
+    """Values an earlier release accepted, made safe, each with a warning naming the change.
+
+    The validations added since the previous release (0.1.0 of 2026-12-03), and their fate:
+    - requeue.wait_for_bundles_s >= epilog.deadline_s (issue 26): the old default, 30 s,
+      is below the 45 s epilog deadline. Raised to the deadline here: a longer wait delays a
+      requeue decision by seconds, while refusing the file had stopped all gating.
+    - budget.jitter_s <= 10, requeue.max_records 1..4096, isolate.unit, isolate.max_gpus >= 1:
+      keys new since then, so no old file sets them; still refused (a hook leaves a refused
+      key out and gates with its default: load_config_for_hook).
+    """
+    warnings: list[str] = []
     wait = config.requeue.wait_for_bundles_s
     deadline = config.epilog.deadline_s
     if wait < deadline:
-        raise ConfigError(
+        warnings.append(
             f"{source}: requeue.wait_for_bundles_s: {wait:g} s is shorter than "
-            f"epilog.deadline_s ({deadline:g} s): the controller would decide while a node "
-            f"epilog may still be finding the fault; set it to at least {deadline:g}"
+            f"epilog.deadline_s ({deadline:g} s) (releases before 2026-12-03 accepted it): "
+            f"raised to {deadline:g} s (the controller would decide while a node epilog may "
+            f"still be finding the fault); set it to at least {deadline:g} in {source}"
         )
+        config = config.replace(requeue=config.requeue.replace(wait_for_bundles_s=deadline))
+    return config, warnings
+
+
+def error_key(message: str, site_path: str) -> str | None:
+    """The key path a ConfigError message names in the site file (`FILE: KEY: problem`)."""
+    for source in (site_path, f"{PACKAGED_FILE} + {site_path}"):
+        if source and message.startswith(f"{source}: "):
+            key, sep, _ = message[len(source) + 2 :].partition(": ")
+            key = key.rstrip(".")
+            if sep and key and key != "top" and " " not in key:
+                return key
+    return None
+
+
+def _drop(site: dict[str, Any], key: str) -> bool:
+    """Remove KEY (`a.b[2].c`) from the site mapping; False when nothing was removed."""
+    import re  # late: only a hook whose site file was refused
+
+    steps: list[str | int] = [
+        int(part[1:-1]) if part.startswith("[") else part
+        for part in re.findall(r"\[\d+\]|[^.\[\]]+", key)
+    ]
+    node: Any = site
+    for step in steps[:-1]:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return _drop_top(site, steps)
+    last = steps[-1] if steps else None
+    if isinstance(node, dict) and last in node:
+        del node[last]
+        return True
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        del node[last]
+        return True
+    return _drop_top(site, steps)
+
+
+def _drop_top(site: dict[str, Any], steps: list[str | int]) -> bool:
+    """A key path that does not walk (a board named with a dot): its top-level key goes."""
+    if len(steps) > 1 and isinstance(steps[0], str) and steps[0] in site:
+        del site[steps[0]]
+        return True
+    return False
+
+
+_said: set[str] = set()
+
+
+def say_once(lines: list[str]) -> None:
+    """Each config warning once per process, on stderr (never stdout: the TaskProlog's is the
+    job's environment), where slurmd's log and the admin's terminal get it."""
+    for line in lines:
+        if line not in _said:
+            _said.add(line)
+            sys.stderr.write(f"gpugate: config: {line}\n")
+    sys.stderr.flush()
 
 
 def _with_classes(

@@ -51,7 +51,7 @@ def inputs(
         return None
     # Node classes pick by this node and the job's partition: part of the answer then.
     where = classes.this_node() if defaults.get("classes") or site.get("classes") else None
-    return f"config-1 {__version__} {code} {defaults_id} {site_id} {where!r}"
+    return f"config-2 {__version__} {code} {defaults_id} {site_id} {where!r}"
 
 
 def _key(described: str) -> tuple[str, tuple[int, int]]:
@@ -60,8 +60,9 @@ def _key(described: str) -> tuple[str, tuple[int, int]]:
     return f"config-{check[1]:08x}-{check[0]:x}", check
 
 
-def fetch(described: str | None) -> schema.Config | None:
-    """The Config built before from exactly these inputs, or None (build it, then `keep`)."""
+def fetch(described: str | None) -> tuple[schema.Config, list[str]] | None:
+    """The Config built before from exactly these inputs and its migration warnings, or None
+    (build it, then `keep`)."""
     if described is None:
         return None
     key, check = _key(described)
@@ -69,17 +70,21 @@ def fetch(described: str | None) -> schema.Config | None:
     if cached is None:
         return None
     entry = cached[0]
-    if not isinstance(entry, tuple) or len(entry) != 2 or entry[0] != described:
+    if not isinstance(entry, tuple) or len(entry) != 3 or entry[0] != described:
+        return None
+    warnings = entry[2]
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         return None
     try:
         config = _decode(entry[1])
     except (AttributeError, TypeError, ValueError):
         return None  # not what `keep` writes: build it
-    return config if isinstance(config, schema.Config) else None
+    return (config, warnings) if isinstance(config, schema.Config) else None
 
 
-def keep(described: str | None, config: Record) -> None:
-    """Cache `config` as built from the inputs `described` (best effort)."""
+def keep(described: str | None, config: Record, warnings: list[str]) -> None:
+    """Cache `config` as built from the inputs `described`, with the warnings its migration
+    gave: every later run must say them again (best effort)."""
     if described is None:
         return
     try:
@@ -87,7 +92,7 @@ def keep(described: str | None, config: Record) -> None:
     except ValueError:
         return
     key, check = _key(described)
-    write_cached(key, check, (described, encoded))
+    write_cached(key, check, (described, encoded, list(warnings)))
 
 
 def _encode(value: object) -> object:

@@ -11,7 +11,7 @@ import os
 import time
 
 from gpugate import log
-from gpugate.config import load_config
+from gpugate.config import load_config_for_hook
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,12 +50,18 @@ def run_hook(hook: str, config_path: str | None, body: Callable[[Config], int]) 
 def _run(hook: str, config_path: str | None, body: Callable[[Config], int]) -> int:
     started = time.monotonic()
     try:
-        config = load_config(config_path)
+        # A refused site file gates with what of it is valid and the packaged defaults, and
+        # says so on every run (config.load_config_for_hook says why not fail closed).
+        config, problems = load_config_for_hook(config_path)
     except BaseException as exc:
+        # Only a broken install (the packaged defaults themselves unusable) gets here.
         state_dir = fallback_state_dir()
-        log.error(state_dir, f"{hook}: configuration unusable, allowing the job", exc)
+        log.error(state_dir, f"{hook}: CONFIGURATION UNUSABLE, NOT GATING: job allowed "
+                  "unchecked; reinstall gpugate and run `gpugate config check`", exc)  # fmt: skip
         log.event(state_dir, hook, outcome="internal_error", error=str(exc)[:500])
         return 0
+    for problem in problems:
+        log.alarm(f"{hook}: config: {problem}")
     # The controller (SlurmUser) writes only its own directory; the node hooks their state_dir.
     where = config.state_dir
     if hook == "epilog-slurmctld":

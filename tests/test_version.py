@@ -1,0 +1,81 @@
+"""Every build's own version (packaging/version.sh): from git, sorting upward with commits.
+
+The packages (.deb, .rpm), the wheel's metadata and `gpugate --version` carry the same one
+(stage.sh writes it into the wheel's copy; test_deb.py and test_rpm.py check the packages).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VERSION_SH = os.path.join(REPO, "packaging", "version.sh")
+# <pyproject version>+git<count>.<YYYYMMDD>.<hash>[.dirty], or the plain version without git.
+VERSION_RE = r"\d+\.\d+\.\d+(\+git\d+\.\d{8}\.[0-9a-f]{7,}(\.dirty)?)?"
+
+
+def build_version(env: dict[str, str] | None = None, script: str = VERSION_SH) -> str:
+    """What packaging/version.sh prints for this checkout now (a build's version)."""
+    done = subprocess.run([script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def git(*args: str) -> str:
+    """A git command in this checkout, its output."""
+    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True,
+                          timeout=60, check=True).stdout.strip()  # fmt: skip
+
+
+@pytest.fixture
+def checkout():
+    """Skip where this is no git checkout (a tarball, .ci/second-slurm's copy)."""
+    if shutil.which("git") is None or not os.path.exists(os.path.join(REPO, ".git")):
+        pytest.skip("not a git checkout")
+
+
+def test_the_version_names_this_commit(checkout, monkeypatch):
+    monkeypatch.delenv("GPUGATE_VERSION", raising=False)
+    version = build_version()
+    assert re.fullmatch(VERSION_RE, version), version
+    count = git("rev-list", "--count", "HEAD")
+    head = git("rev-parse", "HEAD")
+    base, _, local = version.partition("+git")
+    assert local.split(".")[0] == count
+    assert head.startswith(local.split(".")[2])
+    with open(os.path.join(REPO, "pyproject.toml")) as fh:
+        assert f'version = "{base}"' in fh.read()
+
+
+def test_later_commits_sort_higher_for_dpkg():
+    if shutil.which("dpkg") is None:
+        pytest.skip("no dpkg")
+    older, newer = "0.1.0+git99.20261231.abcdef1", "0.1.0+git100.20261201.1234567"
+    for low, high in ((older, newer), ("0.1.0", older), (older, older + ".dirty")):
+        done = subprocess.run(["dpkg", "--compare-versions", low, "lt", high], timeout=60)
+        assert done.returncode == 0, (low, high)
+
+
+def test_without_git_the_plain_version_or_gpugate_version(tmp_path):
+    """A tarball: GPUGATE_VERSION when set, else the plain version, said on stderr."""
+    tar = tmp_path / "src.tar"
+    with tarfile.open(tar, "w") as archive:
+        for name in ("pyproject.toml", "packaging/version.sh"):
+            archive.add(os.path.join(REPO, name), arcname=name)
+    with tarfile.open(tar) as archive:
+        archive.extractall(tmp_path / "src", filter="tar")
+    script = str(tmp_path / "src" / "packaging" / "version.sh")
+    done = subprocess.run([script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"]})  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "0.1.0\n", done
+    assert "no git checkout" in done.stderr and "GPUGATE_VERSION" in done.stderr
+    assert build_version({"GPUGATE_VERSION": "0.1.0+git7.20261201.abcdef1"}, script) == (
+        "0.1.0+git7.20261201.abcdef1"
+    )
