@@ -210,6 +210,41 @@ def test_a_drill_is_followed_and_recorded_as_passed(config, monkeypatch):
     assert drill.active_drill(config) is None
 
 
+class TaskPrologResumeOps(FakeOps):
+    """SlurmUser=slurm: the controller could not look; the comment says the TaskProlog picks."""
+
+    def job(self, job):
+        if self.killed:
+            said = ("gpugate: requeued: x; resumes from the newest complete checkpoint in "
+                    "/ck/run7, found by the job's TaskProlog")  # fmt: skip
+            return "RUNNING", 1, ("n2",), said
+        return super().job(job)
+
+
+def test_a_checkpoint_only_the_task_prolog_saw_is_recorded_as_unknown(config, monkeypatch):
+    d = short_drill(config, monkeypatch)
+    entry = cmd.follow(config, d, TaskPrologResumeOps(config))
+    requeued = next(s for s in entry["steps"] if s["step"] == "requeued")
+    assert requeued["checkpoint"] is None and entry["passed"]
+    assert "no checkpoint" not in requeued["detail"]
+    assert "unknown: the newest complete checkpoint in /ck/run7" in requeued["detail"]
+
+
+def test_the_controllers_event_line_without_a_checkpoint_is_unknown(config):
+    # EpilogSlurmctld as SlurmUser wrote checkpoint null and the directory it could not read.
+    where = cmd.controller_dir(config)
+    os.makedirs(where, exist_ok=True)
+    line = {"hook": "epilog-slurmctld", "job": "42", "requeue": True, "checkpoint": None,
+            "ckpt_dir": "/ck/run7"}  # fmt: skip
+    Path(where, "events.jsonl").write_text(json.dumps(line) + "\n")
+    ckpt, words = cmd.requeue_checkpoint(config, "42", "")
+    assert ckpt is None and words.startswith("unknown: the newest complete checkpoint in /ck/run7")
+    line["checkpoint"] = "/ck/run7/step-90"
+    Path(where, "events.jsonl").write_text(json.dumps(line) + "\n")
+    assert cmd.requeue_checkpoint(config, "42", "") == ("/ck/run7/step-90",) * 2
+    assert cmd.requeue_checkpoint(config, "43", "")[1] == cmd.UNKNOWN  # nothing names it
+
+
 class RequeueSeenLateOps(FakeOps):
     """Slurm 24.11: the killed run, requeued, ends its COMPLETING with Restarts=1 and no nodes."""
 

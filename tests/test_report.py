@@ -174,6 +174,18 @@ def test_runs_requeues_and_held_sections():
     assert SCRIPT not in html  # every string escaped, the category and the budget's why too
 
 
+def test_a_resume_point_the_controller_could_not_see_is_unknown_not_none():
+    # SlurmUser=slurm: EpilogSlurmctld cannot look as the job's user; the TaskProlog picks it.
+    events = [{"job": "77", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
+               "checkpoint": None, "ckpt_dir": "/ck/run7"},
+              {"job": "78", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
+               "checkpoint": None}]  # fmt: skip
+    rows = Page(R.requeues_section(events)).all_text
+    assert "unknown: the newest complete checkpoint in /ck/run7, picked by the job's" in rows
+    assert "unknown: no checkpoint directory in the job's comment" in rows
+    assert "no checkpoint" not in rows.replace("no checkpoint directory", "")
+
+
 def test_drain_and_repeat_charts():
     html = sample_page()
     record = section(html, "record")

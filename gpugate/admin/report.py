@@ -20,7 +20,7 @@ from html import escape
 from urllib.parse import quote
 
 from gpugate.admin import charts
-from gpugate.admin.losses import HOW_COMPUTED, by_category
+from gpugate.admin.losses import HOW_COMPUTED, by_category, resumed_from
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
@@ -324,11 +324,17 @@ def requeues_section(events: Sequence[dict[str, Any]]) -> str:
             f'<tr><td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["job"])}</td>'
             f'<td class="n">{esc(e.get("restarts"))}</td><td>{verdict}</td>'
             f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(e.get("category"))}</td>'
-            f"<td>{esc(suspects)}</td><td><code>{esc(e.get('checkpoint'))}</code></td></tr>"
+            f"<td>{esc(suspects)}</td><td>{_resumed_cell(e)}</td></tr>"
         )
     headers = ("Decided", "Job", "Run", "Decision", "Why", "Cause", "Suspects",
                "Resumed from checkpoint")  # fmt: skip
     return _table(headers, body, "No requeue decision in the window.")
+
+
+def _resumed_cell(event: dict[str, Any]) -> str:
+    """The checkpoint a requeued run resumed from, or why it is unknown here (never blank)."""
+    path, words = resumed_from(event)
+    return f"<code>{esc(path)}</code>" if path else esc(words)
 
 
 def held_section(held: Sequence[dict[str, Any]], since: float) -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 
 from gpugate import jsonl
+from gpugate.admin.losses import resumed_from
 from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.config import load_config
@@ -263,13 +264,19 @@ def follow_job(
         steps.add("not_requeued", f"job {job} did not run again on another node", job=job)
         return
     nodes, comment = found
-    ckpt = requeue_checkpoint(config, job, comment)
-    steps.add("requeued", f"job {job} on {','.join(nodes)} from {ckpt or 'no checkpoint'}",
+    ckpt, words = requeue_checkpoint(config, job, comment)
+    steps.add("requeued", f"job {job} on {','.join(nodes)} from {words}",
               job=job, nodes=list(nodes), checkpoint=ckpt)  # fmt: skip
 
 
-def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
-    """The checkpoint EpilogSlurmctld requeued `job` from (its event line, else its comment)."""
+UNKNOWN = ("unknown: neither EpilogSlurmctld's event line nor the job's AdminComment "
+           "names it")  # fmt: skip
+
+
+def requeue_checkpoint(config: Config, job: str, comment: str) -> tuple[str | None, str]:
+    """(checkpoint or None, words): what EpilogSlurmctld requeued `job` from (its event line,
+    else its comment). None when not known here: with SlurmUser=slurm only the job's
+    TaskProlog (as the job's user) sees which checkpoint it hands out."""
 
     # The controller's own directory first (where it writes), then state_dir (older releases).
     for directory in (controller_dir(config), config.state_dir):
@@ -280,12 +287,15 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
             continue
         for e in reversed(events):
             if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-                checkpoint: str | None = e.get("checkpoint")
-                return checkpoint
-    marker = "resume from "
-    if marker in comment:
-        return comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
-    return None
+                return resumed_from(e)
+    for marker in ("resume from ", "resumes from the newest complete checkpoint in "):
+        if marker in comment:
+            found = comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
+            found = found.removesuffix(", found by the job's TaskProlog")
+            if marker.startswith("resume "):
+                return found, found
+            return None, resumed_from({"requeue": True, "ckpt_dir": found})[1]
+    return None, UNKNOWN
 
 
 def verdict(steps: Steps, jobs: dict[str, int]) -> str:
