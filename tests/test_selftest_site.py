@@ -13,7 +13,7 @@ import pytest
 
 from gpugate.admin import selftest as S
 from gpugate.admin import sitecheck as C
-from gpugate.admin.access import Account
+from gpugate.admin.access import Account, Caution
 from gpugate.cli import main as cli_main
 from gpugate.config import load_config
 from gpugate.runner import CommandResult
@@ -235,9 +235,11 @@ def test_more_ranks_per_node_than_cpus(qualify):
     assert "one rank per Gres GPU asks 8 tasks of n1, n2, which has 2 CPUs" in problem.what
     assert "qualify runs 2 ranks, testing 2 of the node's GPUs" in problem.what
     assert problem.fix.startswith("set qualify.ntasks_per_node: 2 ")
+    assert isinstance(problem, Caution)  # capped at the CPUs, qualify still runs: a warning
     assert C.check_qualify_geometry(qualify.replace(ntasks_per_node=2), facts) == []
     (problem,) = C.check_qualify_geometry(qualify.replace(ntasks_per_node=3), facts)
     assert "qualify.ntasks_per_node 3 asks 3 tasks" in problem.what
+    assert not isinstance(problem, Caution)  # a set value qualify refuses: still a problem
 
 
 # --- what SlurmUser must reach ---------------------------------------------------------------

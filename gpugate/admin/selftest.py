@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from gpugate.admin.access import Account, Problem, account, denied
+from gpugate.admin.access import Account, Caution, Problem, account, denied
 from gpugate.admin.backendcheck import check_backend
 from gpugate.admin.isolatecheck import check_isolation
 from gpugate.admin.qualifysteps import check_qualify_steps
@@ -384,8 +384,8 @@ def config_path(env: dict[str, str]) -> str | None:
 def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) -> HookReport:
     """The site's Slurm settings that gpugate's requeues and `gpugate qualify` rely on.
 
-    A qualify geometry the nodes cannot run is a warning (qualify runs fewer ranks or says "not
-    run"; no hook breaks and no requeue is lost)."""
+    One rank per Gres GPU over the nodes' CPUs is a warning (qualify runs fewer ranks; no hook
+    breaks and no requeue is lost)."""
     node = node or node_name()
     report = HookReport("site", "slurm.conf")
     report.problems = check_slurm_read(slurm)
@@ -393,7 +393,9 @@ def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) ->
         report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
         report.problems += check_node_known(node, slurm)
         config, _ = check_config(path, account("root"))  # its problems are the hooks' already
-        report.warnings = check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        geometry = check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        report.problems += [p for p in geometry if not isinstance(p, Caution)]
+        report.warnings = [p for p in geometry if isinstance(p, Caution)]
         kind = getattr(getattr(config, "slurm", None), "backend", "auto")
         report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
         report.problems += problems

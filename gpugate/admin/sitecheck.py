@@ -19,7 +19,7 @@ import os
 import stat
 from dataclasses import dataclass, field, replace
 
-from gpugate.admin.access import Account, Problem, bits, closed_dirs, denied, group_name
+from gpugate.admin.access import Account, Caution, Problem, bits, closed_dirs, denied, group_name
 from gpugate.qualify.jobs import ntasks_for
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.control import SlurmError
@@ -270,9 +270,11 @@ def _more_ranks_than_cpus(
     then = ("qualify refuses it (a job Slurm would keep PENDING, PartitionConfig)"
             if qc.ntasks_per_node else f"qualify runs {fewest} ranks, testing {fewest} of the "
             "node's GPUs (a job of more would stay PENDING, PartitionConfig)")  # fmt: skip
-    return [Problem(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
-                    f"{then}", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
-                    "runs on that many GPUs of each node)")]  # fmt: skip
+    # The default (one rank per GPU) is capped at the CPUs and still runs: a warning only.
+    kind = Problem if qc.ntasks_per_node else Caution
+    return [kind(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
+                 f"{then}", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
+                 "runs on that many GPUs of each node)")]  # fmt: skip
 
 
 # --- what SlurmUser must reach -----------------------------------------------------------------
