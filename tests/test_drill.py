@@ -149,8 +149,14 @@ def test_another_node_is_refused(monkeypatch, capsys, config, tmp_path):
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     cfg = tmp_path / "site.yaml"
     assert cmd.main(["n2", "--fault", "xid79", "--config", str(cfg)]) == 2
-    assert "n2 is not this node (n1)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "n2 is not this host's Slurm name (n1: SLURMD_NODENAME, else the short host" in err
+    assert "set SLURMD_NODENAME=n2" in err  # the way out where NodeName is not the host name
     assert not os.path.exists(drill.drill_path(config))
+    assert cmd.main(["n2", "--end", "--config", str(cfg)]) == 2  # --end of another node, too
+    assert "set SLURMD_NODENAME=n2" in capsys.readouterr().err
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert cmd.usage_problem(cmd.parser().parse_args(["n2", "--fault", "xid79"])) is None
 
 
 class FakeOps:

@@ -24,7 +24,7 @@ from gpugate.config import load_config
 from gpugate.drill import FAULTS, DrillError, end_drill, start_drill
 from gpugate.hooks.health import run_health
 from gpugate.names import refuse
-from gpugate.node import node_name
+from gpugate.node import node_hint, node_name, not_this_node
 from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
 from gpugate.store.drills import drill_records, record_drill, records_path
 from gpugate.store.history import controller_dir
@@ -72,6 +72,9 @@ def main(argv: list[str]) -> int:
         return refuse(PROG, "drills are for root only (they drain nodes and kill jobs)", EXIT_USAGE)
     config = load_config(args.config)
     if args.end:
+        if args.node and args.node != node_name():
+            return refuse(PROG, f"{not_this_node(args.node)}; run --end on the drilled node",
+                          EXIT_USAGE)  # fmt: skip
         return end_now(config)
     problem = usage_problem(args)
     if problem:
@@ -95,8 +98,8 @@ def usage_problem(args: Namespace) -> str | None:
     if not args.node or not args.fault:
         return "give NODE and --fault (or --report, or --end)"
     if args.node != node_name():
-        return (f"{args.node} is not this node ({node_name()}): run the drill on the node "
-                "itself, a drill never touches another node")  # fmt: skip
+        return (f"{not_this_node(args.node)}; run the drill on the node itself, a drill never "
+                "touches another node")  # fmt: skip
     return None
 
 
@@ -329,8 +332,8 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     except SlurmError as exc:
         if isinstance(exc, (NodeNotFound, SlurmMissing)) or _no_slurm_here(exc):
             return refuse(PROG, f"{node} is not a Slurm node here ({exc}): run --end on the "
-                          "drilled node itself, where scontrol and SLURM_CONF reach slurmctld",
-                          EXIT_USAGE)  # fmt: skip
+                          "drilled node itself, where scontrol and SLURM_CONF reach slurmctld "
+                          f"({node_hint(node, '')})", EXIT_USAGE)  # fmt: skip
         # slurmctld away: the drain, if any, stays until it answers
         return refuse(PROG, f"cannot ask Slurm about {node}: {exc}; run --end again later",
                       EXIT_UNHEALTHY)  # fmt: skip
