@@ -81,6 +81,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),
     "gpugate.checks.sources.peers": (1.2, "hooks.prolog: the peer probe, when configured"),
+    "gpugate.checks.sources": (
+        1.2,
+        "commands.guarded.facts_problem: selftest mode's gather, for the hooks that gather; "
+        "the TaskProlog and EpilogSlurmctld never do (python -X importtime, 2026-12-06)",
+    ),
     "gpugate.gate.suspicion": (27.5, "hooks.epilog: suspects, after an abnormal end only"),
     "gpugate.checks.xid_catalog": (
         0.5,
@@ -91,8 +96,8 @@ LAZY: dict[str, tuple[float, str]] = {
     "copy": (0.0, "config.load_config_for_hook: a refused site file's copy, keys left out"),
     "gpugate.node": (
         0.1,
-        "config.classes, gate.guard: this node's name, when a class or an "
-        "error needs it (the TaskProlog needs neither)",
+        "config.classes, gate.guard, commands.guarded: this node's name, when a class, an "
+        "error or selftest mode needs it (the TaskProlog needs none)",
     ),
     # -- waiting for another reason --
     "gpugate.gate": (0.0, "hooks.health: `from gpugate.gate import repair` (see gate.repair)"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from factories import default_config, make_facts, patch_everywhere
@@ -28,6 +29,24 @@ def test_bad_config_is_exit_2_naming_the_key(tmp_path, capsys):
     site.write_text("checks:\n  gpu:\n    nope: 1\n")
     assert main(["check", "--config", str(site), "--facts", "x.yaml"]) == 2
     assert "checks.gpu.nope: unknown key" in capsys.readouterr().err
+
+
+def test_check_names_the_node_and_takes_node(tmp_path, capsys, monkeypatch):
+    # Slurm's NodeName is not the host name: facts_file's {node} finds no file for the host.
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    snap = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots", "h100-healthy.yaml")
+    shutil.copy(snap, tmp_path / "gpu-07.yaml")
+    site = tmp_path / "site.yaml"
+    site.write_text(f"state_dir: {tmp_path / 'state'}\nfacts_file: {tmp_path}/{{node}}.yaml\n")
+    host = os.uname().nodename.split(".")[0]
+    assert main(["check", "--config", str(site)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/{host}.yaml: cannot read" in err
+    assert "give --node NAME or set SLURMD_NODENAME=NAME" in err
+    assert main(["check", "--config", str(site), "--node", "gpu-07", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-07")
+    assert main(["check", "--config", str(site)]) == 0
 
 
 def test_bad_snapshot_is_exit_2_naming_the_key(tmp_path, capsys):

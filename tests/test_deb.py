@@ -38,6 +38,9 @@ PACKAGE_PATHS = (
     "/usr/share/doc/gpugate",
     "/usr/share/gpugate",
 )
+# What the hooks or an admin put outside those at run time, which a purge takes too: the
+# packaged metrics textfile, and an older release's NCCL directory (root's).
+RUN_TIME_PATHS = ("/var/lib/node_exporter/textfile_collector/gpugate.prom", "/var/tmp/gpugate-nccl")
 SNAPSHOTS = "/opt/gpugate/lib/gpugate/config/snapshots"
 # The install tests never run on the host itself (issue 26): `dpkg -i` there would replace an
 # admin's package and `dpkg --purge` would take its conffiles with it. The host's run of this
@@ -390,16 +393,29 @@ def test_installed_hook_runs_as_an_ordinary_user(installed, tmp_path, hook):
         assert "ok" in result.stderr
 
 
-def test_purge_leaves_nothing_but_evidence(installed):
-    """Runs last: purge removes conffiles, state and cache; evidence bundles are kept."""
-    bundle = "/var/lib/gpugate/evidence/job-1"
-    os.makedirs(bundle)
-    with open("/var/lib/gpugate/events.jsonl", "w") as fh:
-        fh.write("{}\n")
-    result = purge()
-    assert "evidence bundles kept in /var/lib/gpugate/evidence" in result.stderr
-    assert os.path.isdir(bundle)
-    shutil.rmtree("/var/lib/gpugate")  # what the admin does when done with the bundles
-    left = [path for path in PACKAGE_PATHS if os.path.lexists(path)]
+def test_purge_leaves_nothing(installed):
+    """Runs last: what the hooks and an admin wrote at run time goes with the purge, too."""
+    made = {
+        "/var/lib/gpugate/evidence/42/n1-r0/summary.json": "{}\n",  # a bundle
+        "/var/lib/gpugate/events.jsonl": "{}\n",
+        "/var/lib/gpugate/controller/events.jsonl": "{}\n",
+        "/var/lib/gpugate/nccl/42/nccl.n1.1.log": "x\n",  # a job's, the user's own
+        "/var/lib/gpugate/locks/history.lock": "",
+        "/var/cache/gpugate/config.marshal": "x",
+        "/usr/libexec/gpugate/hook.env": "SLURM_CONF=/etc/slurm/slurm.conf\n",  # beside the wrappers
+        "/var/lib/node_exporter/textfile_collector/gpugate.prom": "gpugate_up 1\n",
+        "/var/tmp/gpugate-nccl/7/nccl.log": "x\n",  # an older release's, root's
+    }
+    for path, text in made.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(text)
+    os.chown("/var/lib/gpugate/nccl/42", 65534, 65534)
+    os.chown("/var/lib/gpugate/nccl/42/nccl.n1.1.log", 65534, 65534)
+    with open("/etc/gpugate/gpugate.yaml", "a") as fh:  # an edited conffile
+        fh.write("# edited by the admin\n")
+    purge()
+    left = [path for path in (*PACKAGE_PATHS, *RUN_TIME_PATHS) if os.path.lexists(path)]
     assert left == []
+    assert os.path.isdir("/var/lib/node_exporter/textfile_collector")  # node_exporter's, kept
     assert run(["dpkg-query", "-W", "gpugate"]).returncode != 0

@@ -149,8 +149,14 @@ def test_another_node_is_refused(monkeypatch, capsys, config, tmp_path):
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     cfg = tmp_path / "site.yaml"
     assert cmd.main(["n2", "--fault", "xid79", "--config", str(cfg)]) == 2
-    assert "n2 is not this node (n1)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "n2 is not this host's Slurm name (n1: SLURMD_NODENAME, else the short host" in err
+    assert "set SLURMD_NODENAME=n2" in err  # the way out where NodeName is not the host name
     assert not os.path.exists(drill.drill_path(config))
+    assert cmd.main(["n2", "--end", "--config", str(cfg)]) == 2  # --end of another node, too
+    assert "set SLURMD_NODENAME=n2" in capsys.readouterr().err
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert cmd.usage_problem(cmd.parser().parse_args(["n2", "--fault", "xid79"])) is None
 
 
 class FakeOps:
@@ -208,6 +214,41 @@ def test_a_drill_is_followed_and_recorded_as_passed(config, monkeypatch):
     assert all(s["when"] >= d["start"] for s in entry["steps"])
     assert drills.drill_records(config) == [entry]
     assert drill.active_drill(config) is None
+
+
+class TaskPrologResumeOps(FakeOps):
+    """SlurmUser=slurm: the controller could not look; the comment says the TaskProlog picks."""
+
+    def job(self, job):
+        if self.killed:
+            said = ("gpugate: requeued: x; resumes from the newest complete checkpoint in "
+                    "/ck/run7, found by the job's TaskProlog")  # fmt: skip
+            return "RUNNING", 1, ("n2",), said
+        return super().job(job)
+
+
+def test_a_checkpoint_only_the_task_prolog_saw_is_recorded_as_unknown(config, monkeypatch):
+    d = short_drill(config, monkeypatch)
+    entry = cmd.follow(config, d, TaskPrologResumeOps(config))
+    requeued = next(s for s in entry["steps"] if s["step"] == "requeued")
+    assert requeued["checkpoint"] is None and entry["passed"]
+    assert "no checkpoint" not in requeued["detail"]
+    assert "unknown: the newest complete checkpoint in /ck/run7" in requeued["detail"]
+
+
+def test_the_controllers_event_line_without_a_checkpoint_is_unknown(config):
+    # EpilogSlurmctld as SlurmUser wrote checkpoint null and the directory it could not read.
+    where = cmd.controller_dir(config)
+    os.makedirs(where, exist_ok=True)
+    line = {"hook": "epilog-slurmctld", "job": "42", "requeue": True, "checkpoint": None,
+            "ckpt_dir": "/ck/run7"}  # fmt: skip
+    Path(where, "events.jsonl").write_text(json.dumps(line) + "\n")
+    ckpt, words = cmd.requeue_checkpoint(config, "42", "")
+    assert ckpt is None and words.startswith("unknown: the newest complete checkpoint in /ck/run7")
+    line["checkpoint"] = "/ck/run7/step-90"
+    Path(where, "events.jsonl").write_text(json.dumps(line) + "\n")
+    assert cmd.requeue_checkpoint(config, "42", "") == ("/ck/run7/step-90",) * 2
+    assert cmd.requeue_checkpoint(config, "43", "")[1] == cmd.UNKNOWN  # nothing names it
 
 
 class RequeueSeenLateOps(FakeOps):

@@ -27,6 +27,7 @@ slurm_or_skip()
 from localslurm import JOB_USER, LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
 from test_deb import (  # noqa: E402
     PACKAGE_PATHS,
+    RUN_TIME_PATHS,
     deb_file,
     host_package_state,
     installed,
@@ -143,8 +144,10 @@ def ecc_node_refuses_the_job(cluster: LocalSlurm, site: Site) -> None:
 def test_after_slurm_stops_the_purge_leaves_no_package(cluster: LocalSlurm):
     """Runs last: the cluster's teardown, done here so that the purge can be checked."""
     cluster.stop()
-    HOOK_ENV.unlink()  # not the package's: dpkg would leave the directory behind for it
+    # What the run left: hook.env beside the wrappers (an admin's, not the package's), the
+    # state, events and evidence of real jobs, the metrics textfile: the purge takes them all.
+    assert HOOK_ENV.exists() and any(Path("/var/lib/gpugate").iterdir())
     purge()
     assert run(["dpkg-query", "-W", "gpugate"]).returncode != 0
-    left = [path for path in PACKAGE_PATHS if os.path.lexists(path)]
+    left = [path for path in (*PACKAGE_PATHS, *RUN_TIME_PATHS) if os.path.lexists(path)]
     assert left == []

@@ -174,6 +174,37 @@ def test_runs_requeues_and_held_sections():
     assert SCRIPT not in html  # every string escaped, the category and the budget's why too
 
 
+def test_a_resume_point_the_controller_could_not_see_is_unknown_not_none():
+    # SlurmUser=slurm: EpilogSlurmctld cannot look as the job's user; the TaskProlog picks it.
+    events = [{"job": "77", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
+               "checkpoint": None, "ckpt_dir": "/ck/run7"},
+              {"job": "78", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
+               "checkpoint": None}]  # fmt: skip
+    rows = Page(R.requeues_section(events)).all_text
+    assert "unknown: the newest complete checkpoint in /ck/run7, picked by the job's" in rows
+    assert "unknown: no checkpoint directory in the job's comment" in rows
+    assert "no checkpoint" not in rows.replace("no checkpoint directory", "")
+
+
+def test_drills_stay_out_of_the_drain_chart_and_card():
+    # Two drills' drains in the window, one marked by its id, one by its reason's DRILL mark.
+    drills = [{"node": "gpu-09", "when": NOW - 4 * DAY, "check": "kernel.xid", "drill": "d1",
+               "reason": "gpugate: DRILL d1: kernel.xid: Xid 79"},
+              {"node": "gpu-09", "when": NOW - 4 * DAY + 60, "check": "kernel.xid",
+               "reason": "gpugate: DRILL 20261201-101500: kernel.xid: Xid 79"}]  # fmt: skip
+    page = R.render_html(sample_rows(), sample_drains() + drills, sample_resumes(),
+                         window_days=30, now=NOW, total_nodes=12)  # fmt: skip
+    plain = sample_page()
+    assert '<div class="card" id="drains-card"><b>5</b>drains in 30 days</div>' in page
+    assert '<div class="card" id="drill-card"><b>2</b>drill drains</div>' in page
+    record = section(page, "record")
+    assert "kernel.xid" not in record and record.count('class="seg"') == 5
+    chart = section(plain, "record").split('<div class="charts">')[1].split("</div>")[0]
+    assert chart in record  # the very chart of the page without the drills
+    assert "not counted here, in the chart or in the drains card" in record
+    assert "gpu-09" in Page(section(page, "timeline")).all_text  # the timeline keeps them
+
+
 def test_drain_and_repeat_charts():
     html = sample_page()
     record = section(html, "record")

@@ -252,3 +252,15 @@ def test_the_cli_refuses_a_level_dcgm_does_not_have(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["resume", NODE, "--qualify", "--level", bad])
     assert exc.value.code == 2 and "--level" in capsys.readouterr().err
+
+
+def test_a_node_that_is_not_this_host_names_slurmd_nodename(tmp_path, monkeypatch):
+    # Slurm's NodeName is not the host name: on the node itself, resume must say how to tell.
+    from factories import site
+
+    monkeypatch.setenv("SLURMD_NODENAME", "vm-7")
+    config = site(tmp_path, f"state_dir: {tmp_path / 'state'}\n")
+    facts, why = R.node_facts(config, "gpu-07", None)
+    assert facts is None and "run `gpugate resume` on gpu-07 itself" in why
+    assert "gpu-07 is not this host's Slurm name (vm-7" in why
+    assert "set SLURMD_NODENAME=gpu-07" in why

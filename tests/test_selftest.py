@@ -23,6 +23,7 @@ from gpugate_site import own_hook_env_only
 REPO = Path(__file__).resolve().parent.parent
 WRAPPER = REPO / "slurm_hooks" / "gpugate-hook"
 GPUGATE = Path(sys.executable).parent / "gpugate"
+HEALTHY_FACTS = REPO / "config" / "snapshots" / "h100-healthy.yaml"
 STRANGER = S.Account("stranger", 54321, (54321,))  # no such user is needed: bits are judged
 ME = getpass.getuser()
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="runs hooks as another user")
@@ -54,7 +55,8 @@ def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = N
         (libexec / f"gpugate-{hook}").chmod(0o755)
         own_hook_env_only(libexec / f"gpugate-{hook}")  # never the host's /etc/gpugate/hook.env
     site = tmp_path / "gpugate.yaml"
-    site.write_text(config if config is not None else f"state_dir: {tmp_path / 'state'}\n")
+    default = f"state_dir: {tmp_path / 'state'}\nfacts_file: {HEALTHY_FACTS}\n"
+    site.write_text(config if config is not None else default)
     site.chmod(0o644)
     slurm_conf = tmp_path / "slurm.conf"
     slurm_conf.write_text("ClusterName=selftest\n")
@@ -94,7 +96,7 @@ def _selftest(
 ) -> dict[str, S.HookReport]:
     roles = {"root": ME, "job": ME, "slurm": ME, **users}
     reports = S.selftest(
-        str(libexec), roles, system_hook_env=str(tmp_path / "none.env"), slurm=slurm
+        str(libexec), roles, system_hook_env=str(tmp_path / "none.env"), node="n1", slurm=slurm
     )
     return {r.hook: r for r in reports}
 
@@ -296,13 +298,55 @@ def test_evidence_group_must_exist(tmp_path):
 @pytest.mark.parametrize("hook", ["prolog", "epilog", "health", "epilog-slurmctld", "task-prolog"])
 def test_a_hook_in_selftest_mode_takes_no_action(tmp_path, monkeypatch, capsys, hook):
     site = tmp_path / "site.yaml"
-    site.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    site.write_text(f"state_dir: {tmp_path / 'state'}\nfacts_file: {HEALTHY_FACTS}\n")
     monkeypatch.setenv("GPUGATE_SELFTEST", "1")
     monkeypatch.setenv("SLURM_JOB_ID", S.FAKE_JOB_ID)
     assert cli_main([hook, "--config", str(site)]) == 0
     out, err = capsys.readouterr()
     assert out == "" and f"gpugate {hook}: selftest ok" in err
     assert not (tmp_path / "state").exists()  # nothing written, nothing drained
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog", "health"])
+def test_a_hook_in_selftest_mode_gathers_as_it_would(tmp_path, monkeypatch, capsys, hook):
+    # The first hour: facts_file names {node}, and no file is there for Slurm's node name.
+    # The real prolog fails inside gpugate and (prolog.on_error: allow) runs every job.
+    site = tmp_path / "site.yaml"
+    site.write_text(f"state_dir: {tmp_path / 'state'}\nfacts_file: {tmp_path}/{{node}}.yaml\n")
+    monkeypatch.setenv("GPUGATE_SELFTEST", "1")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-07")
+    assert cli_main([hook, "--config", str(site)]) == 1
+    err = capsys.readouterr().err
+    assert "selftest ok" not in err
+    assert f"cannot gather node gpu-07's facts (facts_file {tmp_path}/gpu-07.yaml" in err
+    shutil.copy(HEALTHY_FACTS, tmp_path / "gpu-07.yaml")
+    assert cli_main([hook, "--config", str(site)]) == 0
+
+
+def test_a_failed_facts_source_is_no_ok(tmp_path, monkeypatch, capsys):
+    from gpugate.commands import guarded
+
+    (tmp_path / "site.yaml").write_text(f"state_dir: {tmp_path / 'state'}\n")
+    config = guarded.load_config(str(tmp_path / "site.yaml"))
+    monkeypatch.setattr("gpugate.checks.sources.gather", lambda *a, **k: _Failed())
+    said = guarded.facts_problem(config) or ""
+    assert "facts source(s) failed on node" in said and "nvml: NvmlUnavailable" in said
+
+
+class _Failed:
+    source_errors = {"nvml": "NvmlUnavailable: libnvidia-ml.so.1 not found"}
+
+
+def test_selftest_reports_the_missing_facts_file_with_its_fix(tmp_path):
+    libexec = _site(tmp_path, config=f"state_dir: {tmp_path / 'state'}\n"
+                    f"facts_file: {tmp_path}/{{node}}.yaml\n")  # fmt: skip
+    reports = S.selftest(str(libexec), {"root": ME, "job": ME, "slurm": ME},
+                         system_hook_env=str(tmp_path / "none.env"), slurm=HEALTHY, node="n1")  # fmt: skip
+    for hook in ("prolog", "epilog", "health"):
+        assert reports[list(S.HOOK_USERS).index(hook)].status == "broken"
+        problem = reports[list(S.HOOK_USERS).index(hook)].problems[-1]
+        assert f"{tmp_path}/n1.yaml" in problem.what and "selftest --node NAME" in problem.fix
+    assert {r.hook: r.status for r in reports}["task-prolog"] == "ok"
 
 
 def test_a_hook_in_selftest_mode_reports_a_broken_config(tmp_path, monkeypatch, capsys):
@@ -343,7 +387,8 @@ def test_an_unusable_config_and_a_missing_wrapper(tmp_path):
 
 def test_the_command_json_and_exit_codes(tmp_path, capsys):
     libexec = _site(tmp_path)
-    args = ["selftest", "--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME, "--json"]
+    args = ["selftest", "--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME, "--json",
+            "--node", "n1"]  # fmt: skip
     assert cli_main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert [h["hook"] for h in report["hooks"]] == list(S.HOOK_USERS)

@@ -13,7 +13,7 @@ import pytest
 
 from gpugate.admin import selftest as S
 from gpugate.admin import sitecheck as C
-from gpugate.admin.access import Account
+from gpugate.admin.access import Account, Caution
 from gpugate.cli import main as cli_main
 from gpugate.config import load_config
 from gpugate.runner import CommandResult
@@ -235,9 +235,11 @@ def test_more_ranks_per_node_than_cpus(qualify):
     assert "one rank per Gres GPU asks 8 tasks of n1, n2, which has 2 CPUs" in problem.what
     assert "qualify runs 2 ranks, testing 2 of the node's GPUs" in problem.what
     assert problem.fix.startswith("set qualify.ntasks_per_node: 2 ")
+    assert isinstance(problem, Caution)  # capped at the CPUs, qualify still runs: a warning
     assert C.check_qualify_geometry(qualify.replace(ntasks_per_node=2), facts) == []
     (problem,) = C.check_qualify_geometry(qualify.replace(ntasks_per_node=3), facts)
     assert "qualify.ntasks_per_node 3 asks 3 tasks" in problem.what
+    assert not isinstance(problem, Caution)  # a set value qualify refuses: still a problem
 
 
 # --- what SlurmUser must reach ---------------------------------------------------------------
@@ -350,7 +352,8 @@ def no_hooks(tmp_path, monkeypatch):
 def test_a_site_that_would_lose_requeues_exits_non_zero(no_hooks, monkeypatch, capsys, facts,
                                                         code):  # fmt: skip
     monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: facts)
-    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json"]
+    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json", "--node",
+            "n1"]  # fmt: skip
     assert cli_main(args) == code
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is (code == 0)
@@ -363,8 +366,45 @@ def test_a_site_that_would_lose_requeues_exits_non_zero(no_hooks, monkeypatch, c
 def test_the_text_report_names_the_fix(no_hooks, monkeypatch, capsys):
     facts = _facts(conf=_conf(JobRequeue="0"))
     monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: facts)
-    assert cli_main(["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root"]) == 1
+    assert cli_main(["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node",
+                     "n1"]) == 1  # fmt: skip
     out = capsys.readouterr().out
     assert "fix: set JobRequeue=1 in slurm.conf" in out
     assert "fix: set SchedulerParameters=batch_sched_delay=0,nohold_on_prolog_fail" in out
     assert out.rstrip().endswith("would break: site")
+
+
+def test_slurmctld_down_says_start_it_not_hook_env():
+    # scontrol found slurm.conf, and nobody answered at SlurmctldHost.
+    down = C.SlurmFacts(conf={}, error="scontrol show config: exit 1: slurm_load_ctl_conf "
+                        "error: Unable to contact slurm controller (connect failure)")  # fmt: skip
+    (problem,) = C.check_slurm_read(down)
+    assert problem.fix.startswith("start slurmctld") and "hook.env" not in problem.fix
+    (problem,) = C.check_slurm_read(C.SlurmFacts(conf={}, error="Could not establish a "
+                                                 "configuration source"))  # fmt: skip
+    assert "SLURM_CONF=/path/to/slurm.conf in /etc/gpugate/hook.env" in problem.fix
+
+
+def test_a_node_name_slurm_does_not_know_names_the_way_out(no_hooks, monkeypatch, capsys):
+    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: _facts())
+    monkeypatch.setenv("SLURMD_NODENAME", "vm-host")
+    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json"]
+    assert cli_main(args) == 1
+    (problem,) = json.loads(capsys.readouterr().out)["site"]["problems"]
+    assert problem["what"].startswith("vm-host (SLURMD_NODENAME, else this host's name) is no "
+                                      "Slurm node (n1, n2)")  # fmt: skip
+    assert "--node NAME" in problem["fix"] and "SLURMD_NODENAME=NAME" in problem["fix"]
+    assert cli_main([*args, "--node", "n2"]) == 0
+
+
+def test_a_geometry_the_nodes_cannot_run_is_a_warning(no_hooks, monkeypatch, capsys):
+    # One rank per Gres GPU (8) on nodes of 2 CPUs: qualify runs 2 ranks; nothing breaks.
+    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: _facts(cpus={"n1": 2, "n2": 2}))
+    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node", "n1"]
+    assert cli_main([*args, "--json"]) == 0
+    site = json.loads(capsys.readouterr().out)["site"]
+    assert site["status"] == "warning" and site["problems"] == []
+    assert "one rank per Gres GPU asks 8 tasks of n1" in site["warnings"][0]["what"]
+    assert cli_main(args) == 0
+    out = capsys.readouterr().out
+    assert "- warning: one rank per Gres GPU" in out and "would break:" not in out

@@ -30,6 +30,11 @@ class Problem:
     fix: str
 
 
+@dataclass(frozen=True)
+class Caution(Problem):
+    """One thing that works less well than asked but breaks nothing: a warning, not "broken"."""
+
+
 def account(name: str) -> Account:
     """The account `name`; KeyError when there is none."""
     entry = pwd.getpwnam(name)

@@ -187,6 +187,25 @@ def _requeue_lines(path: str, since: float) -> list[dict[str, Any]]:
     return out
 
 
+def resumed_from(event: dict[str, Any]) -> tuple[str | None, str]:
+    """(checkpoint path or None, words) for what a requeue decision's run resumed from.
+
+    The path only where EpilogSlurmctld looked it up (as root, as the job's user). With
+    SlurmUser=slurm it cannot: the job's TaskProlog, running as the job's user on the new
+    node, picks the newest complete checkpoint itself and writes it nowhere root or SlurmUser
+    reads, so which one is unknown here, never "none"."""
+    path, ckpt_dir = event.get("checkpoint"), event.get("ckpt_dir")
+    if isinstance(path, str) and path:
+        return path, path
+    if event.get("requeue") is not True:
+        return None, "-"
+    if isinstance(ckpt_dir, str) and ckpt_dir:
+        return None, (f"unknown: the newest complete checkpoint in {ckpt_dir}, picked by the "
+                      "job's TaskProlog as the job's user")  # fmt: skip
+    return None, ("unknown: no checkpoint directory in the job's comment (its TaskProlog also "
+                  "reads GPUGATE_CKPT_DIR from the job's environment)")  # fmt: skip
+
+
 def checkpoint_time(path: object) -> float | None:
     """A checkpoint's modification time, when this user can see it (None otherwise)."""
     if not isinstance(path, str) or not path.startswith("/"):

@@ -20,7 +20,7 @@ from html import escape
 from urllib.parse import quote
 
 from gpugate.admin import charts
-from gpugate.admin.losses import HOW_COMPUTED, by_category
+from gpugate.admin.losses import HOW_COMPUTED, by_category, resumed_from
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
@@ -324,11 +324,17 @@ def requeues_section(events: Sequence[dict[str, Any]]) -> str:
             f'<tr><td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["job"])}</td>'
             f'<td class="n">{esc(e.get("restarts"))}</td><td>{verdict}</td>'
             f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(e.get("category"))}</td>'
-            f"<td>{esc(suspects)}</td><td><code>{esc(e.get('checkpoint'))}</code></td></tr>"
+            f"<td>{esc(suspects)}</td><td>{_resumed_cell(e)}</td></tr>"
         )
     headers = ("Decided", "Job", "Run", "Decision", "Why", "Cause", "Suspects",
                "Resumed from checkpoint")  # fmt: skip
     return _table(headers, body, "No requeue decision in the window.")
+
+
+def _resumed_cell(event: dict[str, Any]) -> str:
+    """The checkpoint a requeued run resumed from, or why it is unknown here (never blank)."""
+    path, words = resumed_from(event)
+    return f"<code>{esc(path)}</code>" if path else esc(words)
 
 
 def held_section(held: Sequence[dict[str, Any]], since: float) -> str:
@@ -459,14 +465,20 @@ def suspects_section(
     return _table(headers, body, "No node was pointed at by users' jobs in the window.")
 
 
+def real_drains(drains: list[dict[str, Any]], since: float, now: float) -> list[dict[str, Any]]:
+    """The window's drains that were no drill's (a drill's drain is a simulated fault)."""
+    return [e for e in drains if since <= e.get("when", 0) <= now and not history.drill_of(e)]
+
+
 def drains_chart(drains: list[dict[str, Any]], since: float, now: float) -> str:
-    """Drains per day by check, stacked, one column per day of the window."""
+    """Drains per day by check, stacked, one column per day of the window (drills' drains
+    left out: simulated faults, counted in their own card)."""
     first = int(since // 86400)
     days = list(range(first, int(now // 86400) + 1))
     series: dict[str, list[float]] = {}
-    for e in drains:
+    for e in real_drains(drains, since, now):
         when = e.get("when", 0)
-        if since <= when <= now:
+        if True:
             row = series.setdefault(str(e.get("check") or "?"), [0.0] * len(days))
             row[int(when // 86400) - first] += 1
     columns = [history.iso(d * 86400)[5:10] for d in days]
@@ -507,6 +519,7 @@ def _cards(
     costs: Sequence[dict[str, Any]],
     window_days: float,
     total_nodes: int | None,
+    drains: int = 0,
 ) -> str:
     # The numbers at the top of the page, one card each.
     cards = [
@@ -516,7 +529,8 @@ def _cards(
         (HELD, sum(1 for r in rows if r["action"] == HELD)),
         ("lifted without repair", sum(v["lifted_unrepaired"] for v in record.values())),
         ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
-        (f"drains in {window_days:g} days", sum(1 for e in events if e["event"] == "drain")),
+        # Not the timeline's events: those hold drills' drains and stop at TIMELINE_MAX.
+        (f"drains in {window_days:g} days", drains),
         (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
         (f"failures in {window_days:g} days", len(costs)),
         ("GPU-hours lost", _hours(sum(c["gpu_hours"] or 0.0 for c in costs))),
@@ -560,7 +574,8 @@ def render_html(
     drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
     record = check_record(drains, resumes, since, drained_now)
 
-    card_html = _cards(rows, record, events, costs, window_days, total_nodes)
+    card_html = _cards(rows, record, events, costs, window_days, total_nodes,
+                       len(real_drains(drains, since, now)))  # fmt: skip
     drilled = len(drill_drains(drains, since))
     card_html += f'<div class="card" id="drill-card"><b>{drilled}</b>drill drains</div>'
     kept = kept_serving(isolated, since, now)
@@ -591,7 +606,8 @@ def render_html(
         '<h2 id="kinds">Qualifications and drills (not failed runs)</h2>',
         kinds_section(others, drills),
         '<h2 id="record">Drains by check: how they ended</h2>',
-        f'<p class="meta">Drills\' drains ({drilled}) are simulated faults: not counted here.</p>'
+        f'<p class="meta">Drills\' drains ({drilled}) are simulated faults: not counted here, '
+        "in the chart or in the drains card.</p>"
         if drilled
         else "",
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',

@@ -20,7 +20,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather, replay_path
 from gpugate.clock import parse_utc
 from gpugate.gate.policy import decide
-from gpugate.node import node_name
+from gpugate.node import node_name, not_this_node
 from gpugate.record import Record
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.slurm.control import NotOurDrain, SlurmError
@@ -91,7 +91,8 @@ def node_facts(
     if not replay and node != node_name():
         return (
             None,
-            f"run `gpugate resume` on {node} itself, or pass --facts from `gpugate facts` run there",
+            f"run `gpugate resume` on {node} itself, or pass --facts from `gpugate facts` run "
+            f"there ({not_this_node(node)})",
         )
     # Live, the kernel log from where the last check stopped: Xids the drain already acted on
     # are not judged again.

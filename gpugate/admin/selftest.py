@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from gpugate.admin.access import Account, Problem, account, denied
+from gpugate.admin.access import Account, Caution, Problem, account, denied
 from gpugate.admin.backendcheck import check_backend
 from gpugate.admin.isolatecheck import check_isolation
 from gpugate.admin.qualifysteps import check_qualify_steps
@@ -21,6 +21,7 @@ from gpugate.admin.sitecheck import (
     SlurmFacts,
     check_controller_access,
     check_job_requeue,
+    check_node_known,
     check_prolog_hold,
     check_qualify_geometry,
     check_slurm_conf_reaches,
@@ -70,11 +71,14 @@ class HookReport:
     status: str = "ok"
     problems: list[Problem] = field(default_factory=list)
     note: str = ""
+    # What costs no promise (a qualify geometry the nodes cannot run): status "warning".
+    warnings: list[Problem] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {"hook": self.hook, "user": self.user, "status": self.status, "note": self.note,
-                "problems": [{"what": p.what, "fix": p.fix} for p in self.problems]}  # fmt: skip
+                "problems": [{"what": p.what, "fix": p.fix} for p in self.problems],
+                "warnings": [{"what": p.what, "fix": p.fix} for p in self.warnings]}  # fmt: skip
 
 
 def trusted_hook_env(path: str) -> bool:
@@ -300,7 +304,11 @@ def run_wrapper(wrapper: str, who: Account, node: str, timeout: float) -> Proble
         said = f"it exited 0 without gpugate's {OK_MARK!r}: is GPUGATE_BIN gpugate?"
     else:
         said = f"{done.status} (exit {done.returncode}) and nothing on stderr"
-    if "is not executable for" in said or "is not readable" in said:
+    if "selftest: cannot gather" in said or "selftest: facts source" in said:
+        fix = ("give this node its facts: the file facts_file names for it (`gpugate facts -o "
+               "PATH` on the node writes one), or the failed source; and name the node as "
+               "Slurm does (gpugate selftest --node NAME, else SLURMD_NODENAME)")  # fmt: skip
+    elif "is not executable for" in said or "is not readable" in said:
         fix = ("give gpugate an interpreter every hook user may run (a virtualenv built from "
                "/usr/bin/python3 under /opt), or open the directories on its path")  # fmt: skip
     elif "not found;" in said:
@@ -314,13 +322,15 @@ def selftest(
     hooks_dir: str,
     users: dict[str, str | None],
     system_hook_env: str | None = None,
-    node: str = "selftest",
+    node: str | None = None,
     timeout: float = HOOK_TIMEOUT_S,
     slurm: SlurmFacts | None = None,
 ) -> list[HookReport]:
     """Each installed hook wrapper of `hooks_dir`, judged and run as `users[role]`, then the
     site's Slurm settings (`site`); `users["slurm"]` None: SlurmUser from `scontrol show config`.
-    `slurm`: the facts of the running Slurm (None: gathered here)."""
+    `node`: Slurm's name of this node (None: SLURMD_NODENAME, else the short host name), given
+    to the hooks as slurmd would; `slurm`: the facts of the running Slurm (None: gathered here)."""
+    node = node or node_name()
     system = system_hook_env or SYSTEM_HOOK_ENV  # read at the call: tests point it elsewhere
     env_files = [system, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
     env_problems = check_hook_env(env_files)
@@ -359,7 +369,7 @@ def selftest(
             if ran is not None:
                 report.problems.append(ran)
         report.status = "broken" if report.problems else "ok"
-    reports.append(site_report(config_path(envs["epilog-slurmctld"][0]), slurm))
+    reports.append(site_report(config_path(envs["epilog-slurmctld"][0]), slurm, node))
     steps = qualify_report(config_path(envs["epilog-slurmctld"][0]))
     if steps is not None:
         reports.append(steps)
@@ -371,18 +381,25 @@ def config_path(env: dict[str, str]) -> str | None:
     return env.get("GPUGATE_CONFIG") or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
 
 
-def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
-    """The site's Slurm settings that gpugate's requeues and `gpugate qualify` rely on."""
+def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) -> HookReport:
+    """The site's Slurm settings that gpugate's requeues and `gpugate qualify` rely on.
+
+    One rank per Gres GPU over the nodes' CPUs is a warning (qualify runs fewer ranks; no hook
+    breaks and no requeue is lost)."""
+    node = node or node_name()
     report = HookReport("site", "slurm.conf")
     report.problems = check_slurm_read(slurm)
     if not slurm.error:
         report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
+        report.problems += check_node_known(node, slurm)
         config, _ = check_config(path, account("root"))  # its problems are the hooks' already
-        report.problems += check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        geometry = check_qualify_geometry(getattr(config, "qualify", None), slurm)
+        report.problems += [p for p in geometry if not isinstance(p, Caution)]
+        report.warnings = [p for p in geometry if isinstance(p, Caution)]
         kind = getattr(getattr(config, "slurm", None), "backend", "auto")
         report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
         report.problems += problems
-        isolation, problems = check_isolation(config, slurm.conf.get("SLURM_CONF"), node_name())
+        isolation, problems = check_isolation(config, slurm.conf.get("SLURM_CONF"), node)
         from gpugate.store.fleet_view import share_note
 
         shared = share_note(config) if config is not None else ""
@@ -392,7 +409,7 @@ def site_report(path: str | None, slurm: SlurmFacts) -> HookReport:
             report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "
                                            "qualify partition is unchecked",
                                            "run gpugate selftest where scontrol works"))  # fmt: skip
-    report.status = "broken" if report.problems else "ok"
+    report.status = "broken" if report.problems else "warning" if report.warnings else "ok"
     return report
 
 

@@ -19,7 +19,7 @@ import os
 import stat
 from dataclasses import dataclass, field, replace
 
-from gpugate.admin.access import Account, Problem, bits, closed_dirs, denied, group_name
+from gpugate.admin.access import Account, Caution, Problem, bits, closed_dirs, denied, group_name
 from gpugate.qualify.jobs import ntasks_for
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.control import SlurmError
@@ -121,11 +121,41 @@ def check_slurm_read(facts: SlurmFacts) -> list[Problem]:
     """Slurm's config must be readable, or none of the checks below could run."""
     if not facts.error:
         return []
-    return [Problem(f"cannot read Slurm's config ({facts.error}): JobRequeue, "
-                    "nohold_on_prolog_fail, SLURM_CONF for the hooks and the qualify partition "
-                    "are unchecked", "run gpugate selftest where scontrol works "
+    what = (
+        f"cannot read Slurm's config ({facts.error}): JobRequeue, nohold_on_prolog_fail, "
+        "SLURM_CONF for the hooks and the qualify partition are unchecked"
+    )
+    if controller_down(facts.error):
+        # scontrol found slurm.conf (it names the controller) but nobody answered there.
+        return [Problem(what, "start slurmctld on the controller (systemctl start slurmctld; "
+                        "`scontrol ping` says UP), or let this host reach SlurmctldHost on "
+                        "SlurmctldPort (6817 by default; a firewall, the name's address), "
+                        "then run gpugate selftest again")]  # fmt: skip
+    return [Problem(what, "run gpugate selftest where scontrol works "
                     "(SLURM_CONF=/path/to/slurm.conf gpugate selftest), and put the line "
                     "SLURM_CONF=/path/to/slurm.conf in /etc/gpugate/hook.env")]  # fmt: skip
+
+
+# scontrol's words when slurm.conf was read but slurmctld did not answer (22.05 to 25.11).
+CONTROLLER_DOWN = ("Unable to contact slurm controller", "Socket timed out on send/recv",
+                   "Connection refused", "Zero Bytes were transmitted or received")  # fmt: skip
+
+
+def controller_down(error: str) -> bool:
+    """Whether scontrol's error says slurmctld is down or unreachable (not slurm.conf missing)."""
+    return any(words in error for words in CONTROLLER_DOWN)
+
+
+def check_node_known(node: str, facts: SlurmFacts) -> list[Problem]:
+    """This node's name (SLURMD_NODENAME, else the host name) must be a Slurm node: the
+    hooks' drains, `{node}` in facts_file and Gres are all read under Slurm's name."""
+    if facts.nodes_error or not facts.nodes or any(n.name == node for n in facts.nodes):
+        return []
+    names = ", ".join(n.name for n in facts.nodes[:5]) + (" ..." if len(facts.nodes) > 5 else "")
+    return [Problem(f"{node} (SLURMD_NODENAME, else this host's name) is no Slurm node "
+                    f"({names}): the hooks were run under a name Slurm never gives them",
+                    "gpugate selftest --node NAME (Slurm's NodeName of this host), or "
+                    "SLURMD_NODENAME=NAME gpugate selftest")]  # fmt: skip
 
 
 def check_job_requeue(conf: dict[str, str]) -> list[Problem]:
@@ -240,9 +270,11 @@ def _more_ranks_than_cpus(
     then = ("qualify refuses it (a job Slurm would keep PENDING, PartitionConfig)"
             if qc.ntasks_per_node else f"qualify runs {fewest} ranks, testing {fewest} of the "
             "node's GPUs (a job of more would stay PENDING, PartitionConfig)")  # fmt: skip
-    return [Problem(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
-                    f"{then}", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
-                    "runs on that many GPUs of each node)")]  # fmt: skip
+    # The default (one rank per GPU) is capped at the CPUs and still runs: a warning only.
+    kind = Problem if qc.ntasks_per_node else Caution
+    return [kind(f"{ranks} asks {short[0][1]} tasks of {names}, which has {short[0][2]} CPUs: "
+                 f"{then}", f"set qualify.ntasks_per_node: {fewest} (the all-reduce then "
+                 "runs on that many GPUs of each node)")]  # fmt: skip
 
 
 # --- what SlurmUser must reach -----------------------------------------------------------------

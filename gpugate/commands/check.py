@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from gpugate.checks.run import run_checks
-from gpugate.checks.sources import gather
+from gpugate.checks.sources import gather, replay_path
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
 from gpugate.gate.policy import Decision, decide, effective_status
-from gpugate.node import node_name
+from gpugate.node import node_hint, node_name
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 # What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
 OPTIONS: dict[str, tuple[str, ...]] = {
-    "values": ("--facts", "--config"),
+    "values": ("--facts", "--config", "--node"),
     "switches": ("--json",),
     "lists": ("--only",),
 }
@@ -46,6 +47,9 @@ def parser() -> ArgumentParser:
         metavar="FILE",
         help="site config (default: $GPUGATE_CONFIG, else /etc/gpugate/gpugate.yaml)",
     )
+    p.add_argument("--node", metavar="NAME",
+                   help="Slurm's name of this node, for facts_file's {node} and its Gres "
+                   "(default: SLURMD_NODENAME, else the short host name)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--only", metavar="ID", action="append", help="run only this check id (repeatable)"
@@ -59,12 +63,19 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
 
     config = load_config(args.config)
-    facts = gather(config, node_name(), snapshot=args.facts)
+    node = args.node or node_name()
+    try:
+        facts = gather(config, node, snapshot=args.facts)
+    except (OSError, ValueError) as exc:
+        if args.facts or not config.facts_file or os.path.exists(replay_path(config, node) or ""):
+            raise
+        # facts_file's {node} made a name no file has: say where the name came from.
+        raise type(exc)(f"{exc} (facts_file, for {node_hint(node)})") from exc
     if not args.facts:  # live: judge the GPU count by Slurm's Gres, as the prolog does
         # Late: a replayed snapshot needs no Slurm adapter (gpugate/startup.py).
         from gpugate.slurm.choose import with_slurm_gres
 
-        facts = with_slurm_gres(config, node_name(), facts)
+        facts = with_slurm_gres(config, node, facts)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)
     duration = time.perf_counter() - started

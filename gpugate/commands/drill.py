@@ -17,13 +17,14 @@ import sys
 import time
 
 from gpugate import jsonl
+from gpugate.admin.losses import resumed_from
 from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.config import load_config
 from gpugate.drill import FAULTS, DrillError, end_drill, start_drill
 from gpugate.hooks.health import run_health
 from gpugate.names import refuse
-from gpugate.node import node_name
+from gpugate.node import node_hint, node_name, not_this_node
 from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
 from gpugate.store.drills import drill_records, record_drill, records_path
 from gpugate.store.history import controller_dir
@@ -71,6 +72,9 @@ def main(argv: list[str]) -> int:
         return refuse(PROG, "drills are for root only (they drain nodes and kill jobs)", EXIT_USAGE)
     config = load_config(args.config)
     if args.end:
+        if args.node and args.node != node_name():
+            return refuse(PROG, f"{not_this_node(args.node)}; run --end on the drilled node",
+                          EXIT_USAGE)  # fmt: skip
         return end_now(config)
     problem = usage_problem(args)
     if problem:
@@ -94,8 +98,8 @@ def usage_problem(args: Namespace) -> str | None:
     if not args.node or not args.fault:
         return "give NODE and --fault (or --report, or --end)"
     if args.node != node_name():
-        return (f"{args.node} is not this node ({node_name()}): run the drill on the node "
-                "itself, a drill never touches another node")  # fmt: skip
+        return (f"{not_this_node(args.node)}; run the drill on the node itself, a drill never "
+                "touches another node")  # fmt: skip
     return None
 
 
@@ -263,13 +267,19 @@ def follow_job(
         steps.add("not_requeued", f"job {job} did not run again on another node", job=job)
         return
     nodes, comment = found
-    ckpt = requeue_checkpoint(config, job, comment)
-    steps.add("requeued", f"job {job} on {','.join(nodes)} from {ckpt or 'no checkpoint'}",
+    ckpt, words = requeue_checkpoint(config, job, comment)
+    steps.add("requeued", f"job {job} on {','.join(nodes)} from {words}",
               job=job, nodes=list(nodes), checkpoint=ckpt)  # fmt: skip
 
 
-def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
-    """The checkpoint EpilogSlurmctld requeued `job` from (its event line, else its comment)."""
+UNKNOWN = ("unknown: neither EpilogSlurmctld's event line nor the job's AdminComment "
+           "names it")  # fmt: skip
+
+
+def requeue_checkpoint(config: Config, job: str, comment: str) -> tuple[str | None, str]:
+    """(checkpoint or None, words): what EpilogSlurmctld requeued `job` from (its event line,
+    else its comment). None when not known here: with SlurmUser=slurm only the job's
+    TaskProlog (as the job's user) sees which checkpoint it hands out."""
 
     # The controller's own directory first (where it writes), then state_dir (older releases).
     for directory in (controller_dir(config), config.state_dir):
@@ -280,12 +290,15 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> str | None:
             continue
         for e in reversed(events):
             if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-                checkpoint: str | None = e.get("checkpoint")
-                return checkpoint
-    marker = "resume from "
-    if marker in comment:
-        return comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
-    return None
+                return resumed_from(e)
+    for marker in ("resume from ", "resumes from the newest complete checkpoint in "):
+        if marker in comment:
+            found = comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
+            found = found.removesuffix(", found by the job's TaskProlog")
+            if marker.startswith("resume "):
+                return found, found
+            return None, resumed_from({"requeue": True, "ckpt_dir": found})[1]
+    return None, UNKNOWN
 
 
 def verdict(steps: Steps, jobs: dict[str, int]) -> str:
@@ -319,8 +332,8 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     except SlurmError as exc:
         if isinstance(exc, (NodeNotFound, SlurmMissing)) or _no_slurm_here(exc):
             return refuse(PROG, f"{node} is not a Slurm node here ({exc}): run --end on the "
-                          "drilled node itself, where scontrol and SLURM_CONF reach slurmctld",
-                          EXIT_USAGE)  # fmt: skip
+                          "drilled node itself, where scontrol and SLURM_CONF reach slurmctld "
+                          f"({node_hint(node, '')})", EXIT_USAGE)  # fmt: skip
         # slurmctld away: the drain, if any, stays until it answers
         return refuse(PROG, f"cannot ask Slurm about {node}: {exc}; run --end again later",
                       EXIT_UNHEALTHY)  # fmt: skip

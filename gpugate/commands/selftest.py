@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--user", default="nobody", help="the job user for the TaskProlog (nobody)")
     p.add_argument("--slurm-user", metavar="NAME",
                    help="SlurmUser for EpilogSlurmctld (default: `scontrol show config`)")  # fmt: skip
+    p.add_argument("--node", metavar="NAME",
+                   help="Slurm's name of this node, given to the hooks as slurmd would "
+                   "(default: SLURMD_NODENAME, else the short host name)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="per hook (60)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     args = p.parse_args(argv)
@@ -43,7 +46,7 @@ def main(argv: list[str]) -> int:
         print("gpugate selftest: --timeout must be positive", file=sys.stderr)
         return EXIT_USAGE
     users = {"root": "root", "job": args.user, "slurm": args.slurm_user}
-    reports = selftest(args.hooks_dir, users, timeout=args.timeout)
+    reports = selftest(args.hooks_dir, users, node=args.node, timeout=args.timeout)
     broken = any(r.status == "broken" for r in reports)
     if args.json:
         hooks = [r.to_dict() for r in reports if r.hook not in ("site", "qualify")]
@@ -65,10 +68,15 @@ def render(reports: list[Any]) -> str:
         lines.append(head + (f" ({r.note})" if r.note else ""))
         for problem in r.problems:
             lines += [f"    - {problem.what}", f"      fix: {problem.fix}"]
+        for problem in r.warnings:
+            lines += [f"    - warning: {problem.what}", f"      fix: {problem.fix}"]
     broken = [r.hook for r in reports if r.status == "broken"]
     if any(r.hook == "qualify" and r.status == "warning" for r in reports):
         # A warning, not a break: such a step is "not run" in a qualification, never a drain.
         lines.append("some qualify steps cannot run on this host (warnings above)")
+    if any(r.hook == "site" and r.status == "warning" for r in reports):
+        lines.append("qualify's ranks per node do not fit the nodes (warning above): "
+                     "nothing would break")  # fmt: skip
     if not broken:
         lines.append("all hooks ok; Slurm's settings ok")
     else:
