@@ -65,38 +65,38 @@ def open_tmp(tmp_path):
 # read in place, never copied. Their tests carry `@pytest.mark.shared(KIND)` and skip where it is
 # absent; the summary says how many ran, and under CI=true a skipped one fails the run.
 SHARED = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-_shared_kinds: dict[str, str] = {}  # nodeid -> kind, of the collected tests that read it
 _shared_counts: dict[str, dict[str, int]] = {}  # kind -> {"ran": n, "skipped": n}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Note which collected tests read ../shared, and of what kind."""
+    """Tag each test that reads ../shared with its kind, in its reports' user_properties
+    (which pytest-xdist's workers send to the process that counts)."""
     for item in items:
         marker = item.get_closest_marker("shared")
         if marker is not None:
-            _shared_kinds[item.nodeid] = marker.args[0] if marker.args else "shared"
+            item.user_properties.append(("shared", marker.args[0] if marker.args else "shared"))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Count each test of ../shared once: skipped (at set-up or in its body), or ran."""
-    kind = _shared_kinds.get(report.nodeid)
+    kind = dict(report.user_properties).get("shared")
     if kind is None and report.skipped and "/shared/" in str(report.longrepr):
         kind = "unmarked"  # a test that reads ../shared without saying so: still counted
     if kind is None or report.when == "teardown" or (report.when == "setup" and not report.skipped):
         return
-    counts = _shared_counts.setdefault(kind, {"ran": 0, "skipped": 0})
+    counts = _shared_counts.setdefault(str(kind), {"ran": 0, "skipped": 0})
     ran = not report.skipped or hasattr(report, "wasxfail")  # an xfail ran, and failed as known
     counts["ran" if ran else "skipped"] += 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line: was ../shared found, and how many of its tests ran or skipped, by kind."""
-    if not _shared_kinds:
+    if not _shared_counts:
         return
     found = f"found at {SHARED}" if os.path.isdir(SHARED) else f"NOT found (looked at {SHARED})"
     parts = [f"{kind} {c['ran']} ran, {c['skipped']} skipped"
              for kind, c in sorted(_shared_counts.items())]  # fmt: skip
-    terminalreporter.write_line(f"../shared: {found}; its tests: {'; '.join(parts) or 'none ran'}")
+    terminalreporter.write_line(f"../shared: {found}; its tests: {'; '.join(parts)}")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import pwd
 import re
 import secrets
 import shlex
@@ -35,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -147,17 +149,28 @@ def ensure_available() -> None:
 
 def ensure_user(name: str = JOB_USER) -> tuple[int, int]:
     """(uid, gid) of an ordinary local user for test jobs, created (no home, no login) if absent."""
-    import pwd
+    argv = [_need("useradd"), "--system", "--user-group", "--no-create-home",
+            "--home-dir", "/nonexistent", "--shell", "/bin/sh"]  # fmt: skip
+    entry = _account(name, argv)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _account(name: str, useradd: list[str]) -> pwd.struct_passwd:
+    """NAME's passwd entry, added with USERADD if absent. Parallel test workers (pytest -n)
+    ask at once on a fresh machine: one adds it under a lock, the others then find it."""
+    import fcntl
 
     try:
-        entry = pwd.getpwnam(name)
+        return pwd.getpwnam(name)
     except KeyError:
-        _run_quiet(
-            [_need("useradd"), "--system", "--user-group", "--no-create-home",
-             "--home-dir", "/nonexistent", "--shell", "/bin/sh", name]
-        )  # fmt: skip
-        entry = pwd.getpwnam(name)
-    return entry.pw_uid, entry.pw_gid
+        pass
+    with open(os.path.join(tempfile.gettempdir(), ".gpugate-tests-useradd.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            _run_quiet([*useradd, name])
+        return pwd.getpwnam(name)
 
 
 def ensure_slurm_user() -> tuple[int, int]:
@@ -165,19 +178,13 @@ def ensure_slurm_user() -> tuple[int, int]:
 
     Debian: a system user and group `slurm`, uid 64030, home /nonexistent, no login shell.
     """
-    import pwd
-
+    argv = [_need("useradd"), "--system", "--user-group", "--no-create-home",
+            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"]  # fmt: skip
     try:
-        entry = pwd.getpwnam(SLURM_USER)
-    except KeyError:
-        argv = [_need("useradd"), "--system", "--user-group", "--no-create-home",
-                "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"]  # fmt: skip
-        try:
-            pwd.getpwuid(DEBIAN_SLURM_UID)
-        except KeyError:  # Debian's uid when it is free, so files look as on a real site
-            argv += ["--uid", str(DEBIAN_SLURM_UID)]
-        _run_quiet([*argv, SLURM_USER])
-        entry = pwd.getpwnam(SLURM_USER)
+        pwd.getpwuid(DEBIAN_SLURM_UID)
+    except KeyError:  # Debian's uid when it is free, so files look as on a real site
+        argv += ["--uid", str(DEBIAN_SLURM_UID)]
+    entry = _account(SLURM_USER, argv)
     return entry.pw_uid, entry.pw_gid
 
 
