@@ -1426,7 +1426,10 @@ def not_installed(name: str) -> str:
 def test_select_cli_when_pyslurm_is_not_installed() -> None:
     runner = FakeRunner()
     choice = C.select_backend("auto", runner=runner, version_of=not_installed)
-    assert (choice.kind, choice.why) == ("cli", "pyslurm is not installed")
+    assert (choice.kind, choice.why) == (
+        "cli",
+        "pyslurm is not installed: the scontrol/sinfo command line is used",
+    )
     assert runner.argvs == []
 
 
@@ -1502,7 +1505,9 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chosen.why
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     chosen = C.backend(runner=runner)
-    assert isinstance(chosen, slurm_cli.CliBackend) and chosen.why == "pyslurm is not installed"
+    assert isinstance(chosen, slurm_cli.CliBackend) and chosen.why.startswith(
+        "pyslurm is not installed: "
+    )
 
 
 @pytest.mark.parametrize(
