@@ -69,7 +69,7 @@ def test_auto_on_a_slurm_newer_than_any_pyslurm_says_so_and_uses_the_cli() -> No
     assert problems == []
     assert note == (
         "slurm backend: cli (pyslurm is not installed: the scontrol/sinfo command line is used; "
-        "pyslurm has no release for Slurm 26.05 (its newest is 25.11))"
+        "pyslurm has no release for Slurm 26.05 (the newest gpugate knows of is 25.11))"
     )
     (env,) = runner.envs  # one `scontrol --version`, with the hooks' slurm.conf
     assert env and env["SLURM_CONF"] == "/site/slurm.conf"

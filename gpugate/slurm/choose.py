@@ -113,7 +113,8 @@ def pyslurm_release_for(version: tuple[int, int] | None) -> str:
         return "Slurm's version is unknown"
     if version > PYSLURM_NEWEST:
         newest = slurm_release(PYSLURM_NEWEST)
-        return f"pyslurm has no release for Slurm {slurm_release(version)} (its newest is {newest})"
+        return (f"pyslurm has no release for Slurm {slurm_release(version)} (the newest "
+                f"gpugate knows of is {newest})")  # fmt: skip
     return f"pyslurm {version[0]}.{version[1]}.x is the release for this Slurm"
 
 
