@@ -191,3 +191,25 @@ def test_requeue_held_then_released_at_once_runs_again_on_the_same_node(
     assert all("ok" in r for r in got), got
     fields = cluster.wait_job(job, "RUNNING", timeout=60)
     assert fields["Restarts"] == "1" and fields["NodeList"] == "n1"
+
+
+def test_auto_names_the_backend_it_takes_here_and_why(cluster: LocalSlurm) -> None:
+    """selftest's backend line on this Slurm: pyslurm where built, else the CLI, and whether a
+    pyslurm exists for this Slurm at all (26.05: none, so "install pyslurm" would mislead)."""
+    from gpugate.admin.backendcheck import check_backend
+    from gpugate.slurm.choose import PYSLURM_NEWEST, slurm_release
+    from gpugate.slurm.cli import CliBackend
+
+    note, problems = check_backend("auto", str(cluster.conf_path))
+    assert problems == []
+    if not pyslurm_missing():
+        assert note.startswith("slurm backend: pyslurm ("), note
+        return
+    version = CliBackend(slurm_conf=str(cluster.conf_path)).version()
+    assert version is not None
+    assert note.startswith("slurm backend: cli (pyslurm is not installed: the scontrol/sinfo "
+                           "command line is used; "), note  # fmt: skip
+    if version > PYSLURM_NEWEST:
+        assert f"pyslurm has no release for Slurm {slurm_release(version)} " in note, note
+    else:
+        assert f"pyslurm {version[0]}.{version[1]}.x is the release for this Slurm" in note, note

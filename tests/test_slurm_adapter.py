@@ -415,6 +415,17 @@ NODE_FILES = {
                "planned_maintenance", "root", utc("2026-07-22T23:31:17"), True),
         "c6": ("IDLE", ("DYNAMIC_NORM",), "", "", None, False),
     }),
+    # 26.05.5 (Debian sid), project CI: n1 drained, n2 with a gpugate-isolate Comment.
+    "26.05-debian-sid/scontrol-show-node-o.drained-and-comment.txt": (parse_show_node_text, 2, {
+        "n1": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 x=1", "root",
+               utc("2026-12-06T02:57:32"), True),
+        "n2": ("IDLE", (), "", "", None, False),
+    }),
+    "26.05-debian-sid/scontrol-show-node.drained-and-comment.json": (parse_nodes_json, 2, {
+        "n1": ("IDLE", ("DRAIN",), "gpugate: gpu.ecc: GPU3 x=1", "root",
+               utc("2026-12-06T02:57:32"), True),
+        "n2": ("IDLE", (), "", "", None, False),
+    }),
 }
 
 # file -> (parser, job count, {job_id: {field: value}})
@@ -477,6 +488,20 @@ JOB_FILES = {
         5739: dict(state="FAILED", reason="NonZeroExitCode", exit_code=1, exit_signal=0),
         5750: dict(state="PENDING", reason="BeginTime", nodes=(), batch_host=""),
     }),
+    # 26.05.5: SubmitLine= (the sbatch command line, with `--comment=... Word=x`) before WorkDir=.
+    "26.05-debian-sid/scontrol-show-job-o.held.txt": (parse_show_jobs_text, 1, {
+        1: dict(state="PENDING", reason="JobHeldUser", comment="gpugate:ckpt=/tmp/a Word=x  two",
+                admin_comment="gpugate: node n1 refused: gpu.ecc x=1",
+                work_dir="/var/tmp/sid-keep/test_capture0/slurm/work",
+                stdout="/var/tmp/sid-keep/test_capture0/slurm/work/slurm-1.out", stderr=""),
+    }),
+    "26.05-debian-sid/scontrol-show-job.held.txt": (parse_show_jobs_text, 1, {
+        1: dict(comment="gpugate:ckpt=/tmp/a Word=x  two", user="gpugate-e2e", uid=999),
+    }),
+    "26.05-debian-sid/scontrol-show-job.held.json": (parse_jobs_json, 1, {
+        1: dict(comment="gpugate:ckpt=/tmp/a Word=x  two",
+                stdout="/var/tmp/sid-keep/test_capture0/slurm/work/slurm-1.out"),
+    }),
 }
 # fmt: on
 
@@ -514,6 +539,29 @@ def test_text_and_json_of_the_same_job_agree() -> None:
         "24.11-debian13/squeue.held-job.json",
     ):
         assert parse_jobs_json(fixture(rel)) == [text]
+
+
+def test_26_05_text_one_line_multi_line_and_json_of_the_same_job_agree() -> None:
+    one_line = parse_show_jobs_text(fixture("26.05-debian-sid/scontrol-show-job-o.held.txt"))
+    assert one_line == parse_show_jobs_text(fixture("26.05-debian-sid/scontrol-show-job.held.txt"))
+    assert one_line == parse_jobs_json(fixture("26.05-debian-sid/scontrol-show-job.held.json"))
+    nodes = parse_show_node_text(
+        fixture("26.05-debian-sid/scontrol-show-node-o.drained-and-comment.txt")
+    )
+    assert nodes == parse_nodes_json(
+        fixture("26.05-debian-sid/scontrol-show-node.drained-and-comment.json")
+    )
+    assert nodes[1].comment == "gpugate-isolate: GPU2 a=b"
+
+
+def test_26_05_submit_line_keys_typed_by_the_user_are_not_fields() -> None:
+    # The user's command line is printed before WorkDir=, AdminComment=, Comment= and StdOut=:
+    # a `Key=` in it (a wrapped command's argument, a comment's words) must not become one.
+    line = fixture("26.05-debian-sid/scontrol-show-job-o.held.txt").strip()
+    typed = "--wrap=train.py Partition=big Comment=not-this AdminComment=nor StdOut=/etc/x"
+    forged = line.replace("--wrap=true", typed)
+    assert typed in forged
+    assert parse_show_jobs_text(forged) == parse_show_jobs_text(line)
 
 
 def test_text_and_json_of_the_same_node_agree() -> None:
@@ -1426,7 +1474,10 @@ def not_installed(name: str) -> str:
 def test_select_cli_when_pyslurm_is_not_installed() -> None:
     runner = FakeRunner()
     choice = C.select_backend("auto", runner=runner, version_of=not_installed)
-    assert (choice.kind, choice.why) == ("cli", "pyslurm is not installed")
+    assert (choice.kind, choice.why) == (
+        "cli",
+        "pyslurm is not installed: the scontrol/sinfo command line is used",
+    )
     assert runner.argvs == []
 
 
@@ -1502,7 +1553,9 @@ def test_backend_builds_the_chosen_one(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chosen.why
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     chosen = C.backend(runner=runner)
-    assert isinstance(chosen, slurm_cli.CliBackend) and chosen.why == "pyslurm is not installed"
+    assert isinstance(chosen, slurm_cli.CliBackend) and chosen.why.startswith(
+        "pyslurm is not installed: "
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,4 +33,20 @@ def check_backend(
         choice = select_backend(kind, runner=runner, version_of=version_of, slurm_conf=slurm_conf)
     except (SlurmError, ValueError) as exc:
         return "", [Problem(f"slurm.backend {kind}: the hooks cannot use it here: {exc}", FIX)]
-    return f"slurm backend: {choice.kind} ({choice.why})", []
+    why = choice.why
+    if choice.kind == "cli" and why.startswith("pyslurm is not installed"):
+        why = f"{why}; {_release_note(slurm_conf, runner)}"
+    return f"slurm backend: {choice.kind} ({why})", []
+
+
+def _release_note(slurm_conf: str | None, runner: Runner | None) -> str:
+    """Whether a pyslurm exists for this Slurm at all: the hooks' path never asks Slurm this."""
+    from gpugate.slurm.choose import pyslurm_release_for
+    from gpugate.slurm.cli import CliBackend
+    from gpugate.slurm.control import SlurmError
+
+    try:
+        version = CliBackend(runner=runner, slurm_conf=slurm_conf).version()
+    except SlurmError:
+        version = None
+    return pyslurm_release_for(version)

@@ -44,6 +44,10 @@ _PROBE = "import json, sys; sys.path[:] = json.loads(sys.argv.pop(1)); import py
 PROBE_TIMEOUT = 5.0  # `python -c "import pyslurm"`; a missing slurm.conf makes it hang 59 s
 ENV_BACKEND = "GPUGATE_SLURM_BACKEND"
 KINDS = ("auto", "cli", "pyslurm")
+# pyslurm's newest release series when last checked (docs/slurm-facts.md, "pyslurm": PyPI
+# 25.11.x, 2026-12): a Slurm above it (26.05) has no pyslurm to build, only the CLI.
+PYSLURM_NEWEST = (25, 11)
+CLI_USED = "the scontrol/sinfo command line is used"
 
 
 class BackendChoice(Record):
@@ -86,14 +90,32 @@ def _pyslurm_problem(cli: CliBackend, version_of: Callable[[str], str] | None) -
         # Reads the installed metadata only: libslurm is not loaded.
         have = version_of("pyslurm")
     except Exception:  # PackageNotFoundError, or broken metadata
-        return "pyslurm is not installed"
+        # No scontrol call here: this is every hook's path on a CLI site (selftest says more).
+        return f"pyslurm is not installed: {CLI_USED}"
     try:
         slurm = cli.version()
     except SlurmError as e:
         return f"cannot read Slurm's version: {e}"
     if slurm is None or parse_version(have) != slurm:
-        return f"pyslurm {have} does not match Slurm {slurm} (X.Y must be equal)"
+        return (f"pyslurm {have} does not match Slurm {slurm_release(slurm)} (X.Y must be "
+                f"equal): {CLI_USED}")  # fmt: skip
     return _probe_import(cli)
+
+
+def slurm_release(version: tuple[int, int] | None) -> str:
+    """Slurm's X.Y as Slurm writes it ("26.05"), or "of unknown version"."""
+    return "of unknown version" if version is None else f"{version[0]}.{version[1]:02d}"
+
+
+def pyslurm_release_for(version: tuple[int, int] | None) -> str:
+    """Whether pyslurm has a release series for this Slurm X.Y, in words."""
+    if version is None:
+        return "Slurm's version is unknown"
+    if version > PYSLURM_NEWEST:
+        newest = slurm_release(PYSLURM_NEWEST)
+        return (f"pyslurm has no release for Slurm {slurm_release(version)} (the newest "
+                f"gpugate knows of is {newest})")  # fmt: skip
+    return f"pyslurm {version[0]}.{version[1]}.x is the release for this Slurm"
 
 
 def _probe_import(cli: CliBackend) -> str | None:

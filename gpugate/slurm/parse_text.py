@@ -30,9 +30,10 @@ _KEY = lazy(rf"(?:(?<=\s)|^)({_KEY_NAME})=")
 # Values that hold free text (spaces, even `Word=`): they end only at a key Slurm prints.
 _FREE_TEXT = frozenset(
     {"Reason", "Comment", "AdminComment", "SystemComment", "Extra", "JobName", "OS"}
-    | {"Command", "WorkDir", "StdOut", "StdErr", "StdIn", "ReservationName"}
+    | {"Command", "WorkDir", "StdOut", "StdErr", "StdIn", "ReservationName", "SubmitLine"}
 )
-# Keys of `scontrol show node|job` (src/api/node_info.c, src/scontrol/info_job.c, 21.08-25.11).
+# Keys of `scontrol show node|job` (src/api/node_info.c, src/scontrol/info_job.c, 21.08-26.05;
+# 26.05 adds a job's SubmitLine= and Exclusive=, seen on 26.05.5).
 _KNOWN_KEYS = frozenset(
     """NodeName Arch CpuBind CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures
     ActiveFeatures Gres GresDrain GresUsed NodeAddr NodeHostName Port Version OS RealMemory
@@ -55,7 +56,7 @@ _KNOWN_KEYS = frozenset(
     SystemComment StdErr StdIn StdOut Switches BurstBuffer BurstBufferState CpuFreqMin
     CpuFreqMax CpuFreqGov OOMKillStep CpusPerTres MemPerTres TresBind TresFreq TresPerJob
     TresPerNode TresPerSocket TresPerTask MailUser MailType NtasksPerTRES Container
-    ContainerID SELinuxContext ResvPorts Power SegmentSize""".split()  # noqa: SIM905 (a word list reads best)
+    ContainerID SELinuxContext ResvPorts Power SegmentSize SubmitLine Exclusive""".split()  # noqa: SIM905 (a word list reads best)
 )
 # `scontrol show node` appends ` [user@time]` to the reason's first line (node_info.c); the
 # anchor must be followed by the end or the next key, so a `[a@b]` inside the text is kept.
@@ -68,6 +69,12 @@ _REASON_END = lazy(rf"{_USER_TIME.pattern}(?=\s*$|\s+{_KEY_NAME}=)")
 NODE_FREE_TEXT_ENDS = {
     "Comment": frozenset({"Extra", "InstanceId", "InstanceType", "ReservationName"})
 }
+# 26.05 prints a job's sbatch command line (SubmitLine=, the user's own words: `--wrap=...
+# Partition=x`, `--comment=... Comment=y`) between Command= and WorkDir= (seen on 26.05.5,
+# tests/fixtures/slurm/26.05-debian-sid/): only WorkDir= ends it, so no `Key=` the user typed
+# becomes a field. (A user who types ` WorkDir=` itself still ends it early: text has no
+# escape; `scontrol show job --json` does.)
+JOB_FREE_TEXT_ENDS = {"SubmitLine": frozenset({"WorkDir"})}
 
 
 def parse_kv(line: str, ends: Mapping[str, frozenset[str]] | None = None) -> dict[str, str]:
@@ -160,7 +167,9 @@ def parse_show_jobs_text(
 ) -> list[JobInfo]:
     """Parse `scontrol show job [-o]` output into JobInfo, one per job record."""
     expand = expand or expand_lenient
-    return [_job_from_kv(parse_kv(rec), expand) for rec in _records(text, "JobId")]
+    return [
+        _job_from_kv(parse_kv(rec, JOB_FREE_TEXT_ENDS), expand) for rec in _records(text, "JobId")
+    ]
 
 
 def parse_show_job_text(text: str, expand: Callable[[str], list[str]] | None = None) -> JobInfo:

@@ -29,8 +29,8 @@ def _parent(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def slurmd_node(start: int) -> str | None:
-    """The `-N NODE` of the nearest slurmd among the ancestors of process `start`."""
+def slurmd_above(start: int) -> tuple[int, str] | None:
+    """(pid, `-N NODE`) of the nearest slurmd among the ancestors of process `start`."""
     pid = start
     for _ in range(8):
         try:
@@ -38,20 +38,39 @@ def slurmd_node(start: int) -> str | None:
         except OSError:
             return None
         if argv and os.path.basename(argv[0].decode()) == "slurmd" and b"-N" in argv:
-            return argv[argv.index(b"-N") + 1].decode()
+            return pid, argv[argv.index(b"-N") + 1].decode()
         if pid <= 1:
             return None
         pid = _parent(pid)
     return None
 
 
+def cluster_base(slurmd_pid: int) -> str | None:
+    """The LocalSlurm base of that slurmd: ours if Slurm passed it on, else the slurmd's own.
+
+    22.05 and 24.11 run RebootProgram with slurmd's environment (system(3)); 26.05 runs it as
+    a power action with only SLURM_NODE_NAME (and LC_CTYPE) set, so the marker LocalSlurm
+    gave slurmd is read from slurmd's /proc/PID/environ instead.
+    """
+    base = os.environ.get(MARKER_VAR)
+    if base:
+        return base
+    try:
+        environ = Path(f"/proc/{slurmd_pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = f"{MARKER_VAR}=".encode()
+    return next((v[len(prefix) :].decode() for v in environ if v.startswith(prefix)), None)
+
+
 def main() -> int:
     """Detach and restart this node's slurmd with -b; exit 0 at once (slurmd waits)."""
-    base = os.environ.get(MARKER_VAR)
-    node = slurmd_node(os.getppid())
-    if not base or not node:
+    found = slurmd_above(os.getppid())
+    base = cluster_base(found[0]) if found else None
+    if not found or not base:
         sys.stderr.write(f"fake_reboot: no LocalSlurm slurmd above pid {os.getpid()}\n")
         return 1
+    node = found[1]
     if os.fork():
         return 0
     os.setsid()  # out of slurmd's session: its shutdown must not take us with it

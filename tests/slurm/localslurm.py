@@ -69,6 +69,10 @@ TERMINAL_JOB_STATES = frozenset(
 # Job fields holding arbitrary text (gpugate writes its verdicts into comments).
 JOB_FREE_TEXT = ("AdminComment", "Comment", "SystemComment")
 NODE_FREE_TEXT = ("Reason", "Comment")  # gpugate writes node comments too
+# What scontrol prints right after those (info_job.c: the comments, then StdErr=; node_info.c:
+# Comment, then Extra, InstanceId/InstanceType, ReservationName): where 26.05's one-space
+# `-o` join leaves no two spaces, they end a free-text value.
+FREE_TEXT_FOLLOWERS = ("StdErr", "Extra", "InstanceId", "InstanceType", "ReservationName")
 # Unix socket paths (munged's, slurmstepd's in the spool dir) must fit in sun_path (108 bytes).
 MAX_SOCKET_PATH = 107
 # Where the sockets go instead when the base dir is too long for them.
@@ -234,9 +238,11 @@ def parse_kv(line: str, free_text: Sequence[str] = ()) -> dict[str, str]:
 
     Values may contain spaces (OS=Linux 6.1 #1 SMP), so a field starts only at `` Key=``
     with an upper-case key. Free-text values (node Reason, job Comment) may even contain
-    ``Key=``: scontrol ends each of them with two spaces, so a key in ``free_text`` runs to
-    the next key preceded by two spaces, or to the next free-text key (24.11 prints a node's
-    `Comment=` one space after its `Reason=`), or to the end of the line.
+    ``Key=``: 22.05 and 24.11 end each of them with two spaces, so a key in ``free_text`` runs
+    to the next key preceded by two spaces, or to the next free-text key (24.11 prints a
+    node's `Comment=` one space after its `Reason=`), or to a key of FREE_TEXT_FOLLOWERS
+    (26.05 joins `-o` lines with one space: a job's comments end at `StdErr=`), or to the end
+    of the line.
     """
     matches = list(_KEY_RE.finditer(line))
     fields: dict[str, str] = {}
@@ -249,7 +255,9 @@ def parse_kv(line: str, free_text: Sequence[str] = ()) -> dict[str, str]:
             following = [
                 m
                 for m in following
-                if line[m.start() - 1 : m.start() + 1] == "  " or m.group(1) in free_text
+                if line[m.start() - 1 : m.start() + 1] == "  "
+                or m.group(1) in free_text
+                or m.group(1) in FREE_TEXT_FOLLOWERS
             ]
         end = following[0].start() if following else len(line)
         fields[key] = line[match.end() : end].strip()
