@@ -8,6 +8,7 @@ the same question the hooks do, with the slurm.conf they read.
 from __future__ import annotations
 
 from gpugate.admin.access import Problem
+from gpugate.slurm.cli import CliBackend  # selftest only: no hook imports this module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ def check_backend(
 def _release_note(slurm_conf: str | None, runner: Runner | None) -> str:
     """Whether a pyslurm exists for this Slurm at all: the hooks' path never asks Slurm this."""
     from gpugate.slurm.choose import pyslurm_release_for
-    from gpugate.slurm.cli import CliBackend
     from gpugate.slurm.control import SlurmError
 
     try:
