@@ -92,6 +92,12 @@ NodePredicate = Callable[[dict], bool]
 
 # The cgroup v1 devices controller; Slurm's default CgroupMountpoint is /sys/fs/cgroup.
 CGROUP_V1_DEVICES = "/sys/fs/cgroup/devices"
+# The devices hierarchy is the kernel's, one for the host and every root .ci/second-slurm makes,
+# and its groups are named by node (slurm_n1): two clusters with device cgroups at once, in two
+# pytest workers or two roots side by side, would deny and reset each other's devices. They
+# take turns on a lock in /dev/shm, which those roots share with the host (they bind /dev).
+CGROUP_LOCK = "/dev/shm/gpugate-tests-device-cgroups.lock"
+CGROUP_LOCK_WAIT_S = 1200.0
 
 
 class SlurmUnavailable(RuntimeError):
@@ -349,6 +355,7 @@ class LocalSlurm:
         # TaskPlugin=task/cgroup with ConstrainDevices=yes (cgroup v1), fake GPUs with
         # NVIDIA's major number: a job can open only the GPUs Slurm gave it (errno tells).
         self.device_cgroups = device_cgroups
+        self._cgroup_lock: int | None = None  # the fd holding CGROUP_LOCK while running
         # The GPU indices each node's gres.conf lists (set_gpus() leaves some out).
         self.gpu_indices = {node: list(range(gpus_per_node)) for node in self.nodes}
         self.gpu_counts = {node: gpus_per_node for node in self.nodes}
@@ -426,6 +433,7 @@ class LocalSlurm:
         self._write_configs()
         self._save_state()
         if self.device_cgroups:
+            self._take_cgroup_lock()
             self._reset_device_cgroups()
         try:
             self._start_munged()
@@ -463,7 +471,40 @@ class LocalSlurm:
             self._wait_gone(["slurmctld", *[f"slurmd-{n}" for n in self.nodes]], timeout=5)
         self._kill_leftovers()
         if self.device_cgroups:
-            self._reset_device_cgroups()  # a denied device must not reach the next cluster
+            try:
+                self._reset_device_cgroups()  # a denied device must not reach the next cluster
+            finally:
+                self._release_cgroup_lock()
+
+    def _take_cgroup_lock(self) -> None:
+        """Wait for CGROUP_LOCK (another cluster with device cgroups may hold it), bounded."""
+        import fcntl
+
+        if self._cgroup_lock is not None:
+            return
+        path = CGROUP_LOCK if os.path.isdir(os.path.dirname(CGROUP_LOCK)) else os.path.join(
+            tempfile.gettempdir(), os.path.basename(CGROUP_LOCK))  # fmt: skip
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + CGROUP_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise LocalSlurmError(
+                        f"{path}: another cluster with device cgroups held it for "
+                        f"{CGROUP_LOCK_WAIT_S:.0f} s"
+                    ) from None
+                time.sleep(0.5)
+        self._cgroup_lock = fd
+
+    def _release_cgroup_lock(self) -> None:
+        """Let the next cluster with device cgroups start."""
+        if self._cgroup_lock is not None:
+            os.close(self._cgroup_lock)  # closing the only fd drops the flock
+            self._cgroup_lock = None
 
     def _prepare_dirs(self) -> None:
         """Create the directory tree; wipe state and spool so no saved DRAIN survives."""
