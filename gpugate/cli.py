@@ -127,6 +127,20 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _version() -> str:
+    """The build's version; run from a git checkout (no build wrote it), the commit's too."""
+    if "+" in __version__:  # stamped by packaging/stage.sh: the package's own
+        return __version__
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "packaging", "version.sh")  # fmt: skip
+    if not os.path.isfile(script):
+        return __version__
+    from gpugate import runner
+
+    done = runner.run(["bash", script], timeout=10)
+    return done.stdout.strip() if done.ok and done.stdout.strip() else __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gpugate` console script."""
     args = sys.argv[1:] if argv is None else argv
@@ -134,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return EXIT_OK if args else EXIT_USAGE
     if args[0] in ("-V", "--version"):
-        print(f"gpugate {__version__}")
+        print(f"gpugate {_version()}")
         return EXIT_OK
     name = args[0]
     if name not in COMMANDS:

@@ -79,3 +79,14 @@ def test_without_git_the_plain_version_or_gpugate_version(tmp_path):
     assert build_version({"GPUGATE_VERSION": "0.1.0+git7.20261201.abcdef1"}, script) == (
         "0.1.0+git7.20261201.abcdef1"
     )
+
+
+def test_gpugate_version_from_a_checkout_names_the_commit(capsys):
+    """No build stamped this tree: --version says the commit's version, as version.sh does."""
+    from gpugate.cli import main
+
+    assert main(["--version"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"gpugate {build_version()}"
+    if os.path.isdir(os.path.join(REPO, ".git")):
+        assert "+git" in said  # not the plain pyproject version: this commit's own
