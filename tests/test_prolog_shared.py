@@ -13,8 +13,9 @@ from test_prolog import env, setup
 
 from gpugate.checks import findings as F
 from gpugate.checks.facts import Memory
-from gpugate.gate.shared import judge_shared
+from gpugate.gate.shared import job_gpus, judge_shared
 from gpugate.hooks.prolog import run_prolog
+from gpugate.slurm.control import SlurmError
 
 A_RUNS = "gpu:h100:8(IDX:0-7)"  # A on 0-3, B (this prolog's job) on 4-7
 A_PROC = {"processes": ({"pid": 4242, "name": "python", "used_memory_mib": 30000},),
@@ -89,3 +90,46 @@ def test_judge_shared_keeps_the_jobs_own_gpus_and_free_ones():
     ]
     out = judge_shared(found, (4, 5), default_config().policy, lambda: frozenset({0, 1, 4, 5}))
     assert [f.status for f in out] == ["ok", "fail", "fail", "fail"]  # ECC is nobody's load
+
+
+def test_job_gpus_from_scontrol_show_job_detail():
+    text = ("JobId=7 JobState=RUNNING NodeList=n[1-2] Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)"
+            " Nodes=n2 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:5) TRES=cpu=1")  # fmt: skip
+    assert job_gpus(text, "n2") == {5}
+    assert job_gpus(text, "n1") == {0, 1}
+    assert job_gpus("JobId=8 Nodes=n1 CPU_IDs=0 Mem=0 GRES= TRES=cpu=1", "n1") == frozenset()
+    assert job_gpus("JobId=9 JobState=RUNNING", "n1") is None  # no detail: unknown
+
+
+class UntypedSlurm(SharedSlurm):
+    """Slurm 22.05 with untyped GPUs: the node's GresUsed has no indices, each job's detail has."""
+
+    def __init__(self, jobs: dict[str, str | None]) -> None:
+        super().__init__("gpu:4")
+        self.jobs_gres = jobs
+
+    def call(self, *argv: str) -> str:
+        assert argv[:4] == ("squeue", "-h", "-w", "gpu-node-01"), argv
+        return "\n".join(self.jobs_gres) + "\n"
+
+    def scontrol(self, *args: str) -> str:
+        if args[:4] == ("-d", "-o", "show", "job"):
+            gres = self.jobs_gres[args[4]]
+            if gres is None:
+                raise SlurmError(f"slurm_load_jobs error: Invalid job id specified {args[4]}")
+            return f"JobId={args[4]} Nodes=gpu-node-01 CPU_IDs=0 Mem=0 GRES={gres} TRES=cpu=1"
+        return super().scontrol(*args)
+
+
+def test_untyped_gpus_are_learned_job_by_job(tmp_path):
+    slurm = UntypedSlurm({"41": "gpu:2(IDX:0-1)", "42": "gpu:2(IDX:4-5)"})
+    facts = make_facts(gpus={0: A_PROC, 2: A_PROC})
+    result = run_prolog(setup(tmp_path, facts), env(gpus=(4, 5)), slurm)
+    assert result.drained and result.reason.startswith("gpugate: gpu.processes: GPU2 ")
+    assert "(+" not in result.reason  # GPU 0 is job 41's: set aside
+
+
+def test_a_job_that_ended_between_the_calls_makes_it_unknown(tmp_path):
+    slurm = UntypedSlurm({"41": None, "42": "gpu:2(IDX:4-5)"})
+    result = run_prolog(setup(tmp_path, make_facts(gpus={0: A_PROC})), env(gpus=(4, 5)), slurm)
+    assert (result.drained, result.status) == (False, "warn")

@@ -6,7 +6,8 @@ load trips carry `load=` on their `@check` line (gpugate/checks/declare.py): LOA
 aside for every GPU Slurm has allocated; the prolog for the GPUs other jobs hold (issue 41,
 R6: job B's prolog drained a healthy node for job A's CUDA context).
 
-Which GPUs jobs hold comes from one bounded `scontrol -d show node` (GresUsed); the prolog's
+Which GPUs jobs hold comes from one bounded `scontrol -d show node` (GresUsed; where Slurm 22.05
+names no indices there, `squeue -w NODE` and `scontrol -d show job` per job); the prolog's
 environment names only its own job's GPUs (SLURM_JOB_GPUS), so it asks Slurm only when a
 finding another job could have caused would otherwise fail.
 """
@@ -20,6 +21,7 @@ from gpugate.checks import findings as F
 from gpugate.checks.registry import LOAD_GPU, job_load
 from gpugate.gate.policy import effective_status
 from gpugate.regex import lazy
+from gpugate.slurm.hostlist import expand_lenient
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
 
 _GRES_USED = lazy(r"(?:^|\s)GresUsed=(\S+)")
 _GPU_IDX = lazy(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
+_JOB_GRES = lazy(r"(?:^|\s)Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
 SKIPPED = "skipped: GPU in use by a job"
+# An 8-GPU node shared per GPU runs at most 8 GPU jobs; CPU jobs beside them are few. Beyond
+# this many the prolog's cost is no longer small: which GPUs jobs hold counts as unknown.
+MAX_JOBS = 16
 
 
 def parse_gres_used(text: str) -> frozenset[int] | None:
@@ -55,13 +61,42 @@ def parse_gres_used(text: str) -> frozenset[int] | None:
     return frozenset(out)
 
 
+def job_gpus(text: str, node: str) -> frozenset[int] | None:
+    """The GPU indices a job holds on `node`, from `scontrol -d -o show job`'s detail
+    (`Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)`); empty for a job without GPUs there;
+    None (unknown) when the detail does not name the node or its GPUs' indices."""
+    for nodes, gres in _JOB_GRES.findall(text or ""):
+        if node in expand_lenient(nodes):
+            return parse_gres_used(f"GresUsed={gres}") if "gpu" in gres else frozenset()
+    return None
+
+
 def gpus_in_use(slurm: SlurmControl, node: str) -> frozenset[int] | None:
-    """The node's GPUs Slurm has allocated to jobs (one bounded scontrol); None: unknown."""
+    """The node's GPUs Slurm has allocated to jobs (bounded scontrol calls); None: unknown."""
     try:
-        return parse_gres_used(slurm.cli.scontrol("-d", "-o", "show", "node", node))
+        used = parse_gres_used(slurm.cli.scontrol("-d", "-o", "show", "node", node))
+        return used if used is not None else _from_jobs(slurm, node)
     except Exception as exc:  # the adapter's SlurmError, or a backend without scontrol
         note(f"cannot tell which GPUs jobs use on {node} ({type(exc).__name__}: {exc})")
         return None
+
+
+def _from_jobs(slurm: SlurmControl, node: str) -> frozenset[int] | None:
+    """The GPUs the node's jobs hold, job by job: Slurm 22.05 names no indices in the node's
+    GresUsed for untyped GPUs, `scontrol -d show job` does. At most MAX_JOBS jobs are asked
+    (the calls are bounded by the adapter's timeout); more: unknown."""
+    states = "CONFIGURING,RUNNING,COMPLETING"
+    jobs = slurm.cli.call("squeue", "-h", "-w", node, "-t", states, "-o", "%A").split()
+    if len(jobs) > MAX_JOBS:
+        note(f"{len(jobs)} jobs on {node}: which GPUs they hold is not asked job by job")
+        return None
+    out: set[int] = set()
+    for job in jobs:  # a job ended between the two calls: scontrol fails, unknown (cautious)
+        held = job_gpus(slurm.cli.scontrol("-d", "-o", "show", "job", job), node)
+        if held is None:
+            return None
+        out |= held
+    return frozenset(out)
 
 
 def skip_for_jobs(
