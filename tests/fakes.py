@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 
-from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmControl
+from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmControl, SlurmError
 from gpugate.slurm.records import JobInfo, NodeInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import Any
 
 NODE = "gpu-node-01"
 PARTITION = "gpu"
@@ -166,3 +167,20 @@ class FakeSlurm(SlurmControl):
     def scontrol(self, *args: str) -> str:
         """No scontrol in the unit tests: a hook that needs one is a bug in the test."""
         raise AssertionError(f"FakeSlurm runs no scontrol: {args}")
+
+
+class SharedSlurm(FakeSlurm):
+    """A node whose GPUs jobs hold: `scontrol -d -o show node` answers with `gres_used` as its
+    GresUsed (None: the call fails, as a controller that does not answer); calls recorded."""
+
+    def __init__(self, gres_used: str | None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.gres_used = gres_used
+        self.scontrols: list[tuple[str, ...]] = []
+
+    def scontrol(self, *args: str) -> str:
+        """The node's record with its GresUsed (`gpu:h100:4(IDX:0-3)`)."""
+        self.scontrols.append(args)
+        if self.gres_used is None:
+            raise SlurmError("scontrol: timed out after 10 s")
+        return f"NodeName={args[-1]} Gres=gpu:h100:8 GresUsed={self.gres_used} State=MIXED"

@@ -163,3 +163,58 @@ def test_a_drain_the_other_prolog_undid_first_lets_the_job_run(tmp_path):
     config = config.replace(budget=config.budget.replace(hardware_checks=[]))
     result = run_prolog(config, env(), slurm)
     assert (result.exit_code, result.drained, result.blocked_by) == (0, False, "budget")
+
+
+def drained_for(name: str, check: str, age_s: float = 60, parts: tuple = ("gpu",)) -> NodeInfo:
+    return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason=f"gpugate: {check}: x",
+                    reason_time=int(NOW - age_s), partitions=parts)  # fmt: skip
+
+
+def transient_storm(n: int = 10) -> dict[str, NodeInfo]:
+    """The packaged window (10 an hour) filled by transient drains (a hot room, leftover
+    processes), in a partition large enough for the share, and one more node in service."""
+    nodes = {f"t{i:02d}": drained_for(f"t{i:02d}", "gpu.temperature") for i in range(n)}
+    nodes.update({f"n{i:03d}": node(f"n{i:03d}") for i in range(200)})
+    return nodes
+
+
+def test_transient_drains_never_hold_back_a_hardware_fault():
+    """Issue 41 (R6): ten transient drains this hour used to fill the window, so a GPU off the
+    bus (Xid 79) ran the next job; hardware faults count only hardware drains."""
+    cfg = default_config().budget
+    nodes = transient_storm()
+    for check in ("kernel.xid", "kernel.gpu_bus", "gpu.ecc", "nvlink.links", "pcie.link"):
+        verdict = check_budget(nodes, "n000", cfg, NOW, check)
+        assert verdict.allowed, (check, verdict.why)
+        assert keeps_drain({**nodes, "n000": drained_for("n000", check, age_s=1)}, "n000", cfg,
+                           NOW, check).allowed  # fmt: skip
+    # A transient drain still counts every drain: the window is full for it.
+    verdict = check_budget(nodes, "n000", cfg, NOW, "gpu.processes")
+    assert not verdict.allowed and "10 gpugate drains" in verdict.why
+
+
+def test_hardware_drains_are_still_bounded_by_the_window():
+    cfg = default_config().budget
+    nodes = {f"h{i:02d}": drained_for(f"h{i:02d}", "kernel.xid") for i in range(10)}
+    nodes.update({f"n{i:03d}": node(f"n{i:03d}") for i in range(200)})
+    verdict = check_budget(nodes, "n000", cfg, NOW, "kernel.xid")
+    assert not verdict.allowed and "hardware faults' drains only" in verdict.why
+    # ... and they hold back transient drains too (counted in every pool).
+    assert not check_budget(nodes, "n000", cfg, NOW, "gpu.temperature").allowed
+
+
+def test_a_partition_share_taken_by_transient_drains_leaves_room_for_hardware():
+    """ib.rate is a hardware fault outside budget.hardware_checks: the plain 10 % share, but
+    not one already spent on overheating nodes."""
+    cfg = default_config().budget
+    nodes = {"t0": drained_for("t0", "gpu.temperature"), "t1": drained_for("t1", "host.memory")}
+    nodes.update({f"n{i:02d}": node(f"n{i:02d}") for i in range(18)})
+    assert not check_budget(nodes, "n00", cfg, NOW, "host.mounts").allowed
+    assert check_budget(nodes, "n00", cfg, NOW, "ib.rate").allowed
+
+
+def test_a_drain_reason_naming_no_known_check_counts_as_hardware():
+    cfg = default_config().budget.replace(max_drains_per_window=2)
+    nodes = {"o0": drained_for("o0", "retired.check"), "o1": drained_for("o1", "retired.check")}
+    nodes.update({f"n{i:02d}": node(f"n{i:02d}") for i in range(40)})
+    assert not check_budget(nodes, "n00", cfg, NOW, "kernel.xid").allowed

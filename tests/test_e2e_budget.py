@@ -100,3 +100,40 @@ def test_two_gpus_off_the_bus_on_three_nodes_are_both_drained(tmp_path):
         for job in jobs:
             cluster.run(["scancel", str(job)], check=False)
     assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"]
+
+
+def test_a_window_full_of_transient_drains_still_drains_an_xid79_node(tmp_path):
+    """Issue 41: the window's one drain spent on a hot node (transient) used to leave a GPU
+    off the bus (Xid 79) in service, running the next job ("would drain (budget exceeded)").
+    Hardware faults count only hardware drains: it is drained and its job refused."""
+    nodes = ["n1", "n2", "n3"]
+    site = Site(tmp_path, "budget:\n  max_drains_per_window: 1\n")
+    site.use_snapshot("n1", "h100-hot")
+    for node in nodes[1:]:
+        site.use_snapshot(node, "h100-healthy")
+    with LocalSlurm(
+        tmp_path / "slurm", nodes=nodes, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
+        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
+    ) as cluster:  # fmt: skip
+        hot = cluster.submit(wrap="true", output="/dev/null", nodelist="n1")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not cluster.is_drained("n1"):
+            time.sleep(1)
+        assert cluster.node("n1")["Reason"].startswith("gpugate: gpu.temperature: ")
+        site.use_snapshot("n2", "h100-xid79")
+        job = cluster.submit(wrap="true", output="/dev/null", nodelist="n2")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not cluster.is_drained("n2"):
+            time.sleep(1)
+        assert cluster.node("n2")["Reason"].startswith("gpugate: kernel.xid: "), cluster.node("n2")
+        deadline = time.monotonic() + 30  # the refusal is written once the drain settled
+        while time.monotonic() < deadline:
+            state = cluster.job_state(job)
+            if "refused: kernel.xid" in state.get("AdminComment", ""):
+                break
+            time.sleep(0.5)
+        assert "refused: kernel.xid" in state.get("AdminComment", ""), state
+        assert state["JobState"] != "COMPLETED"
+        for j in (hot, job):
+            cluster.run(["scancel", str(j)], check=False)
+    assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"]

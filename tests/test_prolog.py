@@ -7,7 +7,7 @@ import os
 
 import pytest
 from factories import default_config, make_facts, patch_everywhere
-from fakes import NODE, FakeSlurm, drained
+from fakes import NODE, FakeSlurm, SharedSlurm, drained
 
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import HookEnv
@@ -54,7 +54,7 @@ def test_broken_gpu_of_the_job_drains_and_refuses(tmp_path):
 
 
 def test_broken_gpu_outside_the_job_drains_but_lets_it_start(tmp_path):
-    slurm = FakeSlurm()
+    slurm = SharedSlurm("gpu:h100:2(IDX:0-1)")  # GPU 7 is no job's: its heat is the node's
     facts = make_facts(gpus={7: {"temperature_c": 95.0}})
     result = run_prolog(setup(tmp_path, facts), env(gpus=(0, 1)), slurm)
     assert (result.exit_code, result.drained, result.refused) == (0, True, False)
@@ -63,9 +63,8 @@ def test_broken_gpu_outside_the_job_drains_but_lets_it_start(tmp_path):
 
 def test_site_can_refuse_for_other_gpus_too(tmp_path):
     facts = make_facts(gpus={7: {"temperature_c": 95.0}})
-    result = run_prolog(
-        setup(tmp_path, facts, refuse_for_other_gpus=True), env(gpus=(0, 1)), FakeSlurm()
-    )
+    slurm = SharedSlurm("gpu:h100:2(IDX:0-1)")  # GPU 7 is no job's
+    result = run_prolog(setup(tmp_path, facts, refuse_for_other_gpus=True), env(gpus=(0, 1)), slurm)
     assert result.exit_code == 1
 
 
@@ -95,7 +94,8 @@ def test_a_prolog_drain_runs_the_real_budget_count_and_settle(tmp_path):
 
 def test_several_failures_name_the_first_and_count_the_rest(tmp_path):
     facts = make_facts(gpus={1: {"error": "gpu_is_lost"}, 2: {"temperature_c": 99.0}})
-    result = run_prolog(setup(tmp_path, facts), env(), FakeSlurm())
+    slurm = SharedSlurm("gpu:0(IDX:N/A)")  # no job holds a GPU: GPU 2's heat is the node's
+    result = run_prolog(setup(tmp_path, facts), env(), slurm)
     assert "(+1 more)" in result.reason or "(+2 more)" in result.reason
 
 

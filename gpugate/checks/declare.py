@@ -25,17 +25,31 @@ TRANSIENT = "transient"
 HARDWARE = "hardware"
 FAULTS = (TRANSIENT, HARDWARE)
 
+# What a running job's own load changes, so that on a node shared by several jobs it is no
+# fault (issue 41): the processes, heat and clocks of the GPUs a job holds (LOAD_GPU), or the
+# host's memory (LOAD_HOST). gpugate/gate/shared.py sets such findings aside for other jobs.
+LOAD_GPU = "gpu"
+LOAD_HOST = "host"
+LOADS = (LOAD_GPU, LOAD_HOST)
+
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 _DOCS: dict[str, str] = {}
 _HARDWARE: dict[str, bool] = {}
 _ACTION: dict[str, str] = {}
 _FAULT: dict[str, str | None] = {}
+_LOAD: dict[str, str | None] = {}
 
 
 def check(
-    check_id: str, hardware: bool = False, action: str = HOST, fault: str | None = None
+    check_id: str,
+    hardware: bool = False,
+    action: str = HOST,
+    fault: str | None = None,
+    load: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a check function under `check_id` (dotted, stable, unique) with its metadata."""
+    if load is not None and load not in LOADS:
+        raise ValueError(f"check {check_id!r}: load {load!r} is not one of {LOADS}")
     if action not in ACTIONS:
         raise ValueError(f"check {check_id!r}: action {action!r} is not one of {ACTIONS}")
     # None is accepted here only so that the test naming every undeclared check can run.
@@ -50,6 +64,7 @@ def check(
         _HARDWARE[check_id] = hardware
         _ACTION[check_id] = action
         _FAULT[check_id] = fault
+        _LOAD[check_id] = load
         return fn
 
     return register

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.declare import COOLING, HARDWARE, REBOOT, RESET, TRANSIENT, check
+from gpugate.checks.declare import COOLING, HARDWARE, LOAD_GPU, REBOOT, RESET, TRANSIENT, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def check_driver(facts: Facts, ctx: Context) -> list[F.Finding]:
     return out or [F.ok("gpu.driver", f"driver {have}, CUDA {cuda or '?'}")]
 
 
-@check("gpu.temperature", hardware=True, action=COOLING, fault=TRANSIENT)
+@check("gpu.temperature", hardware=True, action=COOLING, fault=TRANSIENT, load=LOAD_GPU)
 def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     """GPU temperature below the warning and failure limits (seed: below 85 C before a job)."""
     cfg = ctx.config.checks.gpu
@@ -212,7 +212,7 @@ def check_temperature(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.temperature", facts, judge, f"below {cfg.temperature_warn_c:g}C")
 
 
-@check("gpu.throttle", hardware=True, action=COOLING, fault=TRANSIENT)
+@check("gpu.throttle", hardware=True, action=COOLING, fault=TRANSIENT, load=LOAD_GPU)
 def check_throttle(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No hardware clock slowdown (thermal, power brake); idle and power-cap reasons are fine."""
     cfg = ctx.config.checks.gpu
@@ -325,7 +325,7 @@ def check_recovery_action(facts: Facts, ctx: Context) -> list[F.Finding]:
     return per_gpu("gpu.recovery_action", facts, judge, "need no recovery action")
 
 
-@check("gpu.processes", fault=TRANSIENT)
+@check("gpu.processes", fault=TRANSIENT, load=LOAD_GPU)
 def check_processes(facts: Facts, ctx: Context) -> list[F.Finding]:
     """No process, and at most `leftover_memory_max_mib` used, on any GPU before the job."""
     limit = ctx.config.checks.gpu.leftover_memory_max_mib

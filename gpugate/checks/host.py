@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpugate.checks import findings as F
-from gpugate.checks.declare import TRANSIENT, check
+from gpugate.checks.declare import LOAD_HOST, TRANSIENT, check
 from gpugate.checks.gpu import source_missing
 
 TYPE_CHECKING = False
@@ -26,7 +26,7 @@ def check_host_nofile(facts: Facts, ctx: Context) -> list[F.Finding]:
     return [F.ok("host.nofile", f"open-files soft limit {soft} >= {want}", value=soft, limit=want)]
 
 
-@check("host.memory", fault=TRANSIENT)
+@check("host.memory", fault=TRANSIENT, load=LOAD_HOST)
 def check_host_memory(facts: Facts, ctx: Context) -> list[F.Finding]:
     """Enough host memory available; swap in use only warns (a job that swaps slows down)."""
     cfg = ctx.config.checks.host

@@ -8,19 +8,23 @@ A check's metadata lives on its `@check` line: `hardware` (a failure after a job
 own fault, so the epilog drains for it; the host's limits or mounts do not change while a job
 runs), `action` (what an admin should do about a node drained for it, see `gpugate nodes`)
 and `fault` (TRANSIENT: the fault heals by itself, `gpugate health` lifts its own drain once the
-check passes again; HARDWARE: it needs a repair or a person, see gpugate/health/heal.py).
+check passes again; HARDWARE: it needs a repair or a person, see gpugate/health/heal.py; the
+drain budget counts the two apart, gpugate/gate/budget.py) and `load` (LOAD_GPU, LOAD_HOST: what a
+running job's own load changes, set aside for other jobs on a shared node, gpugate/gate/shared.py).
 """
 
 from __future__ import annotations
 
 # The words and tables a check module declares with live in declare.py (a check module importing
 # this module would close a circle through the catalog); they are re-exported for the readers.
-from gpugate.checks.declare import _ACTION, _DOCS, _FAULT, _HARDWARE, _REGISTRY
+from gpugate.checks.declare import _ACTION, _DOCS, _FAULT, _HARDWARE, _LOAD, _REGISTRY
 from gpugate.checks.declare import ACTIONS as ACTIONS
 from gpugate.checks.declare import COOLING as COOLING
 from gpugate.checks.declare import FAULTS as FAULTS
 from gpugate.checks.declare import HARDWARE as HARDWARE
 from gpugate.checks.declare import HOST as HOST
+from gpugate.checks.declare import LOAD_GPU as LOAD_GPU
+from gpugate.checks.declare import LOAD_HOST as LOAD_HOST
 from gpugate.checks.declare import REBOOT as REBOOT
 from gpugate.checks.declare import RESEAT as RESEAT
 from gpugate.checks.declare import RESET as RESET
@@ -71,6 +75,12 @@ def fault_class(check_id: str | None) -> str:
     """TRANSIENT or HARDWARE for `check_id`; HARDWARE for an unknown id (a person decides)."""
     _load()
     return _FAULT.get(check_id or "") or HARDWARE
+
+
+def job_load(check_id: str | None) -> str | None:
+    """LOAD_GPU or LOAD_HOST when a running job's load changes `check_id`'s finding, else None."""
+    _load()
+    return _LOAD.get(check_id or "")
 
 
 def undeclared_faults() -> tuple[str, ...]:

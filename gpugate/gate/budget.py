@@ -13,6 +13,13 @@ Two limits per partition (docs/flow.md "The drain budget"):
   the budget is there to stop a gpugate bug or a fleet-wide false positive, and half the
   partition plus the cluster-wide `max_drains_per_window` still bound those.
 
+Two pools (issue 41): a drain for a hardware fault (the check's `fault=HARDWARE` on its
+`@check` line: a GPU off the bus, ECC, NVLink, PCIe, the fabric) counts only gpugate's hardware
+drains (and its GPU isolations) against its limits and the window; a drain for a transient
+fault (temperature, leftover processes, host memory, mounts) counts every gpugate drain. So
+transient drains can never fill the budget a hardware fault needs, while hardware drains do
+hold back transient ones; an unreadable drain reason counts as hardware (the cautious side).
+
 The budget counts GPUs out of service (issue 31): a node gpugate drained counts 1 (whatever its
 Comment says); a node in service with GPUs gpugate isolated (its Comment, gpugate/isolate/
 comment.py) counts isolated / (isolated + the GPUs Slurm still gives it), or 1 when Slurm's
@@ -29,8 +36,10 @@ import os
 import time
 
 from gpugate import log
+from gpugate.checks.registry import HARDWARE, fault_class
 from gpugate.isolate.comment import parse_comment
 from gpugate.record import Record
+from gpugate.slurm.reasons import reason_check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,6 +58,23 @@ class BudgetVerdict(Record):
 
     allowed: bool
     why: str
+
+
+def hardware_drain(check: str | None) -> bool:
+    """Whether a drain for `check` is a hardware fault's (the registry's `fault=` for it)."""
+    return check is not None and fault_class(check) == HARDWARE
+
+
+def counted(n: NodeInfo, hardware: bool) -> bool:
+    """Whether gpugate's hold on `n` counts against a drain (`hardware`: for a hardware fault).
+
+    A hardware drain counts only hardware drains (and isolations, which are a GPU's hardware
+    fault); a transient one counts them all. A node not drained by gpugate holds nothing.
+    """
+    if not hardware or not n.drained:
+        return True
+    # A reason that names no known check (an older release's, hand-edited) is hardware.
+    return fault_class(reason_check(n.reason)) == HARDWARE
 
 
 def share_limit(cfg: Budget, members: int) -> int:
@@ -129,7 +155,8 @@ def _check(
 ) -> BudgetVerdict:
     # `node` itself counts as `mine`, its share after the action (re-draining it is free). What
     # gpugate holds out is counted in whole nodes: a node with some GPUs isolated still serves.
-    others = [n for n in nodes.values() if n.name != node]
+    hardware = hardware_drain(check)
+    others = [n for n in nodes.values() if n.name != node and counted(n, hardware)]
     me = nodes.get(node)
     for partition in me.partitions if me else ():
         members = [n for n in nodes.values() if partition in n.partitions]
@@ -148,9 +175,11 @@ def _check(
     )
     if recent + isolations + 1 > cfg.max_drains_per_window:
         also = f" and {isolations} GPU isolations" if isolations else ""
+        kind = ", hardware faults' drains only" if hardware else ""
         return BudgetVerdict(
             allowed=False,
-            why=f"{recent} gpugate drains{also} in the last {cfg.window_s:g} s (limit {cfg.max_drains_per_window})",
+            why=f"{recent} gpugate drains{also} in the last {cfg.window_s:g} s "
+            f"(limit {cfg.max_drains_per_window}{kind})",
         )
     return BudgetVerdict(allowed=True, why="within the drain budget")
 
@@ -191,7 +220,8 @@ def keeps_drain(
     drains, waits for the others, reads Slurm again and ranks gpugate's drains by (when set,
     node name): every node sees the same ranking, and exactly the first `limit` keep theirs.
     """
-    ours = [n for n in nodes.values() if n.drained and n.gpugate_owned]
+    hardware = hardware_drain(check)
+    ours = [n for n in nodes.values() if n.drained and n.gpugate_owned and counted(n, hardware)]
     order = sorted(
         ours, key=lambda n: (n.reason_time if n.reason_time is not None else float("inf"), n.name)
     )

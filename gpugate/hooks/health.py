@@ -3,8 +3,9 @@
 slurmd runs it every HealthCheckInterval seconds as root, with no job environment, and kills
 it after 60 s. Same gather, checks, reasons, ownership rules and drain budget as the prolog
 (drain_node); its own deadline (`health.deadline_s`). On a node running jobs it does not judge
-what the jobs legitimately change: for the GPUs Slurm has allocated (GresUsed), processes,
-memory use, temperature and throttling are skipped, and host memory while any job runs.
+what the jobs legitimately change: for the GPUs Slurm has allocated (GresUsed), the checks
+a job's load trips (`load=` on their `@check` line) are skipped, and host memory while any job
+runs (gpugate/gate/shared.py, which the prolog uses too).
 A drain gpugate set is lifted by the rules of gpugate/health/heal.py, through `gpugate
 resume`'s own code path and audit log. A drain someone else set is never touched.
 """
@@ -12,11 +13,9 @@ resume`'s own code path and audit log. A drain someone else set is never touched
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 
-from gpugate.checks import findings as F
 from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
@@ -24,6 +23,8 @@ from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.drill import active_drill
 from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide
+from gpugate.gate.shared import gpus_in_use, skip_for_jobs
+from gpugate.gate.shared import parse_gres_used as parse_gres_used
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
@@ -48,15 +49,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
 
-# What a job changes on the GPUs it was given (its processes and their memory, the heat and
-# the clocks of its load): not faults while it runs.
-JOB_GPU_CHECKS = frozenset({"gpu.processes", "gpu.temperature", "gpu.throttle"})
-# What any job changes on the host.
-JOB_HOST_CHECKS = frozenset({"host.memory"})
 _BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
-_GRES_USED = lazy(r"(?:^|\s)GresUsed=(\S+)")
-_GPU_IDX = lazy(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([^)]*)\)")
-SKIPPED = "skipped: GPU in use by a job"
 
 
 class HealthResult(Record):
@@ -73,56 +66,9 @@ class HealthResult(Record):
     duration_s: float = 0.0
 
 
-def parse_gres_used(text: str) -> frozenset[int] | None:
-    """The GPU indices in `scontrol -d show node`'s GresUsed (`gpu:h100:2(IDX:0,2-3)`); None
-    (unknown: every GPU counts as in use) when the text names no GresUsed, or GPUs in use
-    without their indices (Slurm 22.05 prints `GresUsed=gpu:8` for untyped GPUs; only
-    `scontrol -d show job` has the IDX there)."""
-    m = _GRES_USED.search(text or "")
-    if not m:
-        return None
-    used = m.group(1)
-    counted = re.findall(r"gpu(?::[^:(,\s]+)?:(\d+)(?!\d|\(IDX)", used)
-    if any(int(n) > 0 for n in counted):
-        return None
-    out: set[int] = set()
-    for idx in _GPU_IDX.findall(used):
-        for part in idx.split(","):
-            lo, _, hi = part.partition("-")
-            if lo.isdigit() and (not hi or hi.isdigit()):
-                out.update(range(int(lo), int(hi or lo) + 1))
-    return frozenset(out)
-
-
 def busy(info: NodeInfo) -> bool:
     """Whether a job runs (or is ending) on the node."""
     return info.state in _BUSY_STATES or any(f in _BUSY_STATES for f in info.flags)
-
-
-def gpus_in_use(slurm: SlurmControl, node: str) -> frozenset[int] | None:
-    """The node's GPUs Slurm has allocated to jobs (one bounded scontrol); None: unknown."""
-    try:
-        return parse_gres_used(slurm.cli.scontrol("-d", "-o", "show", "node", node))
-    except Exception as exc:  # the adapter's SlurmError, or a backend without scontrol
-        note(f"cannot tell which GPUs jobs use ({type(exc).__name__}: {exc}); skipping all")
-        return None
-
-
-def skip_for_jobs(
-    findings: list[Finding], in_use: frozenset[int] | None, any_job: bool
-) -> list[Finding]:
-    """`findings` with what the running jobs legitimately change turned into skipped (ok)."""
-    if not any_job:
-        return findings
-    out = []
-    for f in findings:
-        gpu_job = f.check in JOB_GPU_CHECKS and (in_use is None or f.gpu is None or f.gpu in in_use)
-        if f.status != F.OK and (gpu_job or f.check in JOB_HOST_CHECKS):
-            where = f"GPU{f.gpu}: " if f.gpu is not None else ""
-            what = SKIPPED if f.check in JOB_GPU_CHECKS else "skipped: a job runs on the node"
-            f = F.ok(f.check, f"{where}{what}", gpu=f.gpu)
-        out.append(f)
-    return out
 
 
 def judge(

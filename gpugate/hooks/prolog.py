@@ -22,6 +22,7 @@ from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
+from gpugate.gate.shared import gpus_in_use, judge_shared
 from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
@@ -130,6 +131,29 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
     return [fail("isolate.deny", why)] if why else []
 
 
+def shared_node(
+    config: Config, env: HookEnv, findings: list[Finding], slurm: SlurmControl | None
+) -> tuple[list[Finding], SlurmControl | None]:
+    """The findings with another job's load set aside (gpugate/gate/shared.py), and the Slurm
+    adapter if it had to be made for that. One bounded scontrol, only when such a finding
+    would otherwise fail; where the other jobs' GPUs cannot be learned it is reported, not
+    drained: a demanding admin would rather see a warning on a node than lose a healthy
+    node (and drain budget) to a job's own CUDA context, while this job's own GPUs, which
+    Slurm gave it alone, are still judged in full."""
+    made: list[SlurmControl] = []
+
+    def allocated() -> frozenset[int] | None:
+        try:
+            made.append(slurm or _slurm(config))
+        except Exception as exc:  # no adapter: which GPUs others hold is unknown
+            note(f"cannot ask Slurm which GPUs jobs hold: {exc}")
+            return None
+        return gpus_in_use(made[0], env.node or "")
+
+    out = judge_shared(findings, env.gpus, config.policy, allocated)
+    return out, (made[0] if made else slurm)
+
+
 def concerns_job(f: Finding, env: HookEnv) -> bool:
     """A node-wide finding, or one about a GPU the job was given."""
     return f.gpu is None or env.gpus is None or f.gpu in env.gpus
@@ -148,6 +172,7 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
         config, env.node
     )
+    findings, slurm = shared_node(config, env, findings, slurm)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (see act_on_failure).
