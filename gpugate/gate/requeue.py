@@ -259,8 +259,9 @@ def cannot_read(problem: str) -> str:
     """The plain line for a record this process cannot read: where, as whom, and the fix."""
     who = user_name()
     what, _, why = problem.removeprefix("cannot read ").partition(": ")
-    return (f"cannot read {what} as {who}: let {who} pass through it and its parents "
-            "(chmod o+x; the node epilog keeps evidence_dir 0751 and controller-view/ 0711) "
+    return (f"cannot read {what} as {who}: let {who} pass through it and its parents up to "
+            f"evidence_dir (chmod o+x), and give controller-view/ to {who}'s group "
+            "(epilog.view_group; 0750, records 0640) "
             f"[{why or 'unreadable'}]")  # fmt: skip
 
 
