@@ -235,6 +235,44 @@ def test_a_failed_job_not_requeued_gets_a_note_beside_its_output_as_its_user(tmp
         assert "gpugate evidence 77" in text
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another owner")
+def test_a_note_file_another_user_made_first_is_left_alone_and_said(tmp_path):
+    """Red team (issue 41, R5): a user pre-creates `gpugate-<J>.requeue.txt` (0666) in a
+    shared output directory for coming job ids; the victim's note must not land in it."""
+    out = tmp_path / "out"
+    out.mkdir(mode=0o1777)
+    planted = out / "gpugate-78.requeue.txt"
+    planted.write_text("")
+    planted.chmod(0o666)
+    os.chown(planted, 65534, 65534)
+    end = job(job_id="78", stdout=str(out / "slurm-78.out"))
+    d = decide_requeue(end, [], default_config())
+    said = tell_user(end, d)
+    assert said.startswith(f"skipped: {planted} exists and is not the job user's"), said
+    assert "owner uid 65534" in said
+    assert planted.read_text() == "" and planted.stat().st_uid == 65534
+    # The job user's own note of an earlier run is rewritten in place.
+    planted.unlink()
+    (out / "gpugate-78.requeue.txt").write_text("old run")
+    assert tell_user(end, d) == str(planted)
+    assert "was not requeued" in planted.read_text()
+
+
+def test_a_note_is_created_exclusively(tmp_path):
+    from gpugate.userfiles import write_note
+
+    path = tmp_path / "note.txt"
+    assert write_note(str(path), "x") == str(path) and path.read_text() == "x"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
+    assert write_note(str(path), "y") == str(path) and path.read_text() == "y"  # its own
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_the_note_never_follows_a_symlink(tmp_path):
     from gpugate.userfiles import write_note
 
