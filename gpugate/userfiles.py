@@ -122,14 +122,26 @@ NOTE_MAX = 4096  # a note is a few lines: what happened to the job, where to rea
 
 
 def write_note(path: str, text: str) -> str:
-    """Write a short note as the job's user (a child task): never through a symlink, never
-    into a FIFO or device (O_NONBLOCK, then a regular file only); the path written."""
+    """Write a short note as the job's user (a child task): created exclusively, or the
+    user's own note rewritten; never through a symlink, never into a FIFO or device, never
+    into a file of another owner; the path written, or `skipped: why`."""
 
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o644)
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        # Issue 41: in a shared output directory another user may create the notes of coming
+        # job ids first (0666) to read them; only this user's own earlier note is rewritten.
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_uid != os.geteuid():
+            return f"skipped: {path} exists and is not the job user's (owner uid {st.st_uid})"
+        fd = os.open(path, flags)  # a symlink: ELOOP
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise UserFileError(f"{path}: not a regular file; not written")
+        if st.st_uid != os.geteuid():  # replaced since the lstat
+            return f"skipped: {path} exists and is not the job user's (owner uid {st.st_uid})"
         os.ftruncate(fd, 0)
         os.write(fd, text.encode()[:NOTE_MAX])
     finally:

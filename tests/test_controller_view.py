@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import stat
@@ -30,24 +31,52 @@ def job(**changes) -> JobEnd:
 # ------------------------------------------------------------------------------ the records
 
 
-def test_a_record_is_readable_by_anyone_in_directories_nobody_can_list(tmp_path):
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_record_is_root_and_slurmusers_only_in_directories_nobody_else_can_pass(tmp_path):
+    """Red team (issue 41, R3): another user read any job's record (0644 in 0711 dirs)."""
+    group = grp.getgrgid(1)  # SlurmUser's group stands in: any group root is not in
     ev = tmp_path / "ev"
     ev.mkdir(mode=0o750)
-    path = V.write_record(str(ev), "5", "n1", 2, V.running(45, now=1000.0))
+    path = V.write_record(str(ev), "5", "n1", 2, V.running(45, now=1000.0), group=group.gr_name)
     assert path == str(ev / "controller-view" / "5" / "n1-r2.json")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    assert _mode(path) == 0o640 and os.stat(path).st_gid == group.gr_gid
     for d in (ev / "controller-view", ev / "controller-view" / "5"):
-        assert stat.S_IMODE(d.stat().st_mode) == 0o711
-    assert stat.S_IMODE(ev.stat().st_mode) & 0o001  # others pass through, never list
-    assert not stat.S_IMODE(ev.stat().st_mode) & 0o004
+        assert _mode(d) == 0o750 and d.stat().st_gid == group.gr_gid
+    assert _mode(ev) & 0o001  # SlurmUser passes through evidence_dir, lists nothing
+    assert not _mode(ev) & 0o004
     doc, why = V.read_record(path)
     assert why is None and doc["state"] == "running" and doc["deadline"] == 1045.0
     assert (doc["node"], doc["run"]) == ("n1", 2)
+    V.write_record(str(ev), "5", "n1", 2, V.done(HW), group=group.gr_name)
+    digest = ev / "controller-view" / "5" / "@digest-r2.json"
+    assert _mode(digest) == 0o640 and digest.stat().st_gid == group.gr_gid
+    assert V.read_digest(str(digest), "5", 2)[1] is None
+
+
+def test_an_open_view_of_before_is_closed_and_takes_its_groups_records(tmp_path):
+    """An upgrade: controller-view/ 0711 (the old mode) closes; without a view_group the
+    records take the group the admin gave controller-view/ (a group this node lacks too)."""
+    group = grp.getgrgid(1)
+    view = tmp_path / "ev" / "controller-view"
+    (view / "5").mkdir(parents=True)
+    view.chmod(0o711)
+    (view / "5").chmod(0o711)
+    os.chown(view, -1, group.gr_gid)
+    path = V.write_record(str(tmp_path / "ev"), "5", "n1", 0, V.running(45),
+                          group="no-such-group-41")  # fmt: skip
+    assert _mode(view) == 0o750 and _mode(view / "5") == 0o750
+    assert os.stat(path).st_gid == group.gr_gid and (view / "5").stat().st_gid == group.gr_gid
+    path = V.write_record(str(tmp_path / "ev"), "6", "n1", 0, V.running(45))
+    assert _mode(path) == 0o640 and os.stat(path).st_gid == group.gr_gid
 
 
 def test_a_done_record_holds_the_decision_fields_and_no_log_text():
     summary = dict(HW, summary_text="NCCL WARN secret token", untrusted_claims=["Xid 79"],
-                   checkpoint_stale=True, checkpoint_message="no complete checkpoint in /c")  # fmt: skip
+                   checkpoint_stale=True, checkpoint={"ckpt_dir": "/home/u/ckpt"},
+                   checkpoint_message="no complete checkpoint in /home/u/ckpt after 3.0 h")  # fmt: skip
     rec = {"rank": 1, "node": "n1", "frames": ["train.py:12"], "pgs": {"0": {"name": "g",
            "last_enqueued": 3, "secret": 1}}, "entries": [{"seq": 3, "pg_id": "0", "op": "x",
            "frames": ["f"]}]}  # fmt: skip
@@ -56,6 +85,11 @@ def test_a_done_record_holds_the_decision_fields_and_no_log_text():
     assert doc["state"] == "done" and doc["hardware_fault"] is True
     assert doc["checkpoint_stale"] is True
     assert "secret" not in text and "train.py" not in text and "untrusted" not in text
+    # No path of the user's (issue 41): the controller's readers learn no directory names.
+    assert "/home/u" not in text
+    assert doc["checkpoint_message"] == (
+        "no complete checkpoint in the checkpoint directory after 3.0 h"
+    )
     assert doc["flightrec"]["records"][0]["entries"] == [{"seq": 3, "pg_id": "0", "op": "x"}]
 
 
@@ -199,6 +233,44 @@ def test_a_failed_job_not_requeued_gets_a_note_beside_its_output_as_its_user(tmp
         assert said == note_path(end)
         assert "was not requeued: not an infrastructure failure" in text
         assert "gpugate evidence 77" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another owner")
+def test_a_note_file_another_user_made_first_is_left_alone_and_said(tmp_path):
+    """Red team (issue 41, R5): a user pre-creates `gpugate-<J>.requeue.txt` (0666) in a
+    shared output directory for coming job ids; the victim's note must not land in it."""
+    out = tmp_path / "out"
+    out.mkdir(mode=0o1777)
+    planted = out / "gpugate-78.requeue.txt"
+    planted.write_text("")
+    planted.chmod(0o666)
+    os.chown(planted, 65534, 65534)
+    end = job(job_id="78", stdout=str(out / "slurm-78.out"))
+    d = decide_requeue(end, [], default_config())
+    said = tell_user(end, d)
+    assert said.startswith(f"skipped: {planted} exists and is not the job user's"), said
+    assert "owner uid 65534" in said
+    assert planted.read_text() == "" and planted.stat().st_uid == 65534
+    # The job user's own note of an earlier run is rewritten in place.
+    planted.unlink()
+    (out / "gpugate-78.requeue.txt").write_text("old run")
+    assert tell_user(end, d) == str(planted)
+    assert "was not requeued" in planted.read_text()
+
+
+def test_a_note_is_created_exclusively(tmp_path):
+    from gpugate.userfiles import write_note
+
+    path = tmp_path / "note.txt"
+    assert write_note(str(path), "x") == str(path) and path.read_text() == "x"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
+    assert write_note(str(path), "y") == str(path) and path.read_text() == "y"  # its own
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_the_note_never_follows_a_symlink(tmp_path):

@@ -9,6 +9,7 @@ off the drained node, and `gpugate report` lists the decision.
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import subprocess
@@ -119,9 +120,10 @@ def test_an_xid_79_is_requeued_off_the_drained_node_by_a_controller_running_as_s
     # The controller wrote as slurm, into its own directory only.
     slurm_uid = pwd.getpwnam("slurm").pw_uid
     assert (site.controller / "events.jsonl").stat().st_uid == slurm_uid
-    # The decision record it read: root's, readable, no log text.
+    # The decision record it read: root's and slurm's group's only (issue 41), no log text.
     record = site.evidence / "controller-view" / str(job) / f"{first}-r0.json"
-    assert record.stat().st_uid == 0 and oct(record.stat().st_mode & 0o777) == "0o644"
+    assert record.stat().st_uid == 0 and oct(record.stat().st_mode & 0o777) == "0o640"
+    assert record.stat().st_gid == grp.getgrnam("slurm").gr_gid
     assert "Watchdog" not in record.read_text()
     # `gpugate report` (root) lists the requeue decision from controller_dir.
     page = site.base / "report.html"

@@ -109,6 +109,56 @@ def test_another_users_dump_at_the_default_place_is_skipped(tmp_path, fake_reade
     assert out["records"] == [] and out["errors"] == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files to other owners")
+def test_other_users_files_at_the_default_place_do_not_use_up_the_cap(
+    tmp_path, fake_reader, monkeypatch
+):
+    """Red team (issue 41, R7): sixteen unreadable `nccl_trace_rank_!NN` of another user sort
+    first and used up fr_max_dumps: the job's own dump at PyTorch's default was never read."""
+    _, default, places = _places(tmp_path)
+    user = 54321  # the job's user; the child runs as it
+    for n in range(16):
+        for name in (f"nccl_trace_rank_!{n:02d}", f"nccl_trace_rank_{n + 100}"):
+            (default / name).write_bytes(b"ok7")
+            os.chown(default / name, 65534, 65534)
+            (default / name).chmod(0o600)
+    (default / "nccl_trace_rank_3").write_bytes(b"ok3")
+    os.chown(default / "nccl_trace_rank_3", user, user)
+    opened = []
+
+    def as_the_user(path):  # what open() does for the job's user: others' 0600 files refused
+        opened.append(os.path.basename(path))
+        st = os.stat(path)
+        if st.st_uid != user and not st.st_mode & 0o004:
+            raise FC.UserFileError(f"{path}: Permission denied")
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+
+    monkeypatch.setattr(os, "getuid", lambda: user)
+    monkeypatch.setattr(FC, "open_regular", as_the_user)
+    out = FC.read_dumps(places, since=None, max_dumps=16, max_bytes=1024,
+                        remove_from=str(default))  # fmt: skip
+    assert [r["rank"] for r in out["records"]] == [3] and out["truncated"] is False
+    assert out["errors"] == [] and opened == ["nccl_trace_rank_3"]  # no other user's opened
+
+
+def test_the_listing_of_a_directory_is_bounded(tmp_path, fake_reader, monkeypatch):
+    """Red team (issue 41, R7): millions of files in /tmp; the listing stops at SCAN_MAX
+    entries, says so, and what it found is still read (root's look for candidates too)."""
+    job, default, places = _places(tmp_path)
+    (job / "fr_rank_0").write_bytes(b"ok0")
+    for n in range(50):
+        (default / f"junk-{n}").write_bytes(b"")
+    monkeypatch.setattr(FC, "SCAN_MAX", 20)
+    out = FC.read_dumps(places, since=None, max_dumps=16, max_bytes=1024,
+                        remove_from=str(default))  # fmt: skip
+    assert [r["rank"] for r in out["records"]] == [0] and out["truncated"] is True
+    assert out["errors"] == [{"name": "nccl_trace_rank_*",
+                              "error": "more than 20 entries in the directory: the rest not "
+                              "looked at"}]  # fmt: skip
+    assert FC.dump_names(str(default), "nccl_trace_rank_") == ([], True)
+    assert FC._candidates([[str(default), "nccl_trace_rank_"]]) is False
+
+
 def test_count_and_size_caps(tmp_path, fake_reader):
     job, _, places = _places(tmp_path)
     for rank in range(5):

@@ -273,22 +273,31 @@ def test_records_behind_a_closed_directory(tmp_path):
     assert C.check_records(str(tmp_path / "none-yet"), STRANGER) == []  # the epilog makes it
 
 
+FIX_VIEW = "chgrp -R 54321 {v} && find {v} -type d -exec chmod 0750 {{}} + -o -type f -exec chmod 0640 {{}} +"
+
+
+@as_root
 def test_records_the_controller_may_not_read(tmp_path):
+    """The records are SlurmUser's group's (0750/0640): the fix gives them that, never others."""
     view = tmp_path / "evidence" / "controller-view"
     job = view / "17"
-    job.mkdir(parents=True, mode=0o711)
+    job.mkdir(parents=True, mode=0o750)
     (tmp_path / "evidence").chmod(0o711)
-    view.chmod(0o711)
+    view.chmod(0o750)
     record = job / "n1-r0.json"
     record.write_text("{}")
+    record.chmod(0o640)
+    # root's group: closed to SlurmUser; the fix names its group and keeps others out.
+    (problem,) = C.check_records(str(tmp_path / "evidence"), STRANGER)
+    assert f"{view} closed to stranger" in problem.what and "view_group: 54321" in problem.what
+    assert problem.fix == FIX_VIEW.format(v=view)
+    for path in (view, job, record):
+        os.chown(path, -1, 54321)
+    assert C.check_records(str(tmp_path / "evidence"), STRANGER) == []
     record.chmod(0o600)
     (problem,) = C.check_records(str(tmp_path / "evidence"), STRANGER)
-    assert f"{record}: mode 0600" in problem.what
-    assert problem.fix == (
-        f"find {view} -type d -exec chmod 0711 {{}} + -o -type f -exec chmod 0644 {{}} +"
-    )
-    record.chmod(0o644)
-    assert C.check_records(str(tmp_path / "evidence"), STRANGER) == []
+    assert f"{record}: mode 0600" in problem.what and problem.fix == FIX_VIEW.format(v=view)
+    record.chmod(0o640)
     job.chmod(0o700)
     (problem,) = C.check_records(str(tmp_path / "evidence"), STRANGER)
     assert f"{job}: mode 0700" in problem.what

@@ -295,20 +295,29 @@ def check_records(evidence_dir: str, who: Account) -> list[Problem]:
     """Every directory down to `<evidence_dir>/controller-view/<job>/` is traversable by `who`,
     and the records are readable."""
     view = os.path.join(evidence_dir, CONTROLLER_VIEW)
-    closed = closed_dirs(view, who)
+    # Above controller-view/: passable by others (o+x, nothing listed). controller-view/ and
+    # below: root's and SlurmUser's group only (issue 41), never opened to others.
+    closed = [(d, c) for d, c in closed_dirs(evidence_dir, who)]
+    group = group_name(who)
+    mine = (f"chgrp -R {group} {view} && find {view} -type d -exec chmod 0750 {{}} + "
+            "-o -type f -exec chmod 0640 {} +")  # fmt: skip
+    if os.path.isdir(view) and who.uid != 0 and not bits(os.stat(view), who) & 1:
+        closed.append((view, mine))
     if closed:
         return [Problem(f"EpilogSlurmctld (as {who.name}) cannot reach the nodes' decision "
                         f"records in {view}: {', '.join(d for d, _ in closed)} closed to "
                         f"{who.name}; it could not see an infrastructure failure, and no "
-                        "opted-in job would be requeued (the fix opens them for traversal "
-                        "only: the evidence stays unlisted and unread)",
+                        "opted-in job would be requeued (the fix opens evidence_dir for "
+                        f"traversal only and gives the records to {group}: the evidence stays "
+                        "unlisted and unread, the records closed to others; set "
+                        f"epilog.view_group: {group})",
                         " && ".join(c for _, c in closed))]  # fmt: skip
     bad = unreadable_records(view, who)
     if not bad:
         return []
     return [Problem(f"{len(bad)} decision record(s) or job directories under {view} are closed "
-                    f"to {who.name} (e.g. {bad[0]})", f"find {view} -type d -exec chmod 0711 "
-                    "{} + -o -type f -exec chmod 0644 {} +")]  # fmt: skip
+                    f"to {who.name} (e.g. {bad[0]}); set epilog.view_group: {group}",
+                    mine)]  # fmt: skip
 
 
 def unreadable_records(view: str, who: Account) -> list[str]:

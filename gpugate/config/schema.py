@@ -213,6 +213,7 @@ class Epilog(Record):
     kernel_lines_max: int
     drain_on_hardware: bool
     evidence_group: str | None
+    view_group: str | None  # SlurmUser's group: the controller's decision records (issue 41)
     retention_days: float | None
     evidence_max_mib: float | None
     evidence_user_share: float | None

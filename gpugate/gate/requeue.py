@@ -259,8 +259,9 @@ def cannot_read(problem: str) -> str:
     """The plain line for a record this process cannot read: where, as whom, and the fix."""
     who = user_name()
     what, _, why = problem.removeprefix("cannot read ").partition(": ")
-    return (f"cannot read {what} as {who}: let {who} pass through it and its parents "
-            "(chmod o+x; the node epilog keeps evidence_dir 0751 and controller-view/ 0711) "
+    return (f"cannot read {what} as {who}: let {who} pass through it and its parents up to "
+            f"evidence_dir (chmod o+x), and give controller-view/ to {who}'s group "
+            "(epilog.view_group; 0750, records 0640) "
             f"[{why or 'unreadable'}]")  # fmt: skip
 
 
@@ -354,7 +355,8 @@ def tell_user(job: JobEnd, decision: RequeueDecision) -> str:
     """Why a failed job was not requeued, in a note beside its output, written as its user.
 
     Slurm refuses an AdminComment on a finished job. Only root can write as the user: as
-    SlurmUser the note is skipped (the decision is in `gpugate evidence JOB` and the log).
+    SlurmUser the note is skipped (the decision is in `gpugate evidence JOB` and the log), and
+    so is a note whose file exists and is another user's (userfiles.write_note).
     """
 
     path = note_path(job)
@@ -365,8 +367,10 @@ def tell_user(job: JobEnd, decision: RequeueDecision) -> str:
     text = (f"gpugate: job {job.job_id} (run {job.restarts}) ended and was {decision.describe()}\n"
             f"gpugate: your admin reads more with `gpugate evidence {job.job_id}`.\n")  # fmt: skip
     task = "gpugate.userfiles:write_note"
-    as_user(job.uid, job.gid, task, {"path": path, "text": text}, timeout=10)
-    return path
+    # `skipped: ...` where a file of another user is in the way (issue 41): said in the
+    # controller's log and event line, the file left alone.
+    said = as_user(job.uid, job.gid, task, {"path": path, "text": text}, timeout=10)
+    return said if isinstance(said, str) else path
 
 
 def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:

@@ -171,7 +171,8 @@ def _view_write(config: Config, env: HookEnv, record: dict[str, Any]) -> None:
         return
     try:
         controller_view.write_record(config.evidence_dir, env.job_id, env.node,
-                                     env.restart_count, record)  # fmt: skip
+                                     env.restart_count, record,
+                                     group=config.epilog.view_group)  # fmt: skip
     except (OSError, ValueError) as exc:  # never fails the epilog; the controller waits it out
         say(f"epilog job {env.job_id}: cannot write the controller's record: {exc}")
 

@@ -14,6 +14,13 @@ would be run as the admin by PyTorch's own analyzer (torchfrtrace calls pickle.l
 bundle keeps of an accepted dump is its plain data as JSON that root writes itself
 (`flightrec/<name>.json`, never PyTorch's dump name), beside the records in flightrec.json.
 
+At the shared default place (`/tmp`, every user's) a candidate is a name `<prefix><rank>`
+that is this user's regular file (lstat, before anything counts against `fr_max_dumps`):
+other users' files, readable or not, neither use up the cap nor cost an open (issue 41: sixteen
+unreadable `nccl_trace_rank_!NN`, which sort first, kept every other job's dumps unread). The
+listing of a directory stops after SCAN_MAX entries, at root's look for candidates too, so
+millions of files in /tmp cost a bounded time and never the job's whole collection.
+
 The dumps at the default location are removed once read (accepted or refused), and only those
 the child read (the job's user's, written since the job started): /tmp is shared, and a leftover
 `/tmp/nccl_trace_rank_0` of one user keeps another user's rank 0 from writing its own (the
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX
 from gpugate.store.nccl_dir import nccl_job_dir
@@ -43,6 +51,9 @@ TASK = "gpugate.hooks.flightrec_collect:read_dumps"
 # The accepted dumps travel back as JSON: 32 MiB of it stays well inside the reader's answer
 # cap (gpugate.userfiles.ANSWER_MAX, 64 MiB) with the records beside them.
 KEPT_TOTAL_MAX = 32 << 20
+# Entries of one directory looked at (names only; the default place's matching ones lstat'ed):
+# /tmp may hold millions of files, and the reader shares the epilog's deadline.
+SCAN_MAX = 100_000
 BUNDLE_DIR = "flightrec"  # accepted dumps as JSON: flightrec/<safe name>.json
 JSON_MEMBER = "flightrec.json"
 NOTE = (
@@ -148,13 +159,29 @@ def _member(name: str, taken: dict[str, str]) -> str:
 
 def _candidates(places: list[list[str]]) -> bool:
     """Whether any place holds a name with its prefix (names only: root opens nothing here)."""
-    for directory, prefix in places:
-        try:
-            if any(n.startswith(prefix) for n in os.listdir(directory)):
-                return True
-        except OSError:
-            continue
-    return False
+    return any(dump_names(directory, prefix, first=True)[0] for directory, prefix in places)
+
+
+def dump_names(
+    directory: str, prefix: str, limit: int | None = None, first: bool = False
+) -> tuple[list[str], bool]:
+    """(the names `<prefix><rank>` in `directory`, sorted; whether the listing stopped at
+    `limit` entries, SCAN_MAX by default). Names only: nothing is stat'ed or opened."""
+    limit = SCAN_MAX if limit is None else limit
+    names: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            for seen, entry in enumerate(entries):
+                if seen >= limit:
+                    return sorted(names), True
+                rank = entry.name[len(prefix) :]
+                if entry.name.startswith(prefix) and rank.isascii() and rank.isdigit():
+                    names.append(entry.name)
+                    if first:
+                        break
+    except OSError:
+        pass  # no directory: nothing dumped there
+    return sorted(names), False
 
 
 def bundle_files(flightrec: dict[str, Any] | None) -> dict[str, str | bytes]:
@@ -211,11 +238,15 @@ def read_dumps(
     }
     found = 0
     for directory, prefix in places:
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
-        except OSError:
-            continue  # no directory: nothing dumped there
+        names, cut = dump_names(directory, prefix)
+        if cut:
+            out["truncated"] = True
+            out["errors"].append({"name": f"{prefix}*", "error": f"more than {SCAN_MAX} "
+                                  "entries in the directory: the rest not looked at"})  # fmt: skip
+        shared = directory == remove_from
         for name in names:
+            if shared and not _mine(os.path.join(directory, name)):
+                continue  # another user's (readable or not): costs no open, counts for nothing
             if found >= max_dumps:
                 out["truncated"] = True
                 return out
@@ -224,6 +255,15 @@ def read_dumps(
             if remove_from and directory == remove_from and status == READ:
                 _unlink(os.path.join(directory, name))
     return out
+
+
+def _mine(path: str) -> bool:
+    """Whether `path` is this user's own regular file (lstat: no link followed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
 
 
 READ = "read"  # _read_one: the job's dump, read (accepted or refused)

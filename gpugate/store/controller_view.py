@@ -6,8 +6,16 @@ evidence bundles (root's and the admin group's: logs can hold secrets). So each 
 
     <evidence_dir>/controller-view/<job id>/<node>-r<restarts>.json
 
-Directories 0711 root's (anyone may pass, nobody but root may list), files 0644, written
-atomically. The epilog writes `{"state": "running", "deadline": <epoch>}` when it starts and
+Root's and SlurmUser's only (issue 41: a record tells another user's failure category,
+times, checkpoint staleness and the shape of its collectives): `controller-view/` and the job
+directories are 0750 root:<view group>, the records 0640, written atomically. The view group
+is `epilog.view_group` (SlurmUser's group, `slurm` by default) where this node has it, else
+the group `controller-view/` already has (the package or the admin set it; selftest checks
+that SlurmUser reaches the records). evidence_dir stays passable (o+x): SlurmUser is not in
+its admin group. No path of the user's is in a record (a stale checkpoint's message names
+"the checkpoint directory").
+
+The epilog writes `{"state": "running", "deadline": <epoch>}` when it starts and
 `{"state": "done", ...}` when it ends, so the controller waits exactly as long as a node
 epilog may still be writing (`wait_for_records`), and never longer. A normal end (no bundle:
 the job ended well, or the prolog refused it here) removes the record instead, so not every
@@ -47,8 +55,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-DIR_MODE = 0o711
-FILE_MODE = 0o644
+DIR_MODE = 0o750
+FILE_MODE = 0o640
 RUNNING, DONE = "running", "done"
 MAX_BYTES = 4 << 20  # flight-recorder digests included; a record is a few KiB
 # What the controller decides on (gpugate/gate/requeue.py cause, suspicion.vote, tell_stale),
@@ -104,8 +112,8 @@ def record_path(evidence_dir: str, job_id: str, node: str, restart: int) -> str:
 
 
 def _traversable(path: str) -> None:
-    """Create `path` 0711 (root's), or add search for others to an existing one of ours."""
-    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    """Create `path` (root's), or add search for others to an existing one of ours."""
+    os.makedirs(path, mode=0o711, exist_ok=True)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
@@ -115,20 +123,56 @@ def _traversable(path: str) -> None:
         os.close(fd)
 
 
+def _closed(path: str, gid: int) -> int:
+    """Create `path` 0750 (root's), make an existing one of ours so, give it `gid` (-1: keep
+    its group); its group. Others' bits go: a 0711 directory of before issue 41 closes."""
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            return st.st_gid  # not ours to change; the digest is refused there anyway
+        if gid >= 0 and st.st_gid != gid:
+            os.fchown(fd, -1, gid)
+        if st.st_mode & 0o7777 != DIR_MODE:
+            os.fchmod(fd, DIR_MODE)
+        return gid if gid >= 0 else st.st_gid
+    finally:
+        os.close(fd)
+
+
+def view_gid(group: str | None) -> int:
+    """The gid of `group` (SlurmUser's), or -1 where it is unset or this node has no such group."""
+    if not group:
+        return -1
+    import grp
+
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:  # the records take controller-view/'s group; selftest says if it is wrong
+        return -1
+
+
 def write_record(
-    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any]
+    evidence_dir: str,
+    job_id: str,
+    node: str,
+    restart: int,
+    record: dict[str, Any],
+    group: str | None = None,
 ) -> str:
-    """Write one record atomically (directories made traversable on the way); its path."""
+    """Write one record atomically, root's and `group`'s (SlurmUser's) only; its path."""
     path = record_path(evidence_dir, job_id, node, restart)
     # evidence_dir itself keeps its mode and group (0750 root:<admins>) plus search for
-    # others: SlurmUser passes through to controller-view/, lists nothing.
-    for directory in (evidence_dir, os.path.join(evidence_dir, VIEW_DIR), os.path.dirname(path)):
-        _traversable(directory)
+    # others: SlurmUser passes through to controller-view/, which is closed to others.
+    _traversable(evidence_dir)
+    gid = _closed(os.path.join(evidence_dir, VIEW_DIR), view_gid(group))
+    gid = _closed(os.path.dirname(path), gid)
     doc = dict(record, node=node, run=int(restart), written_at=round(time.time(), 3))
-    atomic_write(path, json.dumps(doc, default=str), mode=FILE_MODE)
+    atomic_write(path, json.dumps(doc, default=str), mode=FILE_MODE, gid=gid)
     if doc.get("state") == DONE:
         try:
-            note_done(evidence_dir, job_id, node, restart, doc)
+            note_done(evidence_dir, job_id, node, restart, doc, gid)
         except OSError as exc:  # the record is there: the controller reads it directly
             raise ViewError(f"{path} written, the job's digest not updated: {exc}") from None
     return path
@@ -145,7 +189,7 @@ def digest_entry(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def note_done(
-    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any]
+    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any], gid: int = -1
 ) -> bool:
     """Add this node's done record to its job's digest; whether the lock came in time.
 
@@ -162,7 +206,8 @@ def note_done(
         nodes = dict(current["nodes"]) if current else {}
         nodes[node] = digest_entry(record)
         doc = {"job_id": job_id, "run": int(restart), "done": len(nodes), "nodes": nodes}
-        atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str), mode=FILE_MODE)
+        atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str), mode=FILE_MODE,
+                     gid=gid)  # fmt: skip
     return lock.held
 
 
@@ -182,6 +227,12 @@ def done(
 ) -> dict[str, Any]:
     """The record at the epilog's end: the summary's decision fields (none without a bundle)."""
     fields = {k: (summary or {}).get(k) for k in SUMMARY_FIELDS if k in (summary or {})}
+    where = (summary or {}).get("checkpoint")
+    ckpt = where.get("ckpt_dir") if isinstance(where, dict) else None
+    note = fields.get("checkpoint_message")
+    if isinstance(note, str) and isinstance(ckpt, str) and ckpt:
+        # No path of the user's in a record (the bundle, admins' only, keeps it).
+        fields["checkpoint_message"] = note.replace(ckpt, "the checkpoint directory")
     fields.update({k: v for k, v in extra.items() if v is not None})
     digest = fr_digest(flightrec)
     if digest is not None:

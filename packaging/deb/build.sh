@@ -50,7 +50,7 @@ done
 install -m 0644 "$tree/etc/gpugate.yaml" "$tree/etc/hook.env" "$root/etc/gpugate/"
 # State: others may only pass through, to their own job's task/<job id>.json (the TaskProlog);
 # evidence bundles hold job logs (secrets), but SlurmUser passes through evidence/ to the
-# decision records in evidence/controller-view/ (0751); controller/ is where EpilogSlurmctld
+# decision records in evidence/controller-view/ (0750 root:slurm, made by postinst); controller/ is where EpilogSlurmctld
 # writes, given to the slurm user by postinst; the parsed-YAML cache is root's alone.
 install -d -m 0751 "$root/var/lib/gpugate"
 install -d -m 0751 "$root/var/lib/gpugate/evidence"
