@@ -80,13 +80,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Count each test of ../shared once: skipped (at set-up or in its body), or ran."""
     kind = dict(report.user_properties).get("shared")
-    if kind is None and report.skipped and "/shared/" in str(report.longrepr):
+    if kind is None and report.skipped and _names_shared(str(report.longrepr)):
         kind = "unmarked"  # a test that reads ../shared without saying so: still counted
     if kind is None or report.when == "teardown" or (report.when == "setup" and not report.skipped):
         return
     counts = _shared_counts.setdefault(str(kind), {"ran": 0, "skipped": 0})
     ran = not report.skipped or hasattr(report, "wasxfail")  # an xfail ran, and failed as known
     counts["ran" if ran else "skipped"] += 1
+
+
+def _names_shared(reason: str) -> bool:
+    """Whether a skip's reason names a path into ../shared (not merely the words, as
+    "pyslurm is not installed (.ci/pyslurm builds it from ../shared/vendor/pyslurm)" does)."""
+    return SHARED + os.sep in reason or f"{os.sep}..{os.sep}shared{os.sep}" in reason
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
