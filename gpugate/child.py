@@ -65,9 +65,11 @@ _READ = 1 << 16
 _REAP_GRACE_S = 0.5
 # In the environment of a child meant to outlive its parent (detach()): no parent-death signal.
 _DETACHED = "GPUGATE_CHILD_DETACHED"
-# What a detached Slurm poller needs from the hook's environment (EpilogSlurmctld gets no
-# SLURM_CONF from slurmctld's own; a site sets it in hook.env).
-_PASSED_ON = ("SLURM_CONF",)
+# What a detached child needs from the hook's environment, all set by root's hook.env: a Slurm
+# poller's SLURM_CONF (EpilogSlurmctld gets none from slurmctld's own), and where the site keeps
+# gpugate's parsed-YAML cache and its fallback log (without them a detached qualification wrote
+# the default /var/cache/gpugate whatever hook.env said: found when the tests' did, issue 40).
+_PASSED_ON = ("SLURM_CONF", "GPUGATE_CACHE_DIR", "GPUGATE_FALLBACK_STATE_DIR")
 
 
 class ChildError(Exception):

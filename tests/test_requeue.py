@@ -437,3 +437,33 @@ def test_a_failed_job_not_requeued_gets_no_admin_comment_slurm_would_refuse(tmp_
     assert any(d.startswith("note beside the job's output") for d in done), done
     if os.geteuid() == 0:  # written as the job's user (here: ourselves)
         assert "was not requeued" in (out / "gpugate-5.requeue.txt").read_text()
+
+
+def test_a_detached_child_keeps_the_sites_cache_and_fallback_dirs(tmp_path):
+    """hook.env's GPUGATE_CACHE_DIR and fallback state dir reach a detached qualification, or
+    it would write the default /var/cache/gpugate whatever the site set."""
+    import signal
+    import subprocess
+    import sys
+
+    from gpugate.gate.guard import FALLBACK_ENV
+
+    script = (
+        "import os\n"
+        f"os.environ['GPUGATE_CACHE_DIR'] = {str(tmp_path / 'cache')!r}\n"
+        f"os.environ[{FALLBACK_ENV!r}] = {str(tmp_path / 'fallback')!r}\n"
+        "os.environ['SOMETHING_ELSE'] = 'x'\n"
+        "from gpugate.child import detach\n"
+        "print(detach('gpugate.child:selftest', {'action': 'sleep', 'seconds': 30}, timeout=40))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=20, check=True)  # fmt: skip
+    pid = int(proc.stdout.strip())
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+        assert env[b"GPUGATE_CACHE_DIR"] == str(tmp_path / "cache").encode()
+        assert env[FALLBACK_ENV.encode()] == str(tmp_path / "fallback").encode()
+        assert b"SOMETHING_ELSE" not in env  # still a clean environment otherwise
+    finally:
+        os.kill(pid, signal.SIGKILL)
