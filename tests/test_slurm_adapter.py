@@ -492,15 +492,15 @@ JOB_FILES = {
     "26.05-debian-sid/scontrol-show-job-o.held.txt": (parse_show_jobs_text, 1, {
         1: dict(state="PENDING", reason="JobHeldUser", comment="gpugate:ckpt=/tmp/a Word=x  two",
                 admin_comment="gpugate: node n1 refused: gpu.ecc x=1",
-                work_dir="/var/tmp/sid-keep/test_capture0/slurm/work",
-                stdout="/var/tmp/sid-keep/test_capture0/slurm/work/slurm-1.out", stderr=""),
+                work_dir="/home/alice/run1",
+                stdout="/home/alice/run1/slurm-1.out", stderr=""),
     }),
     "26.05-debian-sid/scontrol-show-job.held.txt": (parse_show_jobs_text, 1, {
         1: dict(comment="gpugate:ckpt=/tmp/a Word=x  two", user="gpugate-e2e", uid=999),
     }),
     "26.05-debian-sid/scontrol-show-job.held.json": (parse_jobs_json, 1, {
         1: dict(comment="gpugate:ckpt=/tmp/a Word=x  two",
-                stdout="/var/tmp/sid-keep/test_capture0/slurm/work/slurm-1.out"),
+                stdout="/home/alice/run1/slurm-1.out"),
     }),
 }
 # fmt: on
