@@ -171,12 +171,25 @@ class FakeSlurm(SlurmControl):
 
 class SharedSlurm(FakeSlurm):
     """A node whose GPUs jobs hold: `scontrol -d -o show node` answers with `gres_used` as its
-    GresUsed (None: the call fails, as a controller that does not answer); calls recorded."""
+    GresUsed (None: the call fails, as a controller that does not answer), `squeue -w` with
+    `jobs` (the prolog's own job 42 by default; None: the call fails); calls recorded."""
 
-    def __init__(self, gres_used: str | None, **kw: Any) -> None:
+    def __init__(
+        self, gres_used: str | None, jobs: tuple[str, ...] | None = ("42",), **kw: Any
+    ) -> None:
         super().__init__(**kw)
         self.gres_used = gres_used
+        self.jobs_here = jobs
         self.scontrols: list[tuple[str, ...]] = []
+        self.calls: list[tuple[str, ...]] = []
+
+    def call(self, *argv: str) -> str:
+        """`squeue -h -w NODE ... -o %A`: the ids of the jobs on the node."""
+        self.calls.append(argv)
+        assert argv[:3] == ("squeue", "-h", "-w"), argv
+        if self.jobs_here is None:
+            raise SlurmError("squeue: timed out after 10 s")
+        return "".join(f"{job}\n" for job in self.jobs_here)
 
     def scontrol(self, *args: str) -> str:
         """The node's record with its GresUsed (`gpu:h100:4(IDX:0-3)`)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 import yaml
@@ -23,38 +24,72 @@ from localslurm import LocalSlurm  # noqa: E402 - importable once slurm_or_skip(
 NODE = "gpu-node-01"
 
 
-def with_processes(site: Site, gpus: dict[int, int]) -> None:
-    """The node's snapshot: healthy, with one process (pid) on each GPU named."""
+def edit_snapshot(site: Site, edit: Callable[[dict], None]) -> None:
+    """The node's snapshot: the healthy one, changed by `edit`, replaced at once."""
     site.use_snapshot(NODE, "h100-healthy")
     path = site.snapshots / f"{NODE}.yaml"
     facts = yaml.safe_load(path.read_text())
-    for g in facts["gpus"]:
-        if g["index"] in gpus:
-            g["processes"] = [{"pid": gpus[g["index"]], "name": "python", "used_memory_mib": 30000}]
-            g["memory_used_mib"] = 30000
-    tmp = site.snapshots / f".{NODE}.procs"
+    edit(facts)
+    tmp = site.snapshots / f".{NODE}.edit"
     tmp.write_text(yaml.safe_dump(facts))
     tmp.chmod(0o666)
     os.replace(tmp, path)
 
 
+def with_processes(site: Site, gpus: dict[int, int]) -> None:
+    """The node's snapshot: healthy, with one process (pid) on each GPU named."""
+
+    def add(facts: dict) -> None:
+        for g in facts["gpus"]:
+            if g["index"] in gpus:
+                g["processes"] = [{"pid": gpus[g["index"]], "name": "python",
+                                   "used_memory_mib": 30000}]  # fmt: skip
+                g["memory_used_mib"] = 30000
+
+    edit_snapshot(site, add)
+
+
+def with_low_memory(site: Site) -> None:
+    """The node's snapshot: healthy GPUs, 4 GiB of host memory available (the floor is 8 GiB)."""
+    edit_snapshot(site, lambda facts: facts["memory"].update(available_mib=4000))
+
+
+def cluster_for(site: Site, tmp_path) -> LocalSlurm:
+    """One node, the prolog from the site, a failed prolog drains without holding the job."""
+    return LocalSlurm(
+        tmp_path / "slurm", nodes=[NODE], prolog=site.hook("prolog"), prolog_epilog_timeout=60,
+        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
+    )  # fmt: skip
+
+
+def wait_for(path, cluster: LocalSlurm, job: int) -> None:
+    """Until the job's script has touched `path`: it runs (its prolog is over)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not path.exists():
+        time.sleep(0.2)
+    assert path.exists(), cluster.job_state(job)
+
+
+def next_job_drains(cluster: LocalSlurm) -> tuple[int, str]:
+    """Submit a 2-GPU job; (its id, the node's reason once its prolog has drained the node)."""
+    job = cluster.submit(wrap="true", output="/dev/null", gres="gpu:2", nodelist=NODE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not cluster.is_drained(NODE):
+        time.sleep(1)
+    return job, cluster.node(NODE).get("Reason", "")
+
+
 def test_two_jobs_on_one_node_then_a_real_leftover(tmp_path):
     site = Site(tmp_path)
     site.use_snapshot(NODE, "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm", nodes=[NODE], prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
-    ) as cluster:  # fmt: skip
+    with cluster_for(site, tmp_path) as cluster:
         started = site.base / "a-ran"
         a = cluster.submit(wrap=f"touch {started}; sleep 300", output="/dev/null", gres="gpu:2",
                            nodelist=NODE)  # fmt: skip
         try:
             # RUNNING comes before the prolog ends: A's own processes may appear only once it
             # runs (its prolog would rightly refuse them on its own GPUs).
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not started.exists():
-                time.sleep(0.2)
-            assert started.exists(), cluster.job_state(a)
+            wait_for(started, cluster, a)
             with_processes(site, {0: 4242, 1: 4243})  # A's own contexts, on A's GPUs
             marker = site.base / "b-ran"
             b = cluster.submit(wrap=f"echo $SLURM_JOB_GPUS > {marker}", output="/dev/null",
@@ -65,13 +100,31 @@ def test_two_jobs_on_one_node_then_a_real_leftover(tmp_path):
 
             # GPU 5 is no job's: a process there is a leftover, and the next prolog drains.
             with_processes(site, {0: 4242, 1: 4243, 5: 999})
-            c = cluster.submit(wrap="true", output="/dev/null", gres="gpu:2", nodelist=NODE)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not cluster.is_drained(NODE):
-                time.sleep(1)
-            reason = cluster.node(NODE).get("Reason", "")
+            c, reason = next_job_drains(cluster)
             assert reason.startswith("gpugate: gpu.processes: GPU5 "), reason
             # Not C's GPU: C starts on its own (prolog.refuse_for_other_gpus is false).
             cluster.wait_job(c, "COMPLETED", timeout=60)
         finally:
             cluster.run(["scancel", str(a)], check=False)
+
+
+def test_low_host_memory_beside_a_cpu_only_job_then_alone(tmp_path):
+    """A CPU-only job holds no GPU but uses host memory: B's prolog reports the low figure and B
+    runs; once A has ended, the same figure is the node's own and the next prolog drains."""
+    site = Site(tmp_path)
+    site.use_snapshot(NODE, "h100-healthy")
+    with cluster_for(site, tmp_path) as cluster:
+        started = site.base / "a-ran"
+        a = cluster.submit(wrap=f"touch {started}; sleep 300", output="/dev/null", nodelist=NODE)
+        try:
+            wait_for(started, cluster, a)
+            with_low_memory(site)  # A's load, as far as B's prolog can tell
+            b = cluster.submit(wrap="true", output="/dev/null", gres="gpu:2", nodelist=NODE)
+            cluster.wait_job(b, "COMPLETED", timeout=60)
+            assert not cluster.is_drained(NODE), cluster.node(NODE)
+        finally:
+            cluster.run(["scancel", str(a)], check=False)
+        cluster.wait_job(a, "CANCELLED", timeout=60)
+        c, reason = next_job_drains(cluster)
+        assert reason.startswith("gpugate: host.memory: available memory 4000 MiB"), reason
+        cluster.run(["scancel", str(c)], check=False)

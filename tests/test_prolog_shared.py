@@ -65,18 +65,35 @@ def test_unknown_allocation_is_reported_not_passed_nor_drained(tmp_path):
 
 
 def test_host_memory_with_another_job_on_the_node_is_reported_not_drained(tmp_path):
-    low = Memory(total_mib=2063500, available_mib=4000, swap_total_mib=0, swap_used_mib=0)
     slurm = SharedSlurm(A_RUNS)
-    result = run_prolog(setup(tmp_path, make_facts(memory=low)), env(gpus=JOB_B), slurm)
+    result = run_prolog(setup(tmp_path, make_facts(memory=LOW)), env(gpus=JOB_B), slurm)
     assert (result.exit_code, result.drained, result.status) == (0, False, "warn")
     assert "host.memory: reported, not drained: another job runs on the node" in result.message
 
 
-def test_host_memory_with_no_other_gpu_job_is_judged(tmp_path):
-    low = Memory(total_mib=2063500, available_mib=4000, swap_total_mib=0, swap_used_mib=0)
-    slurm = SharedSlurm("gpu:h100:4(IDX:4-7)")  # only this job's GPUs are allocated
-    result = run_prolog(setup(tmp_path, make_facts(memory=low)), env(gpus=JOB_B), slurm)
+LOW = Memory(total_mib=2063500, available_mib=4000, swap_total_mib=0, swap_used_mib=0)
+
+
+def test_host_memory_with_no_other_job_is_judged(tmp_path):
+    slurm = SharedSlurm("gpu:h100:4(IDX:4-7)")  # only this job's GPUs, only this job
+    result = run_prolog(setup(tmp_path, make_facts(memory=LOW)), env(gpus=JOB_B), slurm)
     assert result.drained and result.reason.startswith("gpugate: host.memory: ")
+    assert slurm.calls[0][:4] == ("squeue", "-h", "-w", "gpu-node-01")
+
+
+def test_host_memory_beside_a_cpu_only_job_is_reported_not_drained(tmp_path):
+    """Job 41 holds no GPU but uses the host's memory: the low figure may be its load."""
+    slurm = SharedSlurm("gpu:h100:4(IDX:4-7)", jobs=("41", "42"))
+    result = run_prolog(setup(tmp_path, make_facts(memory=LOW)), env(gpus=JOB_B), slurm)
+    assert (result.exit_code, result.drained, result.status) == (0, False, "warn")
+    assert "host.memory: reported, not drained: another job runs on the node" in result.message
+
+
+def test_host_memory_when_the_jobs_cannot_be_listed_is_reported(tmp_path):
+    slurm = SharedSlurm("gpu:h100:4(IDX:4-7)", jobs=None)
+    result = run_prolog(setup(tmp_path, make_facts(memory=LOW)), env(gpus=JOB_B), slurm)
+    assert (result.drained, result.status) == (False, "warn")
+    assert "host.memory: reported, not drained: other jobs may run on the node" in result.message
 
 
 def test_judge_shared_keeps_the_jobs_own_gpus_and_free_ones():

@@ -7,7 +7,8 @@ aside for every GPU Slurm has allocated; the prolog for the GPUs other jobs hold
 R6: job B's prolog drained a healthy node for job A's CUDA context).
 
 Which GPUs jobs hold comes from one bounded `scontrol -d show node` (GresUsed; where Slurm 22.05
-names no indices there, `squeue -w NODE` and `scontrol -d show job` per job); the prolog's
+names no indices there, `squeue -w NODE` and `scontrol -d show job` per job); whether any other
+job runs (a CPU-only job holds no GPU but uses host memory) from `squeue -w NODE`. The prolog's
 environment names only its own job's GPUs (SLURM_JOB_GPUS), so it asks Slurm only when a
 finding another job could have caused would otherwise fail.
 """
@@ -81,12 +82,26 @@ def gpus_in_use(slurm: SlurmControl, node: str) -> frozenset[int] | None:
         return None
 
 
+def jobs_on(slurm: SlurmControl, node: str) -> list[str]:
+    """The ids of the jobs running (or starting, or ending) on `node`: one bounded squeue."""
+    states = "CONFIGURING,RUNNING,COMPLETING"
+    return slurm.cli.call("squeue", "-h", "-w", node, "-t", states, "-o", "%A").split()
+
+
+def others_run(slurm: SlurmControl, node: str, job: str | None) -> bool | None:
+    """Whether a job other than `job` runs on `node` (CPU-only ones included); None: unknown."""
+    try:
+        return any(j != job for j in jobs_on(slurm, node))
+    except Exception as exc:  # the adapter's SlurmError, or a backend without squeue
+        note(f"cannot tell which jobs run on {node} ({type(exc).__name__}: {exc})")
+        return None
+
+
 def _from_jobs(slurm: SlurmControl, node: str) -> frozenset[int] | None:
     """The GPUs the node's jobs hold, job by job: Slurm 22.05 names no indices in the node's
     GresUsed for untyped GPUs, `scontrol -d show job` does. At most MAX_JOBS jobs are asked
     (the calls are bounded by the adapter's timeout); more: unknown."""
-    states = "CONFIGURING,RUNNING,COMPLETING"
-    jobs = slurm.cli.call("squeue", "-h", "-w", node, "-t", states, "-o", "%A").split()
+    jobs = jobs_on(slurm, node)
     if len(jobs) > MAX_JOBS:
         note(f"{len(jobs)} jobs on {node}: which GPUs they hold is not asked job by job")
         return None
@@ -102,30 +117,33 @@ def _from_jobs(slurm: SlurmControl, node: str) -> frozenset[int] | None:
 def skip_for_jobs(
     findings: list[Finding],
     in_use: frozenset[int] | None,
-    any_job: bool,
+    any_job: bool | None,
     mine: Collection[int] = (),
     report: bool = False,
 ) -> list[Finding]:
     """`findings` with what other running jobs legitimately change set aside.
 
-    `in_use`: the GPUs those jobs hold (None: unknown); `any_job`: whether any runs; `mine`:
-    GPUs judged whatever (the prolog's own job's: Slurm gave them to it alone). Set aside means
-    skipped (ok); with `report` (the prolog) what cannot be told apart from another job's load
-    (the GPUs unknown, host memory) becomes a warning instead: never a silent pass, never a
-    drain for another job. Health runs every few minutes and logs the unknown: it skips.
+    `in_use`: the GPUs those jobs hold (None: unknown); `any_job`: whether any runs (None:
+    unknown); `mine`: GPUs judged whatever (the prolog's own job's: Slurm gave them to it
+    alone). Set aside means skipped (ok); with `report` (the prolog) what cannot be told apart
+    from another job's load (the GPUs unknown, host memory) becomes a warning instead: never a
+    silent pass, never a drain for another job. Health runs every few minutes and logs the
+    unknown: it skips.
     """
-    if not any_job:
+    if any_job is False:
         return findings
     out = []
     for f in findings:
         load = job_load(f.check)
         if f.status != F.OK and load is not None and not (f.gpu is not None and f.gpu in mine):
-            f = _set_aside(f, load, in_use, report)
+            f = _set_aside(f, load, in_use, report, any_job)
         out.append(f)
     return out
 
 
-def _set_aside(f: Finding, load: str, in_use: frozenset[int] | None, report: bool) -> Finding:
+def _set_aside(
+    f: Finding, load: str, in_use: frozenset[int] | None, report: bool, any_job: bool | None
+) -> Finding:
     """One finding another job's load may have caused: skipped, reported, or kept as judged."""
     where = f"GPU{f.gpu}: " if f.gpu is not None else ""
     said = f.message.removeprefix(f"{f.check}: ")
@@ -140,7 +158,7 @@ def _set_aside(f: Finding, load: str, in_use: frozenset[int] | None, report: boo
         return F.ok(f.check, f"{where}{SKIPPED}", gpu=f.gpu)
     if not report:
         return F.ok(f.check, "skipped: a job runs on the node", gpu=f.gpu)
-    who = "another job runs on the node" if in_use else "other jobs may run on the node"
+    who = "another job runs on the node" if any_job else "other jobs may run on the node"
     return F.warn(f.check, f"reported, not drained: {who} ({said})", gpu=f.gpu)
 
 
@@ -160,17 +178,24 @@ def judge_shared(
     mine: Collection[int] | None,
     policy: Policy,
     ask: Callable[[], frozenset[int] | None],
+    ask_jobs: Callable[[], bool | None] = lambda: None,
 ) -> list[Finding]:
     """The prolog's findings on a node other jobs may share (`ask`: the GPUs Slurm allocated,
-    this job's included; None unknown). Slurm is asked only when a finding another job could
-    have caused would fail: a healthy prolog, the common case, costs no call."""
-    if not any(contested(f, mine) and effective_status(f, policy) == F.FAIL for f in findings):
+    this job's included; None unknown; `ask_jobs`: whether another job runs there, None
+    unknown). Slurm is asked only when a finding another job could have caused would fail: a
+    healthy prolog, the common case, costs no call."""
+    failing = [f for f in findings if contested(f, mine) and effective_status(f, policy) == F.FAIL]
+    if not failing:
         return findings
     allocated = ask()
     # GresUsed counts this job's GPUs too (allocated before its prolog runs): the others' are
     # the rest. Unknown stays unknown: reported, neither passed nor drained.
     others = None if allocated is None else allocated - frozenset(mine or ())
-    return skip_for_jobs(findings, others, others is None or bool(others), mine or (), True)
+    any_job: bool | None = others is None or bool(others)
+    if not any_job and any(job_load(f.check) != LOAD_GPU for f in failing):
+        # No other job holds a GPU, but a CPU-only job beside this one uses host memory too.
+        any_job = ask_jobs()
+    return skip_for_jobs(findings, others, any_job, mine or (), True)
 
 
 def note(message: str) -> None:

@@ -22,7 +22,7 @@ from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
-from gpugate.gate.shared import gpus_in_use, judge_shared
+from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
 from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
@@ -150,7 +150,10 @@ def shared_node(
             return None
         return gpus_in_use(made[0], env.node or "")
 
-    out = judge_shared(findings, env.gpus, config.policy, allocated)
+    def other_jobs() -> bool | None:
+        return others_run(made[0], env.node or "", env.job_id) if made else None
+
+    out = judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
     return out, (made[0] if made else slurm)
 
 
