@@ -10,18 +10,30 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import Any, ClassVar, TypeVar
+
+    # typeshed's typing_extensions: the checker's own stubs, nothing installed or imported.
+    from typing_extensions import dataclass_transform
 
     _R = TypeVar("_R", bound="Record")
+else:  # PEP 681 is for the type checker alone: importing typing costs the prolog start-up
+
+    def dataclass_transform(**_: object) -> object:
+        """At run time a no-op decorator."""
+        return lambda cls: cls
+
 
 _MISSING = object()
 
 
+# Type checkers check every subclass's construction like a frozen, keyword-only dataclass:
+# `Expected(gpu_cuont=8)` or `board=3` for a string is an error before anything runs.
+@dataclass_transform(kw_only_default=True, frozen_default=True, eq_default=True)
 class Record:
     """Immutable record: `Gpu(index=0, name="H100")`, `rec.replace(...)`, `rec.to_dict()`."""
 
-    _fields: tuple[str, ...] = ()
-    _defaults: dict[str, object] = {}
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _defaults: ClassVar[dict[str, object]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

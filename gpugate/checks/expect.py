@@ -60,7 +60,7 @@ def expectations(facts: Facts, config: Config) -> Expected:
             override = getattr(config.expect, field, None)
             values[field] = override if override is not None else getattr(profile, field, None)
     values["gpu_count"], values["gpu_count_from"] = gpu_count(facts, config, board, profile)
-    return Expected(**values)
+    return Expected().replace(**values)  # merged by field name: checked by name at run time
 
 
 # Not merged like the other fields: how many GPUs a node has is first the site's.

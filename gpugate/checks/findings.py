@@ -6,7 +6,18 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypedDict
+
+    from typing_extensions import Unpack  # typeshed's: the checker's alone
+
+    class Extra(TypedDict, total=False):
+        """A finding's optional fields, so a misspelt `gpuu=3` is a type error."""
+
+        gpu: int | None
+        value: object
+        limit: object
+        source: str | None
+
 
 OK = "ok"
 WARN = "warn"
@@ -42,27 +53,27 @@ class Finding(Record):
         return out
 
 
-def finding(check: str, status: str, detail: str, **extra: object) -> Finding:
+def finding(check: str, status: str, detail: str, **extra: Unpack[Extra]) -> Finding:
     """A finding whose message is `<check id>: <detail>`."""
     return Finding(check=check, status=status, message=f"{check}: {detail}", **extra)
 
 
-def ok(check: str, detail: str, **extra: object) -> Finding:
+def ok(check: str, detail: str, **extra: Unpack[Extra]) -> Finding:
     """A passing finding."""
     return finding(check, OK, detail, **extra)
 
 
-def warn(check: str, detail: str, **extra: object) -> Finding:
+def warn(check: str, detail: str, **extra: Unpack[Extra]) -> Finding:
     """A warning: reported, never drains."""
     return finding(check, WARN, detail, **extra)
 
 
-def fail(check: str, detail: str, **extra: object) -> Finding:
+def fail(check: str, detail: str, **extra: Unpack[Extra]) -> Finding:
     """A failure: the node should not take the job."""
     return finding(check, FAIL, detail, **extra)
 
 
-def unknown(check: str, detail: str, **extra: object) -> Finding:
+def unknown(check: str, detail: str, **extra: Unpack[Extra]) -> Finding:
     """The check could not be evaluated (its facts are missing)."""
     return finding(check, UNKNOWN, detail, **extra)
 

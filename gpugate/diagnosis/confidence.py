@@ -42,9 +42,12 @@ if TYPE_CHECKING:
     class Signal(Protocol):
         """rank.Signal, as read here (rank imports this module, so not the other way)."""
 
-        file: int
-        line: int
-        match: S.Match
+        @property
+        def file(self) -> int: ...  # read-only: a frozen Record's fields are
+        @property
+        def line(self) -> int: ...
+        @property
+        def match(self) -> S.Match: ...
 
         @property
         def tier(self) -> int: ...

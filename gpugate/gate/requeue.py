@@ -27,7 +27,7 @@ from gpugate.userfiles import as_user
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypedDict
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -58,6 +58,20 @@ class JobEnd(Record):
     stdout: str = (
         ""  # the job's StdOut path (Slurm's, expanded): its "not requeued" note goes beside
     )
+
+
+if TYPE_CHECKING:
+
+    class Common(TypedDict):
+        """The fields every decision of one job shares (typed, so `**base` is checked)."""
+
+        category: str | None
+        suspects: tuple[str, ...]
+        restarts: int
+        max_restarts: int
+
+else:
+    Common = dict
 
 
 class RequeueDecision(Record):
@@ -157,12 +171,7 @@ def decide_requeue(
     could not be read (then no evidence is not "no fault")."""
     opted, limit, _ = requested(comment_tokens(job.comment), config)
     category, suspects, infra = cause(job, summaries)
-    base = {
-        "category": category,
-        "suspects": suspects,
-        "restarts": job.restarts,
-        "max_restarts": limit,
-    }
+    base = Common(category=category, suspects=suspects, restarts=job.restarts, max_restarts=limit)
     if slurm_requeued(job):
         # EpilogSlurmctld also runs after a failed prolog, when Slurm has requeued the job itself.
         why = "Slurm requeued the job already" + (
