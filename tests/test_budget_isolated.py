@@ -6,7 +6,6 @@ from factories import default_config
 
 from gpugate.gate.budget import (
     check_budget,
-    check_isolation_budget,
     held_out,
     keeps_drain,
     whole_nodes,
@@ -109,45 +108,26 @@ def test_draining_a_node_replaces_its_own_isolated_share():
     assert not check_budget(nodes, "x09", CFG, NOW).allowed  # 0.5 + 0.875 elsewhere
 
 
-def test_an_isolation_adds_only_its_share_of_the_node():
-    # Limit 1 node. One drained and 0.75 isolated elsewhere: one more GPU makes 1.875, within.
+def test_isolated_gpus_weigh_their_share_of_a_drain():
+    # Limit 1 node. One drained and 0.75 isolated elsewhere: a drain makes 2.75, over.
     six = [serving(f"i{k}", (k,)) for k in range(6)]
-    assert check_isolation_budget(partition(drained("d0"), *six), "x09", CFG, NOW).allowed
-    # ... but not a drain (2.75), nor an isolation that makes a second whole node (2.0).
     assert not check_budget(partition(drained("d0"), *six), "x09", CFG, NOW).allowed
-    seven = [serving(f"i{k}", (k,)) for k in range(7)]
-    verdict = check_isolation_budget(partition(drained("d0"), *seven), "x09", CFG, NOW)
-    assert not verdict.allowed and "drained 1 of 10 nodes and isolated 7 GPUs" in verdict.why
-    # Several GPUs at once weigh their share: 2 more on x09 make 1.0 + 0.75 + 0.25 = 2.0.
-    nodes = partition(drained("d0"), *six)
-    assert not check_isolation_budget(nodes, "x09", CFG, NOW, gpus=2).allowed
+    verdict = check_budget(partition(drained("d0")), "x09", CFG, NOW)
+    assert not verdict.allowed and "drained 1 of 10 nodes" in verdict.why
+    assert check_budget(partition(*six), "x09", CFG, NOW).allowed  # 0.75 + 1: one whole node
 
 
-def test_an_isolation_counts_the_node_own_earlier_isolations():
-    # x09 has 7 of 8 out already; the 8th takes the whole node, beside one drained: 2 nodes.
-    nodes = partition(drained("d0"), serving("x09", (0, 1, 2, 3, 4, 5, 6)))
-    assert not check_isolation_budget(nodes, "x09", CFG, NOW).allowed
-    nodes = partition(serving("x09", (0, 1, 2, 3, 4, 5, 6)))
-    assert check_isolation_budget(nodes, "x09", CFG, NOW).allowed
-
-
-def test_an_isolation_counts_against_the_window_like_a_drain():
+def test_isolations_count_against_the_window_like_drains():
     cfg = CFG.replace(max_drains_per_window=2, max_drained_share=1.0)
     nodes = partition(drained("d0"), serving("i1", (3,)))
     verdict = check_budget(nodes, "x09", cfg, NOW)
     assert not verdict.allowed
     assert "1 gpugate drains and 1 GPU isolations in the last 3600 s (limit 2)" in verdict.why
-    assert not check_isolation_budget(nodes, "x09", cfg, NOW).allowed
     # An isolation older than the window no longer counts, as an old drain does not.
     old = partition(drained("d0"), serving("i1", (3,), age_s=7200))
     assert check_budget(old, "x09", cfg, NOW).allowed
-    assert check_isolation_budget(old, "x09", cfg, NOW).allowed
     # Each GPU is one action: two isolated on one node fill a window of 2.
-    two = partition(serving("i1", (3, 5)))
-    assert not check_isolation_budget(two, "x09", cfg, NOW).allowed
-    # A node's own earlier isolation counts for its next one.
-    own = partition(serving("x09", (3,)), drained("d0"))
-    assert not check_isolation_budget(own, "x09", cfg, NOW).allowed
+    assert not check_budget(partition(serving("i1", (3, 5))), "x09", cfg, NOW).allowed
 
 
 def test_after_draining_isolated_gpus_take_their_place_in_the_ranking():

@@ -28,7 +28,6 @@ HIGH, MEDIUM = "high", "medium"
 
 # A torchrun table rank row, in full or collapsed (`rank2 (local rank: 2)`: a Markdown paste
 # eats `_` and the spaces around the colon).
-TABLE_RANK_RE = lazy(r"rank\s*:?\s*(?P<rank>\d+)\s*\(local[_ ]rank:?\s*\d+\)")
 # The table's host row; collapsed, the host name runs into the next field (`host: gpu-3rank2`).
 TABLE_HOST_RE = lazy(
     r"(?<![A-Za-z])host\s*:\s*(?P<host>[A-Za-z0-9][\w.-]*?)\s*(?:rank\s*:?\s*\d|$|\s)"
@@ -62,14 +61,6 @@ class Origin(Record):
 
 
 NONE = Origin()
-
-
-def table_rank(text: str) -> int | None:
-    """The rank of a torchrun table row (full or collapsed) in a line, or None."""
-    if "local" not in text:
-        return None
-    m = TABLE_RANK_RE.search(text)
-    return int(m.group("rank")) if m else None
 
 
 def table_host(text: str) -> str | None:

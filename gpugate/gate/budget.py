@@ -126,22 +126,7 @@ def check_budget(
     nodes: dict[str, NodeInfo], node: str, cfg: Budget, now: float, check: str | None = None
 ) -> BudgetVerdict:
     """May gpugate drain `node` (for `check`) now? Counts gpugate's drains per partition and window."""
-    return _check(nodes, node, cfg, now, check, 1.0, isolating=False)
-
-
-def check_isolation_budget(
-    nodes: dict[str, NodeInfo],
-    node: str,
-    cfg: Budget,
-    now: float,
-    check: str | None = None,
-    gpus: int = 1,
-) -> BudgetVerdict:
-    """May gpugate isolate `gpus` more GPUs of `node` (for `check`) now? A drain's question, for
-    the share of the node they add."""
-    me = nodes.get(node)
-    share = held_out(me, gpus) if me is not None else 1.0
-    return _check(nodes, node, cfg, now, check, share, isolating=True)
+    return _check(nodes, node, cfg, now, check, 1.0)
 
 
 def _check(
@@ -151,7 +136,6 @@ def _check(
     now: float,
     check: str | None,
     mine: float,
-    isolating: bool,
 ) -> BudgetVerdict:
     # `node` itself counts as `mine`, its share after the action (re-draining it is free). What
     # gpugate holds out is counted in whole nodes: a node with some GPUs isolated still serves.
@@ -169,10 +153,7 @@ def _check(
                 f"({_limit_why(cfg, limit, check)})",
             )
     recent = sum(1 for n in others if _recent_drain(n, cfg, now))
-    # An isolation also counts the earlier ones on its own node: each was an action of its own.
-    isolations = sum(
-        _recent_isolations(n, cfg, now) for n in (nodes.values() if isolating else others)
-    )
+    isolations = sum(_recent_isolations(n, cfg, now) for n in others)
     if recent + isolations + 1 > cfg.max_drains_per_window:
         also = f" and {isolations} GPU isolations" if isolations else ""
         kind = ", hardware faults' drains only" if hardware else ""

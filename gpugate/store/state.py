@@ -52,14 +52,6 @@ def job_dir(state_dir: str, job_id: str) -> str:
     return os.path.join(state_dir, "jobs", job_id)
 
 
-def ensure_dir(path: str, mode: int = 0o755) -> str:
-    """Create a root-owned directory (and parents); refuse a symlink in its place."""
-    os.makedirs(path, mode=mode, exist_ok=True)
-    if os.path.islink(path) or not os.path.isdir(path):
-        raise StateError(f"{path}: not a plain directory")
-    return path
-
-
 JOBS_MODE = 0o700
 TASK_DIR_MODE = 0o711
 TASK_FILE_MODE = 0o400
