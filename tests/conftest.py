@@ -105,9 +105,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"../shared: {found}; its tests: {'; '.join(parts)}")
 
 
+# --- the host's own gpugate: never written (issue 26) -----------------------------------------
+# A hook or a command run as root without GPUGATE_CACHE_DIR, a config or a state directory of
+# its own writes the host's. Which of these places existed when the run began is noted by the
+# process that counts (pytest-xdist's workers have `workerinput`); a new one fails the run under
+# CI=true, where nothing else runs on the machine (elsewhere another program may have made it).
+HOST_PLACES = ("/etc/gpugate", "/var/lib/gpugate", "/var/cache/gpugate")
+_host_before: dict[str, bool] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note which of the host's gpugate places exist before anything runs."""
+    if not hasattr(session.config, "workerinput"):
+        _host_before.update((path, os.path.lexists(path)) for path in HOST_PLACES)
+
+
+def host_places_made() -> list[str]:
+    """The host's gpugate places that did not exist when the run began and exist now."""
+    return [path for path, was in _host_before.items() if not was and os.path.lexists(path)]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Under CI=true, a test of ../shared that skipped fails the run: CI must see them all."""
+    """Under CI=true, a test of ../shared that skipped fails the run: CI must see them all;
+    so does a place of the host's own gpugate that the run made."""
     skipped = sum(c["skipped"] for c in _shared_counts.values())
     if os.environ.get("CI") == "true" and skipped and session.exitstatus == 0:
         print(f"\nCI=true: {skipped} test(s) of ../shared skipped ({SHARED}): failing the run")
         session.exitstatus = 1
+    made = host_places_made()
+    if made:
+        names = ", ".join(f"{p} ({', '.join(sorted(os.listdir(p))[:5])})" if os.path.isdir(p)
+                          else p for p in made)  # fmt: skip
+        print(f"\nthe run wrote the host's own gpugate: {names}; a test ran gpugate as root "
+              "without GPUGATE_CACHE_DIR, a config or a state directory of its own")  # fmt: skip
+        if os.environ.get("CI") == "true" and session.exitstatus == 0:
+            session.exitstatus = 1
