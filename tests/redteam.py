@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from e2e import Site
@@ -19,11 +21,25 @@ ATTACKER = "gpugate-e2e-squat"  # a second ordinary user, besides the cluster's 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def one_node_site(tmp_path_factory: pytest.TempPathFactory, name: str) -> Site:
-    """A site whose one node replays the healthy H100 snapshot; its base is 1777, like /tmp."""
-    site = Site(tmp_path_factory.mktemp(name))
-    site.use_snapshot(NODE, "h100-healthy")
-    return site
+def one_node_fixtures(name: str, **cluster_options: object) -> tuple[Any, Any]:
+    """A test module's `site` and `cluster` fixtures (module scope): a site named `name` whose
+    one node replays the healthy H100 snapshot (its base is 1777, like /tmp), and its Slurm.
+
+    In the module: `site, cluster = one_node_fixtures("e2e-redteam-x")`.
+    """
+
+    @pytest.fixture(scope="module")
+    def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+        site = Site(tmp_path_factory.mktemp(name))
+        site.use_snapshot(NODE, "h100-healthy")
+        return site
+
+    @pytest.fixture(scope="module")
+    def cluster(site: Site) -> Iterator[LocalSlurm]:
+        with site.cluster([NODE], **cluster_options) as c:
+            yield c
+
+    return site, cluster
 
 
 def as_user(name: str, code: str, *args: str) -> None:

@@ -36,18 +36,9 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
-from redteam import ATTACKER, NODE, PYTHON, as_user, node_in_service, one_node_site  # noqa: E402
+from redteam import ATTACKER, NODE, PYTHON, as_user, node_in_service, one_node_fixtures  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return one_node_site(tmp_path_factory, "e2e-redteam-nccl")
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE]) as c:
-        yield c
+site, cluster = one_node_fixtures("e2e-redteam-nccl")
 
 
 def use_nccl_base(site: Site, base: Path) -> None:

@@ -17,18 +17,10 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
-from redteam import ATTACKER, NODE, as_user, one_node_site  # noqa: E402
+from redteam import ATTACKER, NODE, as_user, one_node_fixtures  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return one_node_site(tmp_path_factory, "e2e-redteam-notes")
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE], slurm_user="root") as c:  # a root controller writes notes
-        yield c
+# A root controller writes the notes as the job's user.
+site, cluster = one_node_fixtures("e2e-redteam-notes", slurm_user="root")
 
 
 PLANT = """\
