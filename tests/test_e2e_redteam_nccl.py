@@ -12,14 +12,19 @@ Repeats two attacks of issue 25 with all the node hooks installed as the README 
   of directories deeper than Python's recursion limit in its NCCL directory. The epilog must
   end well within its deadline (the node is not drained for "Epilog error", the job ends
   normally), and the tree must be gone afterwards (the epilog's detached child removes it).
+
+And issue 41, R7 (another user's files at PyTorch's default dump place, /tmp): a second user's
+sixteen unreadable `nccl_trace_rank_!NN`, which sort first, must not keep the epilog from
+reading the victim's own dump there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,23 +36,9 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
+from redteam import ATTACKER, NODE, PYTHON, as_user, node_in_service, one_node_fixtures  # noqa: E402
 
-NODE = "gpu-node-01"
-ATTACKER = "gpugate-e2e-squat"  # a second ordinary user, besides the cluster's job user
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-redteam-nccl"))  # its base: 1777, like /tmp
-    site.use_snapshot(NODE, "h100-healthy")
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE]) as c:
-        yield c
+site, cluster = one_node_fixtures("e2e-redteam-nccl")
 
 
 def use_nccl_base(site: Site, base: Path) -> None:
@@ -55,29 +46,6 @@ def use_nccl_base(site: Site, base: Path) -> None:
     text = site.config.read_text()
     current = next(line for line in text.splitlines() if "nccl_debug_dir:" in line)
     site.config.write_text(text.replace(current, f"  nccl_debug_dir: {base}"))
-
-
-def as_user(name: str, code: str, *args: str) -> None:
-    """Run Python `code` (argv: `args`) as the ordinary user `name`."""
-    uid, gid = ensure_user(name)
-    subprocess.run([PYTHON, "-c", code, *args], user=uid, group=gid, extra_groups=[],
-                   cwd="/", check=True, timeout=30, capture_output=True)  # fmt: skip
-
-
-def node_in_service(cluster: LocalSlurm) -> None:
-    state = cluster.node(NODE).get("State", "")
-    assert not cluster.is_drained(NODE), f"{NODE} drained: {cluster.node(NODE)}"
-    assert "DOWN" not in state and "FAIL" not in state, state
-
-
-def epilog_event(site: Site, job: int, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
-        if found:
-            return found[-1]
-        time.sleep(0.2)
-    raise AssertionError(f"no epilog event for job {job}: {site.events()[-3:]}")
 
 
 def files_under(top: Path) -> dict[str, bytes]:
@@ -142,7 +110,7 @@ def test_a_squatted_nccl_base_receives_nothing_of_another_users_job(
     planted = files_under(base)
     cluster.release(job)
     cluster.wait_job(job, "COMPLETED", timeout=120)
-    epilog_event(site, job)
+    site.wait_event("epilog", job)
 
     out = (site.base / "victim.out").read_text()
     assert "VICTIM-JOB-RAN" in out, out  # the victim's job still ran
@@ -171,7 +139,7 @@ def test_the_hooks_say_why_they_left_the_squatted_base_alone(cluster: LocalSlurm
             str(base))  # fmt: skip
     job = cluster.submit(wrap="echo ran", output=str(site.base / "why.out"), gres="gpu:8")
     cluster.wait_job(job, "COMPLETED", timeout=120)
-    epilog_event(site, job)
+    site.wait_event("epilog", job)
     assert (site.base / "why.out").read_text() == "ran\n"
     logged = (site.state / "gpugate.log").read_text()
     assert f"job {job}: NCCL debug directory not prepared: {base}: owned by uid" in logged
@@ -220,7 +188,7 @@ def test_a_job_hoarding_files_in_its_nccl_directory_does_not_stretch_the_epilog(
     job = cluster.submit(script=HOARD_JOB, output=str(site.base / "hoard.out"), gres="gpu:8")
     cluster.wait_job(job, "COMPLETED", timeout=300)
     assert "hoarded" in (site.base / "hoard.out").read_text()
-    event = epilog_event(site, job)
+    event = site.wait_event("epilog", job)
     import yaml
 
     deadline_s = yaml.safe_load(
@@ -233,4 +201,56 @@ def test_a_job_hoarding_files_in_its_nccl_directory_does_not_stretch_the_epilog(
     while os.listdir(base) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert os.listdir(base) == [], "the set-aside tree was not removed"
+    node_in_service(cluster)
+
+
+# PyTorch's default dump prefix (gpugate.hooks.task_prolog.FR_DEFAULT_PREFIX): the host's real
+# /tmp, which the product does not let a site move. The names here are this test's own.
+DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+PLANT_UNREADABLE = """\
+import os, sys
+prefix, tag = sys.argv[1], sys.argv[2]
+for n in range(16):  # '!' sorts before every digit: these come first in a sorted listing
+    fd = os.open(f"{prefix}!{tag}{n:02d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"not yours")
+    os.close(fd)
+"""
+DEFAULT_PLACE_JOB = f"""\
+#!/bin/sh
+# A job whose rank dumps at PyTorch's default place (its prefix overridden away), then fails.
+{PYTHON} -c 'import pickle, sys
+open(sys.argv[1], "wb").write(pickle.dumps({{"version": "2.10", "entries": []}}, protocol=4))' \\
+    "{{path}}"
+exit 1
+"""
+
+
+def test_another_users_unreadable_dumps_at_tmp_do_not_hide_the_jobs_own(
+    cluster: LocalSlurm, site: Site
+):
+    """Issue 41, R7: a second user's sixteen unreadable `/tmp/nccl_trace_rank_!NN` sort first
+    and used up `epilog.fr_max_dumps` (16): the victim's own dump at PyTorch's default place
+    was never read. The epilog must read it (and remove it), and leave the others alone."""
+    site.restore(cluster, [NODE])
+    use_nccl_base(site, site.base / "nccl-r7")  # the job's own directory: an ordinary one
+    tag = secrets.token_hex(4)
+    rank = 9_000_000 + secrets.randbelow(999_999)  # a rank no other test dumps as
+    planted = [f"{DEFAULT_PREFIX}!{tag}{n:02d}" for n in range(16)]
+    mine = f"{DEFAULT_PREFIX}{rank}"
+    try:
+        as_user(ATTACKER, PLANT_UNREADABLE, DEFAULT_PREFIX, tag)
+        job = cluster.submit(script=DEFAULT_PLACE_JOB.replace("{path}", mine),
+                             output=str(site.base / "dp.out"), gres="gpu:8", no_requeue=True)  # fmt: skip
+        cluster.wait_job(job, "FAILED", timeout=120)
+        site.wait_event("epilog", job)
+        with open(site.evidence / str(job) / f"{NODE}-r0" / "flightrec.json") as fh:
+            doc = json.load(fh)
+        assert [r.get("rank") for r in doc["records"]] == [rank], doc
+        assert doc["errors"] == [] and doc["truncated"] is False, doc
+        assert not os.path.lexists(mine)  # read, so removed from the shared /tmp
+        assert all(Path(p).read_bytes() == b"not yours" for p in planted)  # untouched
+    finally:
+        for path in (*planted, mine):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     node_in_service(cluster)

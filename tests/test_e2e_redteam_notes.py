@@ -9,11 +9,6 @@ nothing of the victim's lands in it, and the controller's event says the note wa
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
 import pytest
 from e2e import Site, slurm_or_skip
 
@@ -22,23 +17,10 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
+from redteam import ATTACKER, NODE, as_user, one_node_fixtures  # noqa: E402
 
-NODE = "gpu-node-01"
-ATTACKER = "gpugate-e2e-squat"  # a second ordinary user, besides the cluster's job user
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-redteam-notes"))  # its base: 1777, like /tmp
-    site.use_snapshot(NODE, "h100-healthy")
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE], slurm_user="root") as c:  # a root controller writes notes
-        yield c
+# A root controller writes the notes as the job's user.
+site, cluster = one_node_fixtures("e2e-redteam-notes", slurm_user="root")
 
 
 PLANT = """\
@@ -52,17 +34,6 @@ for job in range(first, first + 5):  # the next job ids: the victim's is among t
 """
 
 
-def controller_event(site: Site, job: int, timeout: float = 90.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [e for e in site.events()
-                 if e["hook"] == "epilog-slurmctld" and e.get("job") == str(job)]  # fmt: skip
-        if found:
-            return found[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no epilog-slurmctld decision for job {job}: {site.events()[-3:]}")
-
-
 def test_a_note_file_planted_by_another_user_gets_nothing(cluster: LocalSlurm, site: Site):
     site.restore(cluster, [NODE])
     out = site.base / "shared-out"
@@ -70,11 +41,10 @@ def test_a_note_file_planted_by_another_user_gets_nothing(cluster: LocalSlurm, s
     out.chmod(0o1777)
     job = cluster.submit(wrap="echo 'CUDA error'; exit 3", hold=True, comment="gpugate:requeue",
                          output=str(out / "victim-%j.out"))  # fmt: skip
-    uid, gid = ensure_user(ATTACKER)
-    subprocess.run([PYTHON, "-c", PLANT, str(out), str(job)], user=uid, group=gid,
-                   extra_groups=[], cwd="/", check=True, timeout=30)  # fmt: skip
+    uid, _ = ensure_user(ATTACKER)
+    as_user(ATTACKER, PLANT, str(out), str(job))
     cluster.release(job)
-    event = controller_event(site, job)
+    event = site.wait_event("epilog-slurmctld", job, timeout=90)
     note = out / f"gpugate-{job}.requeue.txt"
     assert event["requeue"] is False and event["told"] is True, event
     assert note.read_text() == "" and note.stat().st_uid == uid  # the attacker's, untouched

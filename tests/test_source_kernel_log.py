@@ -168,8 +168,14 @@ def test_read_kmsg_since_seq_from_an_earlier_boot_reads_everything():
 
 
 def test_read_kmsg_max_lines():
+    # The newest 2 of the OOM killer's lines, and apart the newest 2 of the others.
     lines, _ = kl.read_kmsg(str(KMSG), max_lines=2)
-    assert [line[:14] for line in lines] == ["[ 3001.122334]", "[ 3001.123001]"]
+    assert [line[:14] for line in lines] == [
+        "[   35.902311]",
+        "[ 1843.308152]",
+        "[ 3001.122334]",
+        "[ 3001.123001]",
+    ]
 
 
 def test_read_kmsg_stops_at_eagain_instead_of_blocking(tmp_path):
@@ -233,7 +239,13 @@ def test_read_kernel_log_file_tolerates_bad_bytes(tmp_path):
 def test_read_kernel_log_respects_max_lines():
     data = kl.read_kernel_log(config(kernel_log_file=str(DMESG), kernel_log_max_lines=2))
     assert data["kernel_log"][-1].endswith("skipping further processing")
-    assert len(data["kernel_log"]) == 2
+    # 2 of the OOM killer's (the newest), 2 others: the Link up and the peermem line.
+    assert [line[:14] for line in data["kernel_log"]] == [
+        "[ 3001.123001]",
+        "[ 3001.301442]",
+        "[ 3101.412117]",
+        "[ 3200.912000]",
+    ]
 
 
 def test_read_kernel_log_from_kmsg():

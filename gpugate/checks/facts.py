@@ -133,6 +133,20 @@ class PeerProbe(Record):
     skipped: str | None = None  # why no ping went out, not a link fault (name unresolved, no ping)
 
 
+class KernelLogLoss(Record):
+    """Kernel records overwritten in the ring buffer before any check read them (issue 41, R9).
+
+    /dev/kmsg says so exactly (EPIPE, then the oldest record left): a flood of messages (a
+    user's OOM-kill loop) between two checks. What they said, an Xid among it, is unknown.
+    """
+
+    records: int | None = None  # how many were lost
+    after_seq: int | None = None  # the newest record seen before them (the last check's position)
+    resumed_seq: int | None = None  # the first record read after them
+    after_at: str | None = None  # UTC: when the record before them was logged, or the last check
+    resumed_at: str | None = None  # UTC: when the first record after them was logged
+
+
 class Facts(Record):
     """Everything the checklist needs to know about one node."""
 
@@ -149,6 +163,7 @@ class Facts(Record):
     infiniband: tuple[IbPort, ...] | None = None
     kernel_log: tuple[str, ...] | None = None
     kernel_log_seq: int | None = None  # /dev/kmsg sequence number reached (with boot_id)
+    kernel_log_lost: KernelLogLoss | None = None  # records lost unread since the position
     boot_id: str | None = None
     kernel_modules: tuple[str, ...] | None = None
     limits: Limits | None = None
@@ -173,6 +188,7 @@ _NESTED: dict[str, tuple[type[Record], bool]] = {
     "memory": (Memory, False),
     "mounts": (Mount, True),
     "peers": (PeerProbe, True),
+    "kernel_log_lost": (KernelLogLoss, False),
 }
 _LISTS = {"throttle_reasons", "nvlink_active", "kernel_log", "kernel_modules"}
 _STR_LISTS = {"throttle_reasons", "kernel_log", "kernel_modules"}  # the checks match text in them
@@ -182,12 +198,14 @@ _INTS = {
     "ecc_aggregate_uncorrected", "ecc_aggregate_corrected", "memory_used_mib", "memory_total_mib",
     "pci_gpu_count", "nofile_soft", "nofile_hard", "total_mib", "available_mib", "swap_total_mib",
     "swap_used_mib", "sent", "received", "kernel_log_seq", "slurm_gres_gpus", "minor_number",
+    "records", "after_seq", "resumed_seq",
 }  # fmt: skip
 _FLOATS = {"temperature_c", "power_draw_w", "power_limit_w", "rate_gbps", "fsync_ms", "avg_ms"}
 _STRS = {"node", "collected_at", "driver_version", "cuda_driver_version", "uuid", "name",
          "pci_bus_id", "serial", "error", "fabric_state", "fabric_status", "recovery_action",
          "device", "state", "phys_state", "link_layer", "path", "fstype", "boot_id",
-         "nvidia_module_version", "nvml_error", "nvml_library_version"}  # fmt: skip
+         "nvidia_module_version", "nvml_error", "nvml_library_version", "after_at",
+         "resumed_at"}  # fmt: skip
 # Mappings the checks read with .get(): a scalar there would crash them, so it is refused here.
 _MAPS = {"source_errors", "nvlink_errors", "counters"}
 _BOOLS = {"pending", "failure", "retired_pages_pending", "persistence_mode", "mounted",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checks.expect import Context
-    from gpugate.checks.facts import Facts
+    from gpugate.checks.facts import Facts, KernelLogLoss
     from gpugate.config.schema import KernelChecks
 
 # Host OOM killer (mm/oom_kill.c; docs/gpu-facts.md 2.5): victim line, current and 4.x forms, and
@@ -114,12 +114,33 @@ def check_kernel_xid(facts: Facts, ctx: Context) -> list[F.Finding]:
             out.append(F.warn("kernel.xid", f"{head} ({kept})", gpu=gpu, value=code))
         else:
             info.append(f"Xid {code}{_times(len(lines))} on {where}")
-    if out:
-        return out
+    lost = [] if facts.kernel_log_lost is None else [lost_finding(facts.kernel_log_lost)]
+    if out or lost:
+        return out + lost
     seen = f"; informational: {', '.join(info)}" if info else ""
     return [
         F.ok("kernel.xid", f"no Xid needing action in {len(facts.kernel_log)} log line(s){seen}")
     ]
+
+
+def lost_finding(loss: KernelLogLoss) -> F.Finding:
+    """kernel.xid unknown: records were lost unread, so an Xid among them cannot be ruled out.
+
+    Unknown, not fail: what was lost may be nothing but the flood itself, and a user can cause
+    one (issue 41, R9: an OOM-kill loop in the job's own memory cgroup); `policy.unknown` says
+    what it means (a warning by default). Never a silent pass.
+    """
+    return F.unknown("kernel.xid", lost_detail(loss))
+
+
+def lost_detail(loss: KernelLogLoss) -> str:
+    """ "kernel records lost between <t1> and <t2> (...): an Xid may be unseen"."""
+    since = f"the last check (record {loss.after_seq})" if loss.after_seq is not None else None
+    until = f"record {loss.resumed_seq}" if loss.resumed_seq is not None else "now"
+    count = f"{loss.records} " if loss.records else ""
+    return (f"kernel records lost between {loss.after_at or since or 'the last check'} and "
+            f"{loss.resumed_at or until} ({count}overwritten in the ring buffer before they were "
+            "read, e.g. by a flood of OOM kills): an Xid may be unseen")  # fmt: skip
 
 
 def unknown_xids(findings: list[F.Finding]) -> tuple[int, ...]:

@@ -37,6 +37,8 @@ def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> None:
             text += f" (Xid {r.xid})"
         text += f"; bundle {r.bundle}" + (f"; drained: {r.reason}" if r.drained else "")
         log.say(text)
+    if r.kernel_log_lost:  # at a normal end too: the node's evidence is incomplete
+        log.say(f"epilog job {env.job_id} on {env.node}: kernel.xid: {r.kernel_log_lost}")
 
 
 def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
@@ -48,7 +50,9 @@ def note_history(config: Config, env: HookEnv, r: EpilogResult) -> None:
 
 def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> None:
     """The metrics textfile."""
-    metrics.note_run(config, env.node, "epilog", findings={c: "fail" for c in r.hardware_checks},
+    lost = {"kernel.xid": "unknown"} if r.kernel_log_lost else {}
+    metrics.note_run(config, env.node, "epilog",
+                     findings={**lost, **{c: "fail" for c in r.hardware_checks}},
                      drained_check=history.reason_check(r.reason) if r.drained else None,
                      category=r.category if r.abnormal else None,
                      job_end="failed" if r.abnormal else "ok",
@@ -61,4 +65,5 @@ def note_event(config: Config, env: HookEnv, r: EpilogResult) -> None:
     log.event(config.state_dir, "epilog", job=env.job_id, node=env.node, abnormal=r.abnormal,
               why=r.why, category=r.category, xid=r.xid, failing_rank=r.failing_rank,
               hardware_fault=r.hardware_fault, drained=r.drained, reason=r.reason,
-              bundle=r.bundle, duration_s=round(r.duration_s, 4))  # fmt: skip
+              bundle=r.bundle, kernel_log_lost=r.kernel_log_lost,
+              duration_s=round(r.duration_s, 4))  # fmt: skip

@@ -10,6 +10,7 @@ import time
 
 from gpugate import fsutil, log
 from gpugate.checks.kerneltime import line_utc
+from gpugate.checks.sources.kernel_log import newest_lines
 from gpugate.clock import utc
 from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
@@ -352,7 +353,7 @@ def write_evidence(
     from gpugate.checkpoints.freshness import message, summary_fields
 
     ep = config.epilog
-    kernel = fresh[-ep.kernel_lines_max :]
+    kernel = newest_lines(fresh, ep.kernel_lines_max)  # an OOM flood never pushes an Xid out
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
     summary.update(run_times(env, job, facts, baseline))
     summary["faults_outside_job"] = [f.message for f in elsewhere or ()]
@@ -363,6 +364,10 @@ def write_evidence(
     assert isinstance(decisive, str)  # _bundle_files writes it as text
     if stale:  # the admin reads the stale checkpoint beside the cause
         decisive = files["decisive.txt"] = f"{decisive}gpugate: {printable(stale)}\n"
+    if result.kernel_log_lost:  # the cause may be among what the kernel lost (issue 41, R9)
+        decisive = files["decisive.txt"] = (
+            f"{decisive}gpugate: kernel.xid: {result.kernel_log_lost}\n"
+        )
     files.update(flightrec_collect.bundle_files(flightrec))
     refused = flightrec_collect.decisive_lines(flightrec)
     if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
@@ -440,6 +445,8 @@ def _summary(
         "drain_reason": result.reason,
         "job": {k: v for k, v in job.items() if k not in ("comment",)},
         "read_errors": logs.get("errors", []),
+        # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
+        "kernel_log_lost": result.kernel_log_lost,
     }
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import time
 
-from gpugate.checks.kernel import app_xid_suspect, repeats
+from gpugate.checks.kernel import app_xid_suspect, lost_detail, repeats
 from gpugate.checks.registry import hardware_checks
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.clock import utc
 from gpugate.gate.policy import DRAIN, decide
 from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
@@ -91,7 +92,21 @@ def gather_now(
     prolog stopped."""
     position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
-    return with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
+    return with_slurm_gres(config, env.node, lost_since_prolog(facts, baseline))
+
+
+def lost_since_prolog(facts: Facts, baseline: dict[str, Any] | None) -> Facts:
+    """`facts` with the prolog's time as the start of a kernel-record loss that begins at its
+    position: the record there is gone, so the kernel cannot say when it was logged."""
+    loss = facts.kernel_log_lost
+    started = (baseline or {}).get("started_at")
+    if loss is None or loss.after_at or not isinstance(started, (int, float)):
+        return facts
+    if loss.after_seq is None or loss.after_seq != (baseline or {}).get("kernel_log_seq"):
+        return facts
+    return facts.replace(
+        kernel_log_lost=loss.replace(after_at=f"the job's prolog ({utc(started)})")
+    )
 
 
 def hardware_decision(
@@ -201,8 +216,9 @@ def _run_epilog(
     why = abnormal_end(env)
     if why is None and hardware:
         why = "hardware errors on the job's GPUs since its prolog"
+    lost = lost_detail(facts.kernel_log_lost) if facts.kernel_log_lost else None
     if why is None and not config.epilog.always_bundle:
-        result = EpilogResult(abnormal=False, why="normal end")
+        result = EpilogResult(abnormal=False, why="normal end", kernel_log_lost=lost)
         if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
             reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
                                                                   gpus=facts.gpus,
@@ -240,6 +256,7 @@ def _run_epilog(
         hardware_checks=tuple(sorted({f.check for f in hardware})),
         checkpoint_age_s=freshness.age_s if freshness else None,
         checkpoint_stale=bool(freshness and freshness.stale),
+        kernel_log_lost=lost,
     )
     drain = decision.action == DRAIN
     # The bundle first, then the drain naming it: a reason never points at a bundle that could

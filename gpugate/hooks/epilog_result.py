@@ -33,3 +33,5 @@ class EpilogResult(Record):
     # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
     checkpoint_age_s: float | None = None
     checkpoint_stale: bool = False
+    # Kernel records lost unread since the prolog (kernel.xid unknown): an Xid may be unseen.
+    kernel_log_lost: str | None = None
