@@ -249,17 +249,6 @@ class Gaps:
         return {"records": self.count, **self.where} if self.count else None
 
 
-def kmsg_position(path: str = KMSG_PATH) -> int | None:
-    """The sequence number of the newest kernel record, or None (empty or unreadable)."""
-    last = None
-    try:
-        for record in iter_kmsg(path):
-            last = record.seq
-    except OSError:
-        return None
-    return last
-
-
 def iter_kmsg(path: str | KmsgSource = KMSG_PATH) -> Iterator[KmsgRecord]:
     """Every record of a kmsg device (or a file/FIFO in that format, or a source), without
     blocking; a record read after an EPIPE is marked `after_loss`."""
