@@ -26,7 +26,9 @@ one socket each):
   without a checkpoint directory and accepted with one (or with `-N 1`, a node bound).
 - R2: `sbatch -n1 --ntasks-per-node=1 --gres=gpu:8 --hold`, then `scontrol update jobid=J
   NumTasks=2`: the record's --ntasks-per-node makes that 2 nodes, which the old Lua never saw
-  (job_submit/lua does not expose it in the job record). The update is refused.
+  (job_submit/lua does not expose it in the job record). The update is refused, and so is
+  `Comment=nothing` on an R1 job accepted with its checkpoint directory (the record shows no
+  --ntasks-per-socket either).
 """
 
 from __future__ import annotations
@@ -223,3 +225,15 @@ def test_r2_more_tasks_on_a_job_of_one_task_per_node_is_refused(cluster: LocalSl
 def test_r2_the_update_refusal_is_gpugates_in_the_controller_log(cluster: LocalSlurm) -> None:
     log = (cluster.log_dir / "slurmctld.log").read_text(errors="replace")
     assert "update refused" in log and "its tasks" in log
+
+
+def test_r1_r2_dropping_the_checkpoint_of_a_per_socket_job_is_refused(cluster: LocalSlurm) -> None:
+    # Accepted with its checkpoint directory (2 nodes), then `Comment=nothing`: the record shows
+    # no --ntasks-per-socket, and the old Lua judged it one node and let the comment go.
+    jobid = held_job(cluster, "--ntasks=2", "--ntasks-per-socket=1", "--gres=gpu:8", CKPT)
+    try:
+        proc = scontrol_update(cluster, jobid, "Comment=nothing")
+        assert proc.returncode != 0 and DENIED in proc.stderr, (proc.stdout, proc.stderr)
+        assert cluster.job_state(jobid)["Comment"] == CKPT.split("=", 1)[1]
+    finally:
+        cluster.run(["scancel", str(jobid)], check=False)
