@@ -173,6 +173,22 @@ def test_lua_counts_gpus_in_every_form(tmp_path: Path) -> None:
     assert [int(float(g)) for g in got] == [n for _, n in GPU_FORMS]
 
 
+PER_UNIT = [
+    "ntasks_per_socket = 1",
+    "ntasks_per_core = 1",
+    "ntasks_per_board = 1",
+    "ntasks_per_tres = 1",  # --ntasks-per-gpu
+    "sockets_per_node = 1",
+    "cores_per_socket = 1",
+    "threads_per_core = 1",
+    "boards_per_node = 1",
+    "sockets_per_board = 1",
+    "core_spec = 1",  # 26.05's job_desc and job_rec
+    "min_mem_per_cpu = 600",  # pn_min_memory with MEM_PER_CPU
+    'cpus_per_tres = "gres/gpu:4"',
+    'mem_per_tres = "gres/gpu:40960"',
+    'tres_per_task = "gres/gpu:1"',
+]
 TWO_CPUS = "{d = {name = 'd', flag_default = 1, total_cpus = 6, total_nodes = 3, max_cpus_per_node = 4294967295}}"
 EIGHT_CPUS = (
     "{d = {name = 'd', flag_default = 1, total_cpus = 6, total_nodes = 3, max_cpus_per_node = 8}}"
@@ -231,6 +247,35 @@ JOBS = [
     ('{het_job_offset = 1, min_nodes = 1, comment = "gpugate:ckpt=/c"}', "{}", False),
     ('{het_job_offset = 0, partition = "tiny"}', "{}", False),
     ("{het_job_offset = 4294967294, min_nodes = 1}", "{}", False),
+    # Issue 41 R1: a per-unit task limit caps tasks per node by sockets, cores, threads, boards,
+    # memory or GPUs the Lua cannot see; without -N the job counts a node per task.
+    *[(f"{{num_tasks = 2, {limit}}}", "{}", True) for limit in PER_UNIT],
+    *[
+        (f"{{num_tasks = 2, min_nodes = 1, max_nodes = 1, {limit}}}", "{}", False)
+        for limit in PER_UNIT
+    ],
+    *[(f"{{num_tasks = 1, {limit}}}", "{}", False) for limit in PER_UNIT],
+    (
+        "{num_tasks = 2, ntasks_per_socket = 65534, threads_per_core = 0, sockets_per_node = 65535}",
+        "{}",
+        False,
+    ),
+    ("{num_tasks = 2, min_cpus = 2, min_mem_per_cpu = 0, cpus_per_tres = ''}", "{}", False),
+    ("{min_cpus = 4, cpus_per_task = 2, threads_per_core = 1}", "{}", True),  # no num_tasks: 2
+    ("{min_cpus = 4, cpus_per_task = 4, threads_per_core = 1}", "{}", False),  # one task
+    ("{num_tasks = 3, ntasks_per_socket = 1, min_nodes = 1, max_nodes = 2}", "{}", True),
+    ("{num_tasks = 2, ntasks_per_socket = 1, partition = 'tiny'}", "{}", False),
+    # GPUs per socket count on each socket of a node (--sockets-per-node, required with them).
+    (
+        '{tres_per_socket = "gres/gpu:4", sockets_per_node = 2, min_nodes = 1, max_nodes = 1, partition = "big"}',
+        "{}",
+        True,
+    ),
+    (
+        '{tres_per_socket = "gres/gpu:2", sockets_per_node = 2, min_nodes = 1, max_nodes = 1, partition = "big"}',
+        "{}",
+        False,
+    ),
 ]
 POLICY = "submit: {partitions: {big: {min_gpus: 8}, tiny: {min_gpus: 0, min_nodes: 0}}}"
 
@@ -260,6 +305,7 @@ UNSET = ("min_nodes = 4294967294, max_nodes = 4294967294, num_tasks = 4294967294
          "min_cpus = 4294967294, ntasks_per_node = 65534, cpus_per_task = 65534, het_job_offset = 0")  # fmt: skip
 LARGE = '{comment = "gpugate:ckpt=/x", min_nodes = 2, max_nodes = 2, min_cpus = 2, total_nodes = 0, het_job_id = 0}'
 SMALL = "{min_nodes = 1, max_nodes = 1, min_cpus = 1, total_nodes = 0, het_job_id = 0}"
+FREE = SMALL.replace("max_nodes = 1", "max_nodes = 0")  # no -N: nothing bounds its nodes
 MODIFY = [
     # (the update's fields, job_rec, refused?)
     ('comment = "nothing"', LARGE, True),  # attack 6: drop the checkpoint of a large job
@@ -279,6 +325,39 @@ MODIFY = [
     ('comment = "gpugate:ckpt=/x"', SMALL.replace("min_nodes = 1", "min_nodes = 3"), False),
     ('comment = "x"', SMALL.replace("het_job_id = 0", "het_job_id = 7"), True),
     ('comment = "x"', SMALL.replace("total_nodes = 0", "total_nodes = 2"), True),  # running
+    # Issue 41 R2: the record hides its task limits (`-n1 --ntasks-per-node=1`), so more tasks
+    # without -N count a node each; so do per-unit limits an update sets, and a dropped
+    # checkpoint of a job whose size the record cannot show.
+    ("num_tasks = 2", FREE, True),
+    ("num_tasks = 2, min_nodes = 1, max_nodes = 1", FREE, False),
+    ("num_tasks = 2", SMALL, False),  # -N 1 bounds it
+    ("num_tasks = 1", FREE, False),
+    ("sockets_per_node = 1", FREE.replace("min_cpus = 1", "min_cpus = 2"), True),
+    ("threads_per_core = 1", FREE, False),  # one CPU: one task
+    ("min_mem_per_cpu = 600", FREE.replace("min_cpus = 1", "min_cpus = 2"), True),
+    ('cpus_per_tres = "gres/gpu:2"', FREE.replace("min_cpus = 1", "min_cpus = 2"), True),
+    ('tres_per_node = "gres:gpu:4"', FREE, False),
+    (
+        'partition = "big"',
+        FREE.replace("min_cpus = 1", 'min_cpus = 2, tres_per_task = "gres/gpu:4"'),
+        True,
+    ),
+    ('comment = "other"', FREE.replace("min_cpus = 1", "min_cpus = 4"), False),  # declared nothing
+    (
+        'comment = "other"',
+        FREE.replace("min_cpus = 1", 'min_cpus = 2, comment = "gpugate:ckpt=/c"'),
+        True,
+    ),
+    (
+        'comment = "other"',
+        SMALL.replace("min_cpus = 1", 'min_cpus = 2, comment = "gpugate:ckpt=/c"'),
+        False,
+    ),
+    (
+        'comment = "gpugate:ckpt=/d"',
+        FREE.replace("min_cpus = 1", 'min_cpus = 8, comment = "gpugate:ckpt=/c"'),
+        False,
+    ),
 ]
 
 
@@ -303,6 +382,20 @@ def test_lua_names_an_update_refusal_and_a_het_job(tmp_path: Path) -> None:
     out = run_lua(tmp_path, "{}", body).splitlines()
     assert "heterogeneous job" in out[0] and out[0].startswith("gpugate: job refused:")
     assert out[1].startswith("gpugate: update refused: it asks for 0 GPU(s) on 2 node(s)")
+
+
+@needs_lua
+def test_lua_says_why_tasks_counted_a_node_each(tmp_path: Path) -> None:
+    body = (
+        'print(gpugate_check({num_tasks = 2, ntasks_per_socket = 1, tres_per_node = "gres/gpu:8"}, {}))\n'
+        "slurm.log_user = function(fmt, text) print(text) end\n"
+        f"slurm_job_modify({{{UNSET}, num_tasks = 2}}, {FREE}, {{}}, 1000)\n"
+    )
+    out = run_lua(tmp_path, "{}", body).splitlines()
+    assert out[0].startswith("gpugate: job refused: it asks for 16 GPU(s) on 2 node(s) (its tasks")
+    assert "--ntasks-per-socket limits tasks per node" in out[0] and "-N/--nodes" in out[0]
+    assert out[1].startswith("gpugate: update refused: it asks for 0 GPU(s) on 2 node(s)")
+    assert "the job's own task limits; NumNodes= bounds its nodes" in out[1]
 
 
 HOSTLISTS = [("n1", 1), ("n[1-2]", 2), ("n[1-3,5],gpu-7", 5), ("r[1-2]n[1-4]", 8), ("", 0)]
