@@ -185,3 +185,29 @@ def test_a_process_name_does_not_move_a_line_to_the_other_budget():
         "[ 1.0] NVRM: Xid (PCI:0000:68:00): 48, pid=7, name=Killed process, DBE (0x1)"
     )
     assert not kl.is_oom(f"[ 1.0] {XID79}")
+
+
+def test_an_xid_79_older_than_3000_application_xids_is_still_read():
+    """A user's code raises Xid 13 at will, one line per fault: its own budget, like OOM kills."""
+    app = "NVRM: Xid (PCI:0000:3b:00): 13, pid={}, name=python, Graphics SM Warp Exception"
+    source = FakeKmsg([rec(1, XID79), *[rec(2 + i, app.format(i)) for i in range(3000)]])
+    lines, _ = kl.read_kmsg(source, max_lines=2000)
+    assert sum(XID79 in line for line in lines) == 1 and len(lines) == 2001
+    assert kl.newest_lines([f"[ 1.0] {XID79}", *(f"[ 2.0] {app.format(i)}" for i in range(900))],
+                           500)[0].endswith(XID79)  # fmt: skip
+
+
+def test_the_budgets_read_the_kernels_own_text():
+    assert (
+        kl.budget_of("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 31, pid=7, name=x, MMU Fault") == "app_xid"
+    )
+    assert kl.budget_of(f"[ 1.0] {XID79}") == "hardware"
+    # A process named after an application Xid does not move a hardware Xid to that budget.
+    line = "[ 1.0] NVRM: Xid (PCI:0000:68:00): 48, pid=7, name=): 13,, DBE (0x1)"
+    assert kl.budget_of(line) == "hardware"
+
+
+def test_the_application_xids_are_the_catalogs():
+    from gpugate.checks.xid import APP_XIDS
+
+    assert kl.APP_XID_CODES == APP_XIDS

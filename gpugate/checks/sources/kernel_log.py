@@ -22,9 +22,9 @@ devkmsg_read and Documentation/ABI/testing/dev-kmsg). Loss after `since_seq` is 
 (`kernel_log_lost`: kernel.xid says "unknown", never a silent pass); a record the reader does
 not start at only because `dmesg --clear` moved the start (SEEK_DATA, below) is not loss.
 
-The cap (`kernel_log_max_lines`, newest kept) counts the OOM killer's lines apart from the
-others: a flood of them, which any user can cause, never pushes a GPU line (Xid, SXid, lost
-GPU, PCIe AER, NIC) out.
+The cap (`kernel_log_max_lines`, newest kept) counts the OOM killer's lines and the application
+Xids (13, 31, 43) apart from the others: a flood of either, which any user can cause, never
+pushes a GPU line (a hardware Xid, SXid, lost GPU, PCIe AER, NIC) out.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ _OOM_RE = lazy("(?i)" + _OOM)
 # "<comm> invoked oom-killer: gfp_mask=...": the process name comes first and is the user's
 # (up to 15 bytes, "NVRM: Xid (" fits), so this form is the OOM killer's wherever it stands.
 _OOM_INVOKED = lazy(r" invoked oom-killer: gfp_mask=")
+# Application Xids (gpugate/checks/xid.py APP_XIDS, NVIDIA's catalog: the application's fault):
+# a user's code raises them at will, one line per fault, so they are capped apart too. The
+# first "NVRM: Xid (...): N," is the kernel's own; a process name comes after the code.
+APP_XID_CODES = frozenset({13, 31, 43})
+_XID_CODE = lazy(r"NVRM: Xid \([^)]*\): (\d+),")
 _ESCAPE_RE = lazy(rb"\\x([0-9a-fA-F]{2})")
 # A record ends at a newline that is not followed by one of its own dictionary lines.
 _RECORD_END_RE = lazy(rb"\n(?=[^ ])")
@@ -342,19 +347,31 @@ def newest_lines(lines: Iterable[str], max_lines: int | None) -> list[str]:
 
 
 def capped(messages: list[list[str]], max_lines: int | None) -> list[str]:
-    """The lines of `messages` (log order), the newest `max_lines` of the OOM killer's and,
-    apart, the newest `max_lines` of all others: an OOM flood never pushes a GPU line out."""
+    """The lines of `messages` (log order), the newest `max_lines` of each budget (BUDGETS):
+    a flood a user can cause (OOM kills, application Xids) never pushes a GPU line out."""
     if max_lines is None:
         return [line for message in messages for line in message]
-    left = {True: max(0, max_lines), False: max(0, max_lines)}
+    left = dict.fromkeys(BUDGETS, max(0, max_lines))
     kept: list[list[str]] = []
     for message in reversed(messages):
-        flood = is_oom(" ".join(message))
+        flood = budget_of(" ".join(message))
         take = message[max(0, len(message) - left[flood]) :]
         left[flood] -= len(take)
         if take:
             kept.append(take)
     return [line for message in reversed(kept) for line in message]
+
+
+BUDGETS = ("oom", "app_xid", "hardware")  # capped apart, each to the whole cap
+
+
+def budget_of(text: str) -> str:
+    """Which cap a kernel message counts against: the OOM killer's, an application Xid's (both
+    a user's to cause by the thousand), or the hardware's."""
+    if is_oom(text):
+        return "oom"
+    code = _XID_CODE.search(text)
+    return "app_xid" if code and int(code.group(1)) in APP_XID_CODES else "hardware"
 
 
 def is_oom(text: str) -> bool:
