@@ -61,6 +61,14 @@ def test_site_board_is_added_next_to_packaged_ones(tmp_path):
             "policy.warn_only[1]: unknown check 'ib.port' (known: ",
         ),
         ("sources:\n  timeout_s:\n    nvml: -1\n", "sources.timeout_s.nvml: must not be negative"),
+        (
+            "health:\n  suspect_qualify_per_user_per_day: 0\n",
+            "health.suspect_qualify_per_user_per_day: must be at least 1, got 0",
+        ),
+        (
+            "health:\n  suspect_qualify_per_user_per_day: many\n",
+            "health.suspect_qualify_per_user_per_day: expected int",
+        ),
         ("checks:\n  host:\n    nofile_min: true\n", "checks.host.nofile_min: expected int"),
         ("- a list\n", "expected a mapping at the top"),
         ("checks: [\n", "not valid YAML"),

@@ -246,8 +246,9 @@ def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started)
     record_qualification(where, entry)
     assert suspects.open_flags(history.read_dirs(config)) == {}
     assert suspects.open_votes(history.read_dirs(config), "b", 72, now=T0 + 60) == []
-    # A refused resume closes nothing; a failed qualification neither.
-    assert "flagged b" in cast(config, "102", now=T0 + 60, uid=1)
+    # A refused resume closes nothing; a failed qualification neither. (Another user: uid 1
+    # has had its share of qualifications today.)
+    assert "flagged b" in cast(config, "102", now=T0 + 60, uid=2)
     history.record_resume(where, "b", "admin", when=T0 + 70, resumed=False)
     record_qualification(where, {**entry, "when": T0 + 80, "passed": False})
     assert "b" in suspects.open_flags(history.read_dirs(config)) and len(started) == 2
@@ -266,6 +267,95 @@ def test_the_suspects_allowance_turns_further_flags_into_reviews(tmp_path, start
     # A day later there is room again.
     history.record_resume(config.admin.history_dir, "a", "admin", when=T0 + 100)
     assert "qualify" in cast(config, "103", summaries=other, now=T0 + 86400 + 200, uid=3)
+
+
+def first(node: str) -> list[dict]:
+    """Bundles of a job on a, b, c in which `node` failed ten minutes before the others."""
+    return [summary(n, "2026-12-01T10:00:00Z" if n == node else "2026-12-01T10:10:00Z")
+            for n in NODES]  # fmt: skip
+
+
+def shares_config(tmp_path):
+    """Two votes of two users flag a node; one vote a user; the packaged allowance and share."""
+    config = config_for(tmp_path, votes_needed=2, users_min=2)
+    hc = config.health
+    assert (hc.suspect_qualify_per_day, hc.suspect_qualify_per_user_per_day) == (2, 1)
+    return config.replace(health=config.health.replace(suspect_votes_per_user=1))
+
+
+def test_two_users_spend_their_shares_and_a_genuine_suspect_still_gets_its_qualification(
+    tmp_path, started
+):
+    # Issue 41 R4: two users' faked failures used to spend the cluster's whole allowance.
+    config = shares_config(tmp_path)
+    cast(config, "101", first("b"), now=T0, uid=1001)
+    said = cast(config, "102", first("b"), now=T0 + 1, uid=1002)
+    assert "flagged b" in said and "qualification started" in said, said
+    cast(config, "103", first("c"), now=T0 + 2, uid=1001)
+    said = cast(config, "104", first("c"), now=T0 + 3, uid=1002)
+    assert "flagged c" in said and "review: the share of every user" in said, said
+    assert "uid 1001, 1002" in said
+    # Two other users' jobs point at a: its qualification starts (the allowance has room).
+    cast(config, "105", first("a"), now=T0 + 4, uid=2001)
+    said = cast(config, "106", first("a"), now=T0 + 5, uid=2002)
+    assert "flagged a" in said and "qualification started" in said, said
+    assert [n for n, _ in started] == ["b", "a"]
+    flags = suspects.open_flags(history.read_dirs(config))
+    assert {n: (f["action"], f["uids"]) for n, f in flags.items()} == {
+        "b": ("qualify", [1001, 1002]),
+        "c": ("review", [1001, 1002]),
+        "a": ("qualify", [2001, 2002]),
+    }
+    charged = suspects.qualifications_charged(history.read_dirs(config), T0 - 1)
+    assert charged == dict.fromkeys((1001, 1002, 2001, 2002), 1)
+    # A day later the shares are whole again.
+    history.record_resume(config.admin.history_dir, "c", "admin", when=T0 + 10)
+    cast(config, "107", first("c"), now=T0 + 86400 + 10, uid=1001)
+    assert "qualification started" in cast(config, "108", first("c"), now=T0 + 86400 + 11, uid=1002)
+
+
+def test_a_flag_with_one_user_whose_share_is_left_asks_for_a_qualification(tmp_path, started):
+    config = shares_config(tmp_path)
+    cast(config, "101", first("b"), now=T0, uid=1001)
+    cast(config, "102", first("b"), now=T0 + 1, uid=1002)
+    cast(config, "103", first("c"), now=T0 + 2, uid=1001)
+    assert "qualification started" in cast(config, "104", first("c"), now=T0 + 3, uid=3001)
+    assert [n for n, _ in started] == ["b", "c"]
+
+
+def test_jobs_of_unknown_users_share_one_share(tmp_path, started):
+    config = config_for(tmp_path, votes_needed=1)
+    assert "qualification started" in cast(config, "101", first("b"), now=T0)
+    said = cast(config, "102", first("c"), now=T0 + 1)
+    assert "review: the share of every user" in said and "uid unknown" in said, said
+
+
+def test_flags_from_before_the_shares_are_charged_to_nobody(tmp_path, started):
+    config = config_for(tmp_path, votes_needed=1)
+    old = {"node": "c", "when": T0, "at": "x", "source": "votes", "detail": "d", "note": "",
+           "jobs": ["1"], "users": 2, "action": "qualify"}  # fmt: skip
+    (tmp_path / "hist").mkdir()
+    (tmp_path / "hist" / "suspect-flags.jsonl").write_text(json.dumps(old) + "\n")
+    assert suspects.qualifications_charged(str(tmp_path / "hist"), T0 - 1) == {}
+    assert "qualification started" in cast(config, "101", first("b"), now=T0 + 1, uid=1)
+
+
+def test_the_controllers_votes_count_in_its_directory_whatever_the_history(tmp_path):
+    config = config_for(tmp_path)
+    local = config.replace(admin=config.admin.replace(history_dir=None))
+    assert suspicion.cluster_wide(local, history.controller_dir(local))
+    assert not suspicion.cluster_wide(local, local.state_dir)
+    assert suspicion.cluster_wide(config, config.admin.history_dir)
+
+
+def test_selftest_says_where_the_allowance_is_counted(tmp_path):
+    config = config_for(tmp_path)
+    note = suspicion.allowance_note(config)
+    assert note.startswith(f"suspect allowance: counted cluster-wide in {tmp_path / 'hist'} ")
+    local = config.replace(admin=config.admin.replace(history_dir=None))
+    note = suspicion.allowance_note(local)
+    assert note.startswith("suspect allowance: per node: application-Xid flags go to review")
+    assert str(tmp_path / "state" / "controller") in note
 
 
 @pytest.mark.parametrize(
@@ -358,7 +448,9 @@ def test_the_flag_names_the_newest_jobs_when_there_are_many():
 def test_malformed_flag_lines_are_skipped(tmp_path):
     good = {"node": "b", "when": T0, "at": "x", "source": "votes", "detail": "d", "note": "",
             "jobs": ["1"], "users": 2, "action": "qualify"}  # fmt: skip
-    bad = [{**good, "source": "printed"}, {**good, "jobs": [1]}, {**good, "users": -1}]
+    bad = [{**good, "source": "printed"}, {**good, "jobs": [1]}, {**good, "users": -1},
+           {**good, "uids": [-1]}, {**good, "uids": ["alice"]}, {**good, "uids": 1001},
+           {**good, "uids": list(range(suspects.USERS_KEPT + 1))}]  # fmt: skip
     lines = [json.dumps(good), "{torn", *map(json.dumps, bad)]
     (tmp_path / "suspect-flags.jsonl").write_text("\n".join(lines) + "\n")
     assert len(suspects.flags(str(tmp_path))) == 1

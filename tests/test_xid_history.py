@@ -61,13 +61,18 @@ def as_root(monkeypatch):
     monkeypatch.setattr(suspicion.os, "geteuid", lambda: 0)
 
 
+def shared_history(config, tmp_path):
+    """The config with admin.history_dir set: every node's flags counted in one place."""
+    return config.replace(admin=config.admin.replace(history_dir=str(tmp_path / "hist")))
+
+
 def test_the_same_gpu_in_jobs_of_three_users_flags_the_node_never_drains(
     tmp_path, monkeypatch, qualifications_started
 ):
     from gpugate.store.suspects import open_flags
 
     as_root(monkeypatch)
-    config = setup(tmp_path)
+    config = shared_history(setup(tmp_path), tmp_path)
     now = time.time()
     H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
                       {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
@@ -82,7 +87,7 @@ def test_the_same_gpu_in_jobs_of_three_users_flags_the_node_never_drains(
 def test_one_user_primes_and_a_second_does_not_tip(tmp_path, monkeypatch, qualifications_started):
     # Attack 5 of issue 25: four jobs of one user, then one job of another.
     as_root(monkeypatch)
-    config = setup(tmp_path)
+    config = shared_history(setup(tmp_path), tmp_path)
     now = time.time()
     H.record(config, [{"t": now - 600 + i, "gpu": GPU2, "xid": 31, "job": str(60 + i),
                        "uid": 5001} for i in range(4)], now)  # fmt: skip
@@ -91,6 +96,25 @@ def test_one_user_primes_and_a_second_does_not_tip(tmp_path, monkeypatch, qualif
     # A second job of that second user makes two users with two jobs each: a suspect.
     _, slurm = epilog_after(tmp_path, config, xid31_bursts(1), job_id="79")
     assert slurm.drains == [] and [n for n, _ in qualifications_started] == ["gpu-node-01"]
+
+
+def test_with_the_node_local_history_an_app_xid_flag_is_a_review(
+    tmp_path, monkeypatch, qualifications_started
+):
+    # Issue 41 R8: each node counting its own flags would qualify every node each day.
+    from gpugate.store.suspects import open_flags
+
+    as_root(monkeypatch)
+    config = setup(tmp_path)
+    assert config.admin.history_dir is None  # the packaged default
+    now = time.time()
+    H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
+                      {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    _, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
+    flag = open_flags(config.state_dir)["gpu-node-01"]
+    assert flag["action"] == "review" and "node-local history" in flag["note"], flag
+    assert flag["uids"] == sorted([5001, 5002, os.getuid()])
+    assert qualifications_started == [] and slurm.drains == []
 
 
 def test_a_resume_starts_the_count_afresh(tmp_path, monkeypatch, qualifications_started):

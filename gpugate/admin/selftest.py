@@ -30,6 +30,7 @@ from gpugate.admin.sitecheck import (
     gather_slurm,
 )
 from gpugate.config import ConfigError, load_config
+from gpugate.gate.suspicion import allowance_note
 from gpugate.node import node_name
 from gpugate.runner import TIMEOUT, run
 
@@ -403,7 +404,8 @@ def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) ->
         from gpugate.store.fleet_view import share_note
 
         shared = share_note(config) if config is not None else ""
-        report.note = "; ".join(n for n in (report.note, isolation, shared) if n)
+        allowance = allowance_note(config) if config is not None else ""
+        report.note = "; ".join(n for n in (report.note, isolation, shared, allowance) if n)
         report.problems += problems
         if slurm.nodes_error:
             report.problems.append(Problem(f"cannot list the nodes ({slurm.nodes_error}): the "

@@ -68,6 +68,7 @@ _AT_LEAST = {
     "isolate.max_gpus": 1,
     "health.suspect_users_min": 1,
     "health.suspect_votes_per_user": 1,
+    "health.suspect_qualify_per_user_per_day": 1,
     "checks.kernel.app_xid_users_min": 1,
     "checks.kernel.app_xid_jobs_per_user": 1,
     "checkpoints.max_age_s": 1,

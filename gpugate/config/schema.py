@@ -293,9 +293,11 @@ class Health(Record):
     suspect_users_min: int  # votes must come from jobs of this many distinct users
     suspect_votes_per_user: int  # one user's jobs count at most this many votes
     # A flag asks for `qualify` (gpugate runs it) or a `review` (an admin looks, gpugate nodes);
-    # at most suspect_qualify_per_day qualifications a day for suspects, across the cluster.
+    # at most suspect_qualify_per_day qualifications a day for suspects, across the cluster,
+    # and a user's jobs at most suspect_qualify_per_user_per_day of them (gate/suspicion.py).
     suspect_action: str
     suspect_qualify_per_day: int
+    suspect_qualify_per_user_per_day: int
 
 
 class Checkpoints(Record):

@@ -13,10 +13,19 @@ asks gpugate for a qualification of the node (`gpugate qualify NODE`, in a MAINT
 that waits for the node's running jobs, health.suspect_action: qualify) whose DCGM, NVML and
 bandwidth results, which root reads, decide: a failure drains the node as any root-evidenced
 fault does, a pass closes every vote and application Xid counted before it. Flags have their
-own small allowance (health.suspect_qualify_per_day, across the cluster); past it, and with
-health.suspect_action: review, the flag waits for an admin's look (`gpugate nodes`) or the
-next sweep (`gpugate qualify --idle` takes flagged nodes first). No flag touches the drain
-budget: the share that hardware and checklist drains need is never spent by what users wrote.
+own small allowance (health.suspect_qualify_per_day, across the cluster), and each user has a
+share of it (health.suspect_qualify_per_user_per_day): a qualification is charged to every user
+whose jobs counted towards the flag, and a flag whose users have all spent their share is a
+review, so two users faking failures cannot spend the allowance a genuine suspect needs. Past
+the allowance, and with health.suspect_action: review, the flag waits for an admin's look
+(`gpugate nodes`) or the next sweep (`gpugate qualify --idle` takes flagged nodes first).
+
+The allowance is one count only where one store sees every flag: the controller's directory
+(its votes: one writer) or a shared admin.history_dir (the node epilogs' application-Xid
+flags). With the node-local history (admin.history_dir unset) each node would count only its
+own flags, an allowance per node: there a node's flag is a review (allowance_note, selftest).
+No flag touches the drain budget: the share that hardware and checklist drains need is never
+spent by what users wrote.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from gpugate.store import suspects as S
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
     from gpugate.config.schema import Config
@@ -121,7 +131,7 @@ def vote(
         return f"{said}; {hc.suspect_users_min} users needed: not flagged"
     jobs = [v["job"] for v in open_]
     flagged = point_at(config, node, "votes", S.suspect_detail(jobs, users), jobs, users, now,
-                       where=mine)  # fmt: skip
+                       where=mine, uids=[v.get("uid") for v in open_])  # fmt: skip
     return f"{said}; {flagged}"
 
 
@@ -134,19 +144,23 @@ def point_at(
     users: int,
     now: float | None = None,
     where: str | None = None,
+    uids: Iterable[int | None] = (),
 ) -> str:
     """Flag `node` and ask for its qualification (or an admin's look); what was done.
 
     `where`: the directory written (the controller's for its votes); default the history's.
+    `uids`: the users whose jobs counted towards the flag (None: a job of unknown user).
     """
     where = where or history.history_dir(config)
     read = tuple(dict.fromkeys((where, *history.read_dirs(config))))
     now = time.time() if now is None else now
-    action, note = choose_action(config, read, now)
+    charged_to = S.flag_uids(uids)
+    action, note = choose_action(config, read, now, charged_to, cluster_wide(config, where))
     adm = config.admin
     entry = S.record_flag(where, node, source, detail, jobs, users, action, note, now,
                           max_per_node=adm.history_max_per_node,
-                          max_entries=adm.history_max_entries, read_from=read)  # fmt: skip
+                          max_entries=adm.history_max_entries, read_from=read,
+                          uids=charged_to)  # fmt: skip
     if entry is None:
         return f"{node} is a suspect already, awaiting its qualification or an admin"
     said = f"flagged {node} suspect ({source}: {detail})"
@@ -163,8 +177,37 @@ def point_at(
     return f"{said}; {action}: {note}" if note else f"{said}; {action}"
 
 
-def choose_action(config: Config, where: S.Dirs, now: float) -> tuple[str, str]:
-    """(action, why) for a new flag: a qualification within the allowance, else a review."""
+def cluster_wide(config: Config, where: str) -> bool:
+    """Whether a flag written to `where` counts the allowance where every flag is counted.
+
+    The controller's directory holds every vote's flag (one writer); a node epilog's flags go
+    to the history, which every node shares only when admin.history_dir is set (the packaged
+    default, null, is each node's own state_dir: fleet_view.share_note says the same).
+    """
+    return where == history.controller_dir(config) or bool(config.admin.history_dir)
+
+
+def allowance_note(config: Config) -> str:
+    """selftest's line: where the suspects' allowance is counted, or that node flags are reviews."""
+    votes = f"the controller's vote flags in {history.controller_dir(config)}"
+    if config.admin.history_dir:
+        return (f"suspect allowance: counted cluster-wide in {config.admin.history_dir} "
+                f"(admin.history_dir, every node's application-Xid flags; {votes})")  # fmt: skip
+    return (f"suspect allowance: per node: application-Xid flags go to review (admin.history_dir "
+            f"unset: no node sees another's flags; set it to shared storage to count them "
+            f"cluster-wide); {votes}")  # fmt: skip
+
+
+def choose_action(
+    config: Config,
+    where: S.Dirs,
+    now: float,
+    uids: Sequence[int | None] = (),
+    shared: bool = True,
+) -> tuple[str, str]:
+    """(action, why) for a new flag: a qualification within the allowance and within the share
+    of one of its users (`uids`; none: charged to nobody), else a review. `shared`: `where`
+    holds every flag of the cluster (cluster_wide)."""
     hc = config.health
     if hc.suspect_action != "qualify":
         return "review", "health.suspect_action: review (an admin looks: gpugate nodes)"
@@ -173,10 +216,21 @@ def choose_action(config: Config, where: S.Dirs, now: float) -> tuple[str, str]:
     if os.geteuid() != 0:
         # qualify reserves, drains and resumes nodes: root's work (its sweep runs from root's cron).
         return "review", "not root here: the next `gpugate qualify --idle` takes it"
-    asked = S.qualifications_asked(where, now - DAY_S)
+    if not shared:
+        # Counted here, the allowance would be per node: every node qualified each day.
+        return "review", ("node-local history: the suspects' allowance cannot be counted "
+                          "cluster-wide (set admin.history_dir to shared storage)")  # fmt: skip
+    since = now - DAY_S
+    asked = S.qualifications_asked(where, since)
     if asked >= hc.suspect_qualify_per_day:
         return "review", (f"the suspects' allowance is spent ({asked} qualifications in 24 h, "
                           f"health.suspect_qualify_per_day {hc.suspect_qualify_per_day})")  # fmt: skip
+    share = hc.suspect_qualify_per_user_per_day
+    charged = S.qualifications_charged(where, since)
+    if uids and all(charged.get(u, 0) >= share for u in uids):
+        who = ", ".join("unknown" if u is None else str(u) for u in uids)
+        return "review", (f"the share of every user who pointed at it is spent (uid {who}: "
+                          f"health.suspect_qualify_per_user_per_day {share} in 24 h)")  # fmt: skip
     return "qualify", ""
 
 

@@ -306,9 +306,10 @@ def flag_app_xid_suspect(
 
             jobs, users = repeats(app_xids, pci)
             ids = sorted({e["job"] for e in app_xids if e.get("gpu") == pci})
+            uids = [e.get("uid") for e in app_xids if e.get("gpu") == pci]
             detail = f"GPU {pci}: application Xids in {jobs} jobs of {users} users"
             try:
-                said = point_at(config, env.node, "app_xid", detail, ids, users)
+                said = point_at(config, env.node, "app_xid", detail, ids, users, uids=uids)
             except Exception as exc:  # bookkeeping never fails the epilog
                 said = f"not flagged: {type(exc).__name__}: {exc}"
             say(f"epilog job {env.job_id}: {said}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 SUSPECTS = "suspects.jsonl"
 FLAGS = "suspect-flags.jsonl"
 JOBS_SHOWN = 8  # job ids named in a flag's detail (it is shown in Slurm-width columns)
+# The users (Slurm's uids) a flag is charged to: every user whose jobs counted towards it, the
+# share of each (health.suspect_qualify_per_user_per_day). More than this many users pointing
+# at one node is no attack the share needs to see (a flag needs 2 or 3).
+USERS_KEPT = 64
 # Where a flag came from: cross-job votes, or the node's application-Xid record.
 SOURCES = ("votes", "app_xid")
 # What a flag asked for: a qualification run by gpugate, or an admin's look (`gpugate nodes`).
@@ -168,7 +172,7 @@ def valid_flag(e: object) -> bool:
     if not history._common_ok(e, ("at", "detail", "note")):
         return False
     assert isinstance(e, dict)
-    jobs, users = e.get("jobs"), e.get("users")
+    jobs, users, uids = e.get("jobs"), e.get("users"), e.get("uids", [])
     return (
         e.get("source") in SOURCES
         and e.get("action") in ACTIONS
@@ -176,7 +180,16 @@ def valid_flag(e: object) -> bool:
         and all(type(j) is str for j in jobs)
         and type(users) is int
         and users >= 0
+        and type(uids) is list
+        and len(uids) <= USERS_KEPT
+        and all(u is None or (type(u) is int and u >= 0) for u in uids)
     )
+
+
+def flag_uids(uids: Iterable[int | None]) -> list[int | None]:
+    """The distinct users a flag is charged to, in order (an unknown uid, None, last)."""
+    distinct = set(uids)
+    return sorted(distinct, key=lambda u: (u is None, u or 0))[:USERS_KEPT]
 
 
 def record_flag(
@@ -193,15 +206,17 @@ def record_flag(
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
     read_from: Sequence[str] = (),
+    uids: Iterable[int | None] = (),
 ) -> dict[str, Any] | None:
     """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open.
 
-    Written to `state_dir`; `read_from`: the other directories whose resumes close a flag.
+    Written to `state_dir`; `read_from`: the other directories whose resumes close a flag;
+    `uids`: the users whose jobs counted towards it (a qualification is charged to each).
     """
     when = time.time() if when is None else float(when)
     entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "source": source,
              "detail": detail, "jobs": list(jobs)[-JOBS_SHOWN:], "users": int(users),
-             "action": action, "note": note}  # fmt: skip
+             "action": action, "note": note, "uids": flag_uids(uids)}  # fmt: skip
     if not valid_flag(entry):
         raise ValueError(f"not a suspect flag: {entry!r}")
     # One open flag per node: a second job pointing at a node already waiting adds nothing.
@@ -228,3 +243,17 @@ def open_flags(state_dir: Dirs) -> dict[str, dict[str, Any]]:
 def qualifications_asked(state_dir: Dirs, since: float) -> int:
     """How many flags since `since` asked gpugate for a qualification (the suspects' allowance)."""
     return sum(1 for e in flags(state_dir, since=since) if e["action"] == "qualify")
+
+
+def qualifications_charged(state_dir: Dirs, since: float) -> dict[int | None, int]:
+    """{uid: the qualifications since `since` charged to that user} (each user's share).
+
+    A qualification is charged to every user whose jobs counted towards its flag; a flag
+    written before flags named their users (no `uids`) is charged to nobody.
+    """
+    charged: dict[int | None, int] = {}
+    for e in flags(state_dir, since=since):
+        if e["action"] == "qualify":
+            for uid in e.get("uids", []):
+                charged[uid] = charged.get(uid, 0) + 1
+    return charged

@@ -301,11 +301,13 @@ class Site:
             f"  metrics_file: {self.metrics}\n" + extra
         )
 
-    def nccl_dir_per_node(self, nodes: list[str]) -> None:
-        """Give each node its own NCCL directory, `<base>/<node>/nccl`, through hook.env.
+    def nccl_dir_per_node(self, nodes: list[str], own_state: bool = False) -> None:
+        """Give each node its own NCCL directory, `<base>/<node>/nccl`, through hook.env;
+        with `own_state`, its own state_dir too (`<base>/<node>/state`: node_state()).
 
-        The local slurmd all run on one host, where the NCCL directory (node-local on a real
-        cluster) would be shared: the node hooks pick a per-node config by SLURMD_NODENAME.
+        The local slurmd all run on one host, where the NCCL directory and the state directory
+        (node-local on a real cluster) would be shared: the node hooks pick a per-node config by
+        SLURMD_NODENAME. The controller keeps the site's config (state_dir: self.state).
         """
         for node in nodes:
             (self.base / node).mkdir()
@@ -314,6 +316,9 @@ class Site:
                 f"nccl_debug_dir: {self.base / 'nccl'}",
                 f"nccl_debug_dir: {self.base / node / 'nccl'}",
             )
+            if own_state:
+                text = text.replace(f"state_dir: {self.state}\n",
+                                    f"state_dir: {self.node_state(node)}\n")  # fmt: skip
             (self.base / f"gpugate-{node}.yaml").write_text(text)
         with open(self.hook_env, "a") as fh:
             # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
@@ -321,6 +326,10 @@ class Site:
                 f'case "$SLURMD_NODENAME" in {"|".join(nodes)}) '
                 f"GPUGATE_CONFIG={self.base}/gpugate-$SLURMD_NODENAME.yaml ;; esac\n"
             )
+
+    def node_state(self, node: str) -> Path:
+        """The state_dir of `node` under nccl_dir_per_node(own_state=True)."""
+        return self.base / node / "state"
 
     def use_snapshot(self, node: str, name: str) -> None:
         """Make `node` replay the bundled snapshot `name` (e.g. "h100-ecc")."""
@@ -361,35 +370,42 @@ class Site:
         """The controller's directory (controller_dir's default, <state_dir>/controller)."""
         return self.state / "controller"
 
-    def events(self) -> list[dict]:
-        """The hook runs recorded in the state directory and the controller's, by time."""
+    def events(self, state: Path | None = None) -> list[dict]:
+        """The hook runs recorded in the state directory (`state`: a node's own) and the
+        controller's, by time."""
         import json
 
         found = []
-        for path in (self.state / "events.jsonl", self.controller / "events.jsonl"):
+        for path in ((state or self.state) / "events.jsonl", self.controller / "events.jsonl"):
             if path.exists():
                 text = path.read_text().splitlines()
                 found += [json.loads(line) for line in text if line.strip()]
         return sorted(found, key=lambda e: e.get("time", ""))
 
-    def flags(self) -> list[dict]:
+    def flags(self, state: Path | None = None) -> list[dict]:
         """The suspect flags: the controller's (votes, in controller_dir) and the nodes'
-        (application Xids, in state_dir)."""
+        (application Xids, in state_dir; `state`: a node's own)."""
         import json
 
         found = []
-        for path in (self.state / "suspect-flags.jsonl", self.controller / "suspect-flags.jsonl"):
+        for path in ((state or self.state) / "suspect-flags.jsonl",
+                     self.controller / "suspect-flags.jsonl"):  # fmt: skip
             if path.exists():
                 found += [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         return sorted(found, key=lambda e: e.get("when", 0))
 
-    def wait_event(self, hook: str, job: int, timeout: float = 60) -> dict:
-        """Wait until `hook` has recorded a run for `job`; its newest event."""
+    def wait_event(
+        self, hook: str, job: int, timeout: float = 60, state: Path | None = None
+    ) -> dict:
+        """Wait until `hook` has recorded a run for `job` (in `state`, a node's own state
+        directory, or the site's); its newest event."""
         import time
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = [e for e in self.events() if e["hook"] == hook and e.get("job") == str(job)]
+            found = [
+                e for e in self.events(state) if e["hook"] == hook and e.get("job") == str(job)
+            ]
             if found:
                 return found[-1]
             time.sleep(0.5)
