@@ -8,27 +8,46 @@ with a broken config logs to (/var/lib/gpugate) are replaced by the test run's o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import Iterator
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+_private: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's own cache, fallback state and (absent) site file, before anything is collected:
+    a test module that loads a config when imported (a module-level `CFG = ...`) runs at
+    collection, before any fixture; with the places set in a session fixture it wrote the
+    host's /var/cache/gpugate as root (found by watching /var/cache in a CI run)."""
     import gpugate.config
     from gpugate.gate.guard import FALLBACK_ENV
 
-    os.environ["GPUGATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("yamlcache"))
-    os.environ[FALLBACK_ENV] = str(tmp_path_factory.mktemp("fallback-state"))
+    base = tempfile.mkdtemp(prefix="gpugate-tests-")
+    _private["base"] = base
+    for name in ("yamlcache", "fallback-state", "no-site"):
+        os.mkdir(os.path.join(base, name))
+    os.environ["GPUGATE_CACHE_DIR"] = os.path.join(base, "yamlcache")
+    os.environ[FALLBACK_ENV] = os.path.join(base, "fallback-state")
     os.environ.pop("GPUGATE_CONFIG", None)
     # No --config and no GPUGATE_CONFIG means the packaged defaults, never the host's site file.
-    site_file = gpugate.config.DEFAULT_SITE_FILE
-    gpugate.config.DEFAULT_SITE_FILE = str(tmp_path_factory.mktemp("no-site") / "gpugate.yaml")
-    yield
-    gpugate.config.DEFAULT_SITE_FILE = site_file
+    _private["site_file"] = gpugate.config.DEFAULT_SITE_FILE
+    gpugate.config.DEFAULT_SITE_FILE = os.path.join(base, "no-site", "gpugate.yaml")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put the site file's name back and remove the run's private places."""
+    import gpugate.config
+
+    if "site_file" in _private:
+        gpugate.config.DEFAULT_SITE_FILE = _private["site_file"]
+    if "base" in _private:
+        shutil.rmtree(_private["base"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
