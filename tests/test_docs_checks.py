@@ -76,3 +76,10 @@ def test_a_comment_is_found_above_its_key_and_shared_by_a_sibling_it_names():
         "a": "", "a.x_max": "the first two", "a.x_min": "the first two", "a.other": "",
         "a.b": "own",
     }  # fmt: skip
+
+
+def test_the_nav_lists_every_check_page():
+    """mkdocs.yml's check pages are the generator's (its markers hold one line per check)."""
+    text = (REPO / "mkdocs.yml").read_text()
+    listed = re.findall(r"^\s*- ([\w.]+): checks/\1\.md$", text, re.M)
+    assert listed == list(gen.in_catalog_order(registered()))
