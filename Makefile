@@ -24,7 +24,7 @@ venv: $(STAMP)
 TORCH_VENV ?= .venv-torch
 # pytest-xdist workers for `make test`, whole modules to a worker (--dist loadfile: a module's
 # local Slurm cluster stays in one process). The end-to-end tests mostly wait on Slurm, so 3
-# workers on CI's 2 cores took `make test` from 14 to 5.5 minutes (README, "CI"). 0: one process.
+# workers on CI's 2 cores took `make test` from 14 to 5.5 minutes (docs/performance.md, "CI"). 0: one process.
 TEST_WORKERS ?= 3
 TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
@@ -73,7 +73,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/python tools/gen_check_pages.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The RPM for the cluster's nodes (README, "Installing on a cluster"): dist/gpugate-<version>-1.noarch.rpm.
+# The RPM for the cluster's nodes (docs/guide/install.md): dist/gpugate-<version>-1.noarch.rpm.
 # Needs rpmbuild (Debian: apt-get install rpm) and PyPI for the bundled dependencies.
 rpm: $(STAMP)
 	PYTHON=$(BIN)/python packaging/rpm/build.sh
