@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# MkDocs and its Material theme (pyproject's `docs` extra) only where `make docs` needs them, so
+# `make test` on a fresh machine installs no more than before.
+DOCS_STAMP := $(VENV)/.docs-stamp
 
-.PHONY: venv torch demo test lint typecheck bench clean rpm deb
+.PHONY: venv torch demo test lint typecheck bench docs clean rpm deb
 
 venv: $(STAMP)
 
@@ -21,7 +24,7 @@ venv: $(STAMP)
 TORCH_VENV ?= .venv-torch
 # pytest-xdist workers for `make test`, whole modules to a worker (--dist loadfile: a module's
 # local Slurm cluster stays in one process). The end-to-end tests mostly wait on Slurm, so 3
-# workers on CI's 2 cores took `make test` from 14 to 5.5 minutes (README, "CI"). 0: one process.
+# workers on CI's 2 cores took `make test` from 14 to 5.5 minutes (docs/performance.md, "CI"). 0: one process.
 TEST_WORKERS ?= 3
 TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
@@ -36,6 +39,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
@@ -58,7 +65,15 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_check.py
 
-# The RPM for the cluster's nodes (README, "Installing on a cluster"): dist/gpugate-<version>-1.noarch.rpm.
+# The docs site (mkdocs.yml) into build/docs: the check pages written from the registry first
+# (tools/gen_check_pages.py; commit what it changes), then `mkdocs build --strict`, so a broken
+# link or anchor, or a page left out of the nav, fails. About a second. NO_MKDOCS_2_WARNING:
+# Material's banner about its successor, not a warning about these docs.
+docs: $(DOCS_STAMP)
+	$(BIN)/python tools/gen_check_pages.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The RPM for the cluster's nodes (docs/guide/install.md): dist/gpugate-<version>-1.noarch.rpm.
 # Needs rpmbuild (Debian: apt-get install rpm) and PyPI for the bundled dependencies.
 rpm: $(STAMP)
 	PYTHON=$(BIN)/python packaging/rpm/build.sh

@@ -1,6 +1,6 @@
 """Benchmark: what gpugate costs one node, and Slurm, as the job and the cluster grow (issue 32).
 
-Four parts, each a table for the README:
+Four parts, each a table for docs/performance.md:
 1. `prolog`: one node's Prolog in a job of 1, 64 and 1,000 nodes (the packaged hook wrapper
    and launcher, a replayed healthy H100 snapshot, SLURM_JOB_NODELIST of that size, the peer
    probe at its defaults): the hook's wall time (median of --runs), and from one run under

@@ -214,7 +214,7 @@ def next_steps(site: Site, page: Path, job: int) -> None:
         f"{GPUGATE} check                          # this node's checklist",
         f"{GPUGATE} nodes --drained --stats        # on your cluster (SLURM_CONF set)",
         f'sinfo -R -o "{SINFO_R}"                  # drain reasons, uncut',
-        "docs/flow.md, README.md (Install)        # wiring the hooks into slurm.conf",
+        "docs/guide/install.md, docs/flow.md     # wiring the hooks into slurm.conf",
     ):
         print(f"  {line}")
 

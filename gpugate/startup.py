@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 # module -> (ms it saves the warm hook runs that skip it; why it waits). Figures: `python
 # bench/bench_lazy.py` (2026-12-03, the 2-core CI VM, shared and noisy: medians of 5, each
 # measured in the first run that skips the module, after what that run imports); 0.0 where
-# every run imports it anyway or it is not installed there (the figure in the reason is the
-# README's). The first part waits for start-up; the second for the reason it gives, and saves
+# every run imports it anyway or it is not installed there (the figure in the reason is
+# docs/performance.md's). The first part waits for start-up; the second for the reason it gives, and saves
 # what it says besides.
 LAZY: dict[str, tuple[float, str]] = {
     # -- kept out of a replayed check (the start-up target) and of the hooks that need none --

@@ -12,7 +12,7 @@ from gpugate.checks.registry import describe
 from gpugate.checks.run import run_checks
 from gpugate.config import load_config
 
-CATALOGUE = os.path.join(os.path.dirname(__file__), "..", "README.md")
+CATALOGUE = os.path.join(os.path.dirname(__file__), "..", "docs", "checks", "index.md")
 
 
 def test_every_check_has_a_one_line_description():
@@ -24,7 +24,7 @@ def test_the_catalogue_document_lists_every_check():
     with open(CATALOGUE, encoding="utf-8") as fh:
         doc = fh.read()
     missing = [c for c in describe() if f"`{c}`" not in doc]
-    assert not missing, f"the README's check catalogue lacks {missing}"
+    assert not missing, f"the check catalogue (docs/checks/) lacks {missing}"
 
 
 def test_a_healthy_node_has_no_finding_but_ok():

@@ -1,7 +1,7 @@
 """The start-up budget: what a warm hook run may import (it runs before every job and task).
 
 Each of these modules costs 5-150 ms to import on the CI machine (loguru 150, pynvml 40,
-yaml 20, typing/dataclasses 5-25, shutil/tempfile 5-10: README, "Performance"), more than the
+yaml 20, typing/dataclasses 5-25, shutil/tempfile 5-10: docs/performance.md), more than the
 whole checklist of a healthy node. A replayed healthy prolog, a TaskProlog, a replayed
 `gpugate check` (with and without --json), an epilog and a health check run in fresh
 interpreters, warm (the parsed-YAML cache filled by a first run), and list what they imported.
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gpugate"
 HEALTHY = ROOT / "config" / "snapshots" / "h100-healthy.yaml"
 FORBIDDEN = ("yaml", "loguru", "pynvml", "shutil", "tempfile", "dataclasses", "typing")
-# What the benchmark's command (`gpugate check --facts`, README "Performance") keeps out on
+# What the benchmark's command (`gpugate check --facts`, docs/performance.md) keeps out on
 # top of FORBIDDEN; each is a LAZY entry, and this run is the one the start-up target measures.
 NOT_IN_A_REPLAYED_CHECK = (
     "re",

@@ -1,4 +1,5 @@
-"""The README's "Try it without GPUs" recipe, followed as written (issue 40, deliver 5).
+"""The guide's "Try it without GPUs" recipe (docs/guide/snapshots.md, once in the README),
+followed as written (issue 40, deliver 5).
 
 Its first block runs with bash in a temporary directory (DIR and CONF pointed there, nothing of
 the host's /etc touched); the gres.conf it gives Slurm must name exactly the devices that block
@@ -19,9 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def recipe() -> tuple[str, str]:
-    """(the shell block, the gres.conf block) of the README's section."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Try it without GPUs\n", 1)[1].split("\n## ", 1)[0]
+    """(the shell block, the gres.conf block) of the guide's section."""
+    text = (REPO / "docs" / "guide" / "snapshots.md").read_text()
+    section = text.split("## Try it without GPUs\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
     shell = next(body for lang, body in blocks if lang == "sh")
     gres = next(body for lang, body in blocks if lang == "" and "gres.conf" in body)

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from gpugate.slurm.cli import Runner
 
-FIX = ("build pyslurm for this Slurm and the Python that runs gpugate (README, \"The Slurm "
-       "backend\"), or set slurm.backend: auto")  # fmt: skip
+FIX = ("build pyslurm for this Slurm and the Python that runs gpugate (docs/guide/install.md, "
+       "\"The Slurm backend\"), or set slurm.backend: auto")  # fmt: skip
 
 
 def check_backend(
