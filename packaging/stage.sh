@@ -135,6 +135,11 @@ install -m 0755 "$repo"/slurm_hooks/gpugate-* "$tree/libexec/"
 install -m 0644 "$rpmdir/site-gpugate.yaml" "$tree/etc/gpugate.yaml"
 install -m 0644 "$rpmdir/hook.env.example" "$tree/etc/hook.env"
 install -m 0644 "$repo/README.md" "$rpmdir/slurm.conf.example" "$tree/doc/"
+# The pages the README links to (docs/guide/install.md, ...), so that its links hold on a node
+# (/usr/share/doc/gpugate/docs/...); the markdown only, not the site's build.
+(cd "$repo" && find docs -name '*.md' -type f) | while read -r page; do
+    install -D -m 0644 "$repo/$page" "$tree/doc/$page"
+done
 # Optional documents: shipped when the project has them.
 for f in "$repo/config/gpugate-alerts.yml" "$repo"/examples/*.sbatch; do
     [ -f "$f" ] || continue

@@ -147,6 +147,18 @@ def test_layout_is_the_rpms(deb_file):
     assert not [p for p in entries if re.search(r"\.(so|pyd|pyc)$|\.so\.|__pycache__", p)]
 
 
+def test_the_readmes_links_hold_in_the_package(deb_file):
+    """README.md links to docs/guide/... pages: they ship beside it in /usr/share/doc/gpugate."""
+    entries = set(contents(deb_file))
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    links = {m.split("#")[0] for m in re.findall(r"\]\((docs/[^)\s]+)\)", readme)}
+    assert links, "the README links to no page under docs/"
+    missing = sorted(f"/usr/share/doc/gpugate/{link}" for link in links
+                     if f"/usr/share/doc/gpugate/{link}" not in entries)  # fmt: skip
+    assert not missing, missing
+
+
 def test_every_module_of_the_project_is_bundled(deb_file):
     """A subpackage missing from pyproject's list would fail only when its hook runs."""
     entries = contents(deb_file)
