@@ -300,7 +300,7 @@ def test_lua_opt_out_and_message_follow_the_site(tmp_path: Path) -> None:
 
 
 # scontrol update: job_desc holds only what the update sets (the rest NO_VAL / nil), job_rec the
-# job as it is (Slurm 22.05's record has no num_tasks; max_nodes 0 when unset).
+# job as it is (Slurm 22.05's record has no num_tasks; max_nodes 0 when unset, 26.05's num_tasks).
 UNSET = ("min_nodes = 4294967294, max_nodes = 4294967294, num_tasks = 4294967294, "
          "min_cpus = 4294967294, ntasks_per_node = 65534, cpus_per_task = 65534, het_job_offset = 0")  # fmt: skip
 LARGE = '{comment = "gpugate:ckpt=/x", min_nodes = 2, max_nodes = 2, min_cpus = 2, total_nodes = 0, het_job_id = 0}'
@@ -330,7 +330,11 @@ MODIFY = [
     # checkpoint of a job whose size the record cannot show.
     ("num_tasks = 2", FREE, True),
     ("num_tasks = 2, min_nodes = 1, max_nodes = 1", FREE, False),
-    ("num_tasks = 2", SMALL, False),  # -N 1 bounds it
+    # 26.05's record of `-n1` without -N has max_nodes 1 (JOB_IMPLICIT_MAX_NODES), which grows
+    # with NumTasks=; job_rec cannot tell it from -N 1's, so only NumNodes= in the update bounds.
+    ("num_tasks = 2", SMALL, True),
+    ("num_tasks = 2, min_nodes = 1, max_nodes = 1", SMALL, False),
+    ("num_tasks = 2, max_nodes = 1", SMALL, False),
     ("num_tasks = 1", FREE, False),
     ("sockets_per_node = 1", FREE.replace("min_cpus = 1", "min_cpus = 2"), True),
     ("threads_per_core = 1", FREE, False),  # one CPU: one task
