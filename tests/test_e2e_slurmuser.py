@@ -25,8 +25,20 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_slurm_user  # noqa: E402
+from redteam import ATTACKER, as_user  # noqa: E402
 
 from gpugate.slurm.hostlist import hostlist_expand  # noqa: E402
+
+# Exits 0 only when every path named is out of the user's reach (its text never read).
+DENIED_ALL = """\
+import sys
+for path in sys.argv[1:]:
+    try:
+        open(path).read()
+    except PermissionError:
+        continue
+    sys.exit(f"{path} is readable")
+"""
 
 NODES = ["n1", "n2"]
 NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
@@ -122,6 +134,10 @@ def test_an_xid_79_is_requeued_off_the_drained_node_by_a_controller_running_as_s
     assert (site.controller / "events.jsonl").stat().st_uid == slurm_uid
     # The decision record it read: root's and slurm's group's only (issue 41), no log text.
     record = site.evidence / "controller-view" / str(job) / f"{first}-r0.json"
+    # Red team (issue 41, R3): another ordinary user reads none of the job's records or digest.
+    files = sorted(str(p) for p in record.parent.iterdir())
+    assert len(files) >= 2, files  # the record and the digest
+    as_user(ATTACKER, DENIED_ALL, *files)
     assert record.stat().st_uid == 0 and oct(record.stat().st_mode & 0o777) == "0o640"
     assert record.stat().st_gid == grp.getgrnam("slurm").gr_gid
     assert "Watchdog" not in record.read_text()
