@@ -122,8 +122,11 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
     def boom(*args, **kwargs):
         raise RuntimeError("bug after the decision")
 
-    for name in ("mark_refused", "explain_refusal", "summary", "check_statuses", "prepare_job"):
+    for name in ("summary", "check_statuses", "prepare_job"):
         monkeypatch.setattr(f"gpugate.hooks.prolog.{name}", boom)
+    # The refusal's note and AdminComment are the executor's steps (gpugate/act/execute.py).
+    monkeypatch.setattr("gpugate.act.execute.write_private", boom)
+    slurm.errors["admin_comment"] = RuntimeError("bug after the decision")
     assert prolog(site) == 1
     assert slurm.drains
 
@@ -133,7 +136,7 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
     [
         "gpugate.store.history.record_drain",
         "gpugate.store.metrics.update_metrics",
-        "gpugate.commands.prolog.say_verdict",
+        "gpugate.hooks.prolog.say_verdict",
         "gpugate.log.event",
     ],
 )
