@@ -15,9 +15,8 @@ import sys
 
 from gpugate import log
 from gpugate.act import steps as S
-from gpugate.gate.drain import DrainOutcome, drain_counted, isolate_after_drain, undo_beyond_budget
 from gpugate.record import Record
-from gpugate.store import history, metrics
+from gpugate.store import metrics
 from gpugate.store.state import ensure_job_dir, write_private
 
 TYPE_CHECKING = False
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.gate.drain import DrainOutcome
     from gpugate.slurm.control import SlurmControl
 
 DONE = "done"
@@ -120,15 +120,17 @@ def execute(plan: Iterable[S.Step], hands: Hands, dry_run: bool = False, kept: s
         except Exception as exc:  # MemoryError and RecursionError included: one step only
             error = f"{type(exc).__name__}: {exc}"
             if isinstance(step, S.Drain):  # not drained: what depends on the drain waits
+                from gpugate.gate.drain import DrainOutcome  # only a plan that drains
+
                 drain = DrainOutcome(
                     reason=step.reason, drained=False, blocked_by="error", why=error
                 )
             _failed(hands, what, error, kept)
             outcomes.append(Outcome(kind=step.KIND, what=what, status=FAILED, said=error))
             continue
-        if isinstance(said, DrainOutcome):
-            drain = said
-            said = _drain_said(said)
+        if isinstance(step, (S.Drain, S.Undo)):  # the drain as it stands now
+            drain = said  # type: ignore[assignment]  # their hands return a DrainOutcome
+            said = _drain_said(drain)
         text = said if isinstance(said, str) else ""
         outcomes.append(Outcome(kind=step.KIND, what=what, status=DONE, said=text))
     return Report(outcomes=tuple(outcomes), drain=drain)
@@ -153,7 +155,9 @@ def _not_due(when: str, drain: DrainOutcome | None, dry_run: bool) -> str:
     return ""
 
 
-def _drain_said(outcome: DrainOutcome) -> str:
+def _drain_said(outcome: DrainOutcome | None) -> str:
+    if outcome is None:
+        return ""
     if outcome.drained:
         return "drained"
     return (
@@ -200,16 +204,22 @@ def _note(message: str) -> None:
 
 
 def _drain(step: S.Drain, hands: Hands, _: DrainOutcome | None) -> DrainOutcome:
+    from gpugate.gate.drain import drain_counted  # only a failing hook drains (start-up)
+
     return drain_counted(hands.slurm(), step.node, step.reason, hands.config, step.check)
 
 
 def _undo(step: S.Undo, hands: Hands, drain: DrainOutcome | None) -> DrainOutcome:
     if drain is None:  # `when: drained` makes it due only after a drain
         raise ValueError("no drain to undo")
+    from gpugate.gate.drain import undo_beyond_budget
+
     return undo_beyond_budget(hands.slurm(), step.node, drain, hands.config, step.check)
 
 
 def _isolate(step: S.Isolate, hands: Hands, _: DrainOutcome | None) -> str:
+    from gpugate.gate.drain import isolate_after_drain
+
     line = isolate_after_drain(hands.config, hands.slurm(), step.node, list(step.failing),
                                step.gpus, step.boot_id)  # fmt: skip
     if line:
@@ -246,6 +256,8 @@ def _comment(step: S.Note, hands: Hands, _: DrainOutcome | None) -> str:
 
 
 def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> str:
+    from gpugate.store import history  # only after a drain (start-up: a healthy run skips it)
+
     history.note_drain(hands.config, step.node, step.reason, check=step.check, hook=step.hook,
                        boot_id=step.boot_id, job=step.job, category=step.category,
                        xid=step.xid, bundle=step.bundle)  # fmt: skip
@@ -253,6 +265,8 @@ def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> 
 
 
 def _record_xids(step: S.RecordUnknownXids, hands: Hands, _: DrainOutcome | None) -> str:
+    from gpugate.store import history
+
     history.note_unknown_xids(hands.config, step.node, step.xids, job=step.job, hook=step.hook)
     return ""
 

@@ -33,7 +33,6 @@ from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.gate.budget import warn_daily
-from gpugate.gate.drain import DrainOutcome, drain_detail
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
 from gpugate.hooks.task_prolog import fr_opted_out
@@ -246,6 +245,8 @@ def failure_plan(
     """The prolog's plan for a failing node: drain (within the budget), undo a drain beyond
     it, isolate the faulty GPU, and, when the failure concerns the job, refuse it and say why
     in its AdminComment (neither when the budget held the drain back)."""
+    from gpugate.gate.drain import drain_detail  # only a failing prolog drains (start-up)
+
     node = env.node or ""
     check, detail = drain_detail(failing)
     plan: list[Step] = [
@@ -290,6 +291,8 @@ def act_on_failure(
         note(f"could not plan the drain ({type(exc).__name__}: {exc}); draining for {check}")
     report = execute(plan, hands, kept="decision")
     drain = next(s for s in plan if isinstance(s, Drain))  # failure_plan starts with it
+    from gpugate.gate.drain import DrainOutcome
+
     outcome = report.drain or DrainOutcome(reason=drain.reason, drained=False, blocked_by="error")
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
     refuse = concerns and outcome.blocked_by != "budget"
