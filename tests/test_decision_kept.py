@@ -14,7 +14,7 @@ import os
 import subprocess
 
 import pytest
-from factories import make_facts, patch_everywhere
+from factories import make_facts
 from fakes import FakeSlurm
 
 from gpugate.cli import main
@@ -216,7 +216,8 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     monkeypatch.setattr(
         "gpugate.slurm.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
     )
-    patch_everywhere(monkeypatch, "gpugate.hooks.epilog", "run_epilog", lambda config, env: result)
+    # The epilog's judgement and acts stand in; its bookkeeping (the executor's) runs for real.
+    monkeypatch.setattr("gpugate.hooks.epilog.judge_and_act", lambda config, env, hands: result)
 
     def boom(*args, **kwargs):
         raise TypeError("hostile history")

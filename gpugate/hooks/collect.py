@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import time
 
 from gpugate import fsutil, log
+from gpugate.act.steps import Drain, Isolate, Undo
 from gpugate.checks.kerneltime import line_utc
 from gpugate.checks.sources.kernel_log import newest_lines
 from gpugate.clock import utc
@@ -16,14 +16,14 @@ from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
-from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
+from gpugate.gate.drain import drain_detail
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.layout import node_of_rank
-from gpugate.slurm.reasons import drill_mark, evidence_detail
+from gpugate.slurm.reasons import drain_reason, drill_mark, evidence_detail
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
@@ -39,6 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.act.steps import Plan
     from gpugate.checkpoints.freshness import Freshness
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
@@ -69,7 +70,7 @@ def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) ->
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
     info: dict[str, Any] = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
     try:
-        slurm = slurm or _slurm(config)
+        slurm = slurm or slurm_for(config)
         job = slurm.job(env.job_id or "")
         info.update(
             stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
@@ -236,28 +237,25 @@ def _diagnose(
     return {**diagnosis.to_json(), "first_failure_at": first_failure_at(diagnosis)}
 
 
-def drain_for_hardware(
-    config: Config,
+def drain_plan(
     env: HookEnv,
     hardware: list[Finding],
-    slurm: SlurmControl | None = None,
     bundle: str | None = None,
     gpus: tuple[Gpu, ...] | None = None,
     boot_id: str | None = None,
-) -> tuple[str, bool, str | None]:
-    """Drain this node for its own hardware fault: (reason, drained, what blocked it: "admin",
-    "budget", "error" or None); the reason names the bundle if one was written. With
-    `isolate.unit: gpu` a fault confined to one GPU then starts that GPU's isolation."""
+) -> Plan:
+    """The plan to drain this node for its own hardware fault (within the budget, undone beyond
+    it); the reason names the bundle if one was written. With `isolate.unit: gpu` a fault
+    confined to one GPU then starts that GPU's isolation (gpugate/act/execute.py does it)."""
     check_id, detail = drain_detail(hardware)
     if bundle:
         detail = evidence_detail(bundle, detail)
-    slurm = slurm or _slurm(config)
-    outcome = drain_node(slurm, env.node or "", check_id, detail, config)
-    if outcome.drained:
-        isolation = isolate_after_drain(config, slurm, env.node or "", hardware, gpus, boot_id)
-        if isolation:
-            sys.stderr.write(f"gpugate: {isolation}\n")
-    return outcome.reason, outcome.drained, outcome.blocked_by
+    node = env.node or ""
+    return (
+        Drain(node=node, check=check_id, reason=drain_reason(check_id, detail)),
+        Undo(node=node, check=check_id),
+        Isolate(node=node, failing=tuple(hardware), gpus=gpus, boot_id=boot_id),
+    )
 
 
 def _action(result: EpilogResult, pending_drain: bool) -> str:
@@ -525,5 +523,5 @@ def _first_time(lines: list[str]) -> str | None:
     return None
 
 
-def _slurm(config: Config) -> SlurmControl:
+def slurm_for(config: Config) -> SlurmControl:
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

@@ -32,6 +32,7 @@ from gpugate.checks.findings import SEVERITY, fail
 from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
@@ -229,9 +230,10 @@ def decide_and_act(
                               message=summary(decision), statuses=statuses)  # fmt: skip
     else:
         result = act_on_failure(config, env, decision, hands, statuses, facts.gpus, facts.boot_id)
-    return result.replace(
-        unknown_xids=unknown, duration_s=time.monotonic() - started
-    ), facts.boot_id
+    # This boot's id for the history (repair evidence): the facts', else this node's own (a
+    # replayed snapshot may carry none); read here, with the facts, never by the store.
+    boot = facts.boot_id or boot_id(config)
+    return result.replace(unknown_xids=unknown, duration_s=time.monotonic() - started), boot
 
 
 def failure_plan(
