@@ -8,7 +8,6 @@ import os
 import time
 
 from gpugate import fsutil, log
-from gpugate.act.steps import Drain, Isolate, Undo
 from gpugate.checks.kerneltime import line_utc
 from gpugate.checks.sources.kernel_log import newest_lines
 from gpugate.clock import utc
@@ -16,14 +15,13 @@ from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
-from gpugate.gate.drain import drain_detail
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.layout import node_of_rank
-from gpugate.slurm.reasons import drain_reason, drill_mark, evidence_detail
+from gpugate.slurm.reasons import drill_mark
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
@@ -39,9 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.act.steps import Plan
     from gpugate.checkpoints.freshness import Freshness
-    from gpugate.checks.facts import Facts, Gpu
+    from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog_result import EpilogResult
@@ -235,27 +232,6 @@ def _diagnose(
     diagnosis = diagnose_streams(inputs)
     # Read here, where the job's files can be read again: the cleaned lines lose their stamps.
     return {**diagnosis.to_json(), "first_failure_at": first_failure_at(diagnosis)}
-
-
-def drain_plan(
-    env: HookEnv,
-    hardware: list[Finding],
-    bundle: str | None = None,
-    gpus: tuple[Gpu, ...] | None = None,
-    boot_id: str | None = None,
-) -> Plan:
-    """The plan to drain this node for its own hardware fault (within the budget, undone beyond
-    it); the reason names the bundle if one was written. With `isolate.unit: gpu` a fault
-    confined to one GPU then starts that GPU's isolation (gpugate/act/execute.py does it)."""
-    check_id, detail = drain_detail(hardware)
-    if bundle:
-        detail = evidence_detail(bundle, detail)
-    node = env.node or ""
-    return (
-        Drain(node=node, check=check_id, reason=drain_reason(check_id, detail)),
-        Undo(node=node, check=check_id),
-        Isolate(node=node, failing=tuple(hardware), gpus=gpus, boot_id=boot_id),
-    )
 
 
 def _action(result: EpilogResult, pending_drain: bool) -> str:

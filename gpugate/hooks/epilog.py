@@ -13,6 +13,7 @@ import os
 import time
 
 from gpugate.act.execute import Hands, execute, planned
+from gpugate.act.plans import drain_steps
 from gpugate.act.steps import Drain, RecordDrain, RecordEvent, RecordMetrics, Say
 from gpugate.checks.kernel import app_xid_suspect, lost_detail, repeats
 from gpugate.checks.registry import hardware_checks
@@ -179,9 +180,9 @@ def drain_now(
     facts: Facts,
     bundle: str | None = None,
 ) -> dict[str, Any]:
-    """Drain this node for its own hardware fault (collect.drain_plan, by the executor): the
+    """Drain this node for its own hardware fault (act.plans.drain_steps, by the executor): the
     EpilogResult fields it sets (reason, check, drained, blocked_by, steps)."""
-    plan = collect.drain_plan(env, faults, bundle, gpus=facts.gpus, boot_id=facts.boot_id)
+    plan = drain_steps(env.node or "", faults, facts.gpus, facts.boot_id, bundle)
     report = execute(plan, hands, kept="drain")
     drain = plan[0]
     outcome = report.drain

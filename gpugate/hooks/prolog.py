@@ -14,10 +14,10 @@ import time
 
 from gpugate import log
 from gpugate.act.execute import Hands, execute, planned
+from gpugate.act.plans import drain_steps
 from gpugate.act.steps import (
     NOT_HELD,
     Drain,
-    Isolate,
     Note,
     RecordDrain,
     RecordEvent,
@@ -25,7 +25,6 @@ from gpugate.act.steps import (
     RecordUnknownXids,
     Refuse,
     Say,
-    Undo,
 )
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY, fail
@@ -249,13 +248,8 @@ def failure_plan(
     in its AdminComment (neither when the budget held the drain back)."""
     from gpugate.gate.drain import drain_detail  # only a failing prolog drains (start-up)
 
-    node = env.node or ""
+    plan: list[Step] = list(drain_steps(env.node or "", failing, gpus, boot_id))
     check, detail = drain_detail(failing)
-    plan: list[Step] = [
-        Drain(node=node, check=check, reason=drain_reason(check, detail)),
-        Undo(node=node, check=check),
-        Isolate(node=node, failing=tuple(failing), gpus=gpus, boot_id=boot_id),
-    ]
     if concerns and env.job_id:
         plan.append(Refuse(job_id=env.job_id, reason=drain_reason(check, detail)))
         if config.prolog.admin_comment:
