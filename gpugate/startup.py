@@ -77,6 +77,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
     "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
+    "gpugate.gate.requeue": (
+        5.2,
+        "act.execute (StartNow, NoteBeside): the controller's requeue steps; no node hook "
+        "takes one",
+    ),
     "gpugate.gate.drain": (
         0.4,
         "act.execute (Drain, Undo, Isolate), hooks.prolog (the failure's plan): only a "

@@ -96,8 +96,7 @@ def test_a_failing_step_does_not_stop_the_others(config, tmp_path, capsys):
     assert (event["hook"], event["x"]) == ("prolog", 1)
     err = capsys.readouterr().err
     assert (
-        "gpugate: prolog: admin comment on 42 failed (SlurmError: slurmctld down); decision kept"
-        in err
+        "gpugate: prolog: admin comment failed (SlurmError: slurmctld down); decision kept" in err
     )
 
 

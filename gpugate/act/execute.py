@@ -100,10 +100,13 @@ def _backend(config: Config) -> SlurmControl:
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 
 
-def execute(plan: Iterable[S.Step], hands: Hands, dry_run: bool = False, kept: str = "") -> Report:
+def execute(
+    plan: Iterable[S.Step], hands: Hands, dry_run: bool = False, kept: str | None = ""
+) -> Report:
     """Carry out `plan` in order, each step guarded; the report of every step's outcome.
 
-    `kept` ends the line said for a step that raised ("decision", "drain": what stands)."""
+    `kept` ends the line said for a step that raised ("decision", "drain": what stands);
+    None says no line (the caller logs the report's lines itself)."""
     outcomes: list[Outcome] = []
     drain: DrainOutcome | None = None
     for step in plan:
@@ -125,8 +128,9 @@ def execute(plan: Iterable[S.Step], hands: Hands, dry_run: bool = False, kept: s
                 drain = DrainOutcome(
                     reason=step.reason, drained=False, blocked_by="error", why=error
                 )
-            _failed(hands, what, error, kept)
-            outcomes.append(Outcome(kind=step.KIND, what=what, status=FAILED, said=error))
+            if kept is not None:
+                _failed(hands, what, error, kept)
+            outcomes.append(Outcome(kind=step.KIND, what=what, status=FAILED, said=str(exc)))
             continue
         if isinstance(step, (S.Drain, S.Undo)):  # the drain as it stands now
             drain = said  # type: ignore[assignment]  # their hands return a DrainOutcome
@@ -243,6 +247,25 @@ def _requeue(step: S.Requeue, hands: Hands, _: DrainOutcome | None) -> str:
     return ""
 
 
+def _exclude(step: S.Exclude, hands: Hands, _: DrainOutcome | None) -> str:
+    excluded, pinned = hands.slurm().exclude_nodes(step.job_id, step.nodes)
+    kept = f"; kept the -w pin on {','.join(pinned)}" if pinned else ""
+    return f"ExcNodeList now {','.join(excluded) or '(none)'}{kept}"
+
+
+def _start_now(step: S.StartNow, hands: Hands, _: DrainOutcome | None) -> str:
+    from gpugate.gate.requeue import start_when_pending  # only the controller's requeue
+
+    start_when_pending(hands.config, step.job_id)
+    return ""
+
+
+def _note_beside(step: S.NoteBeside, hands: Hands, _: DrainOutcome | None) -> str:
+    from gpugate.gate.requeue import tell_user
+
+    return tell_user(step.job, step.decision)
+
+
 def _comment(step: S.Note, hands: Hands, _: DrainOutcome | None) -> str:
     slurm = hands.slurm()
     if step.target == "node":
@@ -292,6 +315,9 @@ _HANDS: dict[type[S.Step], Callable[[Any, Hands, DrainOutcome | None], object]] 
     S.Isolate: _isolate,
     S.Refuse: _refuse,
     S.Requeue: _requeue,
+    S.Exclude: _exclude,
+    S.StartNow: _start_now,
+    S.NoteBeside: _note_beside,
     S.Note: _comment,
     S.RecordDrain: _record_drain,
     S.RecordUnknownXids: _record_xids,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
+    from gpugate.gate.requeue import JobEnd, RequeueDecision
 
 ALWAYS = ""
 DRAINED = "drained"
@@ -98,6 +99,28 @@ class Requeue(Step):
         return f"scontrol requeue {self.job_id}"
 
 
+class Exclude(Step):
+    """Keep a requeued job off `nodes` (its own ExcNodeList; a node it asks for by name, -w,
+    is left alone by the adapter: the job would wait for good)."""
+
+    KIND = "requeue"
+    job_id: str
+    nodes: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"exclude {','.join(self.nodes)}"
+
+
+class StartNow(Step):
+    """Clear a requeued job's +120 s BeginTime once it is pending (a detached child waits)."""
+
+    KIND = "requeue"
+    job_id: str
+
+    def describe(self) -> str:
+        return "start now (once pending)"
+
+
 class Note(Step):
     """A comment for people: a job's AdminComment (`target` "job", replaced, or "job+" added
     to what is there) or a node's Comment ("node")."""
@@ -108,8 +131,19 @@ class Note(Step):
     text: str
 
     def describe(self) -> str:
-        what = "node comment" if self.target == "node" else "admin comment"
-        return f"{what} on {self.name}"
+        return "node comment" if self.target == "node" else "admin comment"
+
+
+class NoteBeside(Step):
+    """Why a finished job was not requeued, in a note beside its output, written as its user
+    (Slurm takes no AdminComment on a finished job)."""
+
+    KIND = "note"
+    job: JobEnd
+    decision: RequeueDecision
+
+    def describe(self) -> str:
+        return "note beside the job's output"
 
 
 class Record(Step):  # the step kind named "record" (gpugate.record.Record is the base of all)
