@@ -77,6 +77,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
     "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
+    "gpugate.act.execute": (
+        1.0,
+        "commands.check: `gpugate check --dry-run` only (the hooks import it at the top)",
+    ),
+    "gpugate.act.plans": (0.3, "commands.check: the same --dry-run"),
     "gpugate.gate.requeue": (
         5.2,
         "act.execute (StartNow, NoteBeside): the controller's requeue steps; no node hook "

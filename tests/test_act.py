@@ -207,3 +207,22 @@ def test_steps_are_records_checked_when_built():
         S.Drain(node=NODE, check="gpu.ecc", reason=REASON, detial="x")  # type: ignore[call-arg]
     assert S.Drain(node=NODE, check="c", reason="r") == S.Drain(node=NODE, check="c", reason="r")
     assert S.Undo(node=NODE, check="c").when == S.DRAINED
+
+
+def test_check_dry_run_says_the_prolog_plan_and_does_nothing(tmp_path, capsys):
+    import os
+
+    from gpugate.cli import main
+
+    snap = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots", "h100-ecc.yaml")
+    site = tmp_path / "site.yaml"
+    site.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    code = main(["check", "--facts", snap, "--config", str(site), "--node", "n7", "--dry-run",
+                 "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["plan"][0].startswith("would drain n7: gpugate: gpu.ecc: ")
+    assert out["plan"][1:] == ["would undo the drain of n7 if beyond the budget",
+                               "would isolate the faulty GPU(s) of n7 (isolate.unit: gpu)"]  # fmt: skip
+    assert not (tmp_path / "state").exists()
+    main(["check", "--facts", snap, "--config", str(site), "--json"])
+    assert "plan" not in json.loads(capsys.readouterr().out)  # the contract's output, as before
