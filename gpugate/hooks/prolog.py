@@ -181,7 +181,7 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
     """Run the whole prolog for one job on this node: gather, check, decide, act, record."""
     started = time.monotonic()
-    # The adapter is made on the first step that needs it (looked up here at call time).
+    # The adapter is made on the first step that needs it (by _slurm, looked up when called).
     hands = Hands(config, slurm, make_slurm=lambda c: _slurm(c), note=note, hook="prolog")
     result, boot = decide_and_act(config, env, hands, started)
     # Decided and done: nothing below (the history, the metrics, the events, a full or
@@ -274,6 +274,8 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
+    from gpugate.gate.drain import DrainOutcome  # only a failing prolog drains (start-up)
+
     failing = list(decision.failing)
     try:
         concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
@@ -287,8 +289,6 @@ def act_on_failure(
         note(f"could not plan the drain ({type(exc).__name__}: {exc}); draining for {check}")
     report = execute(plan, hands, kept="decision")
     drain = next(s for s in plan if isinstance(s, Drain))  # failure_plan starts with it
-    from gpugate.gate.drain import DrainOutcome
-
     outcome = report.drain or DrainOutcome(reason=drain.reason, drained=False, blocked_by="error")
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
     refuse = concerns and outcome.blocked_by != "budget"
