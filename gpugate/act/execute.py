@@ -64,10 +64,6 @@ class Report(Record):
         """Each outcome's line, in the plan's order."""
         return [o.describe() for o in self.outcomes]
 
-    def went(self, kind: str) -> bool:
-        """Whether a step of `kind` was due: carried out, tried (and failed), or would be."""
-        return any(o.kind == kind and o.status != SKIPPED for o in self.outcomes)
-
 
 class Hands:
     """What the executor acts with: the config, the Slurm adapter (made on first need by
