@@ -81,7 +81,11 @@ LAZY: dict[str, tuple[float, str]] = {
         1.0,
         "commands.check: `gpugate check --dry-run` only (the hooks import it at the top)",
     ),
-    "gpugate.act.plans": (0.3, "commands.check: the same --dry-run"),
+    "gpugate.act.plans": (
+        0.1,
+        "hooks.prolog (a failing prolog's plan), commands.check (the same --dry-run); "
+        "the epilog and health import it at the top",
+    ),
     "gpugate.gate.requeue": (
         5.2,
         "act.execute (StartNow, NoteBeside): the controller's requeue steps; no node hook "

@@ -14,7 +14,6 @@ import time
 
 from gpugate import log
 from gpugate.act.execute import Hands, execute, planned
-from gpugate.act.plans import drain_steps
 from gpugate.act.steps import (
     NOT_HELD,
     Drain,
@@ -35,14 +34,13 @@ from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
-from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
 from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.slurm.choose import backend, slurm_gres_gpus
 from gpugate.slurm.cli import expand_hostlist
-from gpugate.slurm.hookenv import comment_tokens
+from gpugate.slurm.hookenv import comment_tokens, fr_opted_out
 from gpugate.slurm.reasons import drain_reason, refusal_comment
 from gpugate.store.nccl_dir import prepare_nccl_dir
 from gpugate.store.state import (
@@ -246,7 +244,8 @@ def failure_plan(
     """The prolog's plan for a failing node: drain (within the budget), undo a drain beyond
     it, isolate the faulty GPU, and, when the failure concerns the job, refuse it and say why
     in its AdminComment (neither when the budget held the drain back)."""
-    from gpugate.gate.drain import drain_detail  # only a failing prolog drains (start-up)
+    from gpugate.act.plans import drain_steps  # only a failing prolog drains (start-up)
+    from gpugate.gate.drain import drain_detail
 
     plan: list[Step] = list(drain_steps(env.node or "", failing, gpus, boot_id))
     check, detail = drain_detail(failing)
