@@ -77,6 +77,25 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
     "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
+    "gpugate.act.execute": (
+        1.0,
+        "commands.check: `gpugate check --dry-run` only (the hooks import it at the top)",
+    ),
+    "gpugate.act.plans": (
+        0.1,
+        "hooks.prolog (a failing prolog's plan), commands.check (the same --dry-run); "
+        "the epilog and health import it at the top",
+    ),
+    "gpugate.gate.requeue": (
+        5.2,
+        "act.execute (StartNow, NoteBeside): the controller's requeue steps; no node hook "
+        "takes one",
+    ),
+    "gpugate.gate.drain": (
+        0.4,
+        "act.execute (Drain, Undo, Isolate), hooks.prolog (the failure's plan): only a "
+        "failing prolog drains; a healthy one takes no drain step",
+    ),
     "gpugate.store.fleet_view": (0.5, "gate.drain: the budget's shared read, only when draining"),
     "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),
@@ -108,8 +127,9 @@ LAZY: dict[str, tuple[float, str]] = {
     ),
     "gpugate.store.history": (
         1.3,
-        "gate.guard, qualify.settle: in the guard's error path, "
-        "which must survive a failing import",
+        "act.execute (the drain's and the unknown Xids' history steps: a healthy prolog has "
+        "none), gate.guard, qualify.settle: in the guard's error path, which must survive a "
+        "failing import",
     ),
     "gpugate.store.metrics": (1.0, "gate.guard: the same error path"),
     "gpugate.store.state": (0.8, "gate.guard: the same error path"),

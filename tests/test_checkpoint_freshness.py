@@ -164,6 +164,7 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
 
 
 def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
+    from gpugate.act.execute import Outcome, Report
     from gpugate.gate.requeue import RequeueDecision
     from gpugate.hooks import epilog_slurmctld as E
 
@@ -176,7 +177,9 @@ def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
         decision = RequeueDecision(requeue=requeue, why="x")
         monkeypatch.setattr(E, "wait_for_summaries", lambda *a: ([stale], {}))
         monkeypatch.setattr(E, "decide_requeue", lambda *a, d=decision: d)
-        monkeypatch.setattr(E, "apply", lambda *a, r=requeue, **k: ["requeued" if r else "kept"])
+        # The executor stands in: its report says what was done (gpugate/act/execute.py).
+        said = Outcome(kind="requeue", what="requeued" if requeue else "kept", status="done")
+        monkeypatch.setattr(E, "execute", lambda *a, o=said, **k: Report(outcomes=(o,)))
         monkeypatch.setattr(E, "cast_vote", lambda *a: None)
         monkeypatch.setattr(E, "resume_point", lambda *a: None)
         job = E.JobEnd(job_id="77", uid=0, gid=0, comment="gpugate:ckpt=/ck", restarts=0,

@@ -14,7 +14,7 @@ import os
 import subprocess
 
 import pytest
-from factories import make_facts, patch_everywhere
+from factories import make_facts
 from fakes import FakeSlurm
 
 from gpugate.cli import main
@@ -122,8 +122,11 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
     def boom(*args, **kwargs):
         raise RuntimeError("bug after the decision")
 
-    for name in ("mark_refused", "explain_refusal", "summary", "check_statuses", "prepare_job"):
+    for name in ("summary", "check_statuses", "prepare_job"):
         monkeypatch.setattr(f"gpugate.hooks.prolog.{name}", boom)
+    # The refusal's note and AdminComment are the executor's steps (gpugate/act/execute.py).
+    monkeypatch.setattr("gpugate.act.execute.write_private", boom)
+    slurm.errors["admin_comment"] = RuntimeError("bug after the decision")
     assert prolog(site) == 1
     assert slurm.drains
 
@@ -133,7 +136,7 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
     [
         "gpugate.store.history.record_drain",
         "gpugate.store.metrics.update_metrics",
-        "gpugate.commands.prolog.say_verdict",
+        "gpugate.hooks.prolog.say_verdict",
         "gpugate.log.event",
     ],
 )
@@ -213,7 +216,8 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     monkeypatch.setattr(
         "gpugate.slurm.hookenv.from_environ", lambda: HookEnv(node=NODE, job_id="7")
     )
-    patch_everywhere(monkeypatch, "gpugate.hooks.epilog", "run_epilog", lambda config, env: result)
+    # The epilog's judgement and acts stand in; its bookkeeping (the executor's) runs for real.
+    monkeypatch.setattr("gpugate.hooks.epilog.judge_and_act", lambda config, env, hands: result)
 
     def boom(*args, **kwargs):
         raise TypeError("hostile history")

@@ -193,12 +193,10 @@ def test_the_requeue_takes_an_infrastructure_cause_only_when_sure(confidence, in
 
 
 @pytest.mark.parametrize("confidence", ["high", "low"])
-def test_the_epilog_hands_its_confidence_to_the_metrics(monkeypatch, confidence) -> None:
-    from gpugate.commands import epilog as E
-    from gpugate.hooks.epilog import EpilogResult
+def test_the_epilog_hands_its_confidence_to_the_metrics(confidence) -> None:
+    from gpugate.hooks.epilog import EpilogResult, note_metrics
 
-    seen: dict = {}
-    monkeypatch.setattr(E.metrics, "note_run", lambda *a, **kw: seen.update(kw))
     r = EpilogResult(abnormal=True, why="exit code 1", category="ecc_error", confidence=confidence)
-    E.note_metrics(None, type("Env", (), {"node": "n1"})(), r)  # type: ignore[arg-type]
-    assert (seen["category"], seen["confidence"]) == ("ecc_error", confidence)
+    # The metrics step the epilog plans (gpugate/act/execute.py hands `run` to metrics.note_run).
+    step = note_metrics(None, type("Env", (), {"node": "n1"})(), r)  # type: ignore[arg-type]
+    assert (step.run["category"], step.run["confidence"]) == ("ecc_error", confidence)

@@ -44,10 +44,11 @@ _TABLE = {
     "gate": "checks config diagnosis flightrec isolate log slurm store",
     "health": "config store",
     "qualify": "checks config gate log slurm store",
+    "act": "checks config gate isolate log slurm store",
     "admin": "checkpoints checks config diagnosis gate isolate log qualify slurm store",
-    "hooks": "admin checkpoints checks config diagnosis drill flightrec gate health isolate log slurm store",
+    "hooks": "act admin checkpoints checks config diagnosis drill flightrec gate health isolate log slurm store",
     "cli": "checks config",
-    "commands": "admin checkpoints checks cli config diagnosis drill flightrec gate hooks isolate log qualify slurm store",
+    "commands": "act admin checkpoints checks cli config diagnosis drill flightrec gate hooks isolate log qualify slurm store",
     "__main__": "cli",
 }  # fmt: skip
 ALLOWED: dict[str, frozenset[str]] = {

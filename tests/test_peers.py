@@ -241,7 +241,6 @@ def test_prolog_pings_while_it_gathers_and_names_the_prober(monkeypatch):
 
     monkeypatch.setattr(peers_source, "probe_peer", fake_probe)
     monkeypatch.setattr(prolog, "gather", fake_gather)
-    monkeypatch.setattr(prolog, "with_slurm_gres", lambda config, node, facts: facts)
     env = HookEnv(node="n2", job_id="5", nodelist="n[1-3]", num_nodes=3)
     facts = prolog.gather_for_prolog(default_config(), env, 10)
     assert [(p.prober, p.node) for p in facts.peers] == [("n2", "n1"), ("n2", "n3")]

@@ -11,7 +11,7 @@ from gpugate.checks.sources import gather, replay_path
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
-from gpugate.gate.policy import Decision, decide, effective_status
+from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.node import node_hint, node_name
 from gpugate.text import dumps, printable
 
@@ -21,12 +21,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checks.findings import Finding
+    from gpugate.config.schema import Config
 
 
 # What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
 OPTIONS: dict[str, tuple[str, ...]] = {
     "values": ("--facts", "--config", "--node"),
-    "switches": ("--json",),
+    "switches": ("--json", "--dry-run"),
     "lists": ("--only",),
 }
 
@@ -51,6 +52,9 @@ def parser() -> ArgumentParser:
                    help="Slurm's name of this node, for facts_file's {node} and its Gres "
                    "(default: SLURMD_NODENAME, else the short host name)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--dry-run", action="store_true",
+                   help="also say what the prolog would do on this verdict (drain, undo beyond "
+                   "the budget, isolate), changing nothing")  # fmt: skip
     p.add_argument(
         "--only", metavar="ID", action="append", help="run only this check id (repeatable)"
     )
@@ -79,6 +83,7 @@ def main(argv: list[str]) -> int:
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)
     duration = time.perf_counter() - started
+    plan = would_do(config, node, decision) if args.dry_run else None
     if args.json:
         out = {
             "status": decision.status,
@@ -92,13 +97,29 @@ def main(argv: list[str]) -> int:
             "duration_s": round(duration, 6),
             "budget_warnings": budget_warnings(config.budget),
         }
+        if plan is not None:
+            out["plan"] = plan
 
         sys.stdout.write(dumps(out, indent=2) + "\n")
     else:
         sys.stdout.write(render_table(facts.node, decision, findings, duration))
         for warning in budget_warnings(config.budget):  # the drain budget cannot act
             sys.stdout.write(f"  WARN    drain budget: {warning}\n")
+        for line in plan or ():
+            sys.stdout.write(f"  PLAN    {printable(line)}\n")
     return EXIT_UNHEALTHY if decision.status == "fail" else EXIT_OK
+
+
+def would_do(config: Config, node: str, decision: Decision) -> list[str]:
+    """What the prolog's executor would do on this decision, said and not done (a dry run)."""
+    # Late: only --dry-run plans (gpugate/startup.py).
+    from gpugate.act.execute import Hands, execute
+    from gpugate.act.plans import drain_steps
+
+    if decision.action != DRAIN:
+        return []
+    plan = drain_steps(node, list(decision.failing))
+    return execute(plan, Hands(config), dry_run=True).lines()
 
 
 def render_table(

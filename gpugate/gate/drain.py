@@ -53,6 +53,16 @@ def drain_node(
 ) -> DrainOutcome:
     """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
     reason = drain_reason(check_id, detail)
+    outcome = drain_counted(slurm, node, reason, config, check_id)
+    if outcome.drained and config is not None:
+        return undo_beyond_budget(slurm, node, outcome, config, check_id)
+    return outcome
+
+
+def drain_counted(
+    slurm: SlurmControl, node: str, reason: str, config: Config | None, check_id: str | None
+) -> DrainOutcome:
+    """Count the budget, then drain with `reason` (the first half of drain_node: no settle)."""
     if config is not None:
         try:
             blocked = over_budget(slurm, node, reason, config, check_id)
@@ -73,15 +83,22 @@ def drain_node(
             slurm.clear_node_comment(node)
         except Exception as exc:
             note(f"could not clear the stale budget comment of {node}: {exc}")
-    if config is not None:
-        try:
-            undone = settle_budget(slurm, node, reason, config, check_id)
-        except Exception as exc:  # the drain is done; keep it
-            note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
-            undone = None
-        if undone:
-            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=undone)
     return DrainOutcome(reason=reason, drained=True)
+
+
+def undo_beyond_budget(
+    slurm: SlurmControl, node: str, drained: DrainOutcome, config: Config, check_id: str | None
+) -> DrainOutcome:
+    """The second half of drain_node: once concurrent drains have landed, undo this one if it
+    ranks beyond the budget; the drain's outcome, as it stands after."""
+    try:
+        undone = settle_budget(slurm, node, drained.reason, config, check_id)
+    except Exception as exc:  # the drain is done; keep it
+        note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
+        undone = None
+    if undone:
+        return drained.replace(drained=False, blocked_by="budget", why=undone)
+    return drained
 
 
 def isolate_after_drain(

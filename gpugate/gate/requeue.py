@@ -26,7 +26,6 @@ from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any, TypedDict
 
     from gpugate.config.schema import Config
@@ -301,55 +300,19 @@ def resume_point(config: Config, job: JobEnd, ckpt_dir: str | None) -> str | Non
         return None
 
 
-def apply(
-    decision: RequeueDecision,
-    slurm: SlurmControl,
-    job: JobEnd,
-    config: Config,
-    dry_run: bool = False,
-) -> list[str]:
-    """Carry the decision out; returns what was done (or would be, with dry_run)."""
-    done: list[str] = []
-    steps: list[tuple[str, Callable[[], object]]] = []
-    told = {"decision": decision}  # the exclusion step learns which suspects are pinned
-
-    def exclude() -> str:
-        excluded, pinned = slurm.exclude_nodes(job.job_id, decision.suspects)
-        told["decision"] = told["decision"].replace(pinned=pinned)
-        kept = f"; kept the -w pin on {','.join(pinned)}" if pinned else ""
-        return f"ExcNodeList now {','.join(excluded) or '(none)'}{kept}"
-
-    if decision.requeue:
-        steps.append((f"scontrol requeue {job.job_id}", lambda: slurm.requeue(job.job_id)))
-        if decision.suspects and config.requeue.exclude_suspects:
-            steps.append((f"exclude {','.join(decision.suspects)}", exclude))
-    if (decision.requeue or decision.refused_on) and config.requeue.start_now:
-        # After gpugate's own requeue, or Slurm's after gpugate's prolog refused the job on a
-        # node that is now drained: the +120 s delay only protects a relaunch on the node
-        # that revoked the job's credential (job_mgr.c batch_requeue_fini), and that node is
-        # out of service or excluded.
-        steps.append(("start now (once pending)", lambda: start_when_pending(config, job.job_id)))
-
-    def comment() -> str:
-        written = slurm.add_admin_comment(job.job_id, told["decision"].describe())
-        return "" if written else "unchanged: already there, or no room"
-
-    # Slurm takes an AdminComment only on a job that is not finished: a requeued one. A job
-    # left finished hears why beside its output (root) and in `gpugate evidence` (always).
-    if decision.tell and decision.requeue:
-        steps.append(("admin comment", comment))
-    elif decision.tell:
-        steps.append(("note beside the job's output", lambda: tell_user(job, decision)))
-    for what, step in steps:
-        if dry_run:
-            done.append(f"would {what}")
-            continue
-        try:
-            said = step()
-            done.append(f"{what} ({said})" if isinstance(said, str) and said else what)
-        except Exception as exc:  # each step is independent; report, carry on
-            done.append(f"{what} failed: {exc}")
-    return done
+def pins(
+    slurm: SlurmControl, job_id: str, decision: RequeueDecision, config: Config
+) -> tuple[str, ...]:
+    """The suspects a requeued job asks for by name (-w, ReqNodeList): the exclusion leaves
+    them alone (SlurmControl.exclude_nodes) and the AdminComment says so; () when none, when
+    nothing is excluded, or when Slurm does not answer."""
+    if not (decision.requeue and decision.suspects and config.requeue.exclude_suspects):
+        return ()
+    try:
+        required = slurm.job(job_id).required_nodes
+    except Exception:  # the exclusion itself reads the job again and keeps the pins
+        return ()
+    return tuple(n for n in decision.suspects if n in required)
 
 
 def note_path(job: JobEnd) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import time
 
 from gpugate import fsutil, log
@@ -16,14 +15,13 @@ from gpugate.diagnosis.engine import Input, diagnose_streams
 from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
-from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.hooks import flightrec_collect
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
 from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.layout import node_of_rank
-from gpugate.slurm.reasons import drill_mark, evidence_detail
+from gpugate.slurm.reasons import drill_mark
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
@@ -40,7 +38,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checkpoints.freshness import Freshness
-    from gpugate.checks.facts import Facts, Gpu
+    from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.hooks.epilog_result import EpilogResult
@@ -69,7 +67,7 @@ def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) ->
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
     info: dict[str, Any] = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
     try:
-        slurm = slurm or _slurm(config)
+        slurm = slurm or slurm_for(config)
         job = slurm.job(env.job_id or "")
         info.update(
             stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
@@ -234,30 +232,6 @@ def _diagnose(
     diagnosis = diagnose_streams(inputs)
     # Read here, where the job's files can be read again: the cleaned lines lose their stamps.
     return {**diagnosis.to_json(), "first_failure_at": first_failure_at(diagnosis)}
-
-
-def drain_for_hardware(
-    config: Config,
-    env: HookEnv,
-    hardware: list[Finding],
-    slurm: SlurmControl | None = None,
-    bundle: str | None = None,
-    gpus: tuple[Gpu, ...] | None = None,
-    boot_id: str | None = None,
-) -> tuple[str, bool, str | None]:
-    """Drain this node for its own hardware fault: (reason, drained, what blocked it: "admin",
-    "budget", "error" or None); the reason names the bundle if one was written. With
-    `isolate.unit: gpu` a fault confined to one GPU then starts that GPU's isolation."""
-    check_id, detail = drain_detail(hardware)
-    if bundle:
-        detail = evidence_detail(bundle, detail)
-    slurm = slurm or _slurm(config)
-    outcome = drain_node(slurm, env.node or "", check_id, detail, config)
-    if outcome.drained:
-        isolation = isolate_after_drain(config, slurm, env.node or "", hardware, gpus, boot_id)
-        if isolation:
-            sys.stderr.write(f"gpugate: {isolation}\n")
-    return outcome.reason, outcome.drained, outcome.blocked_by
 
 
 def _action(result: EpilogResult, pending_drain: bool) -> str:
@@ -525,5 +499,5 @@ def _first_time(lines: list[str]) -> str | None:
     return None
 
 
-def _slurm(config: Config) -> SlurmControl:
+def slurm_for(config: Config) -> SlurmControl:
     return backend(config.slurm.backend, timeout=config.slurm.timeout_s)

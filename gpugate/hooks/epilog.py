@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import time
 
+from gpugate.act.execute import Hands, execute, planned
+from gpugate.act.plans import drain_steps
+from gpugate.act.steps import Drain, RecordDrain, RecordEvent, RecordMetrics, Say
 from gpugate.checks.kernel import app_xid_suspect, lost_detail, repeats
 from gpugate.checks.registry import hardware_checks
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
 from gpugate.gate.policy import DRAIN, decide
 from gpugate.hooks import collect
@@ -24,7 +28,7 @@ from gpugate.hooks.epilog_result import EpilogResult
 from gpugate.hooks.flightrec_collect import collect_dumps
 from gpugate.isolate.state import without_isolated
 from gpugate.log import say
-from gpugate.slurm.choose import with_slurm_gres
+from gpugate.slurm.choose import slurm_gres_gpus
 from gpugate.store import app_xids as xid_history
 from gpugate.store import controller_view
 from gpugate.store.evidence import read_summary
@@ -44,7 +48,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.act.steps import Step
     from gpugate.checks.facts import Facts
+    from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
@@ -86,13 +92,21 @@ def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
 
 
 def gather_now(
-    config: Config, env: HookEnv, baseline: dict[str, Any] | None, deadline_s: float | None = None
+    config: Config,
+    env: HookEnv,
+    baseline: dict[str, Any] | None,
+    deadline_s: float | None = None,
+    gres: int | None = None,
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
-    prolog stopped."""
+    prolog stopped; `gres` (Slurm's Gres GPU count, gathered by the caller) where unknown."""
     position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
-    facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
-    return with_slurm_gres(config, env.node, lost_since_prolog(facts, baseline))
+    facts = lost_since_prolog(
+        gather(config, env.node or "", position=position, deadline_s=deadline_s), baseline
+    )
+    if gres is not None and facts.slurm_gres_gpus is None:
+        facts = facts.replace(slurm_gres_gpus=gres)
+    return facts
 
 
 def lost_since_prolog(facts: Facts, baseline: dict[str, Any] | None) -> Facts:
@@ -136,16 +150,49 @@ def hardware_decision(
 
 
 def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
-    """Run the whole epilog for one job on this node, its decision record around it."""
+    """Run the whole epilog for one job on this node: gather, check, decide, act, record."""
+    hands = Hands(config, slurm, make_slurm=lambda c: collect.slurm_for(c), hook="epilog")
+    result = judge_and_act(config, env, hands)
+    # The drain (if any) is done: each bookkeeping step below is on its own, best effort.
+    records = (say_verdict, note_history, note_metrics, note_event)
+    report = execute(planned("epilog", records, config, env, result), hands, kept="drain")
+    return result.replace(steps=result.steps + tuple(report.lines()))
+
+
+def judge_and_act(config: Config, env: HookEnv, hands: Hands) -> EpilogResult:
+    """The epilog's judgement and acts, its decision record for the controller around them."""
     # The controller waits for this node while the record says running, up to its deadline.
     view_start(config, env)
     found: dict[str, Any] = {}
     result = None
     try:
-        result = _run_epilog(config, env, slurm, found)
+        result = _run_epilog(config, env, hands, found)
         return result
     finally:
         view_finish(config, env, result, found.get("flightrec"))
+
+
+def drain_now(
+    config: Config,
+    hands: Hands,
+    env: HookEnv,
+    faults: list[Finding],
+    facts: Facts,
+    bundle: str | None = None,
+) -> dict[str, Any]:
+    """Drain this node for its own hardware fault (act.plans.drain_steps, by the executor): the
+    EpilogResult fields it sets (reason, check, drained, blocked_by, steps)."""
+    plan = drain_steps(env.node or "", faults, facts.gpus, facts.boot_id, bundle)
+    report = execute(plan, hands, kept="drain")
+    drain = plan[0]
+    outcome = report.drain
+    return {"reason": outcome.reason if outcome else None,
+            "check": drain.check if isinstance(drain, Drain) else None,
+            "drained": bool(outcome and outcome.drained),
+            "blocked_by": outcome.blocked_by if outcome else None,
+            # For the history (repair evidence): the facts' boot id, else this node's own.
+            "boot_id": facts.boot_id or boot_id(config),
+            "steps": tuple(report.lines())}  # fmt: skip
 
 
 def view_start(config: Config, env: HookEnv) -> None:
@@ -192,9 +239,7 @@ def _view_write(config: Config, env: HookEnv, record: dict[str, Any]) -> None:
         say(f"epilog job {env.job_id}: cannot write the controller's record: {exc}")
 
 
-def _run_epilog(
-    config: Config, env: HookEnv, slurm: SlurmControl | None, found: dict[str, Any]
-) -> EpilogResult:
+def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any]) -> EpilogResult:
     """The epilog's work; `found` gets the flight-recorder dumps for the record."""
     started = time.monotonic()
     if env.job_id and refused_here(config, env.job_id):
@@ -202,7 +247,8 @@ def _run_epilog(
         return EpilogResult(abnormal=False, why="the prolog refused the job here: it never ran")
     baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
     # Half the deadline at most for the node's facts; the job's files and the bundle get the rest.
-    facts = gather_now(config, env, baseline, deadline_s=config.epilog.deadline_s / 2)
+    gres = slurm_gres_gpus(config, env.node)  # a gather source: Slurm's word, its own timeout
+    facts = gather_now(config, env, baseline, config.epilog.deadline_s / 2, gres)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
     app_xids, mine = note_app_xids(config, env, facts, fresh)
@@ -220,14 +266,11 @@ def _run_epilog(
     if why is None and not config.epilog.always_bundle:
         result = EpilogResult(abnormal=False, why="normal end", kernel_log_lost=lost)
         if elsewhere and decision.action == DRAIN:  # no bundle: the job's run was a success
-            reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
-                                                                  gpus=facts.gpus,
-                                                                  boot_id=facts.boot_id)  # fmt: skip
-            result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
+            result = result.replace(**drain_now(config, hands, env, new_faults, facts))
         cleanup(config, env)
         return result.replace(duration_s=time.monotonic() - started)
 
-    job = collect.job_info(config, env, slurm)
+    job = collect.job_info(config, env, hands.made)
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5  # keep time to write
     logs = collect.read_job_files(
         config,
@@ -266,10 +309,7 @@ def _run_epilog(
                                     flightrec=flightrec, elsewhere=elsewhere,
                                     baseline=baseline)  # fmt: skip
     if drain:
-        reason, drained, blocked = collect.drain_for_hardware(config, env, new_faults, slurm,
-                                                              bundle=bundle, gpus=facts.gpus,
-                                                              boot_id=facts.boot_id)  # fmt: skip
-        result = result.replace(drained=drained, reason=reason, blocked_by=blocked)
+        result = result.replace(**drain_now(config, hands, env, new_faults, facts, bundle))
         if bundle:
             collect.record_outcome(config, bundle, result)
     cleanup(config, env)
@@ -337,3 +377,50 @@ def cleanup(config: Config, env: HookEnv) -> None:
         # user left in it (a million files, a chain deeper than any recursion limit): a
         # detached child removes it, or the next health run, outside the epilog's deadline.
         remove_nccl_dir(config, env.job_id)
+
+
+# ----------------------------------------------------- the bookkeeping, planned after acting
+
+
+def say_verdict(config: Config, env: HookEnv, r: EpilogResult) -> Step | None:
+    """One line for slurmd's log after an abnormal end (or a bundle); the kernel records lost."""
+    lines = []
+    if r.abnormal or r.bundle:
+        text = f"epilog job {env.job_id} on {env.node}: {r.why}; cause {r.category}"
+        if r.xid is not None:
+            text += f" (Xid {r.xid})"
+        text += f"; bundle {r.bundle}" + (f"; drained: {r.reason}" if r.drained else "")
+        lines.append(text)
+    if r.kernel_log_lost:  # at a normal end too: the node's evidence is incomplete
+        lines.append(f"epilog job {env.job_id} on {env.node}: kernel.xid: {r.kernel_log_lost}")
+    return Say(text="\ngpugate: ".join(lines)) if lines else None
+
+
+def note_history(config: Config, env: HookEnv, r: EpilogResult) -> Step | None:
+    """The drain history (after a drain the epilog set)."""
+    if not (r.drained and r.reason):
+        return None
+    return RecordDrain(node=env.node or "", reason=r.reason, check=r.check or "", hook="epilog",
+                       category=r.category, xid=r.xid, bundle=r.bundle, job=env.job_id,
+                       boot_id=r.boot_id)  # fmt: skip
+
+
+def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> Step:
+    """The metrics textfile."""
+    lost = {"kernel.xid": "unknown"} if r.kernel_log_lost else {}
+    run = {"findings": {**lost, **{c: "fail" for c in r.hardware_checks}},
+           "drained_check": r.check if r.drained else None,
+           "category": r.category if r.abnormal else None,
+           "job_end": "failed" if r.abnormal else "ok", "confidence": r.confidence,
+           "checkpoint_age_s": r.checkpoint_age_s, "checkpoint_stale": r.checkpoint_stale}  # fmt: skip
+    return RecordMetrics(node=env.node, hook="epilog", run=run)
+
+
+def note_event(config: Config, env: HookEnv, r: EpilogResult) -> Step:
+    """The hook's line in events.jsonl (with the steps the epilog took)."""
+    fields = {"job": env.job_id, "node": env.node, "abnormal": r.abnormal, "why": r.why,
+              "category": r.category, "xid": r.xid, "failing_rank": r.failing_rank,
+              "hardware_fault": r.hardware_fault, "drained": r.drained, "reason": r.reason,
+              "bundle": r.bundle, "kernel_log_lost": r.kernel_log_lost,
+              "duration_s": round(r.duration_s, 4), "steps": list(r.steps)}  # fmt: skip
+    return RecordEvent(directory=config.state_dir, hook="epilog", fields=fields)

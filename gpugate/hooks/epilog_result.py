@@ -28,6 +28,8 @@ class EpilogResult(Record):
     hardware_checks: tuple[Any, ...] = ()  # the failing hardware check ids (for the metrics)
     drained: bool = False
     reason: str | None = None
+    check: str | None = None  # the check the drain reason names (passed on, never parsed back)
+    boot_id: str | None = None  # this boot's id, for the drain's history entry
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     duration_s: float = 0.0
     # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).
@@ -35,3 +37,4 @@ class EpilogResult(Record):
     checkpoint_stale: bool = False
     # Kernel records lost unread since the prolog (kernel.xid unknown): an Xid may be unseen.
     kernel_log_lost: str | None = None
+    steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)

@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 
 from gpugate import log
+from gpugate.act.execute import Hands, execute
+from gpugate.act.plans import requeue_steps
 from gpugate.checkpoints.freshness import tell_stale
 from gpugate.gate.flightrec_votes import tell_culprit, with_culprit
 from gpugate.gate.requeue import (
     JobEnd,
-    apply,
     decide_requeue,
     needs_evidence,
+    pins,
     refusals,
     requested,
     resume_point,
@@ -95,7 +97,10 @@ def run_requeue(
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
         decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir),
                                     ckpt_dir=ckpt_dir)  # fmt: skip
-    done = apply(decision, slurm, job, config, dry_run=dry_run)
+    # Decided: the plan (act/plans.requeue_steps), carried out or, dry, only said.
+    plan = requeue_steps(decision, job, config, pins(slurm, job.job_id, decision, config))
+    hands = Hands(config, slurm, hook="epilog-slurmctld")
+    done = execute(plan, hands, dry_run=dry_run, kept=None).lines()  # logged below, by the caller
     if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
         told = [tell_stale(slurm, job.job_id, summaries),
                 tell_culprit(config, slurm, job, summaries),

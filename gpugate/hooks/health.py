@@ -16,12 +16,21 @@ import os
 import sys
 import time
 
+from gpugate.act.execute import Hands, execute, planned
+from gpugate.act.plans import drain_steps
+from gpugate.act.steps import (
+    Drain,
+    RecordDrain,
+    RecordEvent,
+    RecordMetrics,
+    Say,
+)
 from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.drill import active_drill
-from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
+from gpugate.gate.drain import drain_detail
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.gate.shared import gpus_in_use, skip_for_jobs
 from gpugate.gate.shared import parse_gres_used as parse_gres_used
@@ -33,7 +42,7 @@ from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.regex import lazy
-from gpugate.slurm.choose import with_slurm_gres
+from gpugate.slurm.choose import slurm_gres_gpus
 from gpugate.slurm.reasons import reason_check
 from gpugate.store import healing
 from gpugate.store.healing import Healing
@@ -44,6 +53,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.act.steps import Step
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -64,6 +74,8 @@ class HealthResult(Record):
     statuses: dict[str, Any] = {}
     message: str = ""
     duration_s: float = 0.0
+    check: str | None = None  # the check the drain reason names (passed on, never parsed back)
+    steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)
 
 
 def busy(info: NodeInfo) -> bool:
@@ -72,29 +84,45 @@ def busy(info: NodeInfo) -> bool:
 
 
 def judge(
-    config: Config, node: str, slurm: SlurmControl, any_job: bool
+    config: Config, node: str, slurm: SlurmControl, any_job: bool, gres: int | None = None
 ) -> tuple[Facts, list[Finding]]:
-    """The node's facts under the health deadline, and the findings with job effects skipped."""
+    """The node's facts under the health deadline (with `gres`, Slurm's Gres GPU count
+    gathered by the caller, where they do not say it), and the findings with job effects
+    skipped."""
     in_use = gpus_in_use(slurm, node) if any_job else frozenset()
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, node, position=position, deadline_s=config.health.deadline_s)
-    facts = with_slurm_gres(config, node, facts, slurm)
+    if gres is not None and facts.slurm_gres_gpus is None:
+        facts = facts.replace(slurm_gres_gpus=gres)
     return facts, skip_for_jobs(
         without_isolated(config, run_checks(facts, config)), in_use, any_job
     )
 
 
 def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
-    """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited."""
+    """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited; its
+    log line, history, metrics and event recorded by the executor."""
+    hands = Hands(config, slurm, note=note, hook="health")
+    result, boot = judge_and_act(config, node, hands)
+    # Decided and done: the bookkeeping cannot undo it (each step on its own).
+    records = (say_verdict, note_history, note_metrics, note_event)
+    report = execute(planned("health", records, config, node, result, boot), hands, kept="decision")
+    return result.replace(steps=result.steps + tuple(report.lines()))
+
+
+def judge_and_act(config: Config, node: str, hands: Hands) -> tuple[HealthResult, str | None]:
+    """Gather, check, decide, act: what was decided and done, and this boot's id."""
     started = time.monotonic()
+    slurm = hands.slurm()
     try:
         info = slurm.node(node)
     except Exception as exc:  # without Slurm's view nothing may be drained or lifted
         return HealthResult(
             status="error", action="none", message=f"cannot read {node} from Slurm: {exc}"
-        )
+        ), None
     any_job = busy(info)
-    facts, findings = judge(config, node, slurm, any_job)
+    gres = slurm_gres_gpus(config, node, slurm)  # a gather source: Slurm's word, its own timeout
+    facts, findings = judge(config, node, slurm, any_job, gres)
     decision = decide(findings, config.policy, phase="health")
     statuses = check_statuses(findings, config)
     boot = facts.boot_id or boot_id(config)
@@ -109,12 +137,12 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
     elif info.drained and info.gpugate_owned:
         repaired = repair(config, slurm, node, findings, idle=not any_job)
         if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
-            facts, findings = judge(config, node, slurm, any_job)
+            facts, findings = judge(config, node, slurm, any_job, gres)
             decision = decide(findings, config.policy, phase="health")
         result = keep_or_lift(config, slurm, info, decision, boot, any_job)
         result = result.replace(message=_joined(result.message, repaired))
     elif decision.action == DRAIN:
-        result = drain_for(config, slurm, node, decision, boot, facts.gpus)
+        result = drain_for(config, hands, node, decision, boot, facts.gpus)
         if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
             result = result.replace(message=_joined(result.message, repair(
                 config, slurm, node, findings, idle=False)))  # fmt: skip
@@ -127,7 +155,7 @@ def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
     if result.action != "drain" or result.drained:
         # Not moved past a failure gpugate could not act on: the prolog must still see it.
         remember_kernel_pos(config, facts)
-    return result.replace(statuses=statuses, duration_s=time.monotonic() - started)
+    return result.replace(statuses=statuses, duration_s=time.monotonic() - started), boot
 
 
 _DRILL_REASON = lazy(r"^gpugate:\s*DRILL (\S+?):")
@@ -186,31 +214,35 @@ def _joined(message: str, extra: str) -> str:
 
 def drain_for(
     config: Config,
-    slurm: SlurmControl,
+    hands: Hands,
     node: str,
     decision: Decision,
     boot: str | None,
     gpus: tuple[Gpu, ...] | None = None,
 ) -> HealthResult:
-    """Drain an in-service node that fails, as the prolog does (budget, ownership); remember it."""
-    check_id, detail = drain_detail(list(decision.failing))
-    try:
-        outcome = drain_node(slurm, node, check_id, detail, config)
-    except Exception as exc:  # controller down: the next run tries again
-        note(f"could not drain {node}: {type(exc).__name__}: {exc}")
-        return HealthResult(
-            status="fail", action="drain", blocked_by="error", message=f"fail: {check_id}: {detail}"
-        )
+    """Drain an in-service node that fails, as the prolog does (budget, ownership: the
+    executor carries out act.plans.drain_steps); remember it."""
+    plan = drain_steps(node, list(decision.failing), gpus, boot)
+    drain = plan[0]
+    check_id = drain.check if isinstance(drain, Drain) else "unknown"
+    message = f"fail: {check_id}: {drain_detail(list(decision.failing))[1]}"
+    report = execute(plan, hands, kept="decision")
+    outcome = report.drain
+    steps = tuple(report.lines())
+    if (
+        outcome is None or outcome.blocked_by == "error"
+    ):  # controller down: the next run tries again
+        note(f"could not drain {node}: {outcome.why if outcome else 'no drain step'}")
+        return HealthResult(status="fail", action="drain", blocked_by="error", check=check_id,
+                            message=message, steps=steps)  # fmt: skip
     if outcome.drained:
-        isolation = isolate_after_drain(config, slurm, node, list(decision.failing), gpus, boot)
-        if isolation:
-            note(isolation)
         entry = Healing(
             node=node, check=check_id, fault=fault_class(check_id), since=time.time(), boot_id=boot
         )
         healing_put(config, entry)
     return HealthResult(status="fail", action="drain", reason=outcome.reason, drained=outcome.drained,
-                        blocked_by=outcome.blocked_by, message=f"fail: {check_id}: {detail}")  # fmt: skip
+                        blocked_by=outcome.blocked_by, check=check_id, message=message,
+                        steps=steps)  # fmt: skip
 
 
 def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
@@ -369,6 +401,44 @@ def healing_forget(config: Config, node: str) -> None:
         healing.forget(config.state_dir, node)
     except Exception as exc:
         note(f"could not update the healing state: {exc}")
+
+
+# ----------------------------------------------------- the bookkeeping, planned after acting
+
+
+def say_verdict(config: Config, node: str, result: HealthResult, boot: str | None) -> Step:
+    """One line for slurmd's log."""
+    line = (
+        f"health on {node}: {result.action}: {result.message} ({result.duration_s * 1000:.0f} ms)"
+    )
+    if result.drained:
+        line += f"; drained: {result.reason}"
+    return Say(text=line)
+
+
+def note_history(config: Config, node: str, result: HealthResult, boot: str | None) -> Step | None:
+    """The drain history (after a drain gpugate set), with this boot's id."""
+    if not (result.drained and result.reason):
+        return None
+    return RecordDrain(node=node, reason=result.reason, check=result.check or "", hook="health",
+                       boot_id=boot)  # fmt: skip
+
+
+def note_metrics(config: Config, node: str, result: HealthResult, boot: str | None) -> Step:
+    """The metrics textfile."""
+    run = {"findings": result.statuses, "duration_s": result.duration_s,
+           "drained_check": result.check if result.drained else None,
+           "budget_exceeded": result.blocked_by == "budget"}  # fmt: skip
+    return RecordMetrics(node=node, hook="health", run=run)
+
+
+def note_event(config: Config, node: str, result: HealthResult, boot: str | None) -> Step:
+    """The run's line in events.jsonl (with the steps the run took)."""
+    fields = {"node": node, "status": result.status, "action": result.action,
+              "reason": result.reason, "drained": result.drained, "resumed": result.resumed,
+              "blocked_by": result.blocked_by, "message": result.message[:500],
+              "duration_s": round(result.duration_s, 4), "steps": list(result.steps)}  # fmt: skip
+    return RecordEvent(directory=config.state_dir, hook="health", fields=fields)
 
 
 def note(message: str) -> None:

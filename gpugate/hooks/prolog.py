@@ -8,50 +8,58 @@ start on its healthy GPUs (unless `prolog.refuse_for_other_gpus`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 from gpugate import log
+from gpugate.act.execute import Hands, execute, planned
+from gpugate.act.steps import (
+    NOT_HELD,
+    Drain,
+    Note,
+    RecordDrain,
+    RecordEvent,
+    RecordMetrics,
+    RecordUnknownXids,
+    Refuse,
+    Say,
+)
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY, fail
 from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
+from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.gate.budget import warn_daily
-from gpugate.gate.drain import DrainOutcome, drain_detail, drain_node, isolate_after_drain
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
-from gpugate.hooks.task_prolog import fr_opted_out
 from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
 from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
-from gpugate.slurm.choose import backend, with_slurm_gres
+from gpugate.slurm.choose import backend, slurm_gres_gpus
 from gpugate.slurm.cli import expand_hostlist
-from gpugate.slurm.hookenv import comment_tokens
+from gpugate.slurm.hookenv import comment_tokens, fr_opted_out
 from gpugate.slurm.reasons import drain_reason, refusal_comment
 from gpugate.store.nccl_dir import prepare_nccl_dir
 from gpugate.store.state import (
     StateError,
-    ensure_job_dir,
     load_kernel_pos,
     remove_task_file,
     save_baseline,
     save_kernel_pos,
     save_task_file,
-    write_private,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.act.steps import Plan, Step
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
-    from gpugate.gate.drain import DrainOutcome
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
 
@@ -63,6 +71,7 @@ class PrologResult(Record):
     status: str  # ok / warn / fail / skipped
     action: str  # allow / warn / drain / skip
     reason: str | None = None  # the drain reason, when one was set
+    check: str | None = None  # the check the drain reason names (passed on, never parsed back)
     drained: bool = False
     refused: bool = False
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
@@ -70,11 +79,15 @@ class PrologResult(Record):
     unknown_xids: tuple[Any, ...] = ()  # Xids NVIDIA's catalog does not list (warned, reported)
     message: str = ""
     duration_s: float = 0.0
+    steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)
 
 
-def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
+def gather_for_prolog(
+    config: Config, env: HookEnv, deadline_s: float, gres: int | None = None
+) -> Facts:
     """The node's facts under the prolog's deadline (or the replayed snapshot), the kernel log
-    from where the last check stopped; the job's peers probed when it spans nodes."""
+    from where the last check stopped, `gres` (Slurm's Gres GPU count, gathered by the caller)
+    where the facts do not say it; the job's peers probed when it spans nodes."""
     peers = job_peers(config, env)
     probing = None
     if peers:  # pinged while the node gathers its own facts: the probe adds little to the start
@@ -83,7 +96,8 @@ def gather_for_prolog(config: Config, env: HookEnv, deadline_s: float) -> Facts:
         probing = start_probes(peers, config.prolog.peers, max(1.0, deadline_s - 1.0))
     position = load_kernel_pos(config.state_dir)
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
-    facts = with_slurm_gres(config, env.node, facts)  # how many GPUs slurm.conf gives it
+    if gres is not None and facts.slurm_gres_gpus is None:  # how many GPUs slurm.conf gives it
+        facts = facts.replace(slurm_gres_gpus=gres)
     if probing is not None:
         probes = [{**p, "prober": env.node} for p in probing()]
         facts = facts.replace(peers=facts_from_dict({"peers": probes}).peers)
@@ -163,22 +177,39 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
 
 
 def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
-    """Run the whole prolog for one job on this node."""
+    """Run the whole prolog for one job on this node: gather, check, decide, act, record."""
     started = time.monotonic()
+    # The adapter is made on the first step that needs it (by _slurm, looked up when called).
+    hands = Hands(config, slurm, make_slurm=lambda c: _slurm(c), note=note, hook="prolog")
+    result, boot = decide_and_act(config, env, hands, started)
+    # Decided and done: nothing below (the history, the metrics, the events, a full or
+    # read-only disk, a hostile drains.jsonl) may change the exit code or undo the drain.
+    records = (say_verdict, note_history, note_unknown_xids, note_metrics, note_event)
+    steps = planned("prolog", records, config, env, result, boot)
+    report = execute(steps, hands, kept="decision")
+    return result.replace(steps=result.steps + tuple(report.lines()))
+
+
+def decide_and_act(
+    config: Config, env: HookEnv, hands: Hands, started: float
+) -> tuple[PrologResult, str | None]:
+    """Gather, check, decide, act: what was decided and done, and the facts' boot id."""
     warn_daily(config)  # a drain budget too small to act is logged once a day
     if "skip" in comment_tokens(env.comment):
         if config.prolog.allow_user_skip:
-            return PrologResult(exit_code=0, status="skipped", action="skip",
-                                message="gpugate:skip in the job's comment: checks skipped")  # fmt: skip
+            skipped = PrologResult(exit_code=0, status="skipped", action="skip",
+                                   message="gpugate:skip in the job's comment: checks skipped")  # fmt: skip
+            return skipped, None
         note("the job asked for gpugate:skip, which this site does not allow; checking anyway")
-    facts = gather_for_prolog(config, env, config.prolog.deadline_s)
+    gres = slurm_gres_gpus(config, env.node)  # a gather source: Slurm's word, its own timeout
+    facts = gather_for_prolog(config, env, config.prolog.deadline_s, gres)
     findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
         config, env.node
     )
-    findings, slurm = shared_node(config, env, findings, slurm)
+    findings, hands.made = shared_node(config, env, findings, hands.made)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
-    # best effort, and on a drain every step is guarded (see act_on_failure).
+    # best effort, and on a drain every step is guarded (gpugate/act/execute.py).
     try:
         statuses = check_statuses(findings, config)
         unknown = unknown_xids(findings)
@@ -188,27 +219,50 @@ def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) 
     try:
         remember_kernel_pos(config, facts)
         if env.job_id:
-            prepare_job(config, env, facts, findings, slurm)
+            prepare_job(config, env, facts, findings, hands.made)
     except Exception as exc:  # each step catches its own; this is for what they did not foresee
         note(f"could not prepare the job's state: {exc}")
-    took = time.monotonic() - started
     if decision.action != DRAIN:
         result = PrologResult(exit_code=0, status=decision.status, action=decision.action,
-                              message=summary(decision), duration_s=took, statuses=statuses)  # fmt: skip
+                              message=summary(decision), statuses=statuses)  # fmt: skip
     else:
-        result = act_on_failure(
-            config, env, decision, slurm, statuses, started, facts.gpus, facts.boot_id
-        )
-    return result.replace(unknown_xids=unknown)
+        result = act_on_failure(config, env, decision, hands, statuses, facts.gpus, facts.boot_id)
+    # This boot's id for the history (repair evidence): the facts', else this node's own (a
+    # replayed snapshot may carry none); read here, with the facts, never by the store.
+    boot = facts.boot_id or boot_id(config)
+    return result.replace(unknown_xids=unknown, duration_s=time.monotonic() - started), boot
+
+
+def failure_plan(
+    config: Config,
+    env: HookEnv,
+    failing: list[Finding],
+    concerns: bool,
+    gpus: tuple[Gpu, ...] | None = None,
+    boot_id: str | None = None,
+) -> Plan:
+    """The prolog's plan for a failing node: drain (within the budget), undo a drain beyond
+    it, isolate the faulty GPU, and, when the failure concerns the job, refuse it and say why
+    in its AdminComment (neither when the budget held the drain back)."""
+    from gpugate.act.plans import drain_steps  # only a failing prolog drains (start-up)
+    from gpugate.gate.drain import drain_detail
+
+    plan: list[Step] = list(drain_steps(env.node or "", failing, gpus, boot_id))
+    check, detail = drain_detail(failing)
+    if concerns and env.job_id:
+        plan.append(Refuse(job_id=env.job_id, reason=drain_reason(check, detail)))
+        if config.prolog.admin_comment:
+            text = refusal_comment(str(env.node), check, detail)
+            plan.append(Note(target="job", name=env.job_id, text=text, when=NOT_HELD))
+    return tuple(plan)
 
 
 def act_on_failure(
     config: Config,
     env: HookEnv,
     decision: Decision,
-    slurm: SlurmControl | None,
+    hands: Hands,
     statuses: dict[str, Any],
-    started: float,
     gpus: tuple[Gpu, ...] | None = None,
     boot_id: str | None = None,
 ) -> PrologResult:
@@ -219,65 +273,97 @@ def act_on_failure(
     the node itself ("Prolog error"). Only the drain budget lets such a job run (documented:
     a wrong threshold must not empty the cluster).
     """
+    from gpugate.gate.drain import DrainOutcome  # only a failing prolog drains (start-up)
+
     failing = list(decision.failing)
     try:
         concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
     except Exception:  # cannot tell which GPUs: the failure may be the job's
         concerns = True
     try:
-        check_id, detail = drain_detail(failing)
-    except Exception:
-        check_id, detail = (getattr(failing[0], "check", "?") if failing else "?"), "check failed"
-    try:
-        slurm = slurm or _slurm(config)
-        outcome = drain_node(slurm, env.node or "", check_id, detail, config)
-    except Exception as exc:  # the adapter's SlurmError (controller down), or any other
-        outcome = drain_failed(env, check_id, detail, exc)
-    if outcome.drained and slurm is not None:
-        isolation = isolate_after_drain(config, slurm, env.node or "", failing, gpus, boot_id)
-        if isolation:
-            note(isolation)
+        plan = failure_plan(config, env, failing, concerns, gpus, boot_id)
+    except Exception as exc:  # a bug in the plan: the job is refused all the same
+        check = getattr(failing[0], "check", "?") if failing else "?"
+        plan = (Drain(node=env.node or "", check=check, reason=f"gpugate: {check}"),)
+        note(f"could not plan the drain ({type(exc).__name__}: {exc}); draining for {check}")
+    report = execute(plan, hands, kept="decision")
+    drain = next(s for s in plan if isinstance(s, Drain))  # failure_plan starts with it
+    outcome = report.drain or DrainOutcome(reason=drain.reason, drained=False, blocked_by="error")
     # Over budget, a refusal would only make Slurm drain the node itself ("Prolog error").
     refuse = concerns and outcome.blocked_by != "budget"
-    if refuse and env.job_id:
-        try:  # both catch their own errors; this is for what they did not foresee
-            mark_refused(config, env, outcome.reason)
-            if config.prolog.admin_comment and slurm is not None:
-                explain_refusal(slurm, env, check_id, detail)
-        except Exception as exc:
-            note(f"could not record the refusal of job {env.job_id}: {exc}; refusing it")
     try:
         message = summary(decision)
     except Exception:
-        message = f"fail: {check_id}: {detail}"
+        message = f"fail: {drain.reason}"
     if outcome.blocked_by == "error":
-        message += f"; {outcome.why}"
+        why = (f"could not drain {env.node} ({outcome.why}); refusing the job anyway, "
+               "so Slurm drains the node itself")  # fmt: skip
+        note(why)
+        message += f"; {why}"
     return PrologResult(
         exit_code=1 if refuse else 0,
         status="fail",
         action=DRAIN,
         reason=outcome.reason,
+        check=drain.check,
         drained=outcome.drained,
         refused=refuse,
         blocked_by=outcome.blocked_by,
         statuses=statuses,
         message=message,
-        duration_s=time.monotonic() - started,
+        steps=tuple(report.lines()),
     )
 
 
-def drain_failed(env: HookEnv, check_id: str, detail: str, exc: BaseException) -> DrainOutcome:
-    """The outcome of a drain that raised: not drained; the job is refused all the same."""
-    try:
-        reason = drain_reason(check_id, detail)
-    except Exception:
-        reason = f"gpugate: {check_id}"
-    why = (
-        f"could not drain {env.node} ({type(exc).__name__}: {exc}); refusing the job anyway, "
-        "so Slurm drains the node itself"
-    )
-    note(why)
-    return DrainOutcome(reason=reason, drained=False, blocked_by="error", why=why)
+# ----------------------------------------------------- the bookkeeping, planned after acting
+
+
+def say_verdict(config: Config, env: HookEnv, result: PrologResult, boot: str | None) -> Step:
+    """One line for slurmd's log: what was decided and done."""
+    verdict = f"prolog job {env.job_id} on {env.node}: {result.message} ({result.duration_s * 1000:.0f} ms)"
+    if result.drained:
+        verdict += f"; drained: {result.reason}"
+    if result.refused:
+        verdict += "; job refused (Slurm requeues it)"
+    return Say(text=verdict)
+
+
+def note_history(
+    config: Config, env: HookEnv, result: PrologResult, boot: str | None
+) -> Step | None:
+    """The drain history (after a drain gpugate set), with the boot id the facts had."""
+    if not (result.drained and result.reason):
+        return None
+    return RecordDrain(node=env.node or "", reason=result.reason, check=result.check or "",
+                       hook="prolog", job=env.job_id, boot_id=boot)  # fmt: skip
+
+
+def note_unknown_xids(
+    config: Config, env: HookEnv, result: PrologResult, boot: str | None
+) -> Step | None:
+    """Xids outside NVIDIA's catalog, in the history `gpugate nodes` reads (they never drain)."""
+    if not result.unknown_xids:
+        return None
+    return RecordUnknownXids(node=env.node or "", xids=tuple(result.unknown_xids),
+                             job=env.job_id, hook="prolog")  # fmt: skip
+
+
+def note_metrics(config: Config, env: HookEnv, result: PrologResult, boot: str | None) -> Step:
+    """The metrics textfile."""
+    run = {"findings": result.statuses, "duration_s": result.duration_s,
+           "drained_check": result.check if result.drained else None,
+           "budget_exceeded": result.blocked_by == "budget", "unknown_xids": result.unknown_xids}  # fmt: skip
+    return RecordMetrics(node=env.node, hook="prolog", run=run)
+
+
+def note_event(config: Config, env: HookEnv, result: PrologResult, boot: str | None) -> Step:
+    """The hook's line in events.jsonl (with the steps the prolog took)."""
+    fields = {"job": env.job_id, "node": env.node, "status": result.status,
+              "action": result.action, "reason": result.reason, "drained": result.drained,
+              "refused": result.refused, "blocked_by": result.blocked_by,
+              "unknown_xids": list(result.unknown_xids),
+              "duration_s": round(result.duration_s, 4), "steps": list(result.steps)}  # fmt: skip
+    return RecordEvent(directory=config.state_dir, hook="prolog", fields=fields)
 
 
 def remember_kernel_pos(config: Config, facts: Facts) -> None:
@@ -341,29 +427,6 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
     if no_fr:
         data["no_fr"] = True
     return save_task_file(config.state_dir, env.job_id or "", env.uid, data)
-
-
-def mark_refused(config: Config, env: HookEnv, reason: str) -> None:
-    """Leave a note for this job's epilog: the job never ran here, there is nothing to collect.
-
-    Slurm runs the Epilog after a failed Prolog too; without the note it would collect
-    "evidence" of the fault the prolog already reported, for a job that never started.
-    """
-
-    try:
-        directory = ensure_job_dir(config.state_dir, env.job_id or "")
-        write_private(os.path.join(directory, "refused.json"), json.dumps({"reason": reason}))
-    except Exception as exc:
-        note(f"could not mark job {env.job_id} as refused: {exc}")
-
-
-def explain_refusal(slurm: SlurmControl, env: HookEnv, check_id: str, detail: str) -> None:
-    """Put the refusal in the job's AdminComment, so `scontrol show job` says why."""
-    text = refusal_comment(str(env.node), check_id, detail)
-    try:
-        slurm.set_admin_comment(env.job_id or "", text)
-    except Exception as exc:  # best effort: the drain reason already says it
-        note(f"could not set the job's AdminComment: {exc}")
 
 
 def summary(decision: Decision) -> str:

@@ -95,17 +95,6 @@ FR_DUMP_FILE = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 FR_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"  # NCCL's watchdog dumps on a timeout
 FR_PREFIX = "fr_rank_"  # in the job's NCCL directory, where the epilog looks
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
-NO_FR = "no-fr"  # `--comment gpugate:no-fr`
-
-
-def fr_opted_out(comment: str | None) -> bool:
-    """Whether the job's comment holds `gpugate:no-fr` as a token of its own.
-
-    comment_tokens reads it as the key "no" (a key is letters and '_'), the same as
-    `gpugate:no-ckpt`, so the whole token is matched here.
-    """
-
-    return bool(re.search(r"(?:^|[\s,;])gpugate:no-fr(?=$|[\s,;])", comment or ""))
 
 
 def flight_recorder_exports(

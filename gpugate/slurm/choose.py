@@ -190,19 +190,27 @@ def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int
     return count
 
 
+def slurm_gres_gpus(
+    config: Config, node: str | None, slurm: SlurmControl | None = None
+) -> int | None:
+    """Slurm's Gres GPU count for `node`, a gather source for the hooks: asked once when it
+    matters (the node-local answer if fresh), under its own timeout (GRES_TIMEOUT at most).
+
+    Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
+    site sets `expect.gpu_count` (the site's word comes first): None then, as when unknown.
+    """
+    if config.facts_file or config.expect.gpu_count is not None:
+        return None
+    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)
+    return cached_gpus(config.state_dir, node or "",
+                       lambda: configured_gpus(node or "", slurm, timeout))  # fmt: skip
+
+
 def with_slurm_gres(
     config: Config, node: str | None, facts: _G, slurm: SlurmControl | None = None
 ) -> _G:
-    """`facts` with the node's Slurm Gres GPU count, asked once when it matters and is live.
-
-    Not asked for a replayed snapshot (it may carry `slurm_gres_gpus` itself), nor when the
-    site sets `expect.gpu_count` (the site's word comes first), nor when already known.
-    """
-    if config.facts_file or config.expect.gpu_count is not None:
-        return facts
+    """`facts` with the node's Slurm Gres GPU count (slurm_gres_gpus) when not already known."""
     if facts.slurm_gres_gpus is not None:
         return facts
-    timeout = min(GRES_TIMEOUT, config.slurm.timeout_s)
-    count = cached_gpus(config.state_dir, node or "",
-                        lambda: configured_gpus(node or "", slurm, timeout))  # fmt: skip
+    count = slurm_gres_gpus(config, node, slurm)
     return facts if count is None else facts.replace(slurm_gres_gpus=count)

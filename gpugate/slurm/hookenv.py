@@ -87,3 +87,17 @@ def comment_tokens(comment: str) -> dict[str, str]:
     for m in re.finditer(r"(?:^|[\s,;])gpugate:([a-z][a-z_]*)(?:=([^\s,;]*))?", comment or ""):
         out[m.group(1)] = m.group(2) or ""
     return out
+
+
+NO_FR = "no-fr"  # `--comment gpugate:no-fr`
+
+
+def fr_opted_out(comment: str | None) -> bool:
+    """Whether the job's comment holds `gpugate:no-fr` as a token of its own (no flight
+    recorder for this job: the TaskProlog exports nothing, the prolog notes it for it).
+
+    comment_tokens reads it as the key "no" (a key is letters and '_'), the same as
+    `gpugate:no-ckpt`, so the whole token is matched here.
+    """
+
+    return bool(re.search(r"(?:^|[\s,;])gpugate:no-fr(?=$|[\s,;])", comment or ""))

@@ -384,7 +384,8 @@ def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[st
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
 
-    fields.setdefault("boot_id", boot_id(config))  # repair evidence: a later lift after a new boot
+    if "boot_id" not in fields:  # the hooks pass their facts' boot id; others get this node's
+        fields["boot_id"] = boot_id(config)  # repair evidence: a later lift after a new boot
     fields.setdefault("drill", drill_mark())  # under a drill's overlay: its drain, marked
     try:
         return record_drain(
