@@ -70,6 +70,33 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
     return calls
 
 
+# --- the end-to-end tests' sites on a real local Slurm (tests/e2e.py) -------------------------
+@pytest.fixture(scope="module")
+def slurm_site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """A factory of gpugate sites, each with its local Slurm started (tests/e2e.py SlurmSites);
+    every cluster it started is stopped when the module ends."""
+    from e2e import SlurmSites
+
+    name = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
+    sites = SlurmSites(tmp_path_factory, name)
+    try:
+        yield sites
+    finally:
+        sites.stop()
+
+
+@pytest.fixture(scope="module")
+def site(e2e_site):
+    """The module's site: its `e2e_site` fixture (a `slurm_site(...)` call) names it."""
+    return e2e_site.site
+
+
+@pytest.fixture(scope="module")
+def cluster(e2e_site):
+    """The module's local Slurm, running: its `e2e_site` fixture names it."""
+    return e2e_site.cluster
+
+
 @pytest.fixture
 def open_tmp(tmp_path):
     """pytest's tmp dirs are 0700: open them to be traversed, as an install's directories are."""

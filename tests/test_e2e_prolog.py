@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -38,22 +38,8 @@ BROKEN = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(tmp_path_factory.mktemp("e2e-prolog"))
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    site.use_snapshot(NODE, "h100-healthy")
-    with LocalSlurm(
-        site.base / "slurm",
-        nodes=[NODE],
-        prolog=site.hook("prolog"),
-        task_prolog=site.hook("task-prolog"),
-        prolog_epilog_timeout=60,
-        wrap_hooks=False,
-    ) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE], hooks=("prolog", "task-prolog"), slurm_user="root")
 
 
 @pytest.fixture(autouse=True)
@@ -132,19 +118,11 @@ def test_prolog_cost_is_recorded(site: Site):
 
 
 @pytest.fixture
-def two_nodes(tmp_path):
-    site = Site(tmp_path)
-    site.use_snapshot("n1", "h100-ib-down")
-    site.use_snapshot("n2", "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm",
-        nodes=["n1", "n2"],
-        prolog=site.hook("prolog"),
-        prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail",
-        wrap_hooks=False,
-    ) as c:
-        yield c, site
+def two_nodes(slurm_site: SlurmSites):
+    snapshots = {"n1": "h100-ib-down", "n2": "h100-healthy"}
+    with slurm_site(["n1", "n2"], snapshots=snapshots, hooks=("prolog",), slurm_user="root",
+                    scheduler_parameters="nohold_on_prolog_fail") as (site, cluster):  # fmt: skip
+        yield cluster, site
 
 
 def test_two_nodes_one_broken_job_runs_on_the_healthy_one(two_nodes):
