@@ -26,6 +26,7 @@ from gpugate_site import JOB_HOOKS, SNAPSHOTS, Site, gpugate_for_job_user, insta
 from localslurm import LocalSlurm
 
 __all__ = [
+    "PROLOG_ALONE",
     "SNAPSHOTS",
     "Site",
     "SlurmSite",
@@ -34,6 +35,15 @@ __all__ = [
     "installed_hooks",
     "slurm_or_skip",
 ]
+
+
+# gpugate as the Prolog alone, a job it refuses requeued rather than held (the install docs'
+# nohold_on_prolog_fail), SlurmUser root: `slurm_site(nodes, **PROLOG_ALONE)`.
+PROLOG_ALONE: dict[str, object] = {
+    "hooks": ("prolog",),
+    "slurm_user": "root",
+    "scheduler_parameters": "nohold_on_prolog_fail",
+}
 
 
 def slurm_or_skip() -> None:
@@ -77,6 +87,7 @@ class SlurmSites:
         nodes: Sequence[str],
         *,
         snapshots: str | Mapping[str, str] | None = "h100-healthy",
+        templates: Mapping[str, str] | None = None,
         config: str | Callable[[Path], str] = "",
         hooks: Iterable[str] = JOB_HOOKS,
         nccl_per_node: bool = False,
@@ -87,19 +98,23 @@ class SlurmSites:
     ) -> SlurmSite:
         """A site on `nodes` with its Slurm started.
 
-        snapshots: the bundled snapshot every node replays, or one per node (None: the module's
-        `prepare` writes them); config: the site file's extra lines (or a function of the site's
-        base directory that makes them); hooks: the gpugate hooks slurm.conf names (by default
-        the job hooks; "health" for the HealthCheckProgram); nccl_per_node, own_state: see
-        Site.nccl_dir_per_node; prepare: run on the site before Slurm starts (templates, job
-        scripts), it may return more cluster options (a job_submit.lua it wrote); cluster_options: Site.cluster's and LocalSlurm's (slurm_user,
-        scheduler_parameters, job_submit_lua, extra_conf, device_cgroups...).
+        snapshots: the bundled snapshot every node replays, or one per node (None: `prepare`
+        writes them); templates: bundled snapshots put beside the nodes' under the names a job
+        swaps in (Site.add_template); config: the site file's extra lines, or a function of the
+        site's base directory that makes them; hooks: the gpugate hooks slurm.conf names (by
+        default the job hooks; "health" for the HealthCheckProgram); nccl_per_node, own_state:
+        see Site.nccl_dir_per_node; prepare: run on the site before Slurm starts (templates, job
+        scripts), it may return more cluster options (a job_submit.lua it wrote);
+        cluster_options: Site.cluster's and LocalSlurm's (slurm_user, scheduler_parameters,
+        extra_conf, device_cgroups...).
         """
         base = self.tmp_path_factory.mktemp(name or self.name)
         site = Site(base, config(base) if callable(config) else config)
         per_node = {node: snapshots for node in nodes} if isinstance(snapshots, str) else snapshots
         for node, snapshot in (per_node or {}).items():
             site.use_snapshot(node, snapshot)
+        for template, snapshot in (templates or {}).items():
+            site.add_template(template, snapshot)
         if nccl_per_node:
             site.nccl_dir_per_node(list(nodes), own_state=own_state)
         made = prepare(site) if prepare is not None else None

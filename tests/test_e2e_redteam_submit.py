@@ -33,10 +33,8 @@ one socket each):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -69,15 +67,16 @@ true
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    site = Site(tmp_path_factory.mktemp("e2e-redteam-submit"))
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
+def policy_lua(site: Site) -> dict[str, object]:
+    """gpugate's job_submit.lua for the site, as `gpugate submit-policy --lua` writes it."""
     lua = site.base / "job_submit.lua"
     assert submit_policy(["--config", str(site.config), "--lua", "-o", str(lua)]) == 0
-    with site.cluster(NODES, job_submit_lua=lua) as c:
-        yield c
+    return {"job_submit_lua": lua}
+
+
+@pytest.fixture(scope="module")
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site(NODES, prepare=policy_lua)
 
 
 def sbatch(cluster: LocalSlurm, *flags: str, script: str | None = None):

@@ -272,7 +272,8 @@ class Site:
         TaskProlog and EpilogSlurmctld), as an admin installs them; the hooks read its
         slurm.conf."""
         arguments: dict[str, object] = {HOOK_ARGUMENTS[hook]: self.hook(hook) for hook in hooks}
-        arguments.update(slurm_user=default_slurm_user(), **options)
+        arguments["slurm_user"] = default_slurm_user()
+        arguments.update(options)
         c = LocalSlurm(
             self.base / "slurm", nodes=nodes, prolog_epilog_timeout=60, wrap_hooks=False,
             **arguments,
@@ -342,6 +343,10 @@ class Site:
         tmp.write_text(text)
         tmp.chmod(0o666)  # a job (the job user) may overwrite it: see __init__
         os.replace(tmp, self.snapshots / f"{node}.yaml")
+
+    def add_template(self, name: str, snapshot: str) -> None:
+        """The bundled `snapshot` beside the nodes' as `<name>.yaml`, for a job to swap in."""
+        (self.snapshots / f"{name}.yaml").write_text((SNAPSHOTS / f"{snapshot}.yaml").read_text())
 
     def use_snapshot_with_minors(self, node: str, name: str) -> None:
         """As use_snapshot, each GPU given its device minor (= its index, as the fake devices
