@@ -34,6 +34,7 @@ __all__ = [
     "gpugate_for_job_user",
     "installed_hooks",
     "slurm_or_skip",
+    "submit_policy_lua",
 ]
 
 
@@ -44,6 +45,16 @@ PROLOG_ALONE: dict[str, object] = {
     "slurm_user": "root",
     "scheduler_parameters": "nohold_on_prolog_fail",
 }
+
+
+def submit_policy_lua(site: Site) -> dict[str, object]:
+    """A `prepare` step: gpugate's job_submit.lua from the site file (`gpugate submit-policy
+    --lua`), which slurm.conf then names (JobSubmitPlugins=lua)."""
+    from gpugate.commands.submit_policy import main as submit_policy
+
+    lua = site.base / "job_submit.lua"
+    assert submit_policy(["--config", str(site.config), "--lua", "-o", str(lua)]) == 0
+    return {"job_submit_lua": lua}
 
 
 def slurm_or_skip() -> None:

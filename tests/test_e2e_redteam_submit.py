@@ -34,15 +34,13 @@ one socket each):
 from __future__ import annotations
 
 import pytest
-from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip, submit_policy_lua
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm, cpu_layout  # noqa: E402
-
-from gpugate.commands.submit_policy import main as submit_policy  # noqa: E402
 
 NODES = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
 REFUSED = "gpugate: job refused"
@@ -67,16 +65,9 @@ true
 """
 
 
-def policy_lua(site: Site) -> dict[str, object]:
-    """gpugate's job_submit.lua for the site, as `gpugate submit-policy --lua` writes it."""
-    lua = site.base / "job_submit.lua"
-    assert submit_policy(["--config", str(site.config), "--lua", "-o", str(lua)]) == 0
-    return {"job_submit_lua": lua}
-
-
 @pytest.fixture(scope="module")
 def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
-    return slurm_site(NODES, prepare=policy_lua)
+    return slurm_site(NODES, prepare=submit_policy_lua)
 
 
 def sbatch(cluster: LocalSlurm, *flags: str, script: str | None = None):

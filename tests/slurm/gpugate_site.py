@@ -272,12 +272,11 @@ class Site:
         TaskProlog and EpilogSlurmctld), as an admin installs them; the hooks read its
         slurm.conf."""
         arguments: dict[str, object] = {HOOK_ARGUMENTS[hook]: self.hook(hook) for hook in hooks}
+        arguments["prolog_epilog_timeout"] = 60
+        arguments["wrap_hooks"] = False
         arguments["slurm_user"] = default_slurm_user()
-        arguments.update(options)
-        c = LocalSlurm(
-            self.base / "slurm", nodes=nodes, prolog_epilog_timeout=60, wrap_hooks=False,
-            **arguments,
-        )  # fmt: skip
+        arguments.update(options)  # a test's own settle it
+        c = LocalSlurm(self.base / "slurm", nodes=nodes, **arguments)
         if c.slurm_user != "root":
             self.controller_for(c.slurm_user)
         self.use_slurm_conf(c.conf_path)
