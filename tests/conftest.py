@@ -114,10 +114,14 @@ SHARED = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "s
 _shared_counts: dict[str, dict[str, int]] = {}  # kind -> {"ran": n, "skipped": n}
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not slow"` sees the marks added
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tag each test that reads ../shared with its kind, in its reports' user_properties
-    (which pytest-xdist's workers send to the process that counts)."""
+    (which pytest-xdist's workers send to the process that counts); mark each end-to-end test
+    (`slurm`: a real Slurm takes seconds to start and to run a job) `slow`."""
     for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.slow)
         marker = item.get_closest_marker("shared")
         if marker is not None:
             item.user_properties.append(("shared", marker.args[0] if marker.args else "shared"))
