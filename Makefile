@@ -1,4 +1,5 @@
-# gpugate: `make demo` runs the main job on bundled simulated nodes, `make test` runs every test.
+# gpugate: `make demo` runs the main job on bundled simulated nodes, `make test` runs every test,
+# `make test-fast` the quick run (no test marked slow: none of the end-to-end tests on a real Slurm).
 # Both create the virtualenv first; nothing else needs installing by hand (the Slurm tests
 # install Slurm and munge from Debian's packages themselves when run as root).
 
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 # `make test` on a fresh machine installs no more than before.
 DOCS_STAMP := $(VENV)/.docs-stamp
 
-.PHONY: venv torch demo test lint typecheck bench docs clean rpm deb
+.PHONY: venv torch demo test test-fast lint typecheck bench docs clean rpm deb
 
 venv: $(STAMP)
 
@@ -26,6 +27,7 @@ TORCH_VENV ?= .venv-torch
 # local Slurm cluster stays in one process). The end-to-end tests mostly wait on Slurm, so 3
 # workers on CI's 2 cores took `make test` from 14 to 5.5 minutes (docs/performance.md, "CI"). 0: one process.
 TEST_WORKERS ?= 3
+PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
 torch: $(TORCH_STAMP)
@@ -52,7 +54,13 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(MAKE) --no-print-directory typecheck
-	$(BIN)/pytest -q -ra $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/pytest -q -ra $(PYTEST_WORKERS)
+
+# The quick run while changing code: every test not marked slow (pyproject's markers: the
+# end-to-end tests on a real Slurm, the unit modules over 5 s); no root, Slurm or torch needed.
+# `make test` (and CI) still runs them all.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -ra -m "not slow" $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

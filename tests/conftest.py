@@ -70,6 +70,33 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
     return calls
 
 
+# --- the end-to-end tests' sites on a real local Slurm (tests/e2e.py) -------------------------
+@pytest.fixture(scope="module")
+def slurm_site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """A factory of gpugate sites, each with its local Slurm started (tests/e2e.py SlurmSites);
+    every cluster it started is stopped when the module ends."""
+    from e2e import SlurmSites
+
+    name = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
+    sites = SlurmSites(tmp_path_factory, name)
+    try:
+        yield sites
+    finally:
+        sites.stop()
+
+
+@pytest.fixture(scope="module")
+def site(e2e_site):
+    """The module's site: its `e2e_site` fixture (a `slurm_site(...)` call) names it."""
+    return e2e_site.site
+
+
+@pytest.fixture(scope="module")
+def cluster(e2e_site):
+    """The module's local Slurm, running: its `e2e_site` fixture names it."""
+    return e2e_site.cluster
+
+
 @pytest.fixture
 def open_tmp(tmp_path):
     """pytest's tmp dirs are 0700: open them to be traversed, as an install's directories are."""
@@ -87,10 +114,14 @@ SHARED = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "s
 _shared_counts: dict[str, dict[str, int]] = {}  # kind -> {"ran": n, "skipped": n}
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not slow"` sees the marks added
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tag each test that reads ../shared with its kind, in its reports' user_properties
-    (which pytest-xdist's workers send to the process that counts)."""
+    (which pytest-xdist's workers send to the process that counts); mark each end-to-end test
+    (`slurm`: a real Slurm takes seconds to start and to run a job) `slow`."""
     for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.slow)
         marker = item.get_closest_marker("shared")
         if marker is not None:
             item.user_properties.append(("shared", marker.args[0] if marker.args else "shared"))

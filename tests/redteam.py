@@ -1,4 +1,4 @@
-"""What the red-team end-to-end tests share: one node, a second ordinary user, the hooks' events.
+"""What the red-team end-to-end tests share: one node, a second ordinary user, the node in service.
 
 The attacker is an ordinary user besides the cluster's job user (the victim): it plants files
 where every user may write, before the victim's job runs.
@@ -9,37 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-from e2e import Site
 from localslurm import LocalSlurm, ensure_user
 
 NODE = "gpu-node-01"
 ATTACKER = "gpugate-e2e-squat"  # a second ordinary user, besides the cluster's job user
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-def one_node_fixtures(name: str, **cluster_options: object) -> tuple[Any, Any]:
-    """A test module's `site` and `cluster` fixtures (module scope): a site named `name` whose
-    one node replays the healthy H100 snapshot (its base is 1777, like /tmp), and its Slurm.
-
-    In the module: `site, cluster = one_node_fixtures("e2e-redteam-x")`.
-    """
-
-    @pytest.fixture(scope="module")
-    def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-        site = Site(tmp_path_factory.mktemp(name))
-        site.use_snapshot(NODE, "h100-healthy")
-        return site
-
-    @pytest.fixture(scope="module")
-    def cluster(site: Site) -> Iterator[LocalSlurm]:
-        with site.cluster([NODE], **cluster_options) as c:
-            yield c
-
-    return site, cluster
 
 
 def as_user(name: str, code: str, *args: str) -> None:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from e2e import Site
+from e2e import Site, SlurmSite, SlurmSites
 from localslurm import LocalSlurm
 
 NODES = ["n1", "n2", "n3"]
@@ -46,20 +46,25 @@ def config_extra(base: Path) -> str:
     )
 
 
-def suspects_site(base: Path, extra: str = "", own_state: bool = False) -> Site:
-    """A site on NODES whose jobs can fake failures and Xids; `extra`: more site-file lines
-    after config_extra's; `own_state`: each node its own state_dir (the node-local history)."""
-    site = Site(base, config_extra(base) + extra)
+def suspects_site(
+    slurm_site: SlurmSites, extra: str = "", own_state: bool = False, **cluster_options: object
+) -> SlurmSite:
+    """A site on NODES whose jobs can fake failures and Xids, its Slurm started; `extra`: more
+    site-file lines after config_extra's; `own_state`: each node its own state_dir (the
+    node-local history); `cluster_options`: slurm_site's."""
+    return slurm_site(NODES, config=lambda base: config_extra(base) + extra, nccl_per_node=True,
+                      own_state=own_state, prepare=_fakers, **cluster_options)  # fmt: skip
+
+
+def _fakers(site: Site) -> None:
+    """The qualification's dcgmi stand-in, task.sh and the Xid 31 templates, in the site."""
     # The qualification job's dcgmi: the stand-in replaying a clean level-1 run. gpugate starts
     # the qualification from a hook's detached child, whose environment holds no test variable.
-    dcgmi = base / "dcgmi"
+    dcgmi = site.base / "dcgmi"
     dcgmi.write_text(
         f'#!/bin/sh\nGPUGATE_DCGMI_REPLAY={STANDIN / "replay"} exec {STANDIN / "dcgmi"} "$@"\n'
     )
     dcgmi.chmod(0o755)
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    site.nccl_dir_per_node(NODES, own_state=own_state)
     task = site.base / "task.sh"
     # Each task writes into its own NCCL debug file: the job's FIRST node (n2 unless the job's
     # environment says) "fails first", ten minutes before the others' timeouts. Every stamp is
@@ -87,7 +92,6 @@ exit 1
             path.write_text(yaml.safe_dump({**healthy, "kernel_log": [*healthy["kernel_log"], *lines]},
                                            width=1000))  # fmt: skip
             path.chmod(0o644)
-    return site
 
 
 def gpugate(cluster: LocalSlurm, site: Site, *args: str) -> subprocess.CompletedProcess:

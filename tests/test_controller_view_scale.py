@@ -17,6 +17,8 @@ from gpugate.store import controller_view as V
 from gpugate.store import evidence as E
 from gpugate.store.suspects import first_to_fail
 
+pytestmark = pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
+
 JOB = "9"
 MAX = 64
 

@@ -22,6 +22,8 @@ import tarfile
 import pytest
 from test_version import VERSION_RE, build_version
 
+pytestmark = pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SH = os.path.join(REPO, "packaging", "deb", "build.sh")
 SYSTEM_PYTHON = "/usr/bin/python3"

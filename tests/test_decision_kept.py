@@ -181,6 +181,7 @@ def _mount_tmpfs(path, options: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 @pytest.mark.parametrize("kind", ["read-only", "full"])
 def test_a_real_read_only_or_full_state_dir_changes_nothing(broken_node, kind):
     site, state, slurm = broken_node

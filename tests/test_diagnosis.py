@@ -522,6 +522,7 @@ def test_ansi_progress_bars_binary_junk_and_long_lines(tmp_path, engine):
     assert len(ev.text) <= S.TEXT_MAX
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 def test_error_inside_a_giant_line_without_newline(tmp_path):
     # Longer than LINE_MAX: matched in fragments, never held whole.
     bar = b"0%|          | 0/9 [00:00<?, ?it/s]\r" * (SC.LINE_MAX // 36 + 1000)

@@ -9,39 +9,29 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm  # noqa: E402
 
 NODES = ["gpu-a", "gpu-b"]
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
 
 
 @pytest.fixture(scope="module")
-def env_cluster(tmp_path_factory: pytest.TempPathFactory):
-    site = Site(tmp_path_factory.mktemp("e2e-admin"))
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    with LocalSlurm(site.base / "slurm", nodes=NODES, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-                    wrap_hooks=False) as cluster:  # fmt: skip
-        env = dict(
-            cluster.env(),
-            GPUGATE_CONFIG=str(site.config),
-            GPUGATE_CACHE_DIR=str(site.base / "cache"),
-        )
-        yield site, cluster, env
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site(NODES, hooks=("prolog",), slurm_user="root")
 
 
 def gpugate(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([GPUGATE, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_drained_node_is_shown_refused_while_broken_resumed_when_fixed(env_cluster):
-    site, cluster, env = env_cluster
+def test_drained_node_is_shown_refused_while_broken_resumed_when_fixed(e2e_site: SlurmSite):
+    site, cluster = e2e_site
+    env = e2e_site.env()
     site.use_snapshot("gpu-a", "h100-ecc")
     job = cluster.submit(wrap="true", output="/dev/null", nodelist="gpu-a")
     cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=30)
@@ -71,8 +61,9 @@ def test_drained_node_is_shown_refused_while_broken_resumed_when_fixed(env_clust
     assert 'gpugate_drains_total{node="gpu-a",check="gpu.ecc"} 1' in prom
 
 
-def test_an_admins_drain_is_not_gpugates_and_needs_force(env_cluster):
-    _site, cluster, env = env_cluster
+def test_an_admins_drain_is_not_gpugates_and_needs_force(e2e_site: SlurmSite):
+    cluster = e2e_site.cluster
+    env = e2e_site.env()
     cluster.drain("gpu-b", "admin: PSU swap")
     listed = gpugate(env, "nodes", "--drained", "--json")
     row = {r["node"]: r for r in json.loads(listed.stdout)["nodes"]}["gpu-b"]
@@ -85,8 +76,8 @@ def test_an_admins_drain_is_not_gpugates_and_needs_force(env_cluster):
     cluster.wait_idle(["gpu-b"])
 
 
-def test_html_report_names_the_drains(env_cluster, tmp_path):
-    _site, _cluster, env = env_cluster
+def test_html_report_names_the_drains(e2e_site: SlurmSite, tmp_path):
+    env = e2e_site.env()
     out = tmp_path / "report.html"
     res = gpugate(env, "report", "--html", str(out))
     assert res.returncode == 0, res.stderr

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import PROLOG_ALONE, Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -41,19 +41,14 @@ def run_until_done(cluster: LocalSlurm, jobs: list[int], timeout: float = 90) ->
 
 
 def gpugate(site: Site, cluster: LocalSlurm, *args: str) -> subprocess.CompletedProcess:
-    env = dict(cluster.env(), GPUGATE_CONFIG=str(site.config),
-               GPUGATE_CACHE_DIR=str(site.base / "cache"))  # fmt: skip
+    env = SlurmSite(site, cluster).env()
     return subprocess.run([GPUGATE, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_drains_stop_at_the_budget(tmp_path):
-    site = Site(tmp_path, "budget:\n  max_drained_share: 0.25\n  min_drains_allowed: 1\n")
-    for node in NODES:
-        site.use_snapshot(node, "h100-driver-mismatch")
-    with LocalSlurm(
-        tmp_path / "slurm", nodes=NODES, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
-    ) as cluster:  # fmt: skip
+def test_drains_stop_at_the_budget(slurm_site: SlurmSites):
+    config = "budget:\n  max_drained_share: 0.25\n  min_drains_allowed: 1\n"
+    broken = "h100-driver-mismatch"
+    with slurm_site(NODES, snapshots=broken, config=config, **PROLOG_ALONE) as (site, cluster):
         jobs = [cluster.submit(wrap="sleep 1", output="/dev/null", nodes=1) for _ in NODES]
         run_until_done(cluster, jobs)
         assert all(cluster.job_state(j)["JobState"] == "COMPLETED" for j in jobs)
@@ -77,18 +72,13 @@ def test_drains_stop_at_the_budget(tmp_path):
     assert budget and "partition debug" in budget[0]["why"]
 
 
-def test_two_gpus_off_the_bus_on_three_nodes_are_both_drained(tmp_path):
+def test_two_gpus_off_the_bus_on_three_nodes_are_both_drained(slurm_site: SlurmSites):
     """A small partition: 10 % of 3 nodes allows one drain, but a lost GPU makes the node
     useless for any job, so a second such node is drained too; the third stays in service."""
     nodes = ["n1", "n2", "n3"]
-    site = Site(tmp_path)  # the packaged budget: 10 %, at least 1, hardware checks to half
-    for node in nodes[:2]:
-        site.use_snapshot(node, "h100-gpu-lost")
-    site.use_snapshot(nodes[2], "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm", nodes=nodes, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
-    ) as cluster:  # fmt: skip
+    snapshots = {"n1": "h100-gpu-lost", "n2": "h100-gpu-lost", "n3": "h100-healthy"}
+    # The packaged budget: 10 %, at least 1, hardware checks to half.
+    with slurm_site(nodes, snapshots=snapshots, **PROLOG_ALONE) as (site, cluster):
         jobs = [cluster.submit(wrap="sleep 1", output="/dev/null", nodelist=n) for n in nodes[:2]]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not all(cluster.is_drained(n) for n in nodes[:2]):
@@ -102,19 +92,14 @@ def test_two_gpus_off_the_bus_on_three_nodes_are_both_drained(tmp_path):
     assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"]
 
 
-def test_a_window_full_of_transient_drains_still_drains_an_xid79_node(tmp_path):
+def test_a_window_full_of_transient_drains_still_drains_an_xid79_node(slurm_site: SlurmSites):
     """Issue 41: the window's one drain spent on a hot node (transient) used to leave a GPU
     off the bus (Xid 79) in service, running the next job ("would drain (budget exceeded)").
     Hardware faults count only hardware drains: it is drained and its job refused."""
     nodes = ["n1", "n2", "n3"]
-    site = Site(tmp_path, "budget:\n  max_drains_per_window: 1\n")
-    site.use_snapshot("n1", "h100-hot")
-    for node in nodes[1:]:
-        site.use_snapshot(node, "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm", nodes=nodes, prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
-    ) as cluster:  # fmt: skip
+    snapshots = {"n1": "h100-hot", "n2": "h100-healthy", "n3": "h100-healthy"}
+    config = "budget:\n  max_drains_per_window: 1\n"
+    with slurm_site(nodes, snapshots=snapshots, config=config, **PROLOG_ALONE) as (site, cluster):
         hot = cluster.submit(wrap="true", output="/dev/null", nodelist="n1")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not cluster.is_drained("n1"):

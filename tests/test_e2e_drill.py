@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -30,26 +30,13 @@ from localslurm import LocalSlurm, ensure_user  # noqa: E402
 from test_e2e_requeue import decision, torch_zip  # noqa: E402
 
 NODES = ["n1", "n2"]
-HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-drill"), "requeue:\n  wait_for_bundles_s: 45\n")
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     # The requeue test's cluster, on two nodes: every gpugate hook, a refused job requeued.
-    hooks = {h.replace("-", "_"): site.hook(h) for h in HOOKS}
-    c = LocalSlurm(site.base / "slurm", nodes=NODES, prolog_epilog_timeout=60, wrap_hooks=False,
-                   scheduler_parameters="nohold_on_prolog_fail", **hooks)  # fmt: skip
-    site.use_slurm_conf(c.conf_path)
-    with c:
-        yield c
+    return slurm_site(NODES, config="requeue:\n  wait_for_bundles_s: 45\n", slurm_user="root",
+                      scheduler_parameters="nohold_on_prolog_fail")  # fmt: skip
 
 
 def training_job(site: Site) -> tuple[str, Path, Path]:

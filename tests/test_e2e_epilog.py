@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e import SNAPSHOTS, Site, slurm_or_skip
+from e2e import SNAPSHOTS, Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -30,22 +30,8 @@ CUDA_OOM = (
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(tmp_path_factory.mktemp("e2e-epilog"))
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    site.use_snapshot(NODE, "h100-healthy")
-    with LocalSlurm(
-        site.base / "slurm",
-        nodes=[NODE],
-        prolog=site.hook("prolog"),
-        epilog=site.hook("epilog"),
-        prolog_epilog_timeout=60,
-        wrap_hooks=False,
-    ) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE], hooks=("prolog", "epilog"), slurm_user="root")
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,7 @@ import sys
 import time
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -105,18 +105,8 @@ def torch_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, torch_python: str) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-flightrec"))
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    site.nccl_dir_per_node(NODES)
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites, torch_python: str) -> SlurmSite:
+    return slurm_site(NODES, nccl_per_node=True)
 
 
 def _bundles(site: Site, job: int, timeout: float = 30) -> dict[str, str]:

@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -34,30 +34,14 @@ ADMIN_REASON = "admin: bios update"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(
-        tmp_path_factory.mktemp("e2e-health"), config_extra="health:\n  heal_after_passes: 2\n"
-    )
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    site.use_snapshot(NODE, "h100-healthy")
-    site.use_snapshot(SPARE, "h100-healthy")
-    cluster = LocalSlurm(
-        site.base / "slurm",
-        nodes=[NODE, SPARE],
-        wrap_hooks=False,
-        health_check_program=site.hook("health"),
-        health_check_interval=HEALTH_INTERVAL,
-        health_check_node_state="ANY",
-    )
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     # slurmd gives the HealthCheckProgram no SLURM_CONF (Prolog and Epilog get one): its
     # scontrol would look for /etc/slurm/slurm.conf ("Could not establish a configuration
-    # source"), so hook.env names the private one, as a site with a moved slurm.conf must.
-    site.use_slurm_conf(cluster.conf_path)
-    with cluster:
-        yield cluster
+    # source"), so hook.env names the private one (the factory does), as a site with a moved
+    # slurm.conf must.
+    return slurm_site([NODE, SPARE], config="health:\n  heal_after_passes: 2\n", hooks=("health",),
+                      slurm_user="root", health_check_interval=HEALTH_INTERVAL,
+                      health_check_node_state="ANY")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

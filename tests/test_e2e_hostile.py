@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -44,23 +44,19 @@ EVIL = "export LD_PRELOAD=/tmp/evil.so"
 HARDWARE = {"gpu_xid_hardware", "ecc_error", "nvlink_error"}
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-hostile"), "requeue:\n  wait_for_bundles_s: 45\n")
-    site.use_snapshot(NODE, "h100-healthy")
+def xid31_template(site: Site) -> None:
+    """The healthy snapshot with five Xid 31 bursts in its kernel log, for jobs to swap in."""
     snapshot = yaml.safe_load((site.snapshots / f"{NODE}.yaml").read_text())
     bursts = [XID31.format(hh=f"{7 + i // 6:02d}", mm=f"{i % 6 * 10:02d}") for i in range(5)]
     snapshot["kernel_log"] = [*snapshot["kernel_log"], *bursts]
     template = site.snapshots / "xid31-template.yaml"
     template.write_text(yaml.safe_dump(snapshot, width=1000))
     template.chmod(0o644)
-    return site
 
 
 @pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE]) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE], config="requeue:\n  wait_for_bundles_s: 45\n", prepare=xid31_template)
 
 
 def torch_zip(path: Path) -> None:

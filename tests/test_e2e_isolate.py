@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -49,16 +49,13 @@ def snapshot(site: Site, node: str, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(tmp_path_factory.mktemp("e2e-isolate"), config_extra=ISOLATE_GPU)
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    def with_minors(site: Site) -> None:
+        for node in NODES:
+            snapshot(site, node, "h100-healthy")
 
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    for node in NODES:
-        snapshot(site, node, "h100-healthy")
-    with site.cluster(NODES, device_cgroups=True, gpus_per_node=GPUS) as c:
-        yield c
+    return slurm_site(NODES, snapshots=None, config=ISOLATE_GPU, prepare=with_minors,
+                      device_cgroups=True, gpus_per_node=GPUS)  # fmt: skip
 
 
 class Watch:

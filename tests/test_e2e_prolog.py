@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import PROLOG_ALONE, Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -38,22 +38,8 @@ BROKEN = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(tmp_path_factory.mktemp("e2e-prolog"))
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    site.use_snapshot(NODE, "h100-healthy")
-    with LocalSlurm(
-        site.base / "slurm",
-        nodes=[NODE],
-        prolog=site.hook("prolog"),
-        task_prolog=site.hook("task-prolog"),
-        prolog_epilog_timeout=60,
-        wrap_hooks=False,
-    ) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE], hooks=("prolog", "task-prolog"), slurm_user="root")
 
 
 @pytest.fixture(autouse=True)
@@ -132,19 +118,10 @@ def test_prolog_cost_is_recorded(site: Site):
 
 
 @pytest.fixture
-def two_nodes(tmp_path):
-    site = Site(tmp_path)
-    site.use_snapshot("n1", "h100-ib-down")
-    site.use_snapshot("n2", "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm",
-        nodes=["n1", "n2"],
-        prolog=site.hook("prolog"),
-        prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail",
-        wrap_hooks=False,
-    ) as c:
-        yield c, site
+def two_nodes(slurm_site: SlurmSites):
+    snapshots = {"n1": "h100-ib-down", "n2": "h100-healthy"}
+    with slurm_site(["n1", "n2"], snapshots=snapshots, **PROLOG_ALONE) as (site, cluster):
+        yield cluster, site
 
 
 def test_two_nodes_one_broken_job_runs_on_the_healthy_one(two_nodes):
@@ -165,31 +142,28 @@ def test_two_nodes_one_broken_job_runs_on_the_healthy_one(two_nodes):
     assert not cluster.is_drained("n2")
 
 
-def test_a_hanging_source_is_cut_at_the_deadline(tmp_path):
+def test_a_hanging_source_is_cut_at_the_deadline(slurm_site: SlurmSites, tmp_path):
     """No snapshot: real sources, one of which (the kernel log file, a FIFO) never answers."""
     fifo = tmp_path / "kmsg-fifo"
     os.mkfifo(fifo)
-    site = Site(tmp_path)
-    site.config.write_text(
-        f"state_dir: {site.state}\nevidence_dir: {site.evidence}\n"
-        # Never the packaged /var/lib/gpugate/nccl: the host's own gpugate (a job's NCCL
-        # directory was left there by this test).
-        f"task_prolog:\n  nccl_debug_dir: {site.base / 'nccl'}\n"
-        "prolog:\n  deadline_s: 3\n"
-        f"sources:\n  kernel_log_file: {fifo}\n  timeout_s:\n    kernel_log: 30\n"
-        # This CI host is no GPU node: keep its own limits and memory out of the verdict,
-        # and its GPU count (the test cluster's Gres says 8 fake GPUs; NVML has none).
-        "checks:\n  disabled: [host.nofile, host.memory, gpu.count]\n"
-    )
-    with LocalSlurm(
-        tmp_path / "slurm",
-        nodes=["n1"],
-        prolog=site.hook("prolog"),
-        prolog_epilog_timeout=30,
-        wrap_hooks=False,
-    ) as cluster:
+
+    def real_sources(site: Site) -> None:
+        site.config.write_text(
+            f"state_dir: {site.state}\nevidence_dir: {site.evidence}\n"
+            # Never the packaged /var/lib/gpugate/nccl: the host's own gpugate (a job's NCCL
+            # directory was left there by this test).
+            f"task_prolog:\n  nccl_debug_dir: {site.base / 'nccl'}\n"
+            "prolog:\n  deadline_s: 3\n"
+            f"sources:\n  kernel_log_file: {fifo}\n  timeout_s:\n    kernel_log: 30\n"
+            # This CI host is no GPU node: keep its own limits and memory out of the verdict,
+            # and its GPU count (the test cluster's Gres says 8 fake GPUs; NVML has none).
+            "checks:\n  disabled: [host.nofile, host.memory, gpu.count]\n"
+        )
+
+    with slurm_site(["n1"], snapshots=None, prepare=real_sources, hooks=("prolog",),
+                    slurm_user="root", prolog_epilog_timeout=30) as (site, cluster):  # fmt: skip
         started = time.monotonic()
-        job = cluster.submit(wrap="true", output=str(tmp_path / "out"))
+        job = cluster.submit(wrap="true", output=str(site.base / "out"))  # the job user's to write
         cluster.wait_job(job, "COMPLETED", timeout=30)
         assert time.monotonic() - started < 20
     prolog = [e for e in site.events() if e["hook"] == "prolog"]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 from torchenv import torch_python_or_skip
 
 pytestmark = pytest.mark.slurm
@@ -33,7 +33,7 @@ N3_REASON = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100 (before 
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     python = torch_python_or_skip()
     qualify = (
         "budget:\n  settle_s: 0\n  jitter_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 3\n"
@@ -41,16 +41,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
         f"  python: {python}\n  dcgmi: {STANDIN / 'dcgmi'}\n"
         "  size_mib: 1\n  iters: 5\n  ntasks_per_node: 2\n  time_limit_min: 5\n  wait_s: 120\n"
     )
-    site = Site(tmp_path_factory.mktemp("e2e-qualify"), qualify)
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES) as c:
-        yield c
+    return slurm_site(NODES, config=qualify)
 
 
 def qualify(site: Site, cluster: LocalSlurm, *args: str) -> subprocess.CompletedProcess:

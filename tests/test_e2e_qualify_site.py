@@ -16,9 +16,10 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -31,27 +32,20 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    base = tmp_path_factory.mktemp("e2e-qualify-site")
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     probe = subprocess.run([SYSTEM_PYTHON, "-I", "-c", "import torch"], capture_output=True)
     if probe.returncode == 0:
         pytest.skip(f"{SYSTEM_PYTHON} has torch here: this test needs a site without it")
-    qualify = (
-        "qualify:\n"
-        f"  python: {SYSTEM_PYTHON}\n"
-        f"  dcgmi: {base / 'not-installed' / 'dcgmi'}\n"  # DCGM is not installed on the nodes
-        "  size_mib: 1\n  iters: 2\n  time_limit_min: 3\n  wait_s: 90\n"
-    )
-    site = Site(base, qualify)
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    return site
 
+    def qualify(base: Path) -> str:
+        return (
+            "qualify:\n"
+            f"  python: {SYSTEM_PYTHON}\n"
+            f"  dcgmi: {base / 'not-installed' / 'dcgmi'}\n"  # DCGM is not installed on the nodes
+            "  size_mib: 1\n  iters: 2\n  time_limit_min: 3\n  wait_s: 90\n"
+        )
 
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES) as c:
-        yield c
+    return slurm_site(NODES, config=qualify)
 
 
 def gpugate(site: Site, cluster: LocalSlurm, *args: str, timeout: float = 150):

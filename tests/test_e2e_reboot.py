@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -34,18 +34,10 @@ PENDING = {"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"}
 
 
 @pytest.fixture
-def cluster_and_site(tmp_path):
-    site = Site(tmp_path, config_extra="health:\n  reboot: true\n")
-    site.use_snapshot(NODE, "h100-healthy")
-    site.use_snapshot(SPARE, "h100-healthy")
-    with LocalSlurm(
-        tmp_path / "slurm",
-        nodes=[NODE, SPARE],
-        prolog=site.hook("prolog"),
-        prolog_epilog_timeout=60,
-        wrap_hooks=False,
-        reboot_program=FAKE_REBOOT,
-    ) as cluster:
+def cluster_and_site(slurm_site: SlurmSites):
+    """Each test its own cluster: a reboot it asks for must not reach the next test."""
+    with slurm_site([NODE, SPARE], config="health:\n  reboot: true\n", hooks=("prolog",),
+                    slurm_user="root", reboot_program=FAKE_REBOOT) as (site, cluster):  # fmt: skip
         yield cluster, site
 
 

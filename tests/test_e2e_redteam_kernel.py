@@ -20,14 +20,14 @@ import json
 
 import pytest
 import yaml
-from e2e import SNAPSHOTS, Site, slurm_or_skip
+from e2e import SNAPSHOTS, Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm  # noqa: E402
-from redteam import NODE, node_in_service, one_node_fixtures  # noqa: E402
+from redteam import NODE, node_in_service  # noqa: E402
 
 from gpugate.store.metrics import parse_samples  # noqa: E402
 
@@ -50,7 +50,9 @@ def oom_kills(n: int, start: float = 4100.0) -> list[str]:
     return out
 
 
-site, cluster = one_node_fixtures("e2e-redteam-kernel")
+@pytest.fixture(scope="module")
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE])
 
 
 def during_the_job(site: Site, name: str, **changes: object) -> str:

@@ -14,13 +14,13 @@ import json
 import sys
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from suspects_e2e import NODES, SECOND_USER, gpugate, suspects_site, xid31_job  # noqa: E402
+from suspects_e2e import SECOND_USER, gpugate, suspects_site, xid31_job  # noqa: E402
 
 # Two jobs of two users on one GPU flag its node; one qualification a day in all.
 EXTRA = (
@@ -31,15 +31,8 @@ EXTRA = (
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    base = tmp_path_factory.mktemp("e2e-redteam-local-allowance")
-    return suspects_site(base, EXTRA, own_state=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return suspects_site(slurm_site, EXTRA, own_state=True)
 
 
 def test_application_xid_flags_on_two_nodes_start_no_qualification(cluster, site):

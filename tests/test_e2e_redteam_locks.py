@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -56,16 +56,8 @@ HOSTILE_RANK, GOOD_RANK = 9274, 9275  # PyTorch's default dump place: unlikely r
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-redteam-locks"))
-    site.use_snapshot(NODE, "h100-healthy")
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster([NODE]) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE])
 
 
 @pytest.fixture(scope="module")

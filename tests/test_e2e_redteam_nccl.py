@@ -29,16 +29,19 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
-from redteam import ATTACKER, NODE, PYTHON, as_user, node_in_service, one_node_fixtures  # noqa: E402
+from redteam import ATTACKER, NODE, PYTHON, as_user, node_in_service  # noqa: E402
 
-site, cluster = one_node_fixtures("e2e-redteam-nccl")
+
+@pytest.fixture(scope="module")
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE])
 
 
 def use_nccl_base(site: Site, base: Path) -> None:

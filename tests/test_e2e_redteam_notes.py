@@ -10,17 +10,20 @@ nothing of the victim's lands in it, and the controller's event says the note wa
 from __future__ import annotations
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
-from redteam import ATTACKER, NODE, as_user, one_node_fixtures  # noqa: E402
+from redteam import ATTACKER, NODE, as_user  # noqa: E402
 
-# A root controller writes the notes as the job's user.
-site, cluster = one_node_fixtures("e2e-redteam-notes", slurm_user="root")
+
+@pytest.fixture(scope="module")
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    # A root controller writes the notes as the job's user.
+    return slurm_site([NODE], slurm_user="root")
 
 
 PLANT = """\

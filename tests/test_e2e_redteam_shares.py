@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -38,14 +38,8 @@ GENUINE = ("gpugate-e2e-squat", "gpugate-e2e-c")  # two more ordinary users
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return suspects_site(tmp_path_factory.mktemp("e2e-redteam-shares"), EXTRA)
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES, slurm_user="root") as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return suspects_site(slurm_site, EXTRA, slurm_user="root")
 
 
 def uid(user: str) -> int:

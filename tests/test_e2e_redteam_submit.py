@@ -33,18 +33,14 @@ one socket each):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip, submit_policy_lua
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm, cpu_layout  # noqa: E402
-
-from gpugate.commands.submit_policy import main as submit_policy  # noqa: E402
 
 NODES = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
 REFUSED = "gpugate: job refused"
@@ -70,14 +66,8 @@ true
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    site = Site(tmp_path_factory.mktemp("e2e-redteam-submit"))
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    lua = site.base / "job_submit.lua"
-    assert submit_policy(["--config", str(site.config), "--lua", "-o", str(lua)]) == 0
-    with site.cluster(NODES, job_submit_lua=lua) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site(NODES, prepare=submit_policy_lua)
 
 
 def sbatch(cluster: LocalSlurm, *flags: str, script: str | None = None):

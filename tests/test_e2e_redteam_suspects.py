@@ -19,14 +19,13 @@ import sys
 import time
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from suspects_e2e import (  # noqa: E402
-    NODES,
     SECOND_USER,
     faked_failure,
     gpugate,
@@ -37,17 +36,11 @@ from suspects_e2e import (  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return suspects_site(tmp_path_factory.mktemp("e2e-redteam-suspects"))
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     # SlurmUser=root: the controller starts a suspect's qualification itself only as root (as
     # `slurm` it flags the suspect for review, docs/flow.md); the other suspect tests run as
     # `slurm`.
-    with site.cluster(NODES, slurm_user="root") as c:
-        yield c
+    return suspects_site(slurm_site, slurm_user="root")
 
 
 def test_two_users_faking_failures_get_a_qualification_never_a_drain(cluster, site):

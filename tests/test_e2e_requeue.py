@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from e2e import SNAPSHOTS, Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -44,22 +44,12 @@ def torch_zip(path: Path, truncate: bool = False) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     # checkpoints.max_age_s 1: a run of a few seconds already outlives its checkpoint policy.
     yaml = "requeue:\n  wait_for_bundles_s: 45\ncheckpoints:\n  max_age_s: 1\n"
-    site = Site(tmp_path_factory.mktemp("e2e-requeue"), yaml)
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    broken = site.snapshots / "broken-template.yaml"
-    broken.write_text((SNAPSHOTS / "h100-xid79.yaml").read_text())
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
     # The install docs' recommendation: a refused job goes back to the queue, not held.
-    with site.cluster(NODES, scheduler_parameters="nohold_on_prolog_fail") as c:
-        yield c
+    return slurm_site(NODES, config=yaml, templates={"broken-template": "h100-xid79"},
+                      scheduler_parameters="nohold_on_prolog_fail")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSites, slurm_or_skip
 from torchenv import torch_python_or_skip
 
 pytestmark = pytest.mark.slurm
@@ -44,23 +44,21 @@ def qualify_config(python: str) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def env_cluster(tmp_path_factory: pytest.TempPathFactory):
-    python = torch_python_or_skip()
-    site = Site(tmp_path_factory.mktemp("e2e-resume-qualify"), qualify_config(python))
+def dcgm_replay(site: Site) -> None:
+    """The dcgmi stand-in's replays: a clean run by default, a memory failure on gpu-b."""
     replay = site.base / "dcgm-replay"
     shutil.copytree(STANDIN / "replay" / "default", replay / "default")
     (replay / "gpu-b").mkdir()
     shutil.copy(STANDIN / "replay" / "gpu-memfail" / "diag-r2.json", replay / "gpu-b")
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    with site.cluster(NODES) as cluster:
-        # sbatch hands the submitter's environment to the job (--export=ALL, sbatch(1)): the
-        # stand-in reads its replay directory from there.
-        env = dict(cluster.env(), GPUGATE_CONFIG=str(site.config),
-                   GPUGATE_CACHE_DIR=str(site.base / "cache"),
-                   GPUGATE_DCGMI_REPLAY=str(replay))  # fmt: skip
-        yield site, cluster, env
+
+
+@pytest.fixture(scope="module")
+def env_cluster(slurm_site: SlurmSites):
+    python = torch_python_or_skip()
+    site, cluster = e2e = slurm_site(NODES, config=qualify_config(python), prepare=dcgm_replay)
+    # sbatch hands the submitter's environment to the job (--export=ALL, sbatch(1)): the
+    # stand-in reads its replay directory from there.
+    return site, cluster, e2e.env(GPUGATE_DCGMI_REPLAY=str(site.base / "dcgm-replay"))
 
 
 def gpugate(env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2e import Site, installed_hooks, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, installed_hooks, slurm_or_skip
 
 from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import controller_dir_of
@@ -34,16 +34,8 @@ NODE = "gpu-node-01"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    return Site(tmp_path_factory.mktemp("e2e-selftest"))
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    site.use_snapshot(NODE, "h100-healthy")
-    # Slurm's defaults: JobRequeue=1, no nohold_on_prolog_fail.
-    with site.cluster([NODE]) as cluster:
-        yield cluster
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    return slurm_site([NODE])  # Slurm's defaults: JobRequeue=1, no nohold_on_prolog_fail.
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 import yaml
-from e2e import Site, slurm_or_skip
+from e2e import PROLOG_ALONE, Site, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -54,14 +54,6 @@ def with_low_memory(site: Site) -> None:
     edit_snapshot(site, lambda facts: facts["memory"].update(available_mib=4000))
 
 
-def cluster_for(site: Site, tmp_path) -> LocalSlurm:
-    """One node, the prolog from the site, a failed prolog drains without holding the job."""
-    return LocalSlurm(
-        tmp_path / "slurm", nodes=[NODE], prolog=site.hook("prolog"), prolog_epilog_timeout=60,
-        scheduler_parameters="nohold_on_prolog_fail", wrap_hooks=False,
-    )  # fmt: skip
-
-
 def wait_for(path, cluster: LocalSlurm, job: int) -> None:
     """Until the job's script has touched `path`: it runs (its prolog is over)."""
     deadline = time.monotonic() + 30
@@ -79,10 +71,8 @@ def next_job_drains(cluster: LocalSlurm) -> tuple[int, str]:
     return job, cluster.node(NODE).get("Reason", "")
 
 
-def test_two_jobs_on_one_node_then_a_real_leftover(tmp_path):
-    site = Site(tmp_path)
-    site.use_snapshot(NODE, "h100-healthy")
-    with cluster_for(site, tmp_path) as cluster:
+def test_two_jobs_on_one_node_then_a_real_leftover(slurm_site: SlurmSites):
+    with slurm_site([NODE], **PROLOG_ALONE) as (site, cluster):
         started = site.base / "a-ran"
         a = cluster.submit(wrap=f"touch {started}; sleep 300", output="/dev/null", gres="gpu:2",
                            nodelist=NODE)  # fmt: skip
@@ -108,12 +98,10 @@ def test_two_jobs_on_one_node_then_a_real_leftover(tmp_path):
             cluster.run(["scancel", str(a)], check=False)
 
 
-def test_low_host_memory_beside_a_cpu_only_job_then_alone(tmp_path):
+def test_low_host_memory_beside_a_cpu_only_job_then_alone(slurm_site: SlurmSites):
     """A CPU-only job holds no GPU but uses host memory: B's prolog reports the low figure and B
     runs; once A has ended, the same figure is the node's own and the next prolog drains."""
-    site = Site(tmp_path)
-    site.use_snapshot(NODE, "h100-healthy")
-    with cluster_for(site, tmp_path) as cluster:
+    with slurm_site([NODE], **PROLOG_ALONE) as (site, cluster):
         started = site.base / "a-ran"
         a = cluster.submit(wrap=f"touch {started}; sleep 300", output="/dev/null", nodelist=NODE)
         try:

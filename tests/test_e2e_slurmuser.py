@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e import SNAPSHOTS, Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm, ensure_slurm_user  # noqa: E402
+from localslurm import LocalSlurm  # noqa: E402
 from redteam import ATTACKER, as_user  # noqa: E402
 
 from gpugate.slurm.hostlist import hostlist_expand  # noqa: E402
@@ -45,25 +45,11 @@ NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-slurmuser"))
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-    (site.snapshots / "broken-template.yaml").write_text(
-        (SNAPSHOTS / "h100-xid79.yaml").read_text()
-    )
-    # As the package does: state and evidence root's and passable, controller/ slurm's.
-    uid, gid = ensure_slurm_user()
-    site.state.chmod(0o751)
-    site.controller.mkdir(mode=0o751)
-    os.chown(site.controller, uid, gid)
-    return site
-
-
-@pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES, scheduler_parameters="nohold_on_prolog_fail", slurm_user="slurm") as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    # SlurmUser=slurm: as the package does, state and evidence root's and passable, controller/
+    # slurm's (Site.controller_for).
+    return slurm_site(NODES, templates={"broken-template": "h100-xid79"}, slurm_user="slurm",
+                      scheduler_parameters="nohold_on_prolog_fail")  # fmt: skip
 
 
 def job_script(site: Site, log: Path) -> str:

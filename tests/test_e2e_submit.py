@@ -13,15 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from e2e import slurm_or_skip
+from e2e import SlurmSite, SlurmSites, slurm_or_skip, submit_policy_lua
 
 pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
 from localslurm import LocalSlurm  # noqa: E402 - importable once slurm_or_skip() set the path
-
-from gpugate.commands.submit_policy import main as submit_policy  # noqa: E402
 
 NODES = ["gpu-node-01", "gpu-node-02"]
 SITE = """\
@@ -35,14 +33,11 @@ submit:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.mktemp("e2e-submit")
-    (base / "gpugate.yaml").write_text(SITE)
-    lua = base / "job_submit.lua"
-    assert submit_policy(["--config", str(base / "gpugate.yaml"), "--lua", "-o", str(lua)]) == 0
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    """No gpugate hook: the policy alone, generated from SITE; a second partition, wide."""
     wide = f"PartitionName=wide Nodes={','.join(NODES)} MaxTime=INFINITE State=UP"
-    with LocalSlurm(base / "slurm", nodes=NODES, job_submit_lua=lua, extra_conf=wide) as c:
-        yield c
+    return slurm_site(NODES, config=SITE, hooks=(), prepare=submit_policy_lua, slurm_user="root",
+                      extra_conf=wide)  # fmt: skip
 
 
 def sbatch(cluster: LocalSlurm, *flags: str):

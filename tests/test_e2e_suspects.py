@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from e2e import Site, slurm_or_skip
+from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
 pytestmark = pytest.mark.slurm
 
@@ -37,23 +37,8 @@ EXTRA = (
 )
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = Site(tmp_path_factory.mktemp("e2e-suspects"), EXTRA)
-    for node in NODES:
-        site.use_snapshot(node, "h100-healthy")
-        (site.base / node).mkdir()
-        (site.base / node).chmod(0o755)  # the job's user reaches its NCCL directory below
-        text = site.config.read_text().replace(
-            f"nccl_debug_dir: {site.base / 'nccl'}", f"nccl_debug_dir: {site.base / node / 'nccl'}"
-        )
-        (site.base / f"gpugate-{node}.yaml").write_text(text)
-    with open(site.hook_env, "a") as fh:
-        # The node hooks (prolog, epilog, task prolog) know their node; the controller's not.
-        fh.write(
-            f'case "$SLURMD_NODENAME" in n1|n2|n3) '
-            f"GPUGATE_CONFIG={site.base}/gpugate-$SLURMD_NODENAME.yaml ;; esac\n"
-        )
+def task_script(site: Site) -> None:
+    """task.sh: one task per node, node 1 failing first, the others timing out waiting for it."""
     task = site.base / "task.sh"
     task.write_text(
         f"""#!/bin/sh
@@ -70,13 +55,12 @@ exit 1
 """
     )
     task.chmod(0o755)
-    return site
 
 
 @pytest.fixture(scope="module")
-def cluster(site: Site):
-    with site.cluster(NODES) as c:
-        yield c
+def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
+    # Each node its own NCCL directory (see the module docstring).
+    return slurm_site(NODES, config=EXTRA, nccl_per_node=True, prepare=task_script)
 
 
 def controller_done(site: Site, job: int, timeout: float = 60) -> None:

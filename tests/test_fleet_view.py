@@ -213,6 +213,7 @@ def storm(tmp_path, members: int, failing: int, settle_s: float = 1.2):
     return slurm, outcomes, counts, config
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 @pytest.mark.parametrize("members", [64, 256])
 def test_a_storm_keeps_the_budget_exactly_at_a_bounded_cost_per_node(tmp_path, members):
     slurm, outcomes, counts, config = storm(tmp_path, members, failing=members)

@@ -90,6 +90,8 @@ from gpugate.store.evidence import read_summary
 from gpugate.store.state import load_baseline, load_kernel_pos
 from gpugate.yamlio import YamlError, parse_yaml
 
+pytestmark = pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 

@@ -372,6 +372,7 @@ def headless(binary: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 def test_chromium_renders_what_the_admin_needs(tmp_path):
     binary = chromium()
     page = tmp_path / "report.html"

@@ -21,6 +21,8 @@ from test_version import VERSION_RE
 
 from gpugate.config import load_config
 
+pytestmark = pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SH = os.path.join(REPO, "packaging", "rpm", "build.sh")
 SYSTEM_PYTHON = "/usr/bin/python3"  # the launcher's #!: what the nodes run

@@ -29,7 +29,8 @@ ME = getpass.getuser()
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="runs hooks as another user")
 
 
-pytestmark = pytest.mark.usefixtures("open_tmp")  # tests/conftest.py
+# open_tmp: tests/conftest.py; slow: over 5 s alone (pytest --durations), out of `make test-fast`
+pytestmark = [pytest.mark.usefixtures("open_tmp"), pytest.mark.slow]
 
 
 def _launcher(path: Path, shebang: str) -> Path:

@@ -43,7 +43,8 @@ SHOW_PARTITION = (
 )
 
 
-pytestmark = pytest.mark.usefixtures("open_tmp")  # tests/conftest.py
+# open_tmp: tests/conftest.py; slow: over 5 s alone (pytest --durations), out of `make test-fast`
+pytestmark = [pytest.mark.usefixtures("open_tmp"), pytest.mark.slow]
 
 
 def _conf(**changes: str) -> dict[str, str]:

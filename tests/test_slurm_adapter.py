@@ -1177,6 +1177,7 @@ def test_conformance_resume(kind: str, line: str, force: bool, action: str, writ
     assert written() == writes
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 @BOTH
 def test_conformance_job_and_requeue_flow(kind: str) -> None:
     backend, written = make_backend(kind, IDLE_LINE)
@@ -1283,6 +1284,7 @@ def all_job_calls(backend: S.SlurmControl, job: str) -> None:
     backend.set_admin_comment(job, "x")
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 @BOTH
 @pytest.mark.parametrize("job", ["14_1", "14+1", "14"])
 def test_conformance_every_job_call_acts_on_exactly_that_job(kind: str, job: str) -> None:
@@ -1309,6 +1311,7 @@ def test_conformance_every_job_call_acts_on_exactly_that_job(kind: str, job: str
         assert not any(a in ("141", "142", "JobId=141", "JobId=142") for a in argv), argv
 
 
+@pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 @pytest.mark.parametrize("job", ["14_1", "14+1"])
 def test_scontrol_gets_an_array_task_or_het_component_verbatim(job: str) -> None:
     backend, runner, _ = id_backend("pyslurm")

@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from jobpython import JobUserCannotRun, as_job_user, job_interpreter
@@ -34,6 +35,11 @@ from localslurm import JOB_USER, LocalSlurm, ensure_user, open_path
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPSHOTS = ROOT / "config" / "snapshots"
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld", "health")
+# Each hook's LocalSlurm argument (its slurm.conf key); a cluster gets all but the health check
+# unless a test names its own.
+HOOK_ARGUMENTS = {"prolog": "prolog", "epilog": "epilog", "task-prolog": "task_prolog",
+                  "epilog-slurmctld": "epilog_slurmctld", "health": "health_check_program"}  # fmt: skip
+JOB_HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
 # The wrapper reads the system's hook.env, then its own: the tests' copies read only their own.
 SYSTEM_HOOK_ENV_LOOP = 'for f in /etc/gpugate/hook.env "${0%/*}/hook.env"; do'
 OWN_HOOK_ENV_LOOP = 'for f in "${0%/*}/hook.env"; do'
@@ -259,20 +265,18 @@ class Site:
         """Absolute path of one wrapper, for slurm.conf."""
         return str(self.hooks / f"gpugate-{name}")
 
-    def cluster(self, nodes: list[str], **options: object) -> LocalSlurm:
-        """A local Slurm (not started) with this site's Prolog, Epilog, TaskProlog and
-        EpilogSlurmctld, as an admin installs them; the hooks read its slurm.conf."""
-        c = LocalSlurm(
-            self.base / "slurm",
-            nodes=nodes,
-            prolog=self.hook("prolog"),
-            epilog=self.hook("epilog"),
-            task_prolog=self.hook("task-prolog"),
-            epilog_slurmctld=self.hook("epilog-slurmctld"),
-            prolog_epilog_timeout=60,
-            wrap_hooks=False,
-            **{"slurm_user": default_slurm_user(), **options},
-        )
+    def cluster(
+        self, nodes: list[str], hooks: Iterable[str] = JOB_HOOKS, **options: object
+    ) -> LocalSlurm:
+        """A local Slurm (not started) with this site's `hooks` (by default its Prolog, Epilog,
+        TaskProlog and EpilogSlurmctld), as an admin installs them; the hooks read its
+        slurm.conf."""
+        arguments: dict[str, object] = {HOOK_ARGUMENTS[hook]: self.hook(hook) for hook in hooks}
+        arguments["prolog_epilog_timeout"] = 60
+        arguments["wrap_hooks"] = False
+        arguments["slurm_user"] = default_slurm_user()
+        arguments.update(options)  # a test's own settle it
+        c = LocalSlurm(self.base / "slurm", nodes=nodes, **arguments)
         if c.slurm_user != "root":
             self.controller_for(c.slurm_user)
         self.use_slurm_conf(c.conf_path)
@@ -338,6 +342,10 @@ class Site:
         tmp.write_text(text)
         tmp.chmod(0o666)  # a job (the job user) may overwrite it: see __init__
         os.replace(tmp, self.snapshots / f"{node}.yaml")
+
+    def add_template(self, name: str, snapshot: str) -> None:
+        """The bundled `snapshot` beside the nodes' as `<name>.yaml`, for a job to swap in."""
+        (self.snapshots / f"{name}.yaml").write_text((SNAPSHOTS / f"{snapshot}.yaml").read_text())
 
     def use_snapshot_with_minors(self, node: str, name: str) -> None:
         """As use_snapshot, each GPU given its device minor (= its index, as the fake devices
