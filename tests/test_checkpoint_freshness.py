@@ -19,6 +19,7 @@ from gpugate.config import ConfigError, load_config
 from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
 from gpugate.store.metrics import apply_run
+from gpugate.store.summary import EvidenceSummary
 
 MIN = 60.0
 END = 1_800_000_000.0
@@ -213,8 +214,9 @@ def test_the_gauge_keeps_the_last_age_and_the_counter_counts_stale_ends():
 def test_the_report_uses_the_recorded_checkpoint_time(tmp_path):
     failure = {"job": "77", "node": "n1", "restart": 0, "category": "nccl_timeout", "gpus": 2,
                "start": END - 7200, "failed": END, "path": "77/n1-r0",
-               **losses._recorded_checkpoint({"checkpoint_age_s": 2520.0, "checkpoint_stale": True,
-                   "checkpoint": {"path": "/ck/step_100.pt", "mtime": END - 2520}})}  # fmt: skip
+               **losses._recorded_checkpoint(EvidenceSummary(
+                   job_id="77", node="n1", checkpoint_age_s=2520.0, checkpoint_stale=True,
+                   checkpoint={"path": "/ck/step_100.pt", "mtime": END - 2520}))}  # fmt: skip
     events = [{"job": "77", "restarts": 0, "checkpoint": "/ck/other.pt", "when": END}]
     (c,) = losses.costed([failure], events, stat=lambda p: pytest.fail("read an mtime"))
     assert c["lost_from"] == END - 2520 and c["from_checkpoint"]

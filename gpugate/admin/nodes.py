@@ -31,6 +31,7 @@ from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
 from gpugate.store.outcomes import check_record
+from gpugate.store.summary import EvidenceSummary
 from gpugate.store.suspects import open_flags
 from gpugate.text import printable
 
@@ -233,18 +234,11 @@ def _bundle_facts(bundle: str | None) -> dict[str, Any]:
         summary = read_summary(bundle)
     except Exception:  # any unreadable summary is "no facts"
         return {}
-    if not isinstance(summary, dict):
-        return {}
-    out: dict[str, Any] = {}
-    if type(summary.get("category")) is str:
-        out["category"] = summary["category"]
-    if type(summary.get("xid")) is int:
-        out["xid"] = summary["xid"]
-    if type(summary.get("failing_rank")) is int:
-        out["failing_rank"] = summary["failing_rank"]
-    if type(summary.get("failing_node")) is str:
-        out["failing_node"] = summary["failing_node"]
-    return out
+    if not isinstance(summary, EvidenceSummary):
+        return {}  # none, an invalid one (read_summary said None), or a qualification's
+    found = {"category": summary.category, "xid": summary.xid,
+             "failing_rank": summary.failing_rank, "failing_node": summary.failing_node}  # fmt: skip
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _latest_evidence(

@@ -12,8 +12,9 @@ from gpugate.clock import parse_utc
 from gpugate.config import load_config
 from gpugate.flightrec.culprit import job_culprit
 from gpugate.store import history
-from gpugate.store.evidence import bundle_kind, list_bundles, node_bundle_paths, read_summary
+from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
 from gpugate.store.held import HELD_LABEL, held_entries, held_now
+from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -90,16 +91,17 @@ def admin_only(config: Config, job: str | None = None) -> str | None:
 
 def describe(bundle: str) -> dict[str, Any]:
     """A bundle's summary fields, its path and the raw files in it."""
-    summary = read_summary(bundle) or {}
-    out: dict[str, Any] = {k: summary.get(k) for k in FIELDS}
+    summary = read_summary(bundle)
+    written = summary.to_json() if summary is not None else {}
+    out: dict[str, Any] = {k: written.get(k) for k in FIELDS}
     out["path"] = bundle
-    if out.get("job_id") is None and isinstance(summary.get("job"), str):
-        out["job_id"] = summary["job"]  # a qualification's bundle names its job so
+    if isinstance(summary, QualifySummary):
+        out["job_id"] = summary.job  # a qualification's bundle names its job so
     # job, qualify (gpugate qualify) or drill (a run under a fault drill: a simulated fault)
-    out["bundle_kind"] = bundle_kind(summary) if summary else None
-    out["drill"] = summary.get("drill") if isinstance(summary.get("drill"), str) else None
-    out["files"] = summary.get("files") or sorted(_members(bundle))
-    if not summary:
+    out["bundle_kind"] = bundle_kind(summary) if summary is not None else None
+    out["drill"] = summary.drill if isinstance(summary, EvidenceSummary) else None
+    out["files"] = (summary.files if summary is not None else None) or sorted(_members(bundle))
+    if summary is None:
         out["why"] = "summary.json missing or unreadable"
     out["dumps_note"] = dumps_note(out["files"])
     return out

@@ -28,6 +28,7 @@ from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.state import load_task_file
+from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -279,9 +280,10 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         fd = fsutil.open_regular(path, follow=False)  # never blocks, never a symlink
         with os.fdopen(fd) as fh:
             st = os.fstat(fh.fileno())
-            summary = json.load(fh)
-        summary.update(action=_action(result, False), drain_reason=result.reason)
-        atomic_write(path, json.dumps(summary, indent=1, default=str), mode=st.st_mode & 0o777)
+            summary = summary_from_json(json.load(fh), path)
+        summary = summary.replace(action=_action(result, False), drain_reason=result.reason)
+        text = json.dumps(summary.to_json(), indent=1, default=str)
+        atomic_write(path, text, mode=st.st_mode & 0o777)
         os.chown(path, -1, st.st_gid)  # the admins' group, as write_bundle set it
         return True
     except (OSError, ValueError) as exc:
@@ -355,9 +357,12 @@ def write_evidence(
     ep = config.epilog
     kernel = newest_lines(fresh, ep.kernel_lines_max)  # an OOM flood never pushes an Xid out
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
-    summary.update(run_times(env, job, facts, baseline))
-    summary["faults_outside_job"] = [f.message for f in elsewhere or ()]
-    summary.update(summary_fields(freshness))
+    summary = summary.replace(
+        **run_times(env, job, facts, baseline),
+        faults_outside_job=[f.message for f in elsewhere or ()],
+        **summary_fields(freshness),
+        flightrec_dumps=len((flightrec or {}).get("records") or []),
+    )
     files = _bundle_files(facts, kernel, deltas, logs)
     stale = message(freshness) if freshness is not None else None
     decisive = files["decisive.txt"]
@@ -372,7 +377,6 @@ def write_evidence(
     refused = flightrec_collect.decisive_lines(flightrec)
     if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
         files["decisive.txt"] = decisive + "".join(line + "\n" for line in refused)
-    summary["flightrec_dumps"] = len((flightrec or {}).get("records") or [])
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
                             files, summary, group=ep.evidence_group,
@@ -394,7 +398,7 @@ def _summary(
     logs: dict[str, Any],
     result: EpilogResult,
     pending_drain: bool,
-) -> dict[str, Any]:
+) -> EvidenceSummary:
     """The bundle's summary.json.
 
     The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
@@ -402,52 +406,52 @@ def _summary(
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
     diagnosis = logs.get("diagnosis") or {}
-    return {
+    return EvidenceSummary(
         # job, or drill: this run ended under a fault drill's overlay (gpugate/drill), so its
         # fault is simulated; the report and the controller keep it apart from real failures.
-        "kind": "drill" if drill_mark() else "job",
-        "drill": drill_mark(),
-        "job_id": env.job_id,
-        "node": env.node,
-        "restart": env.restart_count,
-        "user": env.user,
-        "why": result.why,
-        "exit_code2": env.exit_code2,
+        kind="drill" if drill_mark() else "job",
+        drill=drill_mark(),
+        job_id=env.job_id or "",
+        node=env.node,
+        restart=env.restart_count,
+        user=env.user,
+        why=result.why,
+        exit_code2=env.exit_code2,
         # The job's GPUs here (SLURM_JOB_GPUS; null: not known, read as the whole node's
         # node_gpus): `gpugate report` weighs the time lost by them (GPU-hours).
-        "gpus": None if env.gpus is None else list(env.gpus),
-        "node_gpus": len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
-        "category": diagnosis.get("category"),
-        "category_source": diagnosis.get("decided_by"),
-        "category_trusted": diagnosis.get("trusted") is True,
+        gpus=None if env.gpus is None else list(env.gpus),
+        node_gpus=len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
+        category=diagnosis.get("category"),
+        category_source=diagnosis.get("decided_by"),
+        category_trusted=diagnosis.get("trusted") is True,
         # high / medium / low (gpugate.diagnosis.confidence): the requeue acts on high only.
-        "confidence": diagnosis.get("confidence"),
-        "xid": diagnosis.get("xid"),
-        "failing_rank": diagnosis.get("failing_rank"),
+        confidence=diagnosis.get("confidence"),
+        xid=diagnosis.get("xid"),
+        failing_rank=diagnosis.get("failing_rank"),
         # The failing rank's node (the log's word, else a one-node job's), why that rank, and
         # how sure: the controller's suspect vote points at this node when it is one of the job's.
-        "failing_node": result.failing_node,
-        "rank_reason": diagnosis.get("rank_reason"),
-        "rank_confidence": diagnosis.get("rank_confidence"),
-        "summary_text": diagnosis.get("summary"),
-        "job_output_category": diagnosis.get("job_output_category"),
-        "job_output_xid": diagnosis.get("job_output_xid"),
-        "untrusted_claims": [c.get("claim") for c in diagnosis.get("untrusted") or []],
-        "hardware_fault": bool(hardware),
-        "hardware_findings": [f.message for f in hardware],
-        "first_hardware_error_at": _first_time(kernel) if hardware else None,
+        failing_node=result.failing_node,
+        rank_reason=diagnosis.get("rank_reason"),
+        rank_confidence=diagnosis.get("rank_confidence"),
+        summary_text=diagnosis.get("summary"),
+        job_output_category=diagnosis.get("job_output_category"),
+        job_output_xid=diagnosis.get("job_output_xid"),
+        untrusted_claims=[c.get("claim") for c in diagnosis.get("untrusted") or []],
+        hardware_fault=bool(hardware),
+        hardware_findings=[f.message for f in hardware],
+        first_hardware_error_at=_first_time(kernel) if hardware else None,
         # When this node's decisive lines say it failed (UTC; null without a full date):
         # the controller's cross-job suspect voting orders a job's nodes by it.
-        "first_failure_at": _text(diagnosis.get("first_failure_at")),
-        "suspected_node": env.node if hardware else None,
-        "counter_changes": describe(deltas),
-        "action": _action(result, pending_drain),
-        "drain_reason": result.reason,
-        "job": {k: v for k, v in job.items() if k not in ("comment",)},
-        "read_errors": logs.get("errors", []),
+        first_failure_at=_text(diagnosis.get("first_failure_at")),
+        suspected_node=env.node if hardware else None,
+        counter_changes=describe(deltas),
+        action=_action(result, pending_drain),
+        drain_reason=result.reason,
+        job={k: v for k, v in job.items() if k not in ("comment",)},
+        read_errors=logs.get("errors", []),
         # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
-        "kernel_log_lost": result.kernel_log_lost,
-    }
+        kernel_log_lost=result.kernel_log_lost,
+    )
 
 
 def _bundle_files(

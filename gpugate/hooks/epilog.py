@@ -27,7 +27,7 @@ from gpugate.log import say
 from gpugate.slurm.choose import with_slurm_gres
 from gpugate.store import app_xids as xid_history
 from gpugate.store import controller_view
-from gpugate.store.evidence import read_summary
+from gpugate.store.evidence import read_job_summary
 from gpugate.store.history import history_dir
 from gpugate.store.nccl_dir import remove_nccl_dir
 from gpugate.store.runs import (
@@ -164,7 +164,7 @@ def view_finish(
     if result is None:
         record = controller_view.done(None, error="the epilog did not finish")
     elif result.bundle:
-        record = controller_view.done(read_summary(result.bundle), flightrec, bundle=True)
+        record = controller_view.done(read_job_summary(result.bundle), flightrec, bundle=True)
     else:  # the bundle could not be written: what the epilog knows itself
         record = controller_view.done(None, flightrec, why=result.why, bundle=False,
                                       category=result.category, confidence=result.confidence,

@@ -49,6 +49,7 @@ from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.record import Record
 from gpugate.slurm.hostlist import HostlistError, hostlist_compress
 from gpugate.store.evidence import _JOB, VIEW_DIR, bundle_name, remove_view
+from gpugate.store.summary import EvidenceSummary
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -223,11 +224,14 @@ def running(deadline_s: float, now: float | None = None) -> dict[str, Any]:
 
 
 def done(
-    summary: dict[str, Any] | None, flightrec: dict[str, Any] | None = None, **extra: object
+    summary: EvidenceSummary | dict[str, Any] | None,
+    flightrec: dict[str, Any] | None = None,
+    **extra: object,
 ) -> dict[str, Any]:
     """The record at the epilog's end: the summary's decision fields (none without a bundle)."""
-    fields = {k: (summary or {}).get(k) for k in SUMMARY_FIELDS if k in (summary or {})}
-    where = (summary or {}).get("checkpoint")
+    written = summary.to_json() if isinstance(summary, EvidenceSummary) else dict(summary or {})
+    fields = {k: written[k] for k in SUMMARY_FIELDS if k in written}
+    where = written.get("checkpoint")
     ckpt = where.get("ckpt_dir") if isinstance(where, dict) else None
     note = fields.get("checkpoint_message")
     if isinstance(note, str) and isinstance(ckpt, str) and ckpt:
