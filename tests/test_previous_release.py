@@ -1,0 +1,81 @@
+"""A site upgrading keeps its stores: files the previous release wrote read into records.
+
+The files are tests/fixtures/previous-release/ (its README says how they were made: by the
+previous release's own code). Each is read by today's reader; writing the record again gives
+the same JSON, where a key the old file lacks comes back as its default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpugate.jsonrecord import JsonRecord
+from gpugate.record import to_plain
+from gpugate.store import controller_view, evidence
+from gpugate.store.summary import EvidenceSummary, summary_from_json
+
+OLD = Path(__file__).resolve().parent / "fixtures" / "previous-release"
+BUNDLE = OLD / "evidence" / "77" / "gpu-node-01-r0"
+
+
+def same_json(record: JsonRecord, old: dict) -> None:
+    """`record` writes `old` again: every old key, and its defaults for the keys it lacked."""
+    out = record.to_json()
+    assert {k: out.get(k) for k in old} == old
+    added = {k: v for k, v in out.items() if k not in old}
+    assert added == {k: to_plain(record._defaults[k]) for k in added}
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_previous_releases_bundle_summary_is_read_into_a_record(tmp_path):
+    bundle = tmp_path / "77" / "gpu-node-01-r0"
+    shutil.copytree(BUNDLE, bundle)
+    summary = evidence.read_summary(str(bundle))
+    assert isinstance(summary, EvidenceSummary)
+    assert (summary.job_id, summary.node, summary.xid) == ("77", "gpu-node-01", 79)
+    assert summary.hardware_fault and summary.category == "gpu_xid_hardware"
+    assert summary.kernel_log_lost is None  # newer than that release: its default
+    same_json(summary, load(BUNDLE / "summary.json"))
+
+
+def test_the_first_releases_summary_is_read_too():
+    old = load(BUNDLE / "summary-2026-11-29.json")
+    summary = summary_from_json(old)
+    assert isinstance(summary, EvidenceSummary)
+    assert summary.kind is None and evidence.bundle_kind(summary) == "job"
+    assert summary.confidence is None  # the requeue reads a missing confidence as before
+    same_json(summary, old)
+
+
+@pytest.mark.parametrize("key", ["job_id", "node"])
+def test_a_summary_without_a_required_key_names_it(key):
+    old = load(BUNDLE / "summary.json")
+    del old[key]
+    with pytest.raises(ValueError, match=f"summary.json: missing key '{key}'"):
+        summary_from_json(old)
+
+
+def test_a_summary_with_a_wrong_type_names_the_key():
+    old = dict(load(BUNDLE / "summary.json"), xid="79")
+    with pytest.raises(ValueError, match=r"summary.json: key 'xid': expected int \| None, got str"):
+        summary_from_json(old)
+
+
+def test_the_previous_releases_decision_record_and_digest_are_read(tmp_path):
+    view = tmp_path / "controller-view" / "77"
+    shutil.copytree(OLD / "controller-view" / "77", view)
+    os.chmod(view, 0o750)
+    record, why = controller_view.read_record(str(view / "gpu-node-01-r0.json"))
+    assert why is None and record is not None
+    assert record["hardware_fault"] is True and record["state"] == "done"
+    digest, why = controller_view.read_digest(str(view / "@digest-r0.json"), "77", 0)
+    assert why is None and digest is not None
+    assert digest["nodes"]["gpu-node-01"]["category"] == "gpu_xid_hardware"
