@@ -7,7 +7,8 @@ default is required (every version gpugate wrote had it), one with a default may
 older release did not write it: it reads as its default). Keys no field names (a newer
 release's, a drill's extra) are kept in `extra` and written back by `to_json`, so a reader that
 rewrites a file loses nothing. `to_json()` is the JSON the writer writes: the fields in their
-order, those in `_omit` left out while None (keys written only when known), then `extra`.
+order, those in `_omit` left out while None (keys written only when known; `_omitted` may
+decide otherwise), then `extra`.
 
 The annotations are read as text (`from __future__ import annotations` keeps them so): the
 vocabulary is `str`, `int`, `float`, `bool`, `None`, `Any`, `list[T]`, `dict[str, T]`, `X | Y`
@@ -67,17 +68,25 @@ class JsonRecord(Record):
     def to_json(self) -> dict[str, Any]:
         """The JSON object the writer writes (plain values, the file's key order)."""
         omit = self._omitted()
-        out = {
-            f: to_plain(getattr(self, f))
-            for f in self._fields
-            if f != "extra" and not (f in omit and getattr(self, f) is None)
-        }
+        out = {f: _plain(getattr(self, f)) for f in self._fields if f != "extra" and f not in omit}
         out.update({k: v for k, v in self.extra.items() if k not in out})
         return out
 
-    def _omitted(self) -> frozenset[str]:
-        """The fields to_json leaves out while None (a subclass may decide per record)."""
-        return self._omit
+    def _omitted(self) -> set[str] | frozenset[str]:
+        """The fields to_json leaves out: those of `_omit` that are None (a subclass may
+        decide otherwise, per record)."""
+        return {f for f in self._omit if getattr(self, f) is None}
+
+
+def _plain(value: object) -> object:
+    """to_plain, with a nested JsonRecord written as its JSON (its omissions, its extra keys)."""
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return to_plain(value)
 
 
 def _compiled(cls: type[JsonRecord]) -> dict[str, Callable[[object, str], object]]:

@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from factories import default_config, make_facts
+from factories import default_config, make_facts, views
 from fakes import FakeSlurm
 
 from gpugate.hooks.epilog import abnormal_end, run_epilog
@@ -190,7 +190,7 @@ def test_a_requeued_run_that_ended_well_is_not_judged_by_an_earlier_runs_steps()
 
 
 def test_the_suspect_is_the_node_with_the_first_hardware_error():
-    from gpugate.store.evidence import suspect_node
+    from gpugate.store.view_records import suspect_node
 
     summaries = [
         {"node": "n1", "hardware_fault": False, "category": "nccl_timeout"},
@@ -205,8 +205,8 @@ def test_the_suspect_is_the_node_with_the_first_hardware_error():
             "first_hardware_error_at": "2026-11-29T11:02:03.500000Z",
         },
     ]
-    assert suspect_node(summaries) == "n2"
-    assert suspect_node(summaries[:1]) is None
+    assert suspect_node(views(summaries)) == "n2"
+    assert suspect_node(views(summaries[:1])) is None
 
 
 def test_kernel_line_times_become_comparable_utc():

@@ -13,11 +13,15 @@ from pathlib import Path
 
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.store.summary import EvidenceSummary, QualifySummary
+from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
 RECORDS: dict[str, type[JsonRecord]] = {
     "EvidenceSummary": EvidenceSummary,
     "QualifySummary": QualifySummary,
+    "ControllerRecord": ControllerRecord,
+    "Digest": Digest,
+    "DigestEntry": DigestEntry,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

@@ -305,7 +305,7 @@ def test_the_decision_record_carries_the_drill():
     from gpugate.store.controller_view import done
 
     record = done({"kind": "drill", "drill": DRILL_ID, "category": "gpu_xid_hardware"})
-    assert (record["kind"], record["drill"]) == ("drill", DRILL_ID)
+    assert (record.kind, record.drill) == ("drill", DRILL_ID)
 
 
 # ------------------------------------------------------------ the epilog under a drill

@@ -18,6 +18,7 @@ from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
 from gpugate.store import controller_view, evidence
 from gpugate.store.summary import EvidenceSummary, summary_from_json
+from gpugate.store.view_records import ControllerRecord, Digest
 
 OLD = Path(__file__).resolve().parent / "fixtures" / "previous-release"
 BUNDLE = OLD / "evidence" / "77" / "gpu-node-01-r0"
@@ -74,8 +75,10 @@ def test_the_previous_releases_decision_record_and_digest_are_read(tmp_path):
     shutil.copytree(OLD / "controller-view" / "77", view)
     os.chmod(view, 0o750)
     record, why = controller_view.read_record(str(view / "gpu-node-01-r0.json"))
-    assert why is None and record is not None
-    assert record["hardware_fault"] is True and record["state"] == "done"
+    assert why is None and isinstance(record, ControllerRecord)
+    assert record.hardware_fault is True and record.state == "done" and record.bundle is True
+    same_json(record, load(view / "gpu-node-01-r0.json"))
     digest, why = controller_view.read_digest(str(view / "@digest-r0.json"), "77", 0)
-    assert why is None and digest is not None
-    assert digest["nodes"]["gpu-node-01"]["category"] == "gpu_xid_hardware"
+    assert why is None and isinstance(digest, Digest)
+    assert digest.nodes["gpu-node-01"].category == "gpu_xid_hardware"
+    assert digest.to_json() == load(view / "@digest-r0.json")

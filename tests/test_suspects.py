@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from factories import default_config
+from factories import default_config, views
 from fakes import FakeSlurm
 
 from gpugate.clock import parse_utc
@@ -98,7 +98,7 @@ def test_the_bundle_summary_carries_it(tmp_path):
 
 
 def test_the_node_whose_failure_came_first_is_the_suspect():
-    assert first_to_fail(B_FIRST, NODES) == ("b", parse_utc("2026-12-01T10:00:00Z"))
+    assert first_to_fail(views(B_FIRST), NODES) == ("b", parse_utc("2026-12-01T10:00:00Z"))
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_the_node_whose_failure_came_first_is_the_suspect():
     ],
 )
 def test_no_suspect_is_guessed(summaries, nodes):
-    assert first_to_fail(summaries, nodes) is None
+    assert first_to_fail(views(summaries), nodes) is None
 
 
 # -------------------------------------------------------------------------- vote store
@@ -158,7 +158,7 @@ def started(qualifications_started, monkeypatch):
 
 
 def cast(config, job_id: str, summaries=B_FIRST, now: float = T0, **changes) -> str | None:
-    return vote(config, failed_job(job_id, **changes), summaries, "nccl_timeout", now)
+    return vote(config, failed_job(job_id, **changes), views(summaries), "nccl_timeout", now)
 
 
 def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_path, started):
@@ -605,7 +605,7 @@ def test_a_failing_node_outside_the_job_or_disputed_falls_back_to_the_time_stamp
     split = [{**B_FIRST[0], "failing_node": "a"}, B_FIRST[1], {**B_FIRST[2], "failing_node": "c"}]
     assert cast(config, "102", summaries=split).startswith("suspect b ")
     only = [{**B_FIRST[2], "failing_node": "c"}]
-    assert suspicion.failing_node(failed_job("103"), only) == (
+    assert suspicion.failing_node(failed_job("103"), views(only)) == (
         "c",
         parse_utc("2026-12-01T10:10:01Z"),
     )

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.view_records import ControllerRecord
 
 
 def abnormal_end(env: HookEnv) -> str | None:
@@ -181,7 +182,7 @@ def _view_forget(config: Config, env: HookEnv) -> None:
         say(f"epilog job {env.job_id}: cannot remove the controller's record: {exc}")
 
 
-def _view_write(config: Config, env: HookEnv, record: dict[str, Any]) -> None:
+def _view_write(config: Config, env: HookEnv, record: ControllerRecord) -> None:
     if not env.job_id or not env.node:
         return
     try:

@@ -477,15 +477,3 @@ def read_job_summary(bundle: str) -> EvidenceSummary | None:
     """A job's (or a drill's) bundle summary; None for a qualification's or an unreadable one."""
     summary = read_summary(bundle)
     return summary if isinstance(summary, EvidenceSummary) else None
-
-
-def suspect_node(summaries: list[dict[str, Any]]) -> str | None:
-    """The node whose evidence shows the first hardware error (earliest time), if any.
-
-    In a multi-node job every rank times out; the node that failed first is the cause.
-    """
-    hardware = [s for s in summaries if s.get("hardware_fault")]
-    if not hardware:
-        return None
-    hardware.sort(key=lambda s: (s.get("first_hardware_error_at") or "~", s.get("node") or ""))
-    return hardware[0].get("node")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
 from gpugate.store import history
+from gpugate.store.view_records import ControllerRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def first_failure_at(diagnosis: Diagnosis) -> str | None:
 
 
 def first_to_fail(
-    summaries: list[dict[str, Any]], nodes: tuple[str, ...]
+    summaries: list[ControllerRecord], nodes: tuple[str, ...]
 ) -> tuple[str, float] | None:
     """(node, epoch) of the job's node that failed first, or None when that is not certain.
 
@@ -62,9 +63,9 @@ def first_to_fail(
     """
     times: dict[str, float] = {}
     for s in summaries:
-        node, when = s.get("node"), parse_utc(s.get("first_failure_at"))
-        if isinstance(node, str) and when is not None:
-            times[node] = when
+        when = parse_utc(s.first_failure_at)
+        if s.node is not None and when is not None:
+            times[s.node] = when
     if len(nodes) < 2 or any(n not in times for n in nodes):
         return None
     ordered = sorted((times[n], n) for n in set(nodes))
