@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gpugate.jsonrecord import JsonRecord, field_table
+from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
@@ -22,6 +23,10 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "ControllerRecord": ControllerRecord,
     "Digest": Digest,
     "DigestEntry": DigestEntry,
+    "DrainEntry": DrainEntry,
+    "AuditEntry": AuditEntry,
+    "HeldEntry": HeldEntry,
+    "UnknownXidsEntry": UnknownXidsEntry,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

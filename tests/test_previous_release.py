@@ -16,7 +16,7 @@ import pytest
 
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
-from gpugate.store import controller_view, evidence
+from gpugate.store import controller_view, evidence, held, history
 from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.view_records import ControllerRecord, Digest
 
@@ -82,3 +82,29 @@ def test_the_previous_releases_decision_record_and_digest_are_read(tmp_path):
     assert why is None and isinstance(digest, Digest)
     assert digest.nodes["gpu-node-01"].category == "gpu_xid_hardware"
     assert digest.to_json() == load(view / "@digest-r0.json")
+
+
+@pytest.mark.parametrize(
+    ("name", "read"),
+    [
+        ("drains.jsonl", history.drains),
+        ("audit.jsonl", history.resumes),
+        ("held.jsonl", held.held_entries),
+    ],
+)
+def test_the_previous_releases_history_lines_are_read_into_records(tmp_path, name, read):
+    shutil.copy(OLD / "state" / name, tmp_path / name)
+    old = [json.loads(line) for line in (OLD / "state" / name).read_text().splitlines()]
+    got = read(str(tmp_path))
+    assert len(got) == len(old) > 0
+    for record, line in zip(got, old):
+        same_json(record, line)
+
+
+def test_the_previous_releases_drill_drain_and_repair_are_kept():
+    drains = history.drains(str(OLD / "state"))
+    audit = history.resumes(str(OLD / "state"))
+    assert [history.drill_of(d) for d in drains] == [None, "ecc-3"]
+    assert audit[0].repair == "gpu reset" and audit[1].resumed is False
+    # The reseat's new boot is the repair that makes the lift no false drain.
+    assert history.repair_evidence(drains[0], audit[0]) == history.REBOOT

@@ -15,6 +15,7 @@ from gpugate.gate import suspicion
 from gpugate.gate.requeue import JobEnd
 from gpugate.gate.suspicion import vote
 from gpugate.store import history, suspects
+from gpugate.store.entries import AuditEntry
 from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
 
 NODES = ("a", "b", "c")
@@ -562,7 +563,7 @@ def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcom
                   "trigger": "suspect (votes): first to fail in jobs 11,12,13"}]  # fmt: skip
     resumes = []
     if resumed:
-        resumes = [{"node": "gpu-02", "when": T0 + 60, "who": "alice", "resumed": True}]
+        resumes = [AuditEntry(node="gpu-02", when=T0 + 60, who="alice", resumed=True)]
     page = R.render_html([], [], resumes, now=T0 + 3600, qualifications=quals,
                          flags=[open_flag()])  # fmt: skip
     text = Page(page).all_text
@@ -582,8 +583,8 @@ def test_an_admins_resume_of_a_suspect_in_service_clears_it_audited(tmp_path, st
     assert "suspicion (votes: first to fail in jobs 101 of 1 user(s)) is cleared" in said
     assert suspects.open_flags(history.read_dirs(config)) == {}
     (entry,) = history.resumes(where, "b")
-    assert entry["why"] == "cable reseated, DCGM r3 clean" and entry["resumed"] is True
-    assert entry["reason"].startswith("suspect: first to fail")
+    assert entry.why == "cable reseated, DCGM r3 clean" and entry.resumed is True
+    assert (entry.reason or "").startswith("suspect: first to fail")
 
 
 # ------------------------------------------------------- the failing rank's node (issue 30)

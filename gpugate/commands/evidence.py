@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.store.entries import HeldEntry
 
 # What a bundle's summary says, in the order shown.
 FIELDS = ("job_id", "node", "restart", "collected_at", "category", "xid", "failing_rank",
@@ -57,8 +58,8 @@ def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[st
     """Bundle directories of one node (its index, or a scan without one, plus those the
     history names), and notes on how they were found."""
     found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
-    named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
-    more = {p for p in named if isinstance(p, str) and p and os.path.isdir(p)}
+    named = [e.bundle for e in history.drains(history.history_dir(config), node)]
+    more = {p for p in named if p and os.path.isdir(p)}
     return sorted(set(found) | more), notes
 
 
@@ -139,17 +140,17 @@ def _members(bundle: str) -> list[str]:
 _OLD_WORDS = "drain refused (not gpugate's)"
 
 
-def mark_held(items: list[dict[str, Any]], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def mark_held(items: list[dict[str, Any]], held: list[HeldEntry]) -> list[dict[str, Any]]:
     """Bundles whose drain the budget held back (a held entry of the same node and reason
     within history.SAME_EVENT_S of the bundle) say so: action HELD_LABEL, and why."""
     out = []
     for d in items:
         when = parse_utc(d.get("collected_at"))
         match = next((e for e in reversed(held) if d.get("drain_reason")
-                      and e["node"] == d.get("node") and e["reason"] == d["drain_reason"]
-                      and (when is None or abs(e["when"] - when) < history.SAME_EVENT_S)), None)  # fmt: skip
+                      and e.node == d.get("node") and e.reason == d["drain_reason"]
+                      and (when is None or abs(e.when - when) < history.SAME_EVENT_S)), None)  # fmt: skip
         if match is not None and d.get("action") in (_OLD_WORDS, HELD_LABEL):
-            d = dict(d, action=HELD_LABEL, held_why=match.get("why"))
+            d = dict(d, action=HELD_LABEL, held_why=match.why)
         out.append(d)
     return out
 
@@ -160,14 +161,13 @@ def newest_first(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   reverse=True)  # fmt: skip
 
 
-def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None = None) -> str:
+def render(target: str, items: list[dict[str, Any]], held: HeldEntry | None = None) -> str:
     """A short block per bundle, newest first; `held`: the node's standing held-back drain."""
     items = [{k: _line(v) for k, v in d.items()} for d in items]
     lines = [f"{len(items)} evidence bundle(s) for {target}, newest first:"]
     if held:
-        h = {k: _line(v) for k, v in held.items()}
-        lines[0:0] = [f"{target}: {HELD_LABEL} since {h.get('at')}: {h.get('why')}; "
-                      f"wanted: {h.get('reason')}", ""]  # fmt: skip
+        lines[0:0] = [f"{target}: {HELD_LABEL} since {_line(held.at)}: {_line(held.why)}; "
+                      f"wanted: {_line(held.reason)}", ""]  # fmt: skip
     for d in items:
         xid = "-" if d["xid"] is None else d["xid"]
         rank = "-" if d["failing_rank"] is None else d["failing_rank"]
@@ -240,7 +240,12 @@ def main(argv: list[str]) -> int:
     held = None if is_job else held_now(config, target).get(target)
     fr = _flight_recorder(bundles) if is_job else None
     if args.json:
-        out = {"target": target, "kind": what, "would_drain": held, "bundles": items}
+        out = {
+            "target": target,
+            "kind": what,
+            "would_drain": held.to_json() if held else None,
+            "bundles": items,
+        }
         if is_job:  # the rank the others waited for, from the dumps the epilog read
             out["flight_recorder"] = fr
             out["decisions"] = decisions

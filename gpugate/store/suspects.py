@@ -111,7 +111,7 @@ Dirs = str | Sequence[str]  # one directory, or several whose files are read tog
 def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
     """The entries of `name` in every directory (the history's, the controller's), oldest first."""
     many = (dirs,) if isinstance(dirs, str) else tuple(dict.fromkeys(dirs))
-    entries = [e for d in many for e in history._read_lines(os.path.join(d, name), valid)]
+    entries = [e for d in many for e in history._read_dicts(os.path.join(d, name), valid)]
     return sorted(entries, key=lambda e: e.get("when", 0)) if len(many) > 1 else entries
 
 
@@ -131,7 +131,7 @@ def closed_at(state_dir: Dirs, node: str) -> float:
     from gpugate.store.qualify import qualifications
 
     many = (state_dir,) if isinstance(state_dir, str) else tuple(state_dir)
-    times = [e["when"] for d in many for e in history.resumes(d, node) if e.get("resumed", True)]
+    times = [e.when for d in many for e in history.resumes(d, node) if e.resumed]
     times += [e["when"] for d in many for e in qualifications(d, node) if e.get("passed")]
     return max(times, default=0.0)
 
