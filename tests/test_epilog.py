@@ -14,6 +14,7 @@ from gpugate.hooks.epilog import abnormal_end, run_epilog
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import HookEnv
 from gpugate.slurm.records import JobInfo
+from gpugate.store.baseline import Baseline
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -379,7 +380,7 @@ def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
     snapshot(tmp_path, make_facts())
     run_prolog(config, env(restart_count=1), slurm_with_job(str(out)))
     baseline = load_baseline(config.state_dir, "77")
-    assert baseline["log_offsets"] == {str(out): len("run 0 said this\n")}
+    assert baseline.log_offsets == {str(out): len("run 0 said this\n")}
 
 
 def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
@@ -390,7 +391,7 @@ def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
     out.write_text("another job's lines\n")
     snapshot(tmp_path, make_facts())
     run_prolog(config, env(), slurm_with_job(str(out)))  # restart 0: its file comes after
-    assert "log_offsets" not in load_baseline(config.state_dir, "77")
+    assert load_baseline(config.state_dir, "77").log_offsets is None
 
 
 def test_an_appended_log_never_replays_an_earlier_runs_failure(tmp_path):
@@ -450,7 +451,8 @@ def test_a_fault_the_prolog_reported_is_not_new_since_the_prolog():
     from gpugate.hooks.epilog import hardware_decision
 
     config = default_config()
-    known = {"known_faults": [{"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]}
+    known = Baseline.from_json({"job_id": "77", "known_faults": [
+        {"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]})  # fmt: skip
     assert hardware_decision(LOST_OUTSIDE, [], config).failing  # without the prolog's record
     assert not hardware_decision(LOST_OUTSIDE, [], config, baseline=known).failing
     # Another GPU lost since then is new.

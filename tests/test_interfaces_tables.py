@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gpugate.jsonrecord import JsonRecord, field_table
+from gpugate.store.baseline import Baseline, KnownFault
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
@@ -27,6 +28,8 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "AuditEntry": AuditEntry,
     "HeldEntry": HeldEntry,
     "UnknownXidsEntry": UnknownXidsEntry,
+    "Baseline": Baseline,
+    "KnownFault": KnownFault,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

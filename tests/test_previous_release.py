@@ -16,7 +16,8 @@ import pytest
 
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
-from gpugate.store import controller_view, evidence, held, history
+from gpugate.store import controller_view, evidence, held, history, state
+from gpugate.store.baseline import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.view_records import ControllerRecord, Digest
 
@@ -108,3 +109,23 @@ def test_the_previous_releases_drill_drain_and_repair_are_kept():
     assert audit[0].repair == "gpu reset" and audit[1].resumed is False
     # The reseat's new boot is the repair that makes the lift no false drain.
     assert history.repair_evidence(drains[0], audit[0]) == history.REBOOT
+
+
+def test_the_previous_releases_baseline_is_read_by_the_epilog(tmp_path):
+    jobs = tmp_path / "jobs" / "77"
+    jobs.mkdir(parents=True)
+    shutil.copy(OLD / "state" / "jobs" / "77" / "baseline.json", jobs / "baseline.json")
+    baseline = state.load_baseline(str(tmp_path), "77")
+    assert isinstance(baseline, Baseline)
+    assert baseline.restart_count == 0 and baseline.kernel_log_tail == []
+    assert baseline.gpus["4"]["ecc_aggregate_uncorrected"] == 0
+    same_json(baseline, load(jobs / "baseline.json"))
+
+
+def test_a_baseline_of_before_the_run_record_still_reads():
+    old = load(OLD / "state" / "jobs" / "77" / "baseline.json")
+    for key in ("restart_count", "known_faults", "job_gpus", "started_at"):
+        del old[key]
+    baseline = Baseline.from_json(dict(old, ckpt_dir="/ck"))
+    assert baseline.started_at is None and baseline.known_faults == []
+    assert baseline.ckpt_dir == "/ck"  # the TaskProlog's directory, before its own file

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.baseline import Baseline
 
 
 def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -> str | None:
@@ -345,7 +346,7 @@ def write_evidence(
     freshness: Freshness | None = None,
     flightrec: dict[str, Any] | None = None,
     elsewhere: list[Finding] | None = None,
-    baseline: dict[str, Any] | None = None,
+    baseline: Baseline | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure.
 
@@ -475,7 +476,7 @@ def _bundle_files(
 
 
 def run_times(
-    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: dict[str, Any] | None
+    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: Baseline | None
 ) -> dict[str, Any]:
     """The bundle's times: when it was collected (now) and this run's start and end.
 
@@ -491,7 +492,7 @@ def run_times(
     start = (
         env.start_time
         or _epoch(job.get("start_time"))
-        or _epoch((baseline or {}).get("started_at"))
+        or _epoch(baseline.started_at if baseline else None)
     )
     end = env.end_time or _epoch(job.get("end_time")) or now
     return {

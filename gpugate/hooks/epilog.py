@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.baseline import Baseline
     from gpugate.store.view_records import ControllerRecord
 
 
@@ -87,23 +88,23 @@ def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
 
 
 def gather_now(
-    config: Config, env: HookEnv, baseline: dict[str, Any] | None, deadline_s: float | None = None
+    config: Config, env: HookEnv, baseline: Baseline | None, deadline_s: float | None = None
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped."""
-    position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
+    position = (baseline.boot_id, baseline.kernel_log_seq) if baseline else None
     facts = gather(config, env.node or "", position=position, deadline_s=deadline_s)
     return with_slurm_gres(config, env.node, lost_since_prolog(facts, baseline))
 
 
-def lost_since_prolog(facts: Facts, baseline: dict[str, Any] | None) -> Facts:
+def lost_since_prolog(facts: Facts, baseline: Baseline | None) -> Facts:
     """`facts` with the prolog's time as the start of a kernel-record loss that begins at its
     position: the record there is gone, so the kernel cannot say when it was logged."""
     loss = facts.kernel_log_lost
-    started = (baseline or {}).get("started_at")
-    if loss is None or loss.after_at or not isinstance(started, (int, float)):
+    started = baseline.started_at if baseline else None
+    if loss is None or loss.after_at or started is None or baseline is None:
         return facts
-    if loss.after_seq is None or loss.after_seq != (baseline or {}).get("kernel_log_seq"):
+    if loss.after_seq is None or loss.after_seq != baseline.kernel_log_seq:
         return facts
     return facts.replace(
         kernel_log_lost=loss.replace(after_at=f"the job's prolog ({utc(started)})")
@@ -115,7 +116,7 @@ def hardware_decision(
     fresh_kernel: list[str],
     config: Config,
     app_xids: tuple[Any, ...] = (),
-    baseline: dict[str, Any] | None = None,
+    baseline: Baseline | None = None,
 ) -> Decision:
     """The policy's decision on the hardware checks now, judging only this job's kernel lines
     and only the faults the job's own prolog did not already report (runs.new_since_prolog).

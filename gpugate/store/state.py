@@ -30,6 +30,7 @@ from gpugate.fsutil import (
     tighten,
 )
 from gpugate.regex import lazy
+from gpugate.store.baseline import Baseline, RunRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -230,27 +231,25 @@ def write_private(path: str, text: str) -> None:
     atomic_write(path, text, PRIVATE_FILE, gid=dir_group(os.path.dirname(path)))
 
 
-def save_baseline(
-    state_dir: str, job_id: str, facts: Facts, extra: dict[str, Any] | None = None
-) -> str:
-    """Write the job's baseline atomically; returns its path."""
+def save_baseline(state_dir: str, job_id: str, facts: Facts, run: RunRecord | None = None) -> str:
+    """Write the job's baseline atomically (the counters, and `run`: store/runs.run_record);
+    returns its path."""
     directory = ensure_job_dir(state_dir, job_id)
-    data = {"job_id": job_id, "node": facts.node, "collected_at": facts.collected_at}
-    data.update(counters(facts))
-    data.update(extra or {})
+    run_fields = {f: getattr(run, f) for f in RunRecord._fields if f != "extra"} if run else {}
+    data = Baseline(job_id=job_id, node=facts.node, collected_at=facts.collected_at,
+                    **counters(facts), **run_fields)  # fmt: skip
     path = os.path.join(directory, "baseline.json")
-    write_private(path, json.dumps(data, indent=1, sort_keys=True))
+    write_private(path, json.dumps(data.to_json(), indent=1, sort_keys=True))
     return path
 
 
-def load_baseline(state_dir: str, job_id: str) -> dict[str, Any] | None:
-    """The job's baseline, or None when there is none (or it is unreadable)."""
+def load_baseline(state_dir: str, job_id: str) -> Baseline | None:
+    """The job's baseline, or None when there is none (or it is unreadable, or not one)."""
     path = os.path.join(job_dir(state_dir, job_id), "baseline.json")
     try:
-        data = json.loads(read_regular(path, _BASELINE_MAX, follow=False))
+        return Baseline.from_json(json.loads(read_regular(path, _BASELINE_MAX, follow=False)), path)
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
-    return data if isinstance(data, dict) else None
 
 
 def task_file(state_dir: str, job_id: str) -> str:
