@@ -534,7 +534,20 @@ def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_pa
     ],
 )
 def test_the_failing_node_from_the_log_or_a_one_node_job(diagnosis, nodelist, job_nodes, node):
+    from gpugate.hooks.child_answer import JobDiagnosis
     from gpugate.hooks.collect import failing_node
 
     e = env().replace(nodelist=nodelist)
-    assert failing_node(diagnosis, e, {"nodes": job_nodes} if job_nodes else {}) == node
+    read = JobDiagnosis.from_json(diagnosis)
+    assert failing_node(read, e, {"nodes": job_nodes} if job_nodes else {}) == node
+
+
+def test_a_reader_childs_answer_of_the_wrong_shape_is_refused_not_used():
+    """The child runs as the job's user: root checks every key of its JSON before using it."""
+    from gpugate.hooks.child_answer import ChildDiagnosis
+
+    ok = ChildDiagnosis.from_json({"tails": {"/o": "x"}, "errors": [], "diagnosis": {"xid": 79}})
+    assert ok.diagnosis.xid == 79 and ok.tails == {"/o": "x"}
+    for bad in ({"tails": {"/o": 5}}, {"diagnosis": {"xid": "79"}}, {"errors": "x"}, []):
+        with pytest.raises(ValueError, match="the reader child's answer"):
+            ChildDiagnosis.from_json(bad, "the reader child's answer")

@@ -18,6 +18,7 @@ from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
 from gpugate.gate.drain import drain_detail, drain_node, isolate_after_drain
 from gpugate.hooks import flightrec_collect
+from gpugate.hooks.child_answer import ChildDiagnosis, JobDiagnosis
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
@@ -50,18 +51,17 @@ if TYPE_CHECKING:
     from gpugate.store.baseline import Baseline
 
 
-def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -> str | None:
+def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: dict[str, Any]) -> str | None:
     """The failing rank's node: the one the log names, else the job's only node.
 
     Slurm's tasks per node are not used here: under torchrun (one task per node, a process per
     GPU) they would put rank 1 on the second node. An admin who knows the layout gives it to
     `gpugate diagnose --nodelist --tasks-per-node`.
     """
-    named = diagnosis.get("failing_node")
-    if isinstance(named, str) and named:
-        return named
-    rank = diagnosis.get("failing_rank")
-    if type(rank) is not int:
+    if diagnosis.failing_node:
+        return diagnosis.failing_node
+    rank = diagnosis.failing_rank
+    if rank is None:
         return None
     nodes = job.get("nodes") or env.nodelist
     return node_of_rank(rank, nodes or None, None)
@@ -116,7 +116,7 @@ def read_job_files(
     kernel_lines: list[str],
     timeout: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict[str, Any]:
+) -> ChildDiagnosis:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user.
 
     `offsets`: where this run's part of a file starts (runs.record_log_offsets, taken by the
@@ -139,14 +139,17 @@ def read_job_files(
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(  # type: ignore[return-value]  # the child's answer: _read_and_diagnose's dict
-            uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
-            timeout or config.epilog.read_timeout_s,
-        )  # fmt: skip
-    except UserFileError as exc:
+        answer = as_user(uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
+                         timeout or config.epilog.read_timeout_s)  # fmt: skip
+        # JSON a process of the job's user wrote: nothing of it is used before it is checked.
+        return ChildDiagnosis.from_json(answer, "the reader child's answer")
+    except (UserFileError, ValueError) as exc:
         log.say(f"epilog job {env.job_id}: could not read the job's files: {exc}")
         # The kernel lines are root's own: diagnose them here even when the user's files fail.
-        return {"tails": {}, "errors": [str(exc)], "diagnosis": _diagnose([], kernel_text, 0, 0)}
+        own = JobDiagnosis.from_json(
+            _diagnose([], kernel_text, 0, 0), "the kernel lines' diagnosis"
+        )
+        return ChildDiagnosis(errors=[str(exc)], diagnosis=own)
 
 
 def _read_and_diagnose(
@@ -340,7 +343,7 @@ def write_evidence(
     fresh: list[str],
     deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict[str, Any],
+    logs: ChildDiagnosis,
     result: EpilogResult,
     pending_drain: bool = False,
     freshness: Freshness | None = None,
@@ -396,7 +399,7 @@ def _summary(
     kernel: list[str],
     deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict[str, Any],
+    logs: ChildDiagnosis,
     result: EpilogResult,
     pending_drain: bool,
 ) -> EvidenceSummary:
@@ -406,7 +409,7 @@ def _summary(
     aside (only root's kernel lines can make one); `job_output_category` is what the job's
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
-    diagnosis = logs.get("diagnosis") or {}
+    diagnosis = logs.diagnosis
     return EvidenceSummary(
         # job, or drill: this run ended under a fault drill's overlay (gpugate/drill), so its
         # fault is simulated; the report and the controller keep it apart from real failures.
@@ -422,54 +425,54 @@ def _summary(
         # node_gpus): `gpugate report` weighs the time lost by them (GPU-hours).
         gpus=None if env.gpus is None else list(env.gpus),
         node_gpus=len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
-        category=diagnosis.get("category"),
-        category_source=diagnosis.get("decided_by"),
-        category_trusted=diagnosis.get("trusted") is True,
+        category=diagnosis.category,
+        category_source=diagnosis.decided_by,
+        category_trusted=diagnosis.trusted,
         # high / medium / low (gpugate.diagnosis.confidence): the requeue acts on high only.
-        confidence=diagnosis.get("confidence"),
-        xid=diagnosis.get("xid"),
-        failing_rank=diagnosis.get("failing_rank"),
+        confidence=diagnosis.confidence,
+        xid=diagnosis.xid,
+        failing_rank=diagnosis.failing_rank,
         # The failing rank's node (the log's word, else a one-node job's), why that rank, and
         # how sure: the controller's suspect vote points at this node when it is one of the job's.
         failing_node=result.failing_node,
-        rank_reason=diagnosis.get("rank_reason"),
-        rank_confidence=diagnosis.get("rank_confidence"),
-        summary_text=diagnosis.get("summary"),
-        job_output_category=diagnosis.get("job_output_category"),
-        job_output_xid=diagnosis.get("job_output_xid"),
-        untrusted_claims=[c.get("claim") for c in diagnosis.get("untrusted") or []],
+        rank_reason=diagnosis.rank_reason,
+        rank_confidence=diagnosis.rank_confidence,
+        summary_text=diagnosis.summary,
+        job_output_category=diagnosis.job_output_category,
+        job_output_xid=diagnosis.job_output_xid,
+        untrusted_claims=[c.get("claim") for c in diagnosis.untrusted],
         hardware_fault=bool(hardware),
         hardware_findings=[f.message for f in hardware],
         first_hardware_error_at=_first_time(kernel) if hardware else None,
         # When this node's decisive lines say it failed (UTC; null without a full date):
         # the controller's cross-job suspect voting orders a job's nodes by it.
-        first_failure_at=_text(diagnosis.get("first_failure_at")),
+        first_failure_at=diagnosis.first_failure_at,
         suspected_node=env.node if hardware else None,
         counter_changes=describe(deltas),
         action=_action(result, pending_drain),
         drain_reason=result.reason,
         job={k: v for k, v in job.items() if k not in ("comment",)},
-        read_errors=logs.get("errors", []),
+        read_errors=logs.errors,
         # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
         kernel_log_lost=result.kernel_log_lost,
     )
 
 
 def _bundle_files(
-    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: dict[str, Any]
+    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: ChildDiagnosis
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
 
-    diagnosis = logs.get("diagnosis") or {}
+    diagnosis = logs.diagnosis
     files: dict[str, str | bytes] = {
         "kernel.log": "\n".join(kernel) + ("\n" if kernel else ""),
         "counters.json": json.dumps(deltas, indent=1),
         "snapshot.yaml": dump_yaml(facts.to_dict()),
-        "diagnosis.json": json.dumps(diagnosis, indent=1, default=str),
+        "diagnosis.json": json.dumps(diagnosis.to_json(), indent=1, default=str),
         # The lines quote the job's logs: an admin will `cat` this file (gpugate.text).
-        "decisive.txt": "\n".join(map(printable, diagnosis.get("evidence") or [])) + "\n",
+        "decisive.txt": "\n".join(map(printable, diagnosis.evidence)) + "\n",
     }
-    for i, (path, tail) in enumerate(sorted((logs.get("tails") or {}).items())):
+    for i, (path, tail) in enumerate(sorted(logs.tails.items())):
         name = os.path.basename(path.rstrip("/")) or f"log{i}"
         files[f"logs/{i:02d}-{_safe(name)}.tail"] = f"# tail of {path}\n{tail}"
     return files
@@ -511,10 +514,6 @@ def _epoch(value: object) -> float | None:
 
 def _iso(epoch: float | None) -> str | None:
     return utc(epoch) if epoch else None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _safe(name: str) -> str:

@@ -239,7 +239,7 @@ def _run_epilog(
         timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
         offsets=baseline_offsets(baseline),
     )
-    diagnosis = logs.get("diagnosis") or {}
+    diagnosis = logs.diagnosis
     # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5
     freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
@@ -249,11 +249,11 @@ def _run_epilog(
     result = EpilogResult(
         abnormal=why is not None,
         why=why or "always_bundle",
-        category=diagnosis.get("category"),
-        xid=diagnosis.get("xid"),
-        failing_rank=diagnosis.get("failing_rank"),
+        category=diagnosis.category,
+        xid=diagnosis.xid,
+        failing_rank=diagnosis.failing_rank,
         failing_node=collect.failing_node(diagnosis, env, job),
-        confidence=diagnosis.get("confidence"),
+        confidence=diagnosis.confidence,
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
         checkpoint_age_s=freshness.age_s if freshness else None,
