@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gpugate.jsonrecord import JsonRecord, field_table
+from gpugate.log import Event
 from gpugate.store.baseline import Baseline, KnownFault
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
 from gpugate.store.summary import EvidenceSummary, QualifySummary
@@ -30,6 +31,7 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "UnknownXidsEntry": UnknownXidsEntry,
     "Baseline": Baseline,
     "KnownFault": KnownFault,
+    "Event": Event,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

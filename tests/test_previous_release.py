@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpugate import log
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
 from gpugate.store import controller_view, evidence, held, history, state
@@ -129,3 +130,13 @@ def test_a_baseline_of_before_the_run_record_still_reads():
     baseline = Baseline.from_json(dict(old, ckpt_dir="/ck"))
     assert baseline.started_at is None and baseline.known_faults == []
     assert baseline.ckpt_dir == "/ck"  # the TaskProlog's directory, before its own file
+
+
+def test_the_previous_releases_event_line_is_read_into_a_record():
+    (e,) = log.read_events(str(OLD / "state"))
+    assert (e.hook, e.extra["status"], e.drill) == ("prolog", "ok", None)
+    same_json(e, load_lines(OLD / "state" / "events.jsonl")[0])
+
+
+def load_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]

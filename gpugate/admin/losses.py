@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from gpugate import jsonl
 from gpugate.clock import parse_utc
+from gpugate.log import read_events
 from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
 from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind
 
@@ -157,23 +157,21 @@ def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict[str, An
     each directory: the controller's, and state_dir where older releases wrote them)."""
     out = []
     for directory in (dirs,) if isinstance(dirs, str) else dict.fromkeys(dirs):
-        out += _requeue_lines(os.path.join(directory, EVENTS), since)
+        out += _requeue_lines(directory, since)
     return sorted(out, key=lambda e: e["when"])
 
 
-def _requeue_lines(path: str, since: float) -> list[dict[str, Any]]:
+def _requeue_lines(directory: str, since: float) -> list[dict[str, Any]]:
     try:
-        data, _ = jsonl.read_tail(path)
+        found = read_events(directory, REQUEUE_HOOK)
     except OSError:
         return []
     out = []
-    for e in jsonl.parse(data):
-        if not isinstance(e, dict) or e.get("hook") != REQUEUE_HOOK:
+    for e in found:
+        when = _time(e.time)
+        if when is None or when < since or not isinstance(e.extra.get("job"), str):
             continue
-        when = _time(e.get("time"))
-        if when is None or when < since or not isinstance(e.get("job"), str):
-            continue
-        out.append(dict(e, when=when))
+        out.append(dict(e.to_json(), when=when))
     return out
 
 
