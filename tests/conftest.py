@@ -8,12 +8,30 @@ with a broken config logs to (/var/lib/gpugate) are replaced by the test run's o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+_early_cache: list[str] = []  # the cache directory pytest_configure made, removed at the end
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection: a test module that loads the config as it is imported (`CFG =
+    default_config().budget`) caches the YAML in the run's own directory, not the host's
+    /var/cache/gpugate (the session fixture below comes only after collection)."""
+    if "GPUGATE_CACHE_DIR" not in os.environ:
+        _early_cache.append(tempfile.mkdtemp(prefix="gpugate-yamlcache-"))
+        os.environ["GPUGATE_CACHE_DIR"] = _early_cache[-1]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove what pytest_configure made."""
+    for path in _early_cache:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
