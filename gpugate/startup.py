@@ -77,6 +77,11 @@ LAZY: dict[str, tuple[float, str]] = {
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
     "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
+    "gpugate.store.entries": (
+        0.3,
+        "store.history: the history's line records, only for a run that writes or reads "
+        "the history (a drain, an unknown Xid, a listing); a healthy hook run does neither",
+    ),
     "gpugate.store.fleet_view": (0.5, "gate.drain: the budget's shared read, only when draining"),
     "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),

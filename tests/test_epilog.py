@@ -14,7 +14,7 @@ from gpugate.hooks.epilog import abnormal_end, run_epilog
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import HookEnv
 from gpugate.slurm.records import JobInfo
-from gpugate.store.baseline import Baseline
+from gpugate.store.state import Baseline
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

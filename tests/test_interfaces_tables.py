@@ -13,8 +13,8 @@ from pathlib import Path
 
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
-from gpugate.store.baseline import Baseline, KnownFault
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 

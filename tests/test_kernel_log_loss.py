@@ -15,7 +15,7 @@ from factories import default_config, findings_of, make_facts
 
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import kernel_log as kl
-from gpugate.store.baseline import Baseline
+from gpugate.store.state import Baseline
 
 XID79 = (
     "NVRM: Xid (PCI:0000:68:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

@@ -18,7 +18,7 @@ from gpugate import log
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
 from gpugate.store import controller_view, evidence, held, history, state
-from gpugate.store.baseline import Baseline
+from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.view_records import ControllerRecord, Digest
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
-    from gpugate.store.baseline import Baseline
+    from gpugate.store.state import Baseline
 
 
 def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: dict[str, Any]) -> str | None:

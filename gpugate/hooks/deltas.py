@@ -6,7 +6,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.store.baseline import Baseline
+    from gpugate.store.state import Baseline
 
 # IB counters whose growth means a flapping link or a bad cable (docs/gpu-facts.md section 5).
 IB_ERROR_COUNTERS = (

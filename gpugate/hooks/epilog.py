@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
-    from gpugate.store.baseline import Baseline
+    from gpugate.store.state import Baseline
     from gpugate.store.view_records import ControllerRecord
 
 

@@ -32,9 +32,9 @@ from gpugate.slurm.choose import backend, with_slurm_gres
 from gpugate.slurm.cli import expand_hostlist
 from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.reasons import drain_reason, refusal_comment
-from gpugate.store.baseline import RunRecord
 from gpugate.store.nccl_dir import prepare_nccl_dir
 from gpugate.store.state import (
+    RunRecord,
     StateError,
     ensure_job_dir,
     load_kernel_pos,

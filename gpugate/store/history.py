@@ -59,7 +59,6 @@ from gpugate.store.dirs import CONTROLLER as CONTROLLER
 from gpugate.store.dirs import controller_dir as controller_dir
 from gpugate.store.dirs import history_dir as history_dir
 from gpugate.store.dirs import read_dirs as read_dirs
-from gpugate.store.entries import AuditEntry, DrainEntry, NodeEntry, UnknownXidsEntry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
+    from gpugate.store.entries import AuditEntry, DrainEntry, NodeEntry, UnknownXidsEntry
 
     _R = TypeVar("_R", bound=NodeEntry)
     # A line: its record, or (the stores that have none yet: votes, flags, qualifications,
@@ -185,11 +185,11 @@ def valid_resume(e: object) -> bool:
 
 
 def _node(entry: NodeEntry | dict[str, Any]) -> str:
-    return entry.node if isinstance(entry, NodeEntry) else str(entry["node"])
+    return str(entry["node"]) if isinstance(entry, dict) else entry.node
 
 
 def _when(entry: NodeEntry | dict[str, Any]) -> float:
-    return entry.when if isinstance(entry, NodeEntry) else float(entry.get("when", 0))
+    return float(entry.get("when", 0)) if isinstance(entry, dict) else entry.when
 
 
 def _trim(entries: list[_E], max_per_node: int, max_entries: int) -> list[_E]:
@@ -224,6 +224,8 @@ def record_drain(
     max_entries: int = MAX_ENTRIES,
 ) -> DrainEntry | None:
     """Add one drain to the node's history; the entry, or None when it repeats the last one."""
+    from gpugate.store.entries import DrainEntry  # late: a healthy hook run writes no history
+
     when = time.time() if when is None else float(when)
     entry = DrainEntry(
         node=node, when=round(when, 3), at=iso(when), check=check or reason_check(reason),
@@ -251,16 +253,16 @@ def _add(
     with _lock(state_dir) as lock:
         _unlocked(lock, path)
         entries: list[Any] = (
-            _read_lines(path, type(entry), valid)
-            if isinstance(entry, NodeEntry)
-            else _read_dicts(path, valid)
+            _read_dicts(path, valid)
+            if isinstance(entry, dict)
+            else _read_lines(path, type(entry), valid)
         )
         last = next((e for e in reversed(entries) if _node(e) == _node(entry)), None)
         if last and repeats(last):
             return None
         entries.append(entry)
         kept = _trim(entries, max_per_node, max_entries)
-        text = dumps([e.to_json() if isinstance(e, NodeEntry) else e for e in kept])
+        text = dumps([e if isinstance(e, dict) else e.to_json() for e in kept])
         atomic_write(path, text, PRIVATE_FILE, gid=dir_group(state_dir))
     return entry
 
@@ -295,6 +297,8 @@ def record_resume(
 ) -> AuditEntry:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
     why, the check's result; the entry."""
+    from gpugate.store.entries import AuditEntry  # late: a healthy hook run writes no history
+
     when = time.time() if when is None else float(when)
     entry = AuditEntry(
         node=node, when=round(when, 3), at=iso(when), who=who or current_user(), why=why,
@@ -333,6 +337,8 @@ def _select(entries: list[_E], node: str | None, since: float | None) -> list[_E
 
 def drains(state_dir: str, node: str | None = None, since: float | None = None) -> list[DrainEntry]:
     """Drain entries (of one node, or all; since an epoch time, or all), oldest first."""
+    from gpugate.store.entries import DrainEntry  # late: a healthy hook run writes no history
+
     path = os.path.join(state_dir, DRAINS)
     return _select(_read_lines(path, DrainEntry, valid_drain), node, since)
 
@@ -341,6 +347,8 @@ def resumes(
     state_dir: str, node: str | None = None, since: float | None = None
 ) -> list[AuditEntry]:
     """Resume entries of the audit log (of one node, or all; since a time), oldest first."""
+    from gpugate.store.entries import AuditEntry  # late: a healthy hook run writes no history
+
     path = os.path.join(state_dir, AUDIT)
     return _select(_read_lines(path, AuditEntry, valid_resume), node, since)
 
@@ -432,6 +440,8 @@ def record_unknown_xids(
 ) -> UnknownXidsEntry | None:
     """Note the Xids outside NVIDIA's catalog one hook run saw on `node`; the entry, or None
     when there were none or it repeats the node's last entry within SAME_EVENT_S."""
+    from gpugate.store.entries import UnknownXidsEntry  # late: a healthy hook run writes no history
+
     codes = sorted({int(c) for c in xids})[:64]
     if not codes:
         return None
@@ -447,6 +457,8 @@ def unknown_xids(
     state_dir: str, node: str | None = None, since: float | None = None
 ) -> list[UnknownXidsEntry]:
     """Entries of Xids outside the catalog (of one node, or all; since a time), oldest first."""
+    from gpugate.store.entries import UnknownXidsEntry  # late: a healthy hook run writes no history
+
     path = os.path.join(state_dir, UNKNOWN_XIDS)
     return _select(_read_lines(path, UnknownXidsEntry, valid_unknown_xids), node, since)
 

@@ -25,7 +25,7 @@ import time
 
 from gpugate.checks.kernel_lines import read_line
 from gpugate.checks.xid import normalize_pci
-from gpugate.store.baseline import KnownFault, RunRecord
+from gpugate.store.state import KnownFault, RunRecord
 from gpugate.userfiles import UserFileError, as_user, open_regular
 
 TYPE_CHECKING = False
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
     from gpugate.slurm.records import JobInfo
-    from gpugate.store.baseline import Baseline
+    from gpugate.store.state import Baseline
 
 OFFSETS_TIMEOUT_S = 5.0  # the prolog's own deadline is short: a hung NFS stat costs this at most
 SIZES_TASK = "gpugate.store.runs:log_sizes"
