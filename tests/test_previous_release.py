@@ -140,3 +140,33 @@ def test_the_previous_releases_event_line_is_read_into_a_record():
 
 def load_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+ADDED_SINCE = {"evidence/77/gpu-node-01-r0/summary.json": ["kernel_log_lost"]}  # 38a7900
+
+
+def test_this_release_writes_the_keys_of_the_previous_one_in_its_order(tmp_path):
+    """The writers build records now; what they write is the JSON they wrote before."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_fixtures", OLD / "make_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(str(tmp_path))  # the same run, by this release's code
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(ADDED_SINCE.keys() | _names(OLD) - {"README.md"})
+    for name in written:
+        old, new = _objects(OLD / name), _objects(tmp_path / name)
+        assert len(old) == len(new), name
+        for before, now in zip(old, new):
+            assert [k for k in now if k not in ADDED_SINCE.get(name, ())] == list(before), name
+
+
+def _names(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+            and p.suffix in (".json", ".jsonl") and "-2026-11-29" not in p.name}  # fmt: skip
+
+
+def _objects(path: Path) -> list[dict]:
+    return load_lines(path) if path.suffix == ".jsonl" else [load(path)]
