@@ -94,7 +94,7 @@ def controller_scale(nodes: int, runs: int = 5, fr_ranks: int = 8) -> dict[str, 
             walls.append(wall)
             all_wall, _, all_account = _read(tmp, names, None)
             every.append(all_wall)
-        hardware = [s["node"] for s in summaries if s.get("hardware_fault")]
+        hardware = [s.node for s in summaries if s.hardware_fault]
         return {
             "nodes": nodes,
             "read": account.read,

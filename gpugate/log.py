@@ -17,19 +17,43 @@ import sys
 
 from gpugate.clock import utc
 from gpugate.fsutil import STATE_DIR_MODE, open_private, private_dir
+from gpugate.jsonrecord import JsonRecord
 from gpugate.slurm.reasons import drill_mark
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 _EVENTS = "events.jsonl"
 _LOG = "gpugate.log"
 
 
+class Event(JsonRecord):
+    """One line of events.jsonl: when, which hook, and that hook's own fields (in `extra`:
+    each hook says what it did in its own words, e.g. the prolog's `status` and `action`)."""
+
+    time: str
+    hook: str
+
+    _doc: ClassVar[dict[str, str]] = {
+        "time": "UTC, when the hook wrote it",
+        "hook": "`prolog`, `epilog`, `health`, `epilog-slurmctld`, `vote`, `suspect`, "
+        "`repair`, `qualify`, ...; the hook's own fields follow, and `drill` (its id) last "
+        "for a run under a fault drill's overlay",
+    }
+
+    @property
+    def drill(self) -> str | None:
+        """The fault drill this run was under, or None."""
+        drill = self.extra.get("drill")
+        return drill if isinstance(drill, str) and drill else None
+
+
 def event(state_dir: str | None, hook: str, **fields: object) -> None:
     """Record one hook run (best effort: logging must never fail a hook)."""
-    record: dict[str, object] = {"time": utc(), "hook": hook}
-    record.update(fields)
-
     if drill_mark():  # a run under a drill's overlay says so (gpugate/drill/__init__.py)
-        record["drill"] = drill_mark()
+        fields["drill"] = drill_mark()
+    record = Event(time=utc(), hook=hook, extra=fields)
     if not state_dir:
         return
 
@@ -38,12 +62,29 @@ def event(state_dir: str | None, hook: str, **fields: object) -> None:
     path = os.path.join(state_dir, _EVENTS)
     try:
         try:
-            append(path, [record])
+            append(path, [record.to_json()])
         except FileNotFoundError:  # the first run on this node
             _ensure_state_dir(state_dir)
-            append(path, [record])
+            append(path, [record.to_json()])
     except (OSError, ValueError):  # ValueError: a NUL in the configured path
         pass
+
+
+def read_events(state_dir: str, hook: str | None = None) -> list[Event]:
+    """The events of `state_dir` (of one hook, or all), oldest first: the newest 32 MiB, a
+    line that is no event (torn, foreign, of the wrong types) skipped. Raises OSError."""
+    from gpugate.jsonl import parse, read_tail  # late, as event()'s
+
+    data, _ = read_tail(os.path.join(state_dir, _EVENTS))
+    out = []
+    for line in parse(data):
+        try:
+            e = Event.from_json(line, _EVENTS)
+        except ValueError:
+            continue
+        if hook is None or e.hook == hook:
+            out.append(e)
+    return out
 
 
 def _ensure_state_dir(state_dir: str) -> None:

@@ -96,6 +96,11 @@ LAZY: dict[str, tuple[float, str]] = {
         "act.execute (Drain, Undo, Isolate), hooks.prolog (the failure's plan): only a "
         "failing prolog drains; a healthy one takes no drain step",
     ),
+    "gpugate.store.entries": (
+        0.3,
+        "store.history: the history's line records, only for a run that writes or reads "
+        "the history (a drain, an unknown Xid, a listing); a healthy hook run does neither",
+    ),
     "gpugate.store.fleet_view": (0.5, "gate.drain: the budget's shared read, only when draining"),
     "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),

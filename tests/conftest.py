@@ -15,8 +15,6 @@ import tempfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-
-
 _private: dict[str, str] = {}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpugate.checks.facts import Facts, Gpu, IbPort, Limits, Memory, Mount, Pcie, RemappedRows
 from gpugate.checks.run import run_checks
 from gpugate.config import load_config
+from gpugate.store.view_records import ControllerRecord
 
 
 def make_gpu(index: int = 0, **changes: object) -> Gpu:
@@ -150,3 +151,16 @@ def _import_all() -> None:
             if not info.name.endswith("__main__"):
                 importlib.import_module(info.name)
     _import_all.done = True  # type: ignore[attr-defined]
+
+
+def view(record: dict | ControllerRecord) -> ControllerRecord:
+    """A node's decision record as the controller reads it from its JSON (`state` done unless
+    the dict says otherwise): tests write the file's shape, the code gets the record."""
+    if isinstance(record, ControllerRecord):
+        return record
+    return ControllerRecord.from_json({"state": "done", **record})
+
+
+def views(records: list) -> list[ControllerRecord]:
+    """view() of each."""
+    return [view(r) for r in records]

@@ -160,12 +160,12 @@ def test_the_record_steps_write_the_stores(config, tmp_path, capsys):
     report = execute(plan, hands(config))
     assert {o.status for o in report.outcomes} == {DONE}
     (entry,) = H.drains(config.state_dir)
-    assert (entry["check"], entry["boot_id"], entry["hook"]) == (
+    assert (entry.check, entry.boot_id, entry.hook) == (
         "gpu.ecc",
         "boot-passed-in",
         "prolog",
     )
-    assert [e["xids"] for e in H.unknown_xids(config.state_dir)] == [[999]]
+    assert [list(e.xids) for e in H.unknown_xids(config.state_dir)] == [[999]]
     prom = (tmp_path / "prom" / "gpugate.prom").read_text()
     assert 'check="gpu.ecc"' in prom
     assert json.loads((tmp_path / "state" / "events.jsonl").read_text())["job"] == "42"

@@ -18,6 +18,7 @@ from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.parse_json import parse_nodes_json
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
+from gpugate.store.entries import DrainEntry
 from gpugate.store.evidence import write_bundle
 
 DAY = 86400.0
@@ -40,9 +41,9 @@ def rows(nodes: list[NodeInfo], drains: list[dict] = (), evidence: str = "/nonex
     return A.node_rows(A.as_groups(nodes), list(drains), evidence, now=NOW, **kw)
 
 
-def drain(node: str, check: str, days_ago: float, **extra) -> dict:
-    return {"node": node, "when": NOW - days_ago * DAY, "check": check,
-            "reason": f"gpugate: {check}: x", **extra}  # fmt: skip
+def drain(node: str, check: str, days_ago: float, **extra) -> DrainEntry:
+    return DrainEntry.from_json({"node": node, "when": NOW - days_ago * DAY, "check": check,
+                                 "reason": f"gpugate: {check}: x", **extra})  # fmt: skip
 
 
 def gpugate_sinfo(reason: str, name: str = "vm") -> str:

@@ -85,9 +85,9 @@ def test_a_held_drain_is_recorded_once_for_every_view(tmp_path):
         outcome = drain_node(slurm, "n10", "gpu.temperature", "GPU2 95 C", config)
         assert outcome.blocked_by == "budget"
     [entry] = held_entries(str(tmp_path))
-    assert entry["node"] == "n10" and entry["check"] == "gpu.temperature"
-    assert entry["reason"] == "gpugate: gpu.temperature: GPU2 95 C"
-    assert "already drained 2 of 20" in entry["why"]
+    assert entry.node == "n10" and entry.check == "gpu.temperature"
+    assert entry.reason == "gpugate: gpu.temperature: GPU2 95 C"
+    assert "already drained 2 of 20" in entry.why
     assert held_now(config)["n10"] == entry
     assert "would drain (budget exceeded" in slurm.node_comments[0][1]
 

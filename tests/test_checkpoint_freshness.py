@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from factories import default_config, make_facts
+from factories import default_config, make_facts, views
 from fakes import FakeSlurm
 from test_checkpoints import set_age, torch_zip
 from test_epilog import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
@@ -18,7 +18,10 @@ from gpugate.checkpoints.freshness import judge, measure, message, span, tell_st
 from gpugate.config import ConfigError, load_config
 from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
+from gpugate.store import controller_view as V
 from gpugate.store.metrics import apply_run
+from gpugate.store.summary import EvidenceSummary
+from gpugate.store.view_records import stale_note
 
 MIN = 60.0
 END = 1_800_000_000.0
@@ -120,12 +123,16 @@ def test_a_stale_end_is_recorded_flagged_and_told_to_the_user(tmp_path):
     assert result.checkpoint_stale and result.checkpoint_age_s == pytest.approx(42 * MIN, abs=5)
     assert slurm.comments == []  # the job has finished: slurmctld would refuse it
     # EpilogSlurmctld, once it has requeued the job, tells the user from the bundle.
-    told = tell_stale(slurm, "77", [{"checkpoint_stale": False}, summary])
+    told = tell_stale(
+        slurm, "77", stale_note([V.done({"checkpoint_stale": False}), V.done(summary)])
+    )
     assert told == "checkpoint age comment"
     ((_, text),) = slurm.comments
     assert text == ("ticket 7 | gpugate: newest complete checkpoint was 42 min old at the end "
                     "(policy: 5 min)")  # fmt: skip
-    assert tell_stale(slurm, "77", [summary]).endswith("(unchanged: already there, or no room)")
+    assert tell_stale(slurm, "77", stale_note([V.done(summary)])).endswith(
+        "(unchanged: already there, or no room)"
+    )
 
 
 def test_a_fresh_end_is_recorded_and_nobody_is_bothered(tmp_path):
@@ -134,7 +141,7 @@ def test_a_fresh_end_is_recorded_and_nobody_is_bothered(tmp_path):
     assert summary["checkpoint_stale"] is False
     assert summary["checkpoint_age_s"] == pytest.approx(2 * MIN, abs=5)
     assert "checkpoint" not in member(result, "decisive.txt")
-    assert tell_stale(slurm, "77", [summary]) is None and slurm.comments == []
+    assert tell_stale(slurm, "77", stale_note([V.done(summary)])) is None and slurm.comments == []
 
 
 def test_the_prologs_task_file_names_the_directory(tmp_path):
@@ -159,8 +166,13 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
     slurm = FakeSlurm(jobs=[job_77("")])
     slurm.errors["admin_comment"] = RuntimeError("slurmctld down")
     stale = {"checkpoint_stale": True, "checkpoint_message": "newest complete checkpoint was ..."}
-    assert tell_stale(slurm, "77", [stale]) == "checkpoint age comment failed: slurmctld down"
-    assert tell_stale(slurm, "77", [{"checkpoint_stale": True, "checkpoint_message": 7}]) is None
+    assert (
+        tell_stale(slurm, "77", stale_note(views([stale])))
+        == "checkpoint age comment failed: slurmctld down"
+    )
+    assert tell_stale(slurm, "77", None) is None  # no record said stale
+    with pytest.raises(ValueError, match="checkpoint_message"):  # not a decision record
+        views([{"checkpoint_stale": True, "checkpoint_message": 7}])
 
 
 def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
@@ -168,10 +180,10 @@ def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
     from gpugate.gate.requeue import RequeueDecision
     from gpugate.hooks import epilog_slurmctld as E
 
-    stale = {
+    stale = views([{
         "checkpoint_stale": True,
         "checkpoint_message": "newest complete checkpoint was 9 min old",
-    }
+    }])[0]  # fmt: skip
     for requeue, expected in ((True, ["requeued", "checkpoint age comment"]), (False, ["kept"])):
         slurm = FakeSlurm(jobs=[job_77("")])
         decision = RequeueDecision(requeue=requeue, why="x")
@@ -216,8 +228,9 @@ def test_the_gauge_keeps_the_last_age_and_the_counter_counts_stale_ends():
 def test_the_report_uses_the_recorded_checkpoint_time(tmp_path):
     failure = {"job": "77", "node": "n1", "restart": 0, "category": "nccl_timeout", "gpus": 2,
                "start": END - 7200, "failed": END, "path": "77/n1-r0",
-               **losses._recorded_checkpoint({"checkpoint_age_s": 2520.0, "checkpoint_stale": True,
-                   "checkpoint": {"path": "/ck/step_100.pt", "mtime": END - 2520}})}  # fmt: skip
+               **losses._recorded_checkpoint(EvidenceSummary(
+                   job_id="77", node="n1", checkpoint_age_s=2520.0, checkpoint_stale=True,
+                   checkpoint={"path": "/ck/step_100.pt", "mtime": END - 2520}))}  # fmt: skip
     events = [{"job": "77", "restarts": 0, "checkpoint": "/ck/other.pt", "when": END}]
     (c,) = losses.costed([failure], events, stat=lambda p: pytest.fail("read an mtime"))
     assert c["lost_from"] == END - 2520 and c["from_checkpoint"]

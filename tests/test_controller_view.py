@@ -9,16 +9,22 @@ import stat
 from pathlib import Path
 
 import pytest
-from factories import default_config
+from factories import default_config, views
 
 from gpugate.config import load_config
-from gpugate.gate.requeue import JobEnd, decide_requeue, note_path, tell_user
+from gpugate.gate import requeue as _requeue
+from gpugate.gate.requeue import JobEnd, RequeueDecision, note_path, tell_user
 from gpugate.store import controller_view as V
 from gpugate.store import history
 
 HW = {"node": "n1", "hardware_fault": True, "category": "gpu_xid_hardware",
       "first_hardware_error_at": "2026-11-29T10:00:00Z"}  # fmt: skip
 NODES = ("n1", "n2")
+
+
+def decide_requeue(job: JobEnd, summaries: list, *rest) -> RequeueDecision:
+    """The decision over records read from these JSON shapes (factories.view)."""
+    return _requeue.decide_requeue(job, views(summaries), *rest)
 
 
 def job(**changes) -> JobEnd:
@@ -48,8 +54,8 @@ def test_a_record_is_root_and_slurmusers_only_in_directories_nobody_else_can_pas
     assert _mode(ev) & 0o001  # SlurmUser passes through evidence_dir, lists nothing
     assert not _mode(ev) & 0o004
     doc, why = V.read_record(path)
-    assert why is None and doc["state"] == "running" and doc["deadline"] == 1045.0
-    assert (doc["node"], doc["run"]) == ("n1", 2)
+    assert why is None and doc.state == "running" and doc.deadline == 1045.0
+    assert (doc.node, doc.run) == ("n1", 2)
     V.write_record(str(ev), "5", "n1", 2, V.done(HW), group=group.gr_name)
     digest = ev / "controller-view" / "5" / "@digest-r2.json"
     assert _mode(digest) == 0o640 and digest.stat().st_gid == group.gr_gid
@@ -81,16 +87,16 @@ def test_a_done_record_holds_the_decision_fields_and_no_log_text():
            "last_enqueued": 3, "secret": 1}}, "entries": [{"seq": 3, "pg_id": "0", "op": "x",
            "frames": ["f"]}]}  # fmt: skip
     doc = V.done(summary, {"records": [rec], "errors": []})
-    text = json.dumps(doc)
-    assert doc["state"] == "done" and doc["hardware_fault"] is True
-    assert doc["checkpoint_stale"] is True
+    text = json.dumps(doc.to_json())
+    assert doc.state == "done" and doc.hardware_fault is True
+    assert doc.checkpoint_stale is True
     assert "secret" not in text and "train.py" not in text and "untrusted" not in text
     # No path of the user's (issue 41): the controller's readers learn no directory names.
     assert "/home/u" not in text
-    assert doc["checkpoint_message"] == (
+    assert doc.checkpoint_message == (
         "no complete checkpoint in the checkpoint directory after 3.0 h"
     )
-    assert doc["flightrec"]["records"][0]["entries"] == [{"seq": 3, "pg_id": "0", "op": "x"}]
+    assert doc.flightrec["records"][0]["entries"] == [{"seq": 3, "pg_id": "0", "op": "x"}]
 
 
 @pytest.mark.parametrize("content", [b"not json", b"[1]", b'{"state": "other"}'])
@@ -144,7 +150,7 @@ def test_a_running_epilog_is_waited_for_until_its_deadline_even_past_the_wait(tm
     clock = Clock(1000.0)
     summaries, _, found = wait(tmp_path, clock, wait_s=60)
     assert 1095.0 <= clock.now < 1096.0  # past wait_s (1060): n2 might still find a fault
-    assert [s["node"] for s in summaries] == ["n1"] and found["n2"]["state"] == "running"
+    assert [s.node for s in summaries] == ["n1"] and found["n2"].state == "running"
 
 
 def test_a_running_record_that_turns_done_is_taken(tmp_path):
@@ -158,7 +164,7 @@ def test_a_running_record_that_turns_done_is_taken(tmp_path):
             V.write_record(str(tmp_path), "5", "n2", 0, V.done(dict(HW, node="n2")))
 
     summaries, _, _ = V.wait_for_records(str(tmp_path), "5", NODES, 0, 60, 105, sleep, clock.time)
-    assert sorted(s["node"] for s in summaries) == ["n1", "n2"] and clock.now < 1031
+    assert sorted(s.node for s in summaries) == ["n1", "n2"] and clock.now < 1031
 
 
 def test_a_missing_record_is_waited_for_the_configured_wait_only(tmp_path):
@@ -322,7 +328,7 @@ def test_votes_go_to_controller_dir_and_flags_are_read_from_both(tmp_path):
     summaries = [{"node": "a", "first_failure_at": "2026-12-01T10:00:00Z"},
                  {"node": "b", "first_failure_at": "2026-12-01T10:10:00Z"}]  # fmt: skip
     end = job(job_id="9", nodes=("a", "b"), comment="")
-    said = vote(config, end, summaries, "nccl_timeout", 1.8e9)
+    said = vote(config, end, views(summaries), "nccl_timeout", 1.8e9)
     assert "flagged a" in said
     assert (tmp_path / "ctl" / suspects.SUSPECTS).exists()
     assert not (tmp_path / "state" / suspects.SUSPECTS).exists()

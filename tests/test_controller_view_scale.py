@@ -121,8 +121,8 @@ def test_a_1000_node_job_opens_its_digest_and_max_records_records(big, opens):
     assert account.opens == MAX + 1 and account.read == MAX and account.records == 1000
     assert len(account.not_read) == 1000 - MAX and problems == {}
     # Every node is in the summaries: the unread ones by their digest line, marked partial.
-    assert [s["node"] for s in summaries] == list(nodes)
-    full = {s["node"] for s in summaries if not s.get("partial")}
+    assert [s.node for s in summaries] == list(nodes)
+    full = {s.node for s in summaries if not s.partial}
     assert len(full) == MAX and full.isdisjoint(account.not_read)
 
 
@@ -239,8 +239,8 @@ def test_a_large_job_reads_a_bounded_number_of_bytes_however_large_its_records(t
 def test_a_hardware_fault_at_900_of_1000_and_the_first_failure_are_found(big):
     ev, nodes = big
     summaries, _, found, account = read(ev, nodes)
-    assert not found["n0900"].get("partial") and not found["n0700"].get("partial")
-    assert found["n0900"]["hardware_fault"] is True and "n0900" not in account.not_read
+    assert not found["n0900"].partial and not found["n0700"].partial
+    assert found["n0900"].hardware_fault is True and "n0900" not in account.not_read
     end = JobEnd(
         job_id=JOB, nodes=nodes, state="FAILED", exit_code2="1:0", comment="gpugate:requeue"
     )
@@ -286,7 +286,7 @@ def _refused(ev: Path, nodes: tuple[str, ...], opens: dict) -> tuple:
     record_opens = {p: c for p, c in opens.items() if "@digest" not in p}
     # Fallen back to every record (within the budget), the hardware fault still found.
     assert account.read == len(nodes) and account.not_read == () and len(record_opens) == len(nodes)
-    assert found["n0090"]["hardware_fault"] is True
+    assert found["n0090"].hardware_fault is True
     return account.digest, account.describe()
 
 
@@ -342,7 +342,7 @@ def test_a_node_the_digest_does_not_name_is_read_whatever_the_limit(tmp_path):
     del doc["nodes"]["n0077"]  # its writer's update lost
     Path(digest).write_text(json.dumps(doc))
     summaries, _, found, account = read(tmp_path, nodes, max_records=4)
-    assert found["n0077"]["hardware_fault"] is True and not found["n0077"].get("partial")
+    assert found["n0077"].hardware_fault is True and not found["n0077"].partial
     # Peeked at (a small record is read whole) and counted among the four.
     assert account.read == 4 and len(account.not_read) == 96 and account.opens == 1 + 1 + 3
     assert cause(JobEnd(job_id=JOB, nodes=nodes), summaries)[1][0] == "n0077"
@@ -359,7 +359,7 @@ def test_no_digest_at_all_reads_every_record(job100, opens):
     ev, nodes, digest = job100  # nodes of an older release write none
     os.unlink(digest)
     _, _, found, account = read(ev, nodes)
-    assert account.read == 100 and account.digest is None and found["n0090"]["hardware_fault"]
+    assert account.read == 100 and account.digest is None and found["n0090"].hardware_fault
 
 
 def test_a_digest_entry_that_is_not_the_digests_is_not_taken(job100):
@@ -368,9 +368,9 @@ def test_a_digest_entry_that_is_not_the_digests_is_not_taken(job100):
     doc["nodes"]["n0001"] = {"flightrec": {"records": []}}  # no digest field
     Path(digest).write_text(json.dumps(doc))
     got, why = V.read_digest(digest, JOB, 0)
-    assert why is None and "n0001" not in got["nodes"] and "n0002" in got["nodes"]
+    assert why is None and "n0001" not in got.nodes and "n0002" in got.nodes
     _, _, found, _ = read(ev, nodes)
-    assert not found["n0001"].get("partial")  # its own record read instead
+    assert not found["n0001"].partial  # its own record read instead
 
 
 # ------------------------------------------------------------------------------ the writers
@@ -392,17 +392,19 @@ def test_concurrent_node_epilogs_lose_no_node_in_the_digest(tmp_path):
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 8
     doc, why = V.read_digest(V.digest_path(str(tmp_path), JOB, 0), JOB, 0)
-    assert why is None and sorted(doc["nodes"]) == list(nodes) and doc["done"] == 160
+    assert why is None and sorted(doc.nodes) == list(nodes) and doc.done == 160
 
 
 def test_the_digest_keeps_the_decision_fields_and_no_flight_recorder(tmp_path):
     fr = {"records": [{"rank": 0, "entries": [{"seq": 1}]}]}
     V.write_record(str(tmp_path), JOB, "n0001", 0, V.done(hardware("n0001", 3), fr))
     doc, _ = V.read_digest(V.digest_path(str(tmp_path), JOB, 0), JOB, 0)
-    assert doc["nodes"]["n0001"] == {k: v for k, v in hardware("n0001", 3).items() if k != "node"}
+    assert doc.nodes["n0001"].to_json() == {
+        k: v for k, v in hardware("n0001", 3).items() if k != "node"
+    }
     assert not V.write_record(str(tmp_path), JOB, "n0002", 0, V.running(45)).endswith("@")
     doc, _ = V.read_digest(V.digest_path(str(tmp_path), JOB, 0), JOB, 0)
-    assert list(doc["nodes"]) == ["n0001"]  # a running record is not in the digest
+    assert list(doc.nodes) == ["n0001"]  # a running record is not in the digest
 
 
 def test_pruning_the_last_record_takes_the_digest_and_its_lock(tmp_path):

@@ -77,7 +77,7 @@ def test_a_hostile_drains_line_never_lets_a_refused_job_run(broken_node, content
     err = capsys.readouterr().err
     assert "Traceback" not in err and "internal error" not in err
     # The history survived the bad line: the good entry and the new drain, nothing else.
-    assert [e["node"] for e in H.drains(str(state))] == ["gpu-node-09", NODE]
+    assert [e.node for e in H.drains(str(state))] == ["gpu-node-09", NODE]
 
 
 def test_a_gigabyte_line_in_drains_is_skipped_quickly(broken_node, capsys):
@@ -88,7 +88,7 @@ def test_a_gigabyte_line_in_drains_is_skipped_quickly(broken_node, capsys):
         fh.write(b'{"node": "gpu-node-01", "reason": "')
         fh.truncate(1 << 30)
     assert prolog(site) == 1
-    assert slurm.drains and [e["node"] for e in H.drains(str(state))] == [NODE]
+    assert slurm.drains and [e.node for e in H.drains(str(state))] == [NODE]
     assert "read only the newest 32 MiB" in capsys.readouterr().err
 
 

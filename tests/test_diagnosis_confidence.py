@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from factories import view, views
 
 from gpugate.commands.diagnose import render
 from gpugate.diagnosis import confidence as C
@@ -185,11 +186,11 @@ def bundle(confidence: str | None, trusted: bool = True) -> dict:
 @pytest.mark.parametrize(("confidence", "infra"), [
     ("high", True), ("medium", False), ("low", False), (None, True)])  # fmt: skip
 def test_the_requeue_takes_an_infrastructure_cause_only_when_sure(confidence, infra) -> None:
-    category, _, is_infra = cause(JobEnd(job_id="7", state="FAILED"), [bundle(confidence)])
+    category, _, is_infra = cause(JobEnd(job_id="7", state="FAILED"), views([bundle(confidence)]))
     assert is_infra is infra
     assert category == ("ecc_error" if infra else None)
-    assert sure_infrastructure(bundle(confidence)) is infra
-    assert sure_infrastructure(bundle(confidence, trusted=False)) is False
+    assert sure_infrastructure(view(bundle(confidence))) is infra
+    assert sure_infrastructure(view(bundle(confidence, trusted=False))) is False
 
 
 @pytest.mark.parametrize("confidence", ["high", "low"])

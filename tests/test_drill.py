@@ -240,8 +240,9 @@ def test_the_controllers_event_line_without_a_checkpoint_is_unknown(config):
     # EpilogSlurmctld as SlurmUser wrote checkpoint null and the directory it could not read.
     where = cmd.controller_dir(config)
     os.makedirs(where, exist_ok=True)
-    line = {"hook": "epilog-slurmctld", "job": "42", "requeue": True, "checkpoint": None,
-            "ckpt_dir": "/ck/run7"}  # fmt: skip
+    # Every release's event line has its time (log.Event).
+    line = {"time": "2026-12-01T10:00:00Z", "hook": "epilog-slurmctld", "job": "42",
+            "requeue": True, "checkpoint": None, "ckpt_dir": "/ck/run7"}  # fmt: skip
     Path(where, "events.jsonl").write_text(json.dumps(line) + "\n")
     ckpt, words = cmd.requeue_checkpoint(config, "42", "")
     assert ckpt is None and words.startswith("unknown: the newest complete checkpoint in /ck/run7")

@@ -7,13 +7,14 @@ import os
 import stat
 
 import pytest
-from factories import default_config, make_facts
+from factories import default_config, make_facts, views
 from fakes import FakeSlurm
 
 from gpugate.hooks.epilog import abnormal_end, run_epilog
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import HookEnv
 from gpugate.slurm.records import JobInfo
+from gpugate.store.state import Baseline
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -190,7 +191,7 @@ def test_a_requeued_run_that_ended_well_is_not_judged_by_an_earlier_runs_steps()
 
 
 def test_the_suspect_is_the_node_with_the_first_hardware_error():
-    from gpugate.store.evidence import suspect_node
+    from gpugate.store.view_records import suspect_node
 
     summaries = [
         {"node": "n1", "hardware_fault": False, "category": "nccl_timeout"},
@@ -205,8 +206,8 @@ def test_the_suspect_is_the_node_with_the_first_hardware_error():
             "first_hardware_error_at": "2026-11-29T11:02:03.500000Z",
         },
     ]
-    assert suspect_node(summaries) == "n2"
-    assert suspect_node(summaries[:1]) is None
+    assert suspect_node(views(summaries)) == "n2"
+    assert suspect_node(views(summaries[:1])) is None
 
 
 def test_kernel_line_times_become_comparable_utc():
@@ -379,7 +380,7 @@ def test_the_prolog_records_where_this_run_starts_in_the_jobs_log(tmp_path):
     snapshot(tmp_path, make_facts())
     run_prolog(config, env(restart_count=1), slurm_with_job(str(out)))
     baseline = load_baseline(config.state_dir, "77")
-    assert baseline["log_offsets"] == {str(out): len("run 0 said this\n")}
+    assert baseline.log_offsets == {str(out): len("run 0 said this\n")}
 
 
 def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
@@ -390,7 +391,7 @@ def test_a_first_run_asks_slurm_nothing_for_its_logs(tmp_path):
     out.write_text("another job's lines\n")
     snapshot(tmp_path, make_facts())
     run_prolog(config, env(), slurm_with_job(str(out)))  # restart 0: its file comes after
-    assert "log_offsets" not in load_baseline(config.state_dir, "77")
+    assert load_baseline(config.state_dir, "77").log_offsets is None
 
 
 def test_an_appended_log_never_replays_an_earlier_runs_failure(tmp_path):
@@ -450,7 +451,8 @@ def test_a_fault_the_prolog_reported_is_not_new_since_the_prolog():
     from gpugate.hooks.epilog import hardware_decision
 
     config = default_config()
-    known = {"known_faults": [{"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]}
+    known = Baseline.from_json({"job_id": "77", "known_faults": [
+        {"check": "gpu.lost", "gpu": 5}, {"check": "gpu.count", "gpu": None}]})  # fmt: skip
     assert hardware_decision(LOST_OUTSIDE, [], config).failing  # without the prolog's record
     assert not hardware_decision(LOST_OUTSIDE, [], config, baseline=known).failing
     # Another GPU lost since then is new.
@@ -532,7 +534,20 @@ def test_without_slurms_times_the_bundle_takes_scontrols_else_the_prologs(tmp_pa
     ],
 )
 def test_the_failing_node_from_the_log_or_a_one_node_job(diagnosis, nodelist, job_nodes, node):
+    from gpugate.hooks.child_answer import JobDiagnosis
     from gpugate.hooks.collect import failing_node
 
     e = env().replace(nodelist=nodelist)
-    assert failing_node(diagnosis, e, {"nodes": job_nodes} if job_nodes else {}) == node
+    read = JobDiagnosis.from_json(diagnosis)
+    assert failing_node(read, e, {"nodes": job_nodes} if job_nodes else {}) == node
+
+
+def test_a_reader_childs_answer_of_the_wrong_shape_is_refused_not_used():
+    """The child runs as the job's user: root checks every key of its JSON before using it."""
+    from gpugate.hooks.child_answer import ChildDiagnosis
+
+    ok = ChildDiagnosis.from_json({"tails": {"/o": "x"}, "errors": [], "diagnosis": {"xid": 79}})
+    assert ok.diagnosis.xid == 79 and ok.tails == {"/o": "x"}
+    for bad in ({"tails": {"/o": 5}}, {"diagnosis": {"xid": "79"}}, {"errors": "x"}, []):
+        with pytest.raises(ValueError, match="the reader child's answer"):
+            ChildDiagnosis.from_json(bad, "the reader child's answer")

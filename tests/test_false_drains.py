@@ -15,6 +15,7 @@ from gpugate.admin import report as R
 from gpugate.admin.resume import Request, check_then_resume
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
+from gpugate.store.entries import AuditEntry, DrainEntry
 from gpugate.store.metrics import apply_run, parse_samples, render
 from gpugate.store.outcomes import check_record, render_record
 
@@ -22,15 +23,16 @@ NOW = 1_790_000_000.0
 DAY = 86400.0
 
 
-def drain(node: str, check: str, days_ago: float, boot: str | None = "b1") -> dict:
+def drain(node: str, check: str, days_ago: float, boot: str | None = "b1") -> DrainEntry:
     when = NOW - days_ago * DAY
-    return {"node": node, "when": when, "check": check, "reason": f"gpugate: {check}: x",
-            "boot_id": boot}  # fmt: skip
+    return DrainEntry.from_json({"node": node, "when": when, "check": check,
+                                 "reason": f"gpugate: {check}: x", "boot_id": boot})  # fmt: skip
 
 
-def lift(node: str, days_ago: float, boot: str | None = "b1", **extra) -> dict:
-    return {"node": node, "when": NOW - days_ago * DAY, "who": "ann", "why": "ok",
-            "resumed": True, "forced": False, "boot_id": boot, **extra}  # fmt: skip
+def lift(node: str, days_ago: float, boot: str | None = "b1", **extra) -> AuditEntry:
+    return AuditEntry.from_json({"node": node, "when": NOW - days_ago * DAY, "who": "ann",
+                                 "why": "ok", "resumed": True, "forced": False, "boot_id": boot,
+                                 **extra})  # fmt: skip
 
 
 def test_repair_evidence_is_a_new_boot_or_an_audited_reset():
@@ -38,12 +40,12 @@ def test_repair_evidence_is_a_new_boot_or_an_audited_reset():
     assert H.repair_evidence(d, lift("n1", 1, boot="b2")) == H.REBOOT
     assert H.repair_evidence(d, lift("n1", 1)) is None
     assert H.lifted_without_repair(d, lift("n1", 1))
-    reset = {"node": "n1", "when": NOW - 2 * DAY, "repair": H.GPU_RESET, "resumed": False}
+    reset = AuditEntry(node="n1", when=NOW - 2 * DAY, repair=H.GPU_RESET, resumed=False)
     assert H.repair_evidence(d, lift("n1", 1), [reset]) == H.GPU_RESET
     assert not H.lifted_without_repair(d, lift("n1", 1), [reset])
     # A reset of another node, or before the drain, is no evidence for this one.
-    assert H.repair_evidence(d, lift("n1", 1), [dict(reset, node="n2")]) is None
-    assert H.repair_evidence(d, lift("n1", 1), [dict(reset, when=NOW - 4 * DAY)]) is None
+    assert H.repair_evidence(d, lift("n1", 1), [reset.replace(node="n2")]) is None
+    assert H.repair_evidence(d, lift("n1", 1), [reset.replace(when=NOW - 4 * DAY)]) is None
     # Boot ids unknown: no reboot is shown, so none is assumed.
     assert H.repair_evidence(drain("n1", "gpu.ecc", 3, boot=None), lift("n1", 1, boot="b2")) is None
     assert H.repair_evidence(d, lift("n1", 1, repair=H.GPU_RESET)) == H.GPU_RESET
@@ -59,7 +61,7 @@ def test_each_checks_record_in_the_window():
         lift("n1", 8, boot="b2"),  # after a reboot
         lift("n1", 4),  # lifted without repair
         lift("n3", 2),  # lifted without repair
-        {"node": "n3", "when": NOW - 2.5 * DAY, "resumed": False, "who": "x"},  # refused: no lift
+        AuditEntry(node="n3", when=NOW - 2.5 * DAY, resumed=False, who="x"),  # refused: no lift
     ]
     since = NOW - 30 * DAY
     record = check_record(drains, audit, since, drained_now={"n2"})
@@ -99,7 +101,7 @@ def resume_with_boot(tmp_path, drained_boot: str, now_boot: str) -> str:
     attempt = check_then_resume(config, slurm, info, Request(node=NODE, why="cooled"))
     assert attempt.resumed, attempt
     [entry] = H.resumes(config.state_dir)
-    assert entry["boot_id"] == now_boot
+    assert entry.boot_id == now_boot
     path = metrics / "g.prom"
     return path.read_text() if path.exists() else ""
 
@@ -117,7 +119,7 @@ def test_a_drain_records_the_boot(tmp_path):
     config = setup(tmp_path, make_facts())
     config = config.replace(sources=config.sources.replace(proc_root=str(tmp_path / "proc")))
     entry = H.note_drain(config, NODE, "gpugate: gpu.ecc: x")
-    assert entry["boot_id"] == "abc-123"
+    assert entry.boot_id == "abc-123"
 
 
 def test_nodes_stats_and_the_report_show_the_record(site, capsys):  # noqa: F811

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import views
 
 from gpugate.flightrec.culprit import find_culprit, job_culprit
 from gpugate.flightrec.reader import read_dump
@@ -310,7 +311,7 @@ def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
     from gpugate.store.suspects import votes
 
     config = _controller_site(tmp_path, "301")
-    said = vote(config, _job("301"), _with_fr(C_FIRST), "nccl_timeout", 1_800_000_000.0)
+    said = vote(config, _job("301"), views(_with_fr(C_FIRST)), "nccl_timeout", 1_800_000_000.0)
     assert "suspect b" in said
     (v,) = votes(read_dirs(config))
     assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
@@ -324,7 +325,7 @@ def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
     for i, job_id in enumerate(("302", "312", "322")):  # one user's jobs: votes only
         if i:
             _fr_bundles(tmp_path, job_id)
-        said = vote(config, _job(job_id), _with_fr(C_FIRST), "nccl_timeout", 1.8e9 + i)
+        said = vote(config, _job(job_id), views(_with_fr(C_FIRST)), "nccl_timeout", 1.8e9 + i)
     assert open_flags(read_dirs(config)) == {} and "not flagged" in said
 
 
@@ -333,7 +334,7 @@ def test_culprit_by_its_own_doing_casts_no_vote(tmp_path: Path) -> None:
 
     config = _controller_site(tmp_path, "303")
     own = [dict(s, category="cuda_oom") if s["node"] == "b" else s for s in C_FIRST]
-    said = vote(config, _job("303"), _with_fr(own), "nccl_timeout", 1.8e9)
+    said = vote(config, _job("303"), views(_with_fr(own)), "nccl_timeout", 1.8e9)
     assert said.startswith("no vote: b failed first")
 
 
@@ -343,11 +344,11 @@ def test_requeue_excludes_the_culprit_only_with_roots_evidence(tmp_path: Path) -
 
     config = _controller_site(tmp_path, "304")
     job = _job("304")
-    assert with_culprit(config, job, _with_fr(C_FIRST), ()) == ()  # the dumps alone: nothing
+    assert with_culprit(config, job, views(_with_fr(C_FIRST)), ()) == ()  # the dumps alone: nothing
     hw = [dict(s, hardware_fault=s["node"] == "b") for s in _with_fr(C_FIRST)]
-    assert with_culprit(config, job, hw, ("c",)) == ("b", "c")  # agrees with its hardware
+    assert with_culprit(config, job, views(hw), ("c",)) == ("b", "c")  # agrees with its hardware
     record_vote(config.admin.history_dir, "b", "250", "nccl_timeout", None, None, uid=7)
-    assert with_culprit(config, job, _with_fr(C_FIRST), ()) == ("b",)  # repeated suspicion
+    assert with_culprit(config, job, views(_with_fr(C_FIRST)), ()) == ("b",)  # repeated suspicion
 
 
 def test_run_requeue_excludes_a_culprit_with_history(tmp_path: Path) -> None:
@@ -386,7 +387,7 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     # Told once: a second controller epilog of the same run writes nothing more.
     from gpugate.gate.flightrec_votes import tell_culprit
 
-    again = tell_culprit(config, slurm, job, _with_fr(C_FIRST))
+    again = tell_culprit(config, slurm, job, views(_with_fr(C_FIRST)))
     assert again == "flight recorder comment (unchanged: already there, or no room)"
 
 
@@ -401,8 +402,8 @@ def test_the_controllers_digest_names_the_same_culprit_as_the_dumps(scenario: st
     by_node: dict[str, list[dict]] = {}
     for rec in recs:
         by_node.setdefault(rec["node"], []).append(rec)
-    views = [{"node": n, "flightrec": fr_digest({"records": rs})} for n, rs in by_node.items()]
-    full, digest = find_culprit(recs), records_culprit(views)
+    digests = [(n, fr_digest({"records": rs})) for n, rs in by_node.items()]
+    full, digest = find_culprit(recs), records_culprit(digests)
     if full is None:
         assert digest is None
     else:

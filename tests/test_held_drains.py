@@ -20,20 +20,21 @@ from gpugate.hooks.collect import _action
 from gpugate.hooks.epilog import EpilogResult
 from gpugate.store import held as held_store
 from gpugate.store import history as H
+from gpugate.store.entries import DrainEntry, HeldEntry
 
 NOW = 1_790_000_000.0
 REASON = "gpugate: kernel.gpu_bus: GPU1 fell off the bus"
 WHY = "partition gpu: gpugate already drained 1 of 3 nodes (limit 1)"
 
 
-def held_entry(name: str = "gpu-02", when: float = NOW - 60) -> dict:
-    return {"node": name, "when": when, "at": H.iso(when), "check": "kernel.gpu_bus",
-            "reason": REASON, "why": WHY}  # fmt: skip
+def held_entry(name: str = "gpu-02", when: float = NOW - 60) -> HeldEntry:
+    return HeldEntry(node=name, when=when, at=H.iso(when), check="kernel.gpu_bus", reason=REASON,
+                     why=WHY)  # fmt: skip
 
 
 def test_current_held_is_fresh_and_not_superseded_by_a_drain():
     entries = [held_entry("a"), held_entry("b"), held_entry("c", NOW - 2 * 86400)]
-    drains = [{"node": "b", "when": NOW - 30, "check": "kernel.gpu_bus", "reason": REASON}]
+    drains = [DrainEntry(node="b", when=NOW - 30, check="kernel.gpu_bus", reason=REASON)]
     assert list(held_store.current_held(entries, drains, NOW)) == ["a"]
 
 
@@ -101,7 +102,7 @@ def test_evidence_corrects_old_bundles_from_the_held_record(site, capsys):  # no
     assert marked["action"] == "would drain (budget)" and marked["held_why"] == WHY
     # Another reason, another node, or a day apart: not that drain.
     assert mark_held([old], [held_entry(when=when + 86400)])[0]["action"] == old["action"]
-    assert mark_held([old], [dict(held_entry(when=when), node="x")])[0] == old
+    assert mark_held([old], [held_entry(when=when).replace(node="x")])[0] == old
 
     bundle(site, "300", "gpu-02", collected_at=at, action="drain refused (not gpugate's)",
            drain_reason=REASON)  # fmt: skip

@@ -22,11 +22,11 @@ def test_record_drain_writes_one_entry_with_the_check_from_the_reason(tmp_path):
         str(tmp_path), "gpu-01", "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100",
         category="ecc_error", when=T0, job="4242", hook="prolog",
     )  # fmt: skip
-    assert entry["check"] == "gpu.ecc"
-    assert entry["at"] == "2026-09-21T14:13:20Z"
+    assert entry.check == "gpu.ecc"
+    assert entry.at == "2026-09-21T14:13:20Z"
     [stored] = H.drains(str(tmp_path))
     assert stored == entry
-    assert stored["job"] == "4242" and stored["hook"] == "prolog"
+    assert stored.job == "4242" and stored.hook == "prolog"
     line = (tmp_path / H.DRAINS).read_text()
     assert line.count("\n") == 1 and json.loads(line)["node"] == "gpu-01"
 
@@ -48,7 +48,7 @@ def test_a_repeat_of_the_same_drain_within_minutes_is_one_event(tmp_path):
     assert H.record_drain(d, "n1", "gpugate: pcie.link: x8", when=T0 + 60)  # another check
     assert H.record_drain(d, "n1", "gpugate: gpu.ecc: x", when=T0 + DAY)  # a day later
     assert H.record_drain(d, "n2", "gpugate: gpu.ecc: x", when=T0 + 1)  # another node
-    assert [(e["node"], e["check"]) for e in H.drains(d)] == [
+    assert [(e.node, e.check) for e in H.drains(d)] == [
         ("n1", "gpu.ecc"), ("n1", "pcie.link"), ("n1", "gpu.ecc"), ("n2", "gpu.ecc"),
     ]  # fmt: skip
 
@@ -58,12 +58,12 @@ def test_history_is_bounded_per_node_and_in_all(tmp_path):
     for i in range(8):
         H.record_drain(d, "busy", f"gpugate: gpu.ecc: {i}", when=T0 + i * DAY, max_per_node=5)
     kept = H.drains(d, "busy")
-    assert [e["reason"] for e in kept] == [f"gpugate: gpu.ecc: {i}" for i in range(3, 8)]
+    assert [e.reason for e in kept] == [f"gpugate: gpu.ecc: {i}" for i in range(3, 8)]
     for i in range(6):
         H.record_drain(d, f"n{i}", "gpugate: ib.ports: down", when=T0 + 10 * DAY + i,
                        max_per_node=5, max_entries=4)  # fmt: skip
     everything = H.drains(d)
-    assert [e["node"] for e in everything] == ["n2", "n3", "n4", "n5"]  # the newest 4
+    assert [e.node for e in everything] == ["n2", "n3", "n4", "n5"]  # the newest 4
 
 
 def test_drains_filters_by_node_and_time_and_counts_the_window(tmp_path):
@@ -85,9 +85,9 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path):
     H.record_drain(d, "n1", "gpugate: gpu.ecc: x", when=T0)
     with open(tmp_path / H.DRAINS, "a") as fh:
         fh.write('{"node": "n2", "when": 1}\n[1, 2]\n{"no node": 1}\n{"node": "n3", "wh')
-    assert [e["node"] for e in H.drains(d)] == ["n1", "n2"]
+    assert [e.node for e in H.drains(d)] == ["n1", "n2"]
     H.record_drain(d, "n4", "gpugate: gpu.ecc: x", when=T0 + 1)  # rewriting drops the junk
-    assert [e["node"] for e in H.drains(d)] == ["n1", "n2", "n4"]
+    assert [e.node for e in H.drains(d)] == ["n1", "n2", "n4"]
 
 
 def test_record_resume_appends_to_the_audit_log(tmp_path, monkeypatch):
@@ -97,7 +97,7 @@ def test_record_resume_appends_to_the_audit_log(tmp_path, monkeypatch):
                             reason="gpugate: gpu.ecc: x")  # fmt: skip
     H.record_resume(d, "n1", who="bob", why="admin drain done", result="fail", forced=True,
                     when=T0 + 5)  # fmt: skip
-    assert first["who"] == "alice" and first["forced"] is False
+    assert first.who == "alice" and first.forced is False
     lines = (tmp_path / H.AUDIT).read_text().splitlines()
     assert len(lines) == 2
     assert json.loads(lines[1]) == {
@@ -105,7 +105,7 @@ def test_record_resume_appends_to_the_audit_log(tmp_path, monkeypatch):
         "why": "admin drain done", "result": "fail", "forced": True, "resumed": True,
         "reason": None,
     }  # fmt: skip
-    assert [r["who"] for r in H.resumes(d, "n1", since=T0 + 1)] == ["bob"]
+    assert [r.who for r in H.resumes(d, "n1", since=T0 + 1)] == ["bob"]
     # The audit log is never trimmed by the history's bounds.
     for i in range(10):
         H.record_drain(d, "n1", f"gpugate: c{i}: x", when=T0 + i, max_per_node=1)
@@ -130,7 +130,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert p.exitcode == 0
     got = H.drains(d)
     assert len(got) == workers * count
-    assert len({e["node"] for e in got}) == workers * count
+    assert len({e.node for e in got}) == workers * count
     assert len(H.resumes(d)) == workers * count
     assert not [n for n in os.listdir(d) if n.startswith(".tmp-")]  # no temporary file left
 

@@ -53,7 +53,7 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
 
 def test_drains_keeps_the_good_entries_and_warns_once(tmp_path, capsys):
     write_lines(tmp_path / H.DRAINS, [good_drain("a"), *BAD_DRAINS, good_drain("b")])
-    assert [e["node"] for e in H.drains(str(tmp_path))] == ["a", "b"]
+    assert [e.node for e in H.drains(str(tmp_path))] == ["a", "b"]
     err = capsys.readouterr().err.splitlines()
     assert err == [f"gpugate: {tmp_path / H.DRAINS}: skipped {len(BAD_DRAINS)} malformed entries"]
 
@@ -61,20 +61,20 @@ def test_drains_keeps_the_good_entries_and_warns_once(tmp_path, capsys):
 def test_each_bad_drain_line_alone_is_skipped(tmp_path):
     for line in BAD_DRAINS:
         write_lines(tmp_path / H.DRAINS, [line, good_drain()])
-        assert [e["node"] for e in H.drains(str(tmp_path))] == ["vm"], line[:60]
+        assert [e.node for e in H.drains(str(tmp_path))] == ["vm"], line[:60]
 
 
 def test_two_entries_on_one_line_are_not_taken_for_one_each(tmp_path):
     # `a,b` on one line parses as two entries in the one-parse fast path: line by line instead.
     write_lines(tmp_path / H.DRAINS, [good_drain("a") + b"," + good_drain("b"), good_drain("c")])
-    assert [e["node"] for e in H.drains(str(tmp_path))] == ["c"]
+    assert [e.node for e in H.drains(str(tmp_path))] == ["c"]
 
 
 def test_resumes_skip_bad_audit_entries(tmp_path, capsys):
     H.record_resume(str(tmp_path), "vm", who="alice", why="reseated", when=NOW)
     with open(tmp_path / H.AUDIT, "ab") as fh:
         fh.write(b"\n".join(BAD_RESUMES) + b"\n")
-    assert [e["who"] for e in H.resumes(str(tmp_path))] == ["alice"]
+    assert [e.who for e in H.resumes(str(tmp_path))] == ["alice"]
     assert f"skipped {len(BAD_RESUMES)} malformed entries" in capsys.readouterr().err
 
 

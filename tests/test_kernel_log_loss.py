@@ -15,6 +15,7 @@ from factories import default_config, findings_of, make_facts
 
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import kernel_log as kl
+from gpugate.store.state import Baseline
 
 XID79 = (
     "NVRM: Xid (PCI:0000:68:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -147,10 +148,10 @@ def test_the_epilog_names_the_prolog_as_the_start_of_a_loss_at_its_position():
 
     facts = facts_from_dict({"kernel_log": [],
                              "kernel_log_lost": {"records": 3, "after_seq": 7, "resumed_seq": 11}})  # fmt: skip
-    baseline = {"kernel_log_seq": 7, "started_at": 1_800_000_000.0}
+    baseline = Baseline(job_id="7", kernel_log_seq=7, started_at=1_800_000_000.0)
     loss = lost_since_prolog(facts, baseline).kernel_log_lost
     assert loss is not None and loss.after_at == "the job's prolog (2027-01-15T08:00:00Z)"
-    assert lost_since_prolog(facts, {"kernel_log_seq": 6, "started_at": 1.0}) is facts
+    assert lost_since_prolog(facts, baseline.replace(kernel_log_seq=6)) is facts
 
 
 # --- the cap: an OOM flood never pushes a GPU line out ----------------------------------------

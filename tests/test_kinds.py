@@ -25,6 +25,7 @@ from gpugate.qualify.settle import fault_kind, outcome
 from gpugate.slurm import reasons
 from gpugate.slurm.records import JobInfo
 from gpugate.store import history as H
+from gpugate.store.entries import AuditEntry, DrainEntry
 from gpugate.store.evidence import bundle_kind, read_index, write_bundle
 from gpugate.store.metrics import apply_qualification, apply_run, render
 from gpugate.store.outcomes import check_record, drill_drains, note_lift
@@ -199,14 +200,14 @@ def test_report_needs_html_or_json(capsys):
 # ----------------------------------------------------------- false drains exclude drills
 
 
-def drain(node: str, days_ago: float, reason: str, **extra) -> dict:
-    return {"node": node, "when": NOW - days_ago * DAY, "check": "kernel.xid", "reason": reason,
-            "boot_id": "b1", **extra}  # fmt: skip
+def drain(node: str, days_ago: float, reason: str, **extra) -> DrainEntry:
+    return DrainEntry.from_json({"node": node, "when": NOW - days_ago * DAY, "check": "kernel.xid",
+                                 "reason": reason, "boot_id": "b1", **extra})  # fmt: skip
 
 
-def lift(node: str, days_ago: float) -> dict:
-    return {"node": node, "when": NOW - days_ago * DAY, "who": "gpugate drill", "why": "x",
-            "resumed": True, "boot_id": "b1"}  # fmt: skip
+def lift(node: str, days_ago: float) -> AuditEntry:
+    return AuditEntry(node=node, when=NOW - days_ago * DAY, who="gpugate drill", why="x",
+                      resumed=True, boot_id="b1")  # fmt: skip
 
 
 def test_a_drills_drain_lifted_is_not_a_false_drain():
@@ -217,14 +218,14 @@ def test_a_drills_drain_lifted_is_not_a_false_drain():
                           NOW - 30 * DAY)  # fmt: skip
     assert record == {"kernel.xid": {"drains": 1, "lifted_repaired": 0, "lifted_unrepaired": 1,
                                      "still_drained": 0, "lifted_unaudited": 0}}  # fmt: skip
-    assert [d["node"] for d in drill_drains([real, drilled, by_id], NOW - 30 * DAY)] == ["n2", "n3"]
+    assert [d.node for d in drill_drains([real, drilled, by_id], NOW - 30 * DAY)] == ["n2", "n3"]
 
 
 def test_record_drain_keeps_the_drill_and_note_lift_counts_no_false_drain(tmp_path):
     config = default_config().replace(state_dir=str(tmp_path))
     entry = H.record_drain(str(tmp_path), "n1", f"gpugate: DRILL {DRILL_ID}: kernel.xid: x",
                            when=NOW)  # fmt: skip
-    assert entry["drill"] == DRILL_ID and H.drill_of(entry) == DRILL_ID
+    assert entry.drill == DRILL_ID and H.drill_of(entry) == DRILL_ID
     assert note_lift(config, "n1", lift("n1", -1)) is False
     H.record_drain(str(tmp_path), "n1", "gpugate: kernel.xid: x", when=NOW + 10)
     assert H.drill_of(H.drains(str(tmp_path), "n1")[-1]) is None
@@ -237,7 +238,7 @@ def test_note_drain_under_the_mark_records_the_drill(tmp_path):
     reason = reasons.drain_reason("kernel.xid", "Xid 79")
     assert reason.startswith(f"gpugate: DRILL {DRILL_ID}: kernel.xid")
     H.note_drain(config, "n1", reason)
-    assert H.drains(str(tmp_path), "n1")[-1]["drill"] == DRILL_ID
+    assert H.drains(str(tmp_path), "n1")[-1].drill == DRILL_ID
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -305,7 +306,7 @@ def test_the_decision_record_carries_the_drill():
     from gpugate.store.controller_view import done
 
     record = done({"kind": "drill", "drill": DRILL_ID, "category": "gpu_xid_hardware"})
-    assert (record["kind"], record["drill"]) == ("drill", DRILL_ID)
+    assert (record.kind, record.drill) == ("drill", DRILL_ID)
 
 
 # ------------------------------------------------------------ the epilog under a drill
@@ -334,7 +335,7 @@ def test_an_epilog_under_a_drill_writes_a_drill_bundle_and_marks_everything(tmp_
     [(_, reason)] = slurm.drains
     assert reason.startswith(f"gpugate: DRILL {d['id']}: kernel.xid")
     H.note_drain(config, "gpu-node-01", reason, hook="epilog")  # as commands/epilog.py does
-    assert H.drains(H.history_dir(config), "gpu-node-01")[-1]["drill"] == d["id"]
+    assert H.drains(H.history_dir(config), "gpu-node-01")[-1].drill == d["id"]
     with open(record_path(config.evidence_dir, "77", "gpu-node-01", 0)) as fh:
         view = json.load(fh)
     assert (view["kind"], view["drill"]) == ("drill", d["id"])

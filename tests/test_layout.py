@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpugate"
 BASE = frozenset(
     f"gpugate.{name}"
     for name in (
-        "child", "clock", "fstree", "fsutil", "jsonl", "names", "node", "record", "regex",
+        "child", "clock", "fstree", "fsutil", "jsonl", "jsonrecord", "names", "node", "record", "regex",
         "runner", "startup", "text", "userfiles", "yamlio",
     )
 ) | {"gpugate"}  # fmt: skip

@@ -68,8 +68,8 @@ def test_the_history_is_written_without_a_lock_held_past_its_wait(config, short,
     with held(_lock(config, locks.HISTORY)):
         history.record_drain(where, "n2", "gpugate: gpu.ecc: y", when=1001)
         history.record_resume(where, "n1", who="admin", why="fixed", when=1002)
-    assert [e["node"] for e in history.drains(where)] == ["n1", "n2"]
-    assert [e["node"] for e in history.resumes(where)] == ["n1"]
+    assert [e.node for e in history.drains(where)] == ["n1", "n2"]
+    assert [e.node for e in history.resumes(where)] == ["n1"]
     err = capsys.readouterr().err
     assert "drains.jsonl: history.lock held over 0.1 s by another writer: written without it" in err
     assert "audit.jsonl: history.lock held" in err

@@ -67,12 +67,12 @@ def test_a_prologs_unknown_xid_is_shown_by_gpugate_nodes(site, monkeypatch, caps
 
 def test_one_entry_for_jobs_starting_together_a_new_one_later(tmp_path):
     state = str(tmp_path)
-    assert H.record_unknown_xids(state, NODE, [999, 999], when=NOW, job="1")["xids"] == [999]
+    assert H.record_unknown_xids(state, NODE, [999, 999], when=NOW, job="1").xids == [999]
     assert H.record_unknown_xids(state, NODE, [999], when=NOW + 5, job="2") is None
     assert H.record_unknown_xids(state, NODE, [], when=NOW + 6) is None
     assert H.record_unknown_xids(state, NODE, [999], when=NOW + H.SAME_EVENT_S, job="3")
-    assert H.record_unknown_xids(state, OTHER, [1000, 998], when=NOW + 7)["xids"] == [998, 1000]
-    assert [e.get("job") for e in H.unknown_xids(state, NODE)] == ["1", "3"]
+    assert H.record_unknown_xids(state, OTHER, [1000, 998], when=NOW + 7).xids == [998, 1000]
+    assert [e.job for e in H.unknown_xids(state, NODE)] == ["1", "3"]
 
 
 def test_old_reports_leave_the_window_and_hostile_lines_are_skipped(tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_old_reports_leave_the_window_and_hostile_lines_are_skipped(tmp_path, ca
     with open(state / H.UNKNOWN_XIDS, "a") as fh:
         fh.write('{"node": "gpu-node-03", "when": 1, "xids": ["x"]}\n[]\n{"node": 5}\n')
     entries = H.unknown_xids(str(state))
-    assert [e["node"] for e in entries] == [NODE, OTHER]
+    assert [e.node for e in entries] == [NODE, OTHER]
     assert "skipped 3 malformed entries" in capsys.readouterr().err
     assert A.unknown_by_node(entries, NOW - 30 * 86400) == {OTHER: (1001,)}
 

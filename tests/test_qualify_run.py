@@ -135,7 +135,7 @@ def test_a_node_slow_with_every_partner_is_named_and_drained_the_others_pass(con
     assert [(e["node"], e["passed"], e["by"]) for e in recorded] == [
         ("n1", True, "alice"), ("n2", False, "alice"), ("n3", True, "alice")]  # fmt: skip
     (drain,) = drains(state, "n2")
-    assert drain["reason"] == reason and drain["job"] == n2_job and drain["hook"] == "qualify"
+    assert drain.reason == reason and drain.job == n2_job and drain.hook == "qualify"
     with open(os.path.join(v["n2"]["bundle"], "summary.json")) as fh:
         summary = json.load(fh)
     assert summary["job"] == n2_job and summary["passed"] is False and summary["tests"]
@@ -174,7 +174,7 @@ def test_resume_passed_resumes_a_passing_drained_node_with_an_audit_entry(config
     result = go(config, slurm, ops, resume_passed=True, requested_by="bob")
     assert not slurm.infos["n2"].drained and result.verdicts["n2"]["action"] == "resumed"
     (entry,) = resumes(config.state_dir, "n2")
-    assert entry["who"] == "bob" and result.run_id in entry["why"]
+    assert entry.who == "bob" and result.run_id in entry.why
 
 
 def test_a_failing_node_that_was_drained_stays_drained_with_the_qualification_reason(config):

@@ -26,6 +26,7 @@ from gpugate.admin import report as R
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
+from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
 
 DAY = 86400.0
 NOW = 1_790_000_000.0
@@ -68,8 +69,8 @@ def sample_rows() -> list[dict]:
     return A.node_rows(A.as_groups(nodes), drains, "/ev", now=NOW, drained_only=True)
 
 
-def sample_drains() -> list[dict]:
-    return [
+def sample_drains() -> list[DrainEntry]:
+    return [DrainEntry.from_json(e) for e in [
         {"node": "gpu-07", "when": NOW - 20 * DAY, "check": "gpu.ecc", "reason": REASON},
         {"node": "gpu-07", "when": NOW - 9 * DAY, "check": "gpu.ecc", "reason": REASON,
          "bundle": "/ev/4242/gpu-07-r0"},
@@ -78,17 +79,17 @@ def sample_drains() -> list[dict]:
         {"node": "gpu-03", "when": NOW - 2 * DAY, "check": "ib.ports", "reason": "gpugate: ib.ports: down"},
         {"node": "gpu-05", "when": NOW - 40 * DAY, "check": "gpu.ecc", "reason": "gpugate: gpu.ecc: old"},
         {"node": "gpu-05", "when": NOW - 50 * DAY, "check": "gpu.ecc", "reason": "gpugate: gpu.ecc: old"},
-    ]  # fmt: skip
+    ]]  # fmt: skip
 
 
-def sample_resumes() -> list[dict]:
-    return [{"node": "gpu-03", "when": NOW - DAY, "who": "bob", "why": f"reseated {SCRIPT}",
+def sample_resumes() -> list[AuditEntry]:
+    return [AuditEntry.from_json(e) for e in [{"node": "gpu-03", "when": NOW - DAY, "who": "bob", "why": f"reseated {SCRIPT}",
              "result": {"status": "ok"}, "forced": False},
             {"node": "gpu-01", "when": NOW - 60 * DAY, "who": "old", "why": "long ago",
              "result": "ok", "forced": True},
             {"node": "gpu-07", "when": NOW - DAY / 2, "who": "eve", "why": "try",
              "result": "refused: gpu-07 still fails its checks", "forced": False,
-             "resumed": False}]  # fmt: skip
+             "resumed": False}]]  # fmt: skip
 
 
 def sample_costs() -> list[dict]:
@@ -115,9 +116,9 @@ def sample_requeues() -> list[dict]:
              "why": f"not an infrastructure failure ({SCRIPT})", "checkpoint": None}]  # fmt: skip
 
 
-def sample_held() -> list[dict]:
-    return [{"node": "gpu-12", "when": NOW - 3 * DAY, "check": "ib.ports",
-             "reason": "gpugate: ib.ports: mlx5_1 down", "why": f"budget 2/2 {SCRIPT}"}]  # fmt: skip
+def sample_held() -> list[HeldEntry]:
+    return [HeldEntry(node="gpu-12", when=NOW - 3 * DAY, check="ib.ports",
+                      reason="gpugate: ib.ports: mlx5_1 down", why=f"budget 2/2 {SCRIPT}")]  # fmt: skip
 
 
 def sample_page() -> str:
@@ -188,10 +189,10 @@ def test_a_resume_point_the_controller_could_not_see_is_unknown_not_none():
 
 def test_drills_stay_out_of_the_drain_chart_and_card():
     # Two drills' drains in the window, one marked by its id, one by its reason's DRILL mark.
-    drills = [{"node": "gpu-09", "when": NOW - 4 * DAY, "check": "kernel.xid", "drill": "d1",
-               "reason": "gpugate: DRILL d1: kernel.xid: Xid 79"},
-              {"node": "gpu-09", "when": NOW - 4 * DAY + 60, "check": "kernel.xid",
-               "reason": "gpugate: DRILL 20261201-101500: kernel.xid: Xid 79"}]  # fmt: skip
+    drills = [DrainEntry(node="gpu-09", when=NOW - 4 * DAY, check="kernel.xid", drill="d1",
+                         reason="gpugate: DRILL d1: kernel.xid: Xid 79"),
+              DrainEntry(node="gpu-09", when=NOW - 4 * DAY + 60, check="kernel.xid",
+                         reason="gpugate: DRILL 20261201-101500: kernel.xid: Xid 79")]  # fmt: skip
     page = R.render_html(sample_rows(), sample_drains() + drills, sample_resumes(),
                          window_days=30, now=NOW, total_nodes=12)  # fmt: skip
     plain = sample_page()

@@ -121,12 +121,15 @@ def test_requeue_match_without_run_number():
 
 def test_bad_summaries_and_event_lines_are_skipped(tmp_path):
     ev = tmp_path / "ev"
-    path = bundle(ev, "5", summary("n1", 0, ["not", "a", "category"], "x", T0, T0 + HOUR), T0)
+    path = bundle(ev, "5", summary("n1", 0, None, None, T0, T0 + HOUR), T0)
     got = L.read_failures(str(ev), 0)
     assert got[0]["category"] == L.UNDIAGNOSED and got[0]["gpus"] == 8
-    with open(os.path.join(path, "summary.json"), "w") as fh:
-        fh.write("[[[")
-    assert L.read_failures(str(ev), 0) == []
+    # A summary whose field has the wrong type is not a summary (EvidenceSummary.from_json).
+    bad = dict(summary("n1", 0, ["not", "a", "category"], "x", T0, T0 + HOUR), job_id="5")
+    for text in (json.dumps(bad), "[[["):
+        with open(os.path.join(path, "summary.json"), "w") as fh:
+            fh.write(text)
+        assert L.read_failures(str(ev), 0) == []
     state = tmp_path / "state"
     state.mkdir()
     (state / L.EVENTS).write_text('not json\n{"hook": "epilog-slurmctld", "job": 5}\n'

@@ -6,11 +6,18 @@ import os
 import zipfile
 
 import pytest
-from factories import default_config, patch_everywhere
+from factories import default_config, patch_everywhere, views
 from fakes import FakeSlurm
 
-from gpugate.gate.requeue import JobEnd, decide_requeue, requested
+from gpugate.gate import requeue as _requeue
+from gpugate.gate.requeue import JobEnd, RequeueDecision, requested
 from gpugate.hooks.epilog_slurmctld import job_from_env, run_requeue
+
+
+def decide_requeue(job: JobEnd, summaries: list, *rest) -> RequeueDecision:
+    """The decision over records read from these JSON shapes (factories.view)."""
+    return _requeue.decide_requeue(job, views(summaries), *rest)
+
 
 HW = {
     "node": "n1",

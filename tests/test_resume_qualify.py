@@ -86,7 +86,7 @@ def test_a_plain_resume_refuses_and_names_the_command(site):
     assert not attempt.resumed and site.slurm.resumed == [] and site.calls == []
     assert f"gpugate resume {NODE} --qualify" in attempt.why and "level-2" in attempt.why
     [entry] = site.audit()
-    assert entry["resumed"] is False and "--qualify" in entry["result"]
+    assert entry.resumed is False and "--qualify" in entry.result
 
 
 def test_force_resumes_without_a_qualification(site):
@@ -102,9 +102,9 @@ def test_resume_qualify_runs_the_drains_level_and_audits_its_jobs(site):
     # The run leaves it drained; this resume lifts it: one lift, one audit entry.
     assert resume_passed is False and site.slurm.resumed == [NODE]
     [entry] = site.audit()
-    assert entry["resumed"] is True
-    assert entry["qualification"]["job_ids"] == ["4711"] and entry["qualification"]["level"] == 2
-    assert "qualification level 2 passed (job 4711)" in entry["result"]
+    assert entry.resumed is True
+    assert entry.qualification["job_ids"] == ["4711"] and entry.qualification["level"] == 2
+    assert "qualification level 2 passed (job 4711)" in entry.result
     assert site.slurm.node(NODE).drained is False
 
 
@@ -119,8 +119,8 @@ def test_a_failed_qualification_keeps_the_node_drained_naming_test_and_job(site)
     node = site.slurm.node(NODE)
     assert node.drained and "job 4712" in node.reason
     [entry] = site.audit()
-    assert entry["resumed"] is False and entry["qualification"]["passed"] is False
-    assert entry["qualification"]["job_ids"] == ["4712"]
+    assert entry.resumed is False and entry.qualification["passed"] is False
+    assert entry.qualification["job_ids"] == ["4712"]
 
 
 def test_a_failure_the_runner_left_schedulable_is_drained_again(site, monkeypatch):
@@ -155,11 +155,11 @@ def test_a_pass_since_the_drain_began_counts_an_older_one_does_not(site):
     attempt = site.resume()
     assert attempt.resumed and site.calls == []  # not run twice
     entry = site.audit()[-1]
-    assert entry["qualification"]["reused"] is True and entry["qualification"]["job_ids"] == [
+    assert entry.qualification["reused"] is True and entry.qualification["job_ids"] == [
         "12",
         "13",
     ]
-    assert "qualification level 2 passed (job 12, 13), recorded earlier" in entry["result"]
+    assert "qualification level 2 passed (job 12, 13), recorded earlier" in entry.result
 
 
 def test_the_drain_began_at_its_first_recorded_drain_since_the_last_lift(site):

@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from factories import default_config
+from factories import default_config, views
 from fakes import FakeSlurm
 
 from gpugate.clock import parse_utc
@@ -15,6 +15,7 @@ from gpugate.gate import suspicion
 from gpugate.gate.requeue import JobEnd
 from gpugate.gate.suspicion import vote
 from gpugate.store import history, suspects
+from gpugate.store.entries import AuditEntry
 from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
 
 NODES = ("a", "b", "c")
@@ -98,7 +99,7 @@ def test_the_bundle_summary_carries_it(tmp_path):
 
 
 def test_the_node_whose_failure_came_first_is_the_suspect():
-    assert first_to_fail(B_FIRST, NODES) == ("b", parse_utc("2026-12-01T10:00:00Z"))
+    assert first_to_fail(views(B_FIRST), NODES) == ("b", parse_utc("2026-12-01T10:00:00Z"))
 
 
 @pytest.mark.parametrize(
@@ -116,7 +117,7 @@ def test_the_node_whose_failure_came_first_is_the_suspect():
     ],
 )
 def test_no_suspect_is_guessed(summaries, nodes):
-    assert first_to_fail(summaries, nodes) is None
+    assert first_to_fail(views(summaries), nodes) is None
 
 
 # -------------------------------------------------------------------------- vote store
@@ -158,7 +159,7 @@ def started(qualifications_started, monkeypatch):
 
 
 def cast(config, job_id: str, summaries=B_FIRST, now: float = T0, **changes) -> str | None:
-    return vote(config, failed_job(job_id, **changes), summaries, "nccl_timeout", now)
+    return vote(config, failed_job(job_id, **changes), views(summaries), "nccl_timeout", now)
 
 
 def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_path, started):
@@ -562,7 +563,7 @@ def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcom
                   "trigger": "suspect (votes): first to fail in jobs 11,12,13"}]  # fmt: skip
     resumes = []
     if resumed:
-        resumes = [{"node": "gpu-02", "when": T0 + 60, "who": "alice", "resumed": True}]
+        resumes = [AuditEntry(node="gpu-02", when=T0 + 60, who="alice", resumed=True)]
     page = R.render_html([], [], resumes, now=T0 + 3600, qualifications=quals,
                          flags=[open_flag()])  # fmt: skip
     text = Page(page).all_text
@@ -582,8 +583,8 @@ def test_an_admins_resume_of_a_suspect_in_service_clears_it_audited(tmp_path, st
     assert "suspicion (votes: first to fail in jobs 101 of 1 user(s)) is cleared" in said
     assert suspects.open_flags(history.read_dirs(config)) == {}
     (entry,) = history.resumes(where, "b")
-    assert entry["why"] == "cable reseated, DCGM r3 clean" and entry["resumed"] is True
-    assert entry["reason"].startswith("suspect: first to fail")
+    assert entry.why == "cable reseated, DCGM r3 clean" and entry.resumed is True
+    assert (entry.reason or "").startswith("suspect: first to fail")
 
 
 # ------------------------------------------------------- the failing rank's node (issue 30)
@@ -605,7 +606,7 @@ def test_a_failing_node_outside_the_job_or_disputed_falls_back_to_the_time_stamp
     split = [{**B_FIRST[0], "failing_node": "a"}, B_FIRST[1], {**B_FIRST[2], "failing_node": "c"}]
     assert cast(config, "102", summaries=split).startswith("suspect b ")
     only = [{**B_FIRST[2], "failing_node": "c"}]
-    assert suspicion.failing_node(failed_job("103"), only) == (
+    assert suspicion.failing_node(failed_job("103"), views(only)) == (
         "c",
         parse_utc("2026-12-01T10:10:01Z"),
     )

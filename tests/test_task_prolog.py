@@ -187,7 +187,7 @@ def test_a_newline_in_the_checkpoint_dir_from_the_comment_injects_nothing(
     (job / "baseline.json").write_text(json.dumps({"job_id": "7", "ckpt_dir": str(d)}))
     from gpugate.store.state import load_baseline
 
-    assert load_baseline(str(tmp_path / "state"), "7")["ckpt_dir"] == str(d)
+    assert load_baseline(str(tmp_path / "state"), "7").ckpt_dir == str(d)
     out, err = _run_task_prolog(tmp_path, monkeypatch, capsysbinary, {})
     _assert_only_well_formed(out)
     assert "GPUGATE_CKPT_DIR" not in out and "GPUGATE_RESUME_FROM" not in out

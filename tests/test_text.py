@@ -130,13 +130,14 @@ def test_report_html_with_a_hostile_reason():
     from gpugate.admin import nodes as A
     from gpugate.admin import report as R
     from gpugate.slurm.records import NodeInfo
+    from gpugate.store.entries import DrainEntry
 
     now = 1_790_000_000.0
     reason = f"gpugate: gpu.ecc: {EVIL} <b>"
     n = NodeInfo(name="gpu-07", state="IDLE", flags=("DRAIN",), reason=reason,
                  reason_user="root", reason_time=int(now - 60))  # fmt: skip
     rows = A.node_rows(A.as_groups([n]), [], "/ev", now=now, drained_only=True)
-    drains = [{"node": "gpu-07", "when": now - 60, "check": "gpu.ecc", "reason": reason}]
+    drains = [DrainEntry(node="gpu-07", when=now - 60, check="gpu.ecc", reason=reason)]
     html = R.render_html(rows, drains, [], window_days=30, now=now, total_nodes=1)
     assert_no_raw(html)
     assert "\\u202eevil &lt;b&gt;" in html

@@ -8,7 +8,7 @@ never before the run's start: earlier work was lost, and counted, in the run bef
 failure; the run's start when there is no checkpoint. Everything read
 here is untrusted: a summary that is not what the epilog writes is skipped, never raised.
 
-Only a job's bundle is a failed run. A bundle's kind (store/evidence.bundle_kind) keeps the
+Only a job's bundle is a failed run. A bundle's kind (store/summary.bundle_kind) keeps the
 others apart: a qualification (`gpugate qualify`: passed, failed with its DCGM or bandwidth
 reason, or not qualified) and a drill (a job's run that ended under a fault drill: a simulated
 fault, never a failure nor "undiagnosed"); `read_bundles` reads them all.
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 
-from gpugate import jsonl
 from gpugate.clock import parse_utc
-from gpugate.store.evidence import INDEX_DIR, bundle_kind, read_index, read_summary
+from gpugate.log import read_events
+from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
+from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,28 +73,28 @@ def read_bundles(evidence_dir: str, since: float) -> list[dict[str, Any]]:
         s = read_summary(os.path.join(evidence_dir, rel))
         if s is None:
             continue
-        job, node = rel.split("/", 1)[0], str(s.get("node") or rel.split("/", 1)[1])
-        restart = s.get("restart")
-        category = s.get("category")
-        kind = bundle_kind(s)
-        record = {
-            "path": rel, "job": job, "node": node, "kind": kind,
-            "restart": restart if isinstance(restart, int) and not isinstance(restart, bool) else 0,
-            "category": category if isinstance(category, str) and category else UNDIAGNOSED,
-            "gpus": _gpus(s),
-            "start": _time(s.get("job_start")),
-            "failed": _time(s.get("first_failure_at")) or _time(s.get("job_end"))
-            or _time(s.get("collected_at")) or _time(s.get("when")),
-            **_recorded_checkpoint(s),
-        }  # fmt: skip
-        if kind == "qualify":
-            record.update(qualification(s))
-        elif kind == "drill":
-            drill = s.get("drill")
-            record.update(drill=drill if isinstance(drill, str) else None,
-                          hardware_findings=_texts(s.get("hardware_findings")))  # fmt: skip
+        job, node = rel.split("/", 1)[0], s.node or rel.split("/", 1)[1]
+        record: dict[str, Any] = {"path": rel, "job": job, "node": node, "kind": bundle_kind(s)}
+        if isinstance(s, QualifySummary):
+            record.update(restart=0, category=UNDIAGNOSED, gpus=None, start=None,
+                          failed=_time(s.when), **_recorded_checkpoint(None), **qualification(s))  # fmt: skip
+        else:
+            record.update(_run(s))
         out.append(record)
     return _drilled_runs(out)
+
+
+def _run(s: EvidenceSummary) -> dict[str, Any]:
+    """A job's (or a drill's) run: restart, category, GPUs, times, its checkpoint, the drill."""
+    out = {
+        "restart": s.restart, "category": s.category or UNDIAGNOSED, "gpus": _gpus(s),
+        "start": _time(s.job_start),
+        "failed": _time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
+        **_recorded_checkpoint(s),
+    }  # fmt: skip
+    if bundle_kind(s) == "drill":
+        out.update(drill=s.drill, hardware_findings=list(s.hardware_findings))
+    return out
 
 
 def _drilled_runs(bundles: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -115,51 +116,40 @@ QUALIFY_LABELS = {"passed": "passed qualification", "failed": "qualification fai
                   "not_qualified": "not qualified"}  # fmt: skip
 
 
-def qualification(summary: dict[str, Any]) -> dict[str, Any]:
+def qualification(summary: QualifySummary) -> dict[str, Any]:
     """A qualification bundle's outcome (passed / failed / not_qualified), its label, and why:
     the first failure (DCGM's or the bandwidth's detail) for a failure, the verdict's why
     otherwise. Bundles written before `outcome` are read from passed and their tests."""
-    tests = [t for t in summary.get("tests") or () if isinstance(t, dict)]
+    tests = [t for t in summary.tests if isinstance(t, dict)]
     bad = [t for t in tests if t.get("ok") is False]
-    outcome = summary.get("outcome")
+    outcome = summary.outcome
     if outcome not in QUALIFY_LABELS:
-        outcome = (
-            "passed" if summary.get("passed") is True else "failed" if bad else "not_qualified"
-        )
-    why = summary.get("failure") if outcome == "failed" else None
-    if not isinstance(why, str) or not why:
+        outcome = "passed" if summary.passed else "failed" if bad else "not_qualified"
+    why = summary.failure if outcome == "failed" else None
+    if not why:
         first = bad[0] if bad and outcome == "failed" else None
-        why = f"{first.get('test')}: {first.get('detail')}" if first else summary.get("why")
-    kind = summary.get("fault_kind")
+        why = f"{first.get('test')}: {first.get('detail')}" if first else summary.why
     return {"outcome": outcome, "label": QUALIFY_LABELS[outcome],
-            "why": str(why) if why else None,
-            "fault_kind": kind if isinstance(kind, str) else None,
-            "hardware_fault": summary.get("hardware_fault") is True,
-            "run_id": summary.get("run_id") if isinstance(summary.get("run_id"), str) else None}  # fmt: skip
+            "why": str(why) if why else None, "fault_kind": summary.fault_kind,
+            "hardware_fault": summary.hardware_fault, "run_id": summary.run_id}  # fmt: skip
 
 
-def _texts(value: object) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
-def _recorded_checkpoint(summary: dict[str, Any]) -> dict[str, Any]:
+def _recorded_checkpoint(summary: EvidenceSummary | None) -> dict[str, Any]:
     """The checkpoint the epilog measured at the end (freshness.py), when the bundle has one."""
-    ckpt = summary.get("checkpoint")
-    ckpt = ckpt if isinstance(ckpt, dict) else {}
-    path, age = ckpt.get("path"), summary.get("checkpoint_age_s")
+    ckpt = (summary.checkpoint if summary else None) or {}
+    path = ckpt.get("path")
     return {"recorded_checkpoint": path if isinstance(path, str) else None,
             "recorded_checkpoint_at": _time(ckpt.get("mtime")),
-            "checkpoint_age_s": _time(age) if not isinstance(age, str) else None,
-            "checkpoint_stale": summary.get("checkpoint_stale") is True}  # fmt: skip
+            "checkpoint_age_s": _time(summary.checkpoint_age_s if summary else None),
+            "checkpoint_stale": summary.checkpoint_stale is True if summary else False}  # fmt: skip
 
 
-def _gpus(summary: dict[str, Any]) -> int | None:
+def _gpus(summary: EvidenceSummary) -> int | None:
     # The job's GPU indices on the node; unknown (an older bundle, no SLURM_JOB_GPUS): the node's.
-    gpus = summary.get("gpus")
-    if isinstance(gpus, list):
-        return len(gpus)
-    count = summary.get("node_gpus")
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+    if summary.gpus is not None:
+        return len(summary.gpus)
+    count = summary.node_gpus
+    return count if count is not None and count >= 0 else None
 
 
 def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict[str, Any]]:
@@ -167,23 +157,21 @@ def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict[str, An
     each directory: the controller's, and state_dir where older releases wrote them)."""
     out = []
     for directory in (dirs,) if isinstance(dirs, str) else dict.fromkeys(dirs):
-        out += _requeue_lines(os.path.join(directory, EVENTS), since)
+        out += _requeue_lines(directory, since)
     return sorted(out, key=lambda e: e["when"])
 
 
-def _requeue_lines(path: str, since: float) -> list[dict[str, Any]]:
+def _requeue_lines(directory: str, since: float) -> list[dict[str, Any]]:
     try:
-        data, _ = jsonl.read_tail(path)
+        found = read_events(directory, REQUEUE_HOOK)
     except OSError:
         return []
     out = []
-    for e in jsonl.parse(data):
-        if not isinstance(e, dict) or e.get("hook") != REQUEUE_HOOK:
+    for e in found:
+        when = _time(e.time)
+        if when is None or when < since or not isinstance(e.extra.get("job"), str):
             continue
-        when = _time(e.get("time"))
-        if when is None or when < since or not isinstance(e.get("job"), str):
-            continue
-        out.append(dict(e, when=when))
+        out.append(dict(e.to_json(), when=when))
     return out
 
 

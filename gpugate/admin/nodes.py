@@ -31,6 +31,7 @@ from gpugate.store import history
 from gpugate.store.evidence import read_summary
 from gpugate.store.held import HELD_LABEL, current_held, held_entries
 from gpugate.store.outcomes import check_record
+from gpugate.store.summary import EvidenceSummary
 from gpugate.store.suspects import open_flags
 from gpugate.text import printable
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm.cli import CliBackend, Runner
     from gpugate.slurm.records import NodeInfo
+    from gpugate.store.entries import DrainEntry, HeldEntry, UnknownXidsEntry
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
 
@@ -233,22 +235,15 @@ def _bundle_facts(bundle: str | None) -> dict[str, Any]:
         summary = read_summary(bundle)
     except Exception:  # any unreadable summary is "no facts"
         return {}
-    if not isinstance(summary, dict):
-        return {}
-    out: dict[str, Any] = {}
-    if type(summary.get("category")) is str:
-        out["category"] = summary["category"]
-    if type(summary.get("xid")) is int:
-        out["xid"] = summary["xid"]
-    if type(summary.get("failing_rank")) is int:
-        out["failing_rank"] = summary["failing_rank"]
-    if type(summary.get("failing_node")) is str:
-        out["failing_node"] = summary["failing_node"]
-    return out
+    if not isinstance(summary, EvidenceSummary):
+        return {}  # none, an invalid one (read_summary said None), or a qualification's
+    found = {"category": summary.category, "xid": summary.xid,
+             "failing_rank": summary.failing_rank, "failing_node": summary.failing_node}  # fmt: skip
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _latest_evidence(
-    node: NodeInfo, check: str | None, past: list[dict[str, Any]], evidence_dir: str
+    node: NodeInfo, check: str | None, past: list[DrainEntry], evidence_dir: str
 ) -> tuple[str | None, dict[str, Any]]:
     """(bundle path, what it says) for a gpugate drain: the bundle the reason names, else the
     one of the newest drain for the same check in the history. The history entry's category
@@ -256,16 +251,17 @@ def _latest_evidence(
     are usually on shared storage, a round trip each)."""
     rel = history.reason_bundle(node.reason)
     named = os.path.join(evidence_dir, rel) if rel else None
-    entry = next((e for e in reversed(past) if e.get("check") == check), None) or {}
-    bundle = named or entry.get("bundle")
-    if entry.get("category") and (named is None or entry.get("bundle") == named):
-        return bundle, entry
-    return bundle, _bundle_facts(bundle) or entry
+    entry = next((e for e in reversed(past) if e.check == check), None)
+    said = {"category": entry.category, "xid": entry.xid} if entry else {}
+    bundle = named or (entry.bundle if entry else None)
+    if entry and entry.category and (named is None or entry.bundle == named):
+        return bundle, said
+    return bundle, _bundle_facts(bundle) or said
 
 
 def node_row(
     node: NodeInfo,
-    past: list[dict[str, Any]],
+    past: list[DrainEntry],
     evidence_dir: str,
     since: float,
     rma_after: int,
@@ -289,7 +285,7 @@ def node_row(
         "xid": None,
         "bundle": None,
         # A drill's drains are simulated faults: no repeat, no RMA (history.drill_of).
-        "drains": sum(1 for e in past if e.get("when", 0) >= since and not history.drill_of(e))
+        "drains": sum(1 for e in past if e.when >= since and not history.drill_of(e))
         if past
         else 0,
         "same_check_drains": 0,
@@ -306,7 +302,7 @@ def node_row(
         return row
     check = history.reason_check(node.reason)
     bundle, facts = _latest_evidence(node, check, past, evidence_dir)
-    same = sum(1 for e in past if e.get("when", 0) >= since and e.get("check") == check
+    same = sum(1 for e in past if e.when >= since and e.check == check
                and not history.drill_of(e))  # fmt: skip
     category, xid = facts.get("category"), facts.get("xid")
     row.update(check=check, category=category, xid=xid, bundle=bundle, same_check_drains=same)
@@ -327,14 +323,14 @@ def urgency_key(row: dict[str, Any]) -> tuple[Any, ...]:
 
 def node_rows(
     groups: list[Group],
-    drains: list[dict[str, Any]],
+    drains: list[DrainEntry],
     evidence_dir: str,
     window_days: float = 30,
     rma_after: int = 3,
     now: float | None = None,
     drained_only: bool = False,
-    unknown: Sequence[dict[str, Any]] = (),
-    held: dict[str, dict[str, Any]] | None = None,
+    unknown: Sequence[UnknownXidsEntry] = (),
+    held: dict[str, HeldEntry] | None = None,
     suspects: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
@@ -376,10 +372,10 @@ def node_rows(
     return urgent + rest
 
 
-def held_row(row: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+def held_row(row: dict[str, Any], entry: HeldEntry) -> dict[str, Any]:
     """A node in service whose drain the budget held back: what gpugate wanted, why not."""
-    return dict(row, check=entry.get("check"), action=HELD, would_drain_reason=entry["reason"],
-                would_drain_why=entry.get("why"), would_drain_since=entry.get("at"))  # fmt: skip
+    return dict(row, check=entry.check, action=HELD, would_drain_reason=entry.reason,
+                would_drain_why=entry.why, would_drain_since=entry.at)  # fmt: skip
 
 
 def suspect_row(row: dict[str, Any], flag: dict[str, Any]) -> dict[str, Any]:
@@ -411,12 +407,14 @@ def isolated_gpus(groups: Iterable[Group]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (e["node"], e["index"]))
 
 
-def unknown_by_node(entries: Iterable[dict[str, Any]], since: float) -> dict[str, tuple[int, ...]]:
+def unknown_by_node(
+    entries: Iterable[UnknownXidsEntry], since: float
+) -> dict[str, tuple[int, ...]]:
     """Each node's Xids outside NVIDIA's catalog reported since `since`, sorted, each once."""
     seen: dict[str, set[int]] = {}
     for e in entries:
-        if e.get("when", 0) >= since:
-            seen.setdefault(e["node"], set()).update(e["xids"])
+        if e.when >= since:
+            seen.setdefault(e.node, set()).update(e.xids)
     return {node: tuple(sorted(codes)) for node, codes in seen.items()}
 
 
@@ -426,7 +424,7 @@ def rows_for(
     now: float | None = None,
     drained_only: bool = False,
     window_days: float | None = None,
-    drains: list[dict[str, Any]] | None = None,
+    drains: list[DrainEntry] | None = None,
 ) -> list[dict[str, Any]]:
     """node_rows() with the configured history, evidence root, window and RMA threshold."""
     adm = config.admin

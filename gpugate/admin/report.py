@@ -25,6 +25,7 @@ from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
 from gpugate.store import history
+from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
 from gpugate.store.outcomes import FIELDS, check_record, drill_drains
 from gpugate.text import printable
 
@@ -115,34 +116,34 @@ def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float])
 
 
 def repeat_offenders(
-    drains: list[dict[str, Any]], since: float, min_drains: int = 2
+    drains: list[DrainEntry], since: float, min_drains: int = 2
 ) -> list[dict[str, Any]]:
     """Nodes drained at least `min_drains` times since `since`: count, by check, last drain
     (a drill's drains are simulated: not counted)."""
     out = []
-    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    real = (e for e in drains if e.when >= since and not history.drill_of(e))
     for node, entries in history.by_node(real).items():
         if len(entries) < min_drains:
             continue
         checks: dict[str, int] = {}
         for e in entries:
-            checks[e.get("check") or "?"] = checks.get(e.get("check") or "?", 0) + 1
+            checks[e.check or "?"] = checks.get(e.check or "?", 0) + 1
         out.append({"node": node, "drains": len(entries), "checks": checks,
-                    "last": entries[-1].get("when"), "last_reason": entries[-1].get("reason")})  # fmt: skip
+                    "last": entries[-1].when, "last_reason": entries[-1].reason})  # fmt: skip
     return sorted(out, key=lambda o: (-o["drains"], -max(o["checks"].values()), o["node"]))
 
 
 def timeline(
-    drains: list[dict[str, Any]],
-    resumes: list[dict[str, Any]],
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
     since: float,
     limit: int = TIMELINE_MAX,
-    held: Sequence[dict[str, Any]] = (),
+    held: Sequence[HeldEntry] = (),
 ) -> list[dict[str, Any]]:
     """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
-    events = [dict(e, event="drain") for e in drains if e.get("when", 0) >= since]
-    events += [dict(e, event="held") for e in held if e.get("when", 0) >= since]
-    events += [dict(e, event=resume_event(e)) for e in resumes if e.get("when", 0) >= since]
+    events = [dict(e.to_json(), event="drain") for e in drains if e.when >= since]
+    events += [dict(e.to_json(), event="held") for e in held if e.when >= since]
+    events += [dict(e.to_json(), event=resume_event(e)) for e in resumes if e.when >= since]
     events.sort(key=lambda e: e.get("when", 0), reverse=True)
     return events[:limit]
 
@@ -151,12 +152,12 @@ _LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused", "r
            "held": HELD}  # fmt: skip
 
 
-def resume_event(entry: dict[str, Any]) -> str:
+def resume_event(entry: AuditEntry) -> str:
     """`resume`, `repair` (a repair audited on a drained node), or `refused` for an audit
     entry of a resume that did not happen."""
-    if entry.get("repair") and entry.get("resumed") is False:
+    if entry.repair and not entry.resumed:
         return "repair"
-    refused = entry.get("resumed") is False or str(entry.get("result")).startswith("refused")
+    refused = not entry.resumed or str(entry.result).startswith("refused")
     return "refused" if refused else "resume"
 
 
@@ -337,14 +338,14 @@ def _resumed_cell(event: dict[str, Any]) -> str:
     return f"<code>{esc(path)}</code>" if path else esc(words)
 
 
-def held_section(held: Sequence[dict[str, Any]], since: float) -> str:
+def held_section(held: Sequence[HeldEntry], since: float) -> str:
     """The drains the budget held back in the window, newest first."""
     body = [
-        f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
-        f'<td class="node">{esc(e.get("node"))}</td><td>{esc(e.get("check"))}</td>'
-        f'<td class="reason">{esc(e.get("reason"))}</td><td class="reason">{esc(e.get("why"))}</td></tr>'
-        for e in sorted(held, key=lambda e: e.get("when", 0), reverse=True)
-        if e.get("when", 0) >= since
+        f'<tr><td class="time">{esc(history.iso(e.when))}</td>'
+        f'<td class="node">{esc(e.node)}</td><td>{esc(e.check)}</td>'
+        f'<td class="reason">{esc(e.reason)}</td><td class="reason">{esc(e.why)}</td></tr>'
+        for e in sorted(held, key=lambda e: e.when, reverse=True)
+        if e.when >= since
     ]
     headers = ("Held back", "Node", "Check", "Drain wanted", "Why the budget held it back")
     return _table(headers, body, "The drain budget held no drain back in the window.")
@@ -428,18 +429,20 @@ def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, 
 
 
 def flag_outcome(
-    flag: dict[str, Any], qualifications: list[dict[str, Any]], resumes: list[dict[str, Any]]
+    flag: dict[str, Any], qualifications: list[dict[str, Any]], resumes: list[AuditEntry]
 ) -> str:
     """What became of a suspect flag: the first qualification or resume of its node after it."""
-    after = [(q["when"], "q", q) for q in qualifications
-             if q["node"] == flag["node"] and q["when"] >= flag["when"]]  # fmt: skip
-    after += [(r["when"], "r", r) for r in resumes if r["node"] == flag["node"]
-              and r["when"] >= flag["when"] and r.get("resumed", True)]  # fmt: skip
+    after: list[tuple[float, dict[str, Any] | AuditEntry]] = [
+        (q["when"], q) for q in qualifications
+        if q["node"] == flag["node"] and q["when"] >= flag["when"]
+    ]  # fmt: skip
+    after += [(r.when, r) for r in resumes if r.node == flag["node"]
+              and r.when >= flag["when"] and r.resumed]  # fmt: skip
     if not after:
         return "awaiting: " + ("qualification started" if flag["action"] == "qualify" else "review")
-    _, what, e = min(after, key=lambda t: t[0])
-    if what == "r":
-        return f"closed by a resume ({e.get('who')}, {history.iso(e['when'])})"
+    _, e = min(after, key=lambda t: t[0])
+    if isinstance(e, AuditEntry):
+        return f"closed by a resume ({e.who}, {history.iso(e.when)})"
     jobs = ", ".join(e.get("job_ids") or ())
     if e["passed"]:
         return f"qualified and cleared (level {e['level']}, job {jobs}): kept in service"
@@ -449,7 +452,7 @@ def flag_outcome(
 def suspects_section(
     flags: list[dict[str, Any]],
     qualifications: list[dict[str, Any]],
-    resumes: list[dict[str, Any]],
+    resumes: list[AuditEntry],
     since: float,
 ) -> str:
     """The window's suspect flags: source, detail, what gpugate asked for, and the outcome."""
@@ -465,29 +468,27 @@ def suspects_section(
     return _table(headers, body, "No node was pointed at by users' jobs in the window.")
 
 
-def real_drains(drains: list[dict[str, Any]], since: float, now: float) -> list[dict[str, Any]]:
+def real_drains(drains: list[DrainEntry], since: float, now: float) -> list[DrainEntry]:
     """The window's drains that were no drill's (a drill's drain is a simulated fault)."""
-    return [e for e in drains if since <= e.get("when", 0) <= now and not history.drill_of(e)]
+    return [e for e in drains if since <= e.when <= now and not history.drill_of(e)]
 
 
-def drains_chart(drains: list[dict[str, Any]], since: float, now: float) -> str:
+def drains_chart(drains: list[DrainEntry], since: float, now: float) -> str:
     """Drains per day by check, stacked, one column per day of the window (drills' drains
     left out: simulated faults, counted in their own card)."""
     first = int(since // 86400)
     days = list(range(first, int(now // 86400) + 1))
     series: dict[str, list[float]] = {}
     for e in real_drains(drains, since, now):
-        when = e.get("when", 0)
-        if True:
-            row = series.setdefault(str(e.get("check") or "?"), [0.0] * len(days))
-            row[int(when // 86400) - first] += 1
+        row = series.setdefault(e.check or "?", [0.0] * len(days))
+        row[int(e.when // 86400) - first] += 1
     columns = [history.iso(d * 86400)[5:10] for d in days]
     return charts.stacked_bars("Drains per day by check", columns, dict(sorted(series.items())))
 
 
-def repeats_chart(drains: list[dict[str, Any]], since: float) -> str:
+def repeats_chart(drains: list[DrainEntry], since: float) -> str:
     """How many nodes were drained once, twice, ... in the window."""
-    real = (e for e in drains if e.get("when", 0) >= since and not history.drill_of(e))
+    real = (e for e in drains if e.when >= since and not history.drill_of(e))
     counts = [len(v) for v in history.by_node(real).values()]
     items = [(str(k), float(counts.count(k))) for k in range(1, max(counts, default=0) + 1)]
     return charts.vbars("Nodes by repeat count", items, x_title="drains per node in the window")
@@ -496,7 +497,7 @@ def repeats_chart(drains: list[dict[str, Any]], since: float) -> str:
 def cost_sections(
     costs: Sequence[dict[str, Any]],
     requeues: Sequence[dict[str, Any]],
-    held: Sequence[dict[str, Any]],
+    held: Sequence[HeldEntry],
     since: float,
 ) -> list[str]:
     """Failures and GPU-hours lost, the failed runs, the requeues, the held-back drains."""
@@ -544,13 +545,13 @@ def _cards(
 
 def render_html(
     rows: list[dict[str, Any]],
-    drains: list[dict[str, Any]],
-    resumes: list[dict[str, Any]],
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
     window_days: float = 30,
     now: float | None = None,
     total_nodes: int | None = None,
     notice: str | None = None,
-    held: Sequence[dict[str, Any]] = (),
+    held: Sequence[HeldEntry] = (),
     costs: Sequence[dict[str, Any]] = (),
     requeues: Sequence[dict[str, Any]] = (),
     qualifications: Sequence[dict[str, Any]] = (),

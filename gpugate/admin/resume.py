@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
+    from gpugate.store.entries import AuditEntry
 
 # A snapshot passed with --facts must be this fresh to vouch for a node.
 FRESH_S = 3600
@@ -191,8 +192,8 @@ def drain_began(config: Config, info: NodeInfo) -> float | None:
     reason time if earlier (a qualification that restores the old reason moves that time)."""
     hist = history_dir(config)
     try:
-        lifts = [e["when"] for e in history.resumes(hist, info.name) if e.get("resumed")]
-        starts = [e["when"] for e in history.drains(hist, info.name, since=max(lifts, default=0))]
+        lifts = [e.when for e in history.resumes(hist, info.name) if e.resumed]
+        starts = [e.when for e in history.drains(hist, info.name, since=max(lifts, default=0))]
     except OSError:
         starts = []
     times = [t for t in (min(starts, default=None), info.reason_time) if t is not None]
@@ -299,7 +300,7 @@ def _refused(
 
 
 def _audit(config: Config, request: Request, reason: str, result: str, resumed: bool,
-           boot_id: str | None = None, proof: Proof | None = None) -> dict[str, Any]:  # fmt: skip
+           boot_id: str | None = None, proof: Proof | None = None) -> AuditEntry:  # fmt: skip
     return record_resume(history_dir(config), request.node, who=request.who, why=request.why,
                          result=result, forced=request.force, reason=reason, resumed=resumed,
                          boot_id=boot_id, qualification=proof.to_dict() if proof else None)  # fmt: skip
@@ -311,4 +312,4 @@ def held_notice(config: Config, node: str) -> str | None:
     if entry is None:
         return None
     return (f"{node} is in service, but gpugate wanted it drained: {HELD_LABEL} since "
-            f"{entry.get('at')}: {entry.get('why')}; wanted: {entry['reason']}")  # fmt: skip
+            f"{entry.at}: {entry.why}; wanted: {entry.reason}")  # fmt: skip

@@ -150,16 +150,14 @@ def summary_fields(f: Freshness | None) -> dict[str, Any]:
             "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
 
 
-def tell_stale(slurm: SlurmControl, job_id: str, summaries: list[dict[str, Any]]) -> str | None:
+def tell_stale(slurm: SlurmControl, job_id: str, note: str | None) -> str | None:
     """EpilogSlurmctld, after a requeue: a stale end's line in the job's AdminComment.
 
     Only there: slurmctld refuses an AdminComment on a finished job ("Job has already
     finished"), which the job is while its node epilogs run; a requeued job is pending again.
     Merged with what is there (merge_admin_comment). Returns the step done, or None.
     """
-    notes = [s.get("checkpoint_message") for s in summaries if s.get("checkpoint_stale") is True]
-    note = next((n for n in notes if isinstance(n, str) and n), None)
-    if note is None:
+    if not note:  # no node's record says its checkpoint was stale (view_records.stale_note)
         return None
     try:
         written = slurm.add_admin_comment(job_id, note)

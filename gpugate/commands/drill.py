@@ -16,13 +16,13 @@ import os
 import sys
 import time
 
-from gpugate import jsonl
 from gpugate.admin.losses import resumed_from
 from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.config import load_config
 from gpugate.drill import FAULTS, DrillError, end_drill, start_drill
 from gpugate.hooks.health import run_health
+from gpugate.log import read_events
 from gpugate.names import refuse
 from gpugate.node import node_hint, node_name, not_this_node
 from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
@@ -284,13 +284,12 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> tuple[str | No
     # The controller's own directory first (where it writes), then state_dir (older releases).
     for directory in (controller_dir(config), config.state_dir):
         try:
-            events, _, _ = jsonl.load(os.path.join(directory, "events.jsonl"),
-                                      lambda e: type(e) is dict)  # fmt: skip
+            events = read_events(directory, "epilog-slurmctld")
         except OSError:
             continue
         for e in reversed(events):
-            if e.get("hook") == "epilog-slurmctld" and e.get("job") == job and e.get("requeue"):
-                return resumed_from(e)
+            if e.extra.get("job") == job and e.extra.get("requeue"):
+                return resumed_from(e.to_json())
     for marker in ("resume from ", "resumes from the newest complete checkpoint in "):
         if marker in comment:
             found = comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()

@@ -12,8 +12,9 @@ from gpugate.clock import parse_utc
 from gpugate.config import load_config
 from gpugate.flightrec.culprit import job_culprit
 from gpugate.store import history
-from gpugate.store.evidence import bundle_kind, list_bundles, node_bundle_paths, read_summary
+from gpugate.store.evidence import list_bundles, node_bundle_paths, read_summary
 from gpugate.store.held import HELD_LABEL, held_entries, held_now
+from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind
 from gpugate.text import dumps, printable
 
 TYPE_CHECKING = False
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.store.entries import HeldEntry
 
 # What a bundle's summary says, in the order shown.
 FIELDS = ("job_id", "node", "restart", "collected_at", "category", "xid", "failing_rank",
@@ -56,8 +58,8 @@ def node_bundles(config: Config, node: str, scan: bool = False) -> tuple[list[st
     """Bundle directories of one node (its index, or a scan without one, plus those the
     history names), and notes on how they were found."""
     found, notes = node_bundle_paths(config.evidence_dir, node, scan=scan)
-    named = [e.get("bundle") for e in history.drains(history.history_dir(config), node)]
-    more = {p for p in named if isinstance(p, str) and p and os.path.isdir(p)}
+    named = [e.bundle for e in history.drains(history.history_dir(config), node)]
+    more = {p for p in named if p and os.path.isdir(p)}
     return sorted(set(found) | more), notes
 
 
@@ -90,16 +92,17 @@ def admin_only(config: Config, job: str | None = None) -> str | None:
 
 def describe(bundle: str) -> dict[str, Any]:
     """A bundle's summary fields, its path and the raw files in it."""
-    summary = read_summary(bundle) or {}
-    out: dict[str, Any] = {k: summary.get(k) for k in FIELDS}
+    summary = read_summary(bundle)
+    written = summary.to_json() if summary is not None else {}
+    out: dict[str, Any] = {k: written.get(k) for k in FIELDS}
     out["path"] = bundle
-    if out.get("job_id") is None and isinstance(summary.get("job"), str):
-        out["job_id"] = summary["job"]  # a qualification's bundle names its job so
+    if isinstance(summary, QualifySummary):
+        out["job_id"] = summary.job  # a qualification's bundle names its job so
     # job, qualify (gpugate qualify) or drill (a run under a fault drill: a simulated fault)
-    out["bundle_kind"] = bundle_kind(summary) if summary else None
-    out["drill"] = summary.get("drill") if isinstance(summary.get("drill"), str) else None
-    out["files"] = summary.get("files") or sorted(_members(bundle))
-    if not summary:
+    out["bundle_kind"] = bundle_kind(summary) if summary is not None else None
+    out["drill"] = summary.drill if isinstance(summary, EvidenceSummary) else None
+    out["files"] = (summary.files if summary is not None else None) or sorted(_members(bundle))
+    if summary is None:
         out["why"] = "summary.json missing or unreadable"
     out["dumps_note"] = dumps_note(out["files"])
     return out
@@ -137,17 +140,17 @@ def _members(bundle: str) -> list[str]:
 _OLD_WORDS = "drain refused (not gpugate's)"
 
 
-def mark_held(items: list[dict[str, Any]], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def mark_held(items: list[dict[str, Any]], held: list[HeldEntry]) -> list[dict[str, Any]]:
     """Bundles whose drain the budget held back (a held entry of the same node and reason
     within history.SAME_EVENT_S of the bundle) say so: action HELD_LABEL, and why."""
     out = []
     for d in items:
         when = parse_utc(d.get("collected_at"))
         match = next((e for e in reversed(held) if d.get("drain_reason")
-                      and e["node"] == d.get("node") and e["reason"] == d["drain_reason"]
-                      and (when is None or abs(e["when"] - when) < history.SAME_EVENT_S)), None)  # fmt: skip
+                      and e.node == d.get("node") and e.reason == d["drain_reason"]
+                      and (when is None or abs(e.when - when) < history.SAME_EVENT_S)), None)  # fmt: skip
         if match is not None and d.get("action") in (_OLD_WORDS, HELD_LABEL):
-            d = dict(d, action=HELD_LABEL, held_why=match.get("why"))
+            d = dict(d, action=HELD_LABEL, held_why=match.why)
         out.append(d)
     return out
 
@@ -158,14 +161,13 @@ def newest_first(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   reverse=True)  # fmt: skip
 
 
-def render(target: str, items: list[dict[str, Any]], held: dict[str, Any] | None = None) -> str:
+def render(target: str, items: list[dict[str, Any]], held: HeldEntry | None = None) -> str:
     """A short block per bundle, newest first; `held`: the node's standing held-back drain."""
     items = [{k: _line(v) for k, v in d.items()} for d in items]
     lines = [f"{len(items)} evidence bundle(s) for {target}, newest first:"]
     if held:
-        h = {k: _line(v) for k, v in held.items()}
-        lines[0:0] = [f"{target}: {HELD_LABEL} since {h.get('at')}: {h.get('why')}; "
-                      f"wanted: {h.get('reason')}", ""]  # fmt: skip
+        lines[0:0] = [f"{target}: {HELD_LABEL} since {_line(held.at)}: {_line(held.why)}; "
+                      f"wanted: {_line(held.reason)}", ""]  # fmt: skip
     for d in items:
         xid = "-" if d["xid"] is None else d["xid"]
         rank = "-" if d["failing_rank"] is None else d["failing_rank"]
@@ -238,7 +240,12 @@ def main(argv: list[str]) -> int:
     held = None if is_job else held_now(config, target).get(target)
     fr = _flight_recorder(bundles) if is_job else None
     if args.json:
-        out = {"target": target, "kind": what, "would_drain": held, "bundles": items}
+        out = {
+            "target": target,
+            "kind": what,
+            "would_drain": held.to_json() if held else None,
+            "bundles": items,
+        }
         if is_job:  # the rank the others waited for, from the dumps the epilog read
             out["flight_recorder"] = fr
             out["decisions"] = decisions

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.store.entries import AuditEntry, DrainEntry
 
 
 def parser() -> ArgumentParser:
@@ -184,8 +185,8 @@ def print_json(
     window: float,
     costs: list[dict[str, Any]],
     others: list[dict[str, Any]],
-    drains: list[dict[str, Any]],
-    resumes: list[dict[str, Any]],
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
     rows: list[dict[str, Any]],
     groups: list[Any],
     isolated: list[dict[str, Any]] | None = None,
@@ -207,8 +208,8 @@ def print_json(
                    for o in others if o["kind"] == "drill"],
         "drains_by_check": record,
         "false_drains": sum(v["lifted_unrepaired"] for v in record.values()),
-        "drill_drains": [{k: d.get(k) for k in ("node", "at", "check", "reason")}
-                         | {"drill": drill_of(d)}
+        "drill_drains": [{"node": d.node, "at": d.at, "check": d.check, "reason": d.reason,
+                          "drill": drill_of(d)}
                          for d in drill_drains(drains, since)],
         "isolated_gpus": isolated,
         "gpu_hours_kept_serving": round(sum(kept.values()), 3),

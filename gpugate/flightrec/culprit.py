@@ -284,7 +284,7 @@ def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
     return _culprit(records, errors)
 
 
-def records_culprit(views: list[dict[str, Any]]) -> dict[str, Any] | None:
+def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> dict[str, Any] | None:
     """find_culprit over the flight-recorder digests of the nodes' decision records.
 
     The controller's view (gpugate/store/controller_view.py): each record names its node
@@ -292,11 +292,9 @@ def records_culprit(views: list[dict[str, Any]]) -> dict[str, Any] | None:
     """
     records: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
-    for view in views:
-        fr = view.get("flightrec")
+    for node, fr in views:  # (the record's node, its flight-recorder digest)
         if not isinstance(fr, dict):
             continue
-        node = _str(view.get("node"))
         _gather(fr, node, (node or "?", "a record without rank or pgs"), records, errors)
     return _culprit(records, errors)
 

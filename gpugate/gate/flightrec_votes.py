@@ -10,10 +10,10 @@ point at it too (an exclusion keeps one job off one node; it takes nothing out o
 
 from __future__ import annotations
 
-from gpugate.clock import parse_utc
 from gpugate.flightrec.culprit import records_culprit
 from gpugate.store import history
 from gpugate.store.suspects import voting_jobs
+from gpugate.store.view_records import ControllerRecord, first_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,13 +27,13 @@ DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a n
 
 
 def culprit_node(
-    job: JobEnd, summaries: list[dict[str, Any]]
+    job: JobEnd, summaries: list[ControllerRecord]
 ) -> tuple[str | None, dict[str, Any] | None]:
     """(node, culprit) of this run's decision records; node None unless a decided rank on a
     job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
 
     try:
-        found = records_culprit(summaries)
+        found = records_culprit([(s.node, s.flightrec) for s in summaries])
     except (ValueError, TypeError) as exc:
         return None, {"error": f"{type(exc).__name__}: {exc}"}
     node = found.get("node") if found else None
@@ -43,26 +43,25 @@ def culprit_node(
 
 
 def first_node(
-    config: Config, job: JobEnd, summaries: list[dict[str, Any]]
+    config: Config, job: JobEnd, summaries: list[ControllerRecord]
 ) -> tuple[str, float | None] | None:
     """(node, first_failure epoch or None) for the vote when the flight recorder names one."""
 
     node, _ = culprit_node(job, summaries)
     if node is None:
         return None
-    own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
-    return node, next((t for t in own if t is not None), None)
+    return node, first_failure(summaries, node)
 
 
 def with_culprit(
-    config: Config, job: JobEnd, summaries: list[dict[str, Any]], suspects: tuple[str, ...]
+    config: Config, job: JobEnd, summaries: list[ControllerRecord], suspects: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The requeue's suspects with the FR culprit node first when root's evidence agrees."""
 
     node, _ = culprit_node(job, summaries)
     if node is None:
         return suspects
-    hardware = any(s.get("node") == node and s.get("hardware_fault") for s in summaries)
+    hardware = any(s.node == node and s.hardware_fault for s in summaries)
     where = history.read_dirs(config)
     earlier = [
         j for j in voting_jobs(where, node, config.health.suspect_window_h) if j != job.job_id
@@ -73,7 +72,7 @@ def with_culprit(
 
 
 def tell_culprit(
-    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[dict[str, Any]]
+    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[ControllerRecord]
 ) -> str | None:
     """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
 

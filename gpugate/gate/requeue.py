@@ -21,7 +21,7 @@ from gpugate.slurm.hookenv import comment_tokens
 from gpugate.slurm.reasons import refused_nodes
 from gpugate.slurm.records import PROLOG_FAILED_SIGNAL
 from gpugate.store import controller_view
-from gpugate.store.evidence import suspect_node
+from gpugate.store.view_records import ControllerRecord, suspect_node
 from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
@@ -123,11 +123,11 @@ def requested(tokens: dict[str, str], config: Config) -> tuple[bool, int, str | 
     return opted, min(limit, rq.max_restarts_limit), tokens.get("ckpt") or None
 
 
-def cause(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str | None, tuple[str, ...], bool]:
+def cause(
+    job: JobEnd, summaries: list[ControllerRecord]
+) -> tuple[str | None, tuple[str, ...], bool]:
     """(category, suspect nodes, infrastructure?) from Slurm's verdict and the bundles."""
-    hardware = tuple(
-        sorted({s["node"] for s in summaries if s.get("hardware_fault") and s.get("node")})
-    )
+    hardware = tuple(sorted({s.node for s in summaries if s.hardware_fault and s.node}))
     first = suspect_node(summaries)
     suspects = (first, *(n for n in hardware if n != first)) if first else ()
     # Only root's evidence can make a cause the cluster's: a node's own failing checks
@@ -135,8 +135,8 @@ def cause(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str | None, tup
     # written by the epilog). A bundle whose infrastructure category has no such mark (a job
     # that printed Xid 79, an older bundle) is no evidence of anything; nor is one the
     # diagnosis was not sure of (confidence medium or low: the text could mean another cause).
-    categories = [s.get("category") for s in summaries if s.get("category")
-                  and (not is_infrastructure(s.get("category")) or sure_infrastructure(s))]  # fmt: skip
+    categories = [s.category for s in summaries if s.category
+                  and (not is_infrastructure(s.category) or sure_infrastructure(s))]  # fmt: skip
     state = (job.state or "").upper()
     if state in INFRA_STATES:
         return "slurm_node_failure", suspects, True
@@ -151,18 +151,17 @@ def cause(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str | None, tup
     return (categories[0] if categories else None), suspects, False
 
 
-def sure_infrastructure(summary: dict[str, Any]) -> bool:
+def sure_infrastructure(summary: ControllerRecord) -> bool:
     """Whether a bundle's category can be a cluster cause: decided by root's lines, and sure.
 
     A bundle from before confidence existed has none: its trusted category counts as before.
     """
-    sure = summary.get("confidence") in (None, "high")
-    return summary.get("category_trusted") is True and sure
+    return summary.category_trusted is True and summary.confidence in (None, "high")
 
 
 def decide_requeue(
     job: JobEnd,
-    summaries: list[dict[str, Any]],
+    summaries: list[ControllerRecord],
     config: Config,
     unreadable: dict[str, Any] | None = None,
 ) -> RequeueDecision:
@@ -239,7 +238,7 @@ def needs_evidence(job: JobEnd, config: Config) -> bool:
 
 def wait_for_summaries(
     config: Config, job: JobEnd, wait_s: float, accounts: list[ReadAccount] | None = None
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
+) -> tuple[list[ControllerRecord], dict[str, str]]:
     """(the nodes' done records for this run of the job, node -> why unreadable).
 
     Waits until every node epilog has ended (its record done, or past its deadline): a record

@@ -35,17 +35,16 @@ import time
 
 from gpugate import log
 from gpugate.child import ChildError, detach
-from gpugate.clock import parse_utc
 from gpugate.diagnosis.categories import USER, kind
 from gpugate.gate.flightrec_votes import first_node as fr_first_node
 from gpugate.gate.requeue import USER_STATES
 from gpugate.store import history
 from gpugate.store import suspects as S
+from gpugate.store.view_records import ControllerRecord, first_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
-    from typing import Any
 
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
@@ -64,37 +63,36 @@ def wants_votes(job: JobEnd, config: Config) -> bool:
 
 
 def user_caused(
-    job: JobEnd, category: str | None, summaries: list[dict[str, Any]], node: str
+    job: JobEnd, category: str | None, summaries: list[ControllerRecord], node: str
 ) -> bool:
     """Whether the job ended by its user's doing: Slurm's state, its category, the node's own."""
     # scontrol says `CANCELLED by 1000` for a job a user cancelled.
     if (job.state or "").upper().split(" ")[0] in USER_STATES:
         return True
-    own = [s.get("category") for s in summaries if s.get("node") == node]
+    own = [s.category for s in summaries if s.node == node]
     return any(kind(c) == USER for c in (category, *own))
 
 
-def failing_node(job: JobEnd, summaries: list[dict[str, Any]]) -> tuple[str, float | None] | None:
+def failing_node(job: JobEnd, summaries: list[ControllerRecord]) -> tuple[str, float | None] | None:
     """(node, its first failure time or None) when the bundles name one failing node of the job.
 
     The diagnosis names the failing rank's node where the log (torchrun's table, NCCL's prefix)
     or the job's layout tells it; bundles naming different nodes, or a node not the job's, say
     nothing.
     """
-    named = {s.get("failing_node") for s in summaries if isinstance(s.get("failing_node"), str)}
+    named = {s.failing_node for s in summaries if s.failing_node is not None}
     if len(named) != 1:
         return None
     node = named.pop()
     if node not in job.nodes:
         return None
-    own = [parse_utc(s.get("first_failure_at")) for s in summaries if s.get("node") == node]
-    return node, next((t for t in own if t is not None), None)
+    return node, first_failure(summaries, node)
 
 
 def vote(
     config: Config,
     job: JobEnd,
-    summaries: list[dict[str, Any]],
+    summaries: list[ControllerRecord],
     category: str | None,
     now: float | None = None,
 ) -> str | None:

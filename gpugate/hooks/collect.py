@@ -16,6 +16,7 @@ from gpugate.diagnosis.scan import LimitedStream
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
 from gpugate.fsutil import atomic_write
 from gpugate.hooks import flightrec_collect
+from gpugate.hooks.child_answer import ChildDiagnosis, JobDiagnosis
 from gpugate.hooks.deltas import describe
 from gpugate.hooks.task_prolog import FR_PREFIX
 from gpugate.slurm.choose import backend
@@ -26,6 +27,7 @@ from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.state import load_task_file
+from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -44,20 +46,20 @@ if TYPE_CHECKING:
     from gpugate.hooks.epilog_result import EpilogResult
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.state import Baseline
 
 
-def failing_node(diagnosis: dict[str, Any], env: HookEnv, job: dict[str, Any]) -> str | None:
+def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: dict[str, Any]) -> str | None:
     """The failing rank's node: the one the log names, else the job's only node.
 
     Slurm's tasks per node are not used here: under torchrun (one task per node, a process per
     GPU) they would put rank 1 on the second node. An admin who knows the layout gives it to
     `gpugate diagnose --nodelist --tasks-per-node`.
     """
-    named = diagnosis.get("failing_node")
-    if isinstance(named, str) and named:
-        return named
-    rank = diagnosis.get("failing_rank")
-    if type(rank) is not int:
+    if diagnosis.failing_node:
+        return diagnosis.failing_node
+    rank = diagnosis.failing_rank
+    if rank is None:
         return None
     nodes = job.get("nodes") or env.nodelist
     return node_of_rank(rank, nodes or None, None)
@@ -112,7 +114,7 @@ def read_job_files(
     kernel_lines: list[str],
     timeout: float | None = None,
     offsets: dict[str, int] | None = None,
-) -> dict[str, Any]:
+) -> ChildDiagnosis:
     """Tails and the diagnosis of the job's logs plus this job's kernel lines, as the job's user.
 
     `offsets`: where this run's part of a file starts (runs.record_log_offsets, taken by the
@@ -135,14 +137,17 @@ def read_job_files(
     uid = env.uid if env.uid is not None else job.get("uid")
     gid = env.gid if env.gid is not None else job.get("gid")
     try:
-        return as_user(  # type: ignore[return-value]  # the child's answer: _read_and_diagnose's dict
-            uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
-            timeout or config.epilog.read_timeout_s,
-        )  # fmt: skip
-    except UserFileError as exc:
+        answer = as_user(uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
+                         timeout or config.epilog.read_timeout_s)  # fmt: skip
+        # JSON a process of the job's user wrote: nothing of it is used before it is checked.
+        return ChildDiagnosis.from_json(answer, "the reader child's answer")
+    except (UserFileError, ValueError) as exc:
         log.say(f"epilog job {env.job_id}: could not read the job's files: {exc}")
         # The kernel lines are root's own: diagnose them here even when the user's files fail.
-        return {"tails": {}, "errors": [str(exc)], "diagnosis": _diagnose([], kernel_text, 0, 0)}
+        own = JobDiagnosis.from_json(
+            _diagnose([], kernel_text, 0, 0), "the kernel lines' diagnosis"
+        )
+        return ChildDiagnosis(errors=[str(exc)], diagnosis=own)
 
 
 def _read_and_diagnose(
@@ -253,9 +258,10 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         fd = fsutil.open_regular(path, follow=False)  # never blocks, never a symlink
         with os.fdopen(fd) as fh:
             st = os.fstat(fh.fileno())
-            summary = json.load(fh)
-        summary.update(action=_action(result, False), drain_reason=result.reason)
-        atomic_write(path, json.dumps(summary, indent=1, default=str), mode=st.st_mode & 0o777)
+            summary = summary_from_json(json.load(fh), path)
+        summary = summary.replace(action=_action(result, False), drain_reason=result.reason)
+        text = json.dumps(summary.to_json(), indent=1, default=str)
+        atomic_write(path, text, mode=st.st_mode & 0o777)
         os.chown(path, -1, st.st_gid)  # the admins' group, as write_bundle set it
         return True
     except (OSError, ValueError) as exc:
@@ -311,13 +317,13 @@ def write_evidence(
     fresh: list[str],
     deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict[str, Any],
+    logs: ChildDiagnosis,
     result: EpilogResult,
     pending_drain: bool = False,
     freshness: Freshness | None = None,
     flightrec: dict[str, Any] | None = None,
     elsewhere: list[Finding] | None = None,
-    baseline: dict[str, Any] | None = None,
+    baseline: Baseline | None = None,
 ) -> str | None:
     """Write the bundle (atomically, admins only); returns its path or None on failure.
 
@@ -329,9 +335,12 @@ def write_evidence(
     ep = config.epilog
     kernel = newest_lines(fresh, ep.kernel_lines_max)  # an OOM flood never pushes an Xid out
     summary = _summary(env, job, facts, kernel, deltas, hardware, logs, result, pending_drain)
-    summary.update(run_times(env, job, facts, baseline))
-    summary["faults_outside_job"] = [f.message for f in elsewhere or ()]
-    summary.update(summary_fields(freshness))
+    summary = summary.replace(
+        **run_times(env, job, facts, baseline),
+        faults_outside_job=[f.message for f in elsewhere or ()],
+        **summary_fields(freshness),
+        flightrec_dumps=len((flightrec or {}).get("records") or []),
+    )
     files = _bundle_files(facts, kernel, deltas, logs)
     stale = message(freshness) if freshness is not None else None
     decisive = files["decisive.txt"]
@@ -346,7 +355,6 @@ def write_evidence(
     refused = flightrec_collect.decisive_lines(flightrec)
     if refused:  # a refused dump may be a hostile one: the admin sees it beside the cause
         files["decisive.txt"] = decisive + "".join(line + "\n" for line in refused)
-    summary["flightrec_dumps"] = len((flightrec or {}).get("records") or [])
     try:
         return write_bundle(config.evidence_dir, env.job_id or "", env.node or "node", env.restart_count,
                             files, summary, group=ep.evidence_group,
@@ -365,87 +373,87 @@ def _summary(
     kernel: list[str],
     deltas: dict[str, Any],
     hardware: list[Finding],
-    logs: dict[str, Any],
+    logs: ChildDiagnosis,
     result: EpilogResult,
     pending_drain: bool,
-) -> dict[str, Any]:
+) -> EvidenceSummary:
     """The bundle's summary.json.
 
     The verdict (`category`, `xid`) is the diagnosis with a job's own hardware claims set
     aside (only root's kernel lines can make one); `job_output_category` is what the job's
     output says at its word, and `untrusted_claims` the lines that claimed it.
     """
-    diagnosis = logs.get("diagnosis") or {}
-    return {
+    diagnosis = logs.diagnosis
+    return EvidenceSummary(
         # job, or drill: this run ended under a fault drill's overlay (gpugate/drill), so its
         # fault is simulated; the report and the controller keep it apart from real failures.
-        "kind": "drill" if drill_mark() else "job",
-        "drill": drill_mark(),
-        "job_id": env.job_id,
-        "node": env.node,
-        "restart": env.restart_count,
-        "user": env.user,
-        "why": result.why,
-        "exit_code2": env.exit_code2,
+        kind="drill" if drill_mark() else "job",
+        drill=drill_mark(),
+        job_id=env.job_id or "",
+        node=env.node,
+        restart=env.restart_count,
+        user=env.user,
+        why=result.why,
+        exit_code2=env.exit_code2,
         # The job's GPUs here (SLURM_JOB_GPUS; null: not known, read as the whole node's
         # node_gpus): `gpugate report` weighs the time lost by them (GPU-hours).
-        "gpus": None if env.gpus is None else list(env.gpus),
-        "node_gpus": len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
-        "category": diagnosis.get("category"),
-        "category_source": diagnosis.get("decided_by"),
-        "category_trusted": diagnosis.get("trusted") is True,
+        gpus=None if env.gpus is None else list(env.gpus),
+        node_gpus=len(facts.gpus) if facts.gpus is not None else facts.slurm_gres_gpus,
+        category=diagnosis.category,
+        category_source=diagnosis.decided_by,
+        category_trusted=diagnosis.trusted,
         # high / medium / low (gpugate.diagnosis.confidence): the requeue acts on high only.
-        "confidence": diagnosis.get("confidence"),
-        "xid": diagnosis.get("xid"),
-        "failing_rank": diagnosis.get("failing_rank"),
+        confidence=diagnosis.confidence,
+        xid=diagnosis.xid,
+        failing_rank=diagnosis.failing_rank,
         # The failing rank's node (the log's word, else a one-node job's), why that rank, and
         # how sure: the controller's suspect vote points at this node when it is one of the job's.
-        "failing_node": result.failing_node,
-        "rank_reason": diagnosis.get("rank_reason"),
-        "rank_confidence": diagnosis.get("rank_confidence"),
-        "summary_text": diagnosis.get("summary"),
-        "job_output_category": diagnosis.get("job_output_category"),
-        "job_output_xid": diagnosis.get("job_output_xid"),
-        "untrusted_claims": [c.get("claim") for c in diagnosis.get("untrusted") or []],
-        "hardware_fault": bool(hardware),
-        "hardware_findings": [f.message for f in hardware],
-        "first_hardware_error_at": _first_time(kernel) if hardware else None,
+        failing_node=result.failing_node,
+        rank_reason=diagnosis.rank_reason,
+        rank_confidence=diagnosis.rank_confidence,
+        summary_text=diagnosis.summary,
+        job_output_category=diagnosis.job_output_category,
+        job_output_xid=diagnosis.job_output_xid,
+        untrusted_claims=[c.get("claim") for c in diagnosis.untrusted],
+        hardware_fault=bool(hardware),
+        hardware_findings=[f.message for f in hardware],
+        first_hardware_error_at=_first_time(kernel) if hardware else None,
         # When this node's decisive lines say it failed (UTC; null without a full date):
         # the controller's cross-job suspect voting orders a job's nodes by it.
-        "first_failure_at": _text(diagnosis.get("first_failure_at")),
-        "suspected_node": env.node if hardware else None,
-        "counter_changes": describe(deltas),
-        "action": _action(result, pending_drain),
-        "drain_reason": result.reason,
-        "job": {k: v for k, v in job.items() if k not in ("comment",)},
-        "read_errors": logs.get("errors", []),
+        first_failure_at=diagnosis.first_failure_at,
+        suspected_node=env.node if hardware else None,
+        counter_changes=describe(deltas),
+        action=_action(result, pending_drain),
+        drain_reason=result.reason,
+        job={k: v for k, v in job.items() if k not in ("comment",)},
+        read_errors=logs.errors,
         # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
-        "kernel_log_lost": result.kernel_log_lost,
-    }
+        kernel_log_lost=result.kernel_log_lost,
+    )
 
 
 def _bundle_files(
-    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: dict[str, Any]
+    facts: Facts, kernel: list[str], deltas: dict[str, Any], logs: ChildDiagnosis
 ) -> dict[str, str | bytes]:
     """The bundle's files besides summary.json: kernel lines, counters, snapshot, log tails."""
 
-    diagnosis = logs.get("diagnosis") or {}
+    diagnosis = logs.diagnosis
     files: dict[str, str | bytes] = {
         "kernel.log": "\n".join(kernel) + ("\n" if kernel else ""),
         "counters.json": json.dumps(deltas, indent=1),
         "snapshot.yaml": dump_yaml(facts.to_dict()),
-        "diagnosis.json": json.dumps(diagnosis, indent=1, default=str),
+        "diagnosis.json": json.dumps(diagnosis.to_json(), indent=1, default=str),
         # The lines quote the job's logs: an admin will `cat` this file (gpugate.text).
-        "decisive.txt": "\n".join(map(printable, diagnosis.get("evidence") or [])) + "\n",
+        "decisive.txt": "\n".join(map(printable, diagnosis.evidence)) + "\n",
     }
-    for i, (path, tail) in enumerate(sorted((logs.get("tails") or {}).items())):
+    for i, (path, tail) in enumerate(sorted(logs.tails.items())):
         name = os.path.basename(path.rstrip("/")) or f"log{i}"
         files[f"logs/{i:02d}-{_safe(name)}.tail"] = f"# tail of {path}\n{tail}"
     return files
 
 
 def run_times(
-    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: dict[str, Any] | None
+    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: Baseline | None
 ) -> dict[str, Any]:
     """The bundle's times: when it was collected (now) and this run's start and end.
 
@@ -461,7 +469,7 @@ def run_times(
     start = (
         env.start_time
         or _epoch(job.get("start_time"))
-        or _epoch((baseline or {}).get("started_at"))
+        or _epoch(baseline.started_at if baseline else None)
     )
     end = env.end_time or _epoch(job.get("end_time")) or now
     return {
@@ -480,10 +488,6 @@ def _epoch(value: object) -> float | None:
 
 def _iso(epoch: float | None) -> str | None:
     return utc(epoch) if epoch else None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _safe(name: str) -> str:

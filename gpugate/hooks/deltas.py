@@ -6,6 +6,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.store.state import Baseline
+
 # IB counters whose growth means a flapping link or a bad cable (docs/gpu-facts.md section 5).
 IB_ERROR_COUNTERS = (
     "link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
@@ -24,13 +26,13 @@ def _grew(before: object, after: object) -> int | None:
     return None
 
 
-def counter_deltas(baseline: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
+def counter_deltas(baseline: Baseline | None, now: dict[str, Any]) -> dict[str, Any]:
     """Per GPU and IB port: counters that grew, states that changed. Empty when nothing did."""
     if not baseline:
         return {}
     out: dict[str, Any] = {}
     for index, after in now.get("gpus", {}).items():
-        before = baseline.get("gpus", {}).get(index, {})
+        before = baseline.gpus.get(index, {})
         change: dict[str, object] = {
             k: d for k in GPU_COUNTERS if (d := _grew(before.get(k), after.get(k)))
         }
@@ -54,7 +56,7 @@ def counter_deltas(baseline: dict[str, Any] | None, now: dict[str, Any]) -> dict
         if change:
             out.setdefault("gpus", {})[index] = change
     for port, after in now.get("infiniband", {}).items():
-        before = baseline.get("infiniband", {}).get(port, {})
+        before = baseline.infiniband.get(port, {})
         change = {k: d for k in IB_ERROR_COUNTERS if (d := _grew(before.get(k), after.get(k)))}
         # (a port's change: counters that grew, then its state)
         if after.get("state") != before.get("state") and before:
@@ -83,9 +85,7 @@ def describe(deltas: dict[str, Any]) -> list[str]:
     return lines  # fmt: skip
 
 
-def new_kernel_lines(
-    baseline: dict[str, Any] | None, lines: tuple[str, ...] | list[str]
-) -> list[str]:
+def new_kernel_lines(baseline: Baseline | None, lines: tuple[str, ...] | list[str]) -> list[str]:
     """Kernel-log lines that appeared since the prolog.
 
     With a kmsg position the source already read only newer records; a replayed or re-read log
@@ -93,5 +93,5 @@ def new_kernel_lines(
     """
     if not baseline:
         return list(lines)
-    seen = set(baseline.get("kernel_log_tail") or ())
+    seen = set(baseline.kernel_log_tail)
     return [line for line in lines if line not in seen]

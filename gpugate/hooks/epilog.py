@@ -31,7 +31,7 @@ from gpugate.log import say
 from gpugate.slurm.choose import slurm_gres_gpus
 from gpugate.store import app_xids as xid_history
 from gpugate.store import controller_view
-from gpugate.store.evidence import read_summary
+from gpugate.store.evidence import read_job_summary
 from gpugate.store.history import history_dir
 from gpugate.store.nccl_dir import remove_nccl_dir
 from gpugate.store.runs import (
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.state import Baseline
+    from gpugate.store.view_records import ControllerRecord
 
 
 def abnormal_end(env: HookEnv) -> str | None:
@@ -94,13 +96,13 @@ def derived_ec_of_an_earlier_run(env: HookEnv) -> bool:
 def gather_now(
     config: Config,
     env: HookEnv,
-    baseline: dict[str, Any] | None,
+    baseline: Baseline | None,
     deadline_s: float | None = None,
     gres: int | None = None,
 ) -> Facts:
     """The node's facts now (or the replayed snapshot); the kernel log from where the job's
     prolog stopped; `gres` (Slurm's Gres GPU count, gathered by the caller) where unknown."""
-    position = (baseline.get("boot_id"), baseline.get("kernel_log_seq")) if baseline else None
+    position = (baseline.boot_id, baseline.kernel_log_seq) if baseline else None
     facts = lost_since_prolog(
         gather(config, env.node or "", position=position, deadline_s=deadline_s), baseline
     )
@@ -109,14 +111,14 @@ def gather_now(
     return facts
 
 
-def lost_since_prolog(facts: Facts, baseline: dict[str, Any] | None) -> Facts:
+def lost_since_prolog(facts: Facts, baseline: Baseline | None) -> Facts:
     """`facts` with the prolog's time as the start of a kernel-record loss that begins at its
     position: the record there is gone, so the kernel cannot say when it was logged."""
     loss = facts.kernel_log_lost
-    started = (baseline or {}).get("started_at")
-    if loss is None or loss.after_at or not isinstance(started, (int, float)):
+    started = baseline.started_at if baseline else None
+    if loss is None or loss.after_at or started is None or baseline is None:
         return facts
-    if loss.after_seq is None or loss.after_seq != (baseline or {}).get("kernel_log_seq"):
+    if loss.after_seq is None or loss.after_seq != baseline.kernel_log_seq:
         return facts
     return facts.replace(
         kernel_log_lost=loss.replace(after_at=f"the job's prolog ({utc(started)})")
@@ -128,7 +130,7 @@ def hardware_decision(
     fresh_kernel: list[str],
     config: Config,
     app_xids: tuple[Any, ...] = (),
-    baseline: dict[str, Any] | None = None,
+    baseline: Baseline | None = None,
 ) -> Decision:
     """The policy's decision on the hardware checks now, judging only this job's kernel lines
     and only the faults the job's own prolog did not already report (runs.new_since_prolog).
@@ -211,7 +213,7 @@ def view_finish(
     if result is None:
         record = controller_view.done(None, error="the epilog did not finish")
     elif result.bundle:
-        record = controller_view.done(read_summary(result.bundle), flightrec, bundle=True)
+        record = controller_view.done(read_job_summary(result.bundle), flightrec, bundle=True)
     else:  # the bundle could not be written: what the epilog knows itself
         record = controller_view.done(None, flightrec, why=result.why, bundle=False,
                                       category=result.category, confidence=result.confidence,
@@ -228,7 +230,7 @@ def _view_forget(config: Config, env: HookEnv) -> None:
         say(f"epilog job {env.job_id}: cannot remove the controller's record: {exc}")
 
 
-def _view_write(config: Config, env: HookEnv, record: dict[str, Any]) -> None:
+def _view_write(config: Config, env: HookEnv, record: ControllerRecord) -> None:
     if not env.job_id or not env.node:
         return
     try:
@@ -280,7 +282,7 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
         timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
         offsets=baseline_offsets(baseline),
     )
-    diagnosis = logs.get("diagnosis") or {}
+    diagnosis = logs.diagnosis
     # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5
     freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))
@@ -290,11 +292,11 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
     result = EpilogResult(
         abnormal=why is not None,
         why=why or "always_bundle",
-        category=diagnosis.get("category"),
-        xid=diagnosis.get("xid"),
-        failing_rank=diagnosis.get("failing_rank"),
+        category=diagnosis.category,
+        xid=diagnosis.xid,
+        failing_rank=diagnosis.failing_rank,
         failing_node=collect.failing_node(diagnosis, env, job),
-        confidence=diagnosis.get("confidence"),
+        confidence=diagnosis.confidence,
         hardware_fault=bool(hardware),
         hardware_checks=tuple(sorted({f.check for f in hardware})),
         checkpoint_age_s=freshness.age_s if freshness else None,

@@ -36,6 +36,7 @@ from gpugate.slurm.hookenv import comment_tokens, from_environ
 from gpugate.slurm.reasons import mark_drill
 from gpugate.store.controller_view import hostlist
 from gpugate.store.history import controller_dir
+from gpugate.store.view_records import ControllerRecord, stale_note
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,20 +103,16 @@ def run_requeue(
     hands = Hands(config, slurm, hook="epilog-slurmctld")
     done = execute(plan, hands, dry_run=dry_run, kept=None).lines()  # logged below, by the caller
     if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
-        told = [tell_stale(slurm, job.job_id, summaries),
+        told = [tell_stale(slurm, job.job_id, stale_note(summaries)),
                 tell_culprit(config, slurm, job, summaries),
                 tell_unreadable(slurm, job.job_id, unreadable)]  # fmt: skip
         done += [t for t in told if t]
     return decision, done
 
 
-def drill_of(summaries: list[dict[str, Any]]) -> str | None:
+def drill_of(summaries: list[ControllerRecord]) -> str | None:
     """The drill a run's nodes ended under (their records' `drill`), or None."""
-    for s in summaries:
-        drill = s.get("drill")
-        if s.get("kind") == "drill" and isinstance(drill, str) and drill:
-            return drill
-    return None
+    return next((s.drill for s in summaries if s.kind == "drill" and s.drill), None)
 
 
 def run_epilog_slurmctld(config: Config) -> int:

@@ -44,6 +44,7 @@ from gpugate.slurm.hookenv import comment_tokens, fr_opted_out
 from gpugate.slurm.reasons import drain_reason, refusal_comment
 from gpugate.store.nccl_dir import prepare_nccl_dir
 from gpugate.store.state import (
+    RunRecord,
     StateError,
     load_kernel_pos,
     remove_task_file,
@@ -390,12 +391,12 @@ def prepare_job(
         # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
         if slurm is None and env.restart_count > 0:
             slurm = _slurm(config)
-        extra = run_record(env, findings or [], slurm)
+        run = run_record(env, findings or [], slurm)
     except Exception as exc:  # the record serves the epilog's judgement; never stops a job
         note(f"could not record the run's start: {exc}")
-        extra = {"restart_count": env.restart_count}
+        run = RunRecord(restart_count=env.restart_count)
     try:
-        save_baseline(config.state_dir, env.job_id or "", facts, extra=extra)
+        save_baseline(config.state_dir, env.job_id or "", facts, run=run)
     except Exception as exc:  # the baseline serves the epilog; its loss must not stop a job
         note(f"could not save the job's baseline: {exc}")
     try:

@@ -145,7 +145,10 @@ def resume_exports(
         try:
             # The baseline: jobs whose prolog ran under a release without task files.
             state = config.state_dir
-            saved = load_task_file(state, job_id) or load_baseline(state, job_id)
+            saved = load_task_file(state, job_id)
+            if saved is None:  # a prolog of a release before task files kept it here
+                old = load_baseline(state, job_id)
+                saved = {"ckpt_dir": old.ckpt_dir} if old else None
             ckpt_dir = (saved or {}).get("ckpt_dir")
         except StateError:
             ckpt_dir = None

@@ -20,6 +20,7 @@ from gpugate.slurm.reasons import drain_reason
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.history import history_dir, note_drain
 from gpugate.store.metrics import note_qualification
+from gpugate.store.summary import QualifySummary
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -129,11 +130,13 @@ def bundle(run: _Run, result: QualifyRun, node: str) -> str | None:
             out = _tail(job.output)
             if out is not None:
                 files[os.path.basename(job.output)] = out
-    summary = {"job": job_id, "node": node, "kind": "qualify", "run_id": result.run_id,
-               "level": result.level, "tests_run": result.tests, "passed": verdict["passed"],
-               "why": verdict["why"], "tests": verdict["tests"], "job_ids": verdict["job_ids"],
-               "action": verdict["action"], "reservation": result.reservation, "user": "root",
-               "when": time.time(), "trigger": run.trigger, **outcome(verdict)}  # fmt: skip
+    summary = QualifySummary(
+        job=job_id, node=node, kind="qualify", run_id=result.run_id, level=result.level,
+        tests_run=list(result.tests), passed=verdict["passed"], why=verdict["why"],
+        tests=verdict["tests"], job_ids=verdict["job_ids"], action=verdict["action"],
+        reservation=result.reservation, user="root", when=time.time(), trigger=run.trigger,
+        **outcome(verdict),
+    )  # fmt: skip
     try:
         return write_bundle(run.config.evidence_dir, job_id, node, 0, files, summary,
                             group=run.config.epilog.evidence_group,

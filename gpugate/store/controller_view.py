@@ -49,6 +49,16 @@ from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.record import Record
 from gpugate.slurm.hostlist import HostlistError, hostlist_compress
 from gpugate.store.evidence import _JOB, VIEW_DIR, bundle_name, remove_view
+from gpugate.store.summary import EvidenceSummary
+from gpugate.store.view_records import (
+    DIGEST_FIELDS,
+    DONE,
+    RUNNING,
+    SUMMARY_FIELDS,
+    ControllerRecord,
+    Digest,
+    DigestEntry,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,28 +67,13 @@ if TYPE_CHECKING:
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
-RUNNING, DONE = "running", "done"
 MAX_BYTES = 4 << 20  # flight-recorder digests included; a record is a few KiB
-# What the controller decides on (gpugate/gate/requeue.py cause, suspicion.vote, tell_stale),
-# copied from the bundle's summary. No log line, no path of the user's, no kernel line.
-SUMMARY_FIELDS = (
-    "job_id", "node", "restart", "category", "category_trusted", "confidence", "xid",
-    "hardware_fault", "first_hardware_error_at", "first_failure_at", "checkpoint_age_s",
-    "checkpoint_stale", "checkpoint_message", "flightrec_dumps", "job_start", "job_end",
-    "failing_node",  # the failing rank's node (the suspect vote points at it when known)
-    "kind", "drill",  # a drill's run: the controller marks what it writes DRILL <id> too
-)  # fmt: skip
 # The flight recorder's compact records keep only what find_culprit reads (no stack frames).
 FR_PG_KEYS = ("name", "desc", "ranks", "last_enqueued", "last_completed")
 FR_ENTRY_KEYS = ("seq", "pg_id", "op", "sizes", "state", "is_p2p", "retired")
 FR_ENTRIES_KEPT = 256  # per rank: the newest; a hang is at the end of the ring buffer
-# The digest: what each node's entry keeps (the decision fields, no flight recorder, no
-# checkpoint text), its size cap (about 150 bytes a node: 8 MiB holds 50,000 nodes) and the
-# lock's wait (the holder rewrites a file of at most that size: milliseconds).
-DIGEST_FIELDS = (
-    "category", "category_trusted", "confidence", "hardware_fault", "first_hardware_error_at",
-    "first_failure_at", "failing_node", "kind", "drill",
-)  # fmt: skip
+# The digest's size cap (about 150 bytes a node: 8 MiB holds 50,000 nodes) and the lock's
+# wait (the holder rewrites a file of at most that size: milliseconds).
 DIGEST_MAX_BYTES = 8 << 20
 DIGEST_WAIT_S = 5.0
 # All the controller reads for one job, records and digest together: 16 records at their
@@ -158,7 +153,7 @@ def write_record(
     job_id: str,
     node: str,
     restart: int,
-    record: dict[str, Any],
+    record: ControllerRecord,
     group: str | None = None,
 ) -> str:
     """Write one record atomically, root's and `group`'s (SlurmUser's) only; its path."""
@@ -168,9 +163,9 @@ def write_record(
     _traversable(evidence_dir)
     gid = _closed(os.path.join(evidence_dir, VIEW_DIR), view_gid(group))
     gid = _closed(os.path.dirname(path), gid)
-    doc = dict(record, node=node, run=int(restart), written_at=round(time.time(), 3))
-    atomic_write(path, json.dumps(doc, default=str), mode=FILE_MODE, gid=gid)
-    if doc.get("state") == DONE:
+    doc = record.replace(node=node, run=int(restart), written_at=round(time.time(), 3))
+    atomic_write(path, json.dumps(doc.to_json(), default=str), mode=FILE_MODE, gid=gid)
+    if doc.state == DONE:
         try:
             note_done(evidence_dir, job_id, node, restart, doc, gid)
         except OSError as exc:  # the record is there: the controller reads it directly
@@ -183,13 +178,8 @@ def digest_path(evidence_dir: str, job_id: str, restart: int) -> str:
     return os.path.join(view_dir(evidence_dir, job_id), f"@digest-r{int(restart)}.json")
 
 
-def digest_entry(record: dict[str, Any]) -> dict[str, Any]:
-    """A done record's line in the digest: its decision fields that are set, nothing else."""
-    return {k: record[k] for k in DIGEST_FIELDS if record.get(k) not in (None, False, "")}
-
-
 def note_done(
-    evidence_dir: str, job_id: str, node: str, restart: int, record: dict[str, Any], gid: int = -1
+    evidence_dir: str, job_id: str, node: str, restart: int, record: ControllerRecord, gid: int = -1
 ) -> bool:
     """Add this node's done record to its job's digest; whether the lock came in time.
 
@@ -203,11 +193,11 @@ def note_done(
     with FileLock(lock_file(directory, f"digest-r{int(restart)}.lock"),
                   wait_s=DIGEST_WAIT_S) as lock:  # fmt: skip
         current, _ = read_digest(path, job_id, restart)  # a refused one is replaced
-        nodes = dict(current["nodes"]) if current else {}
-        nodes[node] = digest_entry(record)
-        doc = {"job_id": job_id, "run": int(restart), "done": len(nodes), "nodes": nodes}
-        atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str), mode=FILE_MODE,
-                     gid=gid)  # fmt: skip
+        nodes = dict(current.nodes) if current else {}
+        nodes[node] = DigestEntry.of(record)
+        doc = Digest(job_id=job_id, run=int(restart), done=len(nodes), nodes=nodes)
+        text = json.dumps(doc.to_json(), separators=(",", ":"), default=str)
+        atomic_write(path, text, mode=FILE_MODE, gid=gid)
     return lock.held
 
 
@@ -216,28 +206,39 @@ def forget(evidence_dir: str, job_id: str, node: str, restart: int) -> None:
     remove_view(evidence_dir, f"{job_id}/{bundle_name(node, restart)}")
 
 
-def running(deadline_s: float, now: float | None = None) -> dict[str, Any]:
+def running(deadline_s: float, now: float | None = None) -> ControllerRecord:
     """The record at the epilog's start: it ends at the latest `deadline_s` from now."""
     now = time.time() if now is None else now
-    return {"state": RUNNING, "deadline": round(now + deadline_s, 3)}
+    return ControllerRecord(state=RUNNING, deadline=round(now + deadline_s, 3))
 
 
 def done(
-    summary: dict[str, Any] | None, flightrec: dict[str, Any] | None = None, **extra: object
-) -> dict[str, Any]:
+    summary: EvidenceSummary | dict[str, Any] | None,
+    flightrec: dict[str, Any] | None = None,
+    *,
+    bundle: bool | None = None,
+    why: str | None = None,
+    category: str | None = None,
+    confidence: str | None = None,
+    hardware_fault: bool | None = None,
+    error: str | None = None,
+) -> ControllerRecord:
     """The record at the epilog's end: the summary's decision fields (none without a bundle)."""
-    fields = {k: (summary or {}).get(k) for k in SUMMARY_FIELDS if k in (summary or {})}
-    where = (summary or {}).get("checkpoint")
+    written = summary.to_json() if isinstance(summary, EvidenceSummary) else dict(summary or {})
+    fields = {k: written[k] for k in SUMMARY_FIELDS if k in written}
+    where = written.get("checkpoint")
     ckpt = where.get("ckpt_dir") if isinstance(where, dict) else None
     note = fields.get("checkpoint_message")
     if isinstance(note, str) and isinstance(ckpt, str) and ckpt:
         # No path of the user's in a record (the bundle, admins' only, keeps it).
         fields["checkpoint_message"] = note.replace(ckpt, "the checkpoint directory")
+    extra = {"bundle": bundle, "why": why, "category": category, "confidence": confidence,
+             "hardware_fault": hardware_fault, "error": error}  # fmt: skip
     fields.update({k: v for k, v in extra.items() if v is not None})
     digest = fr_digest(flightrec)
     if digest is not None:
         fields["flightrec"] = digest
-    return {"state": DONE, **fields}
+    return ControllerRecord.from_json({"state": DONE, **fields}, "the decision record")
 
 
 def fr_digest(flightrec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -349,7 +350,7 @@ def _load(
 
 def read_record(
     path: str, cap: int = MAX_BYTES, tally: _Tally | None = None
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[ControllerRecord | None, str | None]:
     """(record, None), (None, None) when there is none yet, or (None, why it is unreadable).
 
     `cap` under MAX_BYTES (a byte budget, a peek): a larger record is (None, OVER_CAP).
@@ -365,7 +366,10 @@ def read_record(
         return None, "not JSON (torn or foreign)"
     if not isinstance(doc, dict) or doc.get("state") not in (RUNNING, DONE):
         return None, "not a decision record"
-    return doc, None
+    try:
+        return ControllerRecord.from_json(doc, "the decision record"), None
+    except ValueError as exc:
+        return None, f"not a decision record: {exc}"
 
 
 OVER_CAP = "larger than what is left to read"
@@ -373,7 +377,7 @@ OVER_CAP = "larger than what is left to read"
 
 def read_digest(
     path: str, job_id: str, restart: int, tally: _Tally | None = None
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[Digest | None, str | None]:
     """(the job's digest, None), (None, None) when there is none, or (None, why refused).
 
     SlurmUser trusts only what root wrote for this job and run: a regular file (no symlink
@@ -404,15 +408,21 @@ def read_digest(
         return None, "not a digest"
     if doc.get("job_id") != job_id or doc.get("run") != int(restart):
         return None, f"another job's or run's ({doc.get('job_id')!r}, run {doc.get('run')!r})"
-    nodes = {n: e for n, e in doc["nodes"].items() if _entry_ok(e)}
-    return {**doc, "nodes": nodes}, None
+    try:
+        digest = Digest.from_json({**doc, "nodes": {}}, "the digest")
+    except ValueError as exc:
+        return None, str(exc)
+    entries = ((n, _entry(e)) for n, e in doc["nodes"].items())
+    return digest.replace(nodes={n: e for n, e in entries if e is not None}), None
 
 
-def _entry_ok(entry: object) -> bool:
-    scalar = (str, int, float, bool, type(None))
-    return isinstance(entry, dict) and all(
-        k in DIGEST_FIELDS and isinstance(v, scalar) for k, v in entry.items()
-    )
+def _entry(entry: object) -> DigestEntry | None:
+    """A node's digest entry, or None for one with a key or a type no entry has (dropped)."""
+    try:
+        read = DigestEntry.from_json(entry, "a digest entry")
+    except ValueError:
+        return None
+    return None if read.extra else read
 
 
 def gather(
@@ -422,13 +432,13 @@ def gather(
     restart: int,
     cap: int = MAX_BYTES,
     tally: _Tally | None = None,
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+) -> tuple[dict[str, ControllerRecord], dict[str, str]]:
     """({node: record}, {node: why unreadable}) for this run of the job, as they are now.
 
     A record over `cap` (a peek, the byte budget) is neither: its node is in the problems
     as OVER_CAP, for the caller to take out.
     """
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, ControllerRecord] = {}
     problems: dict[str, str] = {}
     for node in nodes:
         try:
@@ -471,28 +481,25 @@ def _blocked(path: str) -> tuple[str, str] | None:
     return None
 
 
-def settled(found: dict[str, dict[str, Any]], nodes: tuple[str, ...], now: float) -> bool:
+def settled(found: dict[str, ControllerRecord], nodes: tuple[str, ...], now: float) -> bool:
     """Whether every node's epilog is over: its record done, or past its deadline."""
     return all(node in found and _over(found[node], now) for node in nodes)
 
 
-def _over(record: dict[str, Any], now: float) -> bool:
-    if record.get("state") == DONE:
+def _over(record: ControllerRecord, now: float) -> bool:
+    if record.state == DONE or record.deadline is None:
         return True
-    deadline = record.get("deadline")
-    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
-        return True
-    return now >= float(deadline)
+    return now >= float(record.deadline)
 
 
-def still_running(found: dict[str, dict[str, Any]], now: float) -> bool:
+def still_running(found: dict[str, ControllerRecord], now: float) -> bool:
     """Whether a node epilog may still be writing (a running record before its deadline)."""
     return any(not _over(r, now) for r in found.values())
 
 
 def wait_for_records(
     *args: Any, **kwargs: Any
-) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]]]:
+) -> tuple[list[ControllerRecord], dict[str, str], dict[str, ControllerRecord]]:
     """read_records' (done records, problems, every record found), its arguments the same."""
     summaries, problems, found, _ = read_records(*args, **kwargs)
     return summaries, problems, found
@@ -509,7 +516,7 @@ def read_records(
     clock: Callable[[], float] = time.time,
     max_records: int | None = None,
     budget: int = READ_BUDGET,
-) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, Any]], ReadAccount]:
+) -> tuple[list[ControllerRecord], dict[str, str], dict[str, ControllerRecord], ReadAccount]:
     """Wait until every node's epilog is over; (done records, problems, every record found,
     what was read and what not).
 
@@ -524,8 +531,8 @@ def read_records(
     digest = None
     if max_records is not None and len(nodes) > max_records:
         digest = _Digest(digest_path(evidence_dir, job_id, restart), job_id, restart, tally)
-    final: dict[str, dict[str, Any]] = {}  # done records read in full
-    named: dict[str, dict[str, Any]] = {}  # the digest's entries of done nodes, not opened
+    final: dict[str, ControllerRecord] = {}  # done records read in full
+    named: dict[str, DigestEntry] = {}  # the digest's entries of done nodes, not opened
     over: set[str] = set()  # done records over the peek or the budget: read at the end, or not
     wanted = set(nodes)
     start = clock()
@@ -538,8 +545,8 @@ def read_records(
         got, problems = gather(evidence_dir, job_id, pending, restart, cap, tally)
         over |= {n for n, why in problems.items() if why == OVER_CAP}
         problems = {n: why for n, why in problems.items() if why != OVER_CAP}
-        final.update((n, r) for n, r in got.items() if r.get("state") == DONE)
-        placeholder = {"state": DONE}  # known done (the digest, a size), not read yet
+        final.update((n, r) for n, r in got.items() if r.state == DONE)
+        placeholder = ControllerRecord(state=DONE)  # known done (the digest, a size), not read yet
         found = {**dict.fromkeys(over | set(named), placeholder), **got, **final}
         waited = now - start
         if len(problems) == len(nodes):  # nothing will come that this process can read
@@ -561,11 +568,10 @@ def read_records(
         doc, _ = read_record(
             record_path(evidence_dir, job_id, node, restart), min(MAX_BYTES, tally.left()), tally
         )
-        if doc is not None and doc.get("state") == DONE:
+        if doc is not None and doc.state == DONE:
             final[node] = doc
             unread.discard(node)
-    stubs = {n: {"state": DONE, **named[n], "node": n, "run": int(restart), "partial": True}
-             for n in named if n not in final}  # fmt: skip
+    stubs = {n: stub(named[n], n, restart) for n in named if n not in final}
     found = {**found, **stubs, **final}
     summaries = [found[n] for n in nodes if n in final or n in stubs]
     account = ReadAccount(
@@ -576,20 +582,26 @@ def read_records(
     return summaries, problems, found, account
 
 
-def read_order(nodes: tuple[str, ...], named: dict[str, dict[str, Any]]) -> list[str]:
+def stub(entry: DigestEntry, node: str, restart: int) -> ControllerRecord:
+    """The stand-in for a done record the digest speaks for, not read (`partial`)."""
+    fields = {k: getattr(entry, k) for k in DIGEST_FIELDS}
+    return ControllerRecord(state=DONE, node=node, run=int(restart), partial=True, **fields)
+
+
+def read_order(nodes: tuple[str, ...], named: dict[str, DigestEntry]) -> list[str]:
     """The digest's done nodes, most telling first: hardware faults (earliest error first),
     the failing rank's node, then by first failure time, the rest in the job's order."""
     place = {n: i for i, n in enumerate(nodes)}
-    failing = {e.get("failing_node") for e in named.values()}
+    failing = {e.failing_node for e in named.values()}
 
     def key(node: str) -> tuple[int, str, int]:
         entry = named[node]
-        if entry.get("hardware_fault"):
-            return 0, str(entry.get("first_hardware_error_at") or "~"), place[node]
+        if entry.hardware_fault:
+            return 0, str(entry.first_hardware_error_at or "~"), place[node]
         if node in failing:
             return 1, "", place[node]
-        if entry.get("first_failure_at"):
-            return 2, str(entry["first_failure_at"]), place[node]
+        if entry.first_failure_at:
+            return 2, str(entry.first_failure_at), place[node]
         return 3, "", place[node]
 
     return sorted(named, key=key)
@@ -601,10 +613,10 @@ class _Digest:
     def __init__(self, path: str, job_id: str, restart: int, tally: _Tally) -> None:
         self.path, self.job_id, self.restart, self.tally = path, job_id, restart, tally
         self.seen: tuple[int, int, int] | None = None
-        self.nodes: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, DigestEntry] = {}
         self.why: str | None = None  # refused: every record is then read as for a small job
 
-    def poll(self) -> dict[str, dict[str, Any]]:
+    def poll(self) -> dict[str, DigestEntry]:
         """The done nodes' entries ({} once refused, or while there is no digest)."""
         if self.why is not None:
             return {}
@@ -626,5 +638,5 @@ class _Digest:
             self.nodes = {}
             return {}
         self.seen = (st.st_ino, st.st_size, st.st_mtime_ns)
-        self.nodes = doc["nodes"]
+        self.nodes = doc.nodes
         return self.nodes

@@ -10,7 +10,7 @@ import os
 import time
 
 from gpugate.drill import FAULTS, valid_drill
-from gpugate.store.history import _add, _read_lines, history_dir
+from gpugate.store.history import _add, _read_dicts, history_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,5 +50,5 @@ def records_path(config: Config) -> str:
 
 def drill_records(config: Config, node: str | None = None) -> list[dict[str, Any]]:
     """Past drills, oldest first (those of `node` only, if given)."""
-    entries = _read_lines(records_path(config), valid_record)
+    entries = _read_dicts(records_path(config), valid_record)
     return [e for e in entries if node is None or e["node"] == node]

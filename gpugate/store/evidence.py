@@ -33,6 +33,7 @@ from gpugate.log import say
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.store import locks
+from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind, summary_from_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,22 +51,6 @@ LOCK = locks.EVIDENCE  # in the node's local state_dir/locks/
 _ENTRY_PATH = lazy(r"[0-9]+(?:_[0-9]+)?/[A-Za-z0-9_][A-Za-z0-9._-]*-r[0-9]+(?:\.old-[0-9]+)?")
 EVIDENCE_DIR_MODE = 0o751  # the controller's records below it (store/controller_view.py)
 LOCK_WAIT_S = locks.EVIDENCE_WAIT_S  # past it: indexed without the lock, pruned next run
-
-
-# What a bundle is of (its summary's `kind`): a job's run (the epilog), a qualification
-# (gpugate qualify, filed under its job's id) or a job's run that ended under a fault drill.
-KINDS = ("job", "qualify", "drill")
-
-
-def bundle_kind(summary: dict[str, Any]) -> str:
-    """job / qualify / drill: the summary's `kind`; a bundle written before kinds: job, or
-    qualify when it has a qualification's fields (run_id, tests_run)."""
-    kind = summary.get("kind")
-    if kind in KINDS:
-        return str(kind)
-    if "run_id" in summary and "tests_run" in summary:
-        return "qualify"
-    return "drill" if isinstance(summary.get("drill"), str) and summary.get("drill") else "job"
 
 
 class EvidenceError(OSError):
@@ -126,7 +111,7 @@ def write_bundle(
     node: str,
     restart: int,
     files: dict[str, str | bytes],
-    summary: dict[str, Any],
+    summary: EvidenceSummary | QualifySummary | dict[str, Any],
     group: str | None = None,
     retention: Retention | None = None,
     now: float | None = None,
@@ -134,8 +119,12 @@ def write_bundle(
     """Write the bundle atomically, index it, prune this node's old ones; return its path.
 
     The index line is written after the rename, so the index never names a bundle that is not
-    there; pruning never removes the bundle just written (a drain reason may name it).
+    there; pruning never removes the bundle just written (a drain reason may name it). A plain
+    `summary` (a script's, a test's) is read as a summary of this job and node first.
     """
+    if isinstance(summary, dict):
+        names = "job" if bundle_kind(summary) == "qualify" else "job_id"
+        summary = summary_from_json({names: job_id, "node": node, **summary})
     if not _JOB.match(job_id or ""):
         raise EvidenceError(f"not a Slurm job id: {job_id!r}")
     gid = _group_id(group)
@@ -152,11 +141,11 @@ def write_bundle(
         os.chmod(tmp, 0o750)  # noqa: S103 - as above
         if gid >= 0:
             os.chown(tmp, -1, gid)
-        summary = dict(summary, bundle=final, files=sorted([*files, "summary.json"]))
+        summary = summary.replace(bundle=final, files=sorted([*files, "summary.json"]))
         size = 0
         for member, content in {
             **files,
-            "summary.json": json.dumps(summary, indent=1, default=str),
+            "summary.json": json.dumps(summary.to_json(), indent=1, default=str),
         }.items():
             size += _write_member(tmp, member, content, gid)
         if os.path.isdir(final):
@@ -174,8 +163,8 @@ def write_bundle(
         raise
     at = round(time.time() if now is None else now, 3)
     entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
-             "user": summary.get("user"), "at": at, "bytes": size,
-             "hw": bool(summary.get("hardware_fault")), "kind": bundle_kind(summary)}  # fmt: skip
+             "user": summary.user, "at": at, "bytes": size,
+             "hw": summary.hardware_fault, "kind": bundle_kind(summary)}  # fmt: skip
     _index_and_prune(evidence_dir, node, entry, older, gid, retention)
     return final
 
@@ -472,25 +461,19 @@ def list_bundles(evidence_dir: str, job_id: str) -> list[str]:
 SUMMARY_MAX = 16 << 20  # a summary is a few KiB; far bigger is not the epilog's
 
 
-def read_summary(bundle: str) -> dict[str, Any] | None:
-    """A bundle's summary.json, or None when missing or unreadable."""
+def read_summary(bundle: str) -> EvidenceSummary | QualifySummary | None:
+    """A bundle's summary.json, or None when missing, unreadable or not a valid summary."""
+    path = os.path.join(bundle, "summary.json")
     try:
         from gpugate.fsutil import read_regular
 
         # Never blocks (a FIFO in its place is refused), never follows a symlink, capped.
-        data = json.loads(read_regular(os.path.join(bundle, "summary.json"), SUMMARY_MAX, False))
+        return summary_from_json(json.loads(read_regular(path, SUMMARY_MAX, False)), path)
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
-    return data if isinstance(data, dict) else None
 
 
-def suspect_node(summaries: list[dict[str, Any]]) -> str | None:
-    """The node whose evidence shows the first hardware error (earliest time), if any.
-
-    In a multi-node job every rank times out; the node that failed first is the cause.
-    """
-    hardware = [s for s in summaries if s.get("hardware_fault")]
-    if not hardware:
-        return None
-    hardware.sort(key=lambda s: (s.get("first_hardware_error_at") or "~", s.get("node") or ""))
-    return hardware[0].get("node")
+def read_job_summary(bundle: str) -> EvidenceSummary | None:
+    """A job's (or a drill's) bundle summary; None for a qualification's or an unreadable one."""
+    summary = read_summary(bundle)
+    return summary if isinstance(summary, EvidenceSummary) else None

@@ -14,6 +14,7 @@ import os
 import time
 
 from gpugate import log
+from gpugate.store.entries import DrainEntry, HeldEntry
 from gpugate.store.history import (
     MAX_ENTRIES,
     MAX_PER_NODE,
@@ -31,7 +32,6 @@ from gpugate.store.history import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import Any
 
     from gpugate.config.schema import Config
 
@@ -48,21 +48,21 @@ def valid_held(e: object) -> bool:
 
 
 def record_held(state_dir: str, node: str, reason: str, why: str, when: float | None = None,
-                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> dict[str, Any] | None:  # fmt: skip
+                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> HeldEntry | None:  # fmt: skip
     """Note that the budget held back gpugate's drain of `node`; the entry, or None when it
     repeats the node's last one within SAME_EVENT_S."""
     when = time.time() if when is None else float(when)
-    entry = {"node": node, "when": round(when, 3), "at": iso(when), "check": reason_check(reason),
-             "reason": reason, "why": why}  # fmt: skip
-    same = lambda last: last["reason"] == reason and when - last["when"] < SAME_EVENT_S  # noqa: E731
+    entry = HeldEntry(node=node, when=round(when, 3), at=iso(when), check=reason_check(reason),
+                      reason=reason, why=why)  # fmt: skip
+    same = lambda last: last.reason == reason and when - last.when < SAME_EVENT_S  # noqa: E731
     return _add(state_dir, HELD, valid_held, entry, same, max_per_node, max_entries)
 
 
 def held_entries(
     state_dir: str, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[HeldEntry]:
     """Held-back drains (of one node, or all; since a time), oldest first."""
-    return _select(_read_lines(os.path.join(state_dir, HELD), valid_held), node, since)
+    return _select(_read_lines(os.path.join(state_dir, HELD), HeldEntry, valid_held), node, since)
 
 
 def note_held(config: Config, node: str, reason: str, why: str) -> None:
@@ -76,27 +76,27 @@ def note_held(config: Config, node: str, reason: str, why: str) -> None:
 
 
 def current_held(
-    held_entries: Iterable[dict[str, Any]],
-    drain_entries: Iterable[dict[str, Any]],
+    held_entries: Iterable[HeldEntry],
+    drain_entries: Iterable[DrainEntry],
     now: float | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, HeldEntry]:
     """{node: its newest held entry} for nodes whose held drain still stands: fresh
     (HELD_FRESH_S) and with no drain of the node recorded since. The caller drops nodes that
     Slurm shows drained now."""
     now = time.time() if now is None else now
     last_drain: dict[str, float] = {}
-    for e in drain_entries:
-        last_drain[e["node"]] = max(last_drain.get(e["node"], 0.0), e["when"])
-    out: dict[str, dict[str, Any]] = {}
-    for e in held_entries:
-        if now - e["when"] < HELD_FRESH_S and e["when"] > last_drain.get(e["node"], -1.0):
-            out[e["node"]] = e  # oldest first: the newest wins
+    for d in drain_entries:
+        last_drain[d.node] = max(last_drain.get(d.node, 0.0), d.when)
+    out: dict[str, HeldEntry] = {}
+    for h in held_entries:
+        if now - h.when < HELD_FRESH_S and h.when > last_drain.get(h.node, -1.0):
+            out[h.node] = h  # oldest first: the newest wins
     return out
 
 
 def held_now(
     config: Config, node: str | None = None, now: float | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, HeldEntry]:
     """current_held() from the configured history (one node's, or all)."""
     where = history_dir(config)
     return current_held(held_entries(where, node), drains(where, node), now)

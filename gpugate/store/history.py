@@ -63,10 +63,16 @@ from gpugate.store.dirs import read_dirs as read_dirs
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any, TypeGuard
+    from typing import Any, TypeGuard, TypeVar
 
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
+    from gpugate.store.entries import AuditEntry, DrainEntry, NodeEntry, UnknownXidsEntry
+
+    _R = TypeVar("_R", bound=NodeEntry)
+    # A line: its record, or (the stores that have none yet: votes, flags, qualifications,
+    # drills) the dict its `valid` checked.
+    _E = TypeVar("_E", bound="NodeEntry | dict[str, Any]")
 
 DRAINS = "drains.jsonl"
 AUDIT = "audit.jsonl"
@@ -106,11 +112,29 @@ def _unlocked(lock: FileLock, path: str) -> None:
                 "written without it")  # fmt: skip
 
 
-def _read_lines(path: str, valid: Callable[[object], bool] | None = None) -> list[dict[str, Any]]:
-    """The entries of a JSON-lines file that `valid` accepts; the others are skipped, with one
-    warning for the whole file (never an exception: the file may be hostile or torn)."""
+def _read_lines(path: str, kind: type[_R], valid: Callable[[object], bool]) -> list[_R]:
+    """The entries of a JSON-lines file that `valid` accepts and `kind` reads; the others are
+    skipped, with one warning for the whole file (never an exception: the file may be hostile
+    or torn)."""
+    read: list[_R] = []
+
+    def take(e: object) -> bool:  # valid's ranges, then the record's types
+        if not valid(e):
+            return False
+        try:
+            read.append(kind.from_json(e, path))
+        except ValueError:
+            return False
+        return True
+
+    _read_dicts(path, take)
+    return read
+
+
+def _read_dicts(path: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
+    """The entries `valid` accepts, as dicts (_read_lines' warnings)."""
     try:
-        kept, skipped, size = jsonl.load(path, valid or valid_drain, READ_MAX, LINE_MAX)
+        kept, skipped, size = jsonl.load(path, valid, READ_MAX, LINE_MAX)
     except OSError:
         return []
     if size > READ_MAX:
@@ -148,10 +172,9 @@ def valid_drain(e: object) -> bool:
     return type(e.get("xid")) in (int, type(None))
 
 
-def drill_of(drain: dict[str, Any]) -> str | None:
+def drill_of(drain: DrainEntry) -> str | None:
     """The drill a drain entry was a drill's (its `drill` id, else its reason's DRILL mark)."""
-    drill = drain.get("drill")
-    return drill if isinstance(drill, str) and drill else reason_drill(drain.get("reason"))
+    return drain.drill or reason_drill(drain.reason)
 
 
 def valid_resume(e: object) -> bool:
@@ -161,16 +184,22 @@ def valid_resume(e: object) -> bool:
     return all(type(e.get(k, False)) is bool for k in ("forced", "resumed"))
 
 
-def _trim(
-    entries: list[dict[str, Any]], max_per_node: int, max_entries: int
-) -> list[dict[str, Any]]:
+def _node(entry: NodeEntry | dict[str, Any]) -> str:
+    return str(entry["node"]) if isinstance(entry, dict) else entry.node
+
+
+def _when(entry: NodeEntry | dict[str, Any]) -> float:
+    return float(entry.get("when", 0)) if isinstance(entry, dict) else entry.when
+
+
+def _trim(entries: list[_E], max_per_node: int, max_entries: int) -> list[_E]:
     """Keep the newest `max_per_node` of each node, then the newest `max_entries` in all."""
     seen: dict[str, int] = {}
     kept = []
     for entry in reversed(entries):  # newest first
-        n = seen.get(entry["node"], 0)
+        n = seen.get(_node(entry), 0)
         if n < max_per_node:
-            seen[entry["node"]] = n + 1
+            seen[_node(entry)] = n + 1
             kept.append(entry)
     kept = kept[:max_entries]
     kept.reverse()
@@ -193,26 +222,18 @@ def record_drain(
     drill: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
-) -> dict[str, Any] | None:
+) -> DrainEntry | None:
     """Add one drain to the node's history; the entry, or None when it repeats the last one."""
-    when = time.time() if when is None else float(when)
-    entry = {
-        "node": node,
-        "when": round(when, 3),
-        "at": iso(when),
-        "check": check or reason_check(reason),
-        "reason": reason,
-        "category": category,
-        "xid": xid,
-        "bundle": bundle,
-        "job": job,
-        "hook": hook,
-        "boot_id": boot_id,  # repair evidence: a lift after a new boot followed a reboot
-    }
-    drill = drill or reason_drill(reason)
-    if drill:  # a drill's drain (gpugate/drill): never a fault, never a false drain
-        entry["drill"] = drill
+    from gpugate.store.entries import DrainEntry  # late: a healthy hook run writes no history
 
+    when = time.time() if when is None else float(when)
+    entry = DrainEntry(
+        node=node, when=round(when, 3), at=iso(when), check=check or reason_check(reason),
+        reason=reason, category=category, xid=xid, bundle=bundle, job=job, hook=hook,
+        boot_id=boot_id,  # repair evidence: a lift after a new boot followed a reboot
+        # A drill's drain (gpugate/drill): never a fault, never a false drain.
+        drill=drill or reason_drill(reason),
+    )  # fmt: skip
     same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
     return _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)
 
@@ -221,35 +242,40 @@ def _add(
     state_dir: str,
     name: str,
     valid: Callable[[object], bool],
-    entry: dict[str, Any],
-    repeats: Callable[[dict[str, Any]], bool],
+    entry: _E,
+    repeats: Callable[[_E], bool],
     max_per_node: int,
     max_entries: int,
-) -> dict[str, Any] | None:
+) -> _E | None:
     """Append `entry` to the bounded file `name` under the lock (rewritten whole, atomically);
     the entry, or None when `repeats` says it repeats its node's last one."""
     path = os.path.join(state_dir, name)
     with _lock(state_dir) as lock:
         _unlocked(lock, path)
-        entries = _read_lines(path, valid)
-        last = next((e for e in reversed(entries) if e["node"] == entry["node"]), None)
+        entries: list[Any] = (
+            _read_dicts(path, valid)
+            if isinstance(entry, dict)
+            else _read_lines(path, type(entry), valid)
+        )
+        last = next((e for e in reversed(entries) if _node(e) == _node(entry)), None)
         if last and repeats(last):
             return None
         entries.append(entry)
-        text = dumps(_trim(entries, max_per_node, max_entries))
+        kept = _trim(entries, max_per_node, max_entries)
+        text = dumps([e if isinstance(e, dict) else e.to_json() for e in kept])
         atomic_write(path, text, PRIVATE_FILE, gid=dir_group(state_dir))
     return entry
 
 
-def _same_event(state_dir: str, last: dict[str, Any], new: dict[str, Any]) -> bool:
-    if last.get("check") != new["check"] or new["when"] - last.get("when", 0) >= SAME_EVENT_S:
+def _same_event(state_dir: str, last: DrainEntry, new: DrainEntry) -> bool:
+    if last.check != new.check or new.when - last.when >= SAME_EVENT_S:
         return False
-    if last.get("drill") != new.get("drill"):  # a drill's drain and a real fault's: two events
+    if last.drill != new.drill:  # a drill's drain and a real fault's: two events
         return False
     try:
         # Any resume logged since (of any node: one stat, not a read of the audit log) makes
         # the new drain a new event.
-        return bool(os.stat(os.path.join(state_dir, AUDIT)).st_mtime < last.get("when", 0))
+        return bool(os.stat(os.path.join(state_dir, AUDIT)).st_mtime < last.when)
     except OSError:
         return True  # no audit log: nothing was resumed
 
@@ -268,33 +294,24 @@ def record_resume(
     boot_id: str | None = None,
     repair: str | None = None,
     qualification: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> AuditEntry:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
     why, the check's result; the entry."""
-    when = time.time() if when is None else float(when)
-    entry = {
-        "node": node,
-        "when": round(when, 3),
-        "at": iso(when),
-        "who": who or current_user(),
-        "why": why,
-        "result": result,
-        "forced": bool(forced),
-        "resumed": bool(resumed),
-        "reason": reason,  # the drain reason the node had before
-    }
-    # Repair evidence (repair_evidence), only when known: the node's boot when lifted, and a
-    # repair audited on the drained node ("gpu reset").
-    if boot_id:
-        entry["boot_id"] = boot_id
-    if repair:
-        entry["repair"] = repair
-    if qualification:  # the qualification the lift rests on (admin/resume.py: Proof)
-        entry["qualification"] = qualification
+    from gpugate.store.entries import AuditEntry  # late: a healthy hook run writes no history
 
+    when = time.time() if when is None else float(when)
+    entry = AuditEntry(
+        node=node, when=round(when, 3), at=iso(when), who=who or current_user(), why=why,
+        result=result, forced=bool(forced), resumed=bool(resumed),
+        reason=reason,  # the drain reason the node had before
+        # Repair evidence (repair_evidence), only when known: the node's boot when lifted,
+        # and a repair audited on the drained node ("gpu reset").
+        boot_id=boot_id or None, repair=repair or None,
+        qualification=qualification or None,  # the lift's proof (admin/resume.py: Proof)
+    )  # fmt: skip
     with _lock(state_dir) as lock:  # an append (one O_APPEND write) is safe without it, too
         _unlocked(lock, os.path.join(state_dir, AUDIT))
-        append(os.path.join(state_dir, AUDIT), [entry], sync=True)
+        append(os.path.join(state_dir, AUDIT), [entry.to_json()], sync=True)
     return entry
 
 
@@ -310,28 +327,30 @@ def current_user() -> str:
         return str(os.getuid())
 
 
-def _select(
-    entries: list[dict[str, Any]], node: str | None, since: float | None
-) -> list[dict[str, Any]]:
+def _select(entries: list[_E], node: str | None, since: float | None) -> list[_E]:
     return [
         e
         for e in entries
-        if (node is None or e["node"] == node) and (since is None or e.get("when", 0) >= since)
+        if (node is None or _node(e) == node) and (since is None or _when(e) >= since)
     ]
 
 
-def drains(
-    state_dir: str, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+def drains(state_dir: str, node: str | None = None, since: float | None = None) -> list[DrainEntry]:
     """Drain entries (of one node, or all; since an epoch time, or all), oldest first."""
-    return _select(_read_lines(os.path.join(state_dir, DRAINS)), node, since)
+    from gpugate.store.entries import DrainEntry  # late: a healthy hook run writes no history
+
+    path = os.path.join(state_dir, DRAINS)
+    return _select(_read_lines(path, DrainEntry, valid_drain), node, since)
 
 
 def resumes(
     state_dir: str, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[AuditEntry]:
     """Resume entries of the audit log (of one node, or all; since a time), oldest first."""
-    return _select(_read_lines(os.path.join(state_dir, AUDIT), valid_resume), node, since)
+    from gpugate.store.entries import AuditEntry  # late: a healthy hook run writes no history
+
+    path = os.path.join(state_dir, AUDIT)
+    return _select(_read_lines(path, AuditEntry, valid_resume), node, since)
 
 
 def window_start(window_days: float, now: float | None = None) -> float:
@@ -349,7 +368,7 @@ def count_drains(
     """How many times gpugate drained `node` (for `check`, or any) in the last `window_days`;
     a drill's drains are simulated faults: never counted (no RMA, no repeat offender)."""
     found = drains(state_dir, node, window_start(window_days, now))
-    return sum(1 for e in found if (check is None or e.get("check") == check) and not drill_of(e))
+    return sum(1 for e in found if (check is None or e.check == check) and not drill_of(e))
 
 
 def reaches_rma(hardware: bool, same_check_drains: int, rma_after: int) -> bool:
@@ -372,15 +391,15 @@ def rma_candidate(config: Config, node: str, check_id: str, now: float | None = 
     return reaches_rma(True, same, adm.rma_after_drains)
 
 
-def by_node(entries: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_node(entries: Iterable[_E]) -> dict[str, list[_E]]:
     """Entries grouped by node, each list in the order given."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[_E]] = {}
     for e in entries:
-        out.setdefault(e["node"], []).append(e)
+        out.setdefault(_node(e), []).append(e)
     return out
 
 
-def note_drain(config: Config, node: str, reason: str, **fields: Any) -> dict[str, Any] | None:
+def note_drain(config: Config, node: str, reason: str, **fields: Any) -> DrainEntry | None:
     """For the hooks: record_drain() with the configured place and caps, never raising."""
     adm = config.admin
 
@@ -419,26 +438,30 @@ def record_unknown_xids(
     hook: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
-) -> dict[str, Any] | None:
+) -> UnknownXidsEntry | None:
     """Note the Xids outside NVIDIA's catalog one hook run saw on `node`; the entry, or None
     when there were none or it repeats the node's last entry within SAME_EVENT_S."""
+    from gpugate.store.entries import UnknownXidsEntry  # late: a healthy hook run writes no history
+
     codes = sorted({int(c) for c in xids})[:64]
     if not codes:
         return None
     when = time.time() if when is None else float(when)
-    entry = {"node": node, "when": round(when, 3), "at": iso(when), "xids": codes,
-             "job": job, "hook": hook}  # fmt: skip
+    entry = UnknownXidsEntry(node=node, when=round(when, 3), at=iso(when), xids=codes, job=job,
+                             hook=hook)  # fmt: skip
     # The prologs of jobs starting together report the same lines: one entry.
-    same = lambda last: last["xids"] == codes and when - last["when"] < SAME_EVENT_S  # noqa: E731
+    same = lambda last: last.xids == codes and when - last.when < SAME_EVENT_S  # noqa: E731
     return _add(state_dir, UNKNOWN_XIDS, valid_unknown_xids, entry, same, max_per_node, max_entries)
 
 
 def unknown_xids(
     state_dir: str, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[UnknownXidsEntry]:
     """Entries of Xids outside the catalog (of one node, or all; since a time), oldest first."""
+    from gpugate.store.entries import UnknownXidsEntry  # late: a healthy hook run writes no history
+
     path = os.path.join(state_dir, UNKNOWN_XIDS)
-    return _select(_read_lines(path, valid_unknown_xids), node, since)
+    return _select(_read_lines(path, UnknownXidsEntry, valid_unknown_xids), node, since)
 
 
 def note_unknown_xids(config: Config, node: str, xids: Iterable[int], **fields: Any) -> None:
@@ -460,37 +483,32 @@ GPU_RESET = "gpu reset"
 
 def record_repair(
     state_dir: str, node: str, repair: str, why: str = "", when: float | None = None
-) -> dict[str, Any]:
+) -> AuditEntry:
     """Audit a repair done on a drained node (GPU_RESET; a reboot shows by its boot id)."""
     return record_resume(state_dir, node, why=why or repair, result=f"repair: {repair}",
                          when=when, resumed=False, repair=repair)  # fmt: skip
 
 
 def repair_evidence(
-    drain: dict[str, Any], lift: dict[str, Any], audit: Iterable[dict[str, Any]] = ()
+    drain: DrainEntry, lift: AuditEntry, audit: Iterable[AuditEntry] = ()
 ) -> str | None:
     """What repaired the node between `drain` and `lift` (a drain entry and an audit entry of
     the same node): REBOOT when their boot ids differ, the repair an audit entry between them
     (or the lift itself) names, else None. The one definition of "repaired" for the counts
     and for healing."""
-    before, after = drain.get("boot_id"), lift.get("boot_id")
+    before, after = drain.boot_id, lift.boot_id
     if before and after and before != after:
         return REBOOT
-    if lift.get("repair"):
-        return str(lift["repair"])
-    start, end = drain.get("when", 0), lift.get("when", 0)
+    if lift.repair:
+        return lift.repair
     for e in audit:
-        if (
-            e.get("repair")
-            and e.get("node") == drain.get("node")
-            and start <= e.get("when", 0) <= end
-        ):
-            return str(e["repair"])
+        if e.repair and e.node == drain.node and drain.when <= e.when <= lift.when:
+            return e.repair
     return None
 
 
 def lifted_without_repair(
-    drain: dict[str, Any], lift: dict[str, Any], audit: Iterable[dict[str, Any]] = ()
+    drain: DrainEntry, lift: AuditEntry, audit: Iterable[AuditEntry] = ()
 ) -> bool:
     """True when `lift` (an audit entry that resumed the node) shows no repair since `drain`."""
-    return bool(lift.get("resumed", True)) and repair_evidence(drain, lift, audit) is None
+    return lift.resumed and repair_evidence(drain, lift, audit) is None

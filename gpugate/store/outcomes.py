@@ -20,9 +20,9 @@ from gpugate.store.metrics import note_run
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection
-    from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.store.entries import AuditEntry, DrainEntry
 
 FIELDS = ("drains", "lifted_repaired", "lifted_unrepaired", "still_drained", "lifted_unaudited")
 HEADERS = ("CHECK", "DRAINS", "LIFTED AFTER REPAIR", "LIFTED WITHOUT REPAIR", "STILL DRAINED",
@@ -30,8 +30,8 @@ HEADERS = ("CHECK", "DRAINS", "LIFTED AFTER REPAIR", "LIFTED WITHOUT REPAIR", "S
 
 
 def check_record(
-    drains: list[dict[str, Any]],
-    audit: list[dict[str, Any]],
+    drains: list[DrainEntry],
+    audit: list[AuditEntry],
     since: float,
     drained_now: Collection[str] | None = None,
 ) -> dict[str, dict[str, int]]:
@@ -39,16 +39,16 @@ def check_record(
     for the drains since `since`. A drain's lift is the node's first audited resume after it
     and before its next drain. `drained_now`: the nodes Slurm shows drained (None: unknown,
     every unlifted drain counts as still drained)."""
-    lifts = by_node(e for e in audit if e.get("resumed") is not False)
+    lifts = by_node(e for e in audit if e.resumed)
     out: dict[str, dict[str, int]] = {}
     for node, entries in by_node(drains).items():
-        entries = sorted(entries, key=lambda e: e.get("when", 0))
+        entries = sorted(entries, key=lambda e: e.when)
         for i, drain in enumerate(entries):
-            if drain.get("when", 0) < since or drill_of(drain):
+            if drain.when < since or drill_of(drain):
                 continue  # a drill's drain still ends the drain before it (`end`)
-            end = entries[i + 1]["when"] if i + 1 < len(entries) else float("inf")
-            lift = next((r for r in lifts.get(node, ()) if drain["when"] <= r["when"] < end), None)
-            counts = out.setdefault(drain.get("check") or "?", dict.fromkeys(FIELDS, 0))
+            end = entries[i + 1].when if i + 1 < len(entries) else float("inf")
+            lift = next((r for r in lifts.get(node, ()) if drain.when <= r.when < end), None)
+            counts = out.setdefault(drain.check or "?", dict.fromkeys(FIELDS, 0))
             counts["drains"] += 1
             if lift is not None:
                 bad = lifted_without_repair(drain, lift, audit)
@@ -60,10 +60,10 @@ def check_record(
     return dict(sorted(out.items()))
 
 
-def drill_drains(drains: list[dict[str, Any]], since: float) -> list[dict[str, Any]]:
+def drill_drains(drains: list[DrainEntry], since: float) -> list[DrainEntry]:
     """The drills' drains since `since` (each history entry), oldest first."""
-    found = [d for d in drains if d.get("when", 0) >= since and drill_of(d)]
-    return sorted(found, key=lambda d: d.get("when", 0))
+    found = [d for d in drains if d.when >= since and drill_of(d)]
+    return sorted(found, key=lambda d: d.when)
 
 
 def render_record(record: dict[str, dict[str, int]], window_days: float) -> str:
@@ -77,7 +77,7 @@ def render_record(record: dict[str, dict[str, int]], window_days: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def note_lift(config: Config, node: str, lift: dict[str, Any]) -> bool | None:
+def note_lift(config: Config, node: str, lift: AuditEntry) -> bool | None:
     """After an audited lift (`lift`: its audit entry): count it in gpugate_false_drains_total
     when no repair shows since the node's newest drain. True when counted, False when repaired,
     None when no drain of the node is on record. For `gpugate resume` and for healing. A
@@ -85,12 +85,12 @@ def note_lift(config: Config, node: str, lift: dict[str, Any]) -> bool | None:
     where = history.history_dir(config)
     found = history.drains(where, node)
     drain = found[-1] if found else None
-    if drain is None or drain["when"] > lift.get("when", 0):
+    if drain is None or drain.when > lift.when:
         return None
     if drill_of(drain):  # lifted on purpose when the drill ended: nothing was wrong
         return False
-    if not lifted_without_repair(drain, lift, history.resumes(where, node, drain["when"])):
+    if not lifted_without_repair(drain, lift, history.resumes(where, node, drain.when)):
         return False
 
-    note_run(config, node, "resume", false_drain_check=drain.get("check") or "unknown")
+    note_run(config, node, "resume", false_drain_check=drain.check or "unknown")
     return True

@@ -17,7 +17,7 @@ from gpugate.store.history import (
     MAX_PER_NODE,
     _add,
     _common_ok,
-    _read_lines,
+    _read_dicts,
     _select,
     iso,
 )
@@ -81,7 +81,7 @@ def qualifications(
 ) -> list[dict[str, Any]]:
     """Qualification entries (of one node, or all; since an epoch time, or all), oldest first."""
     path = os.path.join(state_dir, QUALIFY)
-    return _select(_read_lines(path, valid_qualification), node, since)
+    return _select(_read_dicts(path, valid_qualification), node, since)
 
 
 def latest_pass(

@@ -25,17 +25,17 @@ import time
 
 from gpugate.checks.kernel_lines import read_line
 from gpugate.checks.xid import normalize_pci
+from gpugate.store.state import KnownFault, RunRecord
 from gpugate.userfiles import UserFileError, as_user, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
     from gpugate.slurm.records import JobInfo
+    from gpugate.store.state import Baseline
 
 OFFSETS_TIMEOUT_S = 5.0  # the prolog's own deadline is short: a hung NFS stat costs this at most
 SIZES_TASK = "gpugate.store.runs:log_sizes"
@@ -99,57 +99,48 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def known_faults(findings: list[Finding]) -> list[dict[str, Any]]:
+def known_faults(findings: list[Finding]) -> list[KnownFault]:
     """The prolog's failing findings as (check, GPU) records for the baseline."""
-    seen: list[dict[str, Any]] = []
+    seen: list[KnownFault] = []
     for f in findings:
-        entry = {"check": f.check, "gpu": f.gpu}
+        entry = KnownFault(check=f.check, gpu=f.gpu)
         if f.status == "fail" and entry not in seen:
             seen.append(entry)
     return seen
 
 
-def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None) -> dict[str, Any]:
+def run_record(env: HookEnv, findings: list[Finding], slurm: SlurmControl | None) -> RunRecord:
     """What the prolog keeps of this run beside the counters (see the module docstring)."""
-    record: dict[str, Any] = {
-        "restart_count": env.restart_count,
-        "known_faults": known_faults(findings),
-        "job_gpus": None if env.gpus is None else list(env.gpus),
-        "started_at": time.time(),
-    }
+    offsets = None
     if slurm is not None and env.restart_count > 0:
-        record["log_offsets"] = record_log_offsets(env, slurm)
-    return record
+        offsets = record_log_offsets(env, slurm)
+    return RunRecord(restart_count=env.restart_count, known_faults=known_faults(findings),
+                     job_gpus=None if env.gpus is None else list(env.gpus),
+                     started_at=time.time(), log_offsets=offsets)  # fmt: skip
 
 
-def baseline_offsets(baseline: dict[str, Any] | None) -> dict[str, int]:
+def baseline_offsets(baseline: Baseline | None) -> dict[str, int]:
     """The log offsets the prolog recorded for this run ({} without a baseline)."""
-    offsets = (baseline or {}).get("log_offsets")
-    if not isinstance(offsets, dict):
-        return {}
-    return {p: n for p, n in offsets.items() if isinstance(p, str) and _count(n)}
+    offsets = (baseline.log_offsets if baseline else None) or {}
+    return {p: n for p, n in offsets.items() if n >= 0}
 
 
-def job_gpus(env: HookEnv, baseline: dict[str, Any] | None) -> tuple[int, ...] | None:
+def job_gpus(env: HookEnv, baseline: Baseline | None) -> tuple[int, ...] | None:
     """The job's GPUs on this node: the epilog's SLURM_JOB_GPUS, else the prolog's record."""
     if env.gpus is not None:
         return env.gpus
-    saved = (baseline or {}).get("job_gpus")
-    if isinstance(saved, list) and all(_count(g) for g in saved):
+    saved = baseline.job_gpus if baseline else None
+    if saved is not None and all(g >= 0 for g in saved):
         return tuple(saved)
     return None
 
 
-def _known(baseline: dict[str, Any] | None) -> set[tuple[str, int | None]]:
-    out: set[tuple[str, int | None]] = set()
-    for entry in (baseline or {}).get("known_faults") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("check"), str):
-            gpu = entry.get("gpu")
-            out.add((entry["check"], gpu if _count(gpu) else None))
-    return out
+def _known(baseline: Baseline | None) -> set[tuple[str, int | None]]:
+    faults = baseline.known_faults if baseline else []
+    return {(f.check, f.gpu if f.gpu is not None and f.gpu >= 0 else None) for f in faults}
 
 
-def new_since_prolog(findings: list[Finding], baseline: dict[str, Any] | None) -> list[Finding]:
+def new_since_prolog(findings: list[Finding], baseline: Baseline | None) -> list[Finding]:
     """The findings that the job's own prolog did not already report."""
     known = _known(baseline)
     return [f for f in findings if (f.check, f.gpu) not in known]

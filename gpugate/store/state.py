@@ -29,11 +29,12 @@ from gpugate.fsutil import (
     read_regular,
     tighten,
 )
+from gpugate.jsonrecord import JsonRecord
 from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, ClassVar
 
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
@@ -230,27 +231,92 @@ def write_private(path: str, text: str) -> None:
     atomic_write(path, text, PRIVATE_FILE, gid=dir_group(os.path.dirname(path)))
 
 
-def save_baseline(
-    state_dir: str, job_id: str, facts: Facts, extra: dict[str, Any] | None = None
-) -> str:
-    """Write the job's baseline atomically; returns its path."""
+# ------------------------------------------------------------------------------ the baseline
+# The job's baseline (`jobs/<job id>/baseline.json`): what its prolog saw and recorded of its
+# run, for its epilog. Every release wrote `job_id` (and the node) with the counters; the
+# run's own fields came later (`restart_count`, `known_faults`, `job_gpus`, `started_at`,
+# `log_offsets`), and an absent one reads as its default: an epilog after an upgrade reads its
+# prolog's older baseline. Releases before the TaskProlog's own file kept the job's `ckpt_dir`
+# here; it is read, never written. Here, not in a module of its own: the prolog imports this
+# one anyway (the start-up budget, gpugate/startup.py).
+
+
+class KnownFault(JsonRecord):
+    """A failing finding the prolog itself reported: not new since the prolog."""
+
+    check: str
+    gpu: int | None = None
+
+    _doc: ClassVar[dict[str, str]] = {"check": "the check id", "gpu": "its GPU, or null"}
+
+
+class RunRecord(JsonRecord):
+    """What the prolog keeps of this run beside the counters (store/runs.py)."""
+
+    restart_count: int = 0
+    known_faults: list[KnownFault] = []
+    job_gpus: list[int] | None = None
+    started_at: float | None = None
+    log_offsets: dict[str, int] | None = None
+
+    _omit = frozenset({"log_offsets"})
+    _doc: ClassVar[dict[str, str]] = {
+        "restart_count": "the run (SLURM_JOB_RESTART_COUNT)",
+        "known_faults": "the prolog's failing findings (`check`, `gpu`)",
+        "job_gpus": "the job's GPUs here (SLURM_JOB_GPUS); null: not known",
+        "started_at": "the prolog's clock (epoch)",
+        "log_offsets": "a rerun's StdOut/StdErr sizes as it started (path -> bytes)",
+    }
+
+
+class Baseline(RunRecord):
+    """The counters and kernel position at the prolog, with its run's record."""
+
+    job_id: str
+    node: str | None = None
+    collected_at: str | None = None
+    gpus: dict[str, dict[str, Any]] = {}
+    infiniband: dict[str, dict[str, Any]] = {}
+    boot_id: str | None = None
+    kernel_log_seq: int | None = None
+    kernel_log_tail: list[str] = []
+    ckpt_dir: str | None = None
+
+    _omit = frozenset({"log_offsets", "ckpt_dir"})
+    _doc: ClassVar[dict[str, str]] = {
+        **RunRecord._doc,
+        "job_id": "the job",
+        "node": "the node",
+        "collected_at": "the facts' time",
+        "gpus": "per GPU index: its counters (ECC, remapped rows, NVLink, PCIe replays, ...)",
+        "infiniband": "per `device/port`: its counters and state",
+        "boot_id": "the node's boot",
+        "kernel_log_seq": "the kernel log's sequence number the prolog reached",
+        "kernel_log_tail": "the last 200 kernel lines it saw",
+        "ckpt_dir": "releases before the TaskProlog's file: the job's checkpoint directory "
+        "(read, never written)",
+    }
+
+
+def save_baseline(state_dir: str, job_id: str, facts: Facts, run: RunRecord | None = None) -> str:
+    """Write the job's baseline atomically (the counters, and `run`: store/runs.run_record);
+    returns its path."""
     directory = ensure_job_dir(state_dir, job_id)
-    data = {"job_id": job_id, "node": facts.node, "collected_at": facts.collected_at}
-    data.update(counters(facts))
-    data.update(extra or {})
+    run_fields = {f: getattr(run, f) for f in RunRecord._fields if f != "extra"} if run else {}
+    data = Baseline(job_id=job_id, node=facts.node, collected_at=facts.collected_at,
+                    **counters(facts), **run_fields)  # fmt: skip
     path = os.path.join(directory, "baseline.json")
-    write_private(path, json.dumps(data, indent=1, sort_keys=True))
+    write_private(path, json.dumps(data.to_json(), indent=1, sort_keys=True))
     return path
 
 
-def load_baseline(state_dir: str, job_id: str) -> dict[str, Any] | None:
-    """The job's baseline, or None when there is none (or it is unreadable)."""
+def load_baseline(state_dir: str, job_id: str) -> Baseline | None:
+    """The job's baseline, or None when there is none (or it is unreadable, or not one)."""
     path = os.path.join(job_dir(state_dir, job_id), "baseline.json")
     try:
-        data = json.loads(read_regular(path, _BASELINE_MAX, follow=False))
+        return Baseline.from_json(json.loads(read_regular(path, _BASELINE_MAX, follow=False)), path)
     except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." 100k deep
         return None
-    return data if isinstance(data, dict) else None
 
 
 def task_file(state_dir: str, job_id: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
 from gpugate.store import history
+from gpugate.store.view_records import ControllerRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def first_failure_at(diagnosis: Diagnosis) -> str | None:
 
 
 def first_to_fail(
-    summaries: list[dict[str, Any]], nodes: tuple[str, ...]
+    summaries: list[ControllerRecord], nodes: tuple[str, ...]
 ) -> tuple[str, float] | None:
     """(node, epoch) of the job's node that failed first, or None when that is not certain.
 
@@ -62,9 +63,9 @@ def first_to_fail(
     """
     times: dict[str, float] = {}
     for s in summaries:
-        node, when = s.get("node"), parse_utc(s.get("first_failure_at"))
-        if isinstance(node, str) and when is not None:
-            times[node] = when
+        when = parse_utc(s.first_failure_at)
+        if s.node is not None and when is not None:
+            times[s.node] = when
     if len(nodes) < 2 or any(n not in times for n in nodes):
         return None
     ordered = sorted((times[n], n) for n in set(nodes))
@@ -110,7 +111,7 @@ Dirs = str | Sequence[str]  # one directory, or several whose files are read tog
 def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
     """The entries of `name` in every directory (the history's, the controller's), oldest first."""
     many = (dirs,) if isinstance(dirs, str) else tuple(dict.fromkeys(dirs))
-    entries = [e for d in many for e in history._read_lines(os.path.join(d, name), valid)]
+    entries = [e for d in many for e in history._read_dicts(os.path.join(d, name), valid)]
     return sorted(entries, key=lambda e: e.get("when", 0)) if len(many) > 1 else entries
 
 
@@ -130,7 +131,7 @@ def closed_at(state_dir: Dirs, node: str) -> float:
     from gpugate.store.qualify import qualifications
 
     many = (state_dir,) if isinstance(state_dir, str) else tuple(state_dir)
-    times = [e["when"] for d in many for e in history.resumes(d, node) if e.get("resumed", True)]
+    times = [e.when for d in many for e in history.resumes(d, node) if e.resumed]
     times += [e["when"] for d in many for e in qualifications(d, node) if e.get("passed")]
     return max(times, default=0.0)
 

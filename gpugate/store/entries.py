@@ -1,0 +1,115 @@
+"""The history's lines (store/history.py, store/held.py): one record per JSON line.
+
+Every release wrote `node` and `when` (epoch seconds) on every line; the other keys came with
+their kind of line or later, and an absent one reads as its default. `docs/interfaces.md`
+shows these tables (`field_table`).
+"""
+
+from __future__ import annotations
+
+from gpugate.jsonrecord import JsonRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
+_COMMON = {
+    "node": "the node's Slurm name",
+    "when": "epoch seconds",
+    "at": "the same time, UTC ISO",
+}
+
+
+class NodeEntry(JsonRecord):
+    """A history line: of one node, at one time."""
+
+    node: str
+    when: float
+    at: str | None = None
+
+
+class DrainEntry(NodeEntry):
+    """`drains.jsonl`: a drain gpugate set."""
+
+    check: str | None = None
+    reason: str | None = None
+    category: str | None = None
+    xid: int | None = None
+    bundle: str | None = None
+    job: str | None = None
+    hook: str | None = None
+    boot_id: str | None = None
+    drill: str | None = None
+
+    _omit = frozenset({"drill"})
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "check": "the check id (the reason's)",
+        "reason": "the drain reason",
+        "category": "the bundle's failure category (an epilog's drain)",
+        "xid": "the deciding Xid",
+        "bundle": "the evidence bundle's directory",
+        "job": "the job whose hook drained",
+        "hook": "`prolog`, `epilog`, `health`, `qualify`",
+        "boot_id": "the node's boot when drained (a lift after a new boot followed a reboot)",
+        "drill": "a fault drill's id: its drain counts toward no RMA, repeat or false drain "
+        "(written only for a drill's)",
+    }
+
+
+class AuditEntry(NodeEntry):
+    """`audit.jsonl`: a resume, a refused one, or a repair (`gpugate resume`, healing)."""
+
+    who: str | None = None
+    why: str | None = None
+    result: Any = None
+    forced: bool = False
+    resumed: bool = True
+    reason: str | None = None
+    boot_id: str | None = None
+    repair: str | None = None
+    qualification: dict[str, Any] | None = None
+
+    _omit = frozenset({"boot_id", "repair", "qualification"})
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "who": "the admin (the sudo caller)",
+        "why": "the admin's words",
+        "result": "the checks' result before the resume",
+        "forced": "`--force`",
+        "resumed": "false: refused, or a repair noted",
+        "reason": "the drain reason the node had",
+        "boot_id": "the node's boot when lifted (when known)",
+        "repair": "a repair done on the drained node (`gpu reset`; when done)",
+        "qualification": "the qualification the lift rests on (when one did)",
+    }
+
+
+class HeldEntry(NodeEntry):
+    """`held.jsonl`: a drain the budget held back."""
+
+    check: str | None = None
+    reason: str
+    why: str | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "check": "the check id",
+        "reason": "the drain reason gpugate wanted",
+        "why": "why the budget refused it",
+    }
+
+
+class UnknownXidsEntry(NodeEntry):
+    """`unknown-xids.jsonl`: Xids outside NVIDIA's catalog that one hook run saw."""
+
+    xids: list[int]
+    job: str | None = None
+    hook: str | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "xids": "the codes (sorted, at most 64)",
+        "job": "the job whose hook saw them",
+        "hook": "the hook",
+    }

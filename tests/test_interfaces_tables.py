@@ -1,0 +1,61 @@
+"""docs/interfaces.md's field tables are the record classes' own (gpugate.jsonrecord.field_table).
+
+Between `<!-- generated: NAME -->` and `<!-- end -->` the page holds the table of the record
+NAME (one of RECORDS). `python tests/test_interfaces_tables.py` writes them again after a
+record changes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from gpugate.jsonrecord import JsonRecord, field_table
+from gpugate.log import Event
+from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.state import Baseline, KnownFault
+from gpugate.store.summary import EvidenceSummary, QualifySummary
+from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
+RECORDS: dict[str, type[JsonRecord]] = {
+    "EvidenceSummary": EvidenceSummary,
+    "QualifySummary": QualifySummary,
+    "ControllerRecord": ControllerRecord,
+    "Digest": Digest,
+    "DigestEntry": DigestEntry,
+    "DrainEntry": DrainEntry,
+    "AuditEntry": AuditEntry,
+    "HeldEntry": HeldEntry,
+    "UnknownXidsEntry": UnknownXidsEntry,
+    "Baseline": Baseline,
+    "KnownFault": KnownFault,
+    "Event": Event,
+}
+BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
+
+
+def render(text: str) -> str:
+    """The page with every generated block written from its record."""
+    return BLOCK.sub(lambda m: m[1] + field_table(RECORDS[m[2]]) + m[4], text)
+
+
+def test_every_record_has_its_table_on_the_page():
+    names = [m[2] for m in BLOCK.finditer(DOC.read_text())]
+    assert sorted(names) == sorted(RECORDS)
+
+
+def test_the_tables_are_the_classes():
+    text = DOC.read_text()
+    assert render(text) == text, "run `python tests/test_interfaces_tables.py` to write them"
+
+
+def test_every_key_says_what_it_is():
+    bare = [f"{name}.{f}" for name, cls in RECORDS.items() for f in cls._fields
+            if f != "extra" and not cls._doc.get(f)]  # fmt: skip
+    assert not bare, f"fields without a description in their class's _doc: {bare}"
+
+
+if __name__ == "__main__":
+    sys.exit(DOC.write_text(render(DOC.read_text())) and 0)

@@ -1,0 +1,175 @@
+"""A site upgrading keeps its stores: files the previous release wrote read into records.
+
+The files are tests/fixtures/previous-release/ (its README says how they were made: by the
+previous release's own code). Each is read by today's reader; writing the record again gives
+the same JSON, where a key the old file lacks comes back as its default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpugate import log
+from gpugate.jsonrecord import JsonRecord
+from gpugate.record import to_plain
+from gpugate.store import controller_view, evidence, held, history, state
+from gpugate.store.state import Baseline
+from gpugate.store.summary import EvidenceSummary, summary_from_json
+from gpugate.store.view_records import ControllerRecord, Digest
+
+OLD = Path(__file__).resolve().parent / "fixtures" / "previous-release"
+BUNDLE = OLD / "evidence" / "77" / "gpu-node-01-r0"
+
+
+def same_json(record: JsonRecord, old: dict) -> None:
+    """`record` writes `old` again: every old key, and its defaults for the keys it lacked."""
+    out = record.to_json()
+    assert {k: out.get(k) for k in old} == old
+    added = {k: v for k, v in out.items() if k not in old}
+    assert added == {k: to_plain(record._defaults[k]) for k in added}
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_previous_releases_bundle_summary_is_read_into_a_record(tmp_path):
+    bundle = tmp_path / "77" / "gpu-node-01-r0"
+    shutil.copytree(BUNDLE, bundle)
+    summary = evidence.read_summary(str(bundle))
+    assert isinstance(summary, EvidenceSummary)
+    assert (summary.job_id, summary.node, summary.xid) == ("77", "gpu-node-01", 79)
+    assert summary.hardware_fault and summary.category == "gpu_xid_hardware"
+    assert summary.kernel_log_lost is None  # newer than that release: its default
+    same_json(summary, load(BUNDLE / "summary.json"))
+
+
+def test_the_first_releases_summary_is_read_too():
+    old = load(BUNDLE / "summary-2026-11-29.json")
+    summary = summary_from_json(old)
+    assert isinstance(summary, EvidenceSummary)
+    assert summary.kind is None and evidence.bundle_kind(summary) == "job"
+    assert summary.confidence is None  # the requeue reads a missing confidence as before
+    same_json(summary, old)
+
+
+@pytest.mark.parametrize("key", ["job_id", "node"])
+def test_a_summary_without_a_required_key_names_it(key):
+    old = load(BUNDLE / "summary.json")
+    del old[key]
+    with pytest.raises(ValueError, match=f"summary.json: missing key '{key}'"):
+        summary_from_json(old)
+
+
+def test_a_summary_with_a_wrong_type_names_the_key():
+    old = dict(load(BUNDLE / "summary.json"), xid="79")
+    with pytest.raises(ValueError, match=r"summary.json: key 'xid': expected int \| None, got str"):
+        summary_from_json(old)
+
+
+def test_the_previous_releases_decision_record_and_digest_are_read(tmp_path):
+    view = tmp_path / "controller-view" / "77"
+    shutil.copytree(OLD / "controller-view" / "77", view)
+    os.chmod(view, 0o750)
+    record, why = controller_view.read_record(str(view / "gpu-node-01-r0.json"))
+    assert why is None and isinstance(record, ControllerRecord)
+    assert record.hardware_fault is True and record.state == "done" and record.bundle is True
+    same_json(record, load(view / "gpu-node-01-r0.json"))
+    digest, why = controller_view.read_digest(str(view / "@digest-r0.json"), "77", 0)
+    assert why is None and isinstance(digest, Digest)
+    assert digest.nodes["gpu-node-01"].category == "gpu_xid_hardware"
+    assert digest.to_json() == load(view / "@digest-r0.json")
+
+
+@pytest.mark.parametrize(
+    ("name", "read"),
+    [
+        ("drains.jsonl", history.drains),
+        ("audit.jsonl", history.resumes),
+        ("held.jsonl", held.held_entries),
+    ],
+)
+def test_the_previous_releases_history_lines_are_read_into_records(tmp_path, name, read):
+    shutil.copy(OLD / "state" / name, tmp_path / name)
+    old = [json.loads(line) for line in (OLD / "state" / name).read_text().splitlines()]
+    got = read(str(tmp_path))
+    assert len(got) == len(old) > 0
+    for record, line in zip(got, old):
+        same_json(record, line)
+
+
+def test_the_previous_releases_drill_drain_and_repair_are_kept():
+    drains = history.drains(str(OLD / "state"))
+    audit = history.resumes(str(OLD / "state"))
+    assert [history.drill_of(d) for d in drains] == [None, "ecc-3"]
+    assert audit[0].repair == "gpu reset" and audit[1].resumed is False
+    # The reseat's new boot is the repair that makes the lift no false drain.
+    assert history.repair_evidence(drains[0], audit[0]) == history.REBOOT
+
+
+def test_the_previous_releases_baseline_is_read_by_the_epilog(tmp_path):
+    jobs = tmp_path / "jobs" / "77"
+    jobs.mkdir(parents=True)
+    shutil.copy(OLD / "state" / "jobs" / "77" / "baseline.json", jobs / "baseline.json")
+    baseline = state.load_baseline(str(tmp_path), "77")
+    assert isinstance(baseline, Baseline)
+    assert baseline.restart_count == 0 and baseline.kernel_log_tail == []
+    assert baseline.gpus["4"]["ecc_aggregate_uncorrected"] == 0
+    same_json(baseline, load(jobs / "baseline.json"))
+
+
+def test_a_baseline_of_before_the_run_record_still_reads():
+    old = load(OLD / "state" / "jobs" / "77" / "baseline.json")
+    for key in ("restart_count", "known_faults", "job_gpus", "started_at"):
+        del old[key]
+    baseline = Baseline.from_json(dict(old, ckpt_dir="/ck"))
+    assert baseline.started_at is None and baseline.known_faults == []
+    assert baseline.ckpt_dir == "/ck"  # the TaskProlog's directory, before its own file
+
+
+def test_the_previous_releases_event_line_is_read_into_a_record():
+    (e,) = log.read_events(str(OLD / "state"))
+    assert (e.hook, e.extra["status"], e.drill) == ("prolog", "ok", None)
+    same_json(e, load_lines(OLD / "state" / "events.jsonl")[0])
+
+
+def load_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+ADDED_SINCE = {
+    "evidence/77/gpu-node-01-r0/summary.json": ["kernel_log_lost"],  # 38a7900
+    "state/events.jsonl": ["steps"],  # the executor's report of a hook's steps (gpugate/act)
+}
+
+
+def test_this_release_writes_the_keys_of_the_previous_one_in_its_order(tmp_path):
+    """The writers build records now; what they write is the JSON they wrote before."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_fixtures", OLD / "make_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(str(tmp_path))  # the same run, by this release's code
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(ADDED_SINCE.keys() | _names(OLD) - {"README.md"})
+    for name in written:
+        old, new = _objects(OLD / name), _objects(tmp_path / name)
+        assert len(old) == len(new), name
+        for before, now in zip(old, new):
+            assert [k for k in now if k not in ADDED_SINCE.get(name, ())] == list(before), name
+
+
+def _names(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+            and p.suffix in (".json", ".jsonl") and "-2026-11-29" not in p.name}  # fmt: skip
+
+
+def _objects(path: Path) -> list[dict]:
+    return load_lines(path) if path.suffix == ".jsonl" else [load(path)]
