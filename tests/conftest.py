@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -188,3 +189,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
               "without GPUGATE_CACHE_DIR, a config or a state directory of its own")  # fmt: skip
         if os.environ.get("CI") == "true" and session.exitstatus == 0:
             session.exitstatus = 1
+
+
+@pytest.fixture
+def default_dump_place() -> Iterator[None]:
+    """PyTorch's default dump place, /tmp/nccl_trace_rank_<r>, is one per node: the tests that
+    write there take turns (xdist runs their modules at once, and a job's epilog reads, then
+    removes, every dump of its user there that is newer than the job: another test's too)."""
+    import fcntl
+
+    with open("/tmp/gpugate-tests-default-dump-place.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -182,7 +182,10 @@ def _gpugate(site: Site, *args: str) -> str:
 
 
 def test_a_hostile_dump_is_refused_and_reported_and_runs_nothing(
-    cluster: LocalSlurm, site: Site, torch_python: str
+    cluster: LocalSlurm,
+    site: Site,
+    torch_python: str,
+    default_dump_place: None,
 ):
     marker = site.base / "hostile-ran"
     script = site.base / "hostile.py"

@@ -226,7 +226,9 @@ GOOD_DUMP = {
 }  # fmt: skip
 
 
-def test_a_hostile_dump_leaves_no_pickle_in_the_bundle(site: Site, cluster: LocalSlurm):
+def test_a_hostile_dump_leaves_no_pickle_in_the_bundle(
+    site: Site, cluster: LocalSlurm, default_dump_place: None
+):
     marker = site.base / "pickle-ran"
     hostile = pickle.dumps({"version": "2.10", "entries": [_System(f"touch {marker}")]})
     good = pickle.dumps(GOOD_DUMP)

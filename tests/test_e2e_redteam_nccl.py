@@ -229,7 +229,9 @@ exit 1
 
 
 def test_another_users_unreadable_dumps_at_tmp_do_not_hide_the_jobs_own(
-    cluster: LocalSlurm, site: Site
+    cluster: LocalSlurm,
+    site: Site,
+    default_dump_place: None,
 ):
     """Issue 41, R7: a second user's sixteen unreadable `/tmp/nccl_trace_rank_!NN` sort first
     and used up `epilog.fr_max_dumps` (16): the victim's own dump at PyTorch's default place

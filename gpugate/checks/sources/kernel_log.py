@@ -371,7 +371,10 @@ def budget_of(text: str) -> str:
     if is_oom(text):
         return "oom"
     code = _XID_CODE.search(text)
-    return "app_xid" if code and int(code.group(1)) in APP_XID_CODES else "hardware"
+    # A user's line may carry thousands of digits: int() refuses those (CPython's 4,300-digit
+    # limit), and no Xid is longer than a few digits anyway.
+    digits = code.group(1) if code else ""
+    return "app_xid" if 0 < len(digits) <= 6 and int(digits) in APP_XID_CODES else "hardware"
 
 
 def is_oom(text: str) -> bool:
