@@ -8,6 +8,8 @@ from gpugate.slurm.reasons import drain_reason, evidence_detail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpugate.act.steps import Plan, Step
     from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
@@ -64,3 +66,13 @@ def requeue_steps(
     elif decision.tell:
         plan.append(NoteBeside(job=job, decision=decision))
     return tuple(plan)
+
+
+def requeued_notes(job_id: str, notes: Iterable[tuple[str, str | None]]) -> Plan:
+    """What else a requeued job's AdminComment says, appended to what is there ("job+"):
+    `notes` are (the report's name for it, the text or None: nothing to say). Only a requeued
+    job: it is pending again, and slurmctld refuses an AdminComment on a finished one ("Job
+    has already finished"), which the job is while its node epilogs run."""
+    return tuple(
+        Note(target="job+", name=job_id, text=text, label=label) for label, text in notes if text
+    )

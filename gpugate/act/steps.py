@@ -129,8 +129,11 @@ class Note(Step):
     target: str  # job / job+ / node
     name: str
     text: str
+    label: str = ""  # how the report names it ("checkpoint age comment"); "" says the target
 
     def describe(self) -> str:
+        if self.label:
+            return self.label
         return "node comment" if self.target == "node" else "admin comment"
 
 
