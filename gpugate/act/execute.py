@@ -152,6 +152,8 @@ def _not_due(when: str, drain: DrainOutcome | None, dry_run: bool) -> str:
         return "not drained" + (f" ({drain.blocked_by})" if drain and drain.blocked_by else "")
     if when == S.NOT_HELD and drain is not None and drain.blocked_by == "budget":
         return "the drain budget held the drain back"
+    if when == S.HELD and not (drain is not None and drain.held):
+        return "the drain budget held nothing back"
     return ""
 
 
@@ -283,6 +285,15 @@ def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> 
     return ""
 
 
+def _record_held(step: S.RecordHeld, hands: Hands, drain: DrainOutcome | None) -> str:
+    if drain is None:  # `when: held` makes it due only after a held drain
+        raise ValueError("no held drain to record")
+    from gpugate.store.held import note_held  # only a drain the budget held back
+
+    note_held(hands.config, step.node, drain.reason, drain.why)
+    return ""
+
+
 def _record_xids(step: S.RecordUnknownXids, hands: Hands, _: DrainOutcome | None) -> str:
     from gpugate.store import history
 
@@ -316,6 +327,7 @@ _HANDS: dict[type[S.Step], Callable[[Any, Hands, DrainOutcome | None], object]] 
     S.NoteBeside: _note_beside,
     S.Note: _comment,
     S.RecordDrain: _record_drain,
+    S.RecordHeld: _record_held,
     S.RecordUnknownXids: _record_xids,
     S.RecordMetrics: _record_metrics,
     S.RecordEvent: _record_event,

@@ -6,7 +6,8 @@ clock here, so a plan can be built, compared in a test and printed by `--dry-run
 
 `when` ties a step to the plan's drain: "" runs always, DRAINED only once this plan's Drain
 took the node (and no Undo gave it back), NOT_HELD unless the drain budget held the drain back
-(a refusal then would only make Slurm drain the node itself, "Prolog error").
+(a refusal then would only make Slurm drain the node itself, "Prolog error"), HELD only when it
+did (counted before the drain, or undone beyond the budget after it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 ALWAYS = ""
 DRAINED = "drained"
 NOT_HELD = "not_held"
+HELD = "held"
 
 
 class Step(record.Record):
@@ -170,6 +172,24 @@ class RecordDrain(Record):
 
     def describe(self) -> str:
         return f"history: drain of {self.node}"
+
+
+class RecordHeld(Record):
+    """The drain the budget held back, in the history's held entries (what `gpugate nodes`,
+    report, evidence and resume show as "would drain (budget)").
+
+    The budget is counted when the Drain runs (and again when the Undo settles), so whether
+    a drain is held is known only then: the plan says "if held, record it" (`when` HELD) and
+    names the node; the reason wanted and why it was held are the drain's outcome's, handed
+    to this step by the executor. A dry run counts nothing: it says it would record one if
+    the budget holds the drain back, and writes nothing.
+    """
+
+    node: str
+    when: str = HELD
+
+    def describe(self) -> str:
+        return f"record the held drain of {self.node} if the budget holds it back"
 
 
 class RecordUnknownXids(Record):
