@@ -58,6 +58,10 @@ LAZY: dict[str, tuple[float, str]] = {
         "GPU isolation (slurm.conf/gres.conf parser, child), only where `isolate.unit: gpu` "
         "meets a fault or a resume puts a GPU back; no measured hook run takes it",
     ),
+    "difflib": (
+        1.0,
+        "isolate.apply.preview: the files' changed lines, `isolate apply --dry-run` only",
+    ),
     "gpugate.slurm.control": (0.9, "commands.ask.ask_slurm_for: the adapter's errors, with it"),
     "threading": (1.5, "checks.sources.gather_dict: a live gather's threads; a replay has none"),
     "signal": (0.9, "runner._kill_group: only a command past its timeout is killed"),
