@@ -76,7 +76,10 @@ LAZY: dict[str, tuple[float, str]] = {
     "hashlib": (5.0, "hooks.flightrec_collect: a dump's digest, only when dumps are kept"),
     "math": (0.1, "checkpoints.layouts: one layout's arithmetic"),
     "pickletools": (4.8, "checkpoints.torchfile: reading a torch checkpoint's pickle"),
-    "gpugate.admin.resume": (7.6, "hooks.health: lifting a drain, only when one has healed"),
+    "gpugate.admin.resume": (
+        7.6,
+        "hooks.health, act.execute (Lift): lifting a drain, only when one has healed",
+    ),
     "gpugate.gate.repair": (4.1, "hooks.health: a reset, only for a drain that asks one"),
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
