@@ -58,6 +58,10 @@ LAZY: dict[str, tuple[float, str]] = {
         "GPU isolation (slurm.conf/gres.conf parser, child), only where `isolate.unit: gpu` "
         "meets a fault or a resume puts a GPU back; no measured hook run takes it",
     ),
+    "difflib": (
+        1.0,
+        "isolate.apply.preview: the files' changed lines, `isolate apply --dry-run` only",
+    ),
     "gpugate.slurm.control": (0.9, "commands.ask.ask_slurm_for: the adapter's errors, with it"),
     "threading": (1.5, "checks.sources.gather_dict: a live gather's threads; a replay has none"),
     "signal": (0.9, "runner._kill_group: only a command past its timeout is killed"),
@@ -72,7 +76,10 @@ LAZY: dict[str, tuple[float, str]] = {
     "hashlib": (5.0, "hooks.flightrec_collect: a dump's digest, only when dumps are kept"),
     "math": (0.1, "checkpoints.layouts: one layout's arithmetic"),
     "pickletools": (4.8, "checkpoints.torchfile: reading a torch checkpoint's pickle"),
-    "gpugate.admin.resume": (7.6, "hooks.health: lifting a drain, only when one has healed"),
+    "gpugate.admin.resume": (
+        7.6,
+        "hooks.health, act.execute (Lift): lifting a drain, only when one has healed",
+    ),
     "gpugate.gate.repair": (4.1, "hooks.health: a reset, only for a drain that asks one"),
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),

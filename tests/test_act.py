@@ -82,6 +82,31 @@ def test_a_drain_the_budget_holds_back_refuses_nothing(config):
     assert "budget" in report.outcomes[-1].said
 
 
+def test_a_held_drain_is_recorded_by_its_step_and_a_dry_run_records_none(config, tmp_path):
+    from gpugate.act.plans import drain_steps
+    from gpugate.store.held import held_entries
+
+    slurm = FakeSlurm()
+    held = config.replace(budget=config.budget.replace(max_drained_share=0.0, min_drains_allowed=0),
+                          admin=config.admin.replace(history_dir=str(tmp_path / "hist")))  # fmt: skip
+    plan = drain_steps(NODE, [fail("gpu.ecc", "GPU3 ECC 120 > 100", gpu=3)])
+    assert [type(s) for s in plan] == [S.Drain, S.Undo, S.RecordHeld, S.Isolate]
+    dry = execute(plan, hands(held, slurm), dry_run=True)
+    assert dry.lines()[2] == f"would record the held drain of {NODE} if the budget holds it back"
+    assert not (tmp_path / "hist").exists() and slurm.node_comments == []
+    report = execute(plan, hands(held, slurm))
+    assert report.drain.held and statuses(report)[2] == ("record", DONE)
+    [entry] = held_entries(str(tmp_path / "hist"))
+    assert (entry.node, entry.reason) == (NODE, report.drain.reason)
+    assert entry.why == report.drain.why and "already drained" in entry.why
+    # Within the budget the drain is done and nothing is held: the step is skipped.
+    report = execute(plan, hands(config, FakeSlurm()))
+    assert report.drain.drained and not report.drain.held
+    assert report.outcomes[2].status == SKIPPED
+    assert report.outcomes[2].said == "the drain budget held nothing back"
+    assert held_entries(str(tmp_path / "hist")) == [entry]
+
+
 def test_a_failing_step_does_not_stop_the_others(config, tmp_path, capsys):
     slurm = FakeSlurm()
     slurm.errors["admin_comment"] = SlurmError("slurmctld down")
@@ -222,6 +247,7 @@ def test_check_dry_run_says_the_prolog_plan_and_does_nothing(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["plan"][0].startswith("would drain n7: gpugate: gpu.ecc: ")
     assert out["plan"][1:] == ["would undo the drain of n7 if beyond the budget",
+                               "would record the held drain of n7 if the budget holds it back",
                                "would isolate the faulty GPU(s) of n7 (isolate.unit: gpu)"]  # fmt: skip
     assert not (tmp_path / "state").exists()
     main(["check", "--facts", snap, "--config", str(site), "--json"])

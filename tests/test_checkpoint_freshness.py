@@ -12,9 +12,11 @@ from fakes import FakeSlurm
 from test_checkpoints import set_age, torch_zip
 from test_epilog import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
 
+from gpugate.act.execute import Hands, execute
+from gpugate.act.plans import requeued_notes
 from gpugate.admin import losses
 from gpugate.admin.report import runs_section
-from gpugate.checkpoints.freshness import judge, measure, message, span, tell_stale
+from gpugate.checkpoints.freshness import judge, measure, message, span
 from gpugate.config import ConfigError, load_config
 from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
@@ -25,6 +27,14 @@ from gpugate.store.view_records import stale_note
 
 MIN = 60.0
 END = 1_800_000_000.0
+
+
+def tell_stale(slurm, job_id, note):
+    """EpilogSlurmctld's stale line after a requeue: its Note step, carried out by the
+    executor; the report's line, or None (no step: nothing to tell)."""
+    plan = requeued_notes(job_id, [("checkpoint age comment", note)])
+    lines = execute(plan, Hands(default_config(), slurm), kept=None).lines()
+    return lines[0] if lines else None
 
 
 def test_a_fresh_checkpoint_is_not_stale_and_costs_its_age():
@@ -176,7 +186,6 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
 
 
 def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
-    from gpugate.act.execute import Outcome, Report
     from gpugate.gate.requeue import RequeueDecision
     from gpugate.hooks import epilog_slurmctld as E
 
@@ -184,21 +193,27 @@ def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
         "checkpoint_stale": True,
         "checkpoint_message": "newest complete checkpoint was 9 min old",
     }])[0]  # fmt: skip
-    for requeue, expected in ((True, ["requeued", "checkpoint age comment"]), (False, ["kept"])):
+    config = default_config()
+    config = config.replace(requeue=config.requeue.replace(start_now=False))  # no child
+    for requeue, expected in ((True, ["scontrol requeue 77", "checkpoint age comment"]),
+                              (False, [])):  # fmt: skip
         slurm = FakeSlurm(jobs=[job_77("")])
         decision = RequeueDecision(requeue=requeue, why="x")
         monkeypatch.setattr(E, "wait_for_summaries", lambda *a: ([stale], {}))
         monkeypatch.setattr(E, "decide_requeue", lambda *a, d=decision: d)
-        # The executor stands in: its report says what was done (gpugate/act/execute.py).
-        said = Outcome(kind="requeue", what="requeued" if requeue else "kept", status="done")
-        monkeypatch.setattr(E, "execute", lambda *a, o=said, **k: Report(outcomes=(o,)))
         monkeypatch.setattr(E, "cast_vote", lambda *a: None)
         monkeypatch.setattr(E, "resume_point", lambda *a: None)
         job = E.JobEnd(job_id="77", uid=0, gid=0, comment="gpugate:ckpt=/ck", restarts=0,
                        exit_code2="1:0", nodes=("gpu-node-01",))  # fmt: skip
-        _, done = E.run_requeue(default_config(), job, slurm, 0)
-        assert done == expected
-        assert bool(slurm.comments) is requeue
+        _, done = E.run_requeue(config, job, slurm, 0)
+        assert done == expected  # the executor's report: one plan, one call
+        assert [c for _, c in slurm.comments] == (
+            ["gpugate: newest complete checkpoint was 9 min old"] if requeue else []
+        )
+        # A dry run says the comment and writes none.
+        slurm = FakeSlurm(jobs=[job_77("")])
+        _, done = E.run_requeue(config, job, slurm, 0, dry_run=True)
+        assert done == [f"would {d}" for d in expected] and slurm.comments == []
 
 
 def test_a_job_without_a_directory_gets_no_checkpoint_fields(tmp_path):

@@ -375,15 +375,21 @@ def test_the_packaged_wait_covers_the_packaged_deadline():
 def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
     from fakes import FakeSlurm
 
-    from gpugate.hooks.epilog_slurmctld import tell_unreadable, writable_problem
+    from gpugate.act.execute import Hands, execute
+    from gpugate.act.plans import requeued_notes
+    from gpugate.gate.requeue import JobEnd
+    from gpugate.hooks.epilog_slurmctld import told_notes, writable_problem
     from gpugate.slurm.records import JobInfo
 
     pending = JobInfo(job_id=5, state="PENDING", nodes=NODES, requeue=True)
     slurm = FakeSlurm(nodes=NODES, jobs=[pending])
-    said = tell_unreadable(slurm, "5", {"n2": "cannot read /ev as slurm: let slurm pass"})
-    assert said == "admin comment: a record unreadable"
+    job = JobEnd(job_id="5", nodes=NODES)
+    unreadable = {"n2": "cannot read /ev as slurm: let slurm pass"}
+    plan = requeued_notes("5", told_notes(job, [], unreadable, None))
+    said = execute(plan, Hands(default_config(), slurm)).lines()
+    assert said == ["admin comment: a record unreadable"]
     assert "cannot read /ev as slurm: let slurm pass" in slurm.job("5").admin_comment
-    assert tell_unreadable(slurm, "5", {}) is None
+    assert requeued_notes("5", told_notes(job, [], {}, None)) == ()
     assert writable_problem(str(tmp_path / "ctl")) is None and (tmp_path / "ctl").is_dir()
     (tmp_path / "file").write_text("")
     problem = writable_problem(str(tmp_path / "file"))

@@ -385,10 +385,15 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     comment = slurm.job("306").admin_comment
     assert "gpugate: flight recorder (the job's dumps): rank 1 on b never entered" in comment
     # Told once: a second controller epilog of the same run writes nothing more.
-    from gpugate.gate.flightrec_votes import tell_culprit
+    from gpugate.act.execute import Hands, execute
+    from gpugate.act.plans import requeued_notes
+    from gpugate.gate.flightrec_votes import culprit_comment
 
-    again = tell_culprit(config, slurm, job, views(_with_fr(C_FIRST)))
-    assert again == "flight recorder comment (unchanged: already there, or no room)"
+    text = culprit_comment(job, views(_with_fr(C_FIRST)))
+    assert text.startswith("flight recorder (the job's dumps): rank 1 on b never entered")
+    again = execute(requeued_notes("306", [("flight recorder comment", text)]),
+                    Hands(config, slurm)).lines()  # fmt: skip
+    assert again == ["flight recorder comment (unchanged: already there, or no room)"]
 
 
 @pytest.mark.parametrize("scenario", ["healthy", "not_entered", "gone", "subgroup", "mismatch"])

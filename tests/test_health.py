@@ -440,3 +440,80 @@ def test_an_isolated_gpu_goes_back_only_after_a_repair_and_its_own_checks(tmp_pa
     assert "GPU 3 put back: repaired: rebooted" in result.message
     (request,) = asked
     assert (request.who, request.why) == ("gpugate health", "repaired: rebooted")
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_says_the_drain_and_does_nothing(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    before = _tree(tmp_path)
+    result = run_health(config, NODE, slurm, dry_run=True)
+    assert (result.status, result.action, result.drained) == ("fail", "drain", False)
+    assert result.steps[0].startswith(f"would drain {NODE}: gpugate: gpu.ecc: GPU3 ")
+    assert f"would healing: {NODE} (gpu.ecc, hardware), 0 passing run(s)" in result.steps
+    assert result.steps[-3:] == ("would log line", "would metrics", "would event")
+    assert slurm.drains == [] and slurm.node_comments == [] and not slurm.node(NODE).drained
+    assert _tree(tmp_path) == before  # no healing entry, history, event or kernel position
+
+
+def test_a_dry_run_says_the_lift_and_lifts_nothing(tmp_path):
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    run_health(config, NODE, slurm)  # drained for real
+    write_boot(tmp_path, "boot-2")
+    swap(tmp_path, make_facts())
+    before = _tree(tmp_path)
+    result = run_health(config, NODE, slurm, dry_run=True)
+    assert (result.action, result.resumed) == ("lift", False)
+    assert result.steps[:3] == (
+        f"would resume {NODE} (checked, audited): repaired: rebooted",
+        f"would healing: forget {NODE}",
+        f"healing: {NODE} (gpu.ecc, hardware), 0 passing run(s) "
+        "(skipped: a dry run assumes the resume goes through)",
+    )
+    assert slurm.resumed == [] and slurm.node(NODE).drained
+    assert _tree(tmp_path) == before  # no audit line, the healing entry as it was
+    result = run_health(config, NODE, slurm)  # then for real: the same plan, carried out
+    assert (result.action, result.resumed, slurm.resumed) == ("lift", True, [NODE])
+    assert result.steps[:2] == (
+        f"resume {NODE} (checked, audited): repaired: rebooted (resumed)",
+        f"healing: forget {NODE}",
+    )
+    assert NODE not in healing.load(config.state_dir)
+
+
+def test_a_refused_lift_keeps_the_drain_and_starts_the_count_again(tmp_path, monkeypatch):
+    from gpugate.admin import resume
+
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    write_boot(tmp_path, "boot-2")
+    swap(tmp_path, make_facts())
+    refused = resume.Attempt(resumed=False, why="GPU3 failing again")
+    monkeypatch.setattr(resume, "check_then_resume", lambda *a: refused)
+    result = run_health(config, NODE, slurm)
+    assert (result.action, result.resumed, result.message) == (
+        "keep", False, "not lifted: GPU3 failing again")  # fmt: skip
+    assert result.steps[1] == f"healing: forget {NODE} (skipped: not resumed)"
+    assert healing.load(config.state_dir)[NODE].passes == 0 and slurm.resumed == []
+
+
+def test_the_cli_dry_run_prints_the_plan(tmp_path, monkeypatch, capsys):
+    import gpugate.slurm.choose
+    from gpugate.cli import main
+    from gpugate.commands import health as command
+
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    monkeypatch.setattr(command, "load_config", lambda path=None: config)
+    monkeypatch.setattr(gpugate.slurm.choose, "backend", lambda *a, **k: slurm)
+    before = _tree(tmp_path)
+    assert main(["health", "--dry-run", "--node", NODE]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{NODE}: FAIL: drain: fail: gpu.ecc: GPU3 ")
+    assert out[1].startswith(f"  PLAN    would drain {NODE}: gpugate: gpu.ecc: GPU3 ")
+    assert slurm.drains == [] and _tree(tmp_path) == before

@@ -276,3 +276,58 @@ def test_a_resume_that_fails_last_undoes_everything_and_the_comment(site) -> Non
     assert slurm.node_comments[-1] == (NODE, "")
     assert (group / "devices.allow").read_text() == "c 195:3 rwm"
     assert slurm.node(NODE).drained
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, capsys) -> None:
+    from gpugate.commands import isolate as command
+
+    config, slurm, etc, group = site
+    requested(config)
+    before = _tree(tmp_path)
+    monkeypatch.setattr(command, "ask_slurm_for", lambda *a: (config, slurm, slurm.node(NODE)))
+    assert command.main(["apply", NODE, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert _tree(tmp_path) == before  # no file, rule, record or lock written
+    assert slurm.fake_cli.commands == [] and slurm.resumed == [] and slurm.node_comments == []
+    assert slurm.drains == []
+    assert out[0] == f"gpugate isolate: {NODE}: dry run, nothing changed; apply would:"
+    assert out[1].startswith(f"  would wait until {NODE} is idle and still drained by gpugate")
+    assert (
+        f"  would deny GPU 3's device to slurmd's jobs: 'c 195:3 rwm' into {group}/devices.deny"
+        in out
+    )
+    dev = tmp_path / "dev"
+    gres = out.index(f"  would write {etc / 'gres.conf'}:")
+    assert out[gres + 1 : gres + 3] == [
+        f"    - NodeName=n1 Name=gpu File={dev}/nvidia[0-7]",
+        f"    + NodeName=n1 Name=gpu File={dev}/nvidia[0-2,4-7]",
+    ]
+    conf_at = out.index(f"  would write {etc / 'slurm.conf'}:")
+    assert out[conf_at + 1 : conf_at + 3] == [
+        "    - NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN",
+        "    + NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:7 State=UNKNOWN",
+    ]
+    assert out[conf_at + 3 :][:2] == [
+        "  would scontrol reconfigure",
+        f"  would wait for Slurm to report {NODE} Gres=gpu:7, registered, at most 2 s",
+    ]
+    assert f"  would resume {NODE}" in out
+    # Then done for real, the same changes are made.
+    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+    assert "Gres=gpu:7" in (etc / "slurm.conf").read_text()
+
+
+def test_a_dry_run_says_when_apply_would_fail(site, tmp_path, monkeypatch, capsys) -> None:
+    from gpugate.commands import isolate as command
+
+    config, slurm, _, _ = site
+    before = _tree(tmp_path)
+    monkeypatch.setattr(command, "ask_slurm_for", lambda *a: (config, slurm, slurm.node(NODE)))
+    assert command.main(["apply", NODE, "--dry-run"]) == 1  # nothing requested here
+    err = capsys.readouterr().err
+    assert f"would fail: {NODE}: no isolation requested here; the node would stay drained" in err
+    assert _tree(tmp_path) == before

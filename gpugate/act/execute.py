@@ -16,7 +16,7 @@ import sys
 from gpugate import log
 from gpugate.act import steps as S
 from gpugate.record import Record
-from gpugate.store import metrics
+from gpugate.store import healing, metrics
 from gpugate.store.state import ensure_job_dir, write_private
 
 TYPE_CHECKING = False
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any
 
+    from gpugate.admin.resume import Attempt
     from gpugate.config.schema import Config
     from gpugate.gate.drain import DrainOutcome
     from gpugate.slurm.control import SlurmControl
@@ -55,10 +56,12 @@ class Outcome(Record):
 
 
 class Report(Record):
-    """What a plan's execution did: each step's outcome, and the drain as it stands after."""
+    """What a plan's execution did: each step's outcome, the drain as it stands after, and
+    the lift's attempt (resumed, or refused and why)."""
 
     outcomes: tuple[Outcome, ...] = ()
     drain: DrainOutcome | None = None  # None: the plan had no Drain (or a dry run)
+    lift: Attempt | None = None  # None: the plan had no Lift (or a dry run)
 
     def lines(self) -> list[str]:
         """Each outcome's line, in the plan's order."""
@@ -105,9 +108,10 @@ def execute(
     None says no line (the caller logs the report's lines itself)."""
     outcomes: list[Outcome] = []
     drain: DrainOutcome | None = None
+    lift: Attempt | None = None
     for step in plan:
         what = _said(step)
-        blocked = _not_due(step.when, drain, dry_run)
+        blocked = _not_due(step.when, drain, lift, dry_run)
         if blocked:
             outcomes.append(Outcome(kind=step.KIND, what=what, status=SKIPPED, said=blocked))
             continue
@@ -124,6 +128,10 @@ def execute(
                 drain = DrainOutcome(
                     reason=step.reason, drained=False, blocked_by="error", why=error
                 )
+            if isinstance(step, S.Lift):  # not resumed: what follows a refusal follows
+                from gpugate.admin.resume import Attempt  # only a plan that lifts
+
+                lift = Attempt(resumed=False, why=error)
             if kept is not None:
                 _failed(hands, what, error, kept)
             outcomes.append(Outcome(kind=step.KIND, what=what, status=FAILED, said=str(exc)))
@@ -131,9 +139,12 @@ def execute(
         if isinstance(step, (S.Drain, S.Undo)):  # the drain as it stands now
             drain = said  # type: ignore[assignment]  # their hands return a DrainOutcome
             said = _drain_said(drain)
+        elif isinstance(step, S.Lift):
+            lift = said  # type: ignore[assignment]  # its hand returns the Attempt
+            said = _lift_said(said)  # type: ignore[arg-type]
         text = said if isinstance(said, str) else ""
         outcomes.append(Outcome(kind=step.KIND, what=what, status=DONE, said=text))
-    return Report(outcomes=tuple(outcomes), drain=drain)
+    return Report(outcomes=tuple(outcomes), drain=drain, lift=lift)
 
 
 def _said(step: S.Step) -> str:
@@ -143,16 +154,37 @@ def _said(step: S.Step) -> str:
         return step.KIND
 
 
-def _not_due(when: str, drain: DrainOutcome | None, dry_run: bool) -> str:
+def _not_due(when: str, drain: DrainOutcome | None, lift: Attempt | None, dry_run: bool) -> str:
     """Why a step with this `when` is not due now ("" when it is). A dry run assumes the drain
-    it would do takes the node: it shows the whole plan."""
-    if when == S.ALWAYS or (dry_run and drain is None):
+    it would do takes the node, and the resume it would ask goes through."""
+    if when == S.ALWAYS:
+        return ""
+    if when in (S.LIFTED, S.NOT_LIFTED):
+        return _lift_not_due(when, lift, dry_run)
+    if dry_run and drain is None:
         return ""
     if when == S.DRAINED and not (drain is not None and drain.drained):
         return "not drained" + (f" ({drain.blocked_by})" if drain and drain.blocked_by else "")
     if when == S.NOT_HELD and drain is not None and drain.blocked_by == "budget":
         return "the drain budget held the drain back"
+    if when == S.HELD and not (drain is not None and drain.held):
+        return "the drain budget held nothing back"
     return ""
+
+
+def _lift_not_due(when: str, lift: Attempt | None, dry_run: bool) -> str:
+    if dry_run and lift is None:
+        return "" if when == S.LIFTED else "a dry run assumes the resume goes through"
+    resumed = lift is not None and lift.resumed
+    if when == S.LIFTED and not resumed:
+        return "not resumed"
+    if when == S.NOT_LIFTED and lift is None:
+        return "no resume tried"
+    return "resumed" if when == S.NOT_LIFTED and resumed else ""
+
+
+def _lift_said(attempt: Attempt) -> str:
+    return "resumed" if attempt.resumed else f"refused: {attempt.why}"
 
 
 def _drain_said(outcome: DrainOutcome | None) -> str:
@@ -227,6 +259,15 @@ def _isolate(step: S.Isolate, hands: Hands, _: DrainOutcome | None) -> str:
     return line
 
 
+def _lift(step: S.Lift, hands: Hands, _: DrainOutcome | None) -> Attempt:
+    """Resume through `gpugate resume`'s own path (checks, qualification, audit): the Attempt."""
+    from gpugate.admin.resume import Request, check_then_resume, restore_isolated
+
+    request = Request(node=step.info.name, why=step.why, who=step.who)
+    act = restore_isolated if step.put_back else check_then_resume
+    return act(hands.config, hands.slurm(), step.info, request)
+
+
 def _refuse(step: S.Refuse, hands: Hands, _: DrainOutcome | None) -> str:
     """Leave a note for this job's epilog: the job never ran here, there is nothing to collect.
 
@@ -283,6 +324,25 @@ def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> 
     return ""
 
 
+def _record_held(step: S.RecordHeld, hands: Hands, drain: DrainOutcome | None) -> str:
+    if drain is None:  # `when: held` makes it due only after a held drain
+        raise ValueError("no held drain to record")
+    from gpugate.store.held import note_held  # only a drain the budget held back
+
+    note_held(hands.config, step.node, drain.reason, drain.why)
+    return ""
+
+
+def _record_healing(step: S.RecordHealing, hands: Hands, _: DrainOutcome | None) -> str:
+    healing.put(hands.config.state_dir, step.entry)
+    return ""
+
+
+def _forget_healing(step: S.ForgetHealing, hands: Hands, _: DrainOutcome | None) -> str:
+    healing.forget(hands.config.state_dir, step.node)
+    return ""
+
+
 def _record_xids(step: S.RecordUnknownXids, hands: Hands, _: DrainOutcome | None) -> str:
     from gpugate.store import history
 
@@ -309,6 +369,7 @@ _HANDS: dict[type[S.Step], Callable[[Any, Hands, DrainOutcome | None], object]] 
     S.Drain: _drain,
     S.Undo: _undo,
     S.Isolate: _isolate,
+    S.Lift: _lift,
     S.Refuse: _refuse,
     S.Requeue: _requeue,
     S.Exclude: _exclude,
@@ -316,6 +377,9 @@ _HANDS: dict[type[S.Step], Callable[[Any, Hands, DrainOutcome | None], object]] 
     S.NoteBeside: _note_beside,
     S.Note: _comment,
     S.RecordDrain: _record_drain,
+    S.RecordHeld: _record_held,
+    S.RecordHealing: _record_healing,
+    S.ForgetHealing: _forget_healing,
     S.RecordUnknownXids: _record_xids,
     S.RecordMetrics: _record_metrics,
     S.RecordEvent: _record_event,

@@ -3,11 +3,23 @@ carrying out the controller's requeue decision (EpilogSlurmctld, `gpugate requeu
 
 from __future__ import annotations
 
-from gpugate.act.steps import Drain, Exclude, Isolate, Note, NoteBeside, Requeue, StartNow, Undo
+from gpugate.act.steps import (
+    Drain,
+    Exclude,
+    Isolate,
+    Note,
+    NoteBeside,
+    RecordHeld,
+    Requeue,
+    StartNow,
+    Undo,
+)
 from gpugate.slurm.reasons import drain_reason, evidence_detail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpugate.act.steps import Plan, Step
     from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
@@ -24,8 +36,9 @@ def drain_steps(
 ) -> Plan:
     """Drain `node` for `failing` with gpugate's reason (the first failure and how many more;
     the evidence bundle named when there is one), within the budget; undo a drain that ranks
-    beyond it once concurrent drains have landed; then take out only the faulty GPU where the
-    site isolates GPUs (`isolate.unit: gpu`)."""
+    beyond it once concurrent drains have landed; record a drain the budget held back (either
+    way) in the history; then take out only the faulty GPU where the site isolates GPUs
+    (`isolate.unit: gpu`)."""
     from gpugate.gate.drain import drain_detail  # only a failing hook plans a drain (start-up)
 
     check, detail = drain_detail(failing)
@@ -34,6 +47,7 @@ def drain_steps(
     return (
         Drain(node=node, check=check, reason=drain_reason(check, detail)),
         Undo(node=node, check=check),
+        RecordHeld(node=node),
         Isolate(node=node, failing=tuple(failing), gpus=gpus, boot_id=boot_id),
     )
 
@@ -64,3 +78,13 @@ def requeue_steps(
     elif decision.tell:
         plan.append(NoteBeside(job=job, decision=decision))
     return tuple(plan)
+
+
+def requeued_notes(job_id: str, notes: Iterable[tuple[str, str | None]]) -> Plan:
+    """What else a requeued job's AdminComment says, appended to what is there ("job+"):
+    `notes` are (the report's name for it, the text or None: nothing to say). Only a requeued
+    job: it is pending again, and slurmctld refuses an AdminComment on a finished one ("Job
+    has already finished"), which the job is while its node epilogs run."""
+    return tuple(
+        Note(target="job+", name=job_id, text=text, label=label) for label, text in notes if text
+    )

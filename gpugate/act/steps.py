@@ -6,7 +6,9 @@ clock here, so a plan can be built, compared in a test and printed by `--dry-run
 
 `when` ties a step to the plan's drain: "" runs always, DRAINED only once this plan's Drain
 took the node (and no Undo gave it back), NOT_HELD unless the drain budget held the drain back
-(a refusal then would only make Slurm drain the node itself, "Prolog error").
+(a refusal then would only make Slurm drain the node itself, "Prolog error"), HELD only when it
+did (counted before the drain, or undone beyond the budget after it). LIFTED and NOT_LIFTED tie
+a step to the plan's Lift the same way: whether the resume went through or was refused.
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ if TYPE_CHECKING:
     from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
     from gpugate.gate.requeue import JobEnd, RequeueDecision
+    from gpugate.slurm.records import NodeInfo
+    from gpugate.store.healing import Healing
 
 ALWAYS = ""
 DRAINED = "drained"
 NOT_HELD = "not_held"
+HELD = "held"
+LIFTED = "lifted"
+NOT_LIFTED = "not_lifted"
 
 
 class Step(record.Record):
@@ -74,6 +81,24 @@ class Isolate(Step):
 
     def describe(self) -> str:
         return f"isolate the faulty GPU(s) of {self.node} (isolate.unit: gpu)"
+
+
+class Lift(Step):
+    """Resume gpugate's drain of the node in `info` (Slurm's record, as the decision read it)
+    through `gpugate resume`'s checked and audited path (admin.resume.check_then_resume: the
+    node's checks again, the qualification, the audit log, as `who`); with `put_back`, put its
+    isolated GPU(s) back first (restore_isolated). The resume may be refused (the checks fail
+    now): what follows says `when` LIFTED or NOT_LIFTED."""
+
+    KIND = "lift"
+    info: NodeInfo
+    why: str
+    who: str = "gpugate health"
+    put_back: bool = False
+
+    def describe(self) -> str:
+        what = "put back the isolated GPU(s) of" if self.put_back else "resume"
+        return f"{what} {self.info.name} (checked, audited): {self.why}"
 
 
 class Refuse(Step):
@@ -129,8 +154,11 @@ class Note(Step):
     target: str  # job / job+ / node
     name: str
     text: str
+    label: str = ""  # how the report names it ("checkpoint age comment"); "" says the target
 
     def describe(self) -> str:
+        if self.label:
+            return self.label
         return "node comment" if self.target == "node" else "admin comment"
 
 
@@ -167,6 +195,44 @@ class RecordDrain(Record):
 
     def describe(self) -> str:
         return f"history: drain of {self.node}"
+
+
+class RecordHeld(Record):
+    """The drain the budget held back, in the history's held entries (what `gpugate nodes`,
+    report, evidence and resume show as "would drain (budget)").
+
+    The budget is counted when the Drain runs (and again when the Undo settles), so whether
+    a drain is held is known only then: the plan says "if held, record it" (`when` HELD) and
+    names the node; the reason wanted and why it was held are the drain's outcome's, handed
+    to this step by the executor. A dry run counts nothing: it says it would record one if
+    the budget holds the drain back, and writes nothing.
+    """
+
+    node: str
+    when: str = HELD
+
+    def describe(self) -> str:
+        return f"record the held drain of {self.node} if the budget holds it back"
+
+
+class RecordHealing(Record):
+    """The health check's entry for gpugate's drain of a node (store/healing.py): the check,
+    its fault class, since when, the boot then, the passing runs counted since."""
+
+    entry: Healing
+
+    def describe(self) -> str:
+        e = self.entry
+        return f"healing: {e.node} ({e.check}, {e.fault}), {e.passes} passing run(s)"
+
+
+class ForgetHealing(Record):
+    """The node's healing entry dropped (its drain lifted, or no longer gpugate's)."""
+
+    node: str
+
+    def describe(self) -> str:
+        return f"healing: forget {self.node}"
 
 
 class RecordUnknownXids(Record):

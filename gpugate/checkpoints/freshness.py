@@ -16,7 +16,8 @@ anything. What the child answers is untrusted and checked here (`_answer`).
 - Stale: the work at risk is longer than `max_age_s`. So a run that resumed from an old
   checkpoint and died a minute later is not blamed for the old age. A stale end gets a line
   in the bundle's decisive.txt and, when EpilogSlurmctld requeues the job, in its AdminComment
-  (`tell_stale`: slurmctld takes no AdminComment on a job that has finished).
+  (view_records.stale_note's line, appended by gpugate/act/plans.py requeued_notes: slurmctld
+  takes no AdminComment on a job that has finished).
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
-
-    from gpugate.slurm.control import SlurmControl
 
 
 class Freshness(Record):
@@ -148,22 +147,6 @@ def summary_fields(f: Freshness | None) -> dict[str, Any]:
     return {"checkpoint_age_s": _round(f.age_s), "checkpoint_stale": f.stale,
             "checkpoint_message": message(f),
             "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
-
-
-def tell_stale(slurm: SlurmControl, job_id: str, note: str | None) -> str | None:
-    """EpilogSlurmctld, after a requeue: a stale end's line in the job's AdminComment.
-
-    Only there: slurmctld refuses an AdminComment on a finished job ("Job has already
-    finished"), which the job is while its node epilogs run; a requeued job is pending again.
-    Merged with what is there (merge_admin_comment). Returns the step done, or None.
-    """
-    if not note:  # no node's record says its checkpoint was stale (view_records.stale_note)
-        return None
-    try:
-        written = slurm.add_admin_comment(job_id, note)
-    except Exception as exc:  # the requeue is done; the bundle and the metrics still say it
-        return f"checkpoint age comment failed: {exc}"
-    return "checkpoint age comment" + ("" if written else " (unchanged: already there, or no room)")
 
 
 def _round(value: object) -> object:

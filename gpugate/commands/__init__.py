@@ -44,7 +44,8 @@ HOOK_HELP: dict[str, str] = {
         "failing node as the prolog does (same reasons, budget, never an admin's drain); skip "
         "what running jobs change on their GPUs; lift gpugate's own transient drains after "
         "health.heal_after_passes passing runs, hardware drains only after a reboot and a "
-        "passing checklist (audited like `gpugate resume`). Always exits 0."
+        "passing checklist (audited like `gpugate resume`). Always exits 0. `--dry-run "
+        "[--node NAME]`: decide as it would now and print the plan; nothing is changed."
     ),
 }
 

@@ -6,10 +6,14 @@ from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
 from gpugate.isolate import apply
 from gpugate.names import refuse
+from gpugate.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
 
 
 def parser() -> ArgumentParser:
@@ -19,11 +23,16 @@ def parser() -> ArgumentParser:
         "`apply NODE`: carry out the GPU isolation a hook requested on this node (the hook "
         "starts it in the background: drain held, device denied, slurm.conf and gres.conf "
         "rewritten, `scontrol reconfigure`, the count read back, resume; any failure leaves the "
-        "node drained with the reason). `check NODE`: say whether this site can isolate a GPU "
-        "of NODE, and why not. Exit 0, or 1 when the isolation failed or cannot be done.",
+        "node drained with the reason); with --dry-run, say each of those changes (the device "
+        "rule, the files' lines, the Slurm calls) and change nothing. `check NODE`: say whether "
+        "this site can isolate a GPU of NODE, and why not. Exit 0, or 1 when the isolation "
+        "failed or cannot be done (or, dry, would fail).",
     )
     p.add_argument("action", choices=("apply", "check"))
     p.add_argument("node")
+    p.add_argument(
+        "--dry-run", action="store_true", help="apply: say what it would do, change nothing"
+    )
     p.add_argument("--config", metavar="FILE", help="site config")
     return p
 
@@ -48,6 +57,8 @@ def main(argv: list[str]) -> int:
     if not apply.this_node_is(args.node):
         return refuse("gpugate isolate", f"apply runs on {args.node} itself (its cgroup)",
                       EXIT_UNHEALTHY)  # fmt: skip
+    if args.dry_run:
+        return dry_run(config, slurm, args.node)
     try:
         done = apply.apply(config, slurm, args.node)
     except apply.IsolationFailed as exc:
@@ -57,4 +68,17 @@ def main(argv: list[str]) -> int:
         return refuse("gpugate isolate", f"{args.node}: {gpus} not isolated: {done.why}; "
                       "the node stays drained", EXIT_UNHEALTHY)  # fmt: skip
     print(f"gpugate isolate: {args.node}: {gpus} out of Slurm's service; the node is back")
+    return EXIT_OK
+
+
+def dry_run(config: Config, slurm: SlurmControl, node: str) -> int:
+    """`apply NODE --dry-run`: what apply would do now, each a `would` line; nothing changed."""
+    try:
+        lines = apply.preview(config, slurm, node)
+    except apply.IsolationFailed as exc:
+        return refuse("gpugate isolate", f"dry run: would fail: {exc}; the node would stay drained",
+                      EXIT_UNHEALTHY)  # fmt: skip
+    print(f"gpugate isolate: {printable(node)}: dry run, nothing changed; apply would:")
+    for line in lines:
+        print(f"  {'' if line.startswith('  ') else 'would '}{printable(line)}")
     return EXIT_OK

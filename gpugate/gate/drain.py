@@ -46,6 +46,9 @@ class DrainOutcome(Record):
     # "admin" (not our drain), "budget" (too many drains), "error" (the drain itself failed)
     blocked_by: str | None = None
     why: str = ""
+    # The budget held it back and said so (Comment, log, event): the held entry is to be
+    # recorded (the plan's RecordHeld; drain_node's own). Not a drain lifted while it settled.
+    held: bool = False
 
 
 def drain_node(
@@ -55,7 +58,11 @@ def drain_node(
     reason = drain_reason(check_id, detail)
     outcome = drain_counted(slurm, node, reason, config, check_id)
     if outcome.drained and config is not None:
-        return undo_beyond_budget(slurm, node, outcome, config, check_id)
+        outcome = undo_beyond_budget(slurm, node, outcome, config, check_id)
+    if outcome.held and config is not None:  # no plan here (qualify): recorded here
+        from gpugate.store.held import note_held
+
+        note_held(config, node, reason, outcome.why)
     return outcome
 
 
@@ -70,7 +77,9 @@ def drain_counted(
             note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
             blocked = None
         if blocked:
-            return DrainOutcome(reason=reason, drained=False, blocked_by="budget", why=blocked)
+            return DrainOutcome(
+                reason=reason, drained=False, blocked_by="budget", why=blocked, held=True
+            )
     try:
         change = slurm.drain(node, reason)
     except NotOurDrain as exc:
@@ -97,7 +106,8 @@ def undo_beyond_budget(
         note(f"could not settle the drain budget ({type(exc).__name__}: {exc}); drained")
         undone = None
     if undone:
-        return drained.replace(drained=False, blocked_by="budget", why=undone)
+        return drained.replace(drained=False, blocked_by="budget", why=undone,
+                               held=undone != LIFTED)  # fmt: skip
     return drained
 
 
@@ -248,11 +258,9 @@ def _count_unknown(
 def _over_budget_actions(
     slurm: SlurmControl, node: str, reason: str, why: str, config: Config
 ) -> None:
-    """A node comment saying what gpugate would have done, a loud log line, an event, and
-    the history's held entry (what `gpugate nodes`, report, evidence and resume show)."""
-    from gpugate.store.held import note_held
-
-    note_held(config, node, reason, why)
+    """A node comment saying what gpugate would have done, a loud log line and an event. The
+    history's held entry is the caller's, from the outcome's `held` (a plan's RecordHeld step,
+    gpugate/act; drain_node's own): a dry run records nothing."""
     log.error(
         config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
     )

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
-    from gpugate.slurm.control import SlurmControl
 
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
 
@@ -71,23 +70,15 @@ def with_culprit(
     return (node, *(n for n in suspects if n != node))
 
 
-def tell_culprit(
-    config: Config, slurm: SlurmControl, job: JobEnd, summaries: list[ControllerRecord]
-) -> str | None:
-    """EpilogSlurmctld, after a requeue: the culprit in the job's AdminComment, or None.
+def culprit_comment(job: JobEnd, summaries: list[ControllerRecord]) -> str | None:
+    """The culprit's line for a requeued job's AdminComment, or None (nothing decided).
 
-    Only on a requeued job (pending again: slurmctld refuses an AdminComment on a finished
-    one, gpugate/checkpoints/freshness.py tell_stale). The text names the job's own dumps as
-    its source; admin_comment makes it one clean, capped line (op names come from the dumps).
+    The controller appends it once it has requeued the job (gpugate/act/plans.py
+    requeued_notes). The text names the job's own dumps as its source; admin_comment makes it
+    one clean, capped line (op names come from the dumps).
     """
     _, found = culprit_node(job, summaries)
     text = (found or {}).get("text")
     if not isinstance(text, str) or not text or (found or {}).get("state") is None:
         return None
-    try:
-        written = slurm.add_admin_comment(job.job_id, f"flight recorder (the job's dumps): {text}")
-    except Exception as exc:  # the requeue is done; the bundles and `gpugate evidence` say it
-        return f"flight recorder comment failed: {exc}"
-    return "flight recorder comment" + (
-        "" if written else " (unchanged: already there, or no room)"
-    )
+    return f"flight recorder (the job's dumps): {text}"

@@ -14,9 +14,8 @@ import os
 
 from gpugate import log
 from gpugate.act.execute import Hands, execute
-from gpugate.act.plans import requeue_steps
-from gpugate.checkpoints.freshness import tell_stale
-from gpugate.gate.flightrec_votes import tell_culprit, with_culprit
+from gpugate.act.plans import requeue_steps, requeued_notes
+from gpugate.gate.flightrec_votes import culprit_comment, with_culprit
 from gpugate.gate.requeue import (
     JobEnd,
     decide_requeue,
@@ -63,9 +62,11 @@ def run_requeue(
     wait_s: float,
     dry_run: bool = False,
     accounts: list[ReadAccount] | None = None,
+    cannot_write: str | None = None,
 ) -> tuple[Any, ...]:
     """Gather the evidence, decide, act; returns (decision, steps done). `accounts` gets
-    what was read of the records and what not."""
+    what was read of the records and what not; `cannot_write` (writable_problem's line) is
+    told to a requeued job too."""
     # A failed multi-node job's bundles are waited for to vote on its suspect, too.
     wait = needs_evidence(job, config) or wants_votes(job, config)
     accounts = [] if accounts is None else accounts
@@ -100,14 +101,26 @@ def run_requeue(
                                     ckpt_dir=ckpt_dir)  # fmt: skip
     # Decided: the plan (act/plans.requeue_steps), carried out or, dry, only said.
     plan = requeue_steps(decision, job, config, pins(slurm, job.job_id, decision, config))
+    if decision.requeue:  # pending again: the job takes an AdminComment
+        plan += requeued_notes(job.job_id, told_notes(job, summaries, unreadable, cannot_write))
     hands = Hands(config, slurm, hook="epilog-slurmctld")
     done = execute(plan, hands, dry_run=dry_run, kept=None).lines()  # logged below, by the caller
-    if decision.requeue and not dry_run:  # pending again: the job takes an AdminComment
-        told = [tell_stale(slurm, job.job_id, stale_note(summaries)),
-                tell_culprit(config, slurm, job, summaries),
-                tell_unreadable(slurm, job.job_id, unreadable)]  # fmt: skip
-        done += [t for t in told if t]
     return decision, done
+
+
+def told_notes(
+    job: JobEnd,
+    summaries: list[ControllerRecord],
+    unreadable: dict[str, str],
+    cannot_write: str | None,
+) -> list[tuple[str, str | None]]:
+    """What a requeued job's AdminComment also says, each (the report's name for it, the
+    text or None): a stale checkpoint, the flight recorder's culprit, which node's record
+    could not be read, and that the decisions could not be recorded."""
+    return [("checkpoint age comment", stale_note(summaries)),
+            ("flight recorder comment", culprit_comment(job, summaries)),
+            ("admin comment: a record unreadable", next(iter(unreadable.values()), None)),
+            ("admin comment: controller_dir unwritable", cannot_write)]  # fmt: skip
 
 
 def drill_of(summaries: list[ControllerRecord]) -> str | None:
@@ -141,10 +154,9 @@ def run_epilog_slurmctld(config: Config) -> int:
         log.say(f"epilog-slurmctld job {job.job_id}: {cannot_write}")
     accounts: list[ReadAccount] = []
     wait_s = config.requeue.wait_for_bundles_s
-    decision, done = run_requeue(config, job, slurm, wait_s, accounts=accounts)
+    decision, done = run_requeue(config, job, slurm, wait_s, accounts=accounts,
+                                 cannot_write=cannot_write)  # fmt: skip
     read = accounts[0] if accounts else None
-    if cannot_write and decision.requeue:  # a requeued job takes an AdminComment
-        done.append(_comment(slurm, job.job_id, cannot_write, "controller_dir unwritable"))
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
     log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
               requeue=decision.requeue, slurm=slurm.kind,
@@ -158,13 +170,6 @@ def run_epilog_slurmctld(config: Config) -> int:
               not_read_count=len(read.not_read) if read else None,
               steps=done, pid=os.getpid())  # fmt: skip
     return 0
-
-
-def tell_unreadable(slurm: SlurmControl, job_id: str, unreadable: dict[str, str]) -> str | None:
-    """A requeued job's AdminComment also says which node's record could not be read."""
-    if not unreadable:
-        return None
-    return _comment(slurm, job_id, next(iter(unreadable.values())), "a record unreadable")
 
 
 def writable_problem(directory: str) -> str | None:
@@ -185,11 +190,3 @@ def writable_problem(directory: str) -> str | None:
     return (f"cannot write {directory} as {who}: give it to {who} (chown {who} {directory}; "
             f"the package does) or set controller_dir to a directory {who} owns [{why}]; the "
             "decisions are not recorded for gpugate report")  # fmt: skip
-
-
-def _comment(slurm: SlurmControl, job_id: str, text: str, what: str) -> str:
-    try:
-        slurm.add_admin_comment(job_id, text)
-        return f"admin comment: {what}"
-    except Exception as exc:  # the requeue is done; the log line says it
-        return f"admin comment failed: {exc}"

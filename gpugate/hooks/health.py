@@ -8,6 +8,8 @@ a job's load trips (`load=` on their `@check` line) are skipped, and host memory
 runs (gpugate/gate/shared.py, which the prolog uses too).
 A drain gpugate set is lifted by the rules of gpugate/health/heal.py, through `gpugate
 resume`'s own code path and audit log. A drain someone else set is never touched.
+Each branch decides a plan (Drain, Lift, RecordHealing, ForgetHealing: gpugate/act/steps.py)
+that the executor carries out, or with `dry_run` only says (`gpugate health --dry-run`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,15 @@ import time
 from gpugate.act.execute import Hands, execute, planned
 from gpugate.act.plans import drain_steps
 from gpugate.act.steps import (
+    DRAINED,
+    LIFTED,
+    NOT_LIFTED,
     Drain,
+    ForgetHealing,
+    Lift,
     RecordDrain,
     RecordEvent,
+    RecordHealing,
     RecordMetrics,
     Say,
 )
@@ -78,6 +86,15 @@ class HealthResult(Record):
     steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)
 
 
+class Decided(Record):
+    """One branch's decision: the result when its plan is carried out, the plan, and the
+    result when the plan's Lift is refused (its message then ends with the refusal's why)."""
+
+    result: HealthResult
+    plan: tuple[Step, ...] = ()
+    refused: HealthResult | None = None
+
+
 def busy(info: NodeInfo) -> bool:
     """Whether a job runs (or is ending) on the node."""
     return info.state in _BUSY_STATES or any(f in _BUSY_STATES for f in info.flags)
@@ -99,19 +116,27 @@ def judge(
     )
 
 
-def run_health(config: Config, node: str, slurm: SlurmControl) -> HealthResult:
+def run_health(
+    config: Config, node: str, slurm: SlurmControl, dry_run: bool = False
+) -> HealthResult:
     """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited; its
-    log line, history, metrics and event recorded by the executor."""
+    log line, history, metrics and event recorded by the executor. `dry_run`: gather, check
+    and decide, and say the plan (`would ...` in `steps`): nothing drained, lifted, repaired
+    or recorded."""
     hands = Hands(config, slurm, note=note, hook="health")
-    result, boot = judge_and_act(config, node, hands)
+    result, boot = judge_and_act(config, node, hands, dry_run)
     # Decided and done: the bookkeeping cannot undo it (each step on its own).
     records = (say_verdict, note_history, note_metrics, note_event)
-    report = execute(planned("health", records, config, node, result, boot), hands, kept="decision")
+    plan = planned("health", records, config, node, result, boot)
+    report = execute(plan, hands, dry_run=dry_run, kept="decision")
     return result.replace(steps=result.steps + tuple(report.lines()))
 
 
-def judge_and_act(config: Config, node: str, hands: Hands) -> tuple[HealthResult, str | None]:
-    """Gather, check, decide, act: what was decided and done, and this boot's id."""
+def judge_and_act(
+    config: Config, node: str, hands: Hands, dry_run: bool = False
+) -> tuple[HealthResult, str | None]:
+    """Gather, check, decide, act: what was decided and done, and this boot's id. Each branch
+    decides a plan (Decided); the executor carries it out (`dry_run`: says it)."""
     started = time.monotonic()
     slurm = hands.slurm()
     try:
@@ -126,36 +151,57 @@ def judge_and_act(config: Config, node: str, hands: Hands) -> tuple[HealthResult
     decision = decide(findings, config.policy, phase="health")
     statuses = check_statuses(findings, config)
     boot = facts.boot_id or boot_id(config)
+    repaired = ""
     if info.drained and info.reason and not info.gpugate_owned:
-        healing_forget(config, node)  # an admin's drain: gpugate's entry no longer applies
-        result = HealthResult(status=decision.status, action="none", blocked_by="admin",
-                              message=f"{node} drained by someone else ({info.reason!r}); left alone")  # fmt: skip
+        # An admin's drain: gpugate's healing entry no longer applies.
+        decided = Decided(result=HealthResult(status=decision.status, action="none", blocked_by="admin",
+                          message=f"{node} drained by someone else ({info.reason!r}); left alone"),
+                          plan=(ForgetHealing(node=node),))  # fmt: skip
     elif info.drained and info.gpugate_owned and _ended_drill(config, info):
         # A drill's drain whose window has closed (its command may have died): the fault was
         # never real, so the node goes back once the real facts pass (a drill never outlives it).
-        result = lift_drill(config, slurm, info, decision)
+        decided = lift_drill(info, decision)
     elif info.drained and info.gpugate_owned:
-        repaired = repair(config, slurm, node, findings, idle=not any_job)
+        # The opt-in repair acts before the decision (a reset is repair evidence): a dry run
+        # does not repair, and decides on what it sees now.
+        repaired = "" if dry_run else repair(config, slurm, node, findings, idle=not any_job)
         if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
             facts, findings = judge(config, node, slurm, any_job, gres)
             decision = decide(findings, config.policy, phase="health")
-        result = keep_or_lift(config, slurm, info, decision, boot, any_job)
-        result = result.replace(message=_joined(result.message, repaired))
-    elif decision.action == DRAIN:
-        result = drain_for(config, hands, node, decision, boot, facts.gpus)
+        decided = keep_or_lift(config, info, decision, boot, any_job)
+    elif decision.action == DRAIN:  # drain_for carries out its own plan (the drain's outcome)
+        result = drain_for(config, hands, node, decision, boot, facts.gpus, dry_run)
         if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
             result = result.replace(message=_joined(result.message, repair(
                 config, slurm, node, findings, idle=False)))  # fmt: skip
+        decided = Decided(result=result)
     else:
-        healing_forget(config, node)
-        result = HealthResult(status=decision.status, action="allow", message=decision.status)
-        put_back = put_back_if_repaired(config, slurm, info, facts, boot, any_job)
-        if put_back is not None:
-            result = put_back.replace(status=decision.status)
-    if result.action != "drain" or result.drained:
-        # Not moved past a failure gpugate could not act on: the prolog must still see it.
+        allowed = HealthResult(status=decision.status, action="allow", message=decision.status)
+        put_back = put_back_if_repaired(config, info, facts, boot, any_job, decision.status)
+        decided = put_back or Decided(result=allowed)
+        decided = decided.replace(plan=(ForgetHealing(node=node), *decided.plan))
+    result = carry_out(decided, hands, dry_run)
+    result = result.replace(message=_joined(result.message, repaired))
+    # Not moved past a failure gpugate could not act on: the prolog must still see it (nor by
+    # a dry run: the real runs' position stands).
+    if not dry_run and (result.action != "drain" or result.drained):
         remember_kernel_pos(config, facts)
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started), boot
+
+
+def carry_out(decided: Decided, hands: Hands, dry_run: bool) -> HealthResult:
+    """The executor carries out the branch's plan (a dry run says it); the result, as the
+    Lift's attempt turned out, with the steps' lines."""
+    if not decided.plan:
+        return decided.result
+    report = execute(decided.plan, hands, dry_run=dry_run, kept="decision")
+    result = decided.result
+    attempt = report.lift
+    if attempt is not None and not attempt.resumed and decided.refused is not None:
+        result = decided.refused.replace(message=decided.refused.message + attempt.why)
+    elif dry_run:  # said, not done
+        result = result.replace(resumed=False)
+    return result.replace(steps=result.steps + tuple(report.lines()))
 
 
 _DRILL_REASON = lazy(r"^gpugate:\s*DRILL (\S+?):")
@@ -171,22 +217,15 @@ def _ended_drill(config: Config, info: NodeInfo) -> bool:
     return drill is None or drill.get("id") != m.group(1)
 
 
-def lift_drill(
-    config: Config, slurm: SlurmControl, info: NodeInfo, decision: Decision
-) -> HealthResult:
+def lift_drill(info: NodeInfo, decision: Decision) -> Decided:
     """Resume a node drained by an ended drill, through resume's checked and audited path."""
-    from gpugate.admin.resume import Request, check_then_resume
-
     status = decision.status
     why = f"drill ended: {info.reason}"
-    request = Request(node=info.name, why=why, who="gpugate health")
-    attempt = check_then_resume(config, slurm, info, request)
-    if not attempt.resumed:
-        return HealthResult(
-            status=status, action="keep", message=f"drill drain kept: {attempt.why}"
-        )
-    healing_forget(config, info.name)
-    return HealthResult(status=status, action="lift", resumed=True, message=why)
+    return Decided(
+        result=HealthResult(status=status, action="lift", resumed=True, message=why),
+        plan=(Lift(info=info, why=why), ForgetHealing(node=info.name, when=LIFTED)),
+        refused=HealthResult(status=status, action="keep", message="drill drain kept: "),
+    )
 
 
 def repair(
@@ -219,27 +258,29 @@ def drain_for(
     decision: Decision,
     boot: str | None,
     gpus: tuple[Gpu, ...] | None = None,
+    dry_run: bool = False,
 ) -> HealthResult:
     """Drain an in-service node that fails, as the prolog does (budget, ownership: the
-    executor carries out act.plans.drain_steps); remember it."""
+    executor carries out act.plans.drain_steps), and remember it for healing once drained."""
     plan = drain_steps(node, list(decision.failing), gpus, boot)
     drain = plan[0]
     check_id = drain.check if isinstance(drain, Drain) else "unknown"
+    entry = Healing(node=node, check=check_id, fault=fault_class(check_id), since=time.time(),
+                    boot_id=boot)  # fmt: skip
+    plan += (RecordHealing(entry=entry, when=DRAINED),)
     message = f"fail: {check_id}: {drain_detail(list(decision.failing))[1]}"
-    report = execute(plan, hands, kept="decision")
+    report = execute(plan, hands, dry_run=dry_run, kept="decision")
     outcome = report.drain
     steps = tuple(report.lines())
+    if dry_run:
+        return HealthResult(status="fail", action="drain", check=check_id, message=message,
+                            steps=steps)  # fmt: skip
     if (
         outcome is None or outcome.blocked_by == "error"
     ):  # controller down: the next run tries again
         note(f"could not drain {node}: {outcome.why if outcome else 'no drain step'}")
         return HealthResult(status="fail", action="drain", blocked_by="error", check=check_id,
                             message=message, steps=steps)  # fmt: skip
-    if outcome.drained:
-        entry = Healing(
-            node=node, check=check_id, fault=fault_class(check_id), since=time.time(), boot_id=boot
-        )
-        healing_put(config, entry)
     return HealthResult(status="fail", action="drain", reason=outcome.reason, drained=outcome.drained,
                         blocked_by=outcome.blocked_by, check=check_id, message=message,
                         steps=steps)  # fmt: skip
@@ -259,21 +300,21 @@ def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
 
 def keep_or_lift(
     config: Config,
-    slurm: SlurmControl,
     info: NodeInfo,
     decision: Decision,
     boot: str | None,
     any_job: bool,
-) -> HealthResult:
-    """gpugate's own drain: count the passing runs and lift it when heal.py says so."""
+) -> Decided:
+    """gpugate's own drain: count the passing runs, and lift it when heal.py says so (a
+    refused resume starts the count again)."""
 
     entry = current_entry(config, info, boot)
     failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)
+    status = decision.status
     if not failing and any_job:
         # The jobs still on the draining node hide what they change: this run proves nothing.
-        return HealthResult(
-            status=decision.status, action="keep", message="jobs still run; pass not counted"
-        )
+        return Decided(result=HealthResult(status=status, action="keep",
+                                           message="jobs still run; pass not counted"))  # fmt: skip
     same, reset_at = 0, None
     if entry.fault == "hardware":
         reset_at = reset_time(config, info.name)
@@ -291,41 +332,38 @@ def keep_or_lift(
     )
     if verdict.action == LIFT:
         verdict = proof_gate(verdict, *qualified_for_lift(config, info))
-    status = decision.status
     if verdict.action != LIFT:
-        healing_put(config, verdict.entry)
-        return HealthResult(status=status, action="keep", message=verdict.why)
-    from gpugate.admin.resume import Request, check_then_resume
-
-    attempt = check_then_resume(
-        config, slurm, info, Request(node=info.name, why=verdict.why, who="gpugate health")
-    )
-    if not attempt.resumed:
-        healing_put(config, verdict.entry.replace(passes=0))
-        return HealthResult(status=status, action="keep", message=f"not lifted: {attempt.why}")
-    healing_forget(config, info.name)
-    return HealthResult(
-        status=status, action="lift", resumed=True, message=f"resumed: {verdict.why}"
-    )
+        return Decided(result=HealthResult(status=status, action="keep", message=verdict.why),
+                       plan=(RecordHealing(entry=verdict.entry),))  # fmt: skip
+    return Decided(
+        result=HealthResult(status=status, action="lift", resumed=True,
+                            message=f"resumed: {verdict.why}"),
+        plan=(Lift(info=info, why=verdict.why),
+              ForgetHealing(node=info.name, when=LIFTED),
+              RecordHealing(entry=verdict.entry.replace(passes=0), when=NOT_LIFTED)),
+        refused=HealthResult(status=status, action="keep", message="not lifted: "),
+    )  # fmt: skip
 
 
 def put_back_if_repaired(
     config: Config,
-    slurm: SlurmControl,
     info: NodeInfo,
     facts: Facts,
     boot: str | None,
     any_job: bool,
-) -> HealthResult | None:
+    status: str,
+) -> Decided | None:
     """A node in service with a GPU isolated: put the GPU back when the heal rules see repair
     evidence (a reboot or a GPU reset since the fault) and its own checks pass, as `gpugate
-    resume` would (audited, as gpugate health); None when nothing is isolated here."""
+    resume` would (audited, as gpugate health); None when nothing is isolated here. `status`:
+    the run's verdict, which the result carries."""
     if not os.path.exists(isolation_file(config)):
         return None
     try:
         record = load_isolation(config)
     except ValueError as exc:
-        return HealthResult(status="warn", action="allow", message=f"isolation record: {exc}")
+        return Decided(result=HealthResult(status=status, action="allow",
+                                           message=f"isolation record: {exc}"))  # fmt: skip
     if record is None or record.state != ISOLATION_APPLIED or any_job:
         return None
     isolated = {item.gpu.index for item in record.gpus}
@@ -346,20 +384,14 @@ def put_back_if_repaired(
         verdict = proof_gate(verdict, *qualified_for_lift(config, info))
     gpus = ", ".join(f"GPU {g}" for g in sorted(isolated))
     if verdict.action != LIFT:
-        return HealthResult(
-            status="ok", action="allow", message=f"{gpus} stays isolated: {verdict.why}"
-        )
-    from gpugate.admin.resume import Request, restore_isolated
-
-    attempt = restore_isolated(
-        config, slurm, info, Request(node=info.name, why=verdict.why, who="gpugate health")
-    )
-    if not attempt.resumed:
-        return HealthResult(
-            status="ok", action="allow", message=f"{gpus} not put back: {attempt.why}"
-        )
-    return HealthResult(status="ok", action="lift", resumed=True,
-                        message=f"{gpus} put back: {verdict.why}")  # fmt: skip
+        return Decided(result=HealthResult(status=status, action="allow",
+                                           message=f"{gpus} stays isolated: {verdict.why}"))  # fmt: skip
+    return Decided(
+        result=HealthResult(status=status, action="lift", resumed=True,
+                            message=f"{gpus} put back: {verdict.why}"),
+        plan=(Lift(info=info, why=verdict.why, put_back=True),),
+        refused=HealthResult(status=status, action="allow", message=f"{gpus} not put back: "),
+    )  # fmt: skip
 
 
 def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:
@@ -385,22 +417,6 @@ def reset_time(config: Config, node: str) -> float | None:
     except Exception as exc:  # repair evidence is optional: without it only a reboot counts
         note(f"could not read the GPU-reset record: {exc}")
         return None
-
-
-def healing_put(config: Config, entry: Healing) -> None:
-    """healing.put(), never raising (the state is bookkeeping; Slurm holds the drain)."""
-    try:
-        healing.put(config.state_dir, entry)
-    except Exception as exc:
-        note(f"could not save the healing state: {exc}")
-
-
-def healing_forget(config: Config, node: str) -> None:
-    """healing.forget(), never raising."""
-    try:
-        healing.forget(config.state_dir, node)
-    except Exception as exc:
-        note(f"could not update the healing state: {exc}")
 
 
 # ----------------------------------------------------- the bookkeeping, planned after acting

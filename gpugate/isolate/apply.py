@@ -199,15 +199,7 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         _wait_idle_drained(slurm, node, iso.wait_idle_s)
         # Read only now: an admin may have edited them while the node's last jobs ran.
         original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
-        where = {"slurm_name": slurm_conf, "gres_name": gres_conf}
-        gpus = conf.read_node_gpus(*original, node, **where)
-        texts = original
-        lines = []
-        for item in record.gpus:
-            path = conf.gpu_file(gpus, item.gpu.minor)
-            new_slurm, new_gres, line = conf.take_out(*texts, node, path, **where)
-            texts = (new_slurm, new_gres)
-            lines.append(line)
+        count, texts, lines = _taken_out(record, node, original, (slurm_conf, gres_conf))
         for item in record.gpus:
             cgroup.deny(iso.cgroup_devices, node, item.gpu.minor)
             denied.append(item.gpu.minor)
@@ -215,7 +207,7 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         conf.write_conf(slurm_conf, texts[0])
         changed = True
         slurm.cli.scontrol("reconfigure")
-        want = gpus.count - len(record.gpus)
+        want = count - len(record.gpus)
         _wait_count(slurm, node, want, iso.settle_s)
         isolated = [item.gpu for item in record.gpus]
         slurm.set_node_comment(node, format_comment(isolated))
@@ -249,6 +241,73 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
             _keep_drained(slurm, node, record, why)
         _event(config, node, "failed", [g.gpu for g in record.gpus], why)
         return failed
+
+
+def _taken_out(
+    record: state.Isolation, node: str, original: tuple[str, str], paths: tuple[str, str]
+) -> tuple[int, tuple[str, str], list[str]]:
+    """(the node's GPU count now, (slurm.conf, gres.conf) with the record's GPUs taken out,
+    each GPU's removed gres.conf line); conf.Unsupported when the files cannot be edited so."""
+    where = {"slurm_name": paths[0], "gres_name": paths[1]}
+    gpus = conf.read_node_gpus(*original, node, **where)
+    texts = original
+    lines = []
+    for item in record.gpus:
+        path = conf.gpu_file(gpus, item.gpu.minor)
+        new_slurm, new_gres, line = conf.take_out(*texts, node, path, **where)
+        texts = (new_slurm, new_gres)
+        lines.append(line)
+    return gpus.count, texts, lines
+
+
+def preview(config: Config, slurm: SlurmControl, node: str) -> list[str]:
+    """What `apply` would do now, each a line, done not at all (`gpugate isolate apply NODE
+    --dry-run`): the node state it waits for, the device rules, each file's changed lines, the
+    Slurm calls, the record. Reads the request, the two files and Slurm's node; writes nothing,
+    takes no lock, waits for nothing. IsolationFailed where apply would fail before changing
+    anything (no request here, files it cannot edit): the node would stay drained."""
+    record = state.load_local(config)
+    if record is None or record.state != state.REQUESTED:
+        raise IsolationFailed(f"{node}: no isolation requested here")
+    iso = config.isolate
+    if iso is None:
+        raise IsolationFailed("isolate is not configured (isolate.unit: gpu)")
+    paths = conf_paths(config)
+    try:
+        original = (conf.read_text(paths[0]), conf.read_text(paths[1]))
+        count, texts, _ = _taken_out(record, node, original, paths)
+    except (conf.Unsupported, OSError, ValueError) as exc:
+        raise IsolationFailed(f"{node}: {exc}") from exc
+    info = slurm.node(node)
+    now = "+".join((info.state, *info.flags))
+    out = [f"wait until {node} is idle and still drained by gpugate, at most {iso.wait_idle_s:g} s "
+           f"(now {now}, Reason={info.reason!r})"]  # fmt: skip
+    group = cgroup.slurm_group(iso.cgroup_devices, node)
+    for item in record.gpus:
+        rule = cgroup.rule(item.gpu.minor)
+        out.append(f"deny GPU {item.gpu.index}'s device to slurmd's jobs: {rule!r} into "
+                   f"{os.path.join(group, 'devices.deny')}")  # fmt: skip
+    for path, old, new in zip((paths[1], paths[0]), original[::-1], texts[::-1], strict=True):
+        out.append(f"write {path}:")
+        out += [f"  {line}" for line in _changed(old, new)]
+    isolated = [item.gpu for item in record.gpus]
+    out += ["scontrol reconfigure",
+            f"wait for Slurm to report {node} Gres=gpu:{count - len(isolated)}, registered, "
+            f"at most {iso.settle_s:g} s",
+            f"set {node}'s Comment: {format_comment(isolated)}",
+            f"save the isolation as applied ({state.shared_path(config, node)}, "
+            f"{state.local_path(config)})",
+            f"resume {node}",
+            f"metrics: {len(isolated)} GPU(s) isolated"]  # fmt: skip
+    return out
+
+
+def _changed(old: str, new: str) -> list[str]:
+    """The lines `new` removes (`- `) and adds (`+ `) to `old`, in order, no context."""
+    import difflib  # only a dry run
+
+    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    return [f"{d[0]} {d[1:]}" for d in diff if d[:1] in "+-" and d[:3] not in ("+++", "---")]
 
 
 def _undo(

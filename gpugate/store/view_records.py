@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any, ClassVar
 
 RUNNING, DONE = "running", "done"
-# What the controller decides on (gpugate/gate/requeue.py cause, suspicion.vote, tell_stale),
+# What the controller decides on (gpugate/gate/requeue.py cause, suspicion.vote, stale_note),
 # copied from the bundle's summary. No log line, no path of the user's, no kernel line.
 SUMMARY_FIELDS = (
     "job_id", "node", "restart", "category", "category_trusted", "confidence", "xid",
@@ -167,6 +167,6 @@ def first_failure(summaries: list[ControllerRecord], node: str) -> float | None:
 
 
 def stale_note(summaries: list[ControllerRecord]) -> str | None:
-    """The first stale checkpoint's line of the run's records (tell_stale's), or None."""
+    """The first stale checkpoint's line of the run's records (a requeued job's AdminComment says it), or None."""
     return next((s.checkpoint_message for s in summaries
                  if s.checkpoint_stale is True and s.checkpoint_message), None)  # fmt: skip
