@@ -314,7 +314,7 @@ def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
     said = vote(config, _job("301"), views(_with_fr(C_FIRST)), "nccl_timeout", 1_800_000_000.0)
     assert "suspect b" in said
     (v,) = votes(read_dirs(config))
-    assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
+    assert (v.node, v.job, v.first_failure_at) == ("b", "301", "2026-12-01T10:10:01Z")
 
 
 def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
