@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpugate.flightrec.records import FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
 from gpugate.store.app_xids import AppXidEntry
@@ -34,6 +35,8 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "VoteEntry": VoteEntry,
     "FlagEntry": FlagEntry,
     "AppXidEntry": AppXidEntry,
+    "FlightrecFile": FlightrecFile,
+    "Refusal": Refusal,
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpugate import log
+from gpugate.flightrec.culprit import job_culprit
+from gpugate.flightrec.records import FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
 from gpugate.store import app_xids, controller_view, evidence, held, history, state, suspects
@@ -149,6 +151,30 @@ def test_a_line_without_a_required_key_names_it(record, name, key):
     del line[key]
     with pytest.raises(ValueError, match=f"{name}: missing key '{key}'"):
         record.from_json(line, name)
+
+
+def test_the_previous_releases_flightrec_member_is_read_into_a_record(tmp_path):
+    old = load(BUNDLE / "flightrec.json")
+    member = FlightrecFile.from_json(old, "flightrec.json")
+    assert [r["rank"] for r in member.records] == [0] and member.kept == [
+        "flightrec/fr_rank_0.json"
+    ]
+    (refused,) = member.errors
+    assert isinstance(refused, Refusal) and refused.name == "fr_rank_1" and refused.bytes == 139
+    assert member.to_json() == old
+    bundle = tmp_path / "77" / "gpu-node-01-r0"
+    shutil.copytree(BUNDLE, bundle)
+    found = job_culprit([str(bundle)])  # the culprit reads it as the bundle's member
+    # One rank's record names no culprit: the refusal is what it says, tagged with the node.
+    assert found is not None and found["state"] is None and "fr_rank_1: refused" in found["text"]
+    assert [(e["name"], e["node"]) for e in found["errors"]] == [("fr_rank_1", "gpu-node-01")]
+
+
+def test_a_flightrec_member_without_records_names_the_key():
+    old = load(BUNDLE / "flightrec.json")
+    del old["records"]
+    with pytest.raises(ValueError, match=r"flightrec\.json: missing key 'records'"):
+        FlightrecFile.from_json(old, "flightrec.json")
 
 
 def test_the_previous_releases_baseline_is_read_by_the_epilog(tmp_path):
