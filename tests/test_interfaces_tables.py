@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from gpugate.flightrec.records import FlightrecFile, Refusal
+from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
 from gpugate.store.app_xids import AppXidEntry
@@ -37,6 +37,7 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "AppXidEntry": AppXidEntry,
     "FlightrecFile": FlightrecFile,
     "Refusal": Refusal,
+    "Culprit": Culprit,
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,

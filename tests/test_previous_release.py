@@ -166,8 +166,8 @@ def test_the_previous_releases_flightrec_member_is_read_into_a_record(tmp_path):
     shutil.copytree(BUNDLE, bundle)
     found = job_culprit([str(bundle)])  # the culprit reads it as the bundle's member
     # One rank's record names no culprit: the refusal is what it says, tagged with the node.
-    assert found is not None and found["state"] is None and "fr_rank_1: refused" in found["text"]
-    assert [(e["name"], e["node"]) for e in found["errors"]] == [("fr_rank_1", "gpu-node-01")]
+    assert found is not None and found.state is None and "fr_rank_1: refused" in found.text
+    assert [(e["name"], e["node"]) for e in found.errors or []] == [("fr_rank_1", "gpu-node-01")]
 
 
 def test_a_flightrec_member_without_records_names_the_key():

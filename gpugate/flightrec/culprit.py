@@ -21,7 +21,7 @@ import json
 import os
 
 from gpugate.flightrec.reader import _int, _str
-from gpugate.flightrec.records import FlightrecFile, Refusal
+from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
@@ -262,7 +262,7 @@ def _clean(rec: object, node: str | None) -> dict[str, Any] | None:
     return {**rec, "pgs": pgs, "entries": entries, "node": node or _str(rec.get("node"))}
 
 
-def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
+def job_culprit(bundle_dirs: list[str]) -> Culprit | None:
     """find_culprit over the flightrec.json of each node's evidence bundle; errors listed."""
     records: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -288,7 +288,7 @@ def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
     return _culprit(records, errors)
 
 
-def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> dict[str, Any] | None:
+def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> Culprit | None:
     """find_culprit over the flight-recorder digests of the nodes' decision records.
 
     The controller's view (gpugate/store/controller_view.py): each record names its node
@@ -330,13 +330,13 @@ def _gather(
             errors.append({"name": err.name[:256], "error": err.error[:512], "node": node})
 
 
-def _culprit(records: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _culprit(records: list[dict[str, Any]], errors: list[dict[str, Any]]) -> Culprit | None:
     """The culprit of the merged records, or the refusals when there is none to name."""
     found = find_culprit(records) if records else None
     if found is None and not errors:
         return None
     if found is None:  # no culprit, but the refusals are worth saying (a hostile dump)
         said = "; ".join(f"{e['name']}: {e['error']}" for e in errors[:3])
-        found = {"rank": None, "node": None, "state": None, "text": f"flight recorder: {said}"}
-    found["errors"] = errors
-    return found
+        return Culprit(rank=None, node=None, state=None, text=f"flight recorder: {said}",
+                       errors=errors)  # fmt: skip
+    return Culprit(**found, errors=errors)

@@ -75,3 +75,56 @@ class FlightrecFile(JsonRecord):
         "kept": "the `flightrec/<name>.json` members",
         "note": "the dumps were the user's pickles: never unpickle one",
     }
+
+
+class Culprit(JsonRecord):
+    """The rank a job's other ranks waited for, over its nodes' dumps (gpugate.flightrec.culprit).
+
+    Three shapes, each with its own keys (`_omitted`): a decided finding (`ranks`, the process
+    group, `op`, `seq`, `waiting_ranks`, and `calls` for a mismatch), `ambiguous` (`candidates`),
+    and no culprit but refusals to say (state null: `rank`, `node`, `state`, `text`, `errors`).
+    """
+
+    rank: int | None
+    ranks: list[int] | None = None
+    node: str | None
+    pg_id: str | None = None
+    pg_name: str | None = None
+    op: str | None = None
+    seq: int | None = None
+    state: str | None
+    candidates: list[dict[str, Any]] | None = None
+    waiting_ranks: list[int] | None = None
+    ranks_seen: int | None = None
+    text: str
+    calls: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        "rank": "the culprit rank; null when several ranks or none are named",
+        "ranks": "the ranks named (a decided finding)",
+        "node": "the culprit rank's node (from the bundle's or decision record's node)",
+        "pg_id": "the process group's id",
+        "pg_name": "its description, else its name",
+        "op": "the collective (null: not recorded, or an even mismatch)",
+        "seq": "the collective's number in the group",
+        "state": "`not_entered`, `in_collective`, `gone`, `mismatch`, `ambiguous`; null: no "
+        "culprit, only refusals",
+        "candidates": "`ambiguous`: the findings that name different ranks",
+        "waiting_ranks": "the ranks that waited for it",
+        "ranks_seen": "how many ranks sent a record",
+        "text": "the finding in one line (the job's AdminComment, the diagnosis's summary)",
+        "calls": "`mismatch`: per rank its `op` and `sizes`",
+        "errors": "the dumps and bundles refused (`name`, `error`, and `node` where a dump's)",
+    }
+
+    _DECIDED_ONLY = frozenset({"ranks", "pg_id", "pg_name", "op", "seq", "waiting_ranks", "calls"})
+
+    def _omitted(self) -> set[str] | frozenset[str]:
+        if self.state is None:
+            omit = self._DECIDED_ONLY | {"candidates", "ranks_seen"}
+        elif self.state == "ambiguous":
+            omit = self._DECIDED_ONLY
+        else:
+            omit = frozenset({"candidates"} | ({"calls"} if self.calls is None else set()))
+        return omit | ({"errors"} if self.errors is None else set())
