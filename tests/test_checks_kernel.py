@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from factories import findings_of, make_facts, only, site, statuses
 
+from gpugate.store.app_xids import AppXidEntry
+
 KERNEL_CHECKS = ["kernel.xid", "kernel.gpu_bus", "kernel.oom"]
 # make_gpu(i) sits at bus 0x18 + 0x10 * i: GPU2 at 0000:38:00, GPU5 at 0000:68:00.
 GPU2, GPU5 = "0000:38:00", "0000:68:00"
@@ -132,7 +134,7 @@ def test_one_jobs_app_xid_bursts_never_fail_however_many(tmp_path):
     facts = log(*_xid13_bursts(5))
     f = only("kernel.xid", facts)
     assert (f.status, f.gpu, f.value) == ("warn", 2, 5)
-    same_job = tuple({"gpu": GPU2, "xid": 13, "job": "77", "uid": 1000} for _ in range(5))
+    same_job = tuple(AppXidEntry(t=0.0, gpu=GPU2, xid=13, job="77", uid=1000) for _ in range(5))
     assert app_finding(facts, same_job).status == "warn"
     config = site(tmp_path, "checks:\n  kernel:\n    app_xid_repeat_max: 1\n")
     assert only("kernel.xid", facts, config).status == "warn"  # the old key drains no more
@@ -149,7 +151,7 @@ def app_finding(facts, app_xids, config=None):
 
 
 def jobs_on(pci: str, *pairs) -> tuple:
-    return tuple({"gpu": pci, "xid": 31, "job": job, "uid": uid} for job, uid in pairs)
+    return tuple(AppXidEntry(t=0.0, gpu=pci, xid=31, job=job, uid=uid) for job, uid in pairs)
 
 
 def suspected(f) -> bool:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import sys
 import time
 import types
@@ -412,3 +413,43 @@ def test_an_accepted_dump_is_kept_as_json_that_round_trips(tmp_path):
     again = read_dump(text.encode(), "fr_rank_0")  # gpugate's reader takes the kept JSON
     assert again == {k: v for k, v in record.items() if k != "sha256"}
     assert json.loads(text) == json.loads(json.dumps(got["kept"]["fr_rank_0"]))
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({"records": {"rank": 1}, "errors": []}, "key 'records': expected list"),
+        ({"records": [], "errors": [{"name": "x"}]}, r"key 'errors'\[0\]: missing key 'error'"),
+        ({"errors": []}, "missing key 'records'"),
+        ("not an object", "not a JSON object"),
+    ],
+)
+def test_a_malformed_answer_of_the_child_is_a_refusal_of_the_whole_collection(
+    tmp_path, monkeypatch, answer, why
+):
+    import gpugate.userfiles as U
+
+    monkeypatch.setattr(U, "as_user", lambda *args: answer)
+    config = default_config()
+    tp = config.task_prolog.replace(nccl_debug_dir=str(tmp_path / "nccl"))
+    config = config.replace(task_prolog=tp)
+    (tmp_path / "nccl" / "42").mkdir(parents=True)
+    (tmp_path / "nccl" / "42" / "fr_rank_0").write_bytes(b"x")
+    got = FC.collect_dumps(config, HookEnv(job_id="42", node="n2", uid=1234, gid=1234), {}, 5.0)
+    assert got["records"] == [] and got["kept"] == {}
+    (error,) = got["errors"]
+    assert error["name"] == "*" and re.search(f"the reader's answer: .*{why}", error["error"])
+
+
+def test_the_bundles_flightrec_json_is_a_flightrec_file_that_reads_back():
+    from gpugate.flightrec.records import FlightrecFile
+
+    flightrec = {"records": [{"rank": 0, "node": "n1"}], "searched": ["/x/fr_rank_*"],
+                 "errors": [{"name": "fr_rank_1", "error": "refused", "bytes": 6, "sha256": "ab"}],
+                 "truncated": True, "kept": {"fr_rank_0.json": "{}"}}  # fmt: skip
+    text = FC.bundle_files(flightrec)["flightrec.json"]
+    doc = json.loads(text)
+    assert list(doc) == ["records", "errors", "searched", "truncated", "kept", "note"]
+    member = FlightrecFile.from_json(doc, "flightrec.json")
+    assert member.errors[0].sha256 == "ab" and member.truncated is True
+    assert member.to_json() == doc

@@ -127,8 +127,8 @@ def test_job_culprit_merges_nodes(tmp_path: Path) -> None:
     recs = _records("not_entered")
     dirs = [_bundle(tmp_path, "n1", recs[:2]), _bundle(tmp_path, "n2", recs[2:])]
     found = job_culprit(dirs)
-    assert (found["rank"], found["node"], found["state"]) == (1, "n1", "not_entered")
-    assert found["errors"] == []
+    assert found is not None and (found.rank, found.node, found.state) == (1, "n1", "not_entered")
+    assert found.errors == []
 
 
 def test_job_culprit_reports_refused_dumps(tmp_path: Path) -> None:
@@ -136,8 +136,10 @@ def test_job_culprit_reports_refused_dumps(tmp_path: Path) -> None:
         {"name": "nccl_trace_rank_0", "error": "refused: the pickle names the global builtins.exec"}
     ]
     found = job_culprit([_bundle(tmp_path, "n1", [], err)])
-    assert found["rank"] is None and found["errors"][0]["node"] == "n1"
-    assert "builtins.exec" in found["text"]
+    assert found is not None and found.rank is None and found.errors
+    assert found.errors[0]["node"] == "n1" and "builtins.exec" in found.text
+    # No culprit, only refusals: the keys of that shape alone.
+    assert list(found.to_json()) == ["rank", "node", "state", "text", "errors"]
 
 
 def test_job_culprit_validates_bundle_content(tmp_path: Path) -> None:
@@ -149,7 +151,8 @@ def test_job_culprit_validates_bundle_content(tmp_path: Path) -> None:
     link.mkdir()
     (link / "flightrec.json").symlink_to(d / "flightrec.json")
     found = job_culprit([str(d), bad, str(link), str(tmp_path / "absent")])
-    why = [e["error"] for e in found["errors"]]
+    assert found is not None and found.errors is not None
+    why = [e["error"] for e in found.errors]
     assert any("not JSON" in w for w in why) and any("symlink" in w for w in why)
     assert sum("without rank or pgs" in w for w in why) == 2
 
@@ -314,7 +317,7 @@ def test_the_flight_recorder_culprit_gets_the_vote(tmp_path: Path) -> None:
     said = vote(config, _job("301"), views(_with_fr(C_FIRST)), "nccl_timeout", 1_800_000_000.0)
     assert "suspect b" in said
     (v,) = votes(read_dirs(config))
-    assert (v["node"], v["job"], v["first_failure_at"]) == ("b", "301", "2026-12-01T10:10:01Z")
+    assert (v.node, v.job, v.first_failure_at) == ("b", "301", "2026-12-01T10:10:01Z")
 
 
 def test_the_culprit_vote_of_one_user_flags_nothing(tmp_path: Path) -> None:
@@ -412,6 +415,7 @@ def test_the_controllers_digest_names_the_same_culprit_as_the_dumps(scenario: st
     if full is None:
         assert digest is None
     else:
-        assert digest is not None and digest["text"] == full["text"]
-        assert (digest["rank"], digest["node"], digest["state"]) == (
+        assert digest is not None and digest.text == full["text"]
+        assert {k: v for k, v in digest.to_json().items() if k != "errors"} == full
+        assert (digest.rank, digest.node, digest.state) == (
             full["rank"], full["node"], full["state"])  # fmt: skip

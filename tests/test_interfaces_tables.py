@@ -11,11 +11,14 @@ import re
 import sys
 from pathlib import Path
 
+from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
+from gpugate.store.app_xids import AppXidEntry
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
+from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
@@ -29,6 +32,12 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "AuditEntry": AuditEntry,
     "HeldEntry": HeldEntry,
     "UnknownXidsEntry": UnknownXidsEntry,
+    "VoteEntry": VoteEntry,
+    "FlagEntry": FlagEntry,
+    "AppXidEntry": AppXidEntry,
+    "FlightrecFile": FlightrecFile,
+    "Refusal": Refusal,
+    "Culprit": Culprit,
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,

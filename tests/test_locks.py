@@ -76,11 +76,11 @@ def test_the_history_is_written_without_a_lock_held_past_its_wait(config, short,
 
 
 def test_app_xids_are_appended_without_a_held_lock_and_pruned_later(config, short, capsys):
-    entry = {"t": time.time(), "gpu": "0000:18:00", "xid": 31, "job": "7", "uid": 1000}
+    entry = app_xids.AppXidEntry(t=time.time(), gpu="0000:18:00", xid=31, job="7", uid=1000)
     assert app_xids.record(config, [entry], time.time())
     with held(_lock(config, locks.APP_XIDS)):
-        assert app_xids.record(config, [dict(entry, job="8")], time.time())
-    assert [e["job"] for e in app_xids.load(config, time.time())] == ["7", "8"]
+        assert app_xids.record(config, [entry.replace(job="8")], time.time())
+    assert [e.job for e in app_xids.load(config, time.time())] == ["7", "8"]
     assert "appended without it, not pruned" in capsys.readouterr().err
 
 
@@ -126,7 +126,7 @@ def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monk
     from gpugate.store import suspects
 
     suspects.record_vote(history.controller_dir(config), "n1", "7")  # the controller's
-    entry = {"t": time.time(), "gpu": "0000:18:00", "xid": 31, "job": "7", "uid": 1000}
+    entry = app_xids.AppXidEntry(t=time.time(), gpu="0000:18:00", xid=31, job="7", uid=1000)
     app_xids.record(config, [entry], time.time())
     repair._record(config, repair.RESET, "n1", {"gpus": [0]})
     E.write_bundle(

@@ -15,11 +15,15 @@ from pathlib import Path
 import pytest
 
 from gpugate import log
+from gpugate.flightrec.culprit import job_culprit
+from gpugate.flightrec.records import FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
-from gpugate.store import controller_view, evidence, held, history, state
+from gpugate.store import app_xids, controller_view, evidence, held, history, state, suspects
+from gpugate.store.app_xids import AppXidEntry
 from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
+from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest
 
 OLD = Path(__file__).resolve().parent / "fixtures" / "previous-release"
@@ -92,6 +96,8 @@ def test_the_previous_releases_decision_record_and_digest_are_read(tmp_path):
         ("drains.jsonl", history.drains),
         ("audit.jsonl", history.resumes),
         ("held.jsonl", held.held_entries),
+        ("suspects.jsonl", suspects.votes),
+        ("suspect-flags.jsonl", suspects.flags),
     ],
 )
 def test_the_previous_releases_history_lines_are_read_into_records(tmp_path, name, read):
@@ -110,6 +116,65 @@ def test_the_previous_releases_drill_drain_and_repair_are_kept():
     assert audit[0].repair == "gpu reset" and audit[1].resumed is False
     # The reseat's new boot is the repair that makes the lift no false drain.
     assert history.repair_evidence(drains[0], audit[0]) == history.REBOOT
+
+
+def test_the_previous_releases_votes_and_flag_are_counted(tmp_path):
+    shutil.copy(OLD / "state" / "suspects.jsonl", tmp_path / "suspects.jsonl")
+    shutil.copy(OLD / "state" / "suspect-flags.jsonl", tmp_path / "suspect-flags.jsonl")
+    votes = suspects.open_votes(str(tmp_path), "gpu-node-02", 1e9, now=1796000500.0)
+    assert all(isinstance(v, VoteEntry) for v in votes)
+    assert [(v.job, v.uid) for v in votes] == [("101", 1000), ("107", None)]
+    assert suspects.tally(votes, 1) == (2, 2)  # a vote without a uid: an unknown user's
+    (flag,) = suspects.open_flags(str(tmp_path)).values()
+    assert isinstance(flag, FlagEntry) and (flag.node, flag.action) == ("gpu-node-02", "review")
+    assert flag.uids == []  # written before flags named their users: charged to nobody
+    assert suspects.qualifications_charged(str(tmp_path), 0) == {}
+
+
+def test_the_previous_releases_app_xid_line_is_read_by_the_rule():
+    entries, bad = app_xids.parse((OLD / "state" / "app_xids.jsonl").read_text(), 0)
+    assert bad == 0 and all(isinstance(e, AppXidEntry) for e in entries)
+    assert [(e.gpu, e.xid, e.job, e.pid, e.name) for e in entries] == [
+        ("0000:58:00", 31, "77", 1234, "python")
+    ]
+    for entry, line in zip(entries, load_lines(OLD / "state" / "app_xids.jsonl")):
+        same_json(entry, line)
+
+
+@pytest.mark.parametrize(("record", "name", "key"), [
+    (VoteEntry, "suspects.jsonl", "job"),
+    (FlagEntry, "suspect-flags.jsonl", "action"),
+    (AppXidEntry, "app_xids.jsonl", "gpu"),
+])  # fmt: skip
+def test_a_line_without_a_required_key_names_it(record, name, key):
+    line = load_lines(OLD / "state" / name)[0]
+    del line[key]
+    with pytest.raises(ValueError, match=f"{name}: missing key '{key}'"):
+        record.from_json(line, name)
+
+
+def test_the_previous_releases_flightrec_member_is_read_into_a_record(tmp_path):
+    old = load(BUNDLE / "flightrec.json")
+    member = FlightrecFile.from_json(old, "flightrec.json")
+    assert [r["rank"] for r in member.records] == [0] and member.kept == [
+        "flightrec/fr_rank_0.json"
+    ]
+    (refused,) = member.errors
+    assert isinstance(refused, Refusal) and refused.name == "fr_rank_1" and refused.bytes == 139
+    assert member.to_json() == old
+    bundle = tmp_path / "77" / "gpu-node-01-r0"
+    shutil.copytree(BUNDLE, bundle)
+    found = job_culprit([str(bundle)])  # the culprit reads it as the bundle's member
+    # One rank's record names no culprit: the refusal is what it says, tagged with the node.
+    assert found is not None and found.state is None and "fr_rank_1: refused" in found.text
+    assert [(e["name"], e["node"]) for e in found.errors or []] == [("fr_rank_1", "gpu-node-01")]
+
+
+def test_a_flightrec_member_without_records_names_the_key():
+    old = load(BUNDLE / "flightrec.json")
+    del old["records"]
+    with pytest.raises(ValueError, match=r"flightrec\.json: missing key 'records'"):
+        FlightrecFile.from_json(old, "flightrec.json")
 
 
 def test_the_previous_releases_baseline_is_read_by_the_epilog(tmp_path):
@@ -145,6 +210,7 @@ def load_lines(path: Path) -> list[dict]:
 ADDED_SINCE = {
     "evidence/77/gpu-node-01-r0/summary.json": ["kernel_log_lost"],  # 38a7900
     "state/events.jsonl": ["steps"],  # the executor's report of a hook's steps (gpugate/act)
+    "state/suspect-flags.jsonl": ["uids"],  # 38e37e7: the users a qualification is charged to
 }
 
 

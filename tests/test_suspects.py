@@ -16,7 +16,13 @@ from gpugate.gate.requeue import JobEnd
 from gpugate.gate.suspicion import vote
 from gpugate.store import history, suspects
 from gpugate.store.entries import AuditEntry
-from gpugate.store.suspects import first_failure_at, first_to_fail, record_vote, votes
+from gpugate.store.suspects import (
+    FlagEntry,
+    first_failure_at,
+    first_to_fail,
+    record_vote,
+    votes,
+)
 
 NODES = ("a", "b", "c")
 T0 = 1_800_000_000.0
@@ -129,23 +135,23 @@ def test_votes_are_recorded_once_per_job_and_read_back(tmp_path):
     assert record_vote(where, "b", "101", "nccl_error", None, T0 + 1) is None  # same job again
     assert record_vote(where, "b", "107", None, None, T0 + 2)
     found = votes(where, "b")
-    assert [v["job"] for v in found] == ["101", "107"]
-    assert found[0]["first_failure_at"] == "2026-12-01T10:00:00Z"
-    assert votes(where, "b", since=T0 + 1)[0]["job"] == "107"
+    assert [v.job for v in found] == ["101", "107"]
+    assert found[0].first_failure_at == "2026-12-01T10:00:00Z"
+    assert votes(where, "b", since=T0 + 1)[0].job == "107"
     assert (os.stat(tmp_path / "suspects.jsonl").st_mode & 0o777) == 0o640
 
 
 def test_the_vote_store_is_bounded_like_the_drain_history(tmp_path):
     for i in range(5):
         record_vote(str(tmp_path), "b", str(100 + i), when=T0 + i, max_per_node=3)
-    assert [v["job"] for v in votes(str(tmp_path))] == ["102", "103", "104"]
+    assert [v.job for v in votes(str(tmp_path))] == ["102", "103", "104"]
 
 
 def test_malformed_vote_lines_are_skipped(tmp_path):
     good = {"node": "b", "when": T0, "at": "x", "job": "9", "category": None}
     lines = [json.dumps(good), "{torn", json.dumps({**good, "job": 9}), "[]"]
     (tmp_path / "suspects.jsonl").write_text("\n".join(lines) + "\n")
-    assert [v["job"] for v in votes(str(tmp_path))] == ["9"]
+    assert [v.job for v in votes(str(tmp_path))] == ["9"]
 
 
 # ---------------------------------------------------------------- the vote and the flag
@@ -170,8 +176,8 @@ def test_the_third_vote_flags_the_suspect_and_asks_for_its_qualification(tmp_pat
     said = cast(config, "112", now=T0 + 120, uid=1001)
     assert "flagged b suspect" in said and "qualification started (pid 4242)" in said, said
     flag = suspects.open_flags(history.read_dirs(config))["b"]
-    assert flag["source"] == "votes" and flag["action"] == "qualify" and flag["users"] == 2
-    assert flag["jobs"] == ["101", "107", "112"]
+    assert flag.source == "votes" and flag.action == "qualify" and flag.users == 2
+    assert flag.jobs == ["101", "107", "112"]
     assert started == [("b", "suspect (votes): first to fail in jobs 101,107,112 of 2 user(s)")]
     # Nothing a user wrote drained anything, nor wrote a drain into the history.
     assert history.drains(config.admin.history_dir) == []
@@ -264,7 +270,7 @@ def test_the_suspects_allowance_turns_further_flags_into_reviews(tmp_path, start
     said = cast(config, "102", summaries=other, now=T0 + 60, uid=2)
     assert "flagged a" in said and "review: the suspects' allowance is spent" in said
     assert len(started) == 1
-    assert suspects.open_flags(history.read_dirs(config))["a"]["action"] == "review"
+    assert suspects.open_flags(history.read_dirs(config))["a"].action == "review"
     # A day later there is room again.
     history.record_resume(config.admin.history_dir, "a", "admin", when=T0 + 100)
     assert "qualify" in cast(config, "103", summaries=other, now=T0 + 86400 + 200, uid=3)
@@ -302,7 +308,7 @@ def test_two_users_spend_their_shares_and_a_genuine_suspect_still_gets_its_quali
     assert "flagged a" in said and "qualification started" in said, said
     assert [n for n, _ in started] == ["b", "a"]
     flags = suspects.open_flags(history.read_dirs(config))
-    assert {n: (f["action"], f["uids"]) for n, f in flags.items()} == {
+    assert {n: (f.action, f.uids) for n, f in flags.items()} == {
         "b": ("qualify", [1001, 1002]),
         "c": ("review", [1001, 1002]),
         "a": ("qualify", [2001, 2002]),
@@ -514,10 +520,10 @@ def test_a_transient_check_that_keeps_coming_back_is_no_rma_candidate(tmp_path):
 # ------------------------------------------------------- gpugate nodes and gpugate report
 
 
-def open_flag(node: str = "gpu-02", action: str = "qualify", when: float = T0) -> dict:
-    return {"node": node, "when": when, "at": history.iso(when), "source": "votes",
-            "detail": "first to fail in jobs 11,12,13 of 2 user(s)", "jobs": ["11", "12", "13"],
-            "users": 2, "action": action, "note": ""}  # fmt: skip
+def open_flag(node: str = "gpu-02", action: str = "qualify", when: float = T0) -> FlagEntry:
+    return FlagEntry(node=node, when=when, at=history.iso(when), source="votes",
+                     detail="first to fail in jobs 11,12,13 of 2 user(s)", jobs=["11", "12", "13"],
+                     users=2, action=action, note="")  # fmt: skip
 
 
 def test_gpugate_nodes_lists_a_suspect_in_service_with_what_was_asked():
@@ -596,7 +602,7 @@ def test_the_failing_node_named_by_a_bundle_is_the_vote_not_the_first_to_notice(
     named = [*B_FIRST[:2], {**B_FIRST[2], "failing_node": "c"}]
     said = cast(config, "101", summaries=named)
     assert said.startswith("suspect c "), said
-    assert [v["node"] for v in votes(history.read_dirs(config))] == ["c"]
+    assert [v.node for v in votes(history.read_dirs(config))] == ["c"]
 
 
 def test_a_failing_node_outside_the_job_or_disputed_falls_back_to_the_time_stamps(tmp_path):

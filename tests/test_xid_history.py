@@ -47,7 +47,7 @@ def test_five_bursts_of_xid_31_from_one_jobs_process_never_drain(tmp_path):
     assert slurm.drains == [] and not result.hardware_fault and not result.drained
     with open(history_file(config)) as fh:
         entries, bad = H.parse(fh.read(), 0)
-    assert bad == 0 and [(e["gpu"], e["xid"], e["job"], e["pid"], e["name"]) for e in entries] == [
+    assert bad == 0 and [(e.gpu, e.xid, e.job, e.pid, e.name) for e in entries] == [
         (GPU2, 31, "77", 1234, "python")
     ]
     assert stat.S_IMODE(os.stat(history_file(config)).st_mode) == 0o600
@@ -74,13 +74,13 @@ def test_the_same_gpu_in_jobs_of_three_users_flags_the_node_never_drains(
     as_root(monkeypatch)
     config = shared_history(setup(tmp_path), tmp_path)
     now = time.time()
-    H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
-                      {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    H.record(config, [H.AppXidEntry(t=now - 3600, gpu=GPU2, xid=13, job="70", uid=5001),
+                      H.AppXidEntry(t=now - 1800, gpu=GPU2, xid=31, job="71", uid=5002)], now)  # fmt: skip
     result, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
     assert not result.drained and not result.hardware_fault and slurm.drains == []
     flag = open_flags(config.admin.history_dir or config.state_dir)["gpu-node-01"]
-    assert flag["source"] == "app_xid" and flag["jobs"] == ["70", "71", "77"]
-    assert "in 3 jobs of 3 users" in flag["detail"]
+    assert flag.source == "app_xid" and flag.jobs == ["70", "71", "77"]
+    assert "in 3 jobs of 3 users" in (flag.detail or "")
     assert [n for n, _ in qualifications_started] == ["gpu-node-01"]
 
 
@@ -89,8 +89,8 @@ def test_one_user_primes_and_a_second_does_not_tip(tmp_path, monkeypatch, qualif
     as_root(monkeypatch)
     config = shared_history(setup(tmp_path), tmp_path)
     now = time.time()
-    H.record(config, [{"t": now - 600 + i, "gpu": GPU2, "xid": 31, "job": str(60 + i),
-                       "uid": 5001} for i in range(4)], now)  # fmt: skip
+    H.record(config, [H.AppXidEntry(t=now - 600 + i, gpu=GPU2, xid=31, job=str(60 + i),
+                                    uid=5001) for i in range(4)], now)  # fmt: skip
     _, slurm = epilog_after(tmp_path, config, xid31_bursts(1))  # uid of env(): another
     assert slurm.drains == [] and qualifications_started == []
     # A second job of that second user makes two users with two jobs each: a suspect.
@@ -108,12 +108,12 @@ def test_with_the_node_local_history_an_app_xid_flag_is_a_review(
     config = setup(tmp_path)
     assert config.admin.history_dir is None  # the packaged default
     now = time.time()
-    H.record(config, [{"t": now - 3600, "gpu": GPU2, "xid": 13, "job": "70", "uid": 5001},
-                      {"t": now - 1800, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    H.record(config, [H.AppXidEntry(t=now - 3600, gpu=GPU2, xid=13, job="70", uid=5001),
+                      H.AppXidEntry(t=now - 1800, gpu=GPU2, xid=31, job="71", uid=5002)], now)  # fmt: skip
     _, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
     flag = open_flags(config.state_dir)["gpu-node-01"]
-    assert flag["action"] == "review" and "node-local history" in flag["note"], flag
-    assert flag["uids"] == sorted([5001, 5002, os.getuid()])
+    assert flag.action == "review" and "node-local history" in (flag.note or ""), flag
+    assert flag.uids == sorted([5001, 5002, os.getuid()])
     assert qualifications_started == [] and slurm.drains == []
 
 
@@ -123,8 +123,8 @@ def test_a_resume_starts_the_count_afresh(tmp_path, monkeypatch, qualifications_
     as_root(monkeypatch)
     config = setup(tmp_path)
     now = time.time()
-    H.record(config, [{"t": now - 600, "gpu": GPU2, "xid": 31, "job": "70", "uid": 5001},
-                      {"t": now - 500, "gpu": GPU2, "xid": 31, "job": "71", "uid": 5002}], now)  # fmt: skip
+    H.record(config, [H.AppXidEntry(t=now - 600, gpu=GPU2, xid=31, job="70", uid=5001),
+                      H.AppXidEntry(t=now - 500, gpu=GPU2, xid=31, job="71", uid=5002)], now)  # fmt: skip
     record_resume(
         config.admin.history_dir or config.state_dir, "gpu-node-01", "admin", when=now - 60
     )
@@ -135,8 +135,8 @@ def test_a_resume_starts_the_count_afresh(tmp_path, monkeypatch, qualifications_
 def test_old_entries_and_other_gpus_do_not_count(tmp_path):
     config = setup(tmp_path)
     now = time.time()
-    H.record(config, [{"t": now - 200 * 3600, "gpu": GPU2, "xid": 31, "job": "70", "uid": 5001},
-                      {"t": now - 60, "gpu": "0000:68:00", "xid": 31, "job": "71", "uid": 5002}],
+    H.record(config, [H.AppXidEntry(t=now - 200 * 3600, gpu=GPU2, xid=31, job="70", uid=5001),
+                      H.AppXidEntry(t=now - 60, gpu="0000:68:00", xid=31, job="71", uid=5002)],
              now)  # fmt: skip
     result, slurm = epilog_after(tmp_path, config, xid31_bursts(1))
     assert slurm.drains == [] and not result.hardware_fault
@@ -146,7 +146,7 @@ def test_only_the_jobs_own_gpus_are_recorded():
     facts = make_facts()
     lines = list(xid31_bursts(1)) + list(xid31_bursts(1, "0000:68:00"))  # GPU2 and GPU5
     events = H.job_events(lines, env(gpus=(5,)), facts, 1.0)
-    assert [(e["gpu"], e["job"]) for e in events] == [("0000:68:00", "77")]
+    assert [(e.gpu, e.job) for e in events] == [("0000:68:00", "77")]
     assert H.job_events(lines, env(job_id="../x"), facts, 1.0) == []
 
 
@@ -158,12 +158,14 @@ def test_bad_lines_are_skipped_and_the_file_stays_bounded(tmp_path):
         fh.write("not json\n" + json.dumps(dict(good, gpu="../../etc")) + "\n")
         fh.write(json.dumps(dict(good, uid=True)) + "\n" + "[1, 2]\n" + "x" * 5000 + "\n")
         fh.write(json.dumps(good) + "\n")
-    assert H.load(config, time.time()) == [good]
+    assert [e.to_json() for e in H.load(config, time.time())] == [
+        dict(good, pid=None, name=None)  # absent: their defaults
+    ]
     now = time.time()
     for i in range(3000):
-        H.record(config, [dict(good, job=str(i), t=now)], now)
+        H.record(config, [H.AppXidEntry.from_json(dict(good, job=str(i), t=now))], now)
     entries = H.load(config, now)
-    assert len(entries) <= H.MAX_ENTRIES and entries[-1]["job"] == "2999"
+    assert len(entries) <= H.MAX_ENTRIES and entries[-1].job == "2999"
     assert os.path.getsize(history_file(config)) < H.MAX_ENTRIES * H.MAX_LINE
 
 
@@ -174,7 +176,5 @@ def test_a_symlink_in_place_of_the_history_is_not_followed(tmp_path):
     target.write_text(json.dumps({"t": time.time(), "gpu": GPU2, "xid": 31, "job": "9", "uid": 1}))
     os.symlink(target, history_file(config))
     assert H.load(config, time.time()) == []
-    assert (
-        H.record(config, [{"t": 1.0, "gpu": GPU2, "xid": 31, "job": "9", "uid": 1}], 1.0) is False
-    )
+    assert H.record(config, [H.AppXidEntry(t=1.0, gpu=GPU2, xid=31, job="9", uid=1)], 1.0) is False
     assert "xid" in target.read_text() and target.read_text().count("\n") == 0

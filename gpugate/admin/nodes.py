@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gpugate.slurm.cli import CliBackend, Runner
     from gpugate.slurm.records import NodeInfo
     from gpugate.store.entries import DrainEntry, HeldEntry, UnknownXidsEntry
+    from gpugate.store.suspects import FlagEntry
 
     Group = tuple[NodeInfo, list[str]]  # one NodeInfo standing for nodes that share it
 
@@ -331,7 +332,7 @@ def node_rows(
     drained_only: bool = False,
     unknown: Sequence[UnknownXidsEntry] = (),
     held: dict[str, HeldEntry] | None = None,
-    suspects: dict[str, dict[str, Any]] | None = None,
+    suspects: dict[str, FlagEntry] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
     order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog; `held`:
@@ -378,11 +379,11 @@ def held_row(row: dict[str, Any], entry: HeldEntry) -> dict[str, Any]:
                 would_drain_why=entry.why, would_drain_since=entry.at)  # fmt: skip
 
 
-def suspect_row(row: dict[str, Any], flag: dict[str, Any]) -> dict[str, Any]:
+def suspect_row(row: dict[str, Any], flag: FlagEntry) -> dict[str, Any]:
     """A node in service that users' jobs pointed at: where from, why, what gpugate asked for."""
-    return dict(row, action=SUSPECT, suspect_source=flag["source"], suspect_detail=flag["detail"],
-                suspect_since=flag["at"], suspect_asked=flag["action"],
-                suspect_note=flag.get("note") or "")  # fmt: skip
+    return dict(row, action=SUSPECT, suspect_source=flag.source, suspect_detail=flag.detail,
+                suspect_since=flag.at, suspect_asked=flag.action,
+                suspect_note=flag.note or "")  # fmt: skip
 
 
 def isolated_of(node: NodeInfo) -> tuple[dict[str, Any], ...]:

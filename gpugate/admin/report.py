@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from gpugate.store.suspects import FlagEntry
+
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
 
 CSS = """
@@ -429,17 +431,17 @@ def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, 
 
 
 def flag_outcome(
-    flag: dict[str, Any], qualifications: list[dict[str, Any]], resumes: list[AuditEntry]
+    flag: FlagEntry, qualifications: list[dict[str, Any]], resumes: list[AuditEntry]
 ) -> str:
     """What became of a suspect flag: the first qualification or resume of its node after it."""
     after: list[tuple[float, dict[str, Any] | AuditEntry]] = [
         (q["when"], q) for q in qualifications
-        if q["node"] == flag["node"] and q["when"] >= flag["when"]
+        if q["node"] == flag.node and q["when"] >= flag.when
     ]  # fmt: skip
-    after += [(r.when, r) for r in resumes if r.node == flag["node"]
-              and r.when >= flag["when"] and r.resumed]  # fmt: skip
+    after += [(r.when, r) for r in resumes if r.node == flag.node
+              and r.when >= flag.when and r.resumed]  # fmt: skip
     if not after:
-        return "awaiting: " + ("qualification started" if flag["action"] == "qualify" else "review")
+        return "awaiting: " + ("qualification started" if flag.action == "qualify" else "review")
     _, e = min(after, key=lambda t: t[0])
     if isinstance(e, AuditEntry):
         return f"closed by a resume ({e.who}, {history.iso(e.when)})"
@@ -450,18 +452,18 @@ def flag_outcome(
 
 
 def suspects_section(
-    flags: list[dict[str, Any]],
+    flags: list[FlagEntry],
     qualifications: list[dict[str, Any]],
     resumes: list[AuditEntry],
     since: float,
 ) -> str:
     """The window's suspect flags: source, detail, what gpugate asked for, and the outcome."""
     body = []
-    for f in reversed([f for f in flags if f["when"] >= since]):
+    for f in reversed([f for f in flags if f.when >= since]):
         body.append(
-            f'<tr><td class="node">{esc(f["node"])}</td><td class="time">{esc(f["at"])}</td>'
-            f'<td>{esc(f["source"])}</td><td class="reason">{esc(f["detail"])}</td>'
-            f"<td>{esc(f['action'])}</td>"
+            f'<tr><td class="node">{esc(f.node)}</td><td class="time">{esc(f.at)}</td>'
+            f'<td>{esc(f.source)}</td><td class="reason">{esc(f.detail)}</td>'
+            f"<td>{esc(f.action)}</td>"
             f'<td class="reason">{esc(flag_outcome(f, qualifications, resumes))}</td></tr>'
         )
     headers = ("Node", "Flagged", "From", "What the jobs showed", "Asked for", "Outcome")
@@ -555,7 +557,7 @@ def render_html(
     costs: Sequence[dict[str, Any]] = (),
     requeues: Sequence[dict[str, Any]] = (),
     qualifications: Sequence[dict[str, Any]] = (),
-    flags: Sequence[dict[str, Any]] = (),
+    flags: Sequence[FlagEntry] = (),
     others: Sequence[dict[str, Any]] = (),
     drills: Sequence[dict[str, Any]] = (),
     isolated: Sequence[dict[str, Any]] = (),

@@ -7,10 +7,21 @@ from gpugate.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Iterable
+    from typing import Protocol
 
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import BoardProfile, Config
+
+    class AppXid(Protocol):
+        """One application-class Xid a job raised (gpugate/store/app_xids.py, AppXidEntry)."""
+
+        @property
+        def gpu(self) -> str: ...
+        @property
+        def job(self) -> str: ...
+        @property
+        def uid(self) -> int | None: ...
 
 
 class Expected(Record):
@@ -40,7 +51,7 @@ class Context(Record):
     expected: Expected
     # Application-class Xids this node recorded per job, within the window (the hooks load
     # them: gpugate/store/app_xids.py); kernel.xid's cross-job rule reads them.
-    app_xids: tuple[Any, ...] = ()
+    app_xids: tuple[AppXid, ...] = ()
 
 
 def pick_board(facts: Facts, config: Config) -> tuple[str | None, BoardProfile | None]:
@@ -81,6 +92,6 @@ def gpu_count(
     return (count, f"board {board}") if count is not None else (None, None)
 
 
-def make_context(facts: Facts, config: Config, app_xids: tuple[Any, ...] = ()) -> Context:
+def make_context(facts: Facts, config: Config, app_xids: Iterable[AppXid] = ()) -> Context:
     """The context the checks run with."""
     return Context(config=config, expected=expectations(facts, config), app_xids=tuple(app_xids))

@@ -16,9 +16,10 @@ from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
-    from gpugate.checks.expect import Context
+    from gpugate.checks.expect import AppXid, Context
     from gpugate.checks.facts import Facts, KernelLogLoss
     from gpugate.config.schema import KernelChecks
 
@@ -153,22 +154,22 @@ def unknown_xids(findings: list[F.Finding]) -> tuple[int, ...]:
     return tuple(sorted(c for c in codes if lookup(c).mnemonic == "UNKNOWN"))
 
 
-def repeats(app_xids: tuple[Any, ...], pci: str | None) -> tuple[int, int]:
+def repeats(app_xids: Iterable[AppXid], pci: str | None) -> tuple[int, int]:
     """(distinct jobs, distinct users) that raised application Xids on the GPU at `pci`."""
     jobs = _jobs_by_user(app_xids, pci)
     return sum(len(j) for j in jobs.values()), len(jobs)
 
 
-def _jobs_by_user(app_xids: tuple[Any, ...], pci: str | None) -> dict[object, set[Any]]:
+def _jobs_by_user(app_xids: Iterable[AppXid], pci: str | None) -> dict[int | None, set[str]]:
     """{uid: its distinct jobs} of the application Xids on the GPU at `pci` (no uid: one user)."""
-    out: dict[object, set[Any]] = {}
+    out: dict[int | None, set[str]] = {}
     for e in app_xids:
-        if pci is not None and e.get("gpu") == pci and e.get("job"):
-            out.setdefault(e.get("uid"), set()).add(e["job"])
+        if pci is not None and e.gpu == pci and e.job:
+            out.setdefault(e.uid, set()).add(e.job)
     return out
 
 
-def app_xid_suspect(app_xids: tuple[Any, ...], pci: str | None, k: KernelChecks) -> bool:
+def app_xid_suspect(app_xids: Iterable[AppXid], pci: str | None, k: KernelChecks) -> bool:
     """Whether the GPU at `pci` repeats application Xids across jobs spread fairly over users.
 
     At least `app_xid_jobs_min` jobs, and either `app_xid_users_min` users with

@@ -10,8 +10,9 @@ from gpugate.checks.registry import registered
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Iterable
 
+    from gpugate.checks.expect import AppXid
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
 
@@ -20,7 +21,7 @@ GPU_RULES = ("gpu.", "pcie.", "nvlink.", "ib.peermem")
 
 
 def run_checks(
-    facts: Facts, config: Config, only: list[str] | None = None, app_xids: tuple[Any, ...] = ()
+    facts: Facts, config: Config, only: list[str] | None = None, app_xids: Iterable[AppXid] = ()
 ) -> list[F.Finding]:
     """Every enabled check over `facts`, findings sorted problems first."""
     ctx = make_context(facts, config, app_xids)

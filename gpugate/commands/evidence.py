@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.config.schema import Config
+    from gpugate.flightrec.records import Culprit
     from gpugate.store.entries import HeldEntry
 
 # What a bundle's summary says, in the order shown.
@@ -247,14 +248,14 @@ def main(argv: list[str]) -> int:
             "bundles": items,
         }
         if is_job:  # the rank the others waited for, from the dumps the epilog read
-            out["flight_recorder"] = fr
+            out["flight_recorder"] = fr.to_json() if fr else None
             out["decisions"] = decisions
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render(target, items, held))
-        if fr is not None and fr.get("text"):
-            sys.stdout.write(f"\nflight recorder: {_line(fr['text'])}\n")
+        if fr is not None and fr.text:
+            sys.stdout.write(f"\nflight recorder: {_line(fr.text)}\n")
         sys.stdout.write(render_decisions(decisions))
     return EXIT_OK
 
@@ -293,7 +294,7 @@ def _print_decisions_only(target: str, decisions: list[dict[str, Any]], as_json:
     return EXIT_OK
 
 
-def _flight_recorder(bundles: list[str]) -> dict[str, Any] | None:
+def _flight_recorder(bundles: list[str]) -> Culprit | None:
     """The job's flight-recorder culprit over its bundles' flightrec.json, or None."""
 
     return job_culprit(bundles)

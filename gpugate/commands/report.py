@@ -19,7 +19,7 @@ from gpugate.store.drills import drill_records
 from gpugate.store.held import held_entries
 from gpugate.store.history import drill_of
 from gpugate.store.outcomes import check_record, drill_drains
-from gpugate.store.suspects import flags
+from gpugate.store.suspects import FlagEntry, flags
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def events_dirs(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
 
 
-def suspect_flags(where: str | tuple[str, ...]) -> list[dict[str, Any]]:
+def suspect_flags(where: str | tuple[str, ...]) -> list[FlagEntry]:
     """The suspect flags (gpugate/store/suspects.py); none when they cannot be read."""
 
     try:

@@ -70,10 +70,10 @@ def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
     flag = open_flags(read_dirs(config)).get(node)
     if flag is None:
         return None
-    record_resume(history_dir(config), node, why=why or "", reason=f"suspect: {flag['detail']}",
+    record_resume(history_dir(config), node, why=why or "", reason=f"suspect: {flag.detail}",
                   result="suspicion cleared by an admin (the node was in service)")  # fmt: skip
     return (
-        f"{node} is in service; its suspicion ({flag['source']}: {flag['detail']}) is "
+        f"{node} is in service; its suspicion ({flag.source}: {flag.detail}) is "
         "cleared: votes and application Xids before now no longer count (audited)"
     )
 

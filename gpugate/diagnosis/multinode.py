@@ -303,9 +303,10 @@ def _add_flight_recorder(out: dict[str, Any], bundles: list[str]) -> None:
         return
     from gpugate.flightrec.culprit import job_culprit
 
-    fr = out["flight_recorder"] = job_culprit(bundles)
-    if fr and fr.get("state") and kind(out.get("category")) in (SYMPTOM, UNKNOWN):
-        out["summary"] += f" Flight recorder: {fr['text']}."
+    fr = job_culprit(bundles)
+    out["flight_recorder"] = fr.to_json() if fr else None
+    if fr and fr.state and kind(out.get("category")) in (SYMPTOM, UNKNOWN):
+        out["summary"] += f" Flight recorder: {fr.text}."
 
 
 def _node_json(r: NodeResult, suspects: list[str]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import json
 import os
 
 from gpugate.flightrec.reader import _int, _str
+from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.userfiles import UserFileError, open_regular, read_fd
 
 TYPE_CHECKING = False
@@ -261,7 +262,7 @@ def _clean(rec: object, node: str | None) -> dict[str, Any] | None:
     return {**rec, "pgs": pgs, "entries": entries, "node": node or _str(rec.get("node"))}
 
 
-def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
+def job_culprit(bundle_dirs: list[str]) -> Culprit | None:
     """find_culprit over the flightrec.json of each node's evidence bundle; errors listed."""
     records: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -276,15 +277,18 @@ def job_culprit(bundle_dirs: list[str]) -> dict[str, Any] | None:
             continue
         if fr is None:
             continue
-        if not isinstance(fr, dict):
-            errors.append({"name": d, "error": "flightrec.json: not an object"})
+        try:
+            member = FlightrecFile.from_json(fr, "flightrec.json")
+        except ValueError as exc:
+            errors.append({"name": d, "error": str(exc)})
             continue
         node = _str(summary.get("node")) if isinstance(summary, dict) else None
-        _gather(fr, node, (d, "flightrec.json: a record without rank or pgs"), records, errors)
+        bad = (d, "flightrec.json: a record without rank or pgs")
+        _gather(member.records, member.errors, node, bad, records, errors)
     return _culprit(records, errors)
 
 
-def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> dict[str, Any] | None:
+def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> Culprit | None:
     """find_culprit over the flight-recorder digests of the nodes' decision records.
 
     The controller's view (gpugate/store/controller_view.py): each record names its node
@@ -295,37 +299,44 @@ def records_culprit(views: list[tuple[str | None, dict[str, Any] | None]]) -> di
     for node, fr in views:  # (the record's node, its flight-recorder digest)
         if not isinstance(fr, dict):
             continue
-        _gather(fr, node, (node or "?", "a record without rank or pgs"), records, errors)
+        recs, errs = fr.get("records"), fr.get("errors")
+        refusals = [
+            Refusal(name=e["name"], error=e["error"])
+            for e in (errs if isinstance(errs, list) else [])
+            if isinstance(e, dict) and _str(e.get("name")) and _str(e.get("error"))
+        ]
+        bad = (node or "?", "a record without rank or pgs")
+        _gather(recs if isinstance(recs, list) else [], refusals, node, bad, records, errors)
     return _culprit(records, errors)
 
 
 def _gather(
-    fr: dict[str, Any],
+    recs: list[Any],
+    refusals: list[Refusal],
     node: str | None,
     bad: tuple[str, str],
     records: list[dict[str, Any]],
     errors: list[dict[str, Any]],
 ) -> None:
     """Add one node's clean records and its refusals; `bad` names a record without rank."""
-    recs, errs = fr.get("records"), fr.get("errors")
-    for rec in recs if isinstance(recs, list) else []:
+    for rec in recs:
         got = _clean(rec, node)
         if got is None:
             errors.append({"name": bad[0], "error": bad[1]})
         else:
             records.append(got)
-    for err in errs if isinstance(errs, list) else []:
-        if isinstance(err, dict) and _str(err.get("name")) and _str(err.get("error")):
-            errors.append({"name": err["name"][:256], "error": err["error"][:512], "node": node})
+    for err in refusals:
+        if err.name and err.error:
+            errors.append({"name": err.name[:256], "error": err.error[:512], "node": node})
 
 
-def _culprit(records: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _culprit(records: list[dict[str, Any]], errors: list[dict[str, Any]]) -> Culprit | None:
     """The culprit of the merged records, or the refusals when there is none to name."""
     found = find_culprit(records) if records else None
     if found is None and not errors:
         return None
     if found is None:  # no culprit, but the refusals are worth saying (a hostile dump)
         said = "; ".join(f"{e['name']}: {e['error']}" for e in errors[:3])
-        found = {"rank": None, "node": None, "state": None, "text": f"flight recorder: {said}"}
-    found["errors"] = errors
-    return found
+        return Culprit(rank=None, node=None, state=None, text=f"flight recorder: {said}",
+                       errors=errors)  # fmt: skip
+    return Culprit(**found, errors=errors)

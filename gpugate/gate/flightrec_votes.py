@@ -17,9 +17,8 @@ from gpugate.store.view_records import ControllerRecord, first_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from gpugate.config.schema import Config
+    from gpugate.flightrec.records import Culprit
     from gpugate.gate.requeue import JobEnd
 
 DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a node
@@ -27,16 +26,16 @@ DECIDED = ("not_entered", "in_collective", "mismatch")  # a rank named, with a n
 
 def culprit_node(
     job: JobEnd, summaries: list[ControllerRecord]
-) -> tuple[str | None, dict[str, Any] | None]:
+) -> tuple[str | None, Culprit | None]:
     """(node, culprit) of this run's decision records; node None unless a decided rank on a
     job node. The records (gpugate/store/controller_view.py) carry each node's digest."""
 
     try:
         found = records_culprit([(s.node, s.flightrec) for s in summaries])
-    except (ValueError, TypeError) as exc:
-        return None, {"error": f"{type(exc).__name__}: {exc}"}
-    node = found.get("node") if found else None
-    if found is None or found.get("state") not in DECIDED or node not in job.nodes:
+    except (ValueError, TypeError):
+        return None, None  # digests the culprit cannot read: no vote, no comment
+    node = found.node if found else None
+    if found is None or found.state not in DECIDED or node not in job.nodes:
         return None, found
     return node, found
 
@@ -78,7 +77,7 @@ def culprit_comment(job: JobEnd, summaries: list[ControllerRecord]) -> str | Non
     one clean, capped line (op names come from the dumps).
     """
     _, found = culprit_node(job, summaries)
-    text = (found or {}).get("text")
-    if not isinstance(text, str) or not text or (found or {}).get("state") is None:
+    text = found.text if found else None
+    if not text or found is None or found.state is None:
         return None
     return f"flight recorder (the job's dumps): {text}"

@@ -127,9 +127,9 @@ def vote(
     # suspect_votes_per_user, and at least suspect_users_min users must have voted.
     if users < hc.suspect_users_min:
         return f"{said}; {hc.suspect_users_min} users needed: not flagged"
-    jobs = [v["job"] for v in open_]
+    jobs = [v.job for v in open_]
     flagged = point_at(config, node, "votes", S.suspect_detail(jobs, users), jobs, users, now,
-                       where=mine, uids=[v.get("uid") for v in open_])  # fmt: skip
+                       where=mine, uids=[v.uid for v in open_])  # fmt: skip
     return f"{said}; {flagged}"
 
 

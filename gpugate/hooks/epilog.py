@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from gpugate.gate.policy import Decision
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.app_xids import AppXidEntry
     from gpugate.store.state import Baseline
     from gpugate.store.view_records import ControllerRecord
 
@@ -129,7 +130,7 @@ def hardware_decision(
     facts: Facts,
     fresh_kernel: list[str],
     config: Config,
-    app_xids: tuple[Any, ...] = (),
+    app_xids: tuple[AppXidEntry, ...] = (),
     baseline: Baseline | None = None,
 ) -> Decision:
     """The policy's decision on the hardware checks now, judging only this job's kernel lines
@@ -320,7 +321,7 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
 
 def note_app_xids(
     config: Config, env: HookEnv, facts: Facts, fresh: list[str]
-) -> tuple[tuple[Any, ...], list[dict[str, Any]]]:
+) -> tuple[tuple[AppXidEntry, ...], list[AppXidEntry]]:
     """Record this job's application-class Xids; (the node's open record with them, this job's).
 
     The record counts from the node's last resume or passed qualification on (suspects.closed_at):
@@ -333,22 +334,22 @@ def note_app_xids(
     known = xid_history.load(config, now)
     xid_history.record(config, mine, now)  # best effort: never fails the epilog
     since = closed_at(history_dir(config), env.node) if env.node else 0.0
-    return tuple(e for e in (*known, *mine) if e["t"] > since), mine
+    return tuple(e for e in (*known, *mine) if e.t > since), mine
 
 
 def flag_app_xid_suspect(
-    config: Config, env: HookEnv, app_xids: tuple[Any, ...], mine: list[dict[str, Any]]
+    config: Config, env: HookEnv, app_xids: tuple[AppXidEntry, ...], mine: list[AppXidEntry]
 ) -> None:
     """Flag this node when a GPU of this job passes the application-Xid rule; never a drain."""
 
     k = config.checks.kernel
-    for pci in sorted({e["gpu"] for e in mine}):
+    for pci in sorted({e.gpu for e in mine}):
         if env.node and app_xid_suspect(app_xids, pci, k):
             from gpugate.gate.suspicion import point_at
 
             jobs, users = repeats(app_xids, pci)
-            ids = sorted({e["job"] for e in app_xids if e.get("gpu") == pci})
-            uids = [e.get("uid") for e in app_xids if e.get("gpu") == pci]
+            ids = sorted({e.job for e in app_xids if e.gpu == pci})
+            uids = [e.uid for e in app_xids if e.gpu == pci]
             detail = f"GPU {pci}: application Xids in {jobs} jobs of {users} users"
             try:
                 said = point_at(config, env.node, "app_xid", detail, ids, users, uids=uids)

@@ -34,6 +34,7 @@ import json
 import os
 import stat
 
+from gpugate.flightrec.records import DumpsAnswer, FlightrecFile, Refusal
 from gpugate.hooks.task_prolog import FR_DEFAULT_PREFIX, FR_PREFIX
 from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.state import StateError, job_dir
@@ -95,7 +96,8 @@ def collect_dumps(
 
     Returns `{"records", "errors", "searched", "truncated", "kept"}`: each record tagged with
     this node; `kept` maps a bundle member name to the JSON text root wrote from an accepted
-    dump's plain data (within the caps).
+    dump's plain data (within the caps). The child's answer is read as a DumpsAnswer first: a
+    malformed one is a refusal of the whole collection (`*`), as a child that failed is.
     """
     from gpugate.userfiles import UserFileError, as_user
 
@@ -112,24 +114,18 @@ def collect_dumps(
     if not _candidates(places):
         return {**empty, "truncated": False, "kept": {}}  # no dump: no child to start
     try:
-        got = as_user(uid, gid, TASK, kwargs, timeout)
-    except UserFileError as exc:
-        return {
-            **empty,
-            "errors": [{"name": "*", "error": str(exc)}],
-            "truncated": False,
-            "kept": {},
-        }
-    if not isinstance(got, dict):
-        got = {}
-    records = [dict(r, node=env.node) for r in got.get("records") or [] if isinstance(r, dict)]
-    errors = [e for e in got.get("errors") or [] if isinstance(e, dict)]
-    kept = _rewrite(got.get("kept"), errors)
-    return {**empty, "records": records, "errors": errors,
-            "truncated": got.get("truncated") is True, "kept": kept}  # fmt: skip
+        got = DumpsAnswer.from_json(as_user(uid, gid, TASK, kwargs, timeout), "the reader's answer")
+    except (UserFileError, ValueError) as exc:
+        return {**empty, "errors": [Refusal(name="*", error=str(exc)).to_json()],
+                "truncated": False, "kept": {}}  # fmt: skip
+    records = [dict(r, node=env.node) for r in got.records]
+    errors = [e.to_json() for e in got.errors]
+    kept = _rewrite(got.kept, errors)
+    return {**empty, "records": records, "errors": errors, "truncated": got.truncated,
+            "kept": kept}  # fmt: skip
 
 
-def _rewrite(answer: object, errors: list[dict[str, Any]]) -> dict[str, str]:
+def _rewrite(answer: dict[str, Any], errors: list[dict[str, Any]]) -> dict[str, str]:
     """Member name -> JSON text written here, by root, from the plain data the child sent.
 
     The child runs as the user: whatever it answered is parsed JSON, and json.dumps of it is
@@ -137,14 +133,15 @@ def _rewrite(answer: object, errors: list[dict[str, Any]]) -> dict[str, str]:
     """
 
     kept: dict[str, str] = {}
-    for name, plain in answer.items() if isinstance(answer, dict) else ():
+    for name, plain in answer.items():
         member = _member(str(name), kept)
         try:
             if not isinstance(plain, dict):
                 raise ValueError("not an object")
             kept[member] = json.dumps(plain, separators=(",", ":"))
         except (ValueError, RecursionError) as exc:
-            errors.append({"name": str(name), "error": f"the reader sent an unusable dump: {exc}"})
+            error = f"the reader sent an unusable dump: {exc}"
+            errors.append(Refusal(name=str(name), error=error).to_json())
     return kept
 
 
@@ -191,10 +188,13 @@ def bundle_files(flightrec: dict[str, Any] | None) -> dict[str, str | bytes]:
         return {}
     kept = flightrec.get("kept") or {}
     files: dict[str, str | bytes] = {f"{BUNDLE_DIR}/{name}": text for name, text in kept.items()}
-    doc = {k: flightrec.get(k) for k in ("records", "errors", "searched", "truncated")}
-    doc["kept"] = sorted(f"{BUNDLE_DIR}/{name}" for name in kept)
-    doc["note"] = NOTE
-    files[JSON_MEMBER] = json.dumps(doc, indent=1, default=str)
+    doc = FlightrecFile(
+        records=flightrec.get("records") or [],
+        errors=[Refusal.from_json(e, JSON_MEMBER) for e in flightrec.get("errors") or []],
+        searched=flightrec.get("searched") or [], truncated=flightrec.get("truncated") is True,
+        kept=sorted(f"{BUNDLE_DIR}/{name}" for name in kept), note=NOTE,
+    )  # fmt: skip
+    files[JSON_MEMBER] = json.dumps(doc.to_json(), indent=1, default=str)
     return files
 
 
@@ -227,7 +227,7 @@ def read_dumps(
     Only regular files of this user (the child's uid: the job's), written at or after `since`,
     count; others at the shared default location are other jobs' and are skipped. JSON in,
     JSON out: an accepted dump comes back as its plain data, a refused one as an error with
-    its sha256; no dump's bytes come back.
+    its sha256; no dump's bytes come back. The answer is a DumpsAnswer's JSON.
     """
     out: dict[str, Any] = {
         "records": [],
@@ -236,25 +236,38 @@ def read_dumps(
         "kept_bytes": 0,
         "truncated": False,
     }
+    _read_places(places, since, max_dumps, max_bytes, remove_from, kept_total, out)
+    return DumpsAnswer(**out).to_json()
+
+
+def _read_places(
+    places: list[list[str]],
+    since: float | None,
+    max_dumps: int,
+    max_bytes: int,
+    remove_from: str | None,
+    kept_total: int,
+    out: dict[str, Any],
+) -> None:
+    """read_dumps' walk over the places, into `out` (DumpsAnswer's fields)."""
     found = 0
     for directory, prefix in places:
         names, cut = dump_names(directory, prefix)
         if cut:
             out["truncated"] = True
-            out["errors"].append({"name": f"{prefix}*", "error": f"more than {SCAN_MAX} "
-                                  "entries in the directory: the rest not looked at"})  # fmt: skip
+            out["errors"].append(Refusal(name=f"{prefix}*", error=f"more than {SCAN_MAX} "
+                                         "entries in the directory: the rest not looked at"))  # fmt: skip
         shared = directory == remove_from
         for name in names:
             if shared and not _mine(os.path.join(directory, name)):
                 continue  # another user's (readable or not): costs no open, counts for nothing
             if found >= max_dumps:
                 out["truncated"] = True
-                return out
+                return
             status = _read_one(os.path.join(directory, name), since, max_bytes, kept_total, out)
             found += status is not None
             if remove_from and directory == remove_from and status == READ:
                 _unlink(os.path.join(directory, name))
-    return out
 
 
 def _mine(path: str) -> bool:
@@ -279,7 +292,7 @@ def _read_one(
     try:
         fd = open_regular(path)
     except UserFileError as exc:
-        out["errors"].append({"name": name, "error": str(exc)})
+        out["errors"].append(Refusal(name=name, error=str(exc)))
         return UNREAD
     try:
         st = os.fstat(fd)
@@ -288,7 +301,7 @@ def _read_one(
         if st.st_size > max_bytes:
             out["truncated"] = True
             error = f"{st.st_size} bytes, over the cap of {max_bytes} bytes; not read"
-            out["errors"].append({"name": name, "error": error})
+            out["errors"].append(Refusal(name=name, error=error))
             return UNREAD
         data = read_fd(fd, max_bytes)
     finally:
@@ -319,7 +332,7 @@ def _parse(data: bytes, name: str, kept_total: int, out: dict[str, Any]) -> None
         else:
             out["truncated"] = True
         return
-    out["errors"].append({"name": name, "error": error, "bytes": len(data), "sha256": digest})
+    out["errors"].append(Refusal(name=name, error=error, bytes=len(data), sha256=digest))
 
 
 def _unlink(path: str) -> None:

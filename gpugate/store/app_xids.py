@@ -19,6 +19,7 @@ from gpugate.checks.xid import APP_XIDS, normalize_pci, parse_xid
 from gpugate.fsutil import FileLock, atomic_write, lock_file
 from gpugate.jsonl import append, dumps, read_tail
 from gpugate.jsonl import parse as parse_lines
+from gpugate.jsonrecord import JsonRecord
 from gpugate.regex import lazy
 from gpugate.store import locks
 
@@ -31,14 +32,36 @@ _JOB = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, TypeGuard
+    from typing import ClassVar
 
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.slurm.hookenv import HookEnv
 
 
-def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[dict[str, Any]]:
+class AppXidEntry(JsonRecord):
+    """`app_xids.jsonl`: one application-class Xid a job raised on one of its GPUs."""
+
+    t: float
+    gpu: str
+    xid: int
+    job: str
+    uid: int | None = None
+    pid: int | None = None
+    name: str | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        "t": "epoch seconds (the job's epilog)",
+        "gpu": "the GPU's PCI address (`0000:38:00`)",
+        "xid": "the Xid (13, 31, 43, ...)",
+        "job": "the job that raised it",
+        "uid": "the job's user (Slurm's uid)",
+        "pid": "the process the kernel line names (null: `<unknown>`)",
+        "name": "its name (`python`)",
+    }
+
+
+def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[AppXidEntry]:
     """One entry per (GPU, Xid) of the application-class Xids on the job's GPUs in `lines`.
 
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
@@ -51,21 +74,26 @@ def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list
         for g in facts.gpus or ()
         if g.pci_bus_id and (env.gpus is None or g.index in env.gpus)
     }
-    seen: dict[tuple[str | None, int], dict[str, Any]] = {}
+    seen: dict[tuple[str, int], AppXidEntry] = {}
     for line in lines:
         event = parse_xid(line)
-        if event is None or event.code not in APP_XIDS or event.pci not in mine:
+        if (
+            event is None
+            or event.pci is None
+            or event.code not in APP_XIDS
+            or event.pci not in mine
+        ):
             continue
         key = (event.pci, event.code)
         if key not in seen and len(seen) < PER_JOB_MAX:
-            seen[key] = {"t": round(now, 3), "gpu": event.pci, "xid": event.code,
-                         "job": env.job_id, "uid": env.uid, "pid": event.pid,
-                         "name": event.process}  # fmt: skip
+            seen[key] = AppXidEntry(t=round(now, 3), gpu=event.pci, xid=event.code,
+                                    job=env.job_id, uid=env.uid, pid=event.pid,
+                                    name=event.process)  # fmt: skip
     return list(seen.values())
 
 
-def valid(entry: object) -> TypeGuard[dict[str, Any]]:
-    """Whether one parsed line is a well-formed entry."""
+def valid(entry: object) -> bool:
+    """Whether one parsed line is a well-formed entry (the ranges; AppXidEntry the types)."""
     if not isinstance(entry, dict):
         return False
     t, gpu, xid, job, uid = (entry.get(k) for k in ("t", "gpu", "xid", "job", "uid"))
@@ -78,24 +106,34 @@ def valid(entry: object) -> TypeGuard[dict[str, Any]]:
     )  # fmt: skip
 
 
-def parse(text: str, since: float) -> tuple[list[dict[str, Any]], int]:
+def parse(text: str, since: float) -> tuple[list[AppXidEntry], int]:
     """(valid entries newer than `since`, number of bad lines skipped)."""
     return _select(parse_lines(text.encode(), MAX_LINE), since)
 
 
-def _select(values: list[object], since: float) -> tuple[list[dict[str, Any]], int]:
-    good = [v for v in values if valid(v)]
-    newer = [e for e in good if e["t"] >= since]
+def _select(values: list[object], since: float) -> tuple[list[AppXidEntry], int]:
+    good = [e for e in (_entry(v) for v in values) if e is not None]
+    newer = [e for e in good if e.t >= since]
     return newer[-MAX_ENTRIES:], len(values) - len(good)
 
 
-def _read(path: str, since: float) -> tuple[list[dict[str, Any]], int]:
+def _entry(value: object) -> AppXidEntry | None:
+    """The record of one parsed line, or None for a bad one."""
+    if not valid(value):
+        return None
+    try:
+        return AppXidEntry.from_json(value, NAME)
+    except ValueError:
+        return None
+
+
+def _read(path: str, since: float) -> tuple[list[AppXidEntry], int]:
     """parse() of the file's newest part (OSError as jsonl.read_tail raises it)."""
     data, _size = read_tail(path, MAX_ENTRIES * MAX_LINE * 2)
     return _select(parse_lines(data, MAX_LINE), since)
 
 
-def load(config: Config, now: float) -> list[dict[str, Any]]:
+def load(config: Config, now: float) -> list[AppXidEntry]:
     """The entries within `checks.kernel.app_xid_window_h` of `now`; [] when there is no file."""
     path = os.path.join(config.state_dir, NAME)
     try:
@@ -110,7 +148,7 @@ def load(config: Config, now: float) -> list[dict[str, Any]]:
     return entries
 
 
-def record(config: Config, entries: list[dict[str, Any]], now: float) -> bool:
+def record(config: Config, entries: list[AppXidEntry], now: float) -> bool:
     """Append this job's entries (root only), then keep the file to the window; True if written."""
     if not entries:
         return True
@@ -120,7 +158,8 @@ def record(config: Config, entries: list[dict[str, Any]], now: float) -> bool:
         # A lock file apart from the data: pruning replaces the data file's inode.
         lock = FileLock(lock_file(config.state_dir, locks.APP_XIDS), wait_s=locks.APP_XIDS_WAIT_S)
         with lock:
-            size = append(path, [e for e in entries if valid(e)], 0o600, gid=-1)
+            lines = [e.to_json() for e in entries]
+            size = append(path, [e for e in lines if valid(e)], 0o600, gid=-1)
             if lock.held and size > MAX_ENTRIES * MAX_LINE // 4:
                 _prune(path, config, now)
         if not lock.held:
@@ -135,4 +174,4 @@ def record(config: Config, entries: list[dict[str, Any]], now: float) -> bool:
 def _prune(path: str, config: Config, now: float) -> None:
     """Rewrite the file with its valid entries within the window (the caller holds the lock)."""
     entries, _ = _read(path, now - config.checks.kernel.app_xid_window_h * 3600)
-    atomic_write(path, dumps(entries), mode=0o600)
+    atomic_write(path, dumps([e.to_json() for e in entries]), mode=0o600)

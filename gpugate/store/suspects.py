@@ -25,13 +25,16 @@ from collections.abc import Callable, Iterable, Sequence
 from gpugate.clock import parse_utc
 from gpugate.diagnosis.multinode import TOLERANCE_S, first_stamp
 from gpugate.store import history
+from gpugate.store.entries import _COMMON, NodeEntry
 from gpugate.store.view_records import ControllerRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import ClassVar, TypeVar
 
     from gpugate.diagnosis.verdict import Diagnosis
+
+    _N = TypeVar("_N", bound=NodeEntry)
 
 SUSPECTS = "suspects.jsonl"
 FLAGS = "suspect-flags.jsonl"
@@ -44,6 +47,47 @@ USERS_KEPT = 64
 SOURCES = ("votes", "app_xid")
 # What a flag asked for: a qualification run by gpugate, or an admin's look (`gpugate nodes`).
 ACTIONS = ("qualify", "review")
+
+
+class VoteEntry(NodeEntry):
+    """`suspects.jsonl`: one failed multi-node job's vote against the node that failed first."""
+
+    job: str
+    category: str | None = None
+    first_failure_at: str | None = None
+    uid: int | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "job": "the failed job (one vote per job and node)",
+        "category": "the job's failure category",
+        "first_failure_at": "the node's earliest decisive failure, UTC ISO (when known)",
+        "uid": "the job's user (Slurm's uid; unknown: null)",
+    }
+
+
+class FlagEntry(NodeEntry):
+    """`suspect-flags.jsonl`: a node flagged suspect, and what gpugate asked for."""
+
+    source: str
+    detail: str | None = None
+    jobs: list[str]
+    users: int
+    action: str
+    note: str | None = None
+    uids: list[int | None] = []
+
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "source": "`votes` (cross-job votes) or `app_xid` (the node's application-Xid record)",
+        "detail": "why, in a line (`first to fail in jobs 101,107 of 2 user(s)`)",
+        "jobs": f"the jobs that counted (the newest {JOBS_SHOWN})",
+        "users": "how many distinct users' jobs counted",
+        "action": "`qualify` (gpugate starts a qualification) or `review` (an admin looks)",
+        "note": "why that action (an allowance spent, no qualify: section)",
+        "uids": f"the users the qualification is charged to (at most {USERS_KEPT}; "
+        "null: unknown user; absent before flags named them: charged to nobody)",
+    }
 
 
 def first_failure_at(diagnosis: Diagnosis) -> str | None:
@@ -95,31 +139,29 @@ def record_vote(
     uid: int | None = None,
     max_per_node: int = history.MAX_PER_NODE,
     max_entries: int = history.MAX_ENTRIES,
-) -> dict[str, Any] | None:
+) -> VoteEntry | None:
     """Add one vote against `node`; the entry, or None when this job already voted for it."""
     when = time.time() if when is None else float(when)
-    entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "job": job,
-             "category": category, "first_failure_at": first_at, "uid": uid}  # fmt: skip
+    entry = VoteEntry(node=node, when=round(when, 3), at=history.iso(when), job=job,
+                      category=category, first_failure_at=first_at, uid=uid)  # fmt: skip
     # EpilogSlurmctld may run twice for one job (a requeue): one vote per job and node.
-    same = lambda last: last.get("job") == job  # noqa: E731
+    same = lambda last: last.job == job  # noqa: E731
     return history._add(state_dir, SUSPECTS, valid_vote, entry, same, max_per_node, max_entries)
 
 
 Dirs = str | Sequence[str]  # one directory, or several whose files are read together
 
 
-def _merged(dirs: Dirs, name: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
+def _merged(dirs: Dirs, name: str, kind: type[_N], valid: Callable[[object], bool]) -> list[_N]:
     """The entries of `name` in every directory (the history's, the controller's), oldest first."""
     many = (dirs,) if isinstance(dirs, str) else tuple(dict.fromkeys(dirs))
-    entries = [e for d in many for e in history._read_dicts(os.path.join(d, name), valid)]
-    return sorted(entries, key=lambda e: e.get("when", 0)) if len(many) > 1 else entries
+    entries = [e for d in many for e in history._read_lines(os.path.join(d, name), kind, valid)]
+    return sorted(entries, key=lambda e: e.when) if len(many) > 1 else entries
 
 
-def votes(
-    state_dir: Dirs, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+def votes(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[VoteEntry]:
     """Votes (against one node, or all; since an epoch time, or all), oldest first."""
-    return history._select(_merged(state_dir, SUSPECTS, valid_vote), node, since)
+    return history._select(_merged(state_dir, SUSPECTS, VoteEntry, valid_vote), node, since)
 
 
 def closed_at(state_dir: Dirs, node: str) -> float:
@@ -138,26 +180,26 @@ def closed_at(state_dir: Dirs, node: str) -> float:
 
 def open_votes(
     state_dir: Dirs, node: str, window_h: float, now: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[VoteEntry]:
     """The votes against `node` in the window and since its suspicion was last closed, one per job."""
     since = (time.time() if now is None else now) - window_h * 3600
     since = max(since, closed_at(state_dir, node))
-    return list({v["job"]: v for v in votes(state_dir, node, since)}.values())
+    return list({v.job: v for v in votes(state_dir, node, since)}.values())
 
 
 def voting_jobs(state_dir: Dirs, node: str, window_h: float, now: float | None = None) -> list[str]:
     """The distinct jobs that named `node` suspect in the window (open votes), oldest first."""
-    return [v["job"] for v in open_votes(state_dir, node, window_h, now)]
+    return [v.job for v in open_votes(state_dir, node, window_h, now)]
 
 
-def tally(open_: list[dict[str, Any]], per_user: int) -> tuple[int, int]:
+def tally(open_: list[VoteEntry], per_user: int) -> tuple[int, int]:
     """(votes counted, distinct users) of open votes, each user's jobs counted at most `per_user`.
 
     A vote without a uid (an older entry) counts as one unknown user's.
     """
-    per: dict[object, int] = {}
+    per: dict[int | None, int] = {}
     for v in open_:
-        per[v.get("uid")] = per.get(v.get("uid"), 0) + 1
+        per[v.uid] = per.get(v.uid, 0) + 1
     return sum(min(n, per_user) for n in per.values()), len(per)
 
 
@@ -208,42 +250,38 @@ def record_flag(
     max_entries: int = history.MAX_ENTRIES,
     read_from: Sequence[str] = (),
     uids: Iterable[int | None] = (),
-) -> dict[str, Any] | None:
+) -> FlagEntry | None:
     """Flag `node` suspect (what asked, why, what was done); None when a flag of it is still open.
 
     Written to `state_dir`; `read_from`: the other directories whose resumes close a flag;
     `uids`: the users whose jobs counted towards it (a qualification is charged to each).
     """
     when = time.time() if when is None else float(when)
-    entry = {"node": node, "when": round(when, 3), "at": history.iso(when), "source": source,
-             "detail": detail, "jobs": list(jobs)[-JOBS_SHOWN:], "users": int(users),
-             "action": action, "note": note, "uids": flag_uids(uids)}  # fmt: skip
-    if not valid_flag(entry):
-        raise ValueError(f"not a suspect flag: {entry!r}")
+    entry = FlagEntry(node=node, when=round(when, 3), at=history.iso(when), source=source,
+                      detail=detail, jobs=list(jobs)[-JOBS_SHOWN:], users=int(users),
+                      action=action, note=note, uids=flag_uids(uids))  # fmt: skip
+    if not valid_flag(entry.to_json()):
+        raise ValueError(f"not a suspect flag: {entry.to_json()!r}")
     # One open flag per node: a second job pointing at a node already waiting adds nothing.
     everywhere = (state_dir, *read_from)
-    still_open = lambda last: last["when"] > closed_at(everywhere, node)  # noqa: E731
+    still_open = lambda last: last.when > closed_at(everywhere, node)  # noqa: E731
     return history._add(state_dir, FLAGS, valid_flag, entry, still_open, max_per_node, max_entries)
 
 
-def flags(
-    state_dir: Dirs, node: str | None = None, since: float | None = None
-) -> list[dict[str, Any]]:
+def flags(state_dir: Dirs, node: str | None = None, since: float | None = None) -> list[FlagEntry]:
     """Flags (of one node, or all; since an epoch time, or all), oldest first."""
-    return history._select(_merged(state_dir, FLAGS, valid_flag), node, since)
+    return history._select(_merged(state_dir, FLAGS, FlagEntry, valid_flag), node, since)
 
 
-def open_flags(state_dir: Dirs) -> dict[str, dict[str, Any]]:
+def open_flags(state_dir: Dirs) -> dict[str, FlagEntry]:
     """{node: its newest flag} for the nodes whose suspicion is not closed yet."""
-    newest: dict[str, dict[str, Any]] = {}
-    for e in flags(state_dir):
-        newest[e["node"]] = e
-    return {n: e for n, e in newest.items() if e["when"] > closed_at(state_dir, n)}
+    newest = {e.node: e for e in flags(state_dir)}
+    return {n: e for n, e in newest.items() if e.when > closed_at(state_dir, n)}
 
 
 def qualifications_asked(state_dir: Dirs, since: float) -> int:
     """How many flags since `since` asked gpugate for a qualification (the suspects' allowance)."""
-    return sum(1 for e in flags(state_dir, since=since) if e["action"] == "qualify")
+    return sum(1 for e in flags(state_dir, since=since) if e.action == "qualify")
 
 
 def qualifications_charged(state_dir: Dirs, since: float) -> dict[int | None, int]:
@@ -254,7 +292,7 @@ def qualifications_charged(state_dir: Dirs, since: float) -> dict[int | None, in
     """
     charged: dict[int | None, int] = {}
     for e in flags(state_dir, since=since):
-        if e["action"] == "qualify":
-            for uid in e.get("uids", []):
+        if e.action == "qualify":
+            for uid in e.uids:
                 charged[uid] = charged.get(uid, 0) + 1
     return charged
