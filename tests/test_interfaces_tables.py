@@ -11,9 +11,13 @@ import re
 import sys
 from pathlib import Path
 
+from gpugate.drill import DrillWindow
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
+from gpugate.qualify.records import H2dGpu, PayloadResult
+from gpugate.store.drills import DrillEntry, DrillStep
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
@@ -32,6 +36,14 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,
+    "QualifyEntry": QualifyEntry,
+    "QualifyTestResult": QualifyTestResult,
+    "DcgmFindingEntry": DcgmFindingEntry,
+    "PayloadResult": PayloadResult,
+    "H2dGpu": H2dGpu,
+    "DrillEntry": DrillEntry,
+    "DrillStep": DrillStep,
+    "DrillWindow": DrillWindow,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 
