@@ -53,7 +53,7 @@ def test_each_overlay_fails_its_check_over_the_real_facts(config, fault):
     assert failing(config) == set()
     d = drill.start_drill(config, "n1", fault, 1)
     assert EXPECTED[fault] in failing(config)
-    assert reasons.drill_mark() == d["id"]
+    assert reasons.drill_mark() == d.id
 
 
 def test_the_overlay_keeps_the_snapshot_it_was_given():
@@ -77,8 +77,8 @@ def test_a_drill_of_another_node_or_a_named_snapshot_is_not_overlaid(config):
 
 def test_the_window_closes_and_the_file_goes(config):
     d = drill.start_drill(config, "n1", "xid79", 1)
-    assert drill.active_drill(config, d["start"] + 59) == d
-    assert drill.active_drill(config, d["end"]) is None
+    assert drill.active_drill(config, d.start + 59) == d
+    assert drill.active_drill(config, d.end) is None
     assert not (config.state_dir and os.path.exists(drill.drill_path(config)))
     assert failing(config) == set()  # nothing acts after the window, whoever reads next
 
@@ -206,12 +206,12 @@ def test_a_drill_is_followed_and_recorded_as_passed(config, monkeypatch):
     d = short_drill(config, monkeypatch)
     ops = FakeOps(config)
     entry = cmd.follow(config, d, ops)
-    steps = [s["step"] for s in entry["steps"]]
+    steps = [s.step for s in entry.steps]
     assert steps == ["injected", "job_killed", "drained", "requeued", "window_ended", "resumed"]
-    assert entry["passed"] and ops.killed == ["42"]
-    requeued = entry["steps"][3]
-    assert requeued["checkpoint"] == "/ck/ckpt_200.pt" and requeued["nodes"] == ["n2"]
-    assert all(s["when"] >= d["start"] for s in entry["steps"])
+    assert entry.passed and ops.killed == ["42"]
+    requeued = entry.steps[3]
+    assert requeued.checkpoint == "/ck/ckpt_200.pt" and requeued.nodes == ["n2"]
+    assert all(s.when >= d.start for s in entry.steps)
     assert drills.drill_records(config) == [entry]
     assert drill.active_drill(config) is None
 
@@ -230,10 +230,10 @@ class TaskPrologResumeOps(FakeOps):
 def test_a_checkpoint_only_the_task_prolog_saw_is_recorded_as_unknown(config, monkeypatch):
     d = short_drill(config, monkeypatch)
     entry = cmd.follow(config, d, TaskPrologResumeOps(config))
-    requeued = next(s for s in entry["steps"] if s["step"] == "requeued")
-    assert requeued["checkpoint"] is None and entry["passed"]
-    assert "no checkpoint" not in requeued["detail"]
-    assert "unknown: the newest complete checkpoint in /ck/run7" in requeued["detail"]
+    requeued = next(s for s in entry.steps if s.step == "requeued")
+    assert requeued.checkpoint is None and entry.passed
+    assert "no checkpoint" not in requeued.detail
+    assert "unknown: the newest complete checkpoint in /ck/run7" in requeued.detail
 
 
 def test_the_controllers_event_line_without_a_checkpoint_is_unknown(config):
@@ -272,26 +272,28 @@ def test_the_requeued_run_is_the_one_on_nodes(config, monkeypatch):
     d = short_drill(config, monkeypatch)
     ops = RequeueSeenLateOps(config)
     entry = cmd.follow(config, d, ops)
-    requeued = next(s for s in entry["steps"] if s["step"] == "requeued")
-    assert requeued["nodes"] == ["n2"] and ops.polls > 2, entry
-    assert entry["passed"]
+    requeued = next(s for s in entry.steps if s.step == "requeued")
+    assert requeued.nodes == ["n2"] and ops.polls > 2, entry
+    assert entry.passed
 
 
 def test_a_node_not_resumed_fails_the_drill(config, monkeypatch):
     d = short_drill(config, monkeypatch)
     entry = cmd.follow(config, d, FakeOps(config, resume_ok=False))
-    assert not entry["passed"] and entry["why"] == "no resumed step"
+    assert not entry.passed and entry.why == "no resumed step"
 
 
 def test_the_report_lists_past_drills(config, monkeypatch, capsys, tmp_path):
     d = drill.start_drill(config, "n1", "ecc", 1)
-    drills.record_drill(config, d, [{"step": "drained", "after_s": 3.5}], False, "no requeued step")
+    step = drills.DrillStep(step="drained", at="2026-12-06T10:00:03Z", when=d.start + 3.5,
+                            after_s=3.5)  # fmt: skip
+    drills.record_drill(config, d, [step], False, "no requeued step")
     cfg = str(tmp_path / "site.yaml")
     assert cmd.main(["--report", "--config", cfg]) == 0
     out = capsys.readouterr().out
-    assert f"{d['id']}  n1  ecc  FAIL (no requeued step)  drained +3.5s" in out
+    assert f"{d.id}  n1  ecc  FAIL (no requeued step)  drained +3.5s" in out
     assert cmd.main(["--report", "--json", "--config", cfg]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["drill"] == d
+    assert json.loads(capsys.readouterr().out)[0]["drill"] == d.to_json()
 
 
 def test_the_record_is_bounded(config, monkeypatch):
@@ -305,7 +307,7 @@ def test_the_record_is_bounded(config, monkeypatch):
 def test_drill_file_times_are_the_window(config):
     now = time.time()
     d = drill.start_drill(config, "n1", "hang", 0.5, now=now)
-    assert d["end"] - d["start"] == pytest.approx(30) and d["node"] == "n1"
+    assert d.end - d.start == pytest.approx(30) and d.node == "n1"
 
 
 def test_end_closes_the_window_and_resumes_the_drills_drain(config, monkeypatch):

@@ -374,12 +374,12 @@ def test_a_drill_drain_is_lifted_once_its_window_closed_even_if_the_drill_died(t
     reason = "gpugate: DRILL {id}: kernel.xid: GPU0 Xid 79 (reboot the node)"
     drill = start_drill(config, NODE, "xid79", 10)
     # The window is open: the drain is the drill's own business, health leaves it.
-    slurm = cluster(drained(NODE, reason.format(id=drill["id"]), when=1000))
+    slurm = cluster(drained(NODE, reason.format(id=drill.id), when=1000))
     assert run_health(config, NODE, slurm).action == "keep" and slurm.resumed == []
     # The window closed (the drill command died meanwhile): the real facts pass, so it goes back
     # at once, a hardware class drain or not, audited as gpugate health.
     end_drill(config)
-    slurm = cluster(drained(NODE, reason.format(id=drill["id"]), when=1000))
+    slurm = cluster(drained(NODE, reason.format(id=drill.id), when=1000))
     result = run_health(config, NODE, slurm)
     assert (result.action, slurm.resumed) == ("lift", [NODE])
     assert audit(config)[-1]["who"] == "gpugate health"

@@ -15,7 +15,13 @@ from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
 from gpugate.store.app_xids import AppXidEntry
+from gpugate.drill import DrillWindow
+from gpugate.jsonrecord import JsonRecord, field_table
+from gpugate.log import Event
+from gpugate.qualify.records import H2dGpu, PayloadResult
+from gpugate.store.drills import DrillEntry, DrillStep
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.suspects import FlagEntry, VoteEntry
@@ -41,6 +47,14 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,
+    "QualifyEntry": QualifyEntry,
+    "QualifyTestResult": QualifyTestResult,
+    "DcgmFindingEntry": DcgmFindingEntry,
+    "PayloadResult": PayloadResult,
+    "H2dGpu": H2dGpu,
+    "DrillEntry": DrillEntry,
+    "DrillStep": DrillStep,
+    "DrillWindow": DrillWindow,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

@@ -29,6 +29,7 @@ from gpugate.store.entries import AuditEntry, DrainEntry
 from gpugate.store.evidence import bundle_kind, read_index, write_bundle
 from gpugate.store.metrics import apply_qualification, apply_run, render
 from gpugate.store.outcomes import check_record, drill_drains, note_lift
+from gpugate.store.qualify import QualifyEntry, QualifyTestResult
 
 NOW = 1_790_000_000.0
 DAY = 86400.0
@@ -47,11 +48,13 @@ def unmarked():
 
 DCGM_HW = {"test": "dcgm", "ok": False, "nodes": ["vm"], "job_id": "501", "value_gbps": None,
            "detail": "dcgm level 2: failed: memory: GPU 3: DBE (DCGM error id 58)",
-           "findings": [{"test": "memory", "kind": "hardware", "cause": ""}]}  # fmt: skip
+           "findings": [{"test": "memory", "gpu": 3, "status": "Fail", "message": "DBE",
+                         "kind": "hardware", "cause": ""}]}  # fmt: skip
 DCGM_FM = {"test": "dcgm", "ok": False, "nodes": ["vm"], "job_id": "502", "value_gbps": None,
            "detail": "dcgm level 2: failed: memory: fabric manager: cuInit: system not yet "
            "initialized [not the GPU: a node problem]",
-           "findings": [{"test": "memory", "kind": "software", "cause": "fabric manager"}]}  # fmt: skip
+           "findings": [{"test": "memory", "gpu": None, "status": "Fail", "message": "cuInit",
+                         "kind": "software", "cause": "fabric manager"}]}  # fmt: skip
 SLOW = {"test": "allreduce", "ok": False, "nodes": ["vm"], "value_gbps": 3.2, "floor_gbps": 9.0,
         "detail": "allreduce: 3.20 GB/s below the bar 9.00 GB/s"}  # fmt: skip
 PAYLOAD_ERROR = {"test": "allreduce", "ok": False, "nodes": ["vm"], "value_gbps": None,
@@ -59,19 +62,24 @@ PAYLOAD_ERROR = {"test": "allreduce", "ok": False, "nodes": ["vm"], "value_gbps"
 PASS = {"test": "dcgm", "ok": True, "nodes": ["vm"], "detail": "dcgm level 2: passed"}
 UNTESTED = {"test": "dcgm", "ok": None, "nodes": ["vm"], "not_tested": True,
             "detail": "dcgm level 2: not judged; DCGM could not test (not a node fault): pcie"}  # fmt: skip
+# The TEST RESULTs as the judge builds them (QualifyTestResult: the JSON above, read).
+DCGM_HW, DCGM_FM, SLOW, PAYLOAD_ERROR, PASS, UNTESTED = (
+    QualifyTestResult.from_json(t) for t in (DCGM_HW, DCGM_FM, SLOW, PAYLOAD_ERROR, PASS, UNTESTED)
+)
 
 
-def verdict(*tests: dict) -> dict:
-    failed = any(t["ok"] is False for t in tests)
-    passed = all(t["ok"] is True for t in tests)
+def verdict(*tests: QualifyTestResult) -> dict:
+    failed = any(t.ok is False for t in tests)
+    passed = all(t.ok is True for t in tests)
     return {"passed": passed, "failed": failed, "tests": list(tests), "why": "w"}
 
 
-def qualify_summary(node: str, job: str, *tests: dict) -> dict:
+def qualify_summary(node: str, job: str, *tests: QualifyTestResult) -> dict:
     """A qualification bundle's summary as settle.bundle writes it."""
     v = verdict(*tests)
     return {"job": job, "node": node, "kind": "qualify", "run_id": "q1", "level": 2,
-            "tests_run": ["dcgm"], "passed": v["passed"], "why": v["why"], "tests": v["tests"],
+            "tests_run": ["dcgm"], "passed": v["passed"], "why": v["why"],
+            "tests": [t.to_json() for t in v["tests"]],
             "job_ids": [job], "user": "root", "when": time.time(), **outcome(v)}  # fmt: skip
 
 
@@ -115,7 +123,7 @@ def test_hardware_fault_only_for_hardware_evidence(tests, hardware, kind, result
     assert (got["hardware_fault"], got["fault_kind"], got["outcome"]) == (hardware, kind, result)
     if result == "failed":
         first = next(t for t in tests if fault_kind(t) == kind)
-        assert got["failure"] == f"{first['test']}: {first['detail']}"
+        assert got["failure"] == f"{first.test}: {first.detail}"
 
 
 # ------------------------------------------------------------------------------ the report
@@ -258,9 +266,11 @@ def test_a_drill_run_counts_as_the_drills_not_as_a_drain_or_failure():
 
 
 def test_qualification_runs_are_counted_passed_failed_or_not_qualified():
-    entries = [{"node": "n1", "when": NOW, "passed": True, "tests": [PASS]},
-               {"node": "n1", "when": NOW, "passed": False, "tests": [DCGM_HW]},
-               {"node": "n1", "when": NOW, "passed": False, "tests": [PASS, UNTESTED]}]  # fmt: skip
+    base = {"node": "n1", "when": NOW, "run_id": "q", "level": 1, "job_ids": [], "why": "",
+            "by": "root"}  # fmt: skip
+    entries = [QualifyEntry(**base, passed=True, tests=[PASS]),
+               QualifyEntry(**base, passed=False, tests=[DCGM_HW]),
+               QualifyEntry(**base, passed=False, tests=[PASS, UNTESTED])]  # fmt: skip
     text = render(apply_qualification({}, entries))
     for result in ("passed", "failed", "not_qualified"):
         assert f'gpugate_qualify_runs_total{{node="n1",result="{result}"}} 1' in text
@@ -331,14 +341,14 @@ def test_an_epilog_under_a_drill_writes_a_drill_bundle_and_marks_everything(tmp_
     result = run_epilog(config, env(exit_code=9, exit_code2="0:9"), slurm)
     with open(f"{result.bundle}/summary.json") as fh:
         s = json.load(fh)
-    assert (s["kind"], s["drill"]) == ("drill", d["id"])
+    assert (s["kind"], s["drill"]) == ("drill", d.id)
     [(_, reason)] = slurm.drains
-    assert reason.startswith(f"gpugate: DRILL {d['id']}: kernel.xid")
+    assert reason.startswith(f"gpugate: DRILL {d.id}: kernel.xid")
     H.note_drain(config, "gpu-node-01", reason, hook="epilog")  # as commands/epilog.py does
-    assert H.drains(H.history_dir(config), "gpu-node-01")[-1].drill == d["id"]
+    assert H.drains(H.history_dir(config), "gpu-node-01")[-1].drill == d.id
     with open(record_path(config.evidence_dir, "77", "gpu-node-01", 0)) as fh:
         view = json.load(fh)
-    assert (view["kind"], view["drill"]) == ("drill", d["id"])
+    assert (view["kind"], view["drill"]) == ("drill", d.id)
     assert L.read_failures(config.evidence_dir, 0) == []  # a drill, not a failed run
 
 

@@ -133,7 +133,11 @@ def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monk
         str(tmp_path / "ev"), "1", "n1", 0, {"a": "x"}, {}, retention=E.retention_for(config)
     )
     metrics.note_run(config, "n1", "prolog")
-    metrics.note_qualification(config, [{"node": "n1", "passed": True, "when": 1.0}])
+    from gpugate.store.qualify import QualifyEntry
+
+    passed = QualifyEntry(node="n1", when=1.0, run_id="q", level=1, passed=True, tests=[],
+                          job_ids=[], why="", by="root")  # fmt: skip
+    metrics.note_qualification(config, [passed])
     from gpugate.isolate import apply
 
     with pytest.raises(apply.IsolationFailed, match="no isolation requested"):

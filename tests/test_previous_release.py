@@ -13,14 +13,22 @@ import shutil
 from pathlib import Path
 
 import pytest
+from factories import default_config
 
 from gpugate import log
 from gpugate.flightrec.culprit import job_culprit
 from gpugate.flightrec.records import FlightrecFile, Refusal
+from gpugate import drill, log
+from gpugate.drill import DrillWindow
 from gpugate.jsonrecord import JsonRecord
+from gpugate.qualify import judge
+from gpugate.qualify.records import PayloadResult
 from gpugate.record import to_plain
 from gpugate.store import app_xids, controller_view, evidence, held, history, state, suspects
 from gpugate.store.app_xids import AppXidEntry
+from gpugate.store import controller_view, drills, evidence, held, history, qualify, state
+from gpugate.store.drills import DrillEntry
+from gpugate.store.qualify import QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.suspects import FlagEntry, VoteEntry
@@ -201,6 +209,59 @@ def test_the_previous_releases_event_line_is_read_into_a_record():
     (e,) = log.read_events(str(OLD / "state"))
     assert (e.hook, e.extra["status"], e.drill) == ("prolog", "ok", None)
     same_json(e, load_lines(OLD / "state" / "events.jsonl")[0])
+
+
+def test_the_previous_releases_qualification_line_is_read_into_a_record(tmp_path):
+    shutil.copy(OLD / "state" / "qualify.jsonl", tmp_path / "qualify.jsonl")
+    (entry,) = qualify.qualifications(str(tmp_path))
+    assert isinstance(entry, QualifyEntry) and entry.trigger == "suspect (votes): 3 jobs"
+    dcgm, bw = entry.tests
+    assert dcgm.ok is False and dcgm.findings[0].kind == "hardware" and dcgm.exit_code == 205
+    assert bw.floor_source and bw.value_gbps is None
+    assert qualify.latest_pass(str(tmp_path), "gpu-node-01") is None  # it failed
+    same_json(entry, load_lines(OLD / "state" / "qualify.jsonl")[0])
+    # Appending rewrites the file: the old line comes back as it was.
+    qualify.record_qualification(str(tmp_path), entry.replace(when=1796009000.0, passed=True))
+    assert (tmp_path / "qualify.jsonl").read_text().splitlines()[0] == (
+        OLD / "state" / "qualify.jsonl"
+    ).read_text().splitlines()[0]
+
+
+def test_a_qualification_line_without_trigger_reads_and_one_without_run_id_names_it():
+    old = load_lines(OLD / "state" / "qualify.jsonl")[0]
+    del old["trigger"]  # before c0869b5
+    assert QualifyEntry.from_json(old).trigger == ""
+    del old["run_id"]
+    with pytest.raises(ValueError, match="missing key 'run_id'"):
+        QualifyEntry.from_json(old)
+
+
+def test_the_previous_releases_job_results_are_read_by_the_judge():
+    where = OLD / "qualify" / "q-1" / "gpu-node-01"
+    step = judge.read_step(str(where / "dcgm.json"))
+    assert isinstance(step, QualifyTestResult) and step.ok is False and step.level == 2
+    assert step.to_json() == load(where / "dcgm.json")  # what the step writes, key for key
+    payload = judge.read_payload(str(where / "allreduce.json"))
+    assert isinstance(payload, PayloadResult) and payload.test == "allreduce"
+    assert payload.not_run and payload.fix and payload.rank == 0
+    same_json(payload, load(where / "allreduce.json"))
+
+
+def test_the_previous_releases_drill_window_and_record_are_read(tmp_path):
+    window = drill.read_drill(load(OLD / "state" / "drill.json"))
+    assert isinstance(window, DrillWindow) and (window.fault, window.node) == ("ecc", "gpu-node-01")
+    assert window.to_json() == load(OLD / "state" / "drill.json")
+    config = default_config().replace(state_dir=str(tmp_path))
+    shutil.copy(OLD / "state" / "drills.jsonl", tmp_path / "drills.jsonl")
+    (record,) = drills.drill_records(config)
+    assert isinstance(record, DrillEntry) and record.drill == window and not record.passed
+    requeued = record.steps[-1]
+    assert (requeued.step, requeued.nodes, requeued.checkpoint) == (
+        "requeued",
+        ["gpu-node-02"],
+        None,
+    )
+    assert record.to_json() == load_lines(OLD / "state" / "drills.jsonl")[0]
 
 
 def load_lines(path: Path) -> list[dict]:

@@ -122,7 +122,7 @@ def test_runtime_error() -> None:
     assert res.runtime_error.startswith("Error: Unable to complete diagnostic. Return: (-52)")
     assert not res.passed
     judged = dcgm.judge(res, 1)
-    assert judged["ok"] is None and "DCGM could not run" in judged["detail"]
+    assert judged.ok is None and "DCGM could not run" in judged.detail
 
 
 def test_error_on_no_entity_comes_from_the_summary() -> None:
@@ -270,21 +270,21 @@ def test_dcgm_step_shapes(replay_env, tmp_path: Path) -> None:
     keys = {"test", "nodes", "ok", "value_gbps", "floor_gbps", "detail", "job_id"}
     replay_env("gpu-memfail")
     bad = dcgm_step(2, str(STANDIN), 30, "gpu-memfail", "41")
-    assert keys <= set(bad) and bad["test"] == "dcgm" and bad["nodes"] == ["gpu-memfail"]
-    assert bad["ok"] is False and bad["job_id"] == "41"
-    assert "memory: GPU 3:" in bad["detail"] and "(DCGM error id 58)" in bad["detail"]
-    assert bad["findings"][0]["kind"] == "hardware"
-    json.dumps(bad)
+    assert keys <= set(bad.to_json()) and bad.test == "dcgm" and bad.nodes == ["gpu-memfail"]
+    assert bad.ok is False and bad.job_id == "41"
+    assert "memory: GPU 3:" in bad.detail and "(DCGM error id 58)" in bad.detail
+    assert bad.findings[0].kind == "hardware"
+    json.dumps(bad.to_json())
     replay_env("gpu-nopersist")
     conf = dcgm_step(1, str(STANDIN), 30, "gpu-nopersist", None)
-    assert conf["ok"] is True and "configuration (not hardware)" in conf["detail"]
-    assert "Persistence mode for GPU 5" in conf["detail"]
+    assert conf.ok is True and "configuration (not hardware)" in conf.detail
+    assert "Persistence mode for GPU 5" in conf.detail
     replay_env("anything")
-    assert dcgm_step(2, str(STANDIN), 30, "n1", None)["ok"] is True
+    assert dcgm_step(2, str(STANDIN), 30, "n1", None).ok is True
     absent = dcgm_step(1, str(tmp_path / "dcgmi"), 5, "n1", None)
-    assert absent["ok"] is None and "not found" in absent["detail"]
+    assert absent.ok is None and "not found" in absent.detail
     hung = dcgm_step(1, fake_dcgmi(tmp_path, "time.sleep(60)"), 0.5, "n1", None)
-    assert hung["ok"] is None and "timed out" in hung["detail"]
+    assert hung.ok is None and "timed out" in hung.detail
 
 
 # --- the stand-in as a process -------------------------------------------------------------

@@ -53,8 +53,8 @@ def test_category_16_pcie_failure_is_could_not_test_and_keeps_the_node(name: str
     assert {(f.test, f.error_id) for f in res.findings} == {("pcie", 44)}
     assert all("category 16 Internal Other" in f.sentence() for f in res.findings)
     step = judge(res, 2)
-    assert step["ok"] is None and step["not_tested"]  # not a failure: no drain
-    assert "DCGM could not test" in step["detail"] and "internal error" in step["detail"]
+    assert step.ok is None and step.not_tested  # not a failure: no drain
+    assert "DCGM could not test" in step.detail and "internal error" in step.detail
     assert not res.passed
 
 
@@ -69,7 +69,7 @@ def test_plugins_that_could_not_load_are_could_not_test() -> None:
     res = parse_text(commands(capture(PCIE_V100))[1])
     assert res.runtime_error and "Cannot load plugins" in res.runtime_error
     step = judge(res, 3)
-    assert step["ok"] is None and step["not_tested"] and "could not run" in step["detail"]
+    assert step.ok is None and step.not_tested and "could not run" in step.detail
 
 
 @pytest.mark.shared("captures")
@@ -81,9 +81,9 @@ def test_cuinit_system_not_yet_initialized_names_the_fabric_manager() -> None:
         assert (f.test, f.kind, f.cause, f.error_id) == ("memory", "software", "fabric manager", 51)
         assert "'system not yet initialized'" in f.message  # the cut words joined again
     step = judge(res, 3)
-    assert step["ok"] is False and "fabric manager" in step["detail"]
-    assert "not the GPU" in step["detail"] and "GPUs 0,1,2,3,4,5,6,7" in step["detail"]
-    assert step["detail"].count("cuInit") == 1 and "more like it" not in step["detail"]
+    assert step.ok is False and "fabric manager" in step.detail
+    assert "not the GPU" in step.detail and "GPUs 0,1,2,3,4,5,6,7" in step.detail
+    assert step.detail.count("cuInit") == 1 and "more like it" not in step.detail
     assert dict(res.tests)["pcie"] == "Skip" and dict(res.tests)["Persistence Mode"] == "Pass"
 
 
@@ -94,7 +94,7 @@ def test_nvvs_json_with_a_warning_prefix_and_nulls_parses() -> None:
     res = parse_diag(text)
     assert (res.format, res.version) == ("3.x", "3.1.0")
     assert len(res.tests) == 10 and res.findings == () and res.passed
-    assert judge(res, 1)["ok"] is True
+    assert judge(res, 1).ok is True
 
 
 # --- DCGM's catalog ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_v4_json_internal_error_with_nulls_and_a_prefix_is_could_not_test() -> N
                {"entity_group": "GPU", "entity_id": 1, "status": "Fail", "warnings": [w, None]}]  # fmt: skip
     res = parse_diag(_v4(results))
     assert [(f.gpu, f.kind, f.error_id) for f in res.findings] == [(1, "not_tested", 44)]
-    assert judge(res, 2)["ok"] is None
+    assert judge(res, 2).ok is None
 
 
 def test_different_hardware_errors_are_each_told() -> None:
@@ -203,7 +203,7 @@ def test_different_hardware_errors_are_each_told() -> None:
     }
     results = [{"entity_group": "GPU", "entity_id": 2, "status": "Fail", "warnings": [one]},
                {"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": [two]}]  # fmt: skip
-    detail = judge(parse_diag(_v4(results)), 2)["detail"]
+    detail = judge(parse_diag(_v4(results)), 2).detail
     assert "pcie: GPU 2: DBE on GPU 2" in detail and "pcie: GPU 3: mismatch on GPU 3" in detail
 
 
@@ -213,8 +213,8 @@ def test_hardware_beside_could_not_test_fails_and_says_both() -> None:
     results = [{"entity_group": "GPU", "entity_id": 2, "status": "Fail", "warnings": [hw]},
                {"entity_group": "GPU", "entity_id": 3, "status": "Fail", "warnings": [internal]}]  # fmt: skip
     step = judge(parse_diag(_v4(results)), 2)
-    assert step["ok"] is False and "GPU 2" in step["detail"]
-    assert "DCGM could not test" in step["detail"] and "not_tested" not in step
+    assert step.ok is False and "GPU 2" in step.detail
+    assert "DCGM could not test" in step.detail and step.not_tested is None
 
 
 # --- the text table ---------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_a_node_dcgm_could_not_test_is_neither_passed_nor_failed(tmp_path) -> No
     path = jobs.result_path(str(tmp_path), ("n1",), "dcgm")
     os.makedirs(os.path.dirname(path))
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(dict(step, test="dcgm", nodes=["n1"], job_id="7"), f)
+        json.dump(step.replace(nodes=["n1"], job_id="7").to_json(), f)
     job = Job(name="n1", nodes=("n1",), job_id="7", output="", state="COMPLETED", started=True)
     config = load_config("/dev/null")  # the packaged defaults, no site file
     verdicts, _ = judge_all(config, str(tmp_path), [job], [], ["dcgm"])

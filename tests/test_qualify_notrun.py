@@ -97,13 +97,13 @@ def test_the_judge_makes_not_run_unjudged_and_the_node_not_qualified(config, tmp
         write(run_dir, node, "allreduce", {"test": "allreduce", **NO_TORCH})
         write(run_dir, node, "h2d", {"test": "h2d", **NO_TORCH})
         write(run_dir, node, "dcgm", dcgm.dcgm_step(1, str(tmp_path / "no-dcgmi"), 5, node,
-                                                    nvidia_smi=str(tmp_path / "no-smi")))  # fmt: skip
+                                                    nvidia_smi=str(tmp_path / "no-smi")).to_json())  # fmt: skip
     verdicts, _ = judge.judge_all(config, str(run_dir), [started("n1"), started("n2", "8")],
                                       [], ["dcgm", "allreduce", "h2d"])  # fmt: skip
     for v in verdicts.values():
         assert not v["passed"] and not v["failed"]
-        assert [t["ok"] for t in v["tests"]] == [None, None, None]
-        assert all(t["detail"].split(": ")[1] == "not run" for t in v["tests"]), v["tests"]
+        assert [t.ok for t in v["tests"]] == [None, None, None]
+        assert all(t.detail.split(": ")[1] == "not run" for t in v["tests"]), v["tests"]
         assert v["why"].startswith("not qualified: dcgm: not run: ")
         assert "allreduce: not run: no torch in /usr/bin/python3" in v["why"]
         assert "fix: set qualify.python" in v["why"] and "fix: install DCGM" in v["why"]
@@ -136,7 +136,7 @@ class NoTorchOps(FakeOps):
 
     def _node_results(self, run_dir: str, node: str, job_id: str) -> None:
         step = dcgm.dcgm_step(1, "/nonexistent/dcgmi", 5, node, job_id, nvidia_smi="/nonexistent")
-        self._write(run_dir, node, "dcgm", step)
+        self._write(run_dir, node, "dcgm", step.to_json())
         for test in ("allreduce", "h2d"):
             self._write(run_dir, node, test, {"test": test, **NO_TORCH})
 
@@ -202,7 +202,7 @@ def test_a_dcgm_step_that_cannot_import_gpugate_is_not_run_with_its_error(
     verdicts, _ = judge.judge_all(config, str(run_dir), [started("n1")], [], ["dcgm"])
     v = verdicts["n1"]
     assert not v["passed"] and not v["failed"]
-    detail = v["tests"][0]["detail"]
+    detail = v["tests"][0].detail
     assert detail.startswith("dcgm: not run: gpugate's DCGM step could not start: ")
     assert "No module named 'gpugate'" in detail and "no result" not in detail
 
@@ -222,8 +222,8 @@ def test_no_host_engine_is_not_run_with_the_fix(tmp_path):
                       "specified host: localhost'); print('Error: Unable to connect to host "
                       "engine. Host engine connection invalid/disconnected.'); sys.exit(1)")  # fmt: skip
     step = dcgm.dcgm_step(1, dcgmi, 10, "n1", nvidia_smi=str(tmp_path / "no-smi"))
-    assert step["ok"] is None and step["error"] == "hostengine"
-    assert step["fix"] == dcgm.FIX_HOSTENGINE and "nvidia-dcgm" in step["detail"]
+    assert step.ok is None and step.error == "hostengine"
+    assert step.fix == dcgm.FIX_HOSTENGINE and "nvidia-dcgm" in step.detail
 
 
 def smi(tmp_path: Path, lines: str) -> str:
@@ -250,25 +250,25 @@ def test_on_a_mig_gpu_dcgm_is_skipped_with_the_reason_and_not_run(tmp_path):
     dcgmi = fake_tool(tmp_path, "dcgmi", f"open({str(ran)!r}, 'w').close()")
     step = dcgm.dcgm_step(2, dcgmi, 10, "n1", "5", nvidia_smi=smi(tmp_path, "0, Enabled\n"))
     assert not ran.exists()  # dcgmi was never asked
-    assert step["ok"] is None and step["not_tested"] and step["mig"] == [0]
-    assert step["detail"].startswith("dcgm: not run: GPU 0 in MIG mode: DCGM's diagnostic does "
+    assert step.ok is None and step.not_tested and step.mig == [0]
+    assert step.detail.startswith("dcgm: not run: GPU 0 in MIG mode: DCGM's diagnostic does "
                                      "not support MIG")  # fmt: skip
     res = judge.dcgm_result(step, "n1", "5", "")
-    assert res["ok"] is None and res["detail"].startswith("dcgm: not run: GPU 0 in MIG mode")
+    assert res.ok is None and res.detail.startswith("dcgm: not run: GPU 0 in MIG mode")
 
 
 def test_without_mig_dcgm_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "default")
     monkeypatch.setenv("GPUGATE_DCGMI_REPLAY", str(STANDIN.parent / "replay"))
     step = dcgm.dcgm_step(1, str(STANDIN), 30, "default", nvidia_smi=smi(tmp_path, "0, Disabled\n"))
-    assert step["ok"] is True and "mig" not in step
+    assert step.ok is True and step.mig is None
 
 
 def test_dcgmis_own_mig_refusal_is_not_run(tmp_path):
     dcgmi = fake_tool(tmp_path, "dcgmi", "print(\"GPU 0's MIG configuration is incompatible with "
                       "the diagnostic because it prevents access to the entire GPU.\")")  # fmt: skip
     step = dcgm.dcgm_step(1, dcgmi, 10, "n1", nvidia_smi=str(tmp_path / "no-smi"))
-    assert step["ok"] is None and step["error"] == "mig" and step["fix"] == dcgm.FIX_MIG
+    assert step.ok is None and step.error == "mig" and step.fix == dcgm.FIX_MIG
 
 
 @pytest.mark.parametrize(

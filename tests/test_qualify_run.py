@@ -20,7 +20,7 @@ from gpugate.qualify import jobs
 from gpugate.qualify import run as qrun
 from gpugate.qualify.run import QualifyError, qualify_nodes
 from gpugate.store.history import drains, resumes
-from gpugate.store.qualify import latest_pass, qualifications, record_qualification
+from gpugate.store.qualify import QualifyEntry, latest_pass, qualifications, record_qualification
 
 NODES = ["n1", "n2", "n3"]
 FAST, SLOW = 10.0, 2.0
@@ -132,7 +132,7 @@ def test_a_node_slow_with_every_partner_is_named_and_drained_the_others_pass(con
     assert ops.deleted == [ops.reservations[0][0]] and result.reservation == ops.deleted[0]
     state = config.state_dir
     recorded = qualifications(state)
-    assert [(e["node"], e["passed"], e["by"]) for e in recorded] == [
+    assert [(e.node, e.passed, e.by) for e in recorded] == [
         ("n1", True, "alice"), ("n2", False, "alice"), ("n3", True, "alice")]  # fmt: skip
     (drain,) = drains(state, "n2")
     assert drain.reason == reason and drain.job == n2_job and drain.hook == "qualify"
@@ -164,7 +164,7 @@ def test_a_drained_node_is_resumed_into_the_reservation_and_drained_again_as_bef
     # drained again while the reservation still held it; the reservation named every node
     assert ops.drained_at_delete["n2"] and ops.reservations[0][1] == ["n1", "n2", "n3"]
     assert all(f"--reservation={ops.reservations[0][0]}" in a for a in ops.submitted)
-    assert latest_pass(config.state_dir, "n2")["run_id"] == result.run_id
+    assert latest_pass(config.state_dir, "n2").run_id == result.run_id
     assert resumes(config.state_dir, "n2") == []
 
 
@@ -219,7 +219,7 @@ def test_the_same_payload_error_on_every_node_is_the_setup_not_the_nodes(config)
     ops = FakeOps(slurm, {"n1": FAST, "n2": FAST}, error={"n1": "no torch", "n2": "no torch"})
     result = go(config, slurm, ops, tests=["allreduce"])
     for v in result.verdicts.values():
-        assert not v["failed"] and v["tests"][0]["ok"] is None
+        assert not v["failed"] and v["tests"][0].ok is None
     assert slurm.drains == []
 
 
@@ -278,17 +278,18 @@ def test_the_job_step_runs_gpugate_from_where_this_process_found_it(config, tmp_
 
 def test_latest_pass_is_voided_by_a_later_failure_and_respects_the_level(tmp_path):
     d = str(tmp_path)
-    base = {"node": "n1", "run_id": "r", "tests": [], "job_ids": ["5"], "why": "", "by": "x"}
-    record_qualification(d, dict(base, when=100, level=1, passed=True))
-    assert latest_pass(d, "n1")["when"] == 100 and latest_pass(d, "n1", level=2) is None
-    record_qualification(d, dict(base, when=200, level=2, passed=False))
+    base = QualifyEntry(node="n1", when=0, run_id="r", tests=[], job_ids=["5"], why="", by="x",
+                        level=1, passed=True)  # fmt: skip
+    record_qualification(d, base.replace(when=100, level=1, passed=True))
+    assert latest_pass(d, "n1").when == 100 and latest_pass(d, "n1", level=2) is None
+    record_qualification(d, base.replace(when=200, level=2, passed=False))
     assert latest_pass(d, "n1") is None and latest_pass(d, "n1", since=300) is None
     with open(os.path.join(d, "qualify.jsonl"), "a") as fh:
         fh.write('{"node": "n1", "when": "soon"}\n[]\n')
     assert len(qualifications(d, "n1")) == 2
     for i in range(5):
-        record_qualification(d, dict(base, when=300 + i, level=1, passed=True), max_per_node=3)
-    assert [e["when"] for e in qualifications(d, "n1")] == [302, 303, 304]
+        record_qualification(d, base.replace(when=300 + i, level=1, passed=True), max_per_node=3)
+    assert [e.when for e in qualifications(d, "n1")] == [302, 303, 304]
 
 
 def test_the_command_is_root_only_and_prints_a_table(monkeypatch, capsys, config):
@@ -321,7 +322,7 @@ def test_a_new_failure_over_the_drain_budget_is_recorded_not_drained(tmp_path):
     result = go(config, slurm, FakeOps(slurm, {"n1": FAST, "n2": SLOW, "n3": FAST}))
     v = result.verdicts["n2"]
     assert v["failed"] and v["action"].startswith("not drained (budget")
-    assert slurm.drains == [] and not qualifications(config.state_dir, "n2")[0]["passed"]
+    assert slurm.drains == [] and not qualifications(config.state_dir, "n2")[0].passed
 
 
 def test_the_dcgm_step_writes_the_stand_ins_verdict(tmp_path, monkeypatch):

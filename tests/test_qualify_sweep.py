@@ -10,7 +10,7 @@ from fakes import FakeSlurm, drained, idle
 
 from gpugate.qualify.sweep import select_idle, sweepable
 from gpugate.store import metrics as M
-from gpugate.store.qualify import record_qualification
+from gpugate.store.qualify import QualifyEntry, QualifyTestResult, record_qualification
 
 NOW = 1_790_000_000.0
 
@@ -35,9 +35,9 @@ def cluster():
     ])  # fmt: skip
 
 
-def entry(node: str, when: float, passed: bool = True, **extra) -> dict:
-    return {"node": node, "when": when, "run_id": "r", "level": 2, "passed": passed,
-            "tests": [], "job_ids": ["7"], "why": "", "by": "root", **extra}  # fmt: skip
+def entry(node: str, when: float, passed: bool = True, **extra) -> QualifyEntry:
+    return QualifyEntry(node=node, when=when, run_id="r", level=2, passed=passed,
+                        **{"tests": [], "job_ids": ["7"], "why": "", "by": "root", **extra})  # fmt: skip
 
 
 def test_only_idle_nodes_in_service_are_swept(tmp_path):
@@ -69,9 +69,11 @@ def test_max_nodes_below_one_is_refused(tmp_path, bad):
 # ------------------------------------------------------------------------------ metrics
 
 
-def result(test: str, nodes: list[str], gbps: float | None, ok: bool | None = True) -> dict:
-    return {"test": test, "nodes": nodes, "ok": ok, "value_gbps": gbps, "floor_gbps": 9.0,
-            "detail": "", "job_id": "7"}  # fmt: skip
+def result(
+    test: str, nodes: list[str], gbps: float | None, ok: bool | None = True
+) -> QualifyTestResult:
+    return QualifyTestResult(test=test, nodes=nodes, ok=ok, value_gbps=gbps, floor_gbps=9.0,
+                             detail="", job_id="7")  # fmt: skip
 
 
 def value(samples: dict, name: str, node: str, **labels: str) -> float | None:
@@ -123,10 +125,12 @@ def test_the_report_shows_each_nodes_latest_run_values_floors_and_the_verdict():
 
     old = entry("n2", NOW - 900, tests=[result("allreduce", ["n2"], 1.0, ok=False)])
     slow = [result("allreduce", ["n2"], 40.0), result("pair", ["n1", "n2"], 3.25, ok=False),
-            {**result("dcgm", ["n2"], None, ok=None), "floor_gbps": None}]  # fmt: skip
+            result("dcgm", ["n2"], None, ok=None).replace(floor_gbps=None)]  # fmt: skip
     new = entry("n2", NOW, passed=False, tests=slow, why="the link between n1 and n2 <b>",
                 job_ids=["41", "42"])  # fmt: skip
-    page = R.render_html([], [], [], now=NOW, qualifications=[old, new, entry("n1", NOW - 60)])
+    # The page reads the entries' JSON (commands/report.qualification_entries).
+    entries = [e.to_json() for e in (old, new, entry("n1", NOW - 60))]
+    page = R.render_html([], [], [], now=NOW, qualifications=entries)
     section = page.split('<h2 id="qualify">Qualification</h2>', 1)[1].split("<h2", 1)[0]
     assert section.index(">n1<") < section.index(">n2<")  # by node
     assert "allreduce 1.0" not in section  # an older run of n2 is not shown

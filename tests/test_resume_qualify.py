@@ -16,6 +16,7 @@ from gpugate.health.heal import KEEP, LIFT, HealVerdict, proof_gate
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.healing import Healing
+from gpugate.store.qualify import QualifyEntry, QualifyTestResult
 
 ECC = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"  # a hardware check
 HOT = "gpugate: gpu.temperature: GPU1 at 95 C"  # a transient one
@@ -58,7 +59,9 @@ class Site:
     def latest_pass(self, state_dir, node, since=None, level=1):
         passes = [e for e in self.records if e["node"] == node and e["passed"]
                   and e["level"] >= level and (since is None or e["when"] >= since)]  # fmt: skip
-        return passes[-1] if passes else None
+        # The store's record of it (the keys a test leaves out: empty).
+        full = {"run_id": "", "tests": [], "why": "", "by": "root"}
+        return QualifyEntry.from_json({**full, **passes[-1]}) if passes else None
 
     def resume(self, **request) -> R.Attempt:
         return R.check_then_resume(
@@ -110,9 +113,10 @@ def test_resume_qualify_runs_the_drains_level_and_audits_its_jobs(site):
 
 def test_a_failed_qualification_keeps_the_node_drained_naming_test_and_job(site):
     site.outcome = {"passed": False, "job_ids": ["4712"], "why": "allreduce slow",
-                    "tests": [{"test": "dcgm", "ok": True, "job_id": "4712", "detail": "Pass"},
-                              {"test": "allreduce", "ok": False, "job_id": "4712",
-                               "detail": "busbw 3.1 GB/s < floor 9.0"}]}  # fmt: skip
+                    "tests": [QualifyTestResult(test="dcgm", nodes=[NODE], ok=True, job_id="4712",
+                                                detail="Pass"),
+                              QualifyTestResult(test="allreduce", nodes=[NODE], ok=False,
+                                                job_id="4712", detail="busbw 3.1 GB/s < floor 9.0")]}  # fmt: skip
     attempt = site.resume(qualify=True)
     assert not attempt.resumed
     assert "allreduce: busbw 3.1 GB/s < floor 9.0 (job 4712)" in attempt.why
@@ -234,14 +238,14 @@ def test_a_pass_in_the_qualification_store_beside_the_history_counts(tmp_path, m
 
     site = Site(tmp_path, monkeypatch, real_store=True)
     where = H.history_dir(site.config)
-    record_qualification(where, {"node": NODE, "when": time.time(), "run_id": "q-5", "level": 2,
-                                 "passed": True, "tests": [], "job_ids": ["55"], "why": "", "by": "root"})  # fmt: skip
+    record_qualification(where, QualifyEntry(node=NODE, when=time.time(), run_id="q-5", level=2,
+                                             passed=True, tests=[], job_ids=["55"], why="", by="root"))  # fmt: skip
     attempt = site.resume()
     assert attempt.resumed and site.calls == [] and "job 55" in attempt.result
     # A failure recorded after it voids the pass (latest_pass): refused again.
     site.slurm.drain(NODE, ECC)
-    record_qualification(where, {"node": NODE, "when": time.time(), "run_id": "q-6", "level": 2,
-                                 "passed": False, "tests": [], "job_ids": ["56"], "why": "x", "by": "root"})  # fmt: skip
+    record_qualification(where, QualifyEntry(node=NODE, when=time.time(), run_id="q-6", level=2,
+                                             passed=False, tests=[], job_ids=["56"], why="x", by="root"))  # fmt: skip
     assert not site.resume().resumed
 
 

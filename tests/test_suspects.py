@@ -242,14 +242,14 @@ def test_an_admin_resume_closes_every_vote_cast_before_it(tmp_path, started):
 
 
 def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started):
-    from gpugate.store.qualify import record_qualification
+    from gpugate.store.qualify import QualifyEntry, record_qualification
 
     config = config_for(tmp_path, votes_needed=1)
     where = config.admin.history_dir
     cast(config, "101", now=T0, uid=1)
     assert "b" in suspects.open_flags(history.read_dirs(config))
-    entry = {"node": "b", "when": T0 + 30, "passed": True, "level": 1, "tests": [],
-             "job_ids": ["9"], "trigger": "suspect (votes): ..."}  # fmt: skip
+    entry = QualifyEntry(node="b", when=T0 + 30, passed=True, level=1, tests=[], run_id="q",
+                         job_ids=["9"], why="", by="root", trigger="suspect (votes): ...")  # fmt: skip
     record_qualification(where, entry)
     assert suspects.open_flags(history.read_dirs(config)) == {}
     assert suspects.open_votes(history.read_dirs(config), "b", 72, now=T0 + 60) == []
@@ -257,7 +257,7 @@ def test_a_passed_qualification_closes_the_flag_and_the_votes(tmp_path, started)
     # has had its share of qualifications today.)
     assert "flagged b" in cast(config, "102", now=T0 + 60, uid=2)
     history.record_resume(where, "b", "admin", when=T0 + 70, resumed=False)
-    record_qualification(where, {**entry, "when": T0 + 80, "passed": False})
+    record_qualification(where, entry.replace(when=T0 + 80, passed=False))
     assert "b" in suspects.open_flags(history.read_dirs(config)) and len(started) == 2
 
 

@@ -212,9 +212,8 @@ def earlier_pass(config: Config, info: NodeInfo, level: int) -> Proof | None:
     entry = latest_pass(history_dir(config), info.name, since=since, level=level)
     if not entry:
         return None
-    jobs = tuple(str(j) for j in entry.get("job_ids") or ())
-    return Proof(passed=True, level=int(entry.get("level") or level), run_id=entry.get("run_id"),
-                 job_ids=jobs, reused=True)  # fmt: skip
+    return Proof(passed=True, level=entry.level or level, run_id=entry.run_id,
+                 job_ids=tuple(entry.job_ids), reused=True)  # fmt: skip
 
 
 def qualification_gate(
@@ -271,9 +270,9 @@ def run_qualification(
 def failed_test(verdict: dict[str, Any]) -> str:
     """The first failed test of a node's verdict and its job (`dcgm: ... (job 12)`), else its why."""
     for test in verdict.get("tests") or ():
-        if isinstance(test, dict) and test.get("ok") is False:
-            job = f" (job {test['job_id']})" if test.get("job_id") else ""
-            return f"{test.get('test')}: {test.get('detail') or 'failed'}{job}"
+        if test.ok is False:
+            job = f" (job {test.job_id})" if test.job_id else ""
+            return f"{test.test}: {test.detail or 'failed'}{job}"
     return str(verdict.get("why") or "no verdict for the node")
 
 

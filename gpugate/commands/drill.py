@@ -26,7 +26,7 @@ from gpugate.log import read_events
 from gpugate.names import refuse
 from gpugate.node import node_hint, node_name, not_this_node
 from gpugate.slurm.control import NodeNotFound, SlurmError, SlurmMissing
-from gpugate.store.drills import drill_records, record_drill, records_path
+from gpugate.store.drills import DrillStep, drill_records, record_drill, records_path
 from gpugate.store.history import controller_dir
 
 TYPE_CHECKING = False
@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
 
     from gpugate.config.schema import Config
+    from gpugate.drill import DrillWindow
     from gpugate.slurm.control import SlurmControl
+    from gpugate.store.drills import DrillEntry
 
 PROG = "gpugate drill"
 POLL_S = 1.0
@@ -83,13 +85,13 @@ def main(argv: list[str]) -> int:
         drill = start_drill(config, args.node, args.fault, args.minutes)
     except (DrillError, OSError) as exc:
         return refuse(PROG, exc, EXIT_USAGE)
-    say(f"DRILL {drill['id']}: {FAULTS[drill['fault']][0]} on {drill['node']} "
+    say(f"DRILL {drill.id}: {FAULTS[drill.fault][0]} on {drill.node} "
         f"for {args.minutes:g} min")  # fmt: skip
     entry = follow(config, drill, Ops(config))
-    for step in entry["steps"]:
-        say(f"  {step['at']}  +{step['after_s']:.1f} s  {step['step']}: {step.get('detail', '')}")
-    say(f"DRILL {drill['id']}: {'PASS' if entry['passed'] else 'FAIL: ' + entry['why']}")
-    return EXIT_OK if entry["passed"] else EXIT_UNHEALTHY
+    for step in entry.steps:
+        say(f"  {step.at}  +{step.after_s:.1f} s  {step.step}: {step.detail}")
+    say(f"DRILL {drill.id}: {'PASS' if entry.passed else 'FAIL: ' + entry.why}")
+    return EXIT_OK if entry.passed else EXIT_UNHEALTHY
 
 
 def usage_problem(args: Namespace) -> str | None:
@@ -168,20 +170,28 @@ class Steps:
 
     def __init__(self, start: float) -> None:
         self.start = start
-        self.items: list[dict[str, Any]] = []
+        self.items: list[DrillStep] = []
 
-    def add(self, step: str, detail: str = "", **extra: object) -> None:
+    def add(
+        self,
+        step: str,
+        detail: str = "",
+        *,
+        fault: str | None = None,
+        job: str | None = None,
+        nodes: list[str] | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
         """One step, now."""
         now = time.time()
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        entry = {"step": step, "at": at, "when": round(now, 3),
-                 "after_s": round(now - self.start, 1), "detail": detail}  # fmt: skip
-        entry.update(extra)
-        self.items.append(entry)
+        self.items.append(DrillStep(step=step, at=at, when=round(now, 3),
+                                    after_s=round(now - self.start, 1), detail=detail,
+                                    fault=fault, job=job, nodes=nodes, checkpoint=checkpoint))  # fmt: skip
 
     def has(self, step: str) -> bool:
         """Whether `step` happened."""
-        return any(s["step"] == step for s in self.items)
+        return any(s.step == step for s in self.items)
 
 
 def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
@@ -196,23 +206,23 @@ def wait_for(what: Callable[[], _T | None], until: float) -> _T | None:
         time.sleep(POLL_S)
 
 
-def follow(config: Config, drill: dict[str, Any], ops: Ops) -> dict[str, Any]:
+def follow(config: Config, drill: DrillWindow, ops: Ops) -> DrillEntry:
     """Drive and watch one drill from injection to resume; its record (written)."""
 
-    steps = Steps(drill["start"])
-    steps.add("injected", FAULTS[drill["fault"]][0], fault=drill["fault"])
-    node, mark = drill["node"], f"DRILL {drill['id']}"
+    steps = Steps(drill.start)
+    steps.add("injected", FAULTS[drill.fault][0], fault=drill.fault)
+    node, mark = drill.node, f"DRILL {drill.id}"
     jobs = strike(ops, node, steps)
-    reason = wait_for(lambda: drilled_reason(ops, node, mark), drill["end"])
+    reason = wait_for(lambda: drilled_reason(ops, node, mark), drill.end)
     if reason:
         steps.add("drained", str(reason))
     for job, before in jobs.items():
-        follow_job(config, ops, node, (job, before), steps, drill["end"] + GRACE_S)
-    time.sleep(max(0.0, drill["end"] - time.time()))
+        follow_job(config, ops, node, (job, before), steps, drill.end + GRACE_S)
+    time.sleep(max(0.0, drill.end - time.time()))
     end_drill(config)
     steps.add("window_ended", "overlay removed")
     if reason:
-        resumed = wait_for(lambda: ops.resume(node, drill["id"])[0], time.time() + GRACE_S)
+        resumed = wait_for(lambda: ops.resume(node, drill.id)[0], time.time() + GRACE_S)
         if resumed:
             steps.add("resumed", f"{node} back in service")
     why = verdict(steps, jobs)
@@ -306,7 +316,7 @@ def verdict(steps: Steps, jobs: dict[str, int]) -> str:
     missing = [s for s in expected if not steps.has(s)]
     if missing:
         return f"no {missing[0]} step"
-    requeued = sum(1 for s in steps.items if s["step"] == "requeued")
+    requeued = sum(1 for s in steps.items if s.step == "requeued")
     return "" if requeued == len(jobs) else f"{len(jobs) - requeued} job(s) not requeued"
 
 
@@ -320,10 +330,10 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
     because it died (its window closed by itself; only the drain was left)."""
 
     drill = end_drill(config)
-    node = drill["node"] if drill else node_name()
-    mark = f"DRILL {drill['id']}" if drill else "gpugate: DRILL "
+    node = drill.node if drill else node_name()
+    mark = f"DRILL {drill.id}" if drill else "gpugate: DRILL "
     if drill:
-        say(f"DRILL {drill['id']}: ended early")
+        say(f"DRILL {drill.id}: ended early")
 
     try:
         ops = ops or Ops(config)
@@ -340,7 +350,7 @@ def end_now(config: Config, ops: Ops | None = None) -> int:
         if drill:
             return EXIT_OK
         return refuse(PROG, f"no drill is open and {node} has no drill's drain", EXIT_UNHEALTHY)
-    resumed, why = ops.resume(node, drill["id"] if drill else "left over")
+    resumed, why = ops.resume(node, drill.id if drill else "left over")
     say(f"{node}: {'resumed' if resumed else 'not resumed: ' + why} ({reason})")
     return EXIT_OK if resumed else EXIT_UNHEALTHY
 
@@ -358,13 +368,13 @@ def report(config: Config, node: str | None, as_json: bool) -> int:
         return refuse(PROG, f"cannot read {path} (root's and the admin group's)", EXIT_UNHEALTHY)
     records = drill_records(config, node)
     if as_json:
-        json.dump(records, sys.stdout, indent=2)
+        json.dump([r.to_json() for r in records], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK
     if not records:
         say("no drills recorded")
     for r in records:
-        steps = ", ".join(f"{s['step']} +{s['after_s']:g}s" for s in r["steps"])
-        outcome = "PASS" if r["passed"] else f"FAIL ({r['why']})"
-        say(f"{r['id']}  {r['node']}  {r['fault']}  {outcome}  {steps}")
+        steps = ", ".join(f"{s.step} +{s.after_s:g}s" for s in r.steps)
+        outcome = "PASS" if r.passed else f"FAIL ({r.why})"
+        say(f"{r.id}  {r.node}  {r.fault}  {outcome}  {steps}")
     return EXIT_OK

@@ -220,10 +220,10 @@ def table(result: QualifyRun) -> str:
         lines.append(f"{node:<12} {word:<13} jobs {', '.join(v['job_ids']) or '-'}"
                      f"  -> {v.get('action', '')}")  # fmt: skip
         for t in v["tests"]:
-            mark = {True: "ok", False: "FAIL", None: "--"}[t["ok"]]
-            value = "" if t["value_gbps"] is None else f"{t['value_gbps']:.2f} GB/s"
-            floor = "" if t["floor_gbps"] is None else f"floor {t['floor_gbps']:.2f}"
-            lines.append(f"    {mark:<4} {t['test']:<9} {value:>12} {floor:>12}  {t['detail']}")
+            mark = {True: "ok", False: "FAIL", None: "--"}[t.ok]
+            value = "" if t.value_gbps is None else f"{t.value_gbps:.2f} GB/s"
+            floor = "" if t.floor_gbps is None else f"floor {t.floor_gbps:.2f}"
+            lines.append(f"    {mark:<4} {t.test:<9} {value:>12} {floor:>12}  {t.detail}")
         if not v["passed"]:
             lines.append(f"    why: {_why(v)}")
     if result.pairs:
@@ -234,7 +234,7 @@ def table(result: QualifyRun) -> str:
 def _why(verdict: dict[str, Any]) -> str:
     """A failure's why in full; a node not qualified names its steps shown above (each line
     already has its reason and fix), unless something else kept it from a pass."""
-    unshown = [t["test"] for t in verdict["tests"] if t["ok"] is None]
+    unshown = [t.test for t in verdict["tests"] if t.ok is None]
     if verdict["failed"] or not unshown:
         return str(verdict["why"])
     return f"not qualified: {', '.join(dict.fromkeys(unshown))} not run or not judged (above)"
@@ -271,5 +271,5 @@ def step(args: Namespace) -> int:
         return refuse(PROG, "--timeout must be a number of seconds", EXIT_USAGE)
     result = dcgm_step(level, args.dcgmi or "dcgmi", timeout, args.node,
                        os.environ.get("SLURM_JOB_ID"))  # fmt: skip
-    atomic_write(args.out, json.dumps(result, default=str) + "\n", 0o600)
-    return EXIT_OK if result.get("ok") is not False else EXIT_UNHEALTHY
+    atomic_write(args.out, json.dumps(result.to_json(), default=str) + "\n", 0o600)
+    return EXIT_OK if result.ok is not False else EXIT_UNHEALTHY

@@ -117,11 +117,12 @@ def main(argv: list[str]) -> int:
 
 
 def qualification_entries(where: str) -> list[dict[str, Any]]:
-    """The qualification records (gpugate/store/qualify.py); none when they cannot be read."""
+    """The qualification records (gpugate/store/qualify.py) as JSON, for the page (admin/report
+    reads their keys); none when they cannot be read."""
     from gpugate.store.qualify import qualifications
 
     try:
-        return qualifications(where)
+        return [e.to_json() for e in qualifications(where)]
     except OSError:  # the page shows the rest; the section says none was recorded
         return []
 
@@ -156,9 +157,10 @@ def window_bundles(
 
 
 def drill_entries(config: Config) -> list[dict[str, Any]]:
-    """The drill records (drills.jsonl); none when they cannot be read."""
+    """The drill records (drills.jsonl) as JSON, for the page (admin/report reads their keys);
+    none when they cannot be read."""
     try:
-        return drill_records(config)
+        return [e.to_json() for e in drill_records(config)]
     except OSError:
         return []
 

@@ -1,7 +1,7 @@
 """Fault drills: a simulated fault laid over one node's real facts for a bounded window.
 
 `gpugate drill` (gpugate/commands/drill.py) writes `<state_dir>/drill.json` (root's state:
-fault, node, start, end, id). While the window is open, `gather()` lays the fault's overlay
+a DrillWindow: id, fault, node, start, end). While the window is open, `gather()` lays the fault's overlay
 over the facts it read (checks/sources: `with_drill`) and marks the process (reasons.mark_drill),
 so every drain reason, AdminComment and event line it writes says `DRILL <id>`. The epilog's
 bundle of a job that ends under it is a `drill` bundle (store/evidence.bundle_kind), and its
@@ -33,15 +33,35 @@ import os
 import time
 
 from gpugate.fsutil import read_regular
+from gpugate.jsonrecord import JsonRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeGuard
+    from typing import Any, ClassVar
 
     from gpugate.config.schema import Config
 
 DRILL_FILE = "drill.json"
+
+
+class DrillWindow(JsonRecord):
+    """`<state_dir>/drill.json`: the open drill (also each drills.jsonl entry's `drill`)."""
+
+    id: str
+    fault: str
+    node: str
+    start: float
+    end: float
+
+    _doc: ClassVar[dict[str, str]] = {
+        "id": "the drill's id (its start, UTC: `20261206-101500`); drain reasons say `DRILL <id>`",
+        "fault": "the fault simulated (one of FAULTS: `xid79`, `ecc`, `gpu-lost`, `nvlink`, "
+        "`ib-down`, `hang`)",
+        "node": "the node drilled",
+        "start": "the window's start, epoch seconds",
+        "end": "its end, epoch seconds (the overlay is off from then on)",
+    }
 
 
 class DrillError(ValueError):
@@ -126,16 +146,17 @@ def drill_path(config: Config) -> str:
     return os.path.join(config.state_dir, DRILL_FILE)
 
 
-def valid_drill(drill: object) -> TypeGuard[dict[str, Any]]:
-    """Whether `drill` is a drill as start_drill() writes it."""
-    if type(drill) is not dict or drill.get("fault") not in FAULTS:
-        return False
-    texts = all(type(drill.get(k)) is str and drill.get(k) for k in ("id", "node"))
-    times = all(type(drill.get(k)) in (int, float) for k in ("start", "end"))
-    return texts and times
+def read_drill(obj: object, where: str = DRILL_FILE) -> DrillWindow | None:
+    """The drill `obj` is, as start_drill() writes it (a known fault, an id and a node), or
+    None."""
+    try:
+        drill = DrillWindow.from_json(obj, where)
+    except ValueError:
+        return None
+    return drill if drill.fault in FAULTS and drill.id and drill.node else None
 
 
-def active_drill(config: Config, now: float | None = None) -> dict[str, Any] | None:
+def active_drill(config: Config, now: float | None = None) -> DrillWindow | None:
     """The open drill, or None; a drill whose window ended (or a broken file) is removed."""
     path = drill_path(config)
     try:
@@ -147,11 +168,11 @@ def active_drill(config: Config, now: float | None = None) -> dict[str, Any] | N
     import json  # late: gpugate/startup.py
 
     try:
-        drill = json.loads(raw)
+        drill = read_drill(json.loads(raw), path)
     except ValueError:
         drill = None
     now = time.time() if now is None else now
-    if valid_drill(drill) and drill["start"] <= now < drill["end"]:
+    if drill is not None and drill.start <= now < drill.end:
         return drill
     try:
         os.unlink(path)  # ended: it must never act again, whoever reads it next
@@ -162,7 +183,7 @@ def active_drill(config: Config, now: float | None = None) -> dict[str, Any] | N
 
 def start_drill(
     config: Config, node: str, fault: str, minutes: float, now: float | None = None
-) -> dict[str, Any]:
+) -> DrillWindow:
     """Open a drill window on `node` (DrillError: bad fault, window too long, one already open)."""
     import json  # late: gpugate/startup.py
 
@@ -173,18 +194,18 @@ def start_drill(
         raise DrillError(f"--minutes must be above 0 and at most drill.max_minutes ({limit:g}), got {minutes:g}")  # fmt: skip
     current = active_drill(config, now)
     if current is not None:
-        raise DrillError(f"drill {current['id']} ({current['fault']}) is already running until {_iso(current['end'])}")  # fmt: skip
+        raise DrillError(f"drill {current.id} ({current.fault}) is already running until {_iso(current.end)}")  # fmt: skip
     start = time.time() if now is None else now
-    drill = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(start)), "fault": fault,
-             "node": node, "start": round(start, 3), "end": round(start + minutes * 60, 3)}  # fmt: skip
+    drill = DrillWindow(id=time.strftime("%Y%m%d-%H%M%S", time.gmtime(start)), fault=fault,
+                        node=node, start=round(start, 3), end=round(start + minutes * 60, 3))  # fmt: skip
     from gpugate.fsutil import PRIVATE_FILE, STATE_DIR_MODE, atomic_write, private_dir
 
     private_dir(config.state_dir, STATE_DIR_MODE, gid=-1)
-    atomic_write(drill_path(config), json.dumps(drill), PRIVATE_FILE)
+    atomic_write(drill_path(config), json.dumps(drill.to_json()), PRIVATE_FILE)
     return drill
 
 
-def end_drill(config: Config) -> dict[str, Any] | None:
+def end_drill(config: Config) -> DrillWindow | None:
     """Close the open drill now; the drill it was, or None when none was open."""
     drill = active_drill(config)
     try:

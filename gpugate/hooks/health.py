@@ -214,7 +214,7 @@ def _ended_drill(config: Config, info: NodeInfo) -> bool:
         return False
 
     drill = active_drill(config)
-    return drill is None or drill.get("id") != m.group(1)
+    return drill is None or drill.id != m.group(1)
 
 
 def lift_drill(info: NodeInfo, decision: Decision) -> Decided:

@@ -31,6 +31,7 @@ from gpugate import runner
 from gpugate.qualify import dcgm_catalog, dcgm_text
 from gpugate.record import Record
 from gpugate.regex import lazy
+from gpugate.store.qualify import DcgmFindingEntry, QualifyTestResult
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -438,11 +439,11 @@ def dcgm_step(
     node: str = "",
     job_id: str | None = None,
     nvidia_smi: str = "nvidia-smi",
-) -> dict[str, Any]:
+) -> QualifyTestResult:
     """Run the DCGM diagnostic on this node and return one TEST RESULT (ok None: not judged;
     "not_run" with its "fix": DCGM cannot test here, a matter of the site, never the node's)."""
-    step = {"test": "dcgm", "nodes": [node] if node else [], "ok": None, "value_gbps": None,
-            "floor_gbps": None, "detail": "", "job_id": job_id, "level": level}  # fmt: skip
+    step = QualifyTestResult(test="dcgm", nodes=[node] if node else [], ok=None, detail="",
+                             job_id=job_id, level=level)  # fmt: skip
     mig = mig_gpus(nvidia_smi) if level in LEVELS else None
     if mig:
         gpus = ",".join(map(str, mig))
@@ -462,32 +463,31 @@ def dcgm_step(
             return _not_run(step, f"DCGM refused the GPUs' MIG configuration ({exc})", FIX_MIG,
                             "mig")  # fmt: skip
         # Not judged (ok None), never a pass: the node is "not qualified" (judge.judge_all).
-        step["detail"] = str(exc)
-        step["error"] = exc.reason
-        return step
-    step.update(judge(result, level))
-    return step
+        return step.replace(detail=str(exc), error=exc.reason)
+    return judge(result, level, step)
 
 
 def _not_run(
-    step: dict[str, Any], why: str, fix: str, reason: str, **extra: object
-) -> dict[str, Any]:
+    step: QualifyTestResult, why: str, fix: str, reason: str, mig: list[int] | None = None
+) -> QualifyTestResult:
     """The step as "not run": why, the exact fix; not tested, so never a failure or a drain."""
-    step.update(detail=f"dcgm: not run: {why}; fix: {fix}", not_run=why, fix=fix,
-                not_tested=True, error=reason, **extra)  # fmt: skip
-    return step
+    return step.replace(detail=f"dcgm: not run: {why}; fix: {fix}", not_run=why, fix=fix,
+                        not_tested=True, error=reason, mig=mig)  # fmt: skip
 
 
-def judge(result: DcgmResult, level: int) -> dict[str, Any]:
-    """ok/detail and the findings of one parsed run, for a TEST RESULT."""
+def judge(
+    result: DcgmResult, level: int, step: QualifyTestResult | None = None
+) -> QualifyTestResult:
+    """The step (a bare DCGM TEST RESULT if none) with ok/detail and one parsed run's findings."""
     name = f"dcgm level {level}"
-    extra = {"findings": [f.to_dict() | {"text": f.sentence()} for f in result.findings],
-             "dcgm_version": result.version, "exit_code": result.exit_code}  # fmt: skip
+    step = step or QualifyTestResult(test="dcgm", nodes=[], ok=None, detail="", level=level)
+    step = step.replace(findings=[finding_entry(f) for f in result.findings],
+                        dcgm_version=result.version, exit_code=result.exit_code)  # fmt: skip
     if result.runtime_error:  # e.g. "Cannot load plugins": DCGM could not test, not a node fault
-        return {"ok": None, "detail": f"{name}: DCGM could not run: "
-                f"{_first_line(result.runtime_error)}", "not_tested": True, **extra}  # fmt: skip
+        return step.replace(ok=None, detail=f"{name}: DCGM could not run: "
+                            f"{_first_line(result.runtime_error)}", not_tested=True)  # fmt: skip
     if not result.tests:
-        return {"ok": None, "detail": f"{name}: DCGM reported no tests", **extra}
+        return step.replace(ok=None, detail=f"{name}: DCGM reported no tests")
     bad = [f for f in result.findings if f.kind in ("hardware", "software")]
     config = "; ".join(f.sentence() for f in result.of_kind("config"))
     note = f"; configuration (not hardware): {config}" if config else ""
@@ -495,11 +495,19 @@ def judge(result: DcgmResult, level: int) -> dict[str, Any]:
     if untested:  # never a failure: DCGM's own error, not the node's (category 16, a skip, ...)
         note += f"; DCGM could not test (not a node fault): {_summary(untested)}"
     if bad:
-        return {"ok": False, "detail": f"{name}: failed: {_summary(bad)}{note}", **extra}
+        return step.replace(ok=False, detail=f"{name}: failed: {_summary(bad)}{note}")
     if untested:
-        return {"ok": None, "detail": f"{name}: not judged{note}", "not_tested": True, **extra}
+        return step.replace(ok=None, detail=f"{name}: not judged{note}", not_tested=True)
     ran = ", ".join(t for t, _ in result.tests)
-    return {"ok": True, "detail": f"{name}: passed ({ran}){note}", **extra}
+    return step.replace(ok=True, detail=f"{name}: passed ({ran}){note}")
+
+
+def finding_entry(f: DcgmFinding) -> DcgmFindingEntry:
+    """A finding as a TEST RESULT lists it: its fields and its sentence."""
+    return DcgmFindingEntry(test=f.test, gpu=f.gpu, status=f.status, message=f.message,
+                            error_id=f.error_id, error_category=f.error_category,
+                            error_severity=f.error_severity, kind=f.kind, cause=f.cause,
+                            text=f.sentence())  # fmt: skip
 
 
 def _summary(findings: tuple[DcgmFinding, ...] | list[DcgmFinding]) -> str:

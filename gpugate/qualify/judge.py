@@ -20,6 +20,8 @@ from gpugate.checks.boards import match_board
 from gpugate.qualify import jobs
 from gpugate.qualify.floors import floor_for
 from gpugate.qualify.pairs import judge_bandwidth, judge_pairs
+from gpugate.qualify.records import PayloadResult
+from gpugate.store.qualify import QualifyTestResult
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,32 +49,61 @@ def read_result(path: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def read_payload(path: str) -> PayloadResult | None:
+    """The payload's result (payload.py, or the job script's "not run"), or None: missing,
+    unreadable, or not a payload's result (a key of the wrong type)."""
+    raw = read_result(path)
+    try:
+        return None if raw is None else PayloadResult.from_json(raw, path)
+    except ValueError:
+        return None
+
+
+def read_step(path: str) -> QualifyTestResult | None:
+    """The DCGM step's TEST RESULT (`gpugate qualify --step dcgm`), or None: missing,
+    unreadable, or no DCGM TEST RESULT."""
+    raw = read_result(path)
+    try:
+        step = None if raw is None else QualifyTestResult.from_json(raw, path)
+    except ValueError:
+        return None
+    return step if step is not None and step.test == "dcgm" else None
+
+
 def result(
-    test: str, nodes: list[str], ok: bool | None, detail: str, **extra: object
-) -> dict[str, Any]:
+    test: str,
+    nodes: list[str],
+    ok: bool | None,
+    detail: str,
+    *,
+    job_id: str | None = None,
+    value_gbps: float | None = None,
+    floor_gbps: float | None = None,
+    floor_source: str | None = None,
+    not_run: bool | None = None,
+) -> QualifyTestResult:
     """One TEST RESULT (the shared shape of issue 17)."""
-    out: dict[str, object] = {"test": test, "nodes": list(nodes), "ok": ok, "value_gbps": None, "floor_gbps": None,
-           "detail": detail, "job_id": None}  # fmt: skip
-    out.update(extra)
-    return out
+    return QualifyTestResult(test=test, nodes=list(nodes), ok=ok, value_gbps=value_gbps,
+                             floor_gbps=floor_gbps, detail=detail, job_id=job_id,
+                             not_run=not_run, floor_source=floor_source)  # fmt: skip
 
 
 def dcgm_result(
-    raw: dict[str, Any] | None, node: str, job_id: str | None, missing: str
-) -> dict[str, Any]:
+    step: QualifyTestResult | None, node: str, job_id: str | None, missing: str
+) -> QualifyTestResult:
     """The DCGM step's own TEST RESULT, or a not-judged one saying why there is none."""
-    if raw is not None and raw.get("not_run") and raw.get("test") in ("dcgm", None):
-        return dict(raw, test="dcgm", nodes=[node], ok=None, detail=not_run_text("dcgm", raw),
-                    not_run=True, job_id=raw.get("job_id") or job_id)  # fmt: skip
-    if raw is None or raw.get("test") != "dcgm" or raw.get("ok") not in (True, False, None):
+    if step is None:
         return result("dcgm", [node], None, f"dcgm: no result: {missing}", job_id=job_id)
-    return dict(raw, nodes=[node], job_id=raw.get("job_id") or job_id)
+    if step.not_run:
+        return step.replace(nodes=[node], ok=None, detail=not_run_text("dcgm", step.not_run,
+                            step.fix), not_run=True, job_id=step.job_id or job_id)  # fmt: skip
+    return step.replace(nodes=[node], job_id=step.job_id or job_id)
 
 
-def not_run_text(test: str, raw: dict[str, Any]) -> str:
+def not_run_text(test: str, why: object, fix: object) -> str:
     """'TEST: not run: WHY; fix: FIX' of a step that could not run (a tool the site lacks)."""
-    why = " ".join(str(raw.get("not_run") or "").split())[:300]
-    fix = " ".join(str(raw.get("fix") or "").split())[:300]
+    why = " ".join(str(why or "").split())[:300]
+    fix = " ".join(str(fix or "").split())[:300]
     return f"{test}: not run: {why}" + (f"; fix: {fix}" if fix else "")
 
 
@@ -90,7 +121,7 @@ def bandwidth_results(
     fraction: float,
     job_ids: dict[str, str | None],
     not_run: dict[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, QualifyTestResult]:
     """Per node: the TEST RESULT of one bandwidth test (allreduce busbw, h2d slowest GPU);
     `not_run`: node -> the "TEST: not run: ..." line of a step the site could not run."""
 
@@ -98,37 +129,39 @@ def bandwidth_results(
     verdicts = judge_bandwidth(measured, floor[0], fraction) if measured else {}
     not_run = not_run or {}
     setup = _setup_failure(errors, len(values) + len(errors) + len(missing) + len(not_run))
+
+    def of(node: str, ok: bool | None, detail: str, value: float | None = None,
+           not_run: bool | None = None) -> QualifyTestResult:  # fmt: skip
+        return result(test, [node], ok, detail, job_id=job_ids.get(node), value_gbps=value,
+                      floor_gbps=floor[0], floor_source=floor[1], not_run=not_run)  # fmt: skip
+
     out = {}
     for node in [*values, *errors, *missing, *not_run]:
-        extra = {"job_id": job_ids.get(node), "floor_gbps": floor[0], "floor_source": floor[1]}
         if node in not_run:
-            out[node] = result(test, [node], None, not_run[node], not_run=True, **extra)
+            out[node] = of(node, None, not_run[node], not_run=True)
         elif node in errors:
             ok = None if setup else False
             why = "the same on every node: the setup, not the node; " if setup else ""
-            out[node] = result(test, [node], ok, f"{test}: failed: {why}{errors[node]}", **extra)
+            out[node] = of(node, ok, f"{test}: failed: {why}{errors[node]}")
         elif node in missing:
-            out[node] = result(test, [node], None, f"{test}: no result: {missing[node]}", **extra)
+            out[node] = of(node, None, f"{test}: no result: {missing[node]}")
         elif values[node] is None:
-            out[node] = result(test, [node], None, f"{test}: nothing measured (one rank, no "
-                               "GPU): not judged", **extra)  # fmt: skip
+            out[node] = of(node, None, f"{test}: nothing measured (one rank, no GPU): not judged")
         else:
             ok, why = verdicts[node]
-            out[node] = result(test, [node], ok, f"{test}: {why}", value_gbps=values[node], **extra)
+            out[node] = of(node, ok, f"{test}: {why}", values[node])
     return out
 
 
-def allreduce_value(raw: dict[str, Any]) -> float | None:
+def allreduce_value(raw: PayloadResult) -> float | None:
     """The bus bandwidth an all-reduce result reports (None: one rank, nothing moved)."""
-    value = raw.get("busbw_gbps")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None if raw.busbw_gbps is None else float(raw.busbw_gbps)
 
 
-def h2d_value(raw: dict[str, Any]) -> float | None:
+def h2d_value(raw: PayloadResult) -> float | None:
     """The slowest GPU's host-to-device GB/s (None: skipped, no GPU)."""
-    got = [g.get("gbps") for g in raw.get("gpus") or [] if isinstance(g, dict)]
-    speeds = [float(s) for s in got if isinstance(s, (int, float)) and not isinstance(s, bool)]
-    return min(speeds) if speeds and not raw.get("skipped") else None
+    speeds = [float(g.gbps) for g in raw.gpus or ()]
+    return min(speeds) if speeds and not raw.skipped else None
 
 
 def pair_results(
@@ -136,14 +169,14 @@ def pair_results(
     judged: dict[str, Any],
     job_ids: dict[tuple[str, str], str | None],
     floor: tuple[float | None, str],
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[QualifyTestResult]]:
     """Per node: one TEST RESULT per pair it was in. ok False only for the suspect (slow with
     every partner); a slow pair blamed on its link, or undecided, is None for both nodes."""
     slow = {tuple(p) for p in judged.get("slow_pairs", [])}
     links = {tuple(p) for p in judged.get("links", [])}
     suspects = set(judged.get("suspects", []))
     bar = judged.get("threshold_gbps")
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[QualifyTestResult]] = {}
     for pair, value in measured.items():
         key = tuple(sorted(pair))
         said = "no result" if value is None else f"{value:.2f} GB/s"
@@ -163,16 +196,18 @@ def pair_results(
     return out
 
 
-def verdict(tests: list[dict[str, Any]], job_ids: list[str], unproven: list[str]) -> dict[str, Any]:
+def verdict(
+    tests: list[QualifyTestResult], job_ids: list[str], unproven: list[str]
+) -> dict[str, Any]:
     """A node's verdict: failed on any test that failed; not passed while something it was
     asked for could not be shown (`unproven`: a job that never ran, a missing result)."""
-    failed = [t for t in tests if t.get("ok") is False]
+    failed = [t for t in tests if t.ok is False]
     if failed:
-        why = "; ".join(t["detail"] for t in failed)
+        why = "; ".join(t.detail for t in failed)
     elif unproven:
         why = "not qualified: " + "; ".join(unproven)
     else:
-        why = "passed: " + ", ".join(dict.fromkeys(t["test"] for t in tests))
+        why = "passed: " + ", ".join(dict.fromkeys(t.test for t in tests))
     return {"passed": not failed and not unproven, "tests": tests,
             "job_ids": list(dict.fromkeys(j for j in job_ids if j)), "why": why,
             "failed": bool(failed)}  # fmt: skip
@@ -180,8 +215,8 @@ def verdict(tests: list[dict[str, Any]], job_ids: list[str], unproven: list[str]
 
 def first_failure(v: dict[str, Any]) -> tuple[str, str | None]:
     """(short why, the job id) of a failed verdict's first failing test, for a drain reason."""
-    bad = next(t for t in v["tests"] if t.get("ok") is False)
-    return bad["detail"], bad.get("job_id")
+    bad = next(t for t in v["tests"] if t.ok is False)
+    return bad.detail, bad.job_id
 
 
 def result_files(run_dir: str, where: str) -> dict[str, str | bytes]:
@@ -204,7 +239,7 @@ def _missing(job: Job, test: str) -> str:
     return f"job {job.job_id} wrote no {test} result (see {job.output})"
 
 
-def _dcgm_did_not_start(run_dir: str, job: Job) -> dict[str, Any] | None:
+def _dcgm_did_not_start(run_dir: str, job: Job) -> QualifyTestResult | None:
     """A "not run" result from the DCGM step's stderr (jobs.STEP_STDERR) when it wrote none:
     gpugate's own step could not start on the node (e.g. its python cannot import gpugate)."""
     path = os.path.join(os.path.dirname(jobs.result_path(run_dir, job.nodes, "dcgm")),
@@ -218,9 +253,10 @@ def _dcgm_did_not_start(run_dir: str, job: Job) -> dict[str, Any] | None:
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
     if not lines:
         return None
-    return {"test": "dcgm", "ok": None, "not_run": "gpugate's DCGM step could not start: "
-            f"{lines[-1][:200]}", "fix": "run `gpugate selftest` on the node; the job's "
-            f"output {job.output} has the whole error"}  # fmt: skip
+    return QualifyTestResult(test="dcgm", nodes=[], ok=None, detail="", job_id=None,
+                             not_run=f"gpugate's DCGM step could not start: {lines[-1][:200]}",
+                             fix=f"run `gpugate selftest` on the node; the job's output "
+                             f"{job.output} has the whole error")  # fmt: skip
 
 
 def _floor(
@@ -246,18 +282,18 @@ def _bandwidth(config: Config, run_dir: str, node_jobs: list[Job], test: str) ->
     backend = gpu_name = None
     for job in node_jobs:
         node = job.nodes[0]
-        raw = read_result(jobs.result_path(run_dir, job.nodes, test))
+        raw = read_payload(jobs.result_path(run_dir, job.nodes, test))
         if raw is None:
             missing[node] = _missing(job, test)
             unproven[node] = missing[node]
-        elif raw.get("not_run"):
-            not_run[node] = unproven[node] = not_run_text(test, raw)
-        elif "error" in raw:
-            errors[node] = " ".join(str(raw["error"]).split())[:300]
+        elif raw.not_run:
+            not_run[node] = unproven[node] = not_run_text(test, raw.not_run, raw.fix)
+        elif raw.error is not None:
+            errors[node] = " ".join(raw.error.split())[:300]
         else:
             values[node] = value_of(raw)
-            backend = backend or raw.get("backend")
-            gpu_name = gpu_name or raw.get("gpu_name")
+            backend = backend or raw.backend
+            gpu_name = gpu_name or raw.gpu_name
     qc = config.qualify
     assert qc is not None  # qualification runs only with a qualify: section
     site = qc.gloo_busbw_gbps if test == "allreduce" and backend == "gloo" else None
@@ -280,14 +316,14 @@ def _pairs(
         if not job.started:
             not_run.append({"nodes": list(job.nodes), "job_id": job.job_id, "why": job.note})
             continue
-        raw = read_result(jobs.result_path(run_dir, job.nodes, "allreduce"))
-        if raw is not None and raw.get("not_run"):  # the site lacks a tool: nothing to judge
+        raw = read_payload(jobs.result_path(run_dir, job.nodes, "allreduce"))
+        if raw is not None and raw.not_run:  # the site lacks a tool: nothing to judge
             not_run.append({"nodes": list(job.nodes), "job_id": job.job_id,
-                            "why": not_run_text("pair", raw)})  # fmt: skip
+                            "why": not_run_text("pair", raw.not_run, raw.fix)})  # fmt: skip
             continue
-        ok = raw is not None and "error" not in raw
+        ok = raw is not None and raw.error is None
         measured[job.nodes] = allreduce_value(raw) if raw is not None and ok else None
-        backend = backend or (raw or {}).get("backend")
+        backend = backend or (raw.backend if raw is not None else None)
         ids[job.nodes] = job.job_id
     if not measured:
         whys = list(dict.fromkeys(str(n["why"]) for n in not_run if n.get("why")))
@@ -306,7 +342,7 @@ def judge_all(
     config: Config, run_dir: str, node_jobs: list[Job], pair_jobs: list[Job], tests: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(verdict per node, the pair verdict) from the run's jobs and their result files."""
-    per: dict[str, list[dict[str, Any]]] = {j.nodes[0]: [] for j in node_jobs}
+    per: dict[str, list[QualifyTestResult]] = {j.nodes[0]: [] for j in node_jobs}
     unproven: dict[str, list[str]] = {n: [] for n in per}
     for job in node_jobs:
         if not job.started:
@@ -314,17 +350,17 @@ def judge_all(
     if "dcgm" in tests:
         for job in node_jobs:
             node = job.nodes[0]
-            raw = read_result(jobs.result_path(run_dir, job.nodes, "dcgm"))
-            if raw is None and job.started:
-                raw = _dcgm_did_not_start(run_dir, job)
-            res = dcgm_result(raw, node, job.job_id, _missing(job, "dcgm"))
+            step = read_step(jobs.result_path(run_dir, job.nodes, "dcgm"))
+            if step is None and job.started:
+                step = _dcgm_did_not_start(run_dir, job)
+            res = dcgm_result(step, node, job.job_id, _missing(job, "dcgm"))
             per[node].append(res)
-            if raw is None and job.started:
+            if step is None and job.started:
                 unproven[node].append(_missing(job, "dcgm"))
-            elif res.get("ok") is None:
+            elif res.ok is None:
                 # DCGM could not test, the step was not run, dcgmi timed out or printed nothing
                 # readable: nothing was proven, so not a pass either; never a fail.
-                unproven[node].append(str(res.get("detail")))
+                unproven[node].append(res.detail)
     for test in ("allreduce", "h2d"):
         if test in tests:
             results, missing = _bandwidth(config, run_dir, node_jobs, test)
@@ -338,6 +374,6 @@ def judge_all(
     for job in node_jobs:
         node = job.nodes[0]
         tests_of = per[node] + by_node.get(node, [])
-        ids = [job.job_id or ""] + [t["job_id"] or "" for t in by_node.get(node, [])]
+        ids = [job.job_id or ""] + [t.job_id or "" for t in by_node.get(node, [])]
         verdicts[node] = verdict(tests_of, ids, unproven[node])
     return verdicts, pairs

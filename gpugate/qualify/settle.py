@@ -20,6 +20,7 @@ from gpugate.slurm.reasons import drain_reason
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.history import history_dir, note_drain
 from gpugate.store.metrics import note_qualification
+from gpugate.store.qualify import QualifyEntry
 from gpugate.store.summary import QualifySummary
 
 TYPE_CHECKING = False
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.qualify.records import Job, QualifyRun
     from gpugate.slurm.control import SlurmControl
+    from gpugate.store.qualify import QualifyTestResult
 
     class _Run(Protocol):
         """What settle reads of run.py's _Run (named here, not imported: no circle)."""
@@ -103,10 +105,10 @@ def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str
     if reason:
         note_drain(run.config, node, reason, job=job, hook="qualify", bundle=verdict["bundle"])
     adm = run.config.admin
-    entry = {"node": node, "when": time.time(), "run_id": result.run_id, "level": result.level,
-             "passed": verdict["passed"], "tests": verdict["tests"],
-             "job_ids": verdict["job_ids"], "why": verdict["why"], "by": by,
-             "trigger": run.trigger}  # fmt: skip
+    entry = QualifyEntry(node=node, when=time.time(), run_id=result.run_id, level=result.level,
+                         passed=verdict["passed"], tests=verdict["tests"],
+                         job_ids=verdict["job_ids"], why=verdict["why"], by=by,
+                         trigger=run.trigger)  # fmt: skip
     full = record_qualification(history_dir(run.config), entry, max_per_node=adm.history_max_per_node,
                                 max_entries=adm.history_max_entries)  # fmt: skip
     note_qualification(run.config, [full])  # gpugate_qualify_* (never raises)
@@ -151,7 +153,7 @@ def outcome(verdict: dict[str, Any]) -> dict[str, Any]:
     its fault kind, and hardware_fault only where the failure is evidence against the GPUs."""
     if verdict.get("passed"):
         return {"outcome": "passed", "hardware_fault": False, "fault_kind": None, "failure": None}
-    bad = [t for t in verdict.get("tests") or () if isinstance(t, dict) and t.get("ok") is False]
+    bad = [t for t in verdict.get("tests") or () if t.ok is False]
     if not bad:
         return {"outcome": "not_qualified", "hardware_fault": False, "fault_kind": None,
                 "failure": None}  # fmt: skip
@@ -159,22 +161,20 @@ def outcome(verdict: dict[str, Any]) -> dict[str, Any]:
     first = next((t for t, k in zip(bad, kinds) if k == "hardware"), bad[0])
     return {"outcome": "failed", "hardware_fault": "hardware" in kinds,
             "fault_kind": "hardware" if "hardware" in kinds else kinds[0],
-            "failure": f"{first.get('test')}: {first.get('detail') or 'failed'}"}  # fmt: skip
+            "failure": f"{first.test}: {first.detail or 'failed'}"}  # fmt: skip
 
 
-def fault_kind(test: dict[str, Any]) -> str:
+def fault_kind(test: QualifyTestResult) -> str:
     """What a failed TEST RESULT shows: hardware (DCGM's hardware verdict, a bandwidth measured
     below its bar), software (DCGM's node problem that is not the GPU: fabric manager, ...),
     config, or error (a step that failed without measuring: the setup, not the GPU)."""
-    if test.get("test") == "dcgm":
-        found = [f.get("kind") for f in test.get("findings") or () if isinstance(f, dict)]
+    if test.test == "dcgm":
+        found = [f.kind for f in test.findings or ()]
         for kind in ("hardware", "software", "config"):
             if kind in found:
                 return kind
         return "hardware"  # a failed DCGM result with no finding kinds (older): as before
-    value = test.get("value_gbps")
-    measured = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return "hardware" if measured else "error"
+    return "hardware" if test.value_gbps is not None else "error"
 
 
 def _tail(path: str) -> bytes | None:

@@ -42,7 +42,7 @@ def last_qualified(directory: str) -> dict[str, float]:
     """{node: when its newest qualification ran} from the records (gpugate/store/qualify.py)."""
     from gpugate.store.qualify import qualifications
 
-    return {e["node"]: float(e["when"]) for e in qualifications(directory)}
+    return {e.node: float(e.when) for e in qualifications(directory)}
 
 
 def select_idle(config: Config, slurm: SlurmControl, max_nodes: int | None) -> list[str]:

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
+    from gpugate.store.qualify import QualifyEntry
 
 UNCERTAIN = "uncertain"  # gpugate_diagnoses_total's category for a medium or low verdict
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "unknown": 3}
@@ -329,36 +330,35 @@ def note_isolated(config: Config, node: str | None, count: int) -> bool:
     return written
 
 
-def qualify_result(entry: dict[str, Any]) -> str:
+def qualify_result(entry: QualifyEntry) -> str:
     """passed / failed (a test failed) / not_qualified (nothing failed, something unproven)."""
-    if entry.get("passed"):
+    if entry.passed:
         return "passed"
-    tests = entry.get("tests") or ()
-    failed = any(isinstance(t, dict) and t.get("ok") is False for t in tests)
+    failed = any(t.ok is False for t in entry.tests)
     return "failed" if failed else "not_qualified"
 
 
-def apply_qualification(samples: Samples, entries: Iterable[dict[str, Any]]) -> Samples:
+def apply_qualification(samples: Samples, entries: Iterable[QualifyEntry]) -> Samples:
     """The samples after qualifications recorded as gpugate/store/qualify.py entries (pure)."""
     out = dict(samples)
     for e in entries:
-        n = (("node", str(e["node"])),)
+        n = (("node", e.node),)
         key = ("gpugate_qualify_runs_total", (*n, ("result", qualify_result(e))))
         out[key] = out.get(key, 0) + 1
-        if e["passed"]:
-            out[("gpugate_qualify_last_pass_timestamp_seconds", n)] = round(float(e["when"]), 3)
+        if e.passed:
+            out[("gpugate_qualify_last_pass_timestamp_seconds", n)] = round(float(e.when), 3)
         measured: dict[str, float] = {}
-        for t in e.get("tests") or ():
-            value = t.get("value_gbps")
-            if isinstance(value, (int, float)) and e["node"] in (t.get("nodes") or [e["node"]]):
-                name = str(t.get("test"))  # several pairs: the node's slowest one
+        for t in e.tests:
+            value = t.value_gbps
+            if value is not None and e.node in (t.nodes or [e.node]):
+                name = t.test  # several pairs: the node's slowest one
                 measured[name] = min(float(value), measured.get(name, float("inf")))
         for name, value in measured.items():
             out[("gpugate_qualify_bandwidth_gbps", (*n, ("test", name)))] = round(value, 3)
     return out
 
 
-def note_qualification(config: Config, entries: list[dict[str, Any]]) -> bool:
+def note_qualification(config: Config, entries: list[QualifyEntry]) -> bool:
     """Fold recorded qualifications into QUALIFY_FILE beside `admin.metrics_file`, never
     raising (as note_run: nothing without node_exporter's directory); True if written."""
     path = config.admin.metrics_file

@@ -174,7 +174,7 @@ def closed_at(state_dir: Dirs, node: str) -> float:
 
     many = (state_dir,) if isinstance(state_dir, str) else tuple(state_dir)
     times = [e.when for d in many for e in history.resumes(d, node) if e.resumed]
-    times += [e["when"] for d in many for e in qualifications(d, node) if e.get("passed")]
+    times += [e.when for d in many for e in qualifications(d, node) if e.passed]
     return max(times, default=0.0)
 
 

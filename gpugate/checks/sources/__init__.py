@@ -147,10 +147,10 @@ def with_drill(config: Config, node: str, facts: Facts) -> Facts:
     if not os.path.exists(drill_path(config)):  # the usual case: one stat
         return facts
     drill = active_drill(config)
-    if drill is None or drill["node"] != node:
+    if drill is None or drill.node != node:
         return facts
-    reasons.mark_drill(drill["id"])
-    return facts_from_dict(overlay(drill["fault"], facts.to_dict()), f"drill {drill['id']}")
+    reasons.mark_drill(drill.id)
+    return facts_from_dict(overlay(drill.fault, facts.to_dict()), f"drill {drill.id}")
 
 
 def since_seq(config: Config, position: tuple[str | None, int | None] | None) -> int | None:
