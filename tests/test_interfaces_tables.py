@@ -14,6 +14,8 @@ from pathlib import Path
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.evidence import IndexEntry
+from gpugate.store.fleet_view import FleetNode, FleetView
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
@@ -32,6 +34,9 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "Baseline": Baseline,
     "KnownFault": KnownFault,
     "Event": Event,
+    "IndexEntry": IndexEntry,
+    "FleetView": FleetView,
+    "FleetNode": FleetNode,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

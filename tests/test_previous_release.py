@@ -17,7 +17,9 @@ import pytest
 from gpugate import log
 from gpugate.jsonrecord import JsonRecord
 from gpugate.record import to_plain
-from gpugate.store import controller_view, evidence, held, history, state
+from gpugate.store import controller_view, evidence, fleet_view, held, history, state
+from gpugate.store.evidence import IndexEntry
+from gpugate.store.fleet_view import FleetView
 from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.view_records import ControllerRecord, Digest
@@ -136,6 +138,47 @@ def test_the_previous_releases_event_line_is_read_into_a_record():
     (e,) = log.read_events(str(OLD / "state"))
     assert (e.hook, e.extra["status"], e.drill) == ("prolog", "ok", None)
     same_json(e, load_lines(OLD / "state" / "events.jsonl")[0])
+
+
+def test_the_previous_releases_fleet_view_is_read_into_a_record(tmp_path):
+    shutil.copy(OLD / "state" / "fleet" / "nodes.json", tmp_path / "nodes.json")
+    os.chmod(tmp_path / "nodes.json", 0o600)  # git keeps 0644: a view others can write is refused
+    read_at, nodes = fleet_view.load_view(str(tmp_path))
+    node = nodes["gpu-node-01"]
+    assert node.drained and node.gpugate_owned and node.partitions == ("gpu",)
+    assert node.reason_time == int(read_at) and node.gres_gpus is None and node.comment == ""
+    old = load(OLD / "state" / "fleet" / "nodes.json")
+    view = FleetView.from_json(old)
+    assert view.to_json() == old
+    # Written again as the hook writes it: the same bytes.
+    fleet_view.save_view(str(tmp_path), read_at, nodes)
+    assert (tmp_path / "nodes.json").read_text() == json.dumps(old, separators=(",", ":"))
+
+
+def test_the_previous_releases_evidence_index_is_read_into_records(tmp_path):
+    index = tmp_path / evidence.INDEX_DIR
+    index.mkdir()
+    shutil.copy(OLD / "evidence" / ".index" / "gpu-node-01.jsonl", index / "gpu-node-01.jsonl")
+    read = evidence.read_index(str(tmp_path), "gpu-node-01")
+    assert read is not None and read.warnings == [] and read.lines == 1
+    (entry,) = read.entries
+    assert isinstance(entry, IndexEntry)
+    assert (entry.path, entry.user, entry.hw, entry.kind) == (
+        "77/gpu-node-01-r0",
+        "alice",
+        True,
+        "job",
+    )
+    old = load_lines(index / "gpu-node-01.jsonl")
+    same_json(entry, old[0])
+
+
+def test_an_index_line_of_before_hw_and_kind_is_written_back_without_them():
+    old = load_lines(OLD / "evidence" / ".index" / "gpu-node-01.jsonl")[0]
+    del old["hw"], old["kind"]
+    entry = IndexEntry.from_json(old)
+    assert entry.hw is None and entry.kind is None
+    assert entry.to_json() == old
 
 
 def load_lines(path: Path) -> list[dict]:
