@@ -11,16 +11,16 @@ import re
 import sys
 from pathlib import Path
 
+from gpugate.drill import DrillWindow
 from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord, field_table
 from gpugate.log import Event
-from gpugate.store.app_xids import AppXidEntry
-from gpugate.drill import DrillWindow
-from gpugate.jsonrecord import JsonRecord, field_table
-from gpugate.log import Event
 from gpugate.qualify.records import H2dGpu, PayloadResult
+from gpugate.store.app_xids import AppXidEntry
 from gpugate.store.drills import DrillEntry, DrillStep
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.evidence import IndexEntry
+from gpugate.store.fleet_view import FleetNode, FleetView
 from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary
@@ -55,6 +55,9 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "DrillEntry": DrillEntry,
     "DrillStep": DrillStep,
     "DrillWindow": DrillWindow,
+    "IndexEntry": IndexEntry,
+    "FleetView": FleetView,
+    "FleetNode": FleetNode,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

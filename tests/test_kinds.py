@@ -100,7 +100,7 @@ def test_bundle_kind(summary, kind):
 def test_the_index_line_carries_the_kind(tmp_path):
     write_bundle(str(tmp_path), "7", "vm", 0, {}, {"kind": "drill", "drill": DRILL_ID})
     [entry] = read_index(str(tmp_path), "vm").entries
-    assert entry["kind"] == "drill"
+    assert entry.kind == "drill"
 
 
 # --------------------------------------------------- a failed qualification's hardware fault

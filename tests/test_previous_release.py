@@ -15,19 +15,30 @@ from pathlib import Path
 import pytest
 from factories import default_config
 
-from gpugate import log
-from gpugate.flightrec.culprit import job_culprit
-from gpugate.flightrec.records import FlightrecFile, Refusal
 from gpugate import drill, log
 from gpugate.drill import DrillWindow
+from gpugate.flightrec.culprit import job_culprit
+from gpugate.flightrec.records import FlightrecFile, Refusal
 from gpugate.jsonrecord import JsonRecord
 from gpugate.qualify import judge
 from gpugate.qualify.records import PayloadResult
 from gpugate.record import to_plain
-from gpugate.store import app_xids, controller_view, evidence, held, history, state, suspects
+from gpugate.store import (
+    app_xids,
+    controller_view,
+    drills,
+    evidence,
+    fleet_view,
+    held,
+    history,
+    qualify,
+    state,
+    suspects,
+)
 from gpugate.store.app_xids import AppXidEntry
-from gpugate.store import controller_view, drills, evidence, held, history, qualify, state
 from gpugate.store.drills import DrillEntry
+from gpugate.store.evidence import IndexEntry
+from gpugate.store.fleet_view import FleetView
 from gpugate.store.qualify import QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
@@ -262,6 +273,47 @@ def test_the_previous_releases_drill_window_and_record_are_read(tmp_path):
         None,
     )
     assert record.to_json() == load_lines(OLD / "state" / "drills.jsonl")[0]
+
+
+def test_the_previous_releases_fleet_view_is_read_into_a_record(tmp_path):
+    shutil.copy(OLD / "state" / "fleet" / "nodes.json", tmp_path / "nodes.json")
+    os.chmod(tmp_path / "nodes.json", 0o600)  # git keeps 0644: a view others can write is refused
+    read_at, nodes = fleet_view.load_view(str(tmp_path))
+    node = nodes["gpu-node-01"]
+    assert node.drained and node.gpugate_owned and node.partitions == ("gpu",)
+    assert node.reason_time == int(read_at) and node.gres_gpus is None and node.comment == ""
+    old = load(OLD / "state" / "fleet" / "nodes.json")
+    view = FleetView.from_json(old)
+    assert view.to_json() == old
+    # Written again as the hook writes it: the same bytes.
+    fleet_view.save_view(str(tmp_path), read_at, nodes)
+    assert (tmp_path / "nodes.json").read_text() == json.dumps(old, separators=(",", ":"))
+
+
+def test_the_previous_releases_evidence_index_is_read_into_records(tmp_path):
+    index = tmp_path / evidence.INDEX_DIR
+    index.mkdir()
+    shutil.copy(OLD / "evidence" / ".index" / "gpu-node-01.jsonl", index / "gpu-node-01.jsonl")
+    read = evidence.read_index(str(tmp_path), "gpu-node-01")
+    assert read is not None and read.warnings == [] and read.lines == 1
+    (entry,) = read.entries
+    assert isinstance(entry, IndexEntry)
+    assert (entry.path, entry.user, entry.hw, entry.kind) == (
+        "77/gpu-node-01-r0",
+        "alice",
+        True,
+        "job",
+    )
+    old = load_lines(index / "gpu-node-01.jsonl")
+    same_json(entry, old[0])
+
+
+def test_an_index_line_of_before_hw_and_kind_is_written_back_without_them():
+    old = load_lines(OLD / "evidence" / ".index" / "gpu-node-01.jsonl")[0]
+    del old["hw"], old["kind"]
+    entry = IndexEntry.from_json(old)
+    assert entry.hw is None and entry.kind is None
+    assert entry.to_json() == old
 
 
 def load_lines(path: Path) -> list[dict]:

@@ -60,8 +60,8 @@ def bundle_paths(evidence_dir: str, since: float) -> list[str]:
         node = name[: -len(".jsonl")] if name.endswith(".jsonl") else ""
         read = read_index(evidence_dir, node) if node and not node.startswith(".") else None
         for e in read.entries if read else ():
-            if e["at"] >= since and ".old-" not in e["path"]:
-                found.append((e["at"], e["path"]))
+            if e.at >= since and ".old-" not in e.path:
+                found.append((e.at, e.path))
     return [p for _, p in sorted(found)]
 
 

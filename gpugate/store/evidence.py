@@ -29,6 +29,7 @@ from gpugate import jsonl
 from gpugate.fstree import remove_tree, tree_bytes
 from gpugate.fsutil import FileLock, atomic_write, fresh_dir, lock_file
 from gpugate.jsonl import NOT_JSON, append, dumps
+from gpugate.jsonrecord import JsonRecord
 from gpugate.log import say
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -37,7 +38,7 @@ from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind, 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, ClassVar
 
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
@@ -82,6 +83,35 @@ def _private_dir(path: str, gid: int, mode: int = 0o750) -> None:
     os.chmod(path, mode)
     if gid >= 0:
         os.chown(path, -1, gid)
+
+
+class IndexEntry(JsonRecord):
+    """A line of `<evidence_dir>/.index/<node>.jsonl`: one bundle of the node, as written."""
+
+    path: str
+    job: str | None = None
+    node: str | None = None
+    restart: int | None = None
+    user: str | None = None
+    at: float
+    bytes: int
+    hw: bool | None = None
+    kind: str | None = None
+
+    # Every release wrote path to bytes; the reader needs only path, at and bytes. hw and kind
+    # came later: a line without them is written back without them (so are job, node, restart).
+    _omit = frozenset({"job", "node", "restart", "hw", "kind"})
+    _doc: ClassVar[dict[str, str]] = {
+        "path": "the bundle, `<job>/<node>-r<n>` (or an older copy's, `.old-<pid>` added)",
+        "job": "the job",
+        "node": "the node (the index's own)",
+        "restart": "the run",
+        "user": "the job's user (retention's per-user share)",
+        "at": "when it was indexed (epoch)",
+        "bytes": "the bundle's size",
+        "hw": "its summary's `hardware_fault` (retention spares the newest such bundle)",
+        "kind": "`job`, `qualify` or `drill`",
+    }
 
 
 class Retention(Record):
@@ -162,9 +192,9 @@ def write_bundle(
             pass
         raise
     at = round(time.time() if now is None else now, 3)
-    entry = {"path": f"{job_id}/{name}", "job": job_id, "node": node, "restart": int(restart),
-             "user": summary.user, "at": at, "bytes": size,
-             "hw": summary.hardware_fault, "kind": bundle_kind(summary)}  # fmt: skip
+    entry = IndexEntry(path=f"{job_id}/{name}", job=job_id, node=node, restart=int(restart),
+                       user=summary.user, at=at, bytes=size, hw=summary.hardware_fault,
+                       kind=bundle_kind(summary))  # fmt: skip
     _index_and_prune(evidence_dir, node, entry, older, gid, retention)
     return final
 
@@ -172,7 +202,7 @@ def write_bundle(
 def _index_and_prune(
     evidence_dir: str,
     node: str,
-    entry: dict[str, Any],
+    entry: IndexEntry,
     older: str | None,
     gid: int,
     retention: Retention | None,
@@ -183,14 +213,14 @@ def _index_and_prune(
     try:
         with _node_lock(retention.lock_dir if retention else None) as lock:
             if older:
-                old_path = f"{entry['job']}/{older}"
+                old_path = f"{entry.job}/{older}"
                 old_bytes = tree_bytes(os.path.join(evidence_dir, old_path))
-                append_index(evidence_dir, node, dict(entry, path=old_path, bytes=old_bytes), gid)
+                append_index(evidence_dir, node, entry.replace(path=old_path, bytes=old_bytes), gid)
             append_index(evidence_dir, node, entry, gid)
             if retention and lock.held:
-                prune(evidence_dir, node, retention, keep={entry["path"]}, now=entry["at"], gid=gid)
+                prune(evidence_dir, node, retention, keep={entry.path}, now=entry.at, gid=gid)
     except (OSError, ValueError, RecursionError) as exc:
-        say(f"evidence {entry['path']}: written, but indexing or pruning failed: {exc}")
+        say(f"evidence {entry.path}: written, but indexing or pruning failed: {exc}")
 
 
 def _write_member(directory: str, name: str, content: str | bytes, gid: int) -> int:
@@ -218,17 +248,17 @@ def index_path(evidence_dir: str, node: str) -> str:
     return os.path.join(evidence_dir, INDEX_DIR, f"{node}.jsonl")
 
 
-def append_index(evidence_dir: str, node: str, entry: dict[str, Any], gid: int = -1) -> None:
+def append_index(evidence_dir: str, node: str, entry: IndexEntry, gid: int = -1) -> None:
     """Append one entry to the node's index in one write (O_APPEND: no torn interleaving)."""
     path = index_path(evidence_dir, node)
     _private_dir(os.path.dirname(path), gid)
-    append(path, [entry], 0o640, gid)
+    append(path, [entry.to_json()], 0o640, gid)
 
 
 class IndexRead(Record):
     """What a node's index holds: valid entries (newest line per bundle), warnings, line count."""
 
-    entries: list[dict[str, Any]]
+    entries: list[IndexEntry]
     warnings: list[str]
     lines: int
 
@@ -244,7 +274,7 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
         return IndexRead(
             entries=[], warnings=[f"{path}: unreadable ({exc.strerror or exc})"], lines=0
         )
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, IndexEntry] = {}
     bad: list[str] = []
     lines = jsonl.parse(data)
     for number, value in enumerate(lines, 1):
@@ -252,34 +282,34 @@ def read_index(evidence_dir: str, node: str) -> IndexRead | None:
         if isinstance(got, str):
             bad.append(f"line {number}: {got}")
             continue
-        found.pop(got["path"], None)  # a later line about the same bundle wins
-        found[got["path"]] = got
+        found.pop(got.path, None)  # a later line about the same bundle wins
+        found[got.path] = got
     warnings = [f"{path}: {b}; skipped" for b in bad[:5]]
     if len(bad) > 5:
         warnings.append(f"{path}: {len(bad) - 5} more bad line(s) skipped")
     return IndexRead(entries=list(found.values()), warnings=warnings, lines=len(lines))
 
 
-def _entry_problem(entry: object, node: str) -> dict[str, Any] | str:
+def _entry_problem(line: object, node: str) -> IndexEntry | str:
     # The entry when the line is a well-formed entry of this node, else what is wrong with it.
 
-    if entry is NOT_JSON:
+    if line is NOT_JSON:
         return "not JSON (torn or foreign line)"
-    if not isinstance(entry, dict):
+    if not isinstance(line, dict):
         return "not a JSON object"
-    path = entry.get("path")
+    path = line.get("path")
     if not isinstance(path, str) or not _ENTRY_PATH.fullmatch(path):
         return "no valid bundle path"
     if not path.split("/", 1)[1].startswith(f"{node}-r"):
         return f"names another node's bundle ({path})"
-    size, at = entry.get("bytes"), entry.get("at")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    try:
+        entry = IndexEntry.from_json(line, "line")
+    except ValueError as exc:
+        return str(exc).removeprefix("line: ")
+    if entry.bytes < 0:
         return "bytes is not a size"
-    if not isinstance(at, (int, float)) or isinstance(at, bool) or at != at:
+    if entry.at != entry.at:
         return "at is not a time"
-    user = entry.get("user")
-    if user is not None and not isinstance(user, str):
-        return "user is not a name"
     return entry
 
 
@@ -309,8 +339,8 @@ def node_bundle_paths(
     paths: set[str] = set()
     if read is not None:
         for e in read.entries:
-            full = os.path.join(evidence_dir, e["path"])
-            if ".old-" not in e["path"] and _is_bundle(full):
+            full = os.path.join(evidence_dir, e.path)
+            if ".old-" not in e.path and _is_bundle(full):
                 paths.add(full)  # an entry whose bundle is gone (pruned, removed) is skipped
     if read is None or scan:
         if read is None:
@@ -353,52 +383,52 @@ def prune(
     if read is None:
         return []
     live = sorted(
-        (e for e in read.entries if _is_bundle(os.path.join(evidence_dir, e["path"]))),
-        key=lambda e: (e["at"], e["path"]),
+        (e for e in read.entries if _is_bundle(os.path.join(evidence_dir, e.path))),
+        key=lambda e: (e.at, e.path),
     )
-    hardware = [e["path"] for e in live if e.get("hw") is True]
+    hardware = [e.path for e in live if e.hw is True]
     keep = set(keep) | set(hardware[-1:])
     now = time.time() if now is None else now
     drop: set[str] = set()
     if retention.days is not None:
         cutoff = now - retention.days * 86400
-        drop.update(e["path"] for e in live if e["at"] < cutoff and e["path"] not in keep)
+        drop.update(e.path for e in live if e.at < cutoff and e.path not in keep)
     if retention.max_bytes is not None and retention.user_share is not None:
         share = int(retention.max_bytes * min(1.0, retention.user_share))
-        users: dict[str, list[dict[str, Any]]] = {}
+        users: dict[str, list[IndexEntry]] = {}
         for e in live:
-            users.setdefault(e.get("user") or "?", []).append(e)
+            users.setdefault(e.user or "?", []).append(e)
         for mine in users.values():
             _drop_oldest(mine, share, drop, keep)
     if retention.max_bytes is not None:
         _drop_oldest(live, retention.max_bytes, drop, keep)
     removed = []
     for e in live:
-        if e["path"] in drop and _remove_bundle(evidence_dir, e["path"]):
-            removed.append(e["path"])
-    kept = [e for e in live if e["path"] not in removed]
+        if e.path in drop and _remove_bundle(evidence_dir, e.path):
+            removed.append(e.path)
+    kept = [e for e in live if e.path not in removed]
     if removed or read.lines != len(kept):
         # Compact: gone bundles, superseded and bad lines out (atomic: readers see old or new).
         path = index_path(evidence_dir, node)
 
-        atomic_write(path, dumps(kept), mode=0o640)
+        atomic_write(path, dumps(e.to_json() for e in kept), mode=0o640)
         if gid >= 0:
             os.chown(path, -1, gid)
     return removed
 
 
 def _drop_oldest(
-    entries: list[dict[str, Any]], limit: int, drop: set[str], keep: set[str] | frozenset[str]
+    entries: list[IndexEntry], limit: int, drop: set[str], keep: set[str] | frozenset[str]
 ) -> None:
     # entries: oldest first. Mark the oldest for removal until what is left fits in `limit`.
-    total = sum(e["bytes"] for e in entries if e["path"] not in drop)
+    total = sum(e.bytes for e in entries if e.path not in drop)
     for e in entries:
         if total <= limit:
             return
-        if e["path"] in drop or e["path"] in keep:
+        if e.path in drop or e.path in keep:
             continue
-        drop.add(e["path"])
-        total -= e["bytes"]
+        drop.add(e.path)
+        total -= e.bytes
 
 
 def _remove_bundle(evidence_dir: str, rel: str) -> bool:

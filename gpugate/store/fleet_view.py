@@ -33,13 +33,14 @@ import threading
 import time
 
 from gpugate.fsutil import FileRefused, atomic_write, private_dir, read_regular
+from gpugate.jsonrecord import JsonRecord
 from gpugate.slurm.records import NodeInfo
 from gpugate.store.dirs import history_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import ClassVar
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -55,6 +56,61 @@ SHARED, READ = "shared", "read"
 # The fields a view keeps: what the budget counts (gpugate/gate/budget.py) and nothing else.
 _FIELDS = ("state", "flags", "reason", "reason_user", "reason_time", "partitions", "gres_gpus",
            "comment")  # fmt: skip
+
+
+class FleetNode(JsonRecord):
+    """One node of the view: its name, and each kept field only where it differs from a plain
+    node's (a 1,000-node view of healthy nodes is ~60 KB)."""
+
+    name: str
+    state: str | None = None
+    flags: list[str] | None = None
+    reason: str | None = None
+    reason_user: str | None = None
+    reason_time: int | None = None
+    partitions: list[str] | None = None
+    gres_gpus: int | None = None
+    comment: str | None = None
+
+    _omit = frozenset(_FIELDS)
+    _doc: ClassVar[dict[str, str]] = {
+        "name": "the node's Slurm name",
+        "state": "its base state (IDLE, MIXED, DOWN, ...); absent: empty",
+        "flags": "its state flags (DRAIN, NOT_RESPONDING, ...); absent: none",
+        "reason": "its reason, without Slurm's `[user@time]`; absent: none",
+        "reason_user": "who set the reason; absent: none",
+        "reason_time": "when the reason was set (epoch); absent: not known",
+        "partitions": "its partitions (the budget counts per partition); absent: none",
+        "gres_gpus": "the GPUs slurm.conf gives it; absent: not known",
+        "comment": "its Comment (isolated GPUs); absent: none",
+    }
+
+    @classmethod
+    def of(cls, n: NodeInfo) -> FleetNode:
+        """The row of a node: the fields that differ from a plain node's."""
+        return cls(name=n.name, state=n.state or None, flags=list(n.flags) or None,
+                   reason=n.reason or None, reason_user=n.reason_user or None,
+                   reason_time=n.reason_time, partitions=list(n.partitions) or None,
+                   gres_gpus=n.gres_gpus, comment=n.comment or None)  # fmt: skip
+
+    def node(self) -> NodeInfo:
+        """The node as the budget reads it (an absent field: a plain node's)."""
+        return NodeInfo(name=self.name, state=self.state or "", flags=tuple(self.flags or ()),
+                        reason=self.reason or "", reason_user=self.reason_user or "",
+                        reason_time=self.reason_time, partitions=tuple(self.partitions or ()),
+                        gres_gpus=self.gres_gpus, comment=self.comment or "")  # fmt: skip
+
+
+class FleetView(JsonRecord):
+    """`<history_dir>/fleet/nodes.json`: one hook's read of Slurm's nodes, for the others."""
+
+    read_at: float
+    nodes: list[FleetNode]
+
+    _doc: ClassVar[dict[str, str]] = {
+        "read_at": "when the read began, the writer's clock (epoch)",
+        "nodes": "every node Slurm reported (FleetNode)",
+    }
 
 
 def view_dir(config: Config) -> str:
@@ -139,12 +195,10 @@ def load_view(directory: str) -> tuple[float, dict[str, NodeInfo]] | None:
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         return None  # not root's own: a user's file is never budget evidence
     try:
-        doc = json.loads(data)
-        read_at = float(doc["read_at"])
-        nodes = {str(n["name"]): _node(n) for n in doc["nodes"]}
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        view = FleetView.from_json(json.loads(data), path)
+    except (ValueError, RecursionError):
         return None  # torn or foreign: read Slurm instead
-    return read_at, nodes
+    return float(view.read_at), {n.name: n.node() for n in view.nodes}
 
 
 def _mark(directory: str) -> tuple[int, ...] | None:
@@ -162,33 +216,12 @@ def _mark(directory: str) -> tuple[int, ...] | None:
 
 def save_view(directory: str, read_at: float, nodes: dict[str, NodeInfo]) -> None:
     """Share a read (atomically: readers see the old view or the new one)."""
-    rows = [_row(n) for n in nodes.values()]
-    text = json.dumps({"read_at": read_at, "nodes": rows}, separators=(",", ":"))
+    view = FleetView(read_at=read_at, nodes=[FleetNode.of(n) for n in nodes.values()])
+    text = json.dumps(view.to_json(), separators=(",", ":"))
     try:
         atomic_write(os.path.join(directory, VIEW), text, mode=0o600)
     except OSError:
         pass  # not shared: the next hook reads Slurm itself, which is today's cost
-
-
-def _row(n: NodeInfo) -> dict[str, Any]:
-    # Only what differs from a plain node: a 1,000-node view of healthy nodes is ~60 KB.
-    row: dict[str, Any] = {"name": n.name}
-    for field in _FIELDS:
-        value = getattr(n, field)
-        if value != getattr(_PLAIN, field):
-            row[field] = list(value) if isinstance(value, tuple) else value
-    return row
-
-
-_PLAIN = NodeInfo(name="", state="")
-
-
-def _node(row: dict[str, Any]) -> NodeInfo:
-    values = {k: row[k] for k in _FIELDS if k in row}
-    for k in ("flags", "partitions"):
-        if k in values:
-            values[k] = tuple(str(v) for v in values[k])
-    return NodeInfo(name=str(row["name"]), **values)
 
 
 def _trusted_dir(directory: str) -> None:
