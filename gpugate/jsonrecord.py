@@ -40,8 +40,16 @@ class JsonRecord(Record):
     _doc: ClassVar[dict[str, str]] = {}  # field -> its description (docs/interfaces.md)
     _omit: ClassVar[frozenset[str]] = frozenset()  # left out of to_json while None
     _checks: ClassVar[dict[str, Callable[[object, str], object]] | None] = None
+    _scope: ClassVar[dict[str, object]] = {}  # the defining module's names (__init_subclass__)
 
     extra: dict[str, Any] = {}  # keys of the file no field names: kept, written back
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # The names its annotations use, taken from the defining module now: looking the module
+        # up in sys.modules at first read would find whatever stands there by then (a reload,
+        # a test's stand-in), and a field naming a sibling record would no longer resolve.
+        cls._scope = vars(sys.modules[cls.__module__])
 
     @classmethod
     def from_json(cls: type[_J], obj: object, where: str = "") -> _J:
@@ -92,7 +100,7 @@ def _plain(value: object) -> object:
 def _compiled(cls: type[JsonRecord]) -> dict[str, Callable[[object, str], object]]:
     checks = cls.__dict__.get("_checks")
     if checks is None:
-        scope = vars(sys.modules[cls.__module__])
+        scope = cls._scope
         notes = _annotations(cls)
         checks = {f: _compile(str(notes[f]), scope) for f in cls._fields if f != "extra"}
         cls._checks = checks  # per class: set on the class itself, never read from a base

@@ -62,3 +62,27 @@ def test_the_table_lists_each_key_its_type_and_whether_required():
     table = field_table(Outer)
     assert "| `id` | `str` | yes | its id |" in table
     assert "| `inner` | `Inner or None` | no |  |" in table and "extra" not in table
+
+
+def test_a_nested_record_resolves_in_its_own_module_after_the_module_is_swapped(monkeypatch):
+    """A field naming a sibling record is read through the module that defined it, even when
+    sys.modules holds a stand-in by the first read (a test's fake store; CI found this)."""
+    import sys
+    import types
+
+    module = types.ModuleType("gpugate_test_swapped")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    source = (
+        "from __future__ import annotations\n"
+        "from gpugate.jsonrecord import JsonRecord\n"
+        "class Outer(JsonRecord):\n"
+        "    inner: list[Inner]\n"
+        "class Inner(JsonRecord):\n"
+        "    n: int\n"
+    )
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, types.ModuleType(module.__name__))
+    outer = module.Outer.from_json({"inner": [{"n": 3}]})
+    assert outer.inner[0].n == 3
+    with pytest.raises(ValueError, match="key 'n'"):
+        module.Outer.from_json({"inner": [{"n": "3"}]})
