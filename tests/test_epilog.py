@@ -15,6 +15,7 @@ from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.hookenv import HookEnv
 from gpugate.slurm.records import JobInfo
 from gpugate.store.state import Baseline
+from gpugate.store.summary import SummaryJob
 from gpugate.yamlio import dump_yaml
 
 XID79 = "[Sun Nov 29 11:02:03 2026] NVRM: Xid (PCI:0000:58:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -539,7 +540,7 @@ def test_the_failing_node_from_the_log_or_a_one_node_job(diagnosis, nodelist, jo
 
     e = env().replace(nodelist=nodelist)
     read = JobDiagnosis.from_json(diagnosis)
-    assert failing_node(read, e, {"nodes": job_nodes} if job_nodes else {}) == node
+    assert failing_node(read, e, SummaryJob(nodes=job_nodes)) == node
 
 
 def test_a_reader_childs_answer_of_the_wrong_shape_is_refused_not_used():
@@ -551,3 +552,30 @@ def test_a_reader_childs_answer_of_the_wrong_shape_is_refused_not_used():
     for bad in ({"tails": {"/o": 5}}, {"diagnosis": {"xid": "79"}}, {"errors": "x"}, []):
         with pytest.raises(ValueError, match="the reader child's answer"):
             ChildDiagnosis.from_json(bad, "the reader child's answer")
+
+
+def test_the_summarys_job_is_slurms_word_without_the_users_comment_or_the_environments():
+    """Slurm answered: its fields are written (nulls included), the user's comment never;
+    Slurm failed: only the environment's fields, stdout and why. Both read back the same."""
+    from gpugate.hooks.collect import job_info
+
+    class Answers:
+        def job(self, job_id):
+            return JobInfo(job_id=int(job_id), stdout="/o", comment="gpugate:ckpt=/c secret")
+
+    class Fails:
+        def job(self, job_id):
+            raise TimeoutError("scontrol took too long")
+
+    e = env().replace(stdout="out.%j", work_dir="/w")
+    said = job_info(default_config(), e, Answers())
+    assert said.comment == "gpugate:ckpt=/c secret"  # read: the checkpoint dir may be there
+    written = said.to_json()
+    assert "comment" not in written and "slurm_error" not in written
+    assert written["stdout"] == "/o" and written["stderr"] is None and written["nodes"] == []
+    failed = job_info(default_config(), e, Fails()).to_json()
+    assert set(failed) == {"job_id", "user", "uid", "gid", "slurm_error", "stdout"}
+    assert failed["slurm_error"] == "TimeoutError: scontrol took too long"
+    assert failed["stdout"] == f"/w/out.{e.job_id}"
+    for json_ in (written, failed):
+        assert SummaryJob.from_json(json_).to_json() == json_

@@ -16,6 +16,7 @@ from factories import default_config
 
 from gpugate.hooks import flightrec_collect as FC
 from gpugate.slurm.hookenv import HookEnv
+from gpugate.store.summary import SummaryJob
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "flightrec")
 
@@ -231,9 +232,11 @@ def test_collect_runs_the_child_as_the_jobs_user_and_tags_the_node(
     job_dir = tmp_path / "nccl" / "42"
     job_dir.mkdir(parents=True)
     monkeypatch.setattr(FC, "FR_DEFAULT_PREFIX", str(tmp_path / "nccl_trace_rank_"))  # not /tmp
-    assert FC.collect_dumps(config, env, {}, 5.0)["records"] == [] and not seen  # no child
+    assert (
+        FC.collect_dumps(config, env, SummaryJob(), 5.0)["records"] == [] and not seen
+    )  # no child
     (job_dir / "fr_rank_1").write_bytes(b"x")
-    got = FC.collect_dumps(config, env, {}, 5.0)
+    got = FC.collect_dumps(config, env, SummaryJob(), 5.0)
     assert seen["uid"] == 1234 and seen["task"] == FC.TASK
     assert seen["kwargs"]["since"] == 1700000000.0
     assert seen["kwargs"]["max_bytes"] == config.epilog.fr_max_dump_mib * 1024 * 1024
@@ -254,7 +257,7 @@ def test_collect_says_why_when_the_user_cannot_be_read_as(tmp_path):
     (tmp_path / "nccl" / "42").mkdir(parents=True)
     (tmp_path / "nccl" / "42" / "fr_rank_0").write_bytes(b"x")
     env = HookEnv(job_id="42", node="n2", uid=None)
-    got = FC.collect_dumps(config, env, {}, 5.0)
+    got = FC.collect_dumps(config, env, SummaryJob(), 5.0)
     assert got["records"] == [] and "not reading its files as root" in got["errors"][0]["error"]
 
 
@@ -435,7 +438,9 @@ def test_a_malformed_answer_of_the_child_is_a_refusal_of_the_whole_collection(
     config = config.replace(task_prolog=tp)
     (tmp_path / "nccl" / "42").mkdir(parents=True)
     (tmp_path / "nccl" / "42" / "fr_rank_0").write_bytes(b"x")
-    got = FC.collect_dumps(config, HookEnv(job_id="42", node="n2", uid=1234, gid=1234), {}, 5.0)
+    got = FC.collect_dumps(
+        config, HookEnv(job_id="42", node="n2", uid=1234, gid=1234), SummaryJob(), 5.0
+    )
     assert got["records"] == [] and got["kept"] == {}
     (error,) = got["errors"]
     assert error["name"] == "*" and re.search(f"the reader's answer: .*{why}", error["error"])

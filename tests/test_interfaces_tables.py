@@ -23,13 +23,14 @@ from gpugate.store.evidence import IndexEntry
 from gpugate.store.fleet_view import FleetNode, FleetView
 from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
-from gpugate.store.summary import EvidenceSummary, QualifySummary
+from gpugate.store.summary import EvidenceSummary, QualifySummary, SummaryJob
 from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
 RECORDS: dict[str, type[JsonRecord]] = {
     "EvidenceSummary": EvidenceSummary,
+    "SummaryJob": SummaryJob,
     "QualifySummary": QualifySummary,
     "ControllerRecord": ControllerRecord,
     "Digest": Digest,

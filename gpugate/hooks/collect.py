@@ -27,7 +27,7 @@ from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.state import load_task_file
-from gpugate.store.summary import EvidenceSummary, summary_from_json
+from gpugate.store.summary import EvidenceSummary, SummaryJob, summary_from_json
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from gpugate.store.state import Baseline
 
 
-def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: dict[str, Any]) -> str | None:
+def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: SummaryJob) -> str | None:
     """The failing rank's node: the one the log names, else the job's only node.
 
     Slurm's tasks per node are not used here: under torchrun (one task per node, a process per
@@ -61,26 +61,25 @@ def failing_node(diagnosis: JobDiagnosis, env: HookEnv, job: dict[str, Any]) -> 
     rank = diagnosis.failing_rank
     if rank is None:
         return None
-    nodes = job.get("nodes") or env.nodelist
+    nodes = job.nodes or env.nodelist
     return node_of_rank(rank, nodes or None, None)
 
 
-def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> dict[str, Any]:
+def job_info(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> SummaryJob:
     """What Slurm knows of the job (stdout/stderr paths, user, batch host), best effort."""
-    info: dict[str, Any] = {"job_id": env.job_id, "user": env.user, "uid": env.uid, "gid": env.gid}
+    info = SummaryJob(job_id=env.job_id, user=env.user, uid=env.uid, gid=env.gid)
     try:
         slurm = slurm or slurm_for(config)
         job = slurm.job(env.job_id or "")
-        info.update(
+        return info.replace(
             stdout=job.stdout or None, stderr=job.stderr or None, batch_host=job.batch_host,
             nodes=list(job.nodes), state=job.state, exit_code=job.exit_code,
             exit_signal=job.exit_signal, restarts=job.restarts, work_dir=job.work_dir,
             comment=job.comment, start_time=job.start_time, end_time=job.end_time,
         )  # fmt: skip
     except Exception as exc:  # Slurm slow or the job gone: fall back to the environment
-        info["slurm_error"] = f"{type(exc).__name__}: {exc}"
-        info["stdout"] = _expand(env.stdout, env)
-    return info
+        return info.replace(slurm_error=f"{type(exc).__name__}: {exc}",
+                            stdout=_expand(env.stdout, env))  # fmt: skip
 
 
 def _expand(path: str | None, env: HookEnv) -> str | None:
@@ -92,12 +91,11 @@ def _expand(path: str | None, env: HookEnv) -> str | None:
     return path if os.path.isabs(path) else os.path.join(env.work_dir or "/", path)
 
 
-def job_files(config: Config, env: HookEnv, job: dict[str, Any]) -> list[str]:
+def job_files(config: Config, env: HookEnv, job: SummaryJob) -> list[str]:
     """The job's logs this node should read: stdout/stderr on the batch host, NCCL files here."""
     files: list[str] = []
-    if not job.get("batch_host") or job.get("batch_host") == env.node:
-        for key in ("stdout", "stderr"):
-            path = job.get(key)
+    if not job.batch_host or job.batch_host == env.node:
+        for path in (job.stdout, job.stderr):
             if path and path not in files and path != "/dev/null":
                 files.append(path)
 
@@ -110,7 +108,7 @@ def job_files(config: Config, env: HookEnv, job: dict[str, Any]) -> list[str]:
 def read_job_files(
     config: Config,
     env: HookEnv,
-    job: dict[str, Any],
+    job: SummaryJob,
     kernel_lines: list[str],
     timeout: float | None = None,
     offsets: dict[str, int] | None = None,
@@ -134,8 +132,8 @@ def read_job_files(
         "offsets": {p: n for p, n in (offsets or {}).items() if p in files},
     }  # fmt: skip
 
-    uid = env.uid if env.uid is not None else job.get("uid")
-    gid = env.gid if env.gid is not None else job.get("gid")
+    uid = env.uid if env.uid is not None else job.uid
+    gid = env.gid if env.gid is not None else job.gid
     try:
         answer = as_user(uid, gid, "gpugate.hooks.collect:_read_and_diagnose", reader_kwargs,
                          timeout or config.epilog.read_timeout_s)  # fmt: skip
@@ -270,14 +268,14 @@ def record_outcome(config: Config, bundle: str, result: EpilogResult) -> bool:
         return False
 
 
-def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict[str, Any]) -> str | None:
+def declared_checkpoint_dir(config: Config, env: HookEnv, job: SummaryJob) -> str | None:
     """The job's `gpugate:ckpt=DIR`: from the prolog's task file, else the job's comment."""
 
     saved = load_task_file(config.state_dir, env.job_id) if env.job_id else None
     ckpt = (saved or {}).get("ckpt_dir")
     if isinstance(ckpt, str) and ckpt:
         return ckpt
-    for comment in (env.comment, job.get("comment")):
+    for comment in (env.comment, job.comment):
         ckpt = comment_tokens(comment if isinstance(comment, str) else "").get("ckpt")
         if ckpt:
             return ckpt
@@ -285,7 +283,7 @@ def declared_checkpoint_dir(config: Config, env: HookEnv, job: dict[str, Any]) -
 
 
 def checkpoint_freshness(
-    config: Config, env: HookEnv, job: dict[str, Any], facts: Facts, timeout: float
+    config: Config, env: HookEnv, job: SummaryJob, facts: Facts, timeout: float
 ) -> Freshness | None:
     """How old the job's newest complete checkpoint was at its end (None: it declared none)."""
     from gpugate.checkpoints.freshness import measure
@@ -294,8 +292,8 @@ def checkpoint_freshness(
     if not ckpt_dir:
         return None
     gpus = len(env.gpus) if env.gpus is not None else _node_gpus(facts)
-    uid = env.uid if env.uid is not None else job.get("uid")
-    gid = env.gid if env.gid is not None else job.get("gid")
+    uid = env.uid if env.uid is not None else job.uid
+    gid = env.gid if env.gid is not None else job.gid
     return measure(ckpt_dir, uid, gid, env.end_time, env.start_time, gpus,
                    config.checkpoints.max_age_s, timeout)  # fmt: skip
 
@@ -312,7 +310,7 @@ def _job_of(bundle: str) -> str:
 def write_evidence(
     config: Config,
     env: HookEnv,
-    job: dict[str, Any],
+    job: SummaryJob,
     facts: Facts,
     fresh: list[str],
     deltas: dict[str, Any],
@@ -368,7 +366,7 @@ def write_evidence(
 
 def _summary(
     env: HookEnv,
-    job: dict[str, Any],
+    job: SummaryJob,
     facts: Facts,
     kernel: list[str],
     deltas: dict[str, Any],
@@ -425,7 +423,7 @@ def _summary(
         counter_changes=describe(deltas),
         action=_action(result, pending_drain),
         drain_reason=result.reason,
-        job={k: v for k, v in job.items() if k not in ("comment",)},
+        job=job,  # its comment is never written (SummaryJob)
         read_errors=logs.errors,
         # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
         kernel_log_lost=result.kernel_log_lost,
@@ -453,7 +451,7 @@ def _bundle_files(
 
 
 def run_times(
-    env: HookEnv, job: dict[str, Any], facts: Facts, baseline: Baseline | None
+    env: HookEnv, job: SummaryJob, facts: Facts, baseline: Baseline | None
 ) -> dict[str, Any]:
     """The bundle's times: when it was collected (now) and this run's start and end.
 
@@ -468,10 +466,10 @@ def run_times(
     now = time.time()
     start = (
         env.start_time
-        or _epoch(job.get("start_time"))
+        or _epoch(job.start_time)
         or _epoch(baseline.started_at if baseline else None)
     )
-    end = env.end_time or _epoch(job.get("end_time")) or now
+    end = env.end_time or _epoch(job.end_time) or now
     return {
         "collected_at": utc(now),
         "facts_time": facts.collected_at,

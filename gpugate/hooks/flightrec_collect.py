@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.slurm.hookenv import HookEnv
+    from gpugate.store.summary import SummaryJob
 
 TASK = "gpugate.hooks.flightrec_collect:read_dumps"
 # The accepted dumps travel back as JSON: 32 MiB of it stays well inside the reader's answer
@@ -90,7 +91,7 @@ def job_started(config: Config, env: HookEnv) -> float | None:
 
 
 def collect_dumps(
-    config: Config, env: HookEnv, job: dict[str, Any], timeout: float
+    config: Config, env: HookEnv, job: SummaryJob, timeout: float
 ) -> dict[str, Any]:
     """This node's flight-recorder dumps of the job, read in the child as the job's user.
 
@@ -108,8 +109,8 @@ def collect_dumps(
         "max_bytes": int(ep.fr_max_dump_mib * 1024 * 1024),
         "remove_from": os.path.dirname(FR_DEFAULT_PREFIX),
     }  # fmt: skip
-    uid = env.uid if env.uid is not None else job.get("uid")
-    gid = env.gid if env.gid is not None else job.get("gid")
+    uid = env.uid if env.uid is not None else job.uid
+    gid = env.gid if env.gid is not None else job.gid
     empty = {"records": [], "errors": [], "searched": [d + "/" + p + "*" for d, p in places]}
     if not _candidates(places):
         return {**empty, "truncated": False, "kept": {}}  # no dump: no child to start

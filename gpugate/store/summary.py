@@ -20,6 +20,58 @@ KINDS = ("job", "qualify", "drill")
 CHECKPOINT_KEYS = frozenset({"checkpoint_age_s", "checkpoint_stale", "checkpoint_message"})
 
 
+class SummaryJob(JsonRecord):
+    """A summary's `job`: what Slurm said of the job at its end (`scontrol show job`), or, when
+    Slurm could not say, the environment's word and `slurm_error`. The job's comment is read
+    (its `gpugate:ckpt=`) but never written: it is the user's text."""
+
+    job_id: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    batch_host: str | None = None
+    nodes: list[str] | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    restarts: int | None = None
+    work_dir: str | None = None
+    comment: str | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    slurm_error: str | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        "job_id": "the Slurm job id",
+        "user": "the job's user",
+        "uid": "its uid",
+        "gid": "its gid",
+        "stdout": "the job's output file (null: none, or /dev/null)",
+        "stderr": "its error file",
+        "batch_host": "the node that ran the batch script",
+        "nodes": "the job's nodes, expanded",
+        "state": "Slurm's job state at the end",
+        "exit_code": "the job's exit code",
+        "exit_signal": "the signal that ended it (0: none)",
+        "restarts": "how often Slurm restarted it",
+        "work_dir": "its working directory",
+        "comment": "never written (the user's text)",
+        "start_time": "this run's start (epoch)",
+        "end_time": "its end (epoch)",
+        "slurm_error": "why Slurm could not say (then only the environment's fields and stdout)",
+    }
+    _SLURMS = ("stderr", "batch_host", "nodes", "state", "exit_code", "exit_signal", "restarts",
+               "work_dir", "start_time", "end_time")  # fmt: skip
+
+    def _omitted(self) -> set[str]:
+        # Slurm's fields are written together, or none of them when Slurm could not say.
+        if self.slurm_error is not None:
+            return {"comment", *self._SLURMS}
+        return {"comment", "slurm_error"}
+
+
 class EvidenceSummary(JsonRecord):
     """A job's run on one node, as its epilog saw it (kind `job` or `drill`)."""
 
@@ -54,7 +106,7 @@ class EvidenceSummary(JsonRecord):
     counter_changes: list[str] = []
     action: str | None = None
     drain_reason: str | None = None
-    job: dict[str, Any] = {}
+    job: SummaryJob | None = None
     read_errors: list[str] = []
     kernel_log_lost: str | None = None
     collected_at: str | None = None
@@ -106,7 +158,7 @@ class EvidenceSummary(JsonRecord):
         "counter_changes": "counter changes since the prolog, one line each",
         "action": "what the epilog did (`drained`, `none`, ...)",
         "drain_reason": "the drain reason it wrote",
-        "job": "the job's record, without its comment",
+        "job": "the job's record, without its comment (SummaryJob)",
         "read_errors": "the job's files that could not be read",
         "kernel_log_lost": "kernel records lost unread since the prolog",
         "collected_at": "when the epilog collected (UTC)",
@@ -124,9 +176,10 @@ class EvidenceSummary(JsonRecord):
         "files": "the bundle's members (added on write)",
     }
 
-    def _omitted(self) -> frozenset[str]:
+    def _omitted(self) -> set[str]:
         # The checkpoint's keys are written together, only for a job that declared one.
-        return self._omit if self.checkpoint is None else frozenset()
+        omit = set(self._omit) if self.checkpoint is None else set()
+        return omit | {"job"} if self.job is None else omit
 
 
 class QualifySummary(JsonRecord):
