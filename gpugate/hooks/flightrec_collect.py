@@ -90,9 +90,7 @@ def job_started(config: Config, env: HookEnv) -> float | None:
         return None
 
 
-def collect_dumps(
-    config: Config, env: HookEnv, job: SummaryJob, timeout: float
-) -> dict[str, Any]:
+def collect_dumps(config: Config, env: HookEnv, job: SummaryJob, timeout: float) -> dict[str, Any]:
     """This node's flight-recorder dumps of the job, read in the child as the job's user.
 
     Returns `{"records", "errors", "searched", "truncated", "kept"}`: each record tagged with
