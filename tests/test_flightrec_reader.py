@@ -41,6 +41,23 @@ def test_real_dump_summarized(form: str) -> None:
     json.dumps(rec)  # the record is JSON-able
 
 
+def test_the_dumps_name_no_path_of_the_machine_that_made_them() -> None:
+    """make_dumps.py writes the checkout as /src/gpugate in the frames; the rest as torch wrote
+    it (the rewrite keeps every other opcode: a string's length prefix is the only change)."""
+    sys.path.insert(0, str(FIX))
+    try:
+        from make_dumps import neutral
+    finally:
+        sys.path.remove(str(FIX))
+    root = str(Path(__file__).resolve().parent.parent)
+    for path in sorted(FIX.glob("*/pickle/nccl_trace_rank_*")):
+        text = repr(pickle.loads(path.read_bytes()))
+        assert root not in text and "/src/gpugate/" in text, path
+    made = pickle.dumps({"frames": ["/old/x.py:3 f", "/elsewhere/y.py:4 g"], "n": 7}, protocol=2)
+    back = pickle.loads(neutral(made, "/old", "/src/gpugate"))
+    assert back == {"frames": ["/src/gpugate/x.py:3 f", "/elsewhere/y.py:4 g"], "n": 7}
+
+
 def test_sleeper_dump_stops_before_the_collective() -> None:
     rec = _read("not_entered", "pickle", 1)
     assert rec["pgs"]["0"]["last_enqueued"] == 3
