@@ -20,7 +20,7 @@ from html import escape
 from urllib.parse import quote
 
 from gpugate.admin import charts
-from gpugate.admin.losses import HOW_COMPUTED, by_category, resumed_from
+from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from gpugate.admin.losses import Bundle, Requeue
     from gpugate.store.suspects import FlagEntry
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
@@ -265,12 +266,12 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _bundle_link(f: dict[str, Any]) -> str:
-    code = f"<code>{esc(f['path'])}</code>"
-    return f'<a href="{esc(f["href"])}">{code}</a>' if f.get("href") else code
+def _bundle_link(f: Bundle) -> str:
+    code = f"<code>{esc(f.path)}</code>"
+    return f'<a href="{esc(f.href)}">{code}</a>' if f.href else code
 
 
-def failures_section(costs: Sequence[dict[str, Any]]) -> str:
+def failures_section(costs: Sequence[Bundle]) -> str:
     """Failures and GPU-hours lost by category: two bar charts, the table, how it is computed."""
     rows = by_category(costs)
     if not rows:
@@ -285,17 +286,17 @@ def failures_section(costs: Sequence[dict[str, Any]]) -> str:
     return f'<p class="meta">{esc(HOW_COMPUTED)}</p><div class="charts">{figures}</div>{table}'
 
 
-def runs_section(costs: Sequence[dict[str, Any]]) -> str:
+def runs_section(costs: Sequence[Bundle]) -> str:
     """Each failed run: when, where, cause, GPUs, from when its work was lost, its bundle."""
     body = []
-    for f in sorted(costs, key=lambda f: f["failed"] or 0, reverse=True):
-        frm = "checkpoint" if f.get("from_checkpoint") else "run start"
+    for f in sorted(costs, key=lambda f: f.failed or 0, reverse=True):
+        frm = "checkpoint" if f.from_checkpoint else "run start"
         body.append(
-            f'<tr><td class="time">{esc(history.iso(f["failed"]))}</td><td>{esc(f["job"])}</td>'
-            f'<td class="n">{esc(f["restart"])}</td><td class="node">{esc(f["node"])}</td>'
-            f'<td>{esc(f["category"])}</td><td class="n">{esc(f["gpus"])}</td>'
-            f'<td class="time">{esc(history.iso(f["lost_from"]))} ({frm})</td>'
-            f'<td class="n">{_hours(f["gpu_hours"])}</td><td>{_checkpoint_age(f)}</td>'
+            f'<tr><td class="time">{esc(history.iso(f.failed))}</td><td>{esc(f.job)}</td>'
+            f'<td class="n">{esc(f.restart)}</td><td class="node">{esc(f.node)}</td>'
+            f'<td>{esc(f.category)}</td><td class="n">{esc(f.gpus)}</td>'
+            f'<td class="time">{esc(history.iso(f.lost_from))} ({frm})</td>'
+            f'<td class="n">{_hours(f.gpu_hours)}</td><td>{_checkpoint_age(f)}</td>'
             f"<td>{_bundle_link(f)}</td></tr>"
         )
     headers = ("Failed", "Job", "Run", "Node", "Cause", "GPUs", "Work lost since",
@@ -303,30 +304,25 @@ def runs_section(costs: Sequence[dict[str, Any]]) -> str:
     return _table(headers, body, "No failed run in the window.")
 
 
-def _checkpoint_age(f: dict[str, Any]) -> str:
+def _checkpoint_age(f: Bundle) -> str:
     """The age the epilog recorded (stale: over checkpoints.max_age_s), or a dash."""
-
-    age, stale = f.get("checkpoint_age_s"), f.get("checkpoint_stale")
+    age, stale = f.checkpoint_age_s, f.checkpoint_stale
     text = "none complete" if age is None else esc(span(age))
     if stale:
         return f"{text} <strong>stale</strong>"
     return text if age is not None else "\u2013"
 
 
-def requeues_section(events: Sequence[dict[str, Any]]) -> str:
+def requeues_section(events: Sequence[Requeue]) -> str:
     """EpilogSlurmctld's requeue decisions, newest first, with the checkpoint resumed from."""
     body = []
-    for e in sorted(events, key=lambda e: e["when"], reverse=True):
-        verdict = "requeued" if e.get("requeue") is True else "not requeued"
-        suspects = (
-            ", ".join(map(str, e.get("suspects") or []))
-            if isinstance(e.get("suspects"), list)
-            else ""
-        )
+    for e in sorted(events, key=lambda e: e.when, reverse=True):
+        verdict = "requeued" if e.requeue is True else "not requeued"
+        suspects = ", ".join(e.suspects)
         body.append(
-            f'<tr><td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["job"])}</td>'
-            f'<td class="n">{esc(e.get("restarts"))}</td><td>{verdict}</td>'
-            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(e.get("category"))}</td>'
+            f'<tr><td class="time">{esc(history.iso(e.when))}</td><td>{esc(e.job)}</td>'
+            f'<td class="n">{esc(e.restarts)}</td><td>{verdict}</td>'
+            f'<td class="reason">{esc(e.why)}</td><td>{esc(e.category)}</td>'
             f"<td>{esc(suspects)}</td><td>{_resumed_cell(e)}</td></tr>"
         )
     headers = ("Decided", "Job", "Run", "Decision", "Why", "Cause", "Suspects",
@@ -334,9 +330,9 @@ def requeues_section(events: Sequence[dict[str, Any]]) -> str:
     return _table(headers, body, "No requeue decision in the window.")
 
 
-def _resumed_cell(event: dict[str, Any]) -> str:
+def _resumed_cell(event: Requeue) -> str:
     """The checkpoint a requeued run resumed from, or why it is unknown here (never blank)."""
-    path, words = resumed_from(event)
+    path, words = event.resumed_from()
     return f"<code>{esc(path)}</code>" if path else esc(words)
 
 
@@ -398,31 +394,31 @@ def qualify_section(entries: list[dict[str, Any]]) -> str:
     return _table(headers, body, "No qualification recorded (gpugate qualify).")
 
 
-def kind_label(bundle: dict[str, Any]) -> str:
+def kind_label(bundle: Bundle) -> str:
     """What a qualification or drill bundle is, in words: `passed qualification`,
     `qualification failure`, `not qualified`, `drill <id>`."""
-    if bundle["kind"] == "drill":
-        return f"drill {bundle.get('drill') or ''}".strip()
-    return str(bundle.get("label") or bundle["kind"])
+    if bundle.kind == "drill":
+        return f"drill {bundle.drill or ''}".strip()
+    return bundle.qualification.label if bundle.qualification else bundle.kind
 
 
-def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, Any]] = ()) -> str:
+def kinds_section(bundles: Sequence[Bundle], drills: Sequence[dict[str, Any]] = ()) -> str:
     """The window's qualification and drill bundles, newest first: never failed runs. A
     drill's row names its fault from the drill records (drills.jsonl) when they are here."""
     faults = {str(d.get("id")): str(d.get("injected") or d.get("fault")) for d in drills}
     body = []
-    for b in sorted(bundles, key=lambda b: b["failed"] or 0, reverse=True):
+    for b in sorted(bundles, key=lambda b: b.failed or 0, reverse=True):
         why: object
-        if b["kind"] == "drill":
-            fault = faults.get(str(b.get("drill")))
-            shown = "; ".join(b.get("hardware_findings") or ()) or b.get("category")
+        if b.kind == "drill":
+            fault = faults.get(str(b.drill))
+            shown = "; ".join(b.hardware_findings) or b.category
             why = f"simulated: {fault}" if fault else f"simulated fault ({shown})"
         else:
-            why = b.get("why")
+            why = b.qualification.why if b.qualification else None
         body.append(
-            f'<tr><td class="time">{esc(history.iso(b["failed"]))}</td>'
-            f'<td class="{esc(b["kind"])}">{esc(kind_label(b))}</td><td>{esc(b["job"])}</td>'
-            f'<td class="node">{esc(b["node"])}</td><td class="reason">{esc(why)}</td>'
+            f'<tr><td class="time">{esc(history.iso(b.failed))}</td>'
+            f'<td class="{esc(b.kind)}">{esc(kind_label(b))}</td><td>{esc(b.job)}</td>'
+            f'<td class="node">{esc(b.node)}</td><td class="reason">{esc(why)}</td>'
             f"<td>{_bundle_link(b)}</td></tr>"
         )
     headers = ("When", "What", "Job", "Node", "Why (a qualification's reason, a drill's fault)",
@@ -497,8 +493,8 @@ def repeats_chart(drains: list[DrainEntry], since: float) -> str:
 
 
 def cost_sections(
-    costs: Sequence[dict[str, Any]],
-    requeues: Sequence[dict[str, Any]],
+    costs: Sequence[Bundle],
+    requeues: Sequence[Requeue],
     held: Sequence[HeldEntry],
     since: float,
 ) -> list[str]:
@@ -519,7 +515,7 @@ def _cards(
     rows: list[dict[str, Any]],
     record: dict[str, Any],
     events: list[dict[str, Any]],
-    costs: Sequence[dict[str, Any]],
+    costs: Sequence[Bundle],
     window_days: float,
     total_nodes: int | None,
     drains: int = 0,
@@ -536,7 +532,7 @@ def _cards(
         (f"drains in {window_days:g} days", drains),
         (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
         (f"failures in {window_days:g} days", len(costs)),
-        ("GPU-hours lost", _hours(sum(c["gpu_hours"] or 0.0 for c in costs))),
+        ("GPU-hours lost", _hours(sum(c.gpu_hours or 0.0 for c in costs))),
     ]
     card_html = "".join(
         f'<div class="card" id="{esc(k.split()[0])}-card"><b>{esc(v)}</b>{esc(k)}</div>'
@@ -554,11 +550,11 @@ def render_html(
     total_nodes: int | None = None,
     notice: str | None = None,
     held: Sequence[HeldEntry] = (),
-    costs: Sequence[dict[str, Any]] = (),
-    requeues: Sequence[dict[str, Any]] = (),
+    costs: Sequence[Bundle] = (),
+    requeues: Sequence[Requeue] = (),
     qualifications: Sequence[dict[str, Any]] = (),
     flags: Sequence[FlagEntry] = (),
-    others: Sequence[dict[str, Any]] = (),
+    others: Sequence[Bundle] = (),
     drills: Sequence[dict[str, Any]] = (),
     isolated: Sequence[dict[str, Any]] = (),
 ) -> str:

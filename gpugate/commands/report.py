@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from argparse import ArgumentParser
     from typing import Any
 
+    from gpugate.admin.losses import Bundle
     from gpugate.config.schema import Config
     from gpugate.store.entries import AuditEntry, DrainEntry
 
@@ -143,17 +144,19 @@ def suspect_flags(where: str | tuple[str, ...]) -> list[FlagEntry]:
 
 def window_bundles(
     config: Config, window_days: float, page_dir: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Bundle], list[Bundle]]:
     """(the window's failed runs, costed; its qualification and drill bundles), each with a
     link from the page."""
     since = history.window_start(window_days)
     bundles = losses.read_bundles(config.evidence_dir, since)
-    failures = [b for b in bundles if b["kind"] == "job"]
+    failures = [b for b in bundles if b.kind == "job"]
     costs = losses.costed(failures, losses.requeue_events(events_dirs(config), since))
-    others = [b for b in bundles if b["kind"] != "job"]
-    for c in [*costs, *others]:
-        c["href"] = report.bundle_href(config.evidence_dir, c["path"], page_dir)
-    return costs, others
+    others = [b for b in bundles if b.kind != "job"]
+
+    def linked(b: Bundle) -> Bundle:
+        return b.replace(href=report.bundle_href(config.evidence_dir, b.path, page_dir))
+
+    return [linked(c) for c in costs], [linked(o) for o in others]
 
 
 def drill_entries(config: Config) -> list[dict[str, Any]]:
@@ -165,28 +168,46 @@ def drill_entries(config: Config) -> list[dict[str, Any]]:
         return []
 
 
-def tally(costs: list[dict[str, Any]], others: list[dict[str, Any]]) -> str:
+def tally(costs: list[Bundle], others: list[Bundle]) -> str:
     """`2 failed run(s), 3 qualification(s) (1 passed, 1 failed, 1 not qualified), 1 drill run(s)`."""
-    quals = [o for o in others if o["kind"] == "qualify"]
-    outcomes = {k: sum(1 for q in quals if q.get("outcome") == k)
+    quals = [o.qualification for o in others if o.kind == "qualify" and o.qualification]
+    outcomes = {k: sum(1 for q in quals if q.outcome == k)
                 for k in ("passed", "failed", "not_qualified")}  # fmt: skip
-    drills = sum(1 for o in others if o["kind"] == "drill")
+    drills = sum(1 for o in others if o.kind == "drill")
     return (f"{len(costs)} failed run(s), {len(quals)} qualification(s) ({outcomes['passed']} "
             f"passed, {outcomes['failed']} failed, {outcomes['not_qualified']} not qualified), "
             f"{drills} drill run(s)")  # fmt: skip
 
 
-_RUN_KEYS = ("path", "job", "node", "restart", "category", "gpus", "gpu_hours", "requeued",
-             "checkpoint")  # fmt: skip
-_OTHER_KEYS = ("path", "job", "node", "kind", "outcome", "label", "why", "fault_kind",
-               "hardware_fault", "run_id", "drill", "category", "hardware_findings")  # fmt: skip
+def run_json(c: Bundle) -> dict[str, Any]:
+    """A failed run as `--json` prints it (`failed_runs`)."""
+    return {"path": c.path, "job": c.job, "node": c.node, "restart": c.restart,
+            "category": c.category, "gpus": c.gpus, "gpu_hours": c.gpu_hours,
+            "requeued": c.requeued, "checkpoint": c.checkpoint, "kind": "job"}  # fmt: skip
+
+
+def other_json(o: Bundle) -> dict[str, Any]:
+    """A qualification's or a drill's bundle as `--json` prints it: a qualification's outcome
+    keys, a drill's id and findings, each only on its own kind."""
+    out: dict[str, Any] = {"path": o.path, "job": o.job, "node": o.node, "kind": o.kind}
+    q, drill = o.qualification, o.kind == "drill"
+    if q is not None:
+        out.update(outcome=q.outcome, label=q.label, why=q.why, fault_kind=q.fault_kind,
+                   hardware_fault=q.hardware_fault, run_id=q.run_id)  # fmt: skip
+    if drill:
+        out["drill"] = o.drill
+    out["category"] = o.category
+    if drill:
+        out["hardware_findings"] = list(o.hardware_findings)
+    out["at"] = history.iso(o.failed)
+    return out
 
 
 def print_json(
     config: Config,
     window: float,
-    costs: list[dict[str, Any]],
-    others: list[dict[str, Any]],
+    costs: list[Bundle],
+    others: list[Bundle],
     drains: list[DrainEntry],
     resumes: list[AuditEntry],
     rows: list[dict[str, Any]],
@@ -203,11 +224,9 @@ def print_json(
     record = check_record(drains, resumes, since, drained_now)
     doc = {
         "window_days": window,
-        "failed_runs": [{k: c.get(k) for k in _RUN_KEYS} | {"kind": "job"} for c in costs],
-        "qualifications": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
-                           for o in others if o["kind"] == "qualify"],
-        "drills": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
-                   for o in others if o["kind"] == "drill"],
+        "failed_runs": [run_json(c) for c in costs],
+        "qualifications": [other_json(o) for o in others if o.kind == "qualify"],
+        "drills": [other_json(o) for o in others if o.kind == "drill"],
         "drains_by_check": record,
         "false_drains": sum(v["lifted_unrepaired"] for v in record.values()),
         "drill_drains": [{"node": d.node, "at": d.at, "check": d.check, "reason": d.reason,
