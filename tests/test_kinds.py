@@ -381,7 +381,7 @@ def test_a_drills_drains_make_no_repeat_offender_and_no_rma(tmp_path):
     assert H.count_drains(str(tmp_path), "n1", 30, NOW, "kernel.xid") == 0
     assert H.count_drains(str(tmp_path), "n2", 30, NOW, "kernel.xid") == 2
     offenders = repeat_offenders(H.drains(str(tmp_path)), NOW - 30 * DAY)
-    assert [o["node"] for o in offenders] == ["n2"]
+    assert [o.node for o in offenders] == ["n2"]
 
 
 def test_report_html_and_json_together_keep_stdout_json(site, capsys):  # noqa: F811

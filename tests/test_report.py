@@ -260,15 +260,15 @@ def test_drained_section_offenders_and_timeline():
 def test_repeat_offenders_order_and_threshold():
     since = NOW - 30 * DAY
     got = R.repeat_offenders(sample_drains(), since)
-    assert [(o["node"], o["drains"]) for o in got] == [("gpu-07", 3), ("gpu-03", 2)]
-    assert got[0]["checks"] == {"gpu.ecc": 3}
-    assert R.repeat_offenders(sample_drains(), since, min_drains=3)[0]["node"] == "gpu-07"
+    assert [(o.node, o.drains) for o in got] == [("gpu-07", 3), ("gpu-03", 2)]
+    assert got[0].checks == {"gpu.ecc": 3}
+    assert R.repeat_offenders(sample_drains(), since, min_drains=3)[0].node == "gpu-07"
 
 
 def test_timeline_is_newest_first_and_capped():
     events = R.timeline(sample_drains(), sample_resumes(), NOW - 30 * DAY, limit=3)
-    assert [e["event"] for e in events] == ["refused", "drain", "resume"]
-    assert events[0]["when"] >= events[1]["when"] >= events[2]["when"]
+    assert [e.event for e in events] == ["refused", "drain", "resume"]
+    assert events[0].entry.when >= events[1].entry.when >= events[2].entry.when
 
 
 def test_empty_page_says_so():

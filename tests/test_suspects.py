@@ -560,13 +560,14 @@ def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcom
     from test_report import Page
 
     from gpugate.admin import report as R
+    from gpugate.store.qualify import QualifyEntry
 
     quals = []
     if qualified is not None:
-        quals = [{"node": "gpu-02", "when": T0 + 600, "at": history.iso(T0 + 600), "level": 1,
-                  "passed": qualified, "tests": [], "job_ids": ["31"], "why": "dcgm: memory",
-                  "run_id": "r", "by": "gpugate (suspect)",
-                  "trigger": "suspect (votes): first to fail in jobs 11,12,13"}]  # fmt: skip
+        quals = [QualifyEntry(node="gpu-02", when=T0 + 600, at=history.iso(T0 + 600), level=1,
+                              passed=qualified, tests=[], job_ids=["31"], why="dcgm: memory",
+                              run_id="r", by="gpugate (suspect)",
+                              trigger="suspect (votes): first to fail in jobs 11,12,13")]  # fmt: skip
     resumes = []
     if resumed:
         resumes = [AuditEntry(node="gpu-02", when=T0 + 60, who="alice", resumed=True)]

@@ -24,6 +24,7 @@ from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
+from gpugate.record import Record
 from gpugate.store import history
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
 from gpugate.store.outcomes import FIELDS, check_record, drill_drains
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.admin.losses import Bundle, Requeue
+    from gpugate.store.drills import DrillEntry
+    from gpugate.store.qualify import QualifyEntry, QualifyTestResult
     from gpugate.store.suspects import FlagEntry
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
@@ -118,9 +121,17 @@ def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float])
     return f'<p class="meta">{esc(KEPT_HOW)}</p>{table}' if body else table
 
 
-def repeat_offenders(
-    drains: list[DrainEntry], since: float, min_drains: int = 2
-) -> list[dict[str, Any]]:
+class Offender(Record):
+    """A node drained repeatedly in the window: how often, by which check, its last drain."""
+
+    node: str
+    drains: int
+    checks: dict[str, int]  # check id -> its drains ("?": a drain without one)
+    last: float  # the last drain's time (epoch)
+    last_reason: str | None
+
+
+def repeat_offenders(drains: list[DrainEntry], since: float, min_drains: int = 2) -> list[Offender]:
     """Nodes drained at least `min_drains` times since `since`: count, by check, last drain
     (a drill's drains are simulated: not counted)."""
     out = []
@@ -131,9 +142,9 @@ def repeat_offenders(
         checks: dict[str, int] = {}
         for e in entries:
             checks[e.check or "?"] = checks.get(e.check or "?", 0) + 1
-        out.append({"node": node, "drains": len(entries), "checks": checks,
-                    "last": entries[-1].when, "last_reason": entries[-1].reason})  # fmt: skip
-    return sorted(out, key=lambda o: (-o["drains"], -max(o["checks"].values()), o["node"]))
+        out.append(Offender(node=node, drains=len(entries), checks=checks,
+                            last=entries[-1].when, last_reason=entries[-1].reason))  # fmt: skip
+    return sorted(out, key=lambda o: (-o.drains, -max(o.checks.values()), o.node))
 
 
 def timeline(
@@ -142,13 +153,21 @@ def timeline(
     since: float,
     limit: int = TIMELINE_MAX,
     held: Sequence[HeldEntry] = (),
-) -> list[dict[str, Any]]:
+) -> list[Happening]:
     """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
-    events = [dict(e.to_json(), event="drain") for e in drains if e.when >= since]
-    events += [dict(e.to_json(), event="held") for e in held if e.when >= since]
-    events += [dict(e.to_json(), event=resume_event(e)) for e in resumes if e.when >= since]
-    events.sort(key=lambda e: e.get("when", 0), reverse=True)
+    events = [Happening(event="drain", entry=e) for e in drains if e.when >= since]
+    events += [Happening(event="held", entry=e) for e in held if e.when >= since]
+    events += [Happening(event=resume_event(e), entry=e) for e in resumes if e.when >= since]
+    events.sort(key=lambda e: e.entry.when, reverse=True)
     return events[:limit]
+
+
+class Happening(Record):
+    """One event of the timeline: what (`drain`, `held`, `resume`, `refused`, `repair`) and
+    the history's entry of it."""
+
+    event: str
+    entry: DrainEntry | HeldEntry | AuditEntry
 
 
 _LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused", "repair": "repair",
@@ -199,38 +218,39 @@ def drained_section(rows: list[dict[str, Any]]) -> str:
     return _table(headers, body, "No drained nodes. No drain held back by the budget.")
 
 
-def offenders_section(offenders: list[dict[str, Any]], window_days: float) -> str:
+def offenders_section(offenders: list[Offender], window_days: float) -> str:
     """Nodes drained repeatedly within the window."""
     body = []
     for o in offenders:
-        checks = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(o["checks"].items()))
+        checks = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(o.checks.items()))
         body.append(
-            f'<tr><td class="node">{esc(o["node"])}</td><td class="drains">{esc(o["drains"])}</td>'
-            f'<td>{esc(checks)}</td><td class="time">{esc(history.iso(o["last"]))}</td>'
-            f'<td class="reason">{esc(o["last_reason"])}</td></tr>'
+            f'<tr><td class="node">{esc(o.node)}</td><td class="drains">{esc(o.drains)}</td>'
+            f'<td>{esc(checks)}</td><td class="time">{esc(history.iso(o.last))}</td>'
+            f'<td class="reason">{esc(o.last_reason)}</td></tr>'
         )
     headers = ("Node", f"Drains in {window_days:g} days", "By check", "Last drain", "Last reason")
     return _table(headers, body, "No node was drained more than once in the window.")
 
 
-def timeline_section(events: list[dict[str, Any]]) -> str:
+def timeline_section(events: list[Happening]) -> str:
     """Drains and resumes, newest first."""
     body = []
-    for e in events:
-        if e["event"] == "drain":
-            what = esc(e.get("reason") or e.get("check"))  # the reason starts with the check
-            if e.get("bundle"):
-                what += f" <code>{esc(e['bundle'])}</code>"
-        elif e["event"] == "held":
-            what = f"wanted: {esc(e.get('reason'))}; held back: {esc(e.get('why'))}"
+    for h in events:
+        e = h.entry
+        if isinstance(e, DrainEntry):
+            what = esc(e.reason or e.check)  # the reason starts with the check
+            if e.bundle:
+                what += f" <code>{esc(e.bundle)}</code>"
+        elif isinstance(e, HeldEntry):
+            what = f"wanted: {esc(e.reason)}; held back: {esc(e.why)}"
         else:
-            forced = " (forced)" if e.get("forced") else ""
-            what = (f"by {esc(e.get('who'))}{forced}: {esc(e.get('why'))}; "
-                    f"check result: {esc(_result(e.get('result')))}")  # fmt: skip
+            forced = " (forced)" if e.forced else ""
+            what = (f"by {esc(e.who)}{forced}: {esc(e.why)}; "
+                    f"check result: {esc(_result(e.result))}")  # fmt: skip
         body.append(
-            f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
-            f'<td class="node">{esc(e["node"])}</td>'
-            f'<td class="{e["event"]}">{_LABELS[e["event"]]}</td><td class="reason">{what}</td></tr>'
+            f'<tr><td class="time">{esc(history.iso(e.when))}</td>'
+            f'<td class="node">{esc(e.node)}</td>'
+            f'<td class="{h.event}">{_LABELS[h.event]}</td><td class="reason">{what}</td></tr>'
         )
     return _table(("Time", "Node", "Event", "Detail"), body, "No drains or resumes in the window.")
 
@@ -349,12 +369,12 @@ def held_section(held: Sequence[HeldEntry], since: float) -> str:
     return _table(headers, body, "The drain budget held no drain back in the window.")
 
 
-def latest_per_node(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest_per_node(entries: Sequence[QualifyEntry]) -> list[QualifyEntry]:
     """Each node's newest qualification entry, by node name."""
-    newest: dict[str, dict[str, Any]] = {}
+    newest: dict[str, QualifyEntry] = {}
     for e in entries:
-        if e["when"] >= newest.get(e["node"], {}).get("when", float("-inf")):
-            newest[e["node"]] = e
+        if e.node not in newest or e.when >= newest[e.node].when:
+            newest[e.node] = e
     return [newest[n] for n in sorted(newest)]
 
 
@@ -362,32 +382,31 @@ def _gbps(value: object) -> str:
     return f" {value:.1f} GB/s" if isinstance(value, (int, float)) else ""
 
 
-def measured(test: dict[str, Any]) -> str:
+def measured(test: QualifyTestResult) -> str:
     """One test result as a line: `pair n1-n2 3.2 GB/s (floor 9.0): FAIL`."""
-    name = str(test.get("test"))
+    name = test.test
     if name == "pair":
-        name += " " + "-".join(map(str, test.get("nodes") or ()))
-    floor = _gbps(test.get("floor_gbps")).replace(" GB/s", "")
-    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]  # JSON: any other value is "not judged"
-    return f"{name}{_gbps(test.get('value_gbps'))}{f' (floor{floor})' if floor else ''}: {verdict}"
+        name += " " + "-".join(test.nodes)
+    floor = _gbps(test.floor_gbps).replace(" GB/s", "")
+    verdict = "not judged" if test.ok is None else "ok" if test.ok else "FAIL"
+    return f"{name}{_gbps(test.value_gbps)}{f' (floor{floor})' if floor else ''}: {verdict}"
 
 
-def qualify_section(entries: list[dict[str, Any]]) -> str:
+def qualify_section(entries: Sequence[QualifyEntry]) -> str:
     """Each node's latest qualification: level, result, values against floors, failures, why."""
     body = []
     for e in latest_per_node(entries):
-        tests = [t for t in e.get("tests") or () if isinstance(t, dict)]
-        values = "<br>".join(esc(measured(t)) for t in tests)
-        failures = "<br>".join(esc(f"{t.get('test')}: {t.get('detail') or 'failed'}") for t in tests
-                               if t.get("ok") is False)  # fmt: skip
-        result = "passed qualification" if e["passed"] else (
+        values = "<br>".join(esc(measured(t)) for t in e.tests)
+        failures = "<br>".join(esc(f"{t.test}: {t.detail or 'failed'}") for t in e.tests
+                               if t.ok is False)  # fmt: skip
+        result = "passed qualification" if e.passed else (
             "qualification failure" if failures else "not qualified")  # fmt: skip
         body.append(
-            f'<tr><td class="node">{esc(e["node"])}</td>'
-            f'<td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["level"])}</td>'
+            f'<tr><td class="node">{esc(e.node)}</td>'
+            f'<td class="time">{esc(history.iso(e.when))}</td><td>{esc(e.level)}</td>'
             f"<td>{result}</td><td>{values}</td><td>{failures}</td>"
-            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td>'
-            f'<td class="reason">{esc(e.get("trigger") or "an admin")}</td></tr>'
+            f'<td class="reason">{esc(e.why)}</td><td>{esc(", ".join(e.job_ids))}</td>'
+            f'<td class="reason">{esc(e.trigger or "an admin")}</td></tr>'
         )
     headers = ("Node", "Latest run", "Level", "Result", "Measured (floor)", "Failures",
                "Verdict (pairs: the link or the node)", "Jobs", "Asked by")  # fmt: skip
@@ -402,10 +421,10 @@ def kind_label(bundle: Bundle) -> str:
     return bundle.qualification.label if bundle.qualification else bundle.kind
 
 
-def kinds_section(bundles: Sequence[Bundle], drills: Sequence[dict[str, Any]] = ()) -> str:
+def kinds_section(bundles: Sequence[Bundle], drills: Sequence[DrillEntry] = ()) -> str:
     """The window's qualification and drill bundles, newest first: never failed runs. A
     drill's row names its fault from the drill records (drills.jsonl) when they are here."""
-    faults = {str(d.get("id")): str(d.get("injected") or d.get("fault")) for d in drills}
+    faults = {d.id: d.injected or d.fault for d in drills}
     body = []
     for b in sorted(bundles, key=lambda b: b.failed or 0, reverse=True):
         why: object
@@ -427,13 +446,12 @@ def kinds_section(bundles: Sequence[Bundle], drills: Sequence[dict[str, Any]] = 
 
 
 def flag_outcome(
-    flag: FlagEntry, qualifications: list[dict[str, Any]], resumes: list[AuditEntry]
+    flag: FlagEntry, qualifications: Sequence[QualifyEntry], resumes: list[AuditEntry]
 ) -> str:
     """What became of a suspect flag: the first qualification or resume of its node after it."""
-    after: list[tuple[float, dict[str, Any] | AuditEntry]] = [
-        (q["when"], q) for q in qualifications
-        if q["node"] == flag.node and q["when"] >= flag.when
-    ]  # fmt: skip
+    after: list[tuple[float, QualifyEntry | AuditEntry]] = [
+        (q.when, q) for q in qualifications if q.node == flag.node and q.when >= flag.when
+    ]
     after += [(r.when, r) for r in resumes if r.node == flag.node
               and r.when >= flag.when and r.resumed]  # fmt: skip
     if not after:
@@ -441,15 +459,15 @@ def flag_outcome(
     _, e = min(after, key=lambda t: t[0])
     if isinstance(e, AuditEntry):
         return f"closed by a resume ({e.who}, {history.iso(e.when)})"
-    jobs = ", ".join(e.get("job_ids") or ())
-    if e["passed"]:
-        return f"qualified and cleared (level {e['level']}, job {jobs}): kept in service"
-    return f"qualification failed (job {jobs}): {e.get('why')}"
+    jobs = ", ".join(e.job_ids)
+    if e.passed:
+        return f"qualified and cleared (level {e.level}, job {jobs}): kept in service"
+    return f"qualification failed (job {jobs}): {e.why}"
 
 
 def suspects_section(
     flags: list[FlagEntry],
-    qualifications: list[dict[str, Any]],
+    qualifications: Sequence[QualifyEntry],
     resumes: list[AuditEntry],
     since: float,
 ) -> str:
@@ -514,7 +532,7 @@ def cost_sections(
 def _cards(
     rows: list[dict[str, Any]],
     record: dict[str, Any],
-    events: list[dict[str, Any]],
+    events: list[Happening],
     costs: Sequence[Bundle],
     window_days: float,
     total_nodes: int | None,
@@ -530,7 +548,7 @@ def _cards(
         ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
         # Not the timeline's events: those hold drills' drains and stop at TIMELINE_MAX.
         (f"drains in {window_days:g} days", drains),
-        (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
+        (f"resumes in {window_days:g} days", sum(1 for e in events if e.event == "resume")),
         (f"failures in {window_days:g} days", len(costs)),
         ("GPU-hours lost", _hours(sum(c.gpu_hours or 0.0 for c in costs))),
     ]
@@ -552,10 +570,10 @@ def render_html(
     held: Sequence[HeldEntry] = (),
     costs: Sequence[Bundle] = (),
     requeues: Sequence[Requeue] = (),
-    qualifications: Sequence[dict[str, Any]] = (),
+    qualifications: Sequence[QualifyEntry] = (),
     flags: Sequence[FlagEntry] = (),
     others: Sequence[Bundle] = (),
-    drills: Sequence[dict[str, Any]] = (),
+    drills: Sequence[DrillEntry] = (),
     isolated: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back

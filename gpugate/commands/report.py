@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
     from gpugate.admin.losses import Bundle
     from gpugate.config.schema import Config
+    from gpugate.store.drills import DrillEntry
     from gpugate.store.entries import AuditEntry, DrainEntry
+    from gpugate.store.qualify import QualifyEntry
 
 
 def parser() -> ArgumentParser:
@@ -117,13 +119,13 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def qualification_entries(where: str) -> list[dict[str, Any]]:
-    """The qualification records (gpugate/store/qualify.py) as JSON, for the page (admin/report
-    reads their keys); none when they cannot be read."""
+def qualification_entries(where: str) -> list[QualifyEntry]:
+    """The qualification records (gpugate/store/qualify.py), for the page; none when they
+    cannot be read."""
     from gpugate.store.qualify import qualifications
 
     try:
-        return [e.to_json() for e in qualifications(where)]
+        return qualifications(where)
     except OSError:  # the page shows the rest; the section says none was recorded
         return []
 
@@ -159,11 +161,10 @@ def window_bundles(
     return [linked(c) for c in costs], [linked(o) for o in others]
 
 
-def drill_entries(config: Config) -> list[dict[str, Any]]:
-    """The drill records (drills.jsonl) as JSON, for the page (admin/report reads their keys);
-    none when they cannot be read."""
+def drill_entries(config: Config) -> list[DrillEntry]:
+    """The drill records (drills.jsonl), for the page; none when they cannot be read."""
     try:
-        return [e.to_json() for e in drill_records(config)]
+        return drill_records(config)
     except OSError:
         return []
 
