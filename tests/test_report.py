@@ -60,7 +60,7 @@ class Page(HTMLParser):
         return " ".join(self.text)
 
 
-def sample_rows() -> list[dict]:
+def sample_rows() -> list[A.NodeRow]:
     nodes = [
         NodeInfo(name="gpu-07", state="IDLE", flags=("DRAIN",), reason=REASON, reason_user="root",
                  reason_time=int(NOW - DAY)),

@@ -33,9 +33,9 @@ from gpugate.text import printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
     from gpugate.admin.losses import Bundle, Requeue
+    from gpugate.admin.nodes import IsolatedOn, NodeRow
     from gpugate.store.drills import DrillEntry
     from gpugate.store.qualify import QualifyEntry, QualifyTestResult
     from gpugate.store.suspects import FlagEntry
@@ -78,7 +78,7 @@ def esc(value: object) -> str:
     return escape(printable(value), quote=True)
 
 
-def kept_serving(isolated: Sequence[dict[str, Any]], since: float, now: float) -> dict[str, float]:
+def kept_serving(isolated: Sequence[IsolatedOn], since: float, now: float) -> dict[str, float]:
     """{node: GPU-hours it kept serving in the window}: the GPUs Slurm counts on it now times
     the hours since its earliest isolation (from the window's start at the earliest).
 
@@ -87,9 +87,9 @@ def kept_serving(isolated: Sequence[dict[str, Any]], since: float, now: float) -
     """
     first: dict[str, tuple[float, int | None]] = {}
     for e in isolated:
-        when = float(e["since_epoch"])
-        if e["node"] not in first or when < first[e["node"]][0]:
-            first[e["node"]] = (when, e.get("gpus_serving"))
+        when = float(e.gpu.since_epoch)
+        if e.node not in first or when < first[e.node][0]:
+            first[e.node] = (when, e.gpus_serving)
     return {
         node: max(0.0, now - max(when, since)) / 3600 * gpus
         for node, (when, gpus) in sorted(first.items())
@@ -104,16 +104,17 @@ KEPT_HOW = (
 )
 
 
-def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float]) -> str:
+def isolated_section(isolated: Sequence[IsolatedOn], kept: dict[str, float]) -> str:
     """The GPUs gpugate isolated (node Comments), by node: which, since when, why, and the
     GPU-hours each node kept serving."""
     body = [
-        f'<tr><td class="node">{esc(e["node"])}</td><td class="n">{esc(e["index"])}</td>'
-        f'<td class="n">{esc(e["minor"])}</td><td><code>{esc(e["serial"])}</code></td>'
-        f'<td class="time">{esc(e["since"])}</td><td class="reason">{esc(e["why"])}</td>'
-        f'<td class="n">{esc(e.get("gpus_serving"))}</td>'
-        f'<td class="n">{_hours(kept.get(e["node"]))}</td></tr>'
+        f'<tr><td class="node">{esc(e.node)}</td><td class="n">{esc(g.index)}</td>'
+        f'<td class="n">{esc(g.minor)}</td><td><code>{esc(g.serial)}</code></td>'
+        f'<td class="time">{esc(g.since)}</td><td class="reason">{esc(g.why)}</td>'
+        f'<td class="n">{esc(e.gpus_serving)}</td>'
+        f'<td class="n">{_hours(kept.get(e.node))}</td></tr>'
         for e in isolated
+        for g in (e.gpu,)
     ]
     headers = ("Node", "GPU", "Minor", "Serial", "Isolated since", "Why", "GPUs still serving",
                "GPU-hours kept serving (node)")  # fmt: skip
@@ -190,27 +191,27 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _action(row: dict[str, Any]) -> str:
+def _action(row: NodeRow) -> str:
+    return f'<span class="a u{URGENCY.get(row.action, 9)}">{esc(row.action)}</span>'
 
-    return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
-
-def drained_section(rows: list[dict[str, Any]]) -> str:
+def drained_section(rows: list[NodeRow]) -> str:
     """The drained nodes, most urgent first, with reason, evidence and suggested action."""
     body = []
     for r in rows:
-        owner = "gpugate" if r["gpugate"] else "other"
-        if r["action"] == HELD:  # in service: the reason gpugate wanted, and why not
+        owner = "gpugate" if r.gpugate else "other"
+        reason, set_by, since = r.reason, r.set_by, r.since
+        if r.action == HELD and r.held:  # in service: the reason gpugate wanted, and why not
             owner = "held back by the drain budget"
-            r = dict(r, reason=f"wanted: {r['would_drain_reason']} ({r['would_drain_why']})",
-                     set_by="gpugate", since=r["would_drain_since"])  # fmt: skip
+            reason, set_by = f"wanted: {r.held.reason} ({r.held.why})", "gpugate"
+            since = r.held.since or ""
         body.append(
             "<tr>"
-            f'<td class="node">{esc(r["node"])}</td><td>{esc(r["state"])}</td>'
-            f"<td>{_action(r)}</td><td>{esc(r['check'])}</td><td>{esc(r['category'])}</td>"
-            f'<td class="drains">{esc(r["drains"])}</td>'
-            f'<td>{esc(r["set_by"])} ({owner})</td><td class="time">{esc(r["since"])}</td>'
-            f'<td class="reason">{esc(r["reason"])}</td><td><code>{esc(r["bundle"])}</code></td>'
+            f'<td class="node">{esc(r.node)}</td><td>{esc(r.state)}</td>'
+            f"<td>{_action(r)}</td><td>{esc(r.check)}</td><td>{esc(r.category)}</td>"
+            f'<td class="drains">{esc(r.drains)}</td>'
+            f'<td>{esc(set_by)} ({owner})</td><td class="time">{esc(since)}</td>'
+            f'<td class="reason">{esc(reason)}</td><td><code>{esc(r.bundle)}</code></td>'
             "</tr>"
         )
     headers = ("Node", "State", "Suggested action", "Check", "Category", "Drains",
@@ -530,8 +531,8 @@ def cost_sections(
 
 
 def _cards(
-    rows: list[dict[str, Any]],
-    record: dict[str, Any],
+    rows: list[NodeRow],
+    record: dict[str, dict[str, int]],
     events: list[Happening],
     costs: Sequence[Bundle],
     window_days: float,
@@ -541,11 +542,11 @@ def _cards(
     # The numbers at the top of the page, one card each.
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),
-        ("drained", sum(1 for r in rows if r["drained"])),
-        ("drained by gpugate", sum(1 for r in rows if r["drained"] and r["gpugate"])),
-        (HELD, sum(1 for r in rows if r["action"] == HELD)),
+        ("drained", sum(1 for r in rows if r.drained)),
+        ("drained by gpugate", sum(1 for r in rows if r.drained and r.gpugate)),
+        (HELD, sum(1 for r in rows if r.action == HELD)),
         ("lifted without repair", sum(v["lifted_unrepaired"] for v in record.values())),
-        ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
+        ("RMA candidates", sum(1 for r in rows if r.action == RMA)),
         # Not the timeline's events: those hold drills' drains and stop at TIMELINE_MAX.
         (f"drains in {window_days:g} days", drains),
         (f"resumes in {window_days:g} days", sum(1 for e in events if e.event == "resume")),
@@ -560,7 +561,7 @@ def _cards(
 
 
 def render_html(
-    rows: list[dict[str, Any]],
+    rows: list[NodeRow],
     drains: list[DrainEntry],
     resumes: list[AuditEntry],
     window_days: float = 30,
@@ -574,7 +575,7 @@ def render_html(
     flags: Sequence[FlagEntry] = (),
     others: Sequence[Bundle] = (),
     drills: Sequence[DrillEntry] = (),
-    isolated: Sequence[dict[str, Any]] = (),
+    isolated: Sequence[IsolatedOn] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -588,7 +589,7 @@ def render_html(
     offenders = repeat_offenders(drains, since)
     events = timeline(drains, resumes, since, held=held)
     # Which nodes Slurm shows drained is known only when it could be read (total_nodes).
-    drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
+    drained_now = {r.node for r in rows if r.drained} if total_nodes is not None else None
     record = check_record(drains, resumes, since, drained_now)
 
     card_html = _cards(rows, record, events, costs, window_days, total_nodes,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.admin.losses import Bundle
+    from gpugate.admin.nodes import IsolatedOn, NodeRow
     from gpugate.config.schema import Config
     from gpugate.store.drills import DrillEntry
     from gpugate.store.entries import AuditEntry, DrainEntry
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
     drains = history.drains(where)
     rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
     # A node kept in service with isolated GPUs has its own section, not a drained node's row.
-    rows = [r for r in rows if r["drained"] or r["action"] != admin.NONE]
+    rows = [r for r in rows if r.drained or r.action != admin.NONE]
     page_dir = os.path.dirname(os.path.abspath(args.html or "."))
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
@@ -211,9 +212,9 @@ def print_json(
     others: list[Bundle],
     drains: list[DrainEntry],
     resumes: list[AuditEntry],
-    rows: list[dict[str, Any]],
+    rows: list[NodeRow],
     groups: list[Any],
-    isolated: list[dict[str, Any]] | None = None,
+    isolated: list[IsolatedOn] | None = None,
 ) -> None:
     """The window as one JSON object: failed runs (kind job only), qualifications, drills,
     each check's drains (drills' apart: never false drains), the isolated GPUs and the
@@ -221,7 +222,7 @@ def print_json(
     since = history.window_start(window)
     isolated = isolated or []
     kept = report.kept_serving(isolated, since, time.time())
-    drained_now = {r["node"] for r in rows if r["drained"]} if groups else None
+    drained_now = {r.node for r in rows if r.drained} if groups else None
     record = check_record(drains, resumes, since, drained_now)
     doc = {
         "window_days": window,
@@ -233,7 +234,7 @@ def print_json(
         "drill_drains": [{"node": d.node, "at": d.at, "check": d.check, "reason": d.reason,
                           "drill": drill_of(d)}
                          for d in drill_drains(drains, since)],
-        "isolated_gpus": isolated,
+        "isolated_gpus": [i.to_json() for i in isolated],
         "gpu_hours_kept_serving": round(sum(kept.values()), 3),
     }  # fmt: skip
     json.dump(doc, sys.stdout, indent=1, default=str)
