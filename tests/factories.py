@@ -164,3 +164,22 @@ def view(record: dict | ControllerRecord) -> ControllerRecord:
 def views(records: list) -> list[ControllerRecord]:
     """view() of each."""
     return [view(r) for r in records]
+
+
+def make_bundle(job: str = "77", node: str = "n1", restart: int = 0, **changes: object):
+    """A bundle of the report's window (admin/losses.Bundle): a job's run, `<job>/<node>-r<n>`."""
+    from gpugate.admin.losses import Bundle
+
+    fields: dict = {"path": f"{job}/{node}-r{restart}", "kind": "job", **changes}
+    return Bundle(job=job, node=node, restart=restart, **fields)
+
+
+def make_decision(when: float, **extra: object):
+    """EpilogSlurmctld's decision at `when` (admin/losses.Requeue): its line's keys, `job` first."""
+    from gpugate.admin.losses import REQUEUE_HOOK, decision
+    from gpugate.clock import utc
+    from gpugate.log import Event
+
+    found = decision(Event(time=utc(when), hook=REQUEUE_HOOK, extra=extra), when)
+    assert found is not None, extra
+    return found

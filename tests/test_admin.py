@@ -18,8 +18,9 @@ from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.parse_json import parse_nodes_json
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
-from gpugate.store.entries import DrainEntry
+from gpugate.store.entries import DrainEntry, HeldEntry
 from gpugate.store.evidence import write_bundle
+from gpugate.store.suspects import FlagEntry
 
 DAY = 86400.0
 NOW = 1_790_000_000.0
@@ -37,7 +38,7 @@ def node(name: str, state: str = "IDLE", flags: tuple = ("DRAIN",), reason: str 
 
 
 def rows(nodes: list[NodeInfo], drains: list[dict] = (), evidence: str = "/nonexistent",
-         **kw) -> list[dict]:  # fmt: skip
+         **kw) -> list[A.NodeRow]:  # fmt: skip
     return A.node_rows(A.as_groups(nodes), list(drains), evidence, now=NOW, **kw)
 
 
@@ -97,7 +98,7 @@ def test_nodes_that_sinfo_aggregated_under_one_reason_are_read_one_by_one():
     )
     assert sorted(n for _, names in groups for n in names) == [f"gpu-node-0{i}" for i in (1, 2, 3)]
     rows = A.node_rows(groups, [], "/nonexistent", now=NOW)
-    assert {r["node"]: r["check"] for r in rows if r["check"]} == {
+    assert {r.node: r.check for r in rows if r.check} == {
         "gpu-node-01": "gpu.ecc", "gpu-node-02": "kernel.xid"
     }  # fmt: skip
 
@@ -208,20 +209,20 @@ def test_rows_most_urgent_first_then_nodes_in_service_in_slurm_order():
     history = [drain("flaky", "gpu.ecc", d) for d in (20, 9, 1)]
     history += [drain("reset-new", "gpu.ecc", 2), drain("reset-new", "gpu.ecc", 45)]
     got = rows(nodes, history)
-    assert [r["node"] for r in got] == [
+    assert [r.node for r in got] == [
         "flaky", "bus", "reset-new", "reset-old", "cables", "dead", "hook", "admin",
         "ok-2", "ok-1", "resumed",
     ]  # fmt: skip
-    by = {r["node"]: r for r in got}
-    assert by["flaky"]["action"] == A.RMA and by["flaky"]["same_check_drains"] == 3
-    assert by["reset-new"]["drains"] == 1  # 45 days ago is outside the 30-day window
-    assert by["dead"]["action"] == A.NOT_RESPONDING and by["dead"]["gpugate"] is False
-    assert by["hook"]["action"] == A.HOOK_ERROR and by["admin"]["action"] == A.ADMIN
-    assert by["admin"]["set_by"] == "alice" and by["admin"]["since"] == "2023-11-14T22:13:20Z"
+    by = {r.node: r for r in got}
+    assert by["flaky"].action == A.RMA and by["flaky"].same_check_drains == 3
+    assert by["reset-new"].drains == 1  # 45 days ago is outside the 30-day window
+    assert by["dead"].action == A.NOT_RESPONDING and by["dead"].gpugate is False
+    assert by["hook"].action == A.HOOK_ERROR and by["admin"].action == A.ADMIN
+    assert by["admin"].set_by == "alice" and by["admin"].since == "2023-11-14T22:13:20Z"
     # 24.11 keeps a reason on a resumed node: listed, owned, but in service and no action.
-    assert by["resumed"]["drained"] is False and by["resumed"]["action"] == ""
-    assert by["bus"]["check"] == "kernel.xid" and by["bus"]["state"] == "IDLE+DRAIN"
-    assert [r["node"] for r in rows(nodes, history, drained_only=True)][-1] == "admin"
+    assert by["resumed"].drained is False and by["resumed"].action == ""
+    assert by["bus"].check == "kernel.xid" and by["bus"].state == "IDLE+DRAIN"
+    assert [r.node for r in rows(nodes, history, drained_only=True)][-1] == "admin"
 
 
 def test_evidence_named_in_the_reason_gives_category_and_xid(tmp_path):
@@ -230,8 +231,8 @@ def test_evidence_named_in_the_reason_gives_category_and_xid(tmp_path):
                           {"category": "gpu_xid_hardware", "xid": 79, "node": "gpu-07"})  # fmt: skip
     reason = "gpugate: kernel.xid: evidence 4242/gpu-07-r1: GPU1 fell off the bus"
     [row] = rows([node("gpu-07", reason=reason)], evidence=evidence)
-    assert (row["bundle"], row["category"], row["xid"]) == (bundle, "gpu_xid_hardware", 79)
-    assert row["action"] == A.REBOOT
+    assert (row.bundle, row.category, row.xid) == (bundle, "gpu_xid_hardware", 79)
+    assert row.action == A.REBOOT
 
 
 def test_evidence_found_through_the_history(tmp_path):
@@ -239,20 +240,20 @@ def test_evidence_found_through_the_history(tmp_path):
     bundle = write_bundle(evidence, "77", "n1", 0, {}, {"category": "ecc_error", "xid": 48})
     history = [drain("n1", "gpu.ecc", 3, bundle=bundle), drain("n1", "pcie.link", 1)]
     [row] = rows([node("n1", reason="gpugate: gpu.ecc: GPU3 volatile")], history, evidence)
-    assert (row["bundle"], row["category"], row["xid"]) == (bundle, "ecc_error", 48)
-    assert (row["drains"], row["same_check_drains"]) == (2, 1)
+    assert (row.bundle, row.category, row.xid) == (bundle, "ecc_error", 48)
+    assert (row.drains, row.same_check_drains) == (2, 1)
     # Without a bundle, the history entry's own category still tells.
     history = [drain("n2", "gpu.ecc", 1, category="ecc_error")]
     [row] = rows([node("n2", reason="gpugate: gpu.ecc: GPU3")], history, evidence)
-    assert (row["bundle"], row["category"]) == (None, "ecc_error")
+    assert (row.bundle, row.category) == (None, "ecc_error")
 
 
 def test_grouped_nodes_with_their_own_history_get_their_own_rows():
     text = fixture("23.02/sinfo.allocated-drain-excerpt.json")
     got = A.node_rows(A.parse_node_groups(text), [drain("cs64", "gpu.ecc", 1)], "/x", now=NOW)
-    assert len(got) == 10 and {r["reason"] for r in got} == {"IT-4461"}
-    assert got[0]["node"] == "cs64"  # the one with drains on record
-    assert next(r for r in got if r["node"] == "cs200")["drains"] == 0
+    assert len(got) == 10 and {r.reason for r in got} == {"IT-4461"}
+    assert got[0].node == "cs64"  # the one with drains on record
+    assert next(r for r in got if r.node == "cs200").drains == 0
 
 
 def test_table_is_one_sanitised_line_per_node():
@@ -409,8 +410,21 @@ def test_rows_json_is_json_dumps():
     nodes = [node(f"n{i}", flags=(), reason="") for i in range(5)]
     nodes += [node('h\u00e9"x', reason='gpugate: gpu.ecc: caf\u00e9 "quoted" \\ \n')]
     got = rows(nodes, [drain("n2", "gpu.ecc", 1)])
-    assert A.rows_json(got) == json.dumps(got, separators=(",", ":"))
-    assert A.rows_json([]) == "[]" and A.rows_json([{"node": "x"}]) == '[{"node":"x"}]'
+    assert A.rows_json(got) == json.dumps([r.to_json() for r in got], separators=(",", ":"))
+    assert A.rows_json([]) == "[]"
+    # Rows equal but for a held-back drain or a suspicion are encoded each on its own.
+    held = HeldEntry(node="n0", when=NOW, at="2026-01-01T00:00:00Z", check="ib.ports",
+                     reason="gpugate: ib.ports: down", why=None)  # fmt: skip
+    flag = FlagEntry(node="n1", when=NOW, at="2026-01-02T00:00:00Z", source="votes",
+                     detail="first to fail", jobs=["1"], users=2, action="review")  # fmt: skip
+    got = rows(nodes[:3], held={"n0": held}, suspects={"n1": flag})
+    assert [r.node for r in got] == ["n0", "n1", "n2"]
+    doc = json.loads(A.rows_json(got))
+    assert doc == [r.to_json() for r in got]
+    assert list(doc[0])[-3:] == ["would_drain_reason", "would_drain_why", "would_drain_since"]
+    assert doc[0]["would_drain_why"] is None and "suspect_source" not in doc[0]
+    assert doc[1]["suspect_asked"] == "review" and doc[1]["suspect_note"] == ""
+    assert "would_drain_reason" not in doc[2] and "suspect_source" not in doc[2]
 
 
 def test_history_entry_about_the_named_bundle_spares_the_read(tmp_path):
@@ -419,7 +433,7 @@ def test_history_entry_about_the_named_bundle_spares_the_read(tmp_path):
     reason = "gpugate: nvlink.links: evidence 88/n1-r0: GPU2 12/18 NVLinks active"
     entry = drain("n1", "nvlink.links", 1, bundle=named, category="nvlink_error")
     [row] = rows([node("n1", reason=reason)], [entry], evidence)
-    assert (row["bundle"], row["category"]) == (named, "nvlink_error")
+    assert (row.bundle, row.category) == (named, "nvlink_error")
     older = drain("n1", "nvlink.links", 5, bundle=f"{evidence}/70/n1-r0", category="other")
     [row] = rows([node("n1", reason=reason)], [older], evidence)
-    assert (row["bundle"], row["category"]) == (named, "other")  # unreadable: history's best
+    assert (row.bundle, row.category) == (named, "other")  # unreadable: history's best

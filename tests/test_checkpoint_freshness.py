@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from factories import default_config, make_facts, views
+from factories import default_config, make_bundle, make_decision, make_facts, views
 from fakes import FakeSlurm
 from test_checkpoints import set_age, torch_zip
 from test_epilog import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
@@ -17,6 +17,7 @@ from gpugate.act.plans import requeued_notes
 from gpugate.admin import losses
 from gpugate.admin.report import runs_section
 from gpugate.checkpoints.freshness import judge, measure, message, span
+from gpugate.clock import utc
 from gpugate.config import ConfigError, load_config
 from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
@@ -241,26 +242,24 @@ def test_the_gauge_keeps_the_last_age_and_the_counter_counts_stale_ends():
 
 
 def test_the_report_uses_the_recorded_checkpoint_time(tmp_path):
-    failure = {"job": "77", "node": "n1", "restart": 0, "category": "nccl_timeout", "gpus": 2,
-               "start": END - 7200, "failed": END, "path": "77/n1-r0",
-               **losses._recorded_checkpoint(EvidenceSummary(
-                   job_id="77", node="n1", checkpoint_age_s=2520.0, checkpoint_stale=True,
-                   checkpoint={"path": "/ck/step_100.pt", "mtime": END - 2520}))}  # fmt: skip
-    events = [{"job": "77", "restarts": 0, "checkpoint": "/ck/other.pt", "when": END}]
+    failure = losses._run("77/n1-r0", "77", "n1", EvidenceSummary(
+        job_id="77", node="n1", category="nccl_timeout", gpus=[0, 1], job_start=utc(END - 7200),
+        job_end=utc(END), checkpoint_age_s=2520.0, checkpoint_stale=True,
+        checkpoint={"path": "/ck/step_100.pt", "mtime": END - 2520}))  # fmt: skip
+    events = [make_decision(END, job="77", restarts=0, checkpoint="/ck/other.pt")]
     (c,) = losses.costed([failure], events, stat=lambda p: pytest.fail("read an mtime"))
-    assert c["lost_from"] == END - 2520 and c["from_checkpoint"]
-    assert c["checkpoint"] == "/ck/step_100.pt"
-    assert c["gpu_hours"] == pytest.approx(2 * 2520 / 3600)
+    assert c.lost_from == END - 2520 and c.from_checkpoint
+    assert c.checkpoint == "/ck/step_100.pt"
+    assert c.gpu_hours == pytest.approx(2 * 2520 / 3600)
     page = runs_section([c])
     assert "Checkpoint age at end" in page and "42 min <strong>stale</strong>" in page
 
 
 def test_without_a_record_the_report_still_reads_the_requeues_checkpoint():
-    failure = {"job": "77", "restart": 0, "gpus": 1, "start": END - 7200, "failed": END,
-               **losses._recorded_checkpoint({})}  # fmt: skip
-    events = [{"job": "77", "restarts": 0, "checkpoint": "/ck/other.pt", "when": END}]
+    failure = make_bundle("77", gpus=1, start=END - 7200, failed=END)
+    events = [make_decision(END, job="77", restarts=0, checkpoint="/ck/other.pt")]
     (c,) = losses.costed([failure], events, stat=lambda p: END - 600)
-    assert c["lost_from"] == END - 600 and c["checkpoint"] == "/ck/other.pt"
+    assert c.lost_from == END - 600 and c.checkpoint == "/ck/other.pt"
 
 
 @pytest.mark.parametrize("value", [0, -5, "5m", None])

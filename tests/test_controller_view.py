@@ -312,7 +312,7 @@ def test_the_report_reads_decisions_from_both_directories(tmp_path):
                                         "job": "1", "requeue": False}])  # fmt: skip
     append(str(new / "events.jsonl"), [{"time": "2026-12-01T11:00:00Z", "hook": "epilog-slurmctld",
                                         "job": "2", "requeue": True}])  # fmt: skip
-    assert [e["job"] for e in requeue_events((str(old), str(new)), 0)] == ["1", "2"]
+    assert [e.job for e in requeue_events((str(old), str(new)), 0)] == ["1", "2"]
 
 
 def test_votes_go_to_controller_dir_and_flags_are_read_from_both(tmp_path):

@@ -165,10 +165,60 @@ def test_healing_state_is_validated_on_read(tmp_path):
     data["nodes"]["forged"] = {"check": "gpu.ecc", "fault": "hardware", "since": 1, "passes": "99"}
     data["nodes"]["odd"] = {"check": "gpu.ecc", "fault": "maybe", "since": 1, "passes": 1}
     (tmp_path / "healing.json").write_text(json.dumps(data))
-    assert set(healing.load(state)) == {NODE}
+    problems: list[str] = []
+    assert set(healing.load(state, problems)) == {NODE}
+    path = str(tmp_path / "healing.json")
+    assert problems == [
+        f"{path}: nodes['forged']: key 'passes': expected int, got str",
+        f"{path}: nodes['odd']: key 'fault': 'maybe' is not one of transient, hardware",
+    ]
     (tmp_path / "healing.json").write_text("[[[")
     assert healing.load(state) == {}
     healing.forget(state, NODE)  # nothing to forget: no error
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"since": -1}, "key 'since': -1 out of range"),
+        ({"since": True}, "key 'since': expected float, got bool"),
+        ({"passes": 10**9}, "key 'passes': 1000000000 out of range"),
+        ({"check": ""}, "key 'check': empty"),
+        ({"check": None}, "missing key 'check'"),
+    ],
+)
+def test_a_bad_healing_entry_is_dropped_naming_its_key(tmp_path, change, named):
+    entry = {**T.to_json(), **change}
+    entry = {k: v for k, v in entry.items() if v is not None or k == "boot_id"}
+    (tmp_path / "healing.json").write_text(json.dumps({"version": 1, "nodes": {NODE: entry}}))
+    problems: list[str] = []
+    assert healing.load(str(tmp_path), problems) == {}
+    assert problems == [f"{tmp_path / 'healing.json'}: nodes[{NODE!r}]: {named}"]
+
+
+def test_a_healing_file_of_another_shape_reads_as_empty_naming_why(tmp_path):
+    (tmp_path / "healing.json").write_text(json.dumps({"version": 1, "nodes": []}))
+    problems: list[str] = []
+    assert healing.load(str(tmp_path), problems) == {}
+    assert problems == [
+        f"{tmp_path / 'healing.json'}: key 'nodes': expected dict[str, Any], got list"
+    ]
+    assert healing.load(str(tmp_path / "nowhere"), problems) == {} and len(problems) == 1
+
+
+def test_a_healing_entry_keeps_a_newer_releases_keys_and_the_file_its_bytes(tmp_path):
+    state = str(tmp_path)
+    healing.put(state, H.replace(passes=2))
+    before = (tmp_path / "healing.json").read_text()
+    assert json.loads(before) == {"version": 1, "nodes": {NODE: {
+        "boot_id": "b1", "check": "gpu.ecc", "fault": "hardware", "passes": 2, "since": 1.0}}}  # fmt: skip
+    data = json.loads(before)
+    data["nodes"][NODE]["repair_seen"] = "later"
+    (tmp_path / "healing.json").write_text(json.dumps(data))
+    healing.put(state, healing.load(state)[NODE].replace(passes=3))
+    assert (
+        json.loads((tmp_path / "healing.json").read_text())["nodes"][NODE]["repair_seen"] == "later"
+    )
 
 
 # ------------------------------------------------------------------------------ GresUsed

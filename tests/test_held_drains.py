@@ -43,16 +43,14 @@ def test_nodes_rows_show_the_held_drain_first():
              node("gpu-03", flags=())]  # fmt: skip
     held = {"gpu-02": held_entry()}
     rows = A.node_rows(A.as_groups(nodes), [], "/ev", now=NOW, held=held)
-    assert [r["node"] for r in rows] == ["gpu-02", "gpu-01", "gpu-03"]
+    assert [r.node for r in rows] == ["gpu-02", "gpu-01", "gpu-03"]
     first = rows[0]
-    assert (
-        first["action"] == A.HELD == "would drain (budget)" and first["check"] == "kernel.gpu_bus"
-    )
-    assert first["would_drain_reason"] == REASON and first["would_drain_why"] == WHY
-    assert first["drained"] is False
+    assert first.action == A.HELD == "would drain (budget)" and first.check == "kernel.gpu_bus"
+    assert first.held.reason == REASON and first.held.why == WHY
+    assert first.drained is False
     # --drained keeps it: gpugate wanted it drained.
     only = A.node_rows(A.as_groups(nodes), [], "/ev", now=NOW, drained_only=True, held=held)
-    assert [r["node"] for r in only] == ["gpu-02", "gpu-01"]
+    assert [r.node for r in only] == ["gpu-02", "gpu-01"]
     table = A.render_table(rows)
     line = next(x for x in table.splitlines() if x.startswith("gpu-02"))
     assert "would drain (budget)" in line and f"wanted: {REASON} (held back: {WHY})" in line
@@ -60,7 +58,7 @@ def test_nodes_rows_show_the_held_drain_first():
     drained = A.node_rows(
         A.as_groups([node("gpu-02", reason=REASON)]), [], "/ev", now=NOW, held=held
     )
-    assert drained[0]["action"] != A.HELD
+    assert drained[0].action != A.HELD
 
 
 def test_nodes_cli_reads_the_held_record(site, capsys):  # noqa: F811

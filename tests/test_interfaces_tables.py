@@ -21,6 +21,7 @@ from gpugate.store.drills import DrillEntry, DrillStep
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
 from gpugate.store.evidence import IndexEntry
 from gpugate.store.fleet_view import FleetNode, FleetView
+from gpugate.store.healing import HealingEntry, HealingFile
 from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
 from gpugate.store.summary import EvidenceSummary, QualifySummary, SummaryJob
@@ -59,6 +60,8 @@ RECORDS: dict[str, type[JsonRecord]] = {
     "IndexEntry": IndexEntry,
     "FleetView": FleetView,
     "FleetNode": FleetNode,
+    "HealingFile": HealingFile,
+    "HealingEntry": HealingEntry,
 }
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end -->)", re.S)
 

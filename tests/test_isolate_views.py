@@ -107,14 +107,15 @@ def isolated_node(name="gpu-07", gpus=7, comment=COMMENT, **kw) -> NodeInfo:
 def test_a_row_lists_the_isolated_gpus_and_others_an_empty_list():
     rows = A.node_rows(A.as_groups([isolated_node(), isolated_node("gpu-08", 8, "")]), [], "/x",
                        now=NOW)  # fmt: skip
-    got = {r["node"]: r["isolated_gpus"] for r in rows}
+    got = {r.node: r.isolated_gpus for r in rows}
     assert got["gpu-08"] == ()
-    assert list(got["gpu-07"]) == [{
+    assert [g.to_json() for g in got["gpu-07"]] == [{
         "index": 3, "minor": 3, "serial": "1654922010523", "since": "2025-12-03T17:20:00Z",
         "since_epoch": SINCE, "why": WHY,
     }]  # fmt: skip
     doc = json.loads(A.rows_json(rows))
-    assert doc == json.loads(json.dumps(rows))  # the cache never mixes rows with GPUs up
+    # The cache never mixes rows with GPUs up.
+    assert doc == json.loads(json.dumps([r.to_json() for r in rows]))
     assert doc[0]["isolated_gpus"][0]["serial"] == "1654922010523"
     assert doc[1]["isolated_gpus"] == []
     # Existing keys stay (DESIGN.md: outside tests rely on them).
@@ -125,7 +126,7 @@ def test_drained_only_listing_keeps_nodes_with_isolated_gpus():
     nodes = [isolated_node(), isolated_node("gpu-08", 8, ""),
              NodeInfo(name="gpu-09", state="IDLE", flags=("DRAIN",), reason="IT-1")]  # fmt: skip
     rows = A.node_rows(A.as_groups(nodes), [], "/x", now=NOW, drained_only=True)
-    assert sorted(r["node"] for r in rows) == ["gpu-07", "gpu-09"]
+    assert sorted(r.node for r in rows) == ["gpu-07", "gpu-09"]
 
 
 def test_text_lines_say_which_gpu_serial_since_and_why():
@@ -161,7 +162,7 @@ def test_with_isolation_on_aggregated_nodes_are_read_one_by_one():
     groups = A.read_node_groups(CliBackend(runner=runner), per_node=True)
     assert runner.argvs == [("sinfo", "--json"), ("scontrol", "-o", "show", "node")]
     [entry] = A.isolated_gpus(groups)
-    assert (entry["node"], entry["index"], entry["gpus_serving"]) == ("gpu-node-03", 3, 7)
+    assert (entry.node, entry.gpu.index, entry.gpus_serving) == ("gpu-node-03", 3, 7)
     # Isolation off: one sinfo call, as before (the aggregate hides gpu-node-03's Comment).
     runner = FakeRunner().ok(("sinfo", "--json"), hidden_in_aggregate())
     groups = A.read_node_groups(CliBackend(runner=runner))
@@ -173,7 +174,7 @@ def test_per_node_records_need_no_second_call():
     runner = FakeRunner().ok(("sinfo", "--json"), fixture("22.05/sinfo.isolated-comment.json"))
     groups = A.read_node_groups(CliBackend(runner=runner), per_node=True)
     assert runner.argvs == [("sinfo", "--json")]
-    assert [(e["node"], e["index"], e["gpus_serving"]) for e in A.isolated_gpus(groups)] == [
+    assert [(e.node, e.gpu.index, e.gpus_serving) for e in A.isolated_gpus(groups)] == [
         ("vm", 3, 7)
     ]
 
@@ -210,7 +211,7 @@ def test_cli_nodes_text_and_json(site, capsys):
 # ------------------------------------------------------------------------------ the report
 
 
-def entries(*nodes: NodeInfo) -> list[dict]:
+def entries(*nodes: NodeInfo) -> list[A.IsolatedOn]:
     return A.isolated_gpus(A.as_groups(nodes))
 
 
@@ -219,7 +220,7 @@ def test_gpu_hours_kept_serving_count_from_the_earliest_isolation_within_the_win
                           GPU3.replace(index=5, minor=5, since=int(NOW - 2 * HOUR))])  # fmt: skip
     isolated = entries(isolated_node("a", 6, two), isolated_node("b", 7, COMMENT),
                        isolated_node("c", None, COMMENT))  # fmt: skip
-    assert [(e["node"], e["index"]) for e in isolated] == [("a", 3), ("a", 5), ("b", 3), ("c", 3)]
+    assert [(e.node, e.gpu.index) for e in isolated] == [("a", 3), ("a", 5), ("b", 3), ("c", 3)]
     kept = R.kept_serving(isolated, since=NOW - 24 * HOUR, now=NOW)
     # a: 6 GPUs for 10 h; b: isolated before the window, 7 GPUs for its 24 h; c: count unknown.
     assert kept == {"a": pytest.approx(60.0), "b": pytest.approx(168.0)}

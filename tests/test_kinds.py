@@ -152,17 +152,20 @@ def store_of_every_kind(ev) -> None:
 
 def test_read_bundles_keeps_the_kinds_apart(tmp_path):
     store_of_every_kind(tmp_path)
-    got = {b["job"]: b for b in L.read_bundles(str(tmp_path), 0)}
-    assert {j: b["kind"] for j, b in got.items()} == {
+    got = {b.job: b for b in L.read_bundles(str(tmp_path), 0)}
+    assert {j: b.kind for j, b in got.items()} == {
         "400": "job", "501": "qualify", "502": "qualify", "503": "qualify", "504": "qualify",
         "600": "drill"}  # fmt: skip
-    assert [f["job"] for f in L.read_failures(str(tmp_path), 0)] == ["400"]
-    assert got["501"]["label"] == "passed qualification"
-    assert got["502"]["label"] == "qualification failure"
-    assert "fabric manager" in got["502"]["why"] and got["502"]["hardware_fault"] is False
-    assert got["503"]["label"] == "not qualified"
-    assert got["504"]["label"] == "passed qualification"
-    assert got["600"]["drill"] == DRILL_ID
+    assert [f.job for f in L.read_failures(str(tmp_path), 0)] == ["400"]
+    assert got["501"].qualification.label == "passed qualification"
+    assert got["502"].qualification.label == "qualification failure"
+    assert (
+        "fabric manager" in got["502"].qualification.why
+        and got["502"].qualification.hardware_fault is False
+    )
+    assert got["503"].qualification.label == "not qualified"
+    assert got["504"].qualification.label == "passed qualification"
+    assert got["600"].drill == DRILL_ID
 
 
 def test_report_json_lists_runs_qualifications_and_drills_apart(site, capsys):  # noqa: F811
@@ -378,7 +381,7 @@ def test_a_drills_drains_make_no_repeat_offender_and_no_rma(tmp_path):
     assert H.count_drains(str(tmp_path), "n1", 30, NOW, "kernel.xid") == 0
     assert H.count_drains(str(tmp_path), "n2", 30, NOW, "kernel.xid") == 2
     offenders = repeat_offenders(H.drains(str(tmp_path)), NOW - 30 * DAY)
-    assert [o["node"] for o in offenders] == ["n2"]
+    assert [o.node for o in offenders] == ["n2"]
 
 
 def test_report_html_and_json_together_keep_stdout_json(site, capsys):  # noqa: F811
@@ -395,9 +398,7 @@ def test_a_drilled_runs_other_nodes_are_the_drills_too(tmp_path):
     timeout = {"node": "vm2", "restart": 0, "category": "nccl_timeout", "kind": "job"}
     write_bundle(str(tmp_path), "600", "vm2", 0, {}, timeout)
     write_bundle(str(tmp_path), "600", "vm2", 1, {}, dict(timeout, restart=1))  # the rerun
-    got = {
-        (b["node"], b["restart"]): b for b in L.read_bundles(str(tmp_path), 0) if b["job"] == "600"
-    }
-    assert got["vm2", 0]["kind"] == "drill" and got["vm2", 0]["drill"] == DRILL_ID
-    assert got["vm2", 1]["kind"] == "job"  # a later run of the job is its own
-    assert [f["job"] for f in L.read_failures(str(tmp_path), 0)] == ["400", "600"]
+    got = {(b.node, b.restart): b for b in L.read_bundles(str(tmp_path), 0) if b.job == "600"}
+    assert got["vm2", 0].kind == "drill" and got["vm2", 0].drill == DRILL_ID
+    assert got["vm2", 1].kind == "job"  # a later run of the job is its own
+    assert [f.job for f in L.read_failures(str(tmp_path), 0)] == ["400", "600"]

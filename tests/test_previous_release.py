@@ -29,6 +29,7 @@ from gpugate.store import (
     drills,
     evidence,
     fleet_view,
+    healing,
     held,
     history,
     qualify,
@@ -39,6 +40,7 @@ from gpugate.store.app_xids import AppXidEntry
 from gpugate.store.drills import DrillEntry
 from gpugate.store.evidence import IndexEntry
 from gpugate.store.fleet_view import FleetView
+from gpugate.store.healing import HealingEntry, HealingFile
 from gpugate.store.qualify import QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline
 from gpugate.store.summary import EvidenceSummary, summary_from_json
@@ -288,6 +290,20 @@ def test_the_previous_releases_fleet_view_is_read_into_a_record(tmp_path):
     # Written again as the hook writes it: the same bytes.
     fleet_view.save_view(str(tmp_path), read_at, nodes)
     assert (tmp_path / "nodes.json").read_text() == json.dumps(old, separators=(",", ":"))
+
+
+def test_the_previous_releases_healing_state_is_read_and_written_back_alike(tmp_path):
+    shutil.copy(OLD / "state" / "healing.json", tmp_path / "healing.json")
+    entries = healing.load(str(tmp_path))
+    entry = entries["gpu-node-01"]
+    assert (entry.check, entry.fault, entry.passes) == ("kernel.xid", "hardware", 1)
+    assert entry.since == 1796000000.0 and entry.boot_id.endswith("0001")
+    old = load(OLD / "state" / "healing.json")
+    same_json(HealingFile.from_json(old), old)
+    same_json(HealingEntry.from_json(old["nodes"]["gpu-node-01"]), old["nodes"]["gpu-node-01"])
+    # Written again as `gpugate health` writes it: the same bytes.
+    healing.save(str(tmp_path), entries)
+    assert (tmp_path / "healing.json").read_text() == (OLD / "state" / "healing.json").read_text()
 
 
 def test_the_previous_releases_evidence_index_is_read_into_records(tmp_path):

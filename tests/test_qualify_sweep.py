@@ -128,8 +128,7 @@ def test_the_report_shows_each_nodes_latest_run_values_floors_and_the_verdict():
             result("dcgm", ["n2"], None, ok=None).replace(floor_gbps=None)]  # fmt: skip
     new = entry("n2", NOW, passed=False, tests=slow, why="the link between n1 and n2 <b>",
                 job_ids=["41", "42"])  # fmt: skip
-    # The page reads the entries' JSON (commands/report.qualification_entries).
-    entries = [e.to_json() for e in (old, new, entry("n1", NOW - 60))]
+    entries = [old, new, entry("n1", NOW - 60)]
     page = R.render_html([], [], [], now=NOW, qualifications=entries)
     section = page.split('<h2 id="qualify">Qualification</h2>', 1)[1].split("<h2", 1)[0]
     assert section.index(">n1<") < section.index(">n2<")  # by node

@@ -17,12 +17,14 @@ from collections import Counter
 from html.parser import HTMLParser
 
 import pytest
+from factories import make_bundle, make_decision
 from test_slurm_adapter import FakeRunner, fixture
 
 from gpugate import cli
 from gpugate.admin import charts as C
 from gpugate.admin import nodes as A
 from gpugate.admin import report as R
+from gpugate.admin.losses import Bundle, Requeue
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
@@ -58,7 +60,7 @@ class Page(HTMLParser):
         return " ".join(self.text)
 
 
-def sample_rows() -> list[dict]:
+def sample_rows() -> list[A.NodeRow]:
     nodes = [
         NodeInfo(name="gpu-07", state="IDLE", flags=("DRAIN",), reason=REASON, reason_user="root",
                  reason_time=int(NOW - DAY)),
@@ -92,15 +94,14 @@ def sample_resumes() -> list[AuditEntry]:
              "resumed": False}]]  # fmt: skip
 
 
-def sample_costs() -> list[dict]:
+def sample_costs() -> list[Bundle]:
     def run(job, restart, node, category, gpus, failed_ago, lost_h, ckpt=None):
         failed = NOW - failed_ago
-        return {"path": f"{job}/{node}-r{restart}", "job": job, "node": node, "restart": restart,
-                "category": category, "gpus": gpus, "start": failed - 5 * 3600,
-                "failed": failed, "checkpoint": ckpt, "requeued": ckpt is not None,
-                "gpu_hours": gpus * lost_h, "lost_from": failed - lost_h * 3600,
-                "from_checkpoint": ckpt is not None,
-                "href": f"../ev/{job}/{node}-r{restart}/"}  # fmt: skip
+        return make_bundle(job, node, restart, category=category, gpus=gpus,
+                           start=failed - 5 * 3600, failed=failed, checkpoint=ckpt,
+                           requeued=ckpt is not None, gpu_hours=gpus * lost_h,
+                           lost_from=failed - lost_h * 3600, from_checkpoint=ckpt is not None,
+                           href=f"../ev/{job}/{node}-r{restart}/")  # fmt: skip
 
     return [run("4242", 0, "gpu-07", "gpu_xid_hardware", 8, 9 * DAY, 2.0, "/ck/step-90"),
             run("4242", 0, "gpu-08", "gpu_xid_hardware", 8, 9 * DAY, 2.0, "/ck/step-90"),
@@ -108,12 +109,14 @@ def sample_costs() -> list[dict]:
             run("4301", 1, "gpu-11", SCRIPT, 2, DAY, 1.0)]  # fmt: skip
 
 
-def sample_requeues() -> list[dict]:
-    return [{"job": "4242", "restarts": 0, "when": NOW - 9 * DAY + 60, "requeue": True,
-             "why": "infrastructure failure (gpu_xid_hardware)", "category": "gpu_xid_hardware",
-             "suspects": ["gpu-07"], "checkpoint": "/ck/step-90"},
-            {"job": "4301", "restarts": 1, "when": NOW - DAY + 60, "requeue": False,
-             "why": f"not an infrastructure failure ({SCRIPT})", "checkpoint": None}]  # fmt: skip
+def sample_requeues() -> list[Requeue]:
+    return [make_decision(NOW - 9 * DAY + 60, job="4242", restarts=0, requeue=True,
+                          why="infrastructure failure (gpu_xid_hardware)",
+                          category="gpu_xid_hardware", suspects=["gpu-07"],
+                          checkpoint="/ck/step-90"),
+            make_decision(NOW - DAY + 60, job="4301", restarts=1, requeue=False,
+                          why=f"not an infrastructure failure ({SCRIPT})",
+                          checkpoint=None)]  # fmt: skip
 
 
 def sample_held() -> list[HeldEntry]:
@@ -177,10 +180,10 @@ def test_runs_requeues_and_held_sections():
 
 def test_a_resume_point_the_controller_could_not_see_is_unknown_not_none():
     # SlurmUser=slurm: EpilogSlurmctld cannot look as the job's user; the TaskProlog picks it.
-    events = [{"job": "77", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
-               "checkpoint": None, "ckpt_dir": "/ck/run7"},
-              {"job": "78", "restarts": 0, "when": NOW, "requeue": True, "why": "x",
-               "checkpoint": None}]  # fmt: skip
+    events = [make_decision(NOW, job="77", restarts=0, requeue=True, why="x", checkpoint=None,
+                            ckpt_dir="/ck/run7"),
+              make_decision(NOW, job="78", restarts=0, requeue=True, why="x",
+                            checkpoint=None)]  # fmt: skip
     rows = Page(R.requeues_section(events)).all_text
     assert "unknown: the newest complete checkpoint in /ck/run7, picked by the job's" in rows
     assert "unknown: no checkpoint directory in the job's comment" in rows
@@ -257,15 +260,15 @@ def test_drained_section_offenders_and_timeline():
 def test_repeat_offenders_order_and_threshold():
     since = NOW - 30 * DAY
     got = R.repeat_offenders(sample_drains(), since)
-    assert [(o["node"], o["drains"]) for o in got] == [("gpu-07", 3), ("gpu-03", 2)]
-    assert got[0]["checks"] == {"gpu.ecc": 3}
-    assert R.repeat_offenders(sample_drains(), since, min_drains=3)[0]["node"] == "gpu-07"
+    assert [(o.node, o.drains) for o in got] == [("gpu-07", 3), ("gpu-03", 2)]
+    assert got[0].checks == {"gpu.ecc": 3}
+    assert R.repeat_offenders(sample_drains(), since, min_drains=3)[0].node == "gpu-07"
 
 
 def test_timeline_is_newest_first_and_capped():
     events = R.timeline(sample_drains(), sample_resumes(), NOW - 30 * DAY, limit=3)
-    assert [e["event"] for e in events] == ["refused", "drain", "resume"]
-    assert events[0]["when"] >= events[1]["when"] >= events[2]["when"]
+    assert [e.event for e in events] == ["refused", "drain", "resume"]
+    assert events[0].entry.when >= events[1].entry.when >= events[2].entry.when
 
 
 def test_empty_page_says_so():

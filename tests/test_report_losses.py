@@ -8,10 +8,12 @@ import os
 import xml.etree.ElementTree as ET
 
 import pytest
+from factories import make_bundle, make_decision
 
 from gpugate.admin import charts as C
 from gpugate.admin import losses as L
 from gpugate.clock import utc
+from gpugate.log import Event
 from gpugate.store.evidence import write_bundle
 
 HOUR = 3600.0
@@ -68,14 +70,14 @@ def site(tmp_path):
 def test_read_failures_from_bundles(site):
     ev, _ = site
     got = L.read_failures(str(ev), T0 - 86400)
-    assert [(f["path"], f["category"], f["gpus"]) for f in got] == [
+    assert [(f.path, f.category, f.gpus) for f in got] == [
         ("200/gpu-04-r0", "cuda_oom", 8),
         ("300/gpu-05-r0", L.UNDIAGNOSED, 1),
         ("100/gpu-01-r0", "nccl_timeout", 4),
         ("100/gpu-02-r0", "nccl_timeout", 4),
         ("100/gpu-03-r1", "gpu_xid_hardware", 2),
     ]
-    assert got[0]["failed"] == T0 + 0.5 * HOUR and got[0]["start"] == T0
+    assert got[0].failed == T0 + 0.5 * HOUR and got[0].start == T0
     assert L.read_failures(str(ev), T0 + 4 * HOUR) == got[-1:]  # the window's bundles only
     assert L.read_failures(str(ev / "none"), 0) == []
 
@@ -84,15 +86,15 @@ def test_gpu_hours_lost_by_cause(site):
     ev, state = site
     since = T0 - 86400
     costs = L.costed(L.read_failures(str(ev), since), L.requeue_events(str(state), since))
-    by = {c["path"]: c for c in costs}
-    assert by["100/gpu-01-r0"]["gpu_hours"] == pytest.approx(4.0)
-    assert by["100/gpu-01-r0"]["lost_from"] == pytest.approx(T0 + 2 * HOUR)  # the checkpoint
-    assert by["100/gpu-01-r0"]["requeued"] is True and by["100/gpu-01-r0"]["from_checkpoint"]
-    assert not by["100/gpu-03-r1"]["from_checkpoint"]
-    assert by["100/gpu-03-r1"]["gpu_hours"] == pytest.approx(1.0)
-    assert by["100/gpu-03-r1"]["lost_from"] == T0 + 4 * HOUR  # the run's start, not the old ckpt
-    assert by["100/gpu-03-r1"]["requeued"] is False
-    assert by["200/gpu-04-r0"]["gpu_hours"] == pytest.approx(4.0)  # 8 GPUs x 0.5 h
+    by = {c.path: c for c in costs}
+    assert by["100/gpu-01-r0"].gpu_hours == pytest.approx(4.0)
+    assert by["100/gpu-01-r0"].lost_from == pytest.approx(T0 + 2 * HOUR)  # the checkpoint
+    assert by["100/gpu-01-r0"].requeued is True and by["100/gpu-01-r0"].from_checkpoint
+    assert not by["100/gpu-03-r1"].from_checkpoint
+    assert by["100/gpu-03-r1"].gpu_hours == pytest.approx(1.0)
+    assert by["100/gpu-03-r1"].lost_from == T0 + 4 * HOUR  # the run's start, not the old ckpt
+    assert by["100/gpu-03-r1"].requeued is False
+    assert by["200/gpu-04-r0"].gpu_hours == pytest.approx(4.0)  # 8 GPUs x 0.5 h
     assert L.by_category(costs) == [
         ("nccl_timeout", 2, pytest.approx(8.0)),
         ("cuda_oom", 1, pytest.approx(4.0)),
@@ -102,28 +104,40 @@ def test_gpu_hours_lost_by_cause(site):
 
 
 def test_lost_time_edges():
-    f = {"start": T0, "failed": T0 + HOUR, "gpus": 8}
+    f = make_bundle(start=T0, failed=T0 + HOUR, gpus=8)
     assert L.lost_gpu_hours(f, None) == (8.0, T0)
     assert L.lost_gpu_hours(f, T0 + 2 * HOUR) == (0.0, T0 + 2 * HOUR)  # never negative
-    assert L.lost_gpu_hours(dict(f, gpus=None), None) == (None, None)
-    assert L.lost_gpu_hours(dict(f, start=None), None) == (None, None)
-    assert L.lost_gpu_hours(dict(f, start=None), T0 + 0.5 * HOUR)[0] == 4.0
+    assert L.lost_gpu_hours(f.replace(gpus=None), None) == (None, None)
+    assert L.lost_gpu_hours(f.replace(start=None), None) == (None, None)
+    assert L.lost_gpu_hours(f.replace(start=None), T0 + 0.5 * HOUR)[0] == 4.0
     assert L.checkpoint_time("(not visible here: no such dir)") is None
     assert L.checkpoint_time("/nonexistent/ckpt") is None
 
 
 def test_requeue_match_without_run_number():
-    events = [{"job": "7", "when": T0 - 86400}, {"job": "7", "when": T0 + 10, "checkpoint": "/c"}]
-    f = {"job": "7", "restart": 0, "failed": T0}
-    assert L.match_requeue(f, events)["checkpoint"] == "/c"  # the decision after the failure
-    assert L.match_requeue(dict(f, job="8"), events) is None
+    events = [make_decision(T0 - 86400, job="7"), make_decision(T0 + 10, job="7", checkpoint="/c")]
+    f = make_bundle("7", restart=0, failed=T0)
+    assert L.match_requeue(f, events).checkpoint == "/c"  # the decision after the failure
+    assert L.match_requeue(f.replace(job="8"), events) is None
+
+
+def test_a_decision_reads_its_keys_typed_and_writes_its_line_again():
+    d = make_decision(T0, job="7", restarts=2, requeue=True, suspects=["n1", 3], checkpoint=5,
+                said="requeued")  # fmt: skip
+    assert (d.restarts, d.requeue, d.suspects, d.checkpoint) == (2, True, ("n1", "3"), None)
+    assert d.to_json() == {"time": utc(T0), "hook": L.REQUEUE_HOOK, "job": "7", "restarts": 2,
+                           "requeue": True, "suspects": ["n1", 3], "checkpoint": 5,
+                           "said": "requeued", "when": T0}  # fmt: skip
+    assert make_decision(T0, job="7", restarts=True).restarts is None  # a bool is no run number
+    assert L.decision(Event(time="never", hook=L.REQUEUE_HOOK, extra={"job": "7"})) is None
+    assert L.decision(Event(time=utc(T0), hook=L.REQUEUE_HOOK, extra={"job": 7})) is None
 
 
 def test_bad_summaries_and_event_lines_are_skipped(tmp_path):
     ev = tmp_path / "ev"
     path = bundle(ev, "5", summary("n1", 0, None, None, T0, T0 + HOUR), T0)
     got = L.read_failures(str(ev), 0)
-    assert got[0]["category"] == L.UNDIAGNOSED and got[0]["gpus"] == 8
+    assert got[0].category == L.UNDIAGNOSED and got[0].gpus == 8
     # A summary whose field has the wrong type is not a summary (EvidenceSummary.from_json).
     bad = dict(summary("n1", 0, ["not", "a", "category"], "x", T0, T0 + HOUR), job_id="5")
     for text in (json.dumps(bad), "[[["):
@@ -200,7 +214,7 @@ def test_the_epilog_s_bundle_carries_the_job_s_gpus(tmp_path):
 
     config = job_run(tmp_path, "step 10\n" + NCCL_TIMEOUT, gpus=(2, 3))[2]
     got = L.read_failures(config.evidence_dir, 0)
-    assert [(f["category"], f["gpus"]) for f in got] == [("nccl_timeout", 2)]
+    assert [(f.category, f.gpus) for f in got] == [("nccl_timeout", 2)]
     (tmp_path / "b").mkdir()
     whole = job_run(tmp_path / "b", "step 10\n" + NCCL_TIMEOUT)[2]  # no SLURM_JOB_GPUS
-    assert L.read_failures(whole.evidence_dir, 0)[0]["gpus"] == 8  # the node's GPUs
+    assert L.read_failures(whole.evidence_dir, 0)[0].gpus == 8  # the node's GPUs

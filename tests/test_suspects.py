@@ -533,17 +533,17 @@ def test_gpugate_nodes_lists_a_suspect_in_service_with_what_was_asked():
 
     nodes = [node("gpu-01", flags=()), node("gpu-02", flags=()), node("gpu-03", flags=())]
     rows = A.node_rows(A.as_groups(nodes), [], "/ev", now=T0, suspects={"gpu-02": open_flag()})
-    assert [r["node"] for r in rows] == ["gpu-02", "gpu-01", "gpu-03"]
+    assert [r.node for r in rows] == ["gpu-02", "gpu-01", "gpu-03"]
     first = rows[0]
-    assert first["action"] == A.SUSPECT and first["drained"] is False
-    assert first["suspect_source"] == "votes" and first["suspect_asked"] == "qualify"
+    assert first.action == A.SUSPECT and first.drained is False
+    assert first.suspect.source == "votes" and first.suspect.asked == "qualify"
     line = next(x for x in A.render_table(rows).splitlines() if x.startswith("gpu-02"))
     assert "pointed at by users' jobs (votes): first to fail in jobs 11,12,13" in line
     assert "(not drained)" in line
     # --drained keeps it too: it waits for an admin or its qualification.
     only = A.node_rows(A.as_groups(nodes), [], "/ev", now=T0, drained_only=True,
                        suspects={"gpu-02": open_flag()})  # fmt: skip
-    assert [r["node"] for r in only] == ["gpu-02"]
+    assert [r.node for r in only] == ["gpu-02"]
     json.loads(A.rows_json(rows))  # every value stays JSON (and hashable for rows_json)
 
 
@@ -560,13 +560,14 @@ def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcom
     from test_report import Page
 
     from gpugate.admin import report as R
+    from gpugate.store.qualify import QualifyEntry
 
     quals = []
     if qualified is not None:
-        quals = [{"node": "gpu-02", "when": T0 + 600, "at": history.iso(T0 + 600), "level": 1,
-                  "passed": qualified, "tests": [], "job_ids": ["31"], "why": "dcgm: memory",
-                  "run_id": "r", "by": "gpugate (suspect)",
-                  "trigger": "suspect (votes): first to fail in jobs 11,12,13"}]  # fmt: skip
+        quals = [QualifyEntry(node="gpu-02", when=T0 + 600, at=history.iso(T0 + 600), level=1,
+                              passed=qualified, tests=[], job_ids=["31"], why="dcgm: memory",
+                              run_id="r", by="gpugate (suspect)",
+                              trigger="suspect (votes): first to fail in jobs 11,12,13")]  # fmt: skip
     resumes = []
     if resumed:
         resumes = [AuditEntry(node="gpu-02", when=T0 + 60, who="alice", resumed=True)]

@@ -20,13 +20,18 @@ import os
 
 from gpugate.clock import parse_utc
 from gpugate.log import read_events
+from gpugate.record import Record
 from gpugate.store.evidence import INDEX_DIR, read_index, read_summary
 from gpugate.store.summary import EvidenceSummary, QualifySummary, bundle_kind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Any
+    from typing import Any, TypeVar
+
+    from gpugate.log import Event
+
+    _T = TypeVar("_T")
 
 UNDIAGNOSED = "undiagnosed"  # a bundle whose diagnosis named no category
 EVENTS = "events.jsonl"  # gpugate.log's file in the state directory
@@ -65,7 +70,48 @@ def bundle_paths(evidence_dir: str, since: float) -> list[str]:
     return [p for _, p in sorted(found)]
 
 
-def read_bundles(evidence_dir: str, since: float) -> list[dict[str, Any]]:
+class Qualification(Record):
+    """A qualification bundle's outcome (passed / failed / not_qualified), its label, and why."""
+
+    outcome: str
+    label: str
+    why: str | None
+    fault_kind: str | None
+    hardware_fault: bool
+    run_id: str | None
+
+
+class Bundle(Record):
+    """One readable bundle of the window: job, node, run, kind, category, GPUs, times, its
+    recorded checkpoint; a qualification's outcome, a drill's id; once costed (`costed`) its
+    requeue decision and GPU-hours lost, and the page's link to it (`href`)."""
+
+    path: str  # `<job>/<node>-r<n>`, under the evidence root
+    job: str
+    node: str
+    kind: str  # job, qualify, drill (store/summary.bundle_kind)
+    restart: int = 0
+    category: str = UNDIAGNOSED
+    gpus: int | None = None  # the job's GPUs on the node (unknown: the node's)
+    start: float | None = None  # the run's start (epoch)
+    failed: float | None = None  # its failure (first failure, job end, or collection)
+    recorded_checkpoint: str | None = None  # the checkpoint the epilog measured at the end
+    recorded_checkpoint_at: float | None = None
+    checkpoint_age_s: float | None = None
+    checkpoint_stale: bool = False
+    qualification: Qualification | None = None  # kind qualify
+    drill: str | None = None  # kind drill: its id
+    hardware_findings: tuple[str, ...] = ()  # kind drill: the simulated fault's findings
+    # costed(): the requeue decision after the run and what the failure cost.
+    checkpoint: str | None = None
+    requeued: bool | None = None
+    gpu_hours: float | None = None
+    lost_from: float | None = None
+    from_checkpoint: bool = False
+    href: str | None = None  # the report page's link to the bundle
+
+
+def read_bundles(evidence_dir: str, since: float) -> list[Bundle]:
     """One record per readable bundle of the window, each with its `kind` (job, qualify,
     drill): job, node, run, category, GPUs, times; a qualification's outcome; a drill's id."""
     out = []
@@ -74,49 +120,52 @@ def read_bundles(evidence_dir: str, since: float) -> list[dict[str, Any]]:
         if s is None:
             continue
         job, node = rel.split("/", 1)[0], s.node or rel.split("/", 1)[1]
-        record: dict[str, Any] = {"path": rel, "job": job, "node": node, "kind": bundle_kind(s)}
         if isinstance(s, QualifySummary):
-            record.update(restart=0, category=UNDIAGNOSED, gpus=None, start=None,
-                          failed=_time(s.when), **_recorded_checkpoint(None), **qualification(s))  # fmt: skip
+            out.append(Bundle(path=rel, job=job, node=node, kind=bundle_kind(s),
+                              failed=_time(s.when), qualification=qualification(s)))  # fmt: skip
         else:
-            record.update(_run(s))
-        out.append(record)
+            out.append(_run(rel, job, node, s))
     return _drilled_runs(out)
 
 
-def _run(s: EvidenceSummary) -> dict[str, Any]:
+def _run(rel: str, job: str, node: str, s: EvidenceSummary) -> Bundle:
     """A job's (or a drill's) run: restart, category, GPUs, times, its checkpoint, the drill."""
-    out = {
-        "restart": s.restart, "category": s.category or UNDIAGNOSED, "gpus": _gpus(s),
-        "start": _time(s.job_start),
-        "failed": _time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
-        **_recorded_checkpoint(s),
-    }  # fmt: skip
-    if bundle_kind(s) == "drill":
-        out.update(drill=s.drill, hardware_findings=list(s.hardware_findings))
-    return out
+    kind = bundle_kind(s)
+    ckpt = s.checkpoint or {}
+    path = ckpt.get("path")
+    drill = kind == "drill"
+    return Bundle(
+        path=rel, job=job, node=node, kind=kind, restart=s.restart,
+        category=s.category or UNDIAGNOSED, gpus=_gpus(s), start=_time(s.job_start),
+        failed=_time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
+        # The checkpoint the epilog measured at the end (freshness.py), when the bundle has one.
+        recorded_checkpoint=path if isinstance(path, str) else None,
+        recorded_checkpoint_at=_time(ckpt.get("mtime")),
+        checkpoint_age_s=_time(s.checkpoint_age_s), checkpoint_stale=s.checkpoint_stale is True,
+        drill=s.drill if drill else None,
+        hardware_findings=tuple(s.hardware_findings) if drill else (),
+    )  # fmt: skip
 
 
-def _drilled_runs(bundles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _drilled_runs(bundles: list[Bundle]) -> list[Bundle]:
     """A run of a job that a drill killed is the drill's on every node: the other nodes' ranks
     died of it (an NCCL timeout) outside the drill's overlay, and their bundles say job."""
-    drills = {(b["job"], b["restart"]): b.get("drill") for b in bundles if b["kind"] == "drill"}
-    for b in bundles:
-        if b["kind"] == "job" and (b["job"], b["restart"]) in drills:
-            b.update(kind="drill", drill=drills[b["job"], b["restart"]], hardware_findings=[])
-    return bundles
+    drills = {(b.job, b.restart): b.drill for b in bundles if b.kind == "drill"}
+    return [b.replace(kind="drill", drill=drills[b.job, b.restart], hardware_findings=())
+            if b.kind == "job" and (b.job, b.restart) in drills else b
+            for b in bundles]  # fmt: skip
 
 
-def read_failures(evidence_dir: str, since: float) -> list[dict[str, Any]]:
+def read_failures(evidence_dir: str, since: float) -> list[Bundle]:
     """The window's failed runs: the bundles of kind job (read_bundles)."""
-    return [b for b in read_bundles(evidence_dir, since) if b["kind"] == "job"]
+    return [b for b in read_bundles(evidence_dir, since) if b.kind == "job"]
 
 
 QUALIFY_LABELS = {"passed": "passed qualification", "failed": "qualification failure",
                   "not_qualified": "not qualified"}  # fmt: skip
 
 
-def qualification(summary: QualifySummary) -> dict[str, Any]:
+def qualification(summary: QualifySummary) -> Qualification:
     """A qualification bundle's outcome (passed / failed / not_qualified), its label, and why:
     the first failure (DCGM's or the bandwidth's detail) for a failure, the verdict's why
     otherwise. Bundles written before `outcome` are read from passed and their tests."""
@@ -129,19 +178,9 @@ def qualification(summary: QualifySummary) -> dict[str, Any]:
     if not why:
         first = bad[0] if bad and outcome == "failed" else None
         why = f"{first.get('test')}: {first.get('detail')}" if first else summary.why
-    return {"outcome": outcome, "label": QUALIFY_LABELS[outcome],
-            "why": str(why) if why else None, "fault_kind": summary.fault_kind,
-            "hardware_fault": summary.hardware_fault, "run_id": summary.run_id}  # fmt: skip
-
-
-def _recorded_checkpoint(summary: EvidenceSummary | None) -> dict[str, Any]:
-    """The checkpoint the epilog measured at the end (freshness.py), when the bundle has one."""
-    ckpt = (summary.checkpoint if summary else None) or {}
-    path = ckpt.get("path")
-    return {"recorded_checkpoint": path if isinstance(path, str) else None,
-            "recorded_checkpoint_at": _time(ckpt.get("mtime")),
-            "checkpoint_age_s": _time(summary.checkpoint_age_s if summary else None),
-            "checkpoint_stale": summary.checkpoint_stale is True if summary else False}  # fmt: skip
+    return Qualification(outcome=outcome, label=QUALIFY_LABELS[outcome],
+                         why=str(why) if why else None, fault_kind=summary.fault_kind,
+                         hardware_fault=summary.hardware_fault, run_id=summary.run_id)  # fmt: skip
 
 
 def _gpus(summary: EvidenceSummary) -> int | None:
@@ -152,16 +191,65 @@ def _gpus(summary: EvidenceSummary) -> int | None:
     return count if count is not None and count >= 0 else None
 
 
-def requeue_events(dirs: str | Sequence[str], since: float) -> list[dict[str, Any]]:
+class Requeue(Record):
+    """One EpilogSlurmctld decision (its events.jsonl line), with its time as epoch seconds
+    and the keys the readers use, typed (a value of another type reads as not given)."""
+
+    event: Event  # the line as written
+    when: float
+    job: str
+    restarts: int | None = None  # the run it decided on
+    requeue: bool | None = None
+    why: str | None = None
+    category: str | None = None
+    suspects: tuple[str, ...] = ()
+    checkpoint: str | None = None  # where EpilogSlurmctld found the newest complete one
+    ckpt_dir: str | None = None
+    said: str | None = None  # what the user was told
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as written, and `when` (for `gpugate evidence --json`)."""
+        return dict(self.event.to_json(), when=self.when)
+
+    def resumed_from(self) -> tuple[str | None, str]:
+        """(checkpoint path or None, words) for what this decision's run resumed from."""
+        return resumed_from(self.checkpoint, self.requeue is True, self.ckpt_dir)
+
+
+def decision(e: Event, when: float | None = None) -> Requeue | None:
+    """The decision of an `epilog-slurmctld` line (None: no job named, or no time)."""
+    when = _time(e.time) if when is None else when
+    x = e.extra
+    job = x.get("job")
+    if when is None or not isinstance(job, str):
+        return None
+    restarts = x.get("restarts")
+    suspects = x.get("suspects")
+    return Requeue(
+        event=e, when=when, job=job,
+        restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
+        requeue=_of(x.get("requeue"), bool), why=_of(x.get("why"), str),
+        category=_of(x.get("category"), str),
+        suspects=tuple(map(str, suspects)) if isinstance(suspects, list) else (),
+        checkpoint=_of(x.get("checkpoint"), str), ckpt_dir=_of(x.get("ckpt_dir"), str),
+        said=_of(x.get("said"), str),
+    )  # fmt: skip
+
+
+def _of(value: object, kind: type[_T]) -> _T | None:
+    return value if isinstance(value, kind) else None
+
+
+def requeue_events(dirs: str | Sequence[str], since: float) -> list[Requeue]:
     """EpilogSlurmctld's decisions since `since`, oldest first (events.jsonl, newest 32 MiB of
     each directory: the controller's, and state_dir where older releases wrote them)."""
     out = []
     for directory in (dirs,) if isinstance(dirs, str) else dict.fromkeys(dirs):
         out += _requeue_lines(directory, since)
-    return sorted(out, key=lambda e: e["when"])
+    return sorted(out, key=lambda e: e.when)
 
 
-def _requeue_lines(directory: str, since: float) -> list[dict[str, Any]]:
+def _requeue_lines(directory: str, since: float) -> list[Requeue]:
     try:
         found = read_events(directory, REQUEUE_HOOK)
     except OSError:
@@ -169,25 +257,24 @@ def _requeue_lines(directory: str, since: float) -> list[dict[str, Any]]:
     out = []
     for e in found:
         when = _time(e.time)
-        if when is None or when < since or not isinstance(e.extra.get("job"), str):
-            continue
-        out.append(dict(e.to_json(), when=when))
+        d = decision(e, when) if when is not None and when >= since else None
+        if d is not None:
+            out.append(d)
     return out
 
 
-def resumed_from(event: dict[str, Any]) -> tuple[str | None, str]:
+def resumed_from(path: str | None, requeue: bool, ckpt_dir: str | None) -> tuple[str | None, str]:
     """(checkpoint path or None, words) for what a requeue decision's run resumed from.
 
     The path only where EpilogSlurmctld looked it up (as root, as the job's user). With
     SlurmUser=slurm it cannot: the job's TaskProlog, running as the job's user on the new
     node, picks the newest complete checkpoint itself and writes it nowhere root or SlurmUser
     reads, so which one is unknown here, never "none"."""
-    path, ckpt_dir = event.get("checkpoint"), event.get("ckpt_dir")
-    if isinstance(path, str) and path:
+    if path:
         return path, path
-    if event.get("requeue") is not True:
+    if not requeue:
         return None, "-"
-    if isinstance(ckpt_dir, str) and ckpt_dir:
+    if ckpt_dir:
         return None, (f"unknown: the newest complete checkpoint in {ckpt_dir}, picked by the "
                       "job's TaskProlog as the job's user")  # fmt: skip
     return None, ("unknown: no checkpoint directory in the job's comment (its TaskProlog also "
@@ -204,26 +291,25 @@ def checkpoint_time(path: object) -> float | None:
         return None
 
 
-def match_requeue(failure: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+def match_requeue(failure: Bundle, events: Sequence[Requeue]) -> Requeue | None:
     """The requeue decision taken after this bundle's run: same job (and run, when it says)."""
     for e in events:
-        if e["job"] != failure["job"]:
+        if e.job != failure.job:
             continue
-        run = e.get("restarts")
-        if isinstance(run, int) and not isinstance(run, bool):
-            if run == failure["restart"]:
+        if e.restarts is not None:
+            if e.restarts == failure.restart:
                 return e
             continue
-        if failure["failed"] is None or e["when"] >= failure["failed"] - MATCH_SLACK_S:
+        if failure.failed is None or e.when >= failure.failed - MATCH_SLACK_S:
             return e
     return None
 
 
 def lost_gpu_hours(
-    failure: dict[str, Any], checkpoint_at: float | None
+    failure: Bundle, checkpoint_at: float | None
 ) -> tuple[float | None, float | None]:
     """(GPU-hours lost, from when) for one bundle; (None, None) when its times are unknown."""
-    start, failed, gpus = failure["start"], failure["failed"], failure["gpus"]
+    start, failed, gpus = failure.start, failure.failed, failure.gpus
     if failed is None or gpus is None:
         return None, None
     frm = start
@@ -235,34 +321,33 @@ def lost_gpu_hours(
 
 
 def costed(
-    failures: list[dict[str, Any]],
-    events: list[dict[str, Any]],
+    failures: Sequence[Bundle],
+    events: Sequence[Requeue],
     stat: Callable[[object], float | None] = checkpoint_time,
-) -> list[dict[str, Any]]:
+) -> list[Bundle]:
     """Each failure with its requeue decision, checkpoint, GPU-hours lost and their start."""
     out = []
     for f in failures:
         e = match_requeue(f, events)
-        ckpt = e.get("checkpoint") if e else None
+        ckpt = e.checkpoint if e else None
         # The epilog's own record (read as the job's user at the end) before an mtime read now.
-        at = f.get("recorded_checkpoint_at")
+        at = f.recorded_checkpoint_at
         if at is not None:
-            ckpt = f.get("recorded_checkpoint") or ckpt
+            ckpt = f.recorded_checkpoint or ckpt
         else:
             at = stat(ckpt)
         hours, frm = lost_gpu_hours(f, at)
-        out.append(dict(f, checkpoint=ckpt, requeued=e.get("requeue") if e else None,
-                        gpu_hours=hours, lost_from=frm,
-                        from_checkpoint=at is not None and frm == at))  # fmt: skip
+        out.append(f.replace(checkpoint=ckpt, requeued=e.requeue if e else None,
+                             gpu_hours=hours, lost_from=frm,
+                             from_checkpoint=at is not None and frm == at))  # fmt: skip
     return out
 
 
-def by_category(costs: Sequence[dict[str, Any]]) -> list[tuple[str, int, float]]:
+def by_category(costs: Sequence[Bundle]) -> list[tuple[str, int, float]]:
     """(category, bundles, GPU-hours lost) per category, most GPU-hours first."""
-    acc: dict[str, list[Any]] = {}
+    acc: dict[str, tuple[int, float]] = {}
     for c in costs:
-        slot = acc.setdefault(c["category"], [0, 0.0])
-        slot[0] += 1
-        slot[1] += c["gpu_hours"] or 0.0
+        n, h = acc.get(c.category, (0, 0.0))
+        acc[c.category] = (n + 1, h + (c.gpu_hours or 0.0))
     rows = [(k, n, h) for k, (n, h) in acc.items()]
     return sorted(rows, key=lambda r: (-r[2], -r[1], r[0]))

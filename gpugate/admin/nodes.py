@@ -3,9 +3,10 @@ urgent first. `gpugate nodes` prints the rows; `gpugate report` renders them as 
 
 One Slurm call reads every node (`sinfo --json`, or `scontrol -o show node` where JSON is
 missing), one file read gives the whole drain history, and only drained gpugate nodes cost a
-bundle's `summary.json` read, so the table stays cheap on a 10,000-node cluster. Rows are plain
-dicts (they are printed as JSON as they are), not records: a record per node costs more than
-the JSON parsing on large clusters.
+bundle's `summary.json` read, so the table stays cheap on a 10,000-node cluster. Rows are
+records (`NodeRow`; `to_json` is what `gpugate nodes --json` prints), and the nodes of a group
+without history share one: most of a cluster is a few distinct rows, each built and encoded
+once (`rows_json`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import os
 import re
 import time
 from json.encoder import encode_basestring_ascii as quote
+from operator import attrgetter
 
 from gpugate.checks import registry
 from gpugate.checks.registry import COOLING, HOST, REBOOT, RESEAT, RESET
 from gpugate.checks.xid import lookup
 from gpugate.diagnosis.categories import is_hardware
 from gpugate.isolate.comment import parse_comment
+from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm import control as S
 from gpugate.slurm import parse_json as P
@@ -184,6 +187,109 @@ def split_reasoned_groups(groups: list[Group], slurm: CliBackend) -> list[Group]
     return out
 
 
+# ------------------------------------------------------------------------------ rows
+
+
+class IsolatedGpu(Record):
+    """A GPU gpugate isolated on a node (its Comment), as the views show it."""
+
+    index: int
+    minor: int
+    serial: str
+    since: str  # UTC ISO
+    since_epoch: int
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        """`index`, `minor`, `serial`, `since`, `since_epoch`, `why`."""
+        return {"index": self.index, "minor": self.minor, "serial": self.serial,
+                "since": self.since, "since_epoch": self.since_epoch, "why": self.why}  # fmt: skip
+
+
+class IsolatedOn(Record):
+    """An isolated GPU of the listing: its node, the GPU, and the GPUs Slurm counts on the
+    node now (None: unknown)."""
+
+    node: str
+    gpu: IsolatedGpu
+    gpus_serving: int | None
+
+    def to_json(self) -> dict[str, object]:
+        """`node`, the GPU's keys, `gpus_serving`."""
+        return {"node": self.node, **self.gpu.to_json(), "gpus_serving": self.gpus_serving}
+
+
+class HeldBack(Record):
+    """The drain the budget held back on a node in service: what gpugate wanted, why not."""
+
+    reason: str
+    why: str | None
+    since: str | None  # UTC ISO
+
+
+class Suspicion(Record):
+    """A node in service that users' jobs pointed at: where from, why, what gpugate asked."""
+
+    source: str
+    detail: str | None
+    since: str | None  # UTC ISO
+    asked: str  # qualify / review
+    note: str
+
+
+class NodeRow(Record):
+    """One node's row: state, reason, who/when, evidence, drains in the window, Xids outside
+    NVIDIA's catalog, isolated GPUs, the suggested action; a held-back drain's or a
+    suspicion's details on a node in service."""
+
+    node: str
+    state: str
+    drained: bool
+    reason: str
+    set_by: str
+    since: str  # UTC ISO of the reason's time; "" unknown
+    gpugate: bool  # the reason is gpugate's
+    check: str | None = None
+    category: str | None = None
+    xid: int | None = None
+    bundle: str | None = None
+    drains: int = 0  # in the window, drills' not counted
+    same_check_drains: int = 0
+    unknown_xids: tuple[int, ...] = ()
+    isolated_gpus: tuple[IsolatedGpu, ...] = ()
+    action: str = ""
+    held: HeldBack | None = None
+    suspect: Suspicion | None = None
+
+    def named(self, node: str) -> NodeRow:
+        """This row for another node of the same state and reason."""
+        # A copy of fields already checked, not a replace(): on a 10,000-node cluster of
+        # healthy nodes this is most of the listing (about 0.5 us against 5).
+        row = object.__new__(NodeRow)
+        row.__dict__.update(self.__dict__, node=node)
+        return row
+
+    def to_json(self) -> dict[str, object]:
+        """The row as `gpugate nodes --json` prints it: a held-back drain's `would_drain_*`
+        and a suspicion's `suspect_*` keys only on those rows."""
+        out: dict[str, object] = {
+            "node": self.node, "state": self.state, "drained": self.drained,
+            "reason": self.reason, "set_by": self.set_by, "since": self.since,
+            "gpugate": self.gpugate, "check": self.check, "category": self.category,
+            "xid": self.xid, "bundle": self.bundle, "drains": self.drains,
+            "same_check_drains": self.same_check_drains, "unknown_xids": list(self.unknown_xids),
+            "isolated_gpus": [g.to_json() for g in self.isolated_gpus], "action": self.action,
+        }  # fmt: skip
+        if self.held is not None:
+            out.update(would_drain_reason=self.held.reason, would_drain_why=self.held.why,
+                       would_drain_since=self.held.since)  # fmt: skip
+        if self.suspect is not None:
+            s = self.suspect
+            out.update(suspect_source=s.source, suspect_detail=s.detail, suspect_since=s.since,
+                       suspect_asked=s.asked, suspect_note=s.note)  # fmt: skip
+        return out
+
+
 # ---------------------------------------------------------------------------- deciding
 
 
@@ -223,41 +329,41 @@ def _foreign_action(node: NodeInfo) -> str:
     return ADMIN
 
 
-def _bundle_facts(bundle: str | None) -> dict[str, Any]:
-    """Category, Xid and failing rank from a bundle's summary.json ({} when unreadable).
+def _bundle_facts(bundle: str | None) -> tuple[str | None, int | None] | None:
+    """(category, Xid) from a bundle's summary.json; None when unreadable or it says neither.
 
-    Only fields of the types the table relies on: a summary is on shared storage and a bad
-    one must cost its node's row a blank, not the whole listing.
+    A summary is on shared storage and a bad one must cost its node's row a blank, not the
+    whole listing.
     """
     if not bundle or type(bundle) is not str:
-        return {}
+        return None
 
     try:
         summary = read_summary(bundle)
     except Exception:  # any unreadable summary is "no facts"
-        return {}
+        return None
     if not isinstance(summary, EvidenceSummary):
-        return {}  # none, an invalid one (read_summary said None), or a qualification's
-    found = {"category": summary.category, "xid": summary.xid,
-             "failing_rank": summary.failing_rank, "failing_node": summary.failing_node}  # fmt: skip
-    return {k: v for k, v in found.items() if v is not None}
+        return None  # none, an invalid one (read_summary said None), or a qualification's
+    if summary.category is None and summary.xid is None:
+        return None
+    return summary.category, summary.xid
 
 
 def _latest_evidence(
     node: NodeInfo, check: str | None, past: list[DrainEntry], evidence_dir: str
-) -> tuple[str | None, dict[str, Any]]:
-    """(bundle path, what it says) for a gpugate drain: the bundle the reason names, else the
-    one of the newest drain for the same check in the history. The history entry's category
-    is used when it is about that bundle: summary.json is read only when it is not (bundles
-    are usually on shared storage, a round trip each)."""
+) -> tuple[str | None, str | None, int | None]:
+    """(bundle path, category, Xid) for a gpugate drain: the bundle the reason names, else
+    the one of the newest drain for the same check in the history. The history entry's
+    category is used when it is about that bundle: summary.json is read only when it is not
+    (bundles are usually on shared storage, a round trip each)."""
     rel = history.reason_bundle(node.reason)
     named = os.path.join(evidence_dir, rel) if rel else None
     entry = next((e for e in reversed(past) if e.check == check), None)
-    said = {"category": entry.category, "xid": entry.xid} if entry else {}
+    said = (entry.category, entry.xid) if entry else (None, None)
     bundle = named or (entry.bundle if entry else None)
     if entry and entry.category and (named is None or entry.bundle == named):
-        return bundle, said
-    return bundle, _bundle_facts(bundle) or said
+        return bundle, *said
+    return bundle, *(_bundle_facts(bundle) or said)
 
 
 def node_row(
@@ -268,57 +374,45 @@ def node_row(
     rma_after: int,
     drained: bool | None = None,
     unknown_xids: tuple[int, ...] = (),
-) -> dict[str, Any]:
+) -> NodeRow:
     """One node's row: state, reason, who/when, evidence, drains in the window, Xids outside
     NVIDIA's catalog its hooks reported in the window, action."""
     drained = node.drained if drained is None else drained
-    # A literal, not a loop over field names: this runs once per node of the cluster.
-    row = {
-        "node": node.name,
-        "state": "+".join((node.state, *node.flags)) if node.flags else node.state,
-        "drained": drained,
-        "reason": node.reason,
-        "set_by": node.reason_user,
-        "since": history.iso(node.reason_time) if node.reason_time else "",
-        "gpugate": node.gpugate_owned if node.reason else False,
-        "check": None,
-        "category": None,
-        "xid": None,
-        "bundle": None,
+    row = NodeRow(
+        node=node.name,
+        state="+".join((node.state, *node.flags)) if node.flags else node.state,
+        drained=drained,
+        reason=node.reason,
+        set_by=node.reason_user,
+        since=history.iso(node.reason_time) if node.reason_time else "",
+        gpugate=node.gpugate_owned if node.reason else False,
         # A drill's drains are simulated faults: no repeat, no RMA (history.drill_of).
-        "drains": sum(1 for e in past if e.when >= since and not history.drill_of(e))
-        if past
-        else 0,
-        "same_check_drains": 0,
-        # A tuple, not a list: rows_json() keys rows by their values (printed as a JSON list).
-        "unknown_xids": unknown_xids,
+        drains=sum(1 for e in past if e.when >= since and not history.drill_of(e)) if past else 0,
+        unknown_xids=unknown_xids,
         # The GPUs gpugate took out of the node's service (its Slurm Comment); () for most.
-        "isolated_gpus": isolated_of(node) if node.comment else (),
-        "action": NONE,
-    }
+        isolated_gpus=isolated_of(node) if node.comment else (),
+    )
     if not drained:
         return row
-    if not row["gpugate"]:
-        row["action"] = _foreign_action(node)
-        return row
+    if not row.gpugate:
+        return row.replace(action=_foreign_action(node))
     check = history.reason_check(node.reason)
-    bundle, facts = _latest_evidence(node, check, past, evidence_dir)
+    bundle, category, xid = _latest_evidence(node, check, past, evidence_dir)
     same = sum(1 for e in past if e.when >= since and e.check == check
                and not history.drill_of(e))  # fmt: skip
-    category, xid = facts.get("category"), facts.get("xid")
-    row.update(check=check, category=category, xid=xid, bundle=bundle, same_check_drains=same)
-    row["action"] = suggest_action(check, node.reason, category, xid, same, rma_after)
-    return row
+    action = suggest_action(check, node.reason, category, xid, same, rma_after)
+    return row.replace(check=check, category=category, xid=xid, bundle=bundle,
+                       same_check_drains=same, action=action)  # fmt: skip
 
 
-def urgency_key(row: dict[str, Any]) -> tuple[Any, ...]:
+def urgency_key(row: NodeRow) -> tuple[Any, ...]:
     """Sort key, most urgent first: action, repeats, then the longest-waiting drain."""
     return (
-        URGENCY[row["action"]] if row["drained"] or row["action"] == HELD else len(ACTIONS),
-        -row["same_check_drains"],
-        -row["drains"],
-        row["since"] or "~",
-        row["node"],
+        URGENCY[row.action] if row.drained or row.action == HELD else len(ACTIONS),
+        -row.same_check_drains,
+        -row.drains,
+        row.since or "~",
+        row.node,
     )
 
 
@@ -333,7 +427,7 @@ def node_rows(
     unknown: Sequence[UnknownXidsEntry] = (),
     held: dict[str, HeldEntry] | None = None,
     suspects: dict[str, FlagEntry] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[NodeRow]:
     """Rows for every node of `groups`, most urgent first; nodes in service keep Slurm's
     order, last. `unknown`: the history's entries of Xids outside NVIDIA's catalog; `held`:
     {node: held entry} of drains the budget held back (those nodes in service rank first);
@@ -343,8 +437,11 @@ def node_rows(
     held = held or {}
     suspects = suspects or {}
     xids = unknown_by_node(unknown, since)
-    urgent: list[dict[str, Any]] = []
-    rest: list[dict[str, Any]] = []
+    urgent: list[NodeRow] = []
+    rest: list[NodeRow] = []
+    # The rows of nodes without history, by all that node_row() reads of them but the name:
+    # healthy nodes are a few distinct rows, whether sinfo grouped them or not.
+    shared: dict[tuple[object, ...], NodeRow] = {}
     for first, names in groups:
         drained = first.drained
         if drained_only and not drained:
@@ -354,7 +451,8 @@ def node_rows(
             isolated = len(names) == 1 and bool(parse_comment(first.comment))
             names = [n for n in names if n in held or n in suspects or isolated]
         out = urgent if drained else rest
-        shared = None  # the row of the group's nodes without history, made once
+        key = (first.state, first.flags, first.reason, first.reason_user, first.reason_time,
+               first.comment, drained)  # fmt: skip
         for name in names:
             if name in past or name in xids or name in held or name in suspects:
                 node = first.replace(name=name) if name != first.name else first
@@ -364,48 +462,48 @@ def node_rows(
                     row = held_row(row, held[name])
                 elif not drained and name in suspects:
                     row = suspect_row(row, suspects[name])
-                (urgent if row["action"] in (HELD, SUSPECT) else out).append(row)
+                (urgent if row.action in (HELD, SUSPECT) else out).append(row)
                 continue
-            if shared is None:
-                shared = node_row(first, [], evidence_dir, since, rma_after, drained)
-            out.append(dict(shared, node=name))  # same state and reason as the group's
+            made = shared.get(key)
+            if made is None:
+                made = shared[key] = node_row(first, [], evidence_dir, since, rma_after, drained)
+            out.append(made if name == made.node else made.named(name))
     urgent.sort(key=urgency_key)
     return urgent + rest
 
 
-def held_row(row: dict[str, Any], entry: HeldEntry) -> dict[str, Any]:
+def held_row(row: NodeRow, entry: HeldEntry) -> NodeRow:
     """A node in service whose drain the budget held back: what gpugate wanted, why not."""
-    return dict(row, check=entry.check, action=HELD, would_drain_reason=entry.reason,
-                would_drain_why=entry.why, would_drain_since=entry.at)  # fmt: skip
+    return row.replace(check=entry.check, action=HELD,
+                       held=HeldBack(reason=entry.reason, why=entry.why, since=entry.at))  # fmt: skip
 
 
-def suspect_row(row: dict[str, Any], flag: FlagEntry) -> dict[str, Any]:
+def suspect_row(row: NodeRow, flag: FlagEntry) -> NodeRow:
     """A node in service that users' jobs pointed at: where from, why, what gpugate asked for."""
-    return dict(row, action=SUSPECT, suspect_source=flag.source, suspect_detail=flag.detail,
-                suspect_since=flag.at, suspect_asked=flag.action,
-                suspect_note=flag.note or "")  # fmt: skip
+    suspicion = Suspicion(source=flag.source, detail=flag.detail, since=flag.at,
+                          asked=flag.action, note=flag.note or "")  # fmt: skip
+    return row.replace(action=SUSPECT, suspect=suspicion)
 
 
-def isolated_of(node: NodeInfo) -> tuple[dict[str, Any], ...]:
-    """The node's isolated GPUs as the JSON shows them: index, minor, serial, since (ISO and
-    epoch), why."""
+def isolated_of(node: NodeInfo) -> tuple[IsolatedGpu, ...]:
+    """The node's isolated GPUs: index, minor, serial, since (ISO and epoch), why."""
     return tuple(
-        {"index": g.index, "minor": g.minor, "serial": g.serial, "since": history.iso(g.since),
-         "since_epoch": g.since, "why": g.why}
+        IsolatedGpu(index=g.index, minor=g.minor, serial=g.serial, since=history.iso(g.since),
+                    since_epoch=g.since, why=g.why)
         for g in parse_comment(node.comment)
     )  # fmt: skip
 
 
-def isolated_gpus(groups: Iterable[Group]) -> list[dict[str, Any]]:
-    """Every isolated GPU of the listing, by node then GPU index: isolated_of()'s fields with
-    `node` and `gpus_serving` (the node's GPU count as Slurm reports it now; None: unknown)."""
+def isolated_gpus(groups: Iterable[Group]) -> list[IsolatedOn]:
+    """Every isolated GPU of the listing, by node then GPU index, with the node's GPU count
+    as Slurm reports it now (None: unknown)."""
     out = []
     for node, names in groups:
         if len(names) != 1 or not node.comment:  # a group's Comment is its first node's
             continue
         for gpu in isolated_of(node):
-            out.append({"node": names[0], **gpu, "gpus_serving": node.gres_gpus})
-    return sorted(out, key=lambda e: (e["node"], e["index"]))
+            out.append(IsolatedOn(node=names[0], gpu=gpu, gpus_serving=node.gres_gpus))
+    return sorted(out, key=lambda e: (e.node, e.gpu.index))
 
 
 def unknown_by_node(
@@ -426,7 +524,7 @@ def rows_for(
     drained_only: bool = False,
     window_days: float | None = None,
     drains: list[DrainEntry] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[NodeRow]:
     """node_rows() with the configured history, evidence root, window and RMA threshold."""
     adm = config.admin
     where = history.history_dir(config)
@@ -464,7 +562,7 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def render_table(rows: list[dict[str, Any]]) -> str:
+def render_table(rows: list[NodeRow]) -> str:
     """A fixed-width table, one line per node; the reason last, uncut."""
     cells = [[h for h, _ in COLUMNS]]
     cells += [[_cell(_shown(r, k)) for _, k in COLUMNS] for r in rows]
@@ -476,27 +574,28 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def isolated_line(node: str, gpu: dict[str, Any]) -> str:
+def isolated_line(node: str, gpu: IsolatedGpu) -> str:
     """`gpu-07: isolated GPU 3 (serial 1654922010523) since 2026-12-03T10:00:00Z: gpu.ecc: ...`."""
-    serial = f" (serial {gpu['serial']})" if gpu["serial"] else ""
-    return _cell(f"{node}: isolated GPU {gpu['index']}{serial} since {gpu['since']}: {gpu['why']}")
+    serial = f" (serial {gpu.serial})" if gpu.serial else ""
+    return _cell(f"{node}: isolated GPU {gpu.index}{serial} since {gpu.since}: {gpu.why}")
 
 
-def render_isolated(rows: list[dict[str, Any]]) -> str:
+def render_isolated(rows: list[NodeRow]) -> str:
     """One line per isolated GPU of the rows ("" when none), for below the table."""
-    lines = [isolated_line(r["node"], g) for r in rows for g in r.get("isolated_gpus") or ()]
+    lines = [isolated_line(r.node, g) for r in rows for g in r.isolated_gpus]
     return "".join(f"{line}\n" for line in lines)
 
 
-def _shown(row: dict[str, Any], key: str) -> object:
+def _shown(row: NodeRow, key: str) -> object:
     """A row's value for the table: a held-back drain's reason says what gpugate wanted."""
-    if key == "reason" and row["action"] == HELD and not row["reason"]:
-        return f"wanted: {row['would_drain_reason']} (held back: {row['would_drain_why']})"
-    if key == "reason" and row["action"] == SUSPECT and not row["reason"]:
-        asked = "qualification started" if row["suspect_asked"] == "qualify" else "review"
-        return (f"pointed at by users' jobs ({row['suspect_source']}): {row['suspect_detail']}; "
-                f"{asked} since {row['suspect_since']} (not drained)")  # fmt: skip
-    return row[key]
+    if key == "reason" and row.held is not None and row.action == HELD and not row.reason:
+        return f"wanted: {row.held.reason} (held back: {row.held.why})"
+    s = row.suspect
+    if key == "reason" and s is not None and row.action == SUSPECT and not row.reason:
+        asked = "qualification started" if s.asked == "qualify" else "review"
+        return (f"pointed at by users' jobs ({s.source}): {s.detail}; "
+                f"{asked} since {s.since} (not drained)")  # fmt: skip
+    return getattr(row, key)
 
 
 def _cell(value: object) -> str:
@@ -512,31 +611,28 @@ def _cell(value: object) -> str:
     return text if len(text) <= 400 else text[:397] + "..."
 
 
-def rows_json(rows: list[dict[str, Any]]) -> str:
-    """The rows as a compact JSON array, equal to json.dumps(rows).
+def rows_json(rows: list[NodeRow]) -> str:
+    """The rows as a compact JSON array, equal to json.dumps of their to_json().
 
     Most nodes of a cluster differ only in their name, and encoding 10,000 rows costs more
-    than parsing Slurm's listing: rows equal but for their first key (`node`) share the
+    than parsing Slurm's listing: rows equal but for their first field (`node`) share the
     encoding of the rest.
     """
-
-    rests: dict[tuple[Any, ...], str] = {}
+    rests: dict[tuple[object, ...], str] = {}
     parts = []
     for row in rows:
-        items = iter(row.items())
-        first, name = next(items)
-        key = tuple(items)
-        if row.get("isolated_gpus"):  # dicts cannot key the cache; such rows are few
-            rest = json.dumps(dict(key), separators=(",", ":"))[1:]
-        else:
-            cached = rests.get(key)
-            if cached is None:
-                cached = rests[key] = json.dumps(dict(key), separators=(",", ":"))[1:]
-            rest = cached
-        parts.append(
-            f"{{{quote(first)}:{quote(name)},{rest}" if key else f"{{{quote(first)}:{quote(name)}}}"
-        )
+        key = _rest_of(row)
+        rest = rests.get(key)
+        if rest is None:
+            doc = row.to_json()
+            del doc["node"]
+            rest = rests[key] = json.dumps(doc, separators=(",", ":"))[1:]
+        parts.append(f"{{{quote('node')}:{quote(row.node)},{rest}")
     return "[" + ",".join(parts) + "]"
+
+
+# Every field but `node` (the first), as one tuple: what rows_json caches a row's encoding by.
+_rest_of = attrgetter(*NodeRow._fields[1:])
 
 
 def now_iso(now: float | None = None) -> str:

@@ -20,10 +20,11 @@ from html import escape
 from urllib.parse import quote
 
 from gpugate.admin import charts
-from gpugate.admin.losses import HOW_COMPUTED, by_category, resumed_from
+from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
+from gpugate.record import Record
 from gpugate.store import history
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
 from gpugate.store.outcomes import FIELDS, check_record, drill_drains
@@ -32,8 +33,11 @@ from gpugate.text import printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
+    from gpugate.admin.losses import Bundle, Requeue
+    from gpugate.admin.nodes import IsolatedOn, NodeRow
+    from gpugate.store.drills import DrillEntry
+    from gpugate.store.qualify import QualifyEntry, QualifyTestResult
     from gpugate.store.suspects import FlagEntry
 
 TIMELINE_MAX = 500  # events shown; the page stays readable and small on a busy cluster
@@ -74,7 +78,7 @@ def esc(value: object) -> str:
     return escape(printable(value), quote=True)
 
 
-def kept_serving(isolated: Sequence[dict[str, Any]], since: float, now: float) -> dict[str, float]:
+def kept_serving(isolated: Sequence[IsolatedOn], since: float, now: float) -> dict[str, float]:
     """{node: GPU-hours it kept serving in the window}: the GPUs Slurm counts on it now times
     the hours since its earliest isolation (from the window's start at the earliest).
 
@@ -83,9 +87,9 @@ def kept_serving(isolated: Sequence[dict[str, Any]], since: float, now: float) -
     """
     first: dict[str, tuple[float, int | None]] = {}
     for e in isolated:
-        when = float(e["since_epoch"])
-        if e["node"] not in first or when < first[e["node"]][0]:
-            first[e["node"]] = (when, e.get("gpus_serving"))
+        when = float(e.gpu.since_epoch)
+        if e.node not in first or when < first[e.node][0]:
+            first[e.node] = (when, e.gpus_serving)
     return {
         node: max(0.0, now - max(when, since)) / 3600 * gpus
         for node, (when, gpus) in sorted(first.items())
@@ -100,16 +104,17 @@ KEPT_HOW = (
 )
 
 
-def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float]) -> str:
+def isolated_section(isolated: Sequence[IsolatedOn], kept: dict[str, float]) -> str:
     """The GPUs gpugate isolated (node Comments), by node: which, since when, why, and the
     GPU-hours each node kept serving."""
     body = [
-        f'<tr><td class="node">{esc(e["node"])}</td><td class="n">{esc(e["index"])}</td>'
-        f'<td class="n">{esc(e["minor"])}</td><td><code>{esc(e["serial"])}</code></td>'
-        f'<td class="time">{esc(e["since"])}</td><td class="reason">{esc(e["why"])}</td>'
-        f'<td class="n">{esc(e.get("gpus_serving"))}</td>'
-        f'<td class="n">{_hours(kept.get(e["node"]))}</td></tr>'
+        f'<tr><td class="node">{esc(e.node)}</td><td class="n">{esc(g.index)}</td>'
+        f'<td class="n">{esc(g.minor)}</td><td><code>{esc(g.serial)}</code></td>'
+        f'<td class="time">{esc(g.since)}</td><td class="reason">{esc(g.why)}</td>'
+        f'<td class="n">{esc(e.gpus_serving)}</td>'
+        f'<td class="n">{_hours(kept.get(e.node))}</td></tr>'
         for e in isolated
+        for g in (e.gpu,)
     ]
     headers = ("Node", "GPU", "Minor", "Serial", "Isolated since", "Why", "GPUs still serving",
                "GPU-hours kept serving (node)")  # fmt: skip
@@ -117,9 +122,17 @@ def isolated_section(isolated: Sequence[dict[str, Any]], kept: dict[str, float])
     return f'<p class="meta">{esc(KEPT_HOW)}</p>{table}' if body else table
 
 
-def repeat_offenders(
-    drains: list[DrainEntry], since: float, min_drains: int = 2
-) -> list[dict[str, Any]]:
+class Offender(Record):
+    """A node drained repeatedly in the window: how often, by which check, its last drain."""
+
+    node: str
+    drains: int
+    checks: dict[str, int]  # check id -> its drains ("?": a drain without one)
+    last: float  # the last drain's time (epoch)
+    last_reason: str | None
+
+
+def repeat_offenders(drains: list[DrainEntry], since: float, min_drains: int = 2) -> list[Offender]:
     """Nodes drained at least `min_drains` times since `since`: count, by check, last drain
     (a drill's drains are simulated: not counted)."""
     out = []
@@ -130,9 +143,9 @@ def repeat_offenders(
         checks: dict[str, int] = {}
         for e in entries:
             checks[e.check or "?"] = checks.get(e.check or "?", 0) + 1
-        out.append({"node": node, "drains": len(entries), "checks": checks,
-                    "last": entries[-1].when, "last_reason": entries[-1].reason})  # fmt: skip
-    return sorted(out, key=lambda o: (-o["drains"], -max(o["checks"].values()), o["node"]))
+        out.append(Offender(node=node, drains=len(entries), checks=checks,
+                            last=entries[-1].when, last_reason=entries[-1].reason))  # fmt: skip
+    return sorted(out, key=lambda o: (-o.drains, -max(o.checks.values()), o.node))
 
 
 def timeline(
@@ -141,13 +154,21 @@ def timeline(
     since: float,
     limit: int = TIMELINE_MAX,
     held: Sequence[HeldEntry] = (),
-) -> list[dict[str, Any]]:
+) -> list[Happening]:
     """Drains, held-back drains, repairs and resumes since `since`, newest first, at most `limit`."""
-    events = [dict(e.to_json(), event="drain") for e in drains if e.when >= since]
-    events += [dict(e.to_json(), event="held") for e in held if e.when >= since]
-    events += [dict(e.to_json(), event=resume_event(e)) for e in resumes if e.when >= since]
-    events.sort(key=lambda e: e.get("when", 0), reverse=True)
+    events = [Happening(event="drain", entry=e) for e in drains if e.when >= since]
+    events += [Happening(event="held", entry=e) for e in held if e.when >= since]
+    events += [Happening(event=resume_event(e), entry=e) for e in resumes if e.when >= since]
+    events.sort(key=lambda e: e.entry.when, reverse=True)
     return events[:limit]
+
+
+class Happening(Record):
+    """One event of the timeline: what (`drain`, `held`, `resume`, `refused`, `repair`) and
+    the history's entry of it."""
+
+    event: str
+    entry: DrainEntry | HeldEntry | AuditEntry
 
 
 _LABELS = {"drain": "drain", "resume": "resume", "refused": "resume refused", "repair": "repair",
@@ -170,27 +191,27 @@ def _table(headers: tuple[str, ...], body: list[str], empty: str) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _action(row: dict[str, Any]) -> str:
+def _action(row: NodeRow) -> str:
+    return f'<span class="a u{URGENCY.get(row.action, 9)}">{esc(row.action)}</span>'
 
-    return f'<span class="a u{URGENCY.get(row["action"], 9)}">{esc(row["action"])}</span>'
 
-
-def drained_section(rows: list[dict[str, Any]]) -> str:
+def drained_section(rows: list[NodeRow]) -> str:
     """The drained nodes, most urgent first, with reason, evidence and suggested action."""
     body = []
     for r in rows:
-        owner = "gpugate" if r["gpugate"] else "other"
-        if r["action"] == HELD:  # in service: the reason gpugate wanted, and why not
+        owner = "gpugate" if r.gpugate else "other"
+        reason, set_by, since = r.reason, r.set_by, r.since
+        if r.action == HELD and r.held:  # in service: the reason gpugate wanted, and why not
             owner = "held back by the drain budget"
-            r = dict(r, reason=f"wanted: {r['would_drain_reason']} ({r['would_drain_why']})",
-                     set_by="gpugate", since=r["would_drain_since"])  # fmt: skip
+            reason, set_by = f"wanted: {r.held.reason} ({r.held.why})", "gpugate"
+            since = r.held.since or ""
         body.append(
             "<tr>"
-            f'<td class="node">{esc(r["node"])}</td><td>{esc(r["state"])}</td>'
-            f"<td>{_action(r)}</td><td>{esc(r['check'])}</td><td>{esc(r['category'])}</td>"
-            f'<td class="drains">{esc(r["drains"])}</td>'
-            f'<td>{esc(r["set_by"])} ({owner})</td><td class="time">{esc(r["since"])}</td>'
-            f'<td class="reason">{esc(r["reason"])}</td><td><code>{esc(r["bundle"])}</code></td>'
+            f'<td class="node">{esc(r.node)}</td><td>{esc(r.state)}</td>'
+            f"<td>{_action(r)}</td><td>{esc(r.check)}</td><td>{esc(r.category)}</td>"
+            f'<td class="drains">{esc(r.drains)}</td>'
+            f'<td>{esc(set_by)} ({owner})</td><td class="time">{esc(since)}</td>'
+            f'<td class="reason">{esc(reason)}</td><td><code>{esc(r.bundle)}</code></td>'
             "</tr>"
         )
     headers = ("Node", "State", "Suggested action", "Check", "Category", "Drains",
@@ -198,38 +219,39 @@ def drained_section(rows: list[dict[str, Any]]) -> str:
     return _table(headers, body, "No drained nodes. No drain held back by the budget.")
 
 
-def offenders_section(offenders: list[dict[str, Any]], window_days: float) -> str:
+def offenders_section(offenders: list[Offender], window_days: float) -> str:
     """Nodes drained repeatedly within the window."""
     body = []
     for o in offenders:
-        checks = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(o["checks"].items()))
+        checks = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(o.checks.items()))
         body.append(
-            f'<tr><td class="node">{esc(o["node"])}</td><td class="drains">{esc(o["drains"])}</td>'
-            f'<td>{esc(checks)}</td><td class="time">{esc(history.iso(o["last"]))}</td>'
-            f'<td class="reason">{esc(o["last_reason"])}</td></tr>'
+            f'<tr><td class="node">{esc(o.node)}</td><td class="drains">{esc(o.drains)}</td>'
+            f'<td>{esc(checks)}</td><td class="time">{esc(history.iso(o.last))}</td>'
+            f'<td class="reason">{esc(o.last_reason)}</td></tr>'
         )
     headers = ("Node", f"Drains in {window_days:g} days", "By check", "Last drain", "Last reason")
     return _table(headers, body, "No node was drained more than once in the window.")
 
 
-def timeline_section(events: list[dict[str, Any]]) -> str:
+def timeline_section(events: list[Happening]) -> str:
     """Drains and resumes, newest first."""
     body = []
-    for e in events:
-        if e["event"] == "drain":
-            what = esc(e.get("reason") or e.get("check"))  # the reason starts with the check
-            if e.get("bundle"):
-                what += f" <code>{esc(e['bundle'])}</code>"
-        elif e["event"] == "held":
-            what = f"wanted: {esc(e.get('reason'))}; held back: {esc(e.get('why'))}"
+    for h in events:
+        e = h.entry
+        if isinstance(e, DrainEntry):
+            what = esc(e.reason or e.check)  # the reason starts with the check
+            if e.bundle:
+                what += f" <code>{esc(e.bundle)}</code>"
+        elif isinstance(e, HeldEntry):
+            what = f"wanted: {esc(e.reason)}; held back: {esc(e.why)}"
         else:
-            forced = " (forced)" if e.get("forced") else ""
-            what = (f"by {esc(e.get('who'))}{forced}: {esc(e.get('why'))}; "
-                    f"check result: {esc(_result(e.get('result')))}")  # fmt: skip
+            forced = " (forced)" if e.forced else ""
+            what = (f"by {esc(e.who)}{forced}: {esc(e.why)}; "
+                    f"check result: {esc(_result(e.result))}")  # fmt: skip
         body.append(
-            f'<tr><td class="time">{esc(history.iso(e.get("when")))}</td>'
-            f'<td class="node">{esc(e["node"])}</td>'
-            f'<td class="{e["event"]}">{_LABELS[e["event"]]}</td><td class="reason">{what}</td></tr>'
+            f'<tr><td class="time">{esc(history.iso(e.when))}</td>'
+            f'<td class="node">{esc(e.node)}</td>'
+            f'<td class="{h.event}">{_LABELS[h.event]}</td><td class="reason">{what}</td></tr>'
         )
     return _table(("Time", "Node", "Event", "Detail"), body, "No drains or resumes in the window.")
 
@@ -265,12 +287,12 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _bundle_link(f: dict[str, Any]) -> str:
-    code = f"<code>{esc(f['path'])}</code>"
-    return f'<a href="{esc(f["href"])}">{code}</a>' if f.get("href") else code
+def _bundle_link(f: Bundle) -> str:
+    code = f"<code>{esc(f.path)}</code>"
+    return f'<a href="{esc(f.href)}">{code}</a>' if f.href else code
 
 
-def failures_section(costs: Sequence[dict[str, Any]]) -> str:
+def failures_section(costs: Sequence[Bundle]) -> str:
     """Failures and GPU-hours lost by category: two bar charts, the table, how it is computed."""
     rows = by_category(costs)
     if not rows:
@@ -285,17 +307,17 @@ def failures_section(costs: Sequence[dict[str, Any]]) -> str:
     return f'<p class="meta">{esc(HOW_COMPUTED)}</p><div class="charts">{figures}</div>{table}'
 
 
-def runs_section(costs: Sequence[dict[str, Any]]) -> str:
+def runs_section(costs: Sequence[Bundle]) -> str:
     """Each failed run: when, where, cause, GPUs, from when its work was lost, its bundle."""
     body = []
-    for f in sorted(costs, key=lambda f: f["failed"] or 0, reverse=True):
-        frm = "checkpoint" if f.get("from_checkpoint") else "run start"
+    for f in sorted(costs, key=lambda f: f.failed or 0, reverse=True):
+        frm = "checkpoint" if f.from_checkpoint else "run start"
         body.append(
-            f'<tr><td class="time">{esc(history.iso(f["failed"]))}</td><td>{esc(f["job"])}</td>'
-            f'<td class="n">{esc(f["restart"])}</td><td class="node">{esc(f["node"])}</td>'
-            f'<td>{esc(f["category"])}</td><td class="n">{esc(f["gpus"])}</td>'
-            f'<td class="time">{esc(history.iso(f["lost_from"]))} ({frm})</td>'
-            f'<td class="n">{_hours(f["gpu_hours"])}</td><td>{_checkpoint_age(f)}</td>'
+            f'<tr><td class="time">{esc(history.iso(f.failed))}</td><td>{esc(f.job)}</td>'
+            f'<td class="n">{esc(f.restart)}</td><td class="node">{esc(f.node)}</td>'
+            f'<td>{esc(f.category)}</td><td class="n">{esc(f.gpus)}</td>'
+            f'<td class="time">{esc(history.iso(f.lost_from))} ({frm})</td>'
+            f'<td class="n">{_hours(f.gpu_hours)}</td><td>{_checkpoint_age(f)}</td>'
             f"<td>{_bundle_link(f)}</td></tr>"
         )
     headers = ("Failed", "Job", "Run", "Node", "Cause", "GPUs", "Work lost since",
@@ -303,30 +325,25 @@ def runs_section(costs: Sequence[dict[str, Any]]) -> str:
     return _table(headers, body, "No failed run in the window.")
 
 
-def _checkpoint_age(f: dict[str, Any]) -> str:
+def _checkpoint_age(f: Bundle) -> str:
     """The age the epilog recorded (stale: over checkpoints.max_age_s), or a dash."""
-
-    age, stale = f.get("checkpoint_age_s"), f.get("checkpoint_stale")
+    age, stale = f.checkpoint_age_s, f.checkpoint_stale
     text = "none complete" if age is None else esc(span(age))
     if stale:
         return f"{text} <strong>stale</strong>"
     return text if age is not None else "\u2013"
 
 
-def requeues_section(events: Sequence[dict[str, Any]]) -> str:
+def requeues_section(events: Sequence[Requeue]) -> str:
     """EpilogSlurmctld's requeue decisions, newest first, with the checkpoint resumed from."""
     body = []
-    for e in sorted(events, key=lambda e: e["when"], reverse=True):
-        verdict = "requeued" if e.get("requeue") is True else "not requeued"
-        suspects = (
-            ", ".join(map(str, e.get("suspects") or []))
-            if isinstance(e.get("suspects"), list)
-            else ""
-        )
+    for e in sorted(events, key=lambda e: e.when, reverse=True):
+        verdict = "requeued" if e.requeue is True else "not requeued"
+        suspects = ", ".join(e.suspects)
         body.append(
-            f'<tr><td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["job"])}</td>'
-            f'<td class="n">{esc(e.get("restarts"))}</td><td>{verdict}</td>'
-            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(e.get("category"))}</td>'
+            f'<tr><td class="time">{esc(history.iso(e.when))}</td><td>{esc(e.job)}</td>'
+            f'<td class="n">{esc(e.restarts)}</td><td>{verdict}</td>'
+            f'<td class="reason">{esc(e.why)}</td><td>{esc(e.category)}</td>'
             f"<td>{esc(suspects)}</td><td>{_resumed_cell(e)}</td></tr>"
         )
     headers = ("Decided", "Job", "Run", "Decision", "Why", "Cause", "Suspects",
@@ -334,9 +351,9 @@ def requeues_section(events: Sequence[dict[str, Any]]) -> str:
     return _table(headers, body, "No requeue decision in the window.")
 
 
-def _resumed_cell(event: dict[str, Any]) -> str:
+def _resumed_cell(event: Requeue) -> str:
     """The checkpoint a requeued run resumed from, or why it is unknown here (never blank)."""
-    path, words = resumed_from(event)
+    path, words = event.resumed_from()
     return f"<code>{esc(path)}</code>" if path else esc(words)
 
 
@@ -353,12 +370,12 @@ def held_section(held: Sequence[HeldEntry], since: float) -> str:
     return _table(headers, body, "The drain budget held no drain back in the window.")
 
 
-def latest_per_node(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest_per_node(entries: Sequence[QualifyEntry]) -> list[QualifyEntry]:
     """Each node's newest qualification entry, by node name."""
-    newest: dict[str, dict[str, Any]] = {}
+    newest: dict[str, QualifyEntry] = {}
     for e in entries:
-        if e["when"] >= newest.get(e["node"], {}).get("when", float("-inf")):
-            newest[e["node"]] = e
+        if e.node not in newest or e.when >= newest[e.node].when:
+            newest[e.node] = e
     return [newest[n] for n in sorted(newest)]
 
 
@@ -366,63 +383,62 @@ def _gbps(value: object) -> str:
     return f" {value:.1f} GB/s" if isinstance(value, (int, float)) else ""
 
 
-def measured(test: dict[str, Any]) -> str:
+def measured(test: QualifyTestResult) -> str:
     """One test result as a line: `pair n1-n2 3.2 GB/s (floor 9.0): FAIL`."""
-    name = str(test.get("test"))
+    name = test.test
     if name == "pair":
-        name += " " + "-".join(map(str, test.get("nodes") or ()))
-    floor = _gbps(test.get("floor_gbps")).replace(" GB/s", "")
-    verdict = {True: "ok", False: "FAIL"}.get(test.get("ok"), "not judged")  # type: ignore[arg-type]  # JSON: any other value is "not judged"
-    return f"{name}{_gbps(test.get('value_gbps'))}{f' (floor{floor})' if floor else ''}: {verdict}"
+        name += " " + "-".join(test.nodes)
+    floor = _gbps(test.floor_gbps).replace(" GB/s", "")
+    verdict = "not judged" if test.ok is None else "ok" if test.ok else "FAIL"
+    return f"{name}{_gbps(test.value_gbps)}{f' (floor{floor})' if floor else ''}: {verdict}"
 
 
-def qualify_section(entries: list[dict[str, Any]]) -> str:
+def qualify_section(entries: Sequence[QualifyEntry]) -> str:
     """Each node's latest qualification: level, result, values against floors, failures, why."""
     body = []
     for e in latest_per_node(entries):
-        tests = [t for t in e.get("tests") or () if isinstance(t, dict)]
-        values = "<br>".join(esc(measured(t)) for t in tests)
-        failures = "<br>".join(esc(f"{t.get('test')}: {t.get('detail') or 'failed'}") for t in tests
-                               if t.get("ok") is False)  # fmt: skip
-        result = "passed qualification" if e["passed"] else (
+        values = "<br>".join(esc(measured(t)) for t in e.tests)
+        failures = "<br>".join(esc(f"{t.test}: {t.detail or 'failed'}") for t in e.tests
+                               if t.ok is False)  # fmt: skip
+        result = "passed qualification" if e.passed else (
             "qualification failure" if failures else "not qualified")  # fmt: skip
         body.append(
-            f'<tr><td class="node">{esc(e["node"])}</td>'
-            f'<td class="time">{esc(history.iso(e["when"]))}</td><td>{esc(e["level"])}</td>'
+            f'<tr><td class="node">{esc(e.node)}</td>'
+            f'<td class="time">{esc(history.iso(e.when))}</td><td>{esc(e.level)}</td>'
             f"<td>{result}</td><td>{values}</td><td>{failures}</td>"
-            f'<td class="reason">{esc(e.get("why"))}</td><td>{esc(", ".join(e["job_ids"]))}</td>'
-            f'<td class="reason">{esc(e.get("trigger") or "an admin")}</td></tr>'
+            f'<td class="reason">{esc(e.why)}</td><td>{esc(", ".join(e.job_ids))}</td>'
+            f'<td class="reason">{esc(e.trigger or "an admin")}</td></tr>'
         )
     headers = ("Node", "Latest run", "Level", "Result", "Measured (floor)", "Failures",
                "Verdict (pairs: the link or the node)", "Jobs", "Asked by")  # fmt: skip
     return _table(headers, body, "No qualification recorded (gpugate qualify).")
 
 
-def kind_label(bundle: dict[str, Any]) -> str:
+def kind_label(bundle: Bundle) -> str:
     """What a qualification or drill bundle is, in words: `passed qualification`,
     `qualification failure`, `not qualified`, `drill <id>`."""
-    if bundle["kind"] == "drill":
-        return f"drill {bundle.get('drill') or ''}".strip()
-    return str(bundle.get("label") or bundle["kind"])
+    if bundle.kind == "drill":
+        return f"drill {bundle.drill or ''}".strip()
+    return bundle.qualification.label if bundle.qualification else bundle.kind
 
 
-def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, Any]] = ()) -> str:
+def kinds_section(bundles: Sequence[Bundle], drills: Sequence[DrillEntry] = ()) -> str:
     """The window's qualification and drill bundles, newest first: never failed runs. A
     drill's row names its fault from the drill records (drills.jsonl) when they are here."""
-    faults = {str(d.get("id")): str(d.get("injected") or d.get("fault")) for d in drills}
+    faults = {d.id: d.injected or d.fault for d in drills}
     body = []
-    for b in sorted(bundles, key=lambda b: b["failed"] or 0, reverse=True):
+    for b in sorted(bundles, key=lambda b: b.failed or 0, reverse=True):
         why: object
-        if b["kind"] == "drill":
-            fault = faults.get(str(b.get("drill")))
-            shown = "; ".join(b.get("hardware_findings") or ()) or b.get("category")
+        if b.kind == "drill":
+            fault = faults.get(str(b.drill))
+            shown = "; ".join(b.hardware_findings) or b.category
             why = f"simulated: {fault}" if fault else f"simulated fault ({shown})"
         else:
-            why = b.get("why")
+            why = b.qualification.why if b.qualification else None
         body.append(
-            f'<tr><td class="time">{esc(history.iso(b["failed"]))}</td>'
-            f'<td class="{esc(b["kind"])}">{esc(kind_label(b))}</td><td>{esc(b["job"])}</td>'
-            f'<td class="node">{esc(b["node"])}</td><td class="reason">{esc(why)}</td>'
+            f'<tr><td class="time">{esc(history.iso(b.failed))}</td>'
+            f'<td class="{esc(b.kind)}">{esc(kind_label(b))}</td><td>{esc(b.job)}</td>'
+            f'<td class="node">{esc(b.node)}</td><td class="reason">{esc(why)}</td>'
             f"<td>{_bundle_link(b)}</td></tr>"
         )
     headers = ("When", "What", "Job", "Node", "Why (a qualification's reason, a drill's fault)",
@@ -431,13 +447,12 @@ def kinds_section(bundles: Sequence[dict[str, Any]], drills: Sequence[dict[str, 
 
 
 def flag_outcome(
-    flag: FlagEntry, qualifications: list[dict[str, Any]], resumes: list[AuditEntry]
+    flag: FlagEntry, qualifications: Sequence[QualifyEntry], resumes: list[AuditEntry]
 ) -> str:
     """What became of a suspect flag: the first qualification or resume of its node after it."""
-    after: list[tuple[float, dict[str, Any] | AuditEntry]] = [
-        (q["when"], q) for q in qualifications
-        if q["node"] == flag.node and q["when"] >= flag.when
-    ]  # fmt: skip
+    after: list[tuple[float, QualifyEntry | AuditEntry]] = [
+        (q.when, q) for q in qualifications if q.node == flag.node and q.when >= flag.when
+    ]
     after += [(r.when, r) for r in resumes if r.node == flag.node
               and r.when >= flag.when and r.resumed]  # fmt: skip
     if not after:
@@ -445,15 +460,15 @@ def flag_outcome(
     _, e = min(after, key=lambda t: t[0])
     if isinstance(e, AuditEntry):
         return f"closed by a resume ({e.who}, {history.iso(e.when)})"
-    jobs = ", ".join(e.get("job_ids") or ())
-    if e["passed"]:
-        return f"qualified and cleared (level {e['level']}, job {jobs}): kept in service"
-    return f"qualification failed (job {jobs}): {e.get('why')}"
+    jobs = ", ".join(e.job_ids)
+    if e.passed:
+        return f"qualified and cleared (level {e.level}, job {jobs}): kept in service"
+    return f"qualification failed (job {jobs}): {e.why}"
 
 
 def suspects_section(
     flags: list[FlagEntry],
-    qualifications: list[dict[str, Any]],
+    qualifications: Sequence[QualifyEntry],
     resumes: list[AuditEntry],
     since: float,
 ) -> str:
@@ -497,8 +512,8 @@ def repeats_chart(drains: list[DrainEntry], since: float) -> str:
 
 
 def cost_sections(
-    costs: Sequence[dict[str, Any]],
-    requeues: Sequence[dict[str, Any]],
+    costs: Sequence[Bundle],
+    requeues: Sequence[Requeue],
     held: Sequence[HeldEntry],
     since: float,
 ) -> list[str]:
@@ -516,10 +531,10 @@ def cost_sections(
 
 
 def _cards(
-    rows: list[dict[str, Any]],
-    record: dict[str, Any],
-    events: list[dict[str, Any]],
-    costs: Sequence[dict[str, Any]],
+    rows: list[NodeRow],
+    record: dict[str, dict[str, int]],
+    events: list[Happening],
+    costs: Sequence[Bundle],
     window_days: float,
     total_nodes: int | None,
     drains: int = 0,
@@ -527,16 +542,16 @@ def _cards(
     # The numbers at the top of the page, one card each.
     cards = [
         ("nodes", "-" if total_nodes is None else total_nodes),
-        ("drained", sum(1 for r in rows if r["drained"])),
-        ("drained by gpugate", sum(1 for r in rows if r["drained"] and r["gpugate"])),
-        (HELD, sum(1 for r in rows if r["action"] == HELD)),
+        ("drained", sum(1 for r in rows if r.drained)),
+        ("drained by gpugate", sum(1 for r in rows if r.drained and r.gpugate)),
+        (HELD, sum(1 for r in rows if r.action == HELD)),
         ("lifted without repair", sum(v["lifted_unrepaired"] for v in record.values())),
-        ("RMA candidates", sum(1 for r in rows if r["action"] == RMA)),
+        ("RMA candidates", sum(1 for r in rows if r.action == RMA)),
         # Not the timeline's events: those hold drills' drains and stop at TIMELINE_MAX.
         (f"drains in {window_days:g} days", drains),
-        (f"resumes in {window_days:g} days", sum(1 for e in events if e["event"] == "resume")),
+        (f"resumes in {window_days:g} days", sum(1 for e in events if e.event == "resume")),
         (f"failures in {window_days:g} days", len(costs)),
-        ("GPU-hours lost", _hours(sum(c["gpu_hours"] or 0.0 for c in costs))),
+        ("GPU-hours lost", _hours(sum(c.gpu_hours or 0.0 for c in costs))),
     ]
     card_html = "".join(
         f'<div class="card" id="{esc(k.split()[0])}-card"><b>{esc(v)}</b>{esc(k)}</div>'
@@ -546,7 +561,7 @@ def _cards(
 
 
 def render_html(
-    rows: list[dict[str, Any]],
+    rows: list[NodeRow],
     drains: list[DrainEntry],
     resumes: list[AuditEntry],
     window_days: float = 30,
@@ -554,13 +569,13 @@ def render_html(
     total_nodes: int | None = None,
     notice: str | None = None,
     held: Sequence[HeldEntry] = (),
-    costs: Sequence[dict[str, Any]] = (),
-    requeues: Sequence[dict[str, Any]] = (),
-    qualifications: Sequence[dict[str, Any]] = (),
+    costs: Sequence[Bundle] = (),
+    requeues: Sequence[Requeue] = (),
+    qualifications: Sequence[QualifyEntry] = (),
     flags: Sequence[FlagEntry] = (),
-    others: Sequence[dict[str, Any]] = (),
-    drills: Sequence[dict[str, Any]] = (),
-    isolated: Sequence[dict[str, Any]] = (),
+    others: Sequence[Bundle] = (),
+    drills: Sequence[DrillEntry] = (),
+    isolated: Sequence[IsolatedOn] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -574,7 +589,7 @@ def render_html(
     offenders = repeat_offenders(drains, since)
     events = timeline(drains, resumes, since, held=held)
     # Which nodes Slurm shows drained is known only when it could be read (total_nodes).
-    drained_now = {r["node"] for r in rows if r["drained"]} if total_nodes is not None else None
+    drained_now = {r.node for r in rows if r.drained} if total_nodes is not None else None
     record = check_record(drains, resumes, since, drained_now)
 
     card_html = _cards(rows, record, events, costs, window_days, total_nodes,

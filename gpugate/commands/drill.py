@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from gpugate.admin.losses import resumed_from
+from gpugate.admin.losses import decision, resumed_from
 from gpugate.admin.resume import Request, check_then_resume
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.config import load_config
@@ -298,15 +298,16 @@ def requeue_checkpoint(config: Config, job: str, comment: str) -> tuple[str | No
         except OSError:
             continue
         for e in reversed(events):
-            if e.extra.get("job") == job and e.extra.get("requeue"):
-                return resumed_from(e.to_json())
+            d = decision(e, 0.0)  # any time: the newest line of the job
+            if d is not None and d.job == job and d.requeue:
+                return d.resumed_from()
     for marker in ("resume from ", "resumes from the newest complete checkpoint in "):
         if marker in comment:
             found = comment.split(marker, 1)[1].split(";")[0].split(" | ")[0].strip()
             found = found.removesuffix(", found by the job's TaskProlog")
             if marker.startswith("resume "):
                 return found, found
-            return None, resumed_from({"requeue": True, "ckpt_dir": found})[1]
+            return None, resumed_from(None, True, found)[1]
     return None, UNKNOWN
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from argparse import ArgumentParser
     from typing import Any
 
+    from gpugate.admin.losses import Requeue
     from gpugate.config.schema import Config
     from gpugate.flightrec.records import Culprit
     from gpugate.store.entries import HeldEntry
@@ -249,7 +250,7 @@ def main(argv: list[str]) -> int:
         }
         if is_job:  # the rank the others waited for, from the dumps the epilog read
             out["flight_recorder"] = fr.to_json() if fr else None
-            out["decisions"] = decisions
+            out["decisions"] = [d.to_json() for d in decisions]
 
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
@@ -260,23 +261,22 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def job_decisions(config: Config, job: str) -> list[dict[str, Any]]:
+def job_decisions(config: Config, job: str) -> list[Requeue]:
     """EpilogSlurmctld's decisions on `job`, oldest first (its events in controller_dir, and
     in state_dir where an older release wrote them)."""
 
     dirs = tuple(dict.fromkeys((config.state_dir, history.controller_dir(config))))
-    return [e for e in losses.requeue_events(dirs, 0.0) if e.get("job") == job]
+    return [e for e in losses.requeue_events(dirs, 0.0) if e.job == job]
 
 
-def decision_line(e: dict[str, Any]) -> str:
+def decision_line(e: Requeue) -> str:
     """One decision: `run 0 (2026-12-01T10:00:00Z): requeued: infrastructure failure (...)`."""
-    said = e.get("said")
-    if not isinstance(said, str) or not said:
-        said = f"{'requeued' if e.get('requeue') else 'not requeued'}: {e.get('why') or '?'}"
-    return f"run {e.get('restarts', '?')} ({e.get('time', '?')}): {said}"
+    said = e.said or f"{'requeued' if e.requeue else 'not requeued'}: {e.why or '?'}"
+    run = "?" if e.restarts is None else e.restarts
+    return f"run {run} ({e.event.time}): {said}"
 
 
-def render_decisions(decisions: list[dict[str, Any]]) -> str:
+def render_decisions(decisions: list[Requeue]) -> str:
     """The controller's decisions block ("" when there are none)."""
     if not decisions:
         return ""
@@ -285,9 +285,10 @@ def render_decisions(decisions: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _print_decisions_only(target: str, decisions: list[dict[str, Any]], as_json: bool) -> int:
+def _print_decisions_only(target: str, decisions: list[Requeue], as_json: bool) -> int:
     if as_json:
-        out = {"target": target, "kind": "job", "bundles": [], "decisions": decisions}
+        out = {"target": target, "kind": "job", "bundles": [],
+               "decisions": [d.to_json() for d in decisions]}  # fmt: skip
         sys.stdout.write(dumps(out, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(f"0 evidence bundles for job {target}." + render_decisions(decisions))

@@ -26,8 +26,12 @@ if TYPE_CHECKING:
     from argparse import ArgumentParser
     from typing import Any
 
+    from gpugate.admin.losses import Bundle
+    from gpugate.admin.nodes import IsolatedOn, NodeRow
     from gpugate.config.schema import Config
+    from gpugate.store.drills import DrillEntry
     from gpugate.store.entries import AuditEntry, DrainEntry
+    from gpugate.store.qualify import QualifyEntry
 
 
 def parser() -> ArgumentParser:
@@ -76,7 +80,7 @@ def main(argv: list[str]) -> int:
     drains = history.drains(where)
     rows = admin.rows_for(config, groups, drained_only=True, window_days=window, drains=drains)
     # A node kept in service with isolated GPUs has its own section, not a drained node's row.
-    rows = [r for r in rows if r["drained"] or r["action"] != admin.NONE]
+    rows = [r for r in rows if r.drained or r.action != admin.NONE]
     page_dir = os.path.dirname(os.path.abspath(args.html or "."))
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
@@ -116,13 +120,13 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def qualification_entries(where: str) -> list[dict[str, Any]]:
-    """The qualification records (gpugate/store/qualify.py) as JSON, for the page (admin/report
-    reads their keys); none when they cannot be read."""
+def qualification_entries(where: str) -> list[QualifyEntry]:
+    """The qualification records (gpugate/store/qualify.py), for the page; none when they
+    cannot be read."""
     from gpugate.store.qualify import qualifications
 
     try:
-        return [e.to_json() for e in qualifications(where)]
+        return qualifications(where)
     except OSError:  # the page shows the rest; the section says none was recorded
         return []
 
@@ -143,55 +147,74 @@ def suspect_flags(where: str | tuple[str, ...]) -> list[FlagEntry]:
 
 def window_bundles(
     config: Config, window_days: float, page_dir: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Bundle], list[Bundle]]:
     """(the window's failed runs, costed; its qualification and drill bundles), each with a
     link from the page."""
     since = history.window_start(window_days)
     bundles = losses.read_bundles(config.evidence_dir, since)
-    failures = [b for b in bundles if b["kind"] == "job"]
+    failures = [b for b in bundles if b.kind == "job"]
     costs = losses.costed(failures, losses.requeue_events(events_dirs(config), since))
-    others = [b for b in bundles if b["kind"] != "job"]
-    for c in [*costs, *others]:
-        c["href"] = report.bundle_href(config.evidence_dir, c["path"], page_dir)
-    return costs, others
+    others = [b for b in bundles if b.kind != "job"]
+
+    def linked(b: Bundle) -> Bundle:
+        return b.replace(href=report.bundle_href(config.evidence_dir, b.path, page_dir))
+
+    return [linked(c) for c in costs], [linked(o) for o in others]
 
 
-def drill_entries(config: Config) -> list[dict[str, Any]]:
-    """The drill records (drills.jsonl) as JSON, for the page (admin/report reads their keys);
-    none when they cannot be read."""
+def drill_entries(config: Config) -> list[DrillEntry]:
+    """The drill records (drills.jsonl), for the page; none when they cannot be read."""
     try:
-        return [e.to_json() for e in drill_records(config)]
+        return drill_records(config)
     except OSError:
         return []
 
 
-def tally(costs: list[dict[str, Any]], others: list[dict[str, Any]]) -> str:
+def tally(costs: list[Bundle], others: list[Bundle]) -> str:
     """`2 failed run(s), 3 qualification(s) (1 passed, 1 failed, 1 not qualified), 1 drill run(s)`."""
-    quals = [o for o in others if o["kind"] == "qualify"]
-    outcomes = {k: sum(1 for q in quals if q.get("outcome") == k)
+    quals = [o.qualification for o in others if o.kind == "qualify" and o.qualification]
+    outcomes = {k: sum(1 for q in quals if q.outcome == k)
                 for k in ("passed", "failed", "not_qualified")}  # fmt: skip
-    drills = sum(1 for o in others if o["kind"] == "drill")
+    drills = sum(1 for o in others if o.kind == "drill")
     return (f"{len(costs)} failed run(s), {len(quals)} qualification(s) ({outcomes['passed']} "
             f"passed, {outcomes['failed']} failed, {outcomes['not_qualified']} not qualified), "
             f"{drills} drill run(s)")  # fmt: skip
 
 
-_RUN_KEYS = ("path", "job", "node", "restart", "category", "gpus", "gpu_hours", "requeued",
-             "checkpoint")  # fmt: skip
-_OTHER_KEYS = ("path", "job", "node", "kind", "outcome", "label", "why", "fault_kind",
-               "hardware_fault", "run_id", "drill", "category", "hardware_findings")  # fmt: skip
+def run_json(c: Bundle) -> dict[str, Any]:
+    """A failed run as `--json` prints it (`failed_runs`)."""
+    return {"path": c.path, "job": c.job, "node": c.node, "restart": c.restart,
+            "category": c.category, "gpus": c.gpus, "gpu_hours": c.gpu_hours,
+            "requeued": c.requeued, "checkpoint": c.checkpoint, "kind": "job"}  # fmt: skip
+
+
+def other_json(o: Bundle) -> dict[str, Any]:
+    """A qualification's or a drill's bundle as `--json` prints it: a qualification's outcome
+    keys, a drill's id and findings, each only on its own kind."""
+    out: dict[str, Any] = {"path": o.path, "job": o.job, "node": o.node, "kind": o.kind}
+    q, drill = o.qualification, o.kind == "drill"
+    if q is not None:
+        out.update(outcome=q.outcome, label=q.label, why=q.why, fault_kind=q.fault_kind,
+                   hardware_fault=q.hardware_fault, run_id=q.run_id)  # fmt: skip
+    if drill:
+        out["drill"] = o.drill
+    out["category"] = o.category
+    if drill:
+        out["hardware_findings"] = list(o.hardware_findings)
+    out["at"] = history.iso(o.failed)
+    return out
 
 
 def print_json(
     config: Config,
     window: float,
-    costs: list[dict[str, Any]],
-    others: list[dict[str, Any]],
+    costs: list[Bundle],
+    others: list[Bundle],
     drains: list[DrainEntry],
     resumes: list[AuditEntry],
-    rows: list[dict[str, Any]],
+    rows: list[NodeRow],
     groups: list[Any],
-    isolated: list[dict[str, Any]] | None = None,
+    isolated: list[IsolatedOn] | None = None,
 ) -> None:
     """The window as one JSON object: failed runs (kind job only), qualifications, drills,
     each check's drains (drills' apart: never false drains), the isolated GPUs and the
@@ -199,21 +222,19 @@ def print_json(
     since = history.window_start(window)
     isolated = isolated or []
     kept = report.kept_serving(isolated, since, time.time())
-    drained_now = {r["node"] for r in rows if r["drained"]} if groups else None
+    drained_now = {r.node for r in rows if r.drained} if groups else None
     record = check_record(drains, resumes, since, drained_now)
     doc = {
         "window_days": window,
-        "failed_runs": [{k: c.get(k) for k in _RUN_KEYS} | {"kind": "job"} for c in costs],
-        "qualifications": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
-                           for o in others if o["kind"] == "qualify"],
-        "drills": [{k: o.get(k) for k in _OTHER_KEYS if k in o} | {"at": history.iso(o["failed"])}
-                   for o in others if o["kind"] == "drill"],
+        "failed_runs": [run_json(c) for c in costs],
+        "qualifications": [other_json(o) for o in others if o.kind == "qualify"],
+        "drills": [other_json(o) for o in others if o.kind == "drill"],
         "drains_by_check": record,
         "false_drains": sum(v["lifted_unrepaired"] for v in record.values()),
         "drill_drains": [{"node": d.node, "at": d.at, "check": d.check, "reason": d.reason,
                           "drill": drill_of(d)}
                          for d in drill_drains(drains, since)],
-        "isolated_gpus": isolated,
+        "isolated_gpus": [i.to_json() for i in isolated],
         "gpu_hours_kept_serving": round(sum(kept.values()), 3),
     }  # fmt: skip
     json.dump(doc, sys.stdout, indent=1, default=str)
