@@ -23,7 +23,7 @@ from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
 from gpugate.store import controller_view as V
 from gpugate.store.metrics import apply_run
-from gpugate.store.summary import EvidenceSummary
+from gpugate.store.summary import CheckpointAtEnd, EvidenceSummary
 from gpugate.store.view_records import stale_note
 
 MIN = 60.0
@@ -130,6 +130,9 @@ def test_a_stale_end_is_recorded_flagged_and_told_to_the_user(tmp_path):
     assert summary["checkpoint"]["path"] == str(ckpt / "step_100.pt")
     assert summary["checkpoint"]["gpu_hours"] == pytest.approx(2 * 42 / 60, abs=0.01)
     assert summary["checkpoint"]["at"].endswith("Z")
+    assert set(summary["checkpoint"]) == {"ckpt_dir", "max_age_s", "path", "mtime", "age_s",
+                                          "at_risk_s", "gpu_hours", "stale", "error", "at"}  # fmt: skip
+    assert CheckpointAtEnd.from_json(summary["checkpoint"]).to_json() == summary["checkpoint"]
     assert "newest complete checkpoint was 42 min old" in member(result, "decisive.txt")
     assert result.checkpoint_stale and result.checkpoint_age_s == pytest.approx(42 * MIN, abs=5)
     assert slurm.comments == []  # the job has finished: slurmctld would refuse it
@@ -245,7 +248,8 @@ def test_the_report_uses_the_recorded_checkpoint_time(tmp_path):
     failure = losses._run("77/n1-r0", "77", "n1", EvidenceSummary(
         job_id="77", node="n1", category="nccl_timeout", gpus=[0, 1], job_start=utc(END - 7200),
         job_end=utc(END), checkpoint_age_s=2520.0, checkpoint_stale=True,
-        checkpoint={"path": "/ck/step_100.pt", "mtime": END - 2520}))  # fmt: skip
+        checkpoint=CheckpointAtEnd(ckpt_dir="/ck", max_age_s=1800.0, path="/ck/step_100.pt",
+                                   mtime=END - 2520)))  # fmt: skip
     events = [make_decision(END, job="77", restarts=0, checkpoint="/ck/other.pt")]
     (c,) = losses.costed([failure], events, stat=lambda p: pytest.fail("read an mtime"))
     assert c.lost_from == END - 2520 and c.from_checkpoint

@@ -24,7 +24,7 @@ from gpugate.store.fleet_view import FleetNode, FleetView
 from gpugate.store.healing import HealingEntry, HealingFile
 from gpugate.store.qualify import DcgmFindingEntry, QualifyEntry, QualifyTestResult
 from gpugate.store.state import Baseline, KnownFault
-from gpugate.store.summary import EvidenceSummary, QualifySummary, SummaryJob
+from gpugate.store.summary import CheckpointAtEnd, EvidenceSummary, QualifySummary, SummaryJob
 from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
@@ -32,6 +32,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
 RECORDS: dict[str, type[JsonRecord]] = {
     "EvidenceSummary": EvidenceSummary,
     "SummaryJob": SummaryJob,
+    "CheckpointAtEnd": CheckpointAtEnd,
     "QualifySummary": QualifySummary,
     "ControllerRecord": ControllerRecord,
     "Digest": Digest,

@@ -131,16 +131,15 @@ def read_bundles(evidence_dir: str, since: float) -> list[Bundle]:
 def _run(rel: str, job: str, node: str, s: EvidenceSummary) -> Bundle:
     """A job's (or a drill's) run: restart, category, GPUs, times, its checkpoint, the drill."""
     kind = bundle_kind(s)
-    ckpt = s.checkpoint or {}
-    path = ckpt.get("path")
+    ckpt = s.checkpoint
     drill = kind == "drill"
     return Bundle(
         path=rel, job=job, node=node, kind=kind, restart=s.restart,
         category=s.category or UNDIAGNOSED, gpus=_gpus(s), start=_time(s.job_start),
         failed=_time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
         # The checkpoint the epilog measured at the end (freshness.py), when the bundle has one.
-        recorded_checkpoint=path if isinstance(path, str) else None,
-        recorded_checkpoint_at=_time(ckpt.get("mtime")),
+        recorded_checkpoint=ckpt.path if ckpt else None,
+        recorded_checkpoint_at=_time(ckpt.mtime) if ckpt else None,
         checkpoint_age_s=_time(s.checkpoint_age_s), checkpoint_stale=s.checkpoint_stale is True,
         drill=s.drill if drill else None,
         hardware_findings=tuple(s.hardware_findings) if drill else (),

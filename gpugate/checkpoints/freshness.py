@@ -26,7 +26,6 @@ import os
 import time
 
 from gpugate.checkpoints.discover import latest_complete
-from gpugate.clock import utc
 from gpugate.record import Record
 
 TASK = "gpugate.checkpoints.freshness:newest_complete"  # allow-listed in gpugate/child.py
@@ -135,19 +134,3 @@ def message(f: Freshness) -> str | None:
     if f.age_s is None:
         return f"no complete checkpoint in {f.ckpt_dir} after {span(f.at_risk_s)} {policy}"
     return f"newest complete checkpoint was {span(f.age_s)} old at the end {policy}"
-
-
-def summary_fields(f: Freshness | None) -> dict[str, Any]:
-    """The bundle summary's fields (`checkpoint_age_s`, `checkpoint_stale`, `checkpoint`)."""
-    if f is None:
-        return {}
-
-    detail = f.to_dict()
-    detail["at"] = utc(f.mtime) if f.mtime is not None else None
-    return {"checkpoint_age_s": _round(f.age_s), "checkpoint_stale": f.stale,
-            "checkpoint_message": message(f),
-            "checkpoint": {k: _round(v) for k, v in detail.items()}}  # fmt: skip
-
-
-def _round(value: object) -> object:
-    return round(value, 3) if isinstance(value, float) else value

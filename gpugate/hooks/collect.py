@@ -27,7 +27,7 @@ from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.held import HELD_LABEL
 from gpugate.store.nccl_dir import nccl_job_dir
 from gpugate.store.state import load_task_file
-from gpugate.store.summary import EvidenceSummary, SummaryJob, summary_from_json
+from gpugate.store.summary import CheckpointAtEnd, EvidenceSummary, SummaryJob, summary_from_json
 from gpugate.store.suspects import first_failure_at
 from gpugate.text import printable
 from gpugate.userfiles import UserFileError, as_user, open_regular, read_fd
@@ -328,7 +328,7 @@ def write_evidence(
     `hardware`: the faults that are the job's (new since its prolog, on its GPUs or node-wide);
     `elsewhere`: new ones on GPUs outside its allocation, recorded but never the job's.
     """
-    from gpugate.checkpoints.freshness import message, summary_fields
+    from gpugate.checkpoints.freshness import message
 
     ep = config.epilog
     kernel = newest_lines(fresh, ep.kernel_lines_max)  # an OOM flood never pushes an Xid out
@@ -336,7 +336,7 @@ def write_evidence(
     summary = summary.replace(
         **run_times(env, job, facts, baseline),
         faults_outside_job=[f.message for f in elsewhere or ()],
-        **summary_fields(freshness),
+        **checkpoint_fields(freshness),
         flightrec_dumps=len((flightrec or {}).get("records") or []),
     )
     files = _bundle_files(facts, kernel, deltas, logs)
@@ -428,6 +428,27 @@ def _summary(
         # Kernel records lost unread since the prolog: an Xid may be unseen (kernel.xid unknown).
         kernel_log_lost=result.kernel_log_lost,
     )
+
+
+def checkpoint_fields(f: Freshness | None) -> dict[str, Any]:
+    """The summary's checkpoint keys (`checkpoint_age_s`, `_stale`, `_message`, `checkpoint`),
+    floats to the millisecond; none for a job that declared no checkpoint directory."""
+    from gpugate.checkpoints.freshness import message
+
+    if f is None:
+        return {}
+    at = utc(f.mtime) if f.mtime is not None else None
+    measured = CheckpointAtEnd(
+        ckpt_dir=f.ckpt_dir, max_age_s=round(f.max_age_s, 3), path=f.path, mtime=_ms(f.mtime),
+        age_s=_ms(f.age_s), at_risk_s=_ms(f.at_risk_s), gpu_hours=_ms(f.gpu_hours), stale=f.stale,
+        error=f.error, at=at,
+    )  # fmt: skip
+    return {"checkpoint_age_s": _ms(f.age_s), "checkpoint_stale": f.stale,
+            "checkpoint_message": message(f), "checkpoint": measured}  # fmt: skip
+
+
+def _ms(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def _bundle_files(

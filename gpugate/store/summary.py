@@ -72,6 +72,35 @@ class SummaryJob(JsonRecord):
         return {"comment", "slurm_error"}
 
 
+class CheckpointAtEnd(JsonRecord):
+    """A summary's `checkpoint`: the job's newest complete checkpoint at its end, as the
+    epilog measured it (gpugate/checkpoints/freshness.py), floats to the millisecond."""
+
+    ckpt_dir: str
+    max_age_s: float
+    path: str | None = None
+    mtime: float | None = None
+    age_s: float | None = None
+    at_risk_s: float | None = None
+    gpu_hours: float | None = None
+    stale: bool = False
+    error: str | None = None
+    at: str | None = None
+
+    _doc: ClassVar[dict[str, str]] = {
+        "ckpt_dir": "the directory the job declared (`gpugate:ckpt=`)",
+        "max_age_s": "the policy: `checkpoints.max_age_s`",
+        "path": "the newest complete checkpoint (null: none)",
+        "mtime": "its time: its newest file's mtime (epoch)",
+        "age_s": "the job's end minus that time",
+        "at_risk_s": "the end minus the later of that time and the run's start",
+        "gpu_hours": "the work at risk, in GPU-hours",
+        "stale": "older than the policy",
+        "error": "why it could not be measured",
+        "at": "`mtime` in UTC",
+    }
+
+
 class EvidenceSummary(JsonRecord):
     """A job's run on one node, as its epilog saw it (kind `job` or `drill`)."""
 
@@ -117,7 +146,7 @@ class EvidenceSummary(JsonRecord):
     checkpoint_age_s: float | None = None
     checkpoint_stale: bool | None = None
     checkpoint_message: str | None = None
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: CheckpointAtEnd | None = None
     flightrec_dumps: int = 0
     bundle: str | None = None
     files: list[str] = []
@@ -170,7 +199,7 @@ class EvidenceSummary(JsonRecord):
         "with `gpugate:ckpt=`)",
         "checkpoint_stale": "older than `checkpoints.max_age_s` (as above)",
         "checkpoint_message": "the admin's line about it (as above)",
-        "checkpoint": "where and what was measured (as above)",
+        "checkpoint": "where and what was measured (as above; CheckpointAtEnd)",
         "flightrec_dumps": "how many flight-recorder dumps were read",
         "bundle": "the bundle's directory (added on write)",
         "files": "the bundle's members (added on write)",
