@@ -118,6 +118,27 @@ def only(check_id: str, facts: Facts, config: object = None):
     return found[0]
 
 
+def this_boot(config, root, boot: str):
+    """`config` reading a /proc under `root` (a pathlib.Path) whose boot_id is `boot`: the
+    kernel-log reader's root, passed in as on a real node."""
+    random = root / "proc" / "sys" / "kernel" / "random"
+    random.mkdir(parents=True, exist_ok=True)
+    (random / "boot_id").write_text(f"{boot}\n")
+    return config.replace(sources=config.sources.replace(proc_root=str(root / "proc")))
+
+
+def run_command(argv: list[str], **fakes: object) -> int:
+    """`gpugate ARGV` as the CLI runs it (cli.run_guarded: its exit codes, its one-line errors),
+    with `fakes` passed to the command's main (`make_slurm=...`) instead of patched in."""
+    from functools import partial
+
+    from gpugate.cli import COMMANDS, run_guarded
+    from gpugate.startup import import_module
+
+    module = import_module(f"gpugate.commands.{COMMANDS[argv[0]][0]}")
+    return run_guarded(partial(module.main, **fakes), argv[1:], argv[0])
+
+
 def patch_everywhere(monkeypatch: object, owner: object, name: str, value: object) -> None:
     """Patch `owner.name` and every gpugate module that imported that same object by name.
 
