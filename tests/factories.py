@@ -139,41 +139,6 @@ def run_command(argv: list[str], **fakes: object) -> int:
     return run_guarded(partial(module.main, **fakes), argv[1:], argv[0])
 
 
-def patch_everywhere(monkeypatch: object, owner: object, name: str, value: object) -> None:
-    """Patch `owner.name` and every gpugate module that imported that same object by name.
-
-    gpugate imports its own functions at module top (`from X import f`), so a test must patch
-    where a function is looked up: in each module that bound it, not only where it is defined.
-    """
-    import importlib
-    import sys
-
-    _import_all()  # a module imported after the patch would bind the patched object for good
-    module = importlib.import_module(owner) if isinstance(owner, str) else owner
-    original = getattr(module, name)
-    monkeypatch.setattr(module, name, value)  # type: ignore[attr-defined]
-    for other in list(sys.modules.values()):
-        if getattr(other, "__name__", "").startswith("gpugate") and (
-            getattr(other, name, None) is original
-        ):
-            monkeypatch.setattr(other, name, value)  # type: ignore[attr-defined]
-
-
-def _import_all() -> None:
-    """Import every gpugate module once (what patch_everywhere must see)."""
-    import importlib
-    import pkgutil
-
-    if getattr(_import_all, "done", False):
-        return
-    for top in ("gpugate",):
-        package = importlib.import_module(top)
-        for info in pkgutil.walk_packages(package.__path__, f"{top}."):
-            if not info.name.endswith("__main__"):
-                importlib.import_module(info.name)
-    _import_all.done = True  # type: ignore[attr-defined]
-
-
 def view(record: dict | ControllerRecord) -> ControllerRecord:
     """A node's decision record as the controller reads it from its JSON (`state` done unless
     the dict says otherwise): tests write the file's shape, the code gets the record."""
