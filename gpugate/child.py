@@ -31,7 +31,13 @@ from gpugate.runner import SAFE_PATH
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import Any
+    from typing import Any, Protocol
+
+    class Detach(Protocol):
+        """What starts a task apart from this process (detach(); a test's recorder)."""
+
+        def __call__(self, task: str, kwargs: dict[str, Any], timeout: float) -> object: ...
+
 
 # The only functions a child runs ("module:function"); each takes JSON kwargs, returns JSON.
 TASKS = frozenset(

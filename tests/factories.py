@@ -118,39 +118,25 @@ def only(check_id: str, facts: Facts, config: object = None):
     return found[0]
 
 
-def patch_everywhere(monkeypatch: object, owner: object, name: str, value: object) -> None:
-    """Patch `owner.name` and every gpugate module that imported that same object by name.
-
-    gpugate imports its own functions at module top (`from X import f`), so a test must patch
-    where a function is looked up: in each module that bound it, not only where it is defined.
-    """
-    import importlib
-    import sys
-
-    _import_all()  # a module imported after the patch would bind the patched object for good
-    module = importlib.import_module(owner) if isinstance(owner, str) else owner
-    original = getattr(module, name)
-    monkeypatch.setattr(module, name, value)  # type: ignore[attr-defined]
-    for other in list(sys.modules.values()):
-        if getattr(other, "__name__", "").startswith("gpugate") and (
-            getattr(other, name, None) is original
-        ):
-            monkeypatch.setattr(other, name, value)  # type: ignore[attr-defined]
+def this_boot(config, root, boot: str):
+    """`config` reading a /proc under `root` (a pathlib.Path) whose boot_id is `boot`: the
+    kernel-log reader's root, passed in as on a real node."""
+    random = root / "proc" / "sys" / "kernel" / "random"
+    random.mkdir(parents=True, exist_ok=True)
+    (random / "boot_id").write_text(f"{boot}\n")
+    return config.replace(sources=config.sources.replace(proc_root=str(root / "proc")))
 
 
-def _import_all() -> None:
-    """Import every gpugate module once (what patch_everywhere must see)."""
-    import importlib
-    import pkgutil
+def run_command(argv: list[str], **fakes: object) -> int:
+    """`gpugate ARGV` as the CLI runs it (cli.run_guarded: its exit codes, its one-line errors),
+    with `fakes` passed to the command's main (`make_slurm=...`) instead of patched in."""
+    from functools import partial
 
-    if getattr(_import_all, "done", False):
-        return
-    for top in ("gpugate",):
-        package = importlib.import_module(top)
-        for info in pkgutil.walk_packages(package.__path__, f"{top}."):
-            if not info.name.endswith("__main__"):
-                importlib.import_module(info.name)
-    _import_all.done = True  # type: ignore[attr-defined]
+    from gpugate.cli import COMMANDS, run_guarded
+    from gpugate.startup import import_module
+
+    module = import_module(f"gpugate.commands.{COMMANDS[argv[0]][0]}")
+    return run_guarded(partial(module.main, **fakes), argv[1:], argv[0])
 
 
 def view(record: dict | ControllerRecord) -> ControllerRecord:

@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from factories import default_config, make_facts, patch_everywhere
+from factories import default_config, make_facts, run_command
 
 from gpugate.checks import findings as F
 from gpugate.cli import main
@@ -118,20 +118,19 @@ BAD_JOBS = ["abc", "-5", "1_2_3", "", "../../etc", "a,b", "a[1-100000000]", "0",
             "12\n", "1_"]  # fmt: skip
 
 
-def said_once(capsys, argv: list[str], code: int) -> str:
-    """Run the CLI; exactly one line on stderr, the exit code, no traceback."""
-    assert main(argv) == code
+def said_once(capsys, argv: list[str], code: int, runner=None) -> str:
+    """Run the CLI (Slurm's commands answered by `runner`, when given, through the real CLI
+    backend); exactly one line on stderr, the exit code, no traceback."""
+    if runner is None:
+        assert main(argv) == code
+    else:
+        from gpugate.slurm.cli import CliBackend
+
+        assert run_command(argv, make_slurm=lambda config: CliBackend(runner=runner)) == code
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.endswith("\n"), err
     assert "Traceback" not in err and "\x1b" not in err and "\u202e" not in err
     return err
-
-
-def fake_slurm(monkeypatch, runner) -> None:
-    from gpugate.slurm import choose as slurm
-    from gpugate.slurm.cli import CliBackend
-
-    patch_everywhere(monkeypatch, slurm, "backend", lambda *a, **k: CliBackend(runner=runner))
 
 
 @pytest.fixture
@@ -143,28 +142,27 @@ def site_dirs(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("node", BAD_NODES)
-def test_bad_node_names_are_refused_in_one_line(node, site_dirs, capsys, monkeypatch):
+def test_bad_node_names_are_refused_in_one_line(node, site_dirs, capsys):
     from test_slurm_adapter import FakeRunner
 
-    fake_slurm(monkeypatch, FakeRunner())  # any call to Slurm would fail the test
     if node != "-5":  # a job id's shape for `evidence`: tested below
         assert "not a node name" in said_once(capsys, ["evidence", node], 2) or node == ""
-    assert "node name" in said_once(capsys, ["resume", node], 2)
+    # Any call to Slurm would fail the test (`evidence` never asks Slurm).
+    assert "node name" in said_once(capsys, ["resume", node], 2, FakeRunner())
     assert "node name" in said_once(capsys, ["evidence", "--node", node], 2)
 
 
 @pytest.mark.parametrize("job", BAD_JOBS)
-def test_bad_job_ids_are_refused_in_one_line(job, site_dirs, capsys, monkeypatch):
+def test_bad_job_ids_are_refused_in_one_line(job, site_dirs, capsys):
     from test_slurm_adapter import FakeRunner
 
-    fake_slurm(monkeypatch, FakeRunner())
-    assert "job id" in said_once(capsys, ["requeue", job], 2)
+    assert "job id" in said_once(capsys, ["requeue", job], 2, FakeRunner())
     # `evidence` takes a node too: digits and '_' are a job id, a plain word a node.
     code = 1 if job == "abc" else 2
     said_once(capsys, ["evidence", job], code)
 
 
-def test_unknown_node_and_job_are_one_line_and_exit_1(site_dirs, capsys, monkeypatch):
+def test_unknown_node_and_job_are_one_line_and_exit_1(site_dirs, capsys):
     from test_slurm_adapter import FakeRunner
 
     runner = FakeRunner()
@@ -173,10 +171,9 @@ def test_unknown_node_and_job_are_one_line_and_exit_1(site_dirs, capsys, monkeyp
                 stderr="slurm_load_jobs error: Invalid job id specified\n")  # fmt: skip
     runner.fail(("scontrol", "-o", "show", "node", "gpu-78"), status="timeout", rc=None,
                 stderr="Unable to contact slurm controller\n(connect failure)\n")  # fmt: skip
-    fake_slurm(monkeypatch, runner)
-    assert "does not know node gpu-77" in said_once(capsys, ["resume", "gpu-77"], 1)
-    assert "does not know job 4242" in said_once(capsys, ["requeue", "4242"], 1)
-    assert "cannot read node gpu-78" in said_once(capsys, ["resume", "gpu-78"], 1)
+    assert "does not know node gpu-77" in said_once(capsys, ["resume", "gpu-77"], 1, runner)
+    assert "does not know job 4242" in said_once(capsys, ["requeue", "4242"], 1, runner)
+    assert "cannot read node gpu-78" in said_once(capsys, ["resume", "gpu-78"], 1, runner)
     assert "no evidence bundles for node gpu-77" in said_once(capsys, ["evidence", "gpu-77"], 1)
     assert "no evidence bundles for job 4242" in said_once(capsys, ["evidence", "4242"], 1)
 

@@ -1,7 +1,7 @@
 """Once the prolog has decided, its bookkeeping cannot undo the decision (issue 11, point 3).
 
-The real `gpugate prolog` path (cli -> guard.run_hook -> cmd_prolog -> run_prolog) on a
-replayed node whose GPU 3 fails `gpu.ecc`, with Slurm faked at the adapter: a hostile
+The real `gpugate prolog` path (cli.run_guarded -> guard.run_hook -> cmd_prolog -> run_prolog)
+on a replayed node whose GPU 3 fails `gpu.ecc`, with Slurm faked at the adapter (passed in): a hostile
 drains.jsonl, a drain that raises, a read-only or full state directory, bookkeeping that
 raises. The job on GPU 3 is refused (exit 1) every time.
 """
@@ -14,10 +14,9 @@ import os
 import subprocess
 
 import pytest
-from factories import make_facts
+from factories import make_facts, run_command
 from fakes import FakeSlurm
 
-from gpugate.cli import main
 from gpugate.store import history as H
 from gpugate.yamlio import dump_yaml
 
@@ -42,13 +41,12 @@ def broken_node(tmp_path, monkeypatch):
            "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid())}  # fmt: skip
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    slurm = FakeSlurm()
-    monkeypatch.setattr("gpugate.hooks.prolog._slurm", lambda config: slurm)
-    return site, state, slurm
+    return site, state, FakeSlurm()
 
 
-def prolog(site) -> int:
-    return main(["prolog", "--config", str(site)])
+def prolog(site, slurm) -> int:
+    """`gpugate prolog`, its Slurm adapter `slurm`."""
+    return run_command(["prolog", "--config", str(site)], make_slurm=lambda config: slurm)
 
 
 HOSTILE = {
@@ -72,7 +70,7 @@ def test_a_hostile_drains_line_never_lets_a_refused_job_run(broken_node, content
     state.mkdir()
     good = json.dumps({"node": "gpu-node-09", "when": T0, "check": "gpu.ecc", "reason": "r"})
     (state / H.DRAINS).write_bytes(content + good.encode() + b"\n")
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     assert [n for n, _ in slurm.drains] == [NODE]
     err = capsys.readouterr().err
     assert "Traceback" not in err and "internal error" not in err
@@ -87,7 +85,7 @@ def test_a_gigabyte_line_in_drains_is_skipped_quickly(broken_node, capsys):
     with open(state / H.DRAINS, "wb") as fh:
         fh.write(b'{"node": "gpu-node-01", "reason": "')
         fh.truncate(1 << 30)
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     assert slurm.drains and [e.node for e in H.drains(str(state))] == [NODE]
     assert "read only the newest 32 MiB" in capsys.readouterr().err
 
@@ -97,7 +95,7 @@ def test_a_drain_that_raises_still_refuses_the_job(broken_node, monkeypatch, cap
 
     site, state, slurm = broken_node
     slurm.errors["drain"] = SlurmError("scontrol: error: Unable to contact slurm controller")
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     err = capsys.readouterr().err
     assert "could not drain gpu-node-01" in err and "refusing the job anyway" in err
     assert "Unable to contact slurm controller" in err
@@ -106,14 +104,13 @@ def test_a_drain_that_raises_still_refuses_the_job(broken_node, monkeypatch, cap
     assert (state / "jobs" / "42" / "refused.json").exists()  # the epilog collects nothing
 
 
-def test_an_unexpected_error_from_the_adapter_also_refuses(broken_node, monkeypatch):
+def test_an_unexpected_error_from_the_adapter_also_refuses(broken_node):
     site, _, _ = broken_node
 
     def no_backend(config):
         raise RuntimeError("pyslurm exploded")
 
-    monkeypatch.setattr("gpugate.hooks.prolog._slurm", no_backend)
-    assert prolog(site) == 1
+    assert run_command(["prolog", "--config", str(site)], make_slurm=no_backend) == 1
 
 
 def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_node, monkeypatch):
@@ -127,7 +124,7 @@ def test_an_error_between_the_decision_and_the_exit_keeps_the_refusal(broken_nod
     # The refusal's note and AdminComment are the executor's steps (gpugate/act/execute.py).
     monkeypatch.setattr("gpugate.act.execute.write_private", boom)
     slurm.errors["admin_comment"] = RuntimeError("bug after the decision")
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     assert slurm.drains
 
 
@@ -148,7 +145,7 @@ def test_bookkeeping_that_raises_changes_nothing(broken_node, monkeypatch, targe
         raise error
 
     monkeypatch.setattr(target, boom)
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     assert slurm.drains
     if target != "gpugate.log.event":  # the other steps still ran: the event is written
         event = json.loads((state / "events.jsonl").read_text().splitlines()[-1])
@@ -167,7 +164,7 @@ def test_a_full_state_disk_changes_nothing(broken_node, monkeypatch):
     monkeypatch.setattr(fsutil, "atomic_write", full)
     monkeypatch.setattr(fsutil, "open_private", full)
     monkeypatch.setattr(fsutil, "private_dir", full)
-    assert prolog(site) == 1
+    assert prolog(site, slurm) == 1
     assert slurm.drains
 
 
@@ -196,7 +193,7 @@ def test_a_real_read_only_or_full_state_dir_changes_nothing(broken_node, kind):
                 while True:  # until ENOSPC
                     os.write(fd, b"\0" * 4096)
             os.close(fd)
-        assert prolog(site) == 1
+        assert prolog(site, slurm) == 1
         assert [n for n, _ in slurm.drains] == [NODE]
     finally:
         # umount fails while gpugate still holds a file there (a log left open after ENOSPC)

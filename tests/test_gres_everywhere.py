@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from factories import make_facts, make_gpu, site
+from factories import make_facts, make_gpu, run_command, site
 from fakes import NODE, FakeSlurm, drained
 
 from gpugate.admin import resume as R
-from gpugate.cli import main
 from gpugate.commands import check as C
-from gpugate.slurm import choose
 from gpugate.slurm.control import SlurmError
 
 # Four H100 SXM GPUs: the board guess (h100-sxm-8) says 8, slurm.conf says gpu:4.
@@ -40,39 +38,45 @@ def live(tmp_path, monkeypatch):
     return cfg
 
 
-def check_count(cfg, monkeypatch, slurm: FakeSlurm, capsys) -> dict:
-    """`gpugate check --only gpu.count --json` live, Slurm's CLI answered by `slurm`."""
-    monkeypatch.setattr(choose, "CliBackend", lambda timeout: slurm)
-    main(["check", "--config", str(cfg), "--only", "gpu.count", "--json"])
+def check_count(cfg, slurm: FakeSlurm, capsys) -> dict:
+    """`gpugate check --only gpu.count --json` live, Slurm's Gres answered by `slurm`."""
+    run_command(["check", "--config", str(cfg), "--only", "gpu.count", "--json"], slurm=slurm)
     [finding] = json.loads(capsys.readouterr().out)["findings"]
     return finding
 
 
 def test_live_check_passes_a_node_slurm_gives_four_gpus_and_keeps_the_answer(
-    live, monkeypatch, capsys, tmp_path
+    live, capsys, tmp_path
 ):
-    finding = check_count(live, monkeypatch, slurm_with(4), capsys)
+    finding = check_count(live, slurm_with(4), capsys)
     assert finding["status"] == "ok" and "Slurm Gres" in finding["message"]
     kept = json.loads((tmp_path / "state" / "slurm-gres.json").read_text())
     assert kept["node"] == NODE and kept["gpus"] == 4  # the prolog's cache, now warm
     # Within ten minutes the cache answers: Slurm is not asked again.
     away = slurm_with(4)
     away.errors["node"] = SlurmError("slurmctld down")
-    assert check_count(live, monkeypatch, away, capsys)["status"] == "ok"
+    assert check_count(live, away, capsys)["status"] == "ok"
 
 
 @pytest.mark.parametrize("why", ["slurmctld down", "node unknown"])
-def test_live_check_falls_back_to_the_board_as_the_prolog_does(why, live, monkeypatch, capsys):
+def test_live_check_falls_back_to_the_board_as_the_prolog_does(why, live, capsys):
     slurm = FakeSlurm([]) if why == "node unknown" else slurm_with(4)  # NodeNotFound, or:
     if why == "slurmctld down":
         slurm.errors["node"] = SlurmError(why)
-    finding = check_count(live, monkeypatch, slurm, capsys)
+    finding = check_count(live, slurm, capsys)
     assert finding["status"] == "fail" and "says 8" in finding["message"]
 
 
-def test_a_replayed_snapshot_is_judged_as_it_is(live, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(choose, "CliBackend", lambda timeout: pytest.fail("Slurm was asked"))
-    main(["check", "--config", str(live), "--facts", "any.yaml", "--only", "gpu.count"])
+class Unasked(FakeSlurm):
+    """A Slurm that fails the test when asked for a node."""
+
+    def node(self, name):
+        pytest.fail(f"Slurm was asked for {name}")
+
+
+def test_a_replayed_snapshot_is_judged_as_it_is(live, capsys):
+    argv = ["check", "--config", str(live), "--facts", "any.yaml", "--only", "gpu.count"]
+    run_command(argv, slurm=Unasked())
     assert "says 8" in capsys.readouterr().out
 
 

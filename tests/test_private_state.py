@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from e2e import gpugate_for_job_user
-from factories import make_facts
+from factories import make_facts, run_command
 from fakes import FakeSlurm
 
 from gpugate import log
@@ -61,8 +61,12 @@ def make_site(top: Path, monkeypatch, broken: bool = False, extra: str = "", **e
     values.update(env)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("gpugate.hooks.prolog._slurm", lambda config: FakeSlurm())
     return site
+
+
+def prolog(site: Path) -> int:
+    """`gpugate prolog` on `site`, Slurm faked at the adapter."""
+    return run_command(["prolog", "--config", str(site)], make_slurm=lambda config: FakeSlurm())
 
 
 def modes(root: Path) -> dict[str, tuple[int, int, int]]:
@@ -114,7 +118,7 @@ def assert_private(state: Path, gid: int = 0) -> None:
 def test_a_refused_prolog_and_its_epilog_leave_only_private_files(world, monkeypatch):
     site = make_site(world, monkeypatch, broken=True)
     state = world / "state"
-    assert main(["prolog", "--config", str(site)]) == 1
+    assert prolog(site) == 1
     log.error(str(state), "an error with a traceback", RuntimeError("x"))
     found = modes(state)
     for name in ("events.jsonl", "gpugate.log", "kernel-log.pos", "drains.jsonl",
@@ -136,14 +140,14 @@ def test_the_admin_group_gets_the_state_and_nothing_else(world, monkeypatch):
     if group is None:
         pytest.skip("no group besides root on this machine")
     site = make_site(world, monkeypatch, broken=True, extra=f"admin_group: {group.gr_name}\n")
-    assert main(["prolog", "--config", str(site)]) == 1
+    assert prolog(site) == 1
     log.error(str(world / "state"), "x")
     assert_private(world / "state", gid=group.gr_gid)
 
 
 def test_a_missing_admin_group_says_so_and_keeps_the_state_roots(world, monkeypatch, capsys):
     site = make_site(world, monkeypatch, extra="admin_group: no-such-group-gpugate\n")
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     assert "admin_group 'no-such-group-gpugate' does not exist" in capsys.readouterr().err
     assert_private(world / "state")
 
@@ -159,7 +163,7 @@ def test_an_older_releases_world_readable_state_is_tightened(world, monkeypatch)
         (state / name).write_text("{}\n")
         os.chmod(state / name, 0o644)
     site = make_site(world, monkeypatch)
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     assert_private(state)
 
 
@@ -202,7 +206,7 @@ def test_the_hooks_umask_leaves_no_world_bits_and_is_restored(tmp_path):
 
 def test_the_task_file_is_the_job_users_and_the_taskprolog_reads_it(world, monkeypatch):
     site = make_site(world, monkeypatch)
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     state = world / "state"
     path = state / "task" / "42.json"
     assert _st(path) == (0o400, JOB_UID, 0)
@@ -214,7 +218,7 @@ def test_the_task_file_is_the_job_users_and_the_taskprolog_reads_it(world, monke
 def test_a_job_without_a_checkpoint_gets_no_task_file_and_loses_a_stale_one(world, monkeypatch):
     site = make_site(world, monkeypatch, SLURM_JOB_COMMENT="")
     stale = S.save_task_file(str(world / "state"), "42", JOB_UID, {"ckpt_dir": "/old/job"})
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     assert not os.path.exists(stale)
 
 
@@ -225,7 +229,7 @@ def test_a_symlinked_task_dir_is_not_written_through(world, monkeypatch, capsys)
     os.chmod(world / "state", 0o751)
     os.symlink(elsewhere, world / "state" / "task")
     site = make_site(world, monkeypatch)
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     assert list(elsewhere.iterdir()) == []
     assert "could not write the job's TaskProlog file" in capsys.readouterr().err
 
@@ -269,7 +273,7 @@ def test_other_users_cannot_read_the_state_and_the_job_user_only_their_task_file
     if _as(OTHER_UID, "print(1)").returncode != 0:
         pytest.skip("cannot run python as another uid here")
     site = make_site(world, monkeypatch)
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     state = world / "state"
     log.error(str(state), "x")
     secrets = [str(state / n) for n in ("jobs/42/baseline.json", "events.jsonl", "gpugate.log",
@@ -288,7 +292,7 @@ def test_the_taskprolog_as_the_job_user_exports_the_checkpoint_dir(world, monkey
     if _as(JOB_UID, "print(1)").returncode != 0:
         pytest.skip("cannot run python as another uid here")
     site = make_site(world, monkeypatch)
-    assert main(["prolog", "--config", str(site)]) == 0
+    assert prolog(site) == 0
     code = "import sys\nfrom gpugate.cli import main\nsys.exit(main(['task-prolog']))"
     done = _as(JOB_UID, code, GPUGATE_CONFIG=str(site), SLURM_JOB_ID="42", SLURMD_NODENAME=NODE)
     assert done.returncode == 0, done.stderr
@@ -300,6 +304,6 @@ def test_a_state_dir_owned_by_a_user_gets_no_job_state_from_root(world, monkeypa
     (world / "state").mkdir()
     os.chown(world / "state", JOB_UID, JOB_UID)
     site = make_site(world, monkeypatch, broken=True)
-    assert main(["prolog", "--config", str(site)]) == 1  # the decision stands
+    assert prolog(site) == 1  # the decision stands
     assert not (world / "state" / "jobs").exists() and not (world / "state" / "task").exists()
     assert f"owned by uid {JOB_UID}, not root" in capsys.readouterr().err

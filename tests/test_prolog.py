@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from factories import default_config, make_facts, patch_everywhere
+from factories import default_config, make_facts, this_boot
 from fakes import NODE, FakeSlurm, SharedSlurm, drained
 
 from gpugate.hooks.prolog import run_prolog
@@ -141,14 +141,11 @@ def test_on_error_refuse_fails_the_prolog(tmp_path, monkeypatch):
     assert main(["prolog", "--config", str(site)]) == 1
 
 
-def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path, monkeypatch):
+def test_kernel_log_is_read_from_where_the_last_check_stopped(tmp_path):
     from gpugate.checks.sources import since_seq
     from gpugate.store.state import load_kernel_pos, save_kernel_pos
 
-    config = default_config().replace(state_dir=str(tmp_path))
-    patch_everywhere(
-        monkeypatch, "gpugate.checks.sources.kernel_log", "boot_id", lambda config: "boot-a"
-    )
+    config = this_boot(default_config().replace(state_dir=str(tmp_path)), tmp_path, "boot-a")
     save_kernel_pos(str(tmp_path), "boot-a", 1234)
     assert since_seq(config, load_kernel_pos(config.state_dir)) == 1234
     save_kernel_pos(str(tmp_path), "boot-b", 99)  # an earlier boot: read everything

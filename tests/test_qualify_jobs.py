@@ -199,9 +199,8 @@ def cli(tmp_path, monkeypatch):
         raise AssertionError("ran past the argument checks")
 
     monkeypatch.setattr(subprocess, "Popen", forbidden)
-    monkeypatch.setattr("gpugate.slurm.choose.backend", forbidden)
     monkeypatch.setattr(qrun, "qualify_nodes", forbidden)
-    return lambda *argv: cmd.main([*argv, "--config", str(cfg)])
+    return lambda *argv: cmd.main([*argv, "--config", str(cfg)], make_slurm=forbidden)
 
 
 @pytest.mark.parametrize("wait", [[], ["--no-wait"]], ids=["wait", "no-wait"])
@@ -244,7 +243,6 @@ def test_json_keeps_stdout_pure_and_progress_on_stderr(tmp_path, monkeypatch, ca
     cfg = tmp_path / "gpugate.yaml"
     cfg.write_text(f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\nqualify: {{}}\n")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr("gpugate.slurm.choose.backend", lambda *a, **k: FakeSlurm(NODES))
 
     def fake(config, slurm, nodes, level, tests, progress=None, **kw):
         progress("job 5 submitted: n1")
@@ -255,7 +253,8 @@ def test_json_keeps_stdout_pure_and_progress_on_stderr(tmp_path, monkeypatch, ca
                                      to_dict=lambda: {"run_id": "r"})  # fmt: skip
 
     monkeypatch.setattr(qrun, "qualify_nodes", fake)
-    assert cmd.main(["n1", "--json", "--config", str(cfg)]) == 0
+    slurm = FakeSlurm(NODES)
+    assert cmd.main(["n1", "--json", "--config", str(cfg)], make_slurm=lambda c: slurm) == 0
     out, err = capsys.readouterr()
     assert json.loads(out) == {"run_id": "r"} and "job 5 submitted: n1" in err
     assert cmd.main(["n1", "--config", str(cfg)]) == 0

@@ -178,7 +178,6 @@ def test_the_command_sweeps_the_selected_idle_nodes(tmp_path, monkeypatch, capsy
                    "qualify:\n  sweep_nice: 300\n")  # fmt: skip
     slurm = cluster()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr("gpugate.slurm.choose.backend", lambda *a, **k: slurm)
     asked = []
 
     def fake(config, slurm, nodes, level, tests, **kw):
@@ -189,13 +188,17 @@ def test_the_command_sweeps_the_selected_idle_nodes(tmp_path, monkeypatch, capsy
                                      reservation=None, level=level, tests=["dcgm"])  # fmt: skip
 
     monkeypatch.setattr(qrun, "qualify_nodes", fake)
-    assert cmd.main(["--idle", "--max-nodes", "2", "--config", str(cfg)]) == 0
+
+    def qualify(*argv: str) -> int:
+        return cmd.main([*argv, "--config", str(cfg)], make_slurm=lambda config: slurm)
+
+    assert qualify("--idle", "--max-nodes", "2") == 0
     assert asked == [(["g1", "n1"], 300, False)]
-    assert cmd.main(["--idle", "n1", "--config", str(cfg)]) == 2  # one or the other
+    assert qualify("--idle", "n1") == 2  # one or the other
     assert "not both" in capsys.readouterr().err
-    assert cmd.main(["--idle", "--nice", "-1", "--config", str(cfg)]) == 2
+    assert qualify("--idle", "--nice", "-1") == 2
     slurm.infos = {"n4": slurm.infos["n4"]}  # only a drained node: nothing to sweep
-    assert cmd.main(["--idle", "--config", str(cfg)]) == 0
+    assert qualify("--idle") == 0
     assert "no idle node to qualify" in capsys.readouterr().out
 
 

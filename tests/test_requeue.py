@@ -6,7 +6,7 @@ import os
 import zipfile
 
 import pytest
-from factories import default_config, patch_everywhere, views
+from factories import default_config, views
 from fakes import FakeSlurm
 
 from gpugate.gate import requeue as _requeue
@@ -221,8 +221,23 @@ def test_the_background_start_now_does_not_hold_the_hooks_output():
         os.kill(pid, signal.SIGKILL)
 
 
+class Detached:
+    """child.detach's stand-in: records each (task, kwargs, timeout) and starts nothing."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple] = []
+
+    def __call__(self, task, kwargs, timeout):
+        self.started.append((task, kwargs, timeout))
+        return 4242
+
+    def job_ids(self) -> list[str]:
+        """The jobs a start-when-pending poller was detached for."""
+        return [kwargs["job_id"] for task, kwargs, _ in self.started
+                if task == "gpugate.gate.requeue:start_now_when_pending"]  # fmt: skip
+
+
 def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
-    from gpugate import child
     from gpugate.gate import requeue
 
     config = default_config()
@@ -230,32 +245,27 @@ def test_start_when_pending_detaches_a_clean_child_never_a_fork(monkeypatch):
     def no_fork():
         raise AssertionError("os.fork() in the hook process")
 
-    detached = []
+    detached = Detached()
     monkeypatch.setattr(os, "fork", no_fork)
-    patch_everywhere(
-        monkeypatch, child, "detach", lambda task, kwargs, timeout: detached.append((task, kwargs))
-    )
-    requeue.start_when_pending(config, "42", wait_s=5)
-    assert detached == [("gpugate.gate.requeue:start_now_when_pending",
-                         {"job_id": "42", "backend": config.slurm.backend,
-                          "timeout": config.slurm.timeout_s, "wait_s": 5})]  # fmt: skip
+    requeue.start_when_pending(config, "42", wait_s=5, detach=detached)
+    assert detached.started == [("gpugate.gate.requeue:start_now_when_pending",
+                                 {"job_id": "42", "backend": config.slurm.backend,
+                                  "timeout": config.slurm.timeout_s, "wait_s": 5}, 35)]  # fmt: skip
 
 
-def test_the_detached_poller_starts_the_job_once_pending(monkeypatch):
-    import types
-
+def test_the_detached_poller_starts_the_job_once_pending():
     from gpugate.gate import requeue
+    from gpugate.slurm.records import JobInfo
 
-    states = iter(["COMPLETING", "PENDING"])
-    started = []
-    fake = types.SimpleNamespace(
-        job=lambda job_id: types.SimpleNamespace(state=next(states)),
-        cli=types.SimpleNamespace(start_now=started.append),
-    )
-    monkeypatch.setattr(requeue, "slurm_backend", lambda kind, timeout: fake)
-    monkeypatch.setattr(requeue.time, "sleep", lambda s: None)
-    assert requeue.start_now_when_pending("7", "cli", 5.0, wait_s=30) is True
-    assert started == ["7"]
+    slurm = FakeSlurm(jobs=[JobInfo(job_id=7, state="COMPLETING")])
+    naps = []
+
+    def sleep(seconds):  # Slurm moves the job on while the poller waits
+        naps.append(seconds)
+        slurm.jobs["7"] = slurm.jobs["7"].replace(state="PENDING")
+
+    assert requeue.start_now_when_pending("7", "cli", 5.0, wait_s=30, slurm=slurm, sleep=sleep)
+    assert naps == [1] and slurm.calls == [("start_now", "7")]
 
 
 # ------------------------------------------------- what Slurm says; what others wrote
@@ -348,19 +358,14 @@ REFUSAL = "gpugate: node n1 refused: gpu.ecc: GPU3 aggregate uncorrected ECC 120
         ({"admin_comment": REFUSAL}, {}, ()),  # the node cannot be read
     ],
 )
-def test_a_job_gpugate_refused_skips_the_requeue_delay(
-    monkeypatch, tmp_path, changes, nodes, refused_on
-):
-    from gpugate.gate import requeue
-
-    started = []
-    monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, job_id: started.append(job_id))
+def test_a_job_gpugate_refused_skips_the_requeue_delay(tmp_path, changes, nodes, refused_on):
+    detached = Detached()
     config = default_config().replace(evidence_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
     end = job(state="COMPLETING", requeued=True, exit_code2="0:0", **changes)
     slurm = slurm_for(nodes=nodes)
-    decision, _ = run_requeue(config, end, slurm, wait_s=0)
+    decision, _ = run_requeue(config, end, slurm, wait_s=0, detach=detached)
     assert decision.refused_on == refused_on and not decision.requeue
-    assert started == (["5"] if refused_on else [])
+    assert detached.job_ids() == (["5"] if refused_on else [])
     assert not [c for c in slurm.calls if c[0] == "comment"], "the prolog's refusal was replaced"
 
 
@@ -401,9 +406,7 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
 ):
     # The job as 22.05.8's EpilogSlurmctld saw it: today's body overwrote the prolog's
     # AdminComment ("no requeue: the job did not opt in") 100 ms after the prolog wrote it.
-    from gpugate.commands import epilog_slurmctld as cmd_epilog_slurmctld
-    from gpugate.gate import requeue
-    from gpugate.slurm import choose as S
+    from gpugate.hooks.epilog_slurmctld import run_epilog_slurmctld
     from gpugate.slurm.cli import CliBackend
 
     with open(os.path.join(FIXTURES, f"scontrol-show-job.epilog-slurmctld.{recorded}.txt")) as fh:
@@ -411,18 +414,17 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     job_id = text.split()[0].split("=")[1]
     runner = Runner({("scontrol", "-o", "show", "job", job_id): text,
                      ("scontrol", "-o", "show", "node", "n1"): NODE_N1})  # fmt: skip
-    patch_everywhere(monkeypatch, S, "backend", lambda *a, **k: CliBackend(runner=runner))
-    begun = []
-    monkeypatch.setattr(requeue, "start_when_pending", lambda slurm, j: begun.append(j))
+    detached = Detached()
     nodes = "n1" if "refused" in recorded else "n2"
     monkeypatch.delenv("SLURM_JOB_COMMENT", raising=False)
     for name, value in {"SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": nodes,
                         "SLURM_JOB_EXIT_CODE2": "0:0", **env}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     config = default_config().replace(evidence_dir=str(tmp_path / "ev"), state_dir=str(tmp_path))
-    assert cmd_epilog_slurmctld._body(config) == 0
+    slurm = CliBackend(runner=runner)  # the real CLI backend over recorded scontrol output
+    assert run_epilog_slurmctld(config, make_slurm=lambda c: slurm, detach=detached) == 0
     assert [a for a in runner.argvs if a[1] == "update"] == []
-    assert begun == ([job_id] if started else [])
+    assert detached.job_ids() == ([job_id] if started else [])
     # `gpugate report` matches a decision to its run (and checkpoint) by the run's number.
     import json
 

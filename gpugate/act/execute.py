@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.admin.resume import Attempt
+    from gpugate.child import Detach
     from gpugate.config.schema import Config
     from gpugate.gate.drain import DrainOutcome
     from gpugate.slurm.control import SlurmControl
@@ -70,7 +71,8 @@ class Report(Record):
 
 class Hands:
     """What the executor acts with: the config, the Slurm adapter (made on first need by
-    `make_slurm`, so a plan of bookkeeping alone starts none) and the hook's log prefix."""
+    `make_slurm`, so a plan of bookkeeping alone starts none), the hook's log prefix, and
+    what starts work that outlives the hook (`detach`, default gpugate.child.detach)."""
 
     def __init__(
         self,
@@ -79,12 +81,14 @@ class Hands:
         make_slurm: Callable[[Config], SlurmControl] | None = None,
         note: Callable[[str], None] | None = None,
         hook: str = "",
+        detach: Detach | None = None,
     ) -> None:
         self.config = config
         self.made: SlurmControl | None = slurm  # the adapter, once given or made
         self._make = make_slurm or _backend
         self.note = note or _note
         self.hook = hook
+        self.detach = detach
 
     def slurm(self) -> SlurmControl:
         """The adapter: the one given, else made once (the configured backend and timeout)."""
@@ -94,9 +98,9 @@ class Hands:
 
 
 def _backend(config: Config) -> SlurmControl:
-    from gpugate.slurm.choose import backend  # only a plan that talks to Slurm (start-up)
+    from gpugate.slurm.choose import backend_for  # only a plan that talks to Slurm (start-up)
 
-    return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    return backend_for(config)
 
 
 def execute(
@@ -293,7 +297,7 @@ def _exclude(step: S.Exclude, hands: Hands, _: DrainOutcome | None) -> str:
 def _start_now(step: S.StartNow, hands: Hands, _: DrainOutcome | None) -> str:
     from gpugate.gate.requeue import start_when_pending  # only the controller's requeue
 
-    start_when_pending(hands.config, step.job_id)
+    start_when_pending(hands.config, step.job_id, detach=hands.detach)
     return ""
 
 

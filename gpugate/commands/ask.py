@@ -23,13 +23,14 @@ def ask_slurm_for(
     ident: str,
     config_file: str | None,
     read: Callable[[SlurmControl, str], _T],
+    make_slurm: Callable[[Config], SlurmControl] | None = None,
 ) -> tuple[Config, SlurmControl, _T] | int:
     """(config, the Slurm backend, `read(backend, ident)`: Slurm's record of the node or job),
     or the exit code after one line: 2 when `ident` is not one node name / job id, 1 when Slurm
-    cannot say."""
+    cannot say. The backend is made by `make_slurm` (default: the site's)."""
     # Late: the Slurm adapter is for the commands that ask Slurm; a replayed check, which
     # shares this package, never does (gpugate/startup.py).
-    from gpugate.slurm.choose import backend
+    from gpugate.slurm.choose import backend_for
     from gpugate.slurm.control import JobNotFound, NodeNotFound, SlurmError
 
     try:
@@ -41,7 +42,7 @@ def ask_slurm_for(
 
     def fetch() -> _T:
         nonlocal slurm
-        slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+        slurm = (make_slurm or backend_for)(config)
         return read(slurm, ident)
 
     not_found = NodeNotFound if kind == "node" else JobNotFound

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
 
 
 # What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
@@ -61,8 +62,8 @@ def parser() -> ArgumentParser:
     return p  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
-    """Run `gpugate check`."""
+def main(argv: list[str], slurm: SlurmControl | None = None) -> int:
+    """Run `gpugate check`; live, `slurm` answers the Gres count (default: one bounded scontrol)."""
     args = quick_options(argv, **OPTIONS) or parser().parse_args(argv)
     started = time.perf_counter()
 
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
         # Late: a replayed snapshot needs no Slurm adapter (gpugate/startup.py).
         from gpugate.slurm.choose import with_slurm_gres
 
-        facts = with_slurm_gres(config, node, facts)
+        facts = with_slurm_gres(config, node, facts, slurm)
     findings = run_checks(facts, config, only=args.only)
     decision = decide(findings, config.policy)
     duration = time.perf_counter() - started

@@ -11,6 +11,7 @@ from gpugate.text import printable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from collections.abc import Callable
 
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
@@ -37,11 +38,16 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `gpugate isolate`."""
+def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = None) -> int:
+    """Run `gpugate isolate`; `make_slurm` makes the Slurm backend (default: the site's)."""
     args = parser().parse_args(argv)
     found = ask_slurm_for(
-        "gpugate isolate", "node", args.node, args.config, lambda slurm, node: slurm.node(node)
+        "gpugate isolate",
+        "node",
+        args.node,
+        args.config,
+        lambda slurm, node: slurm.node(node),
+        make_slurm,
     )
     if isinstance(found, int):
         return found

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.qualify.records import QualifyRun
+    from gpugate.slurm.control import SlurmControl
+
+    MakeSlurm = Callable[[Config], SlurmControl]
 
 PROG = "gpugate qualify"
 
@@ -73,8 +76,8 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `gpugate qualify`."""
+def main(argv: list[str], make_slurm: MakeSlurm | None = None) -> int:
+    """Run `gpugate qualify`; `make_slurm` makes the Slurm backend (default: the site's)."""
     args = parser().parse_args(argv)
     if args.step:
         return step(args)
@@ -97,17 +100,19 @@ def main(argv: list[str]) -> int:
     config = config.replace(qualify=config.qualify.replace(**over))
     # Every usage error before anything runs, --no-wait included: its child would only log it.
     try:
-        request = check_args(args, config)
+        request = check_args(args, config, make_slurm)
     except ValueError as exc:  # QualifyError, a hostlist Slurm cannot read either
         return refuse(PROG, exc, EXIT_USAGE)
     except SlurmError as exc:
         return refuse(PROG, f"Slurm: {exc}", EXIT_UNHEALTHY)
     if args.no_wait:
         return background(argv, config.state_dir)
-    return run(args, config, request)
+    return run(args, config, request, make_slurm)
 
 
-def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | None, int]:
+def check_args(
+    args: Namespace, config: Config, make_slurm: MakeSlurm | None = None
+) -> tuple[list[str], list[str] | None, int]:
     """(nodes, tests or None for the config's, level) from the command line; QualifyError (a
     ValueError) for a usage error: no test, an unknown one, a bad level, a node named twice."""
     from gpugate.qualify.run import QualifyError, check_request, choose_tests
@@ -128,7 +133,7 @@ def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | 
     if args.idle:
         choose_tests(config, tests)  # the nodes come from Slurm when the run starts
         return [], tests, level
-    nodes = expand_nodes(args.nodes, config)
+    nodes = expand_nodes(args.nodes, config, make_slurm)
     twice = sorted(n for n, times in Counter(nodes).items() if times > 1)
     if twice:
         raise QualifyError(f"node(s) named twice: {', '.join(twice)}")
@@ -136,7 +141,9 @@ def check_args(args: Namespace, config: Config) -> tuple[list[str], list[str] | 
     return nodes, tests, level
 
 
-def expand_nodes(exprs: list[str], config: Config) -> list[str]:
+def expand_nodes(
+    exprs: list[str], config: Config, make_slurm: MakeSlurm | None = None
+) -> list[str]:
     """The NODE arguments' names; Slurm (`scontrol show hostnames`) only for what gpugate's own
     hostlist parser cannot read."""
     names: list[str] = []
@@ -144,19 +151,28 @@ def expand_nodes(exprs: list[str], config: Config) -> list[str]:
         try:
             names += hostlist_expand(expr)
         except HostlistError:
-            from gpugate.slurm.choose import backend
-
-            slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
-            names += slurm.expand_hostlist(expr)
+            names += slurm_for(config, make_slurm).expand_hostlist(expr)
     return names
 
 
-def run(args: Namespace, config: Config, request: tuple[list[str], list[str] | None, int]) -> int:
+def slurm_for(config: Config, make_slurm: MakeSlurm | None) -> SlurmControl:
+    """The backend `make_slurm` makes, by default the site's (choose.backend_for)."""
+    # Late: the adapter only when Slurm is asked (gpugate/startup.py).
+    from gpugate.slurm.choose import backend_for
+
+    return (make_slurm or backend_for)(config)
+
+
+def run(
+    args: Namespace,
+    config: Config,
+    request: tuple[list[str], list[str] | None, int],
+    make_slurm: MakeSlurm | None = None,
+) -> int:
     """Qualify the nodes, print the outcome; the exit code."""
     from gpugate.qualify.run import QualifyError, qualify_nodes
-    from gpugate.slurm.choose import backend
 
-    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    slurm = slurm_for(config, make_slurm)
     nodes, tests, level = request
     previous = _terminate_as_exit()
     try:

@@ -13,6 +13,10 @@ from gpugate.hooks.epilog_slurmctld import run_requeue
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from collections.abc import Callable
+
+    from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
 
 
 def parser() -> ArgumentParser:
@@ -31,12 +35,17 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `gpugate requeue`."""
+def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = None) -> int:
+    """Run `gpugate requeue`; `make_slurm` makes the Slurm backend (default: the site's)."""
     args = parser().parse_args(argv)
 
     found = ask_slurm_for(
-        "gpugate requeue", "job", args.job_id, args.config, lambda slurm, job: slurm.job(job)
+        "gpugate requeue",
+        "job",
+        args.job_id,
+        args.config,
+        lambda slurm, job: slurm.job(job),
+        make_slurm,
     )
     if isinstance(found, int):
         return found

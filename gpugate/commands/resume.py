@@ -16,8 +16,10 @@ from gpugate.store.suspects import open_flags
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from collections.abc import Callable
 
     from gpugate.config.schema import Config
+    from gpugate.slurm.control import SlurmControl
 
 
 def parser() -> ArgumentParser:
@@ -96,12 +98,17 @@ def forget_failed_isolation(config: Config, node: str) -> None:
         forget(config, node, here)
 
 
-def main(argv: list[str]) -> int:
-    """Run `gpugate resume`."""
+def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = None) -> int:
+    """Run `gpugate resume`; `make_slurm` makes the Slurm backend (default: the site's)."""
     args = parser().parse_args(argv)
 
     found = ask_slurm_for(
-        "gpugate resume", "node", args.node, args.config, lambda slurm, node: slurm.node(node)
+        "gpugate resume",
+        "node",
+        args.node,
+        args.config,
+        lambda slurm, node: slurm.node(node),
+        make_slurm,
     )
     if isinstance(found, int):
         return found

@@ -13,7 +13,7 @@ import os
 import pwd
 import time
 
-from gpugate.child import detach
+from gpugate.child import detach as detach_child
 from gpugate.diagnosis.categories import is_infrastructure
 from gpugate.record import Record
 from gpugate.slurm.choose import backend as slurm_backend
@@ -26,8 +26,10 @@ from gpugate.userfiles import as_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypedDict
 
+    from gpugate.child import Detach
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
     from gpugate.store.controller_view import ReadAccount
@@ -367,23 +369,35 @@ def refusals(job: JobEnd, slurm: SlurmControl) -> tuple[str, ...]:
     return tuple(found)
 
 
-def start_when_pending(config: Config, job_id: str, wait_s: float = 120.0) -> None:
+def start_when_pending(
+    config: Config, job_id: str, wait_s: float = 120.0, detach: Detach | None = None
+) -> None:
     """Clear the requeue's +120 s BeginTime once the requeue has happened, in the background.
 
     A requeue asked for from EpilogSlurmctld takes effect after the hook returns, and it sets
     BeginTime then: a `StartTime=now` sent right away is overwritten. So a detached clean child
-    (gpugate.child.detach: a fresh interpreter, not a fork of this process, holding none of its
-    descriptors: slurmscriptd waits for EOF on the hook's output pipe) polls the job until it
-    is pending.
+    (`detach`, default gpugate.child.detach: a fresh interpreter, not a fork of this process,
+    holding none of its descriptors: slurmscriptd waits for EOF on the hook's output pipe)
+    polls the job until it is pending.
     """
     kwargs = {"job_id": job_id, "backend": config.slurm.backend,
               "timeout": config.slurm.timeout_s, "wait_s": wait_s}  # fmt: skip
-    detach("gpugate.gate.requeue:start_now_when_pending", kwargs, timeout=wait_s + 30)
+    (detach or detach_child)("gpugate.gate.requeue:start_now_when_pending", kwargs,
+                             timeout=wait_s + 30)  # fmt: skip
 
 
-def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: float) -> bool:
-    """In the detached child: poll the job until Slurm has it pending, then start it now."""
-    slurm = slurm_backend(backend, timeout=timeout)
+def start_now_when_pending(
+    job_id: str,
+    backend: str,
+    timeout: float,
+    wait_s: float,
+    slurm: SlurmControl | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """In the detached child: poll the job until Slurm has it pending, then start it now.
+
+    `slurm` (default: the `backend` kind under `timeout`) and `sleep` are for the tests."""
+    slurm = slurm or slurm_backend(backend, timeout=timeout)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
@@ -392,5 +406,5 @@ def start_now_when_pending(job_id: str, backend: str, timeout: float, wait_s: fl
                 return True
         except Exception:  # slurmctld busy or the job between states: ask again
             pass
-        time.sleep(1)
+        sleep(1)
     return False

@@ -29,7 +29,7 @@ from gpugate.gate.requeue import (
 )
 from gpugate.gate.suspicion import vote as cast_vote
 from gpugate.gate.suspicion import wants_votes
-from gpugate.slurm.choose import backend
+from gpugate.slurm.choose import backend_for
 from gpugate.slurm.cli import expand_hostlist
 from gpugate.slurm.hookenv import comment_tokens, from_environ
 from gpugate.slurm.reasons import mark_drill
@@ -39,8 +39,10 @@ from gpugate.store.view_records import ControllerRecord, stale_note
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
+    from gpugate.child import Detach
     from gpugate.config.schema import Config
     from gpugate.gate.requeue import JobEnd
     from gpugate.slurm.control import SlurmControl
@@ -63,10 +65,12 @@ def run_requeue(
     dry_run: bool = False,
     accounts: list[ReadAccount] | None = None,
     cannot_write: str | None = None,
+    detach: Detach | None = None,
 ) -> tuple[Any, ...]:
     """Gather the evidence, decide, act; returns (decision, steps done). `accounts` gets
     what was read of the records and what not; `cannot_write` (writable_problem's line) is
-    told to a requeued job too."""
+    told to a requeued job too; `detach` starts the job's start-when-pending poller
+    (default gpugate.child.detach)."""
     # A failed multi-node job's bundles are waited for to vote on its suspect, too.
     wait = needs_evidence(job, config) or wants_votes(job, config)
     accounts = [] if accounts is None else accounts
@@ -103,7 +107,7 @@ def run_requeue(
     plan = requeue_steps(decision, job, config, pins(slurm, job.job_id, decision, config))
     if decision.requeue:  # pending again: the job takes an AdminComment
         plan += requeued_notes(job.job_id, told_notes(job, summaries, unreadable, cannot_write))
-    hands = Hands(config, slurm, hook="epilog-slurmctld")
+    hands = Hands(config, slurm, hook="epilog-slurmctld", detach=detach)
     done = execute(plan, hands, dry_run=dry_run, kept=None).lines()  # logged below, by the caller
     return decision, done
 
@@ -128,12 +132,19 @@ def drill_of(summaries: list[ControllerRecord]) -> str | None:
     return next((s.drill for s in summaries if s.kind == "drill" and s.drill), None)
 
 
-def run_epilog_slurmctld(config: Config) -> int:
-    """The controller epilog for the job in this environment: decide, act, record (exit 0)."""
+def run_epilog_slurmctld(
+    config: Config,
+    make_slurm: Callable[[Config], SlurmControl] | None = None,
+    detach: Detach | None = None,
+) -> int:
+    """The controller epilog for the job in this environment: decide, act, record (exit 0).
+
+    `make_slurm` makes the Slurm adapter (default: the site's backend); `detach` as run_requeue's.
+    """
     job = job_from_env()
     if not job.job_id:
         return 0
-    slurm = backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+    slurm = (make_slurm or backend_for)(config)
     try:
         info = slurm.job(job.job_id)
         job = job.replace(
@@ -155,7 +166,7 @@ def run_epilog_slurmctld(config: Config) -> int:
     accounts: list[ReadAccount] = []
     wait_s = config.requeue.wait_for_bundles_s
     decision, done = run_requeue(config, job, slurm, wait_s, accounts=accounts,
-                                 cannot_write=cannot_write)  # fmt: skip
+                                 cannot_write=cannot_write, detach=detach)  # fmt: skip
     read = accounts[0] if accounts else None
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
     log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,

@@ -38,7 +38,7 @@ from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
 from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
-from gpugate.slurm.choose import backend, slurm_gres_gpus
+from gpugate.slurm.choose import backend_for, slurm_gres_gpus
 from gpugate.slurm.cli import expand_hostlist
 from gpugate.slurm.hookenv import comment_tokens, fr_opted_out
 from gpugate.slurm.reasons import drain_reason, refusal_comment
@@ -55,6 +55,7 @@ from gpugate.store.state import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from gpugate.act.steps import Plan, Step
@@ -147,19 +148,19 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
 
 
 def shared_node(
-    config: Config, env: HookEnv, findings: list[Finding], slurm: SlurmControl | None
-) -> tuple[list[Finding], SlurmControl | None]:
-    """The findings with another job's load set aside (gpugate/gate/shared.py), and the Slurm
-    adapter if it had to be made for that. One bounded scontrol, only when such a finding
-    would otherwise fail; where the other jobs' GPUs cannot be learned it is reported, not
-    drained: a demanding admin would rather see a warning on a node than lose a healthy
-    node (and drain budget) to a job's own CUDA context, while this job's own GPUs, which
-    Slurm gave it alone, are still judged in full."""
+    config: Config, env: HookEnv, findings: list[Finding], hands: Hands
+) -> list[Finding]:
+    """The findings with another job's load set aside (gpugate/gate/shared.py); the Slurm
+    adapter, if it had to be made for that, stays in `hands`. One bounded scontrol, only when
+    such a finding would otherwise fail; where the other jobs' GPUs cannot be learned it is
+    reported, not drained: a demanding admin would rather see a warning on a node than lose a
+    healthy node (and drain budget) to a job's own CUDA context, while this job's own GPUs,
+    which Slurm gave it alone, are still judged in full."""
     made: list[SlurmControl] = []
 
     def allocated() -> frozenset[int] | None:
         try:
-            made.append(slurm or _slurm(config))
+            made.append(hands.slurm())
         except Exception as exc:  # no adapter: which GPUs others hold is unknown
             note(f"cannot ask Slurm which GPUs jobs hold: {exc}")
             return None
@@ -168,8 +169,7 @@ def shared_node(
     def other_jobs() -> bool | None:
         return others_run(made[0], env.node or "", env.job_id) if made else None
 
-    out = judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
-    return out, (made[0] if made else slurm)
+    return judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
 
 
 def concerns_job(f: Finding, env: HookEnv) -> bool:
@@ -177,11 +177,18 @@ def concerns_job(f: Finding, env: HookEnv) -> bool:
     return f.gpu is None or env.gpus is None or f.gpu in env.gpus
 
 
-def run_prolog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> PrologResult:
-    """Run the whole prolog for one job on this node: gather, check, decide, act, record."""
+def run_prolog(
+    config: Config,
+    env: HookEnv,
+    slurm: SlurmControl | None = None,
+    make_slurm: Callable[[Config], SlurmControl] | None = None,
+) -> PrologResult:
+    """Run the whole prolog for one job on this node: gather, check, decide, act, record.
+
+    The Slurm adapter is `slurm`, else made by `make_slurm` (default: the site's backend) on
+    the first step that needs it: a healthy first run makes none (the start-up budget)."""
     started = time.monotonic()
-    # The adapter is made on the first step that needs it (by _slurm, looked up when called).
-    hands = Hands(config, slurm, make_slurm=lambda c: _slurm(c), note=note, hook="prolog")
+    hands = Hands(config, slurm, make_slurm=make_slurm or backend_for, note=note, hook="prolog")
     result, boot = decide_and_act(config, env, hands, started)
     # Decided and done: nothing below (the history, the metrics, the events, a full or
     # read-only disk, a hostile drains.jsonl) may change the exit code or undo the drain.
@@ -207,7 +214,7 @@ def decide_and_act(
     findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
         config, env.node
     )
-    findings, hands.made = shared_node(config, env, findings, hands.made)
+    findings = shared_node(config, env, findings, hands)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (gpugate/act/execute.py).
@@ -220,7 +227,7 @@ def decide_and_act(
     try:
         remember_kernel_pos(config, facts)
         if env.job_id:
-            prepare_job(config, env, facts, findings, hands.made)
+            prepare_job(config, env, facts, findings, hands)
     except Exception as exc:  # each step catches its own; this is for what they did not foresee
         note(f"could not prepare the job's state: {exc}")
     if decision.action != DRAIN:
@@ -379,8 +386,8 @@ def prepare_job(
     config: Config,
     env: HookEnv,
     facts: Facts,
-    findings: list[Finding] | None = None,
-    slurm: SlurmControl | None = None,
+    findings: list[Finding],
+    hands: Hands,
 ) -> None:
     """Save the counters' baseline for the epilog (with what makes this run its own: the
     faults already known, its logs' start offsets, see runs.py) and the job's NCCL directory."""
@@ -389,9 +396,8 @@ def prepare_job(
     try:
         # Only a rerun asks Slurm for its files (a first run's are new): a healthy first
         # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
-        if slurm is None and env.restart_count > 0:
-            slurm = _slurm(config)
-        run = run_record(env, findings or [], slurm)
+        slurm = hands.slurm() if env.restart_count > 0 else hands.made
+        run = run_record(env, findings, slurm)
     except Exception as exc:  # the record serves the epilog's judgement; never stops a job
         note(f"could not record the run's start: {exc}")
         run = RunRecord(restart_count=env.restart_count)
@@ -434,10 +440,6 @@ def summary(decision: Decision) -> str:
     """One line: the verdict and the worst findings."""
     worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]
     return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")
-
-
-def _slurm(config: Config) -> SlurmControl:
-    return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
 
 
 def note(message: str) -> None:

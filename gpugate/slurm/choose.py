@@ -143,6 +143,14 @@ def backend(
     return chosen
 
 
+def backend_for(config: Config) -> SlurmControl:
+    """The site's backend: backend() of `slurm.backend` under `slurm.timeout_s`.
+
+    The default of every `make_slurm` parameter (a hook's, a command's): tests pass a fake.
+    """
+    return backend(config.slurm.backend, timeout=config.slurm.timeout_s)
+
+
 # The prolog's question is on the job's critical path: never longer than this.
 GRES_TIMEOUT = 3.0
 
