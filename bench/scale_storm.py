@@ -3,9 +3,10 @@
 A private Slurm (tests/slurm/localslurm.py: root, Debian's slurmctld) holds one real node and
 N simulated ones (slurm.conf and the partition list them; no slurmd behind them, so one machine
 can hold a 1,000-node table). Every simulated node's prolog fails at once: one thread per node
-runs what a failing prolog runs to take its node out, `gpugate.gate.drain.drain_node` with the
-site's budget (defaults: 10 % of the partition, 10 drains an hour, settle 1.5 s), each through
-its own CLI adapter (real `scontrol`), the history directory shared as a site's shared storage.
+runs what a failing prolog runs to take its node out, the executor carrying out the drain's
+plan (`gpugate.act.plans.budget_drain`: drain, undo beyond the budget, say and record a held
+drain) with the site's budget (defaults: 10 % of the partition, 10 drains an hour, settle
+1.5 s), each through its own CLI adapter (real `scontrol`), the history directory shared as a site's shared storage.
 
 Measured per node: the adapter's calls (whole-cluster reads, single-node reads, writes), the
 time a hook spends; for the whole storm: slurmctld's own RPC counts and mean latency by type
@@ -39,9 +40,12 @@ sys.path.insert(0, str(ROOT / "tests" / "slurm"))
 
 from localslurm import LocalSlurm  # noqa: E402
 
+from gpugate.act.execute import Hands, execute  # noqa: E402
+from gpugate.act.plans import budget_drain  # noqa: E402
 from gpugate.config import load_config  # noqa: E402
 from gpugate.gate import drain as drain_mod  # noqa: E402
 from gpugate.slurm.cli import CliBackend  # noqa: E402
+from gpugate.slurm.reasons import drain_reason  # noqa: E402
 
 WORKERS = 16
 _SDIAG = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -96,7 +100,8 @@ def _hooks(names: list[str], config_path: str, mode: str, jitter_s: float, out: 
     def hook(name: str) -> None:
         slurm = Counted(timeout=config.slurm.timeout_s)
         began = time.monotonic()
-        outcome = drain_mod.drain_node(slurm, name, "gpu.driver", "bad roll-out", config)
+        plan = budget_drain(name, "gpu.driver", drain_reason("gpu.driver", "bad roll-out"))
+        outcome = execute(plan, Hands(config, slurm)).drain
         results[name] = (slurm.counts, time.monotonic() - began, outcome.drained)
 
     threads = [threading.Thread(target=hook, args=(n,), daemon=True) for n in names]

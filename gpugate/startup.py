@@ -78,12 +78,13 @@ LAZY: dict[str, tuple[float, str]] = {
     "pickletools": (4.8, "checkpoints.torchfile: reading a torch checkpoint's pickle"),
     "gpugate.admin.resume": (
         7.6,
-        "hooks.health, act.execute (Lift): lifting a drain, only when one has healed",
+        "hooks.health (the Lift's path it hands the executor): lifting a drain, only when "
+        "one has healed",
     ),
     "gpugate.gate.repair": (4.1, "hooks.health: a reset, only for a drain that asks one"),
     "gpugate.checkpoints.freshness": (5.2, "hooks.collect: a job with gpugate:ckpt= only"),
     "gpugate.flightrec.culprit": (6.4, "diagnosis.multinode: a multi-node job's flight records"),
-    "gpugate.store.held": (1.0, "gate.drain: a drain held back by the budget"),
+    "gpugate.store.held": (1.0, "act.execute (RecordHeld): a drain held back by the budget"),
     "gpugate.act.execute": (
         1.0,
         "commands.check: `gpugate check --dry-run` only (the hooks import it at the top)",
@@ -100,7 +101,7 @@ LAZY: dict[str, tuple[float, str]] = {
     ),
     "gpugate.gate.drain": (
         0.4,
-        "act.execute (Drain, Undo, Isolate), hooks.prolog (the failure's plan): only a "
+        "act.execute (Drain, Undo, TellHeld, Isolate), hooks.prolog (the failure's plan): only a "
         "failing prolog drains; a healthy one takes no drain step",
     ),
     "gpugate.store.entries": (

@@ -5,9 +5,12 @@ Defaults describe one healthy H100 SXM GPU / node, so a test changes only what i
 
 from __future__ import annotations
 
+from gpugate.act.execute import Hands, execute
+from gpugate.act.plans import budget_drain
 from gpugate.checks.facts import Facts, Gpu, IbPort, Limits, Memory, Mount, Pcie, RemappedRows
 from gpugate.checks.run import run_checks
 from gpugate.config import load_config
+from gpugate.slurm.reasons import drain_reason
 from gpugate.store.view_records import ControllerRecord
 
 
@@ -169,3 +172,11 @@ def make_decision(when: float, **extra: object):
     found = decision(Event(time=utc(when), hook=REQUEUE_HOOK, extra=extra), when)
     assert found is not None, extra
     return found
+
+
+def drain_node(slurm, node: str, check: str, detail: str, config):
+    """What a hook does to drain `node` for `check` within the budget: the plan
+    (act.plans.budget_drain: drain, undo beyond the budget, say and record a held drain)
+    carried out by the executor; the drain's outcome."""
+    plan = budget_drain(node, check, drain_reason(check, detail))
+    return execute(plan, Hands(config, slurm)).drain

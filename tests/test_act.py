@@ -18,6 +18,7 @@ from gpugate.slurm.control import SlurmError
 from gpugate.store import history as H
 
 REASON = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
+REASON_HELD = "gpugate: gpu.ecc: GPU3 ECC 120 > 100"  # drain_steps' reason for that failure
 
 
 @pytest.fixture
@@ -90,21 +91,33 @@ def test_a_held_drain_is_recorded_by_its_step_and_a_dry_run_records_none(config,
     held = config.replace(budget=config.budget.replace(max_drained_share=0.0, min_drains_allowed=0),
                           admin=config.admin.replace(history_dir=str(tmp_path / "hist")))  # fmt: skip
     plan = drain_steps(NODE, [fail("gpu.ecc", "GPU3 ECC 120 > 100", gpu=3)])
-    assert [type(s) for s in plan] == [S.Drain, S.Undo, S.RecordHeld, S.Isolate]
+    assert [type(s) for s in plan] == [S.Drain, S.Undo, S.TellHeld, S.RecordHeld, S.Isolate]
     dry = execute(plan, hands(held, slurm), dry_run=True)
-    assert dry.lines()[2] == f"would record the held drain of {NODE} if the budget holds it back"
+    assert dry.lines()[2:4] == [
+        f"would say the held drain of {NODE} (node comment, log line, event) if the budget "
+        "holds it back",
+        f"would record the held drain of {NODE} if the budget holds it back",
+    ]
     assert not (tmp_path / "hist").exists() and slurm.node_comments == []
+    assert not (tmp_path / "state").exists()  # no log line, no event
     report = execute(plan, hands(held, slurm))
-    assert report.drain.held and statuses(report)[2] == ("record", DONE)
+    assert report.drain.held and statuses(report)[2:4] == [("note", DONE), ("record", DONE)]
     [entry] = held_entries(str(tmp_path / "hist"))
     assert (entry.node, entry.reason) == (NODE, report.drain.reason)
     assert entry.why == report.drain.why and "already drained" in entry.why
-    # Within the budget the drain is done and nothing is held: the step is skipped.
-    report = execute(plan, hands(config, FakeSlurm()))
+    # Said by its step: the Comment, the loud line and the event, each naming why and what.
+    [(node, comment)] = slurm.node_comments
+    assert node == NODE and "would drain (budget exceeded" in comment and REASON_HELD in comment
+    [event] = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").open()]
+    assert (event["hook"], event["outcome"], event["node"]) == ("budget", "budget_exceeded", NODE)
+    assert (event["why"], event["reason"]) == (entry.why, entry.reason)
+    # Within the budget the drain is done and nothing is held: the steps are skipped.
+    other = FakeSlurm()
+    report = execute(plan, hands(config, other))
     assert report.drain.drained and not report.drain.held
-    assert report.outcomes[2].status == SKIPPED
-    assert report.outcomes[2].said == "the drain budget held nothing back"
-    assert held_entries(str(tmp_path / "hist")) == [entry]
+    assert [o.status for o in report.outcomes[2:4]] == [SKIPPED, SKIPPED]
+    assert report.outcomes[3].said == "the drain budget held nothing back"
+    assert held_entries(str(tmp_path / "hist")) == [entry] and other.node_comments == []
 
 
 def test_a_failing_step_does_not_stop_the_others(config, tmp_path, capsys):
@@ -247,8 +260,32 @@ def test_check_dry_run_says_the_prolog_plan_and_does_nothing(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["plan"][0].startswith("would drain n7: gpugate: gpu.ecc: ")
     assert out["plan"][1:] == ["would undo the drain of n7 if beyond the budget",
+                               "would say the held drain of n7 (node comment, log line, event) "
+                               "if the budget holds it back",
                                "would record the held drain of n7 if the budget holds it back",
                                "would isolate the faulty GPU(s) of n7 (isolate.unit: gpu)"]  # fmt: skip
     assert not (tmp_path / "state").exists()
     main(["check", "--facts", snap, "--config", str(site), "--json"])
     assert "plan" not in json.loads(capsys.readouterr().out)  # the contract's output, as before
+
+
+def test_a_lift_goes_through_the_path_its_hands_hold(config):
+    """The executor sits below the admin: the resume path is handed in (Hands.lift, the health
+    hook's admin.resume.lift); a plan that lifts without one fails that step, reported."""
+    from fakes import drained
+
+    info = drained(NODE, REASON)
+    plan = (S.Lift(info=info, why="repaired: rebooted"),
+            S.ForgetHealing(node=NODE, when=S.LIFTED))  # fmt: skip
+    asked = []
+
+    def lift(c, slurm, step):
+        asked.append((c, step))
+        return S.Attempt(resumed=True, why="", result="ok (this node)")
+
+    report = execute(plan, hands(config, lift=lift))
+    assert asked == [(config, plan[0])] and report.lift.resumed
+    assert statuses(report) == [("lift", DONE), ("record", DONE)]
+    report = execute(plan, hands(config), kept=None)
+    assert (report.lift.resumed, statuses(report)[0]) == (False, ("lift", FAILED))
+    assert "no resume path" in report.lift.why and report.outcomes[1].status == SKIPPED

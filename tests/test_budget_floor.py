@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from factories import default_config
+from factories import default_config, drain_node
 from fakes import FakeSlurm
 from test_budget import NOW, cluster, node
 
 from gpugate.config import ConfigError, load_config
 from gpugate.gate.budget import budget_warnings, check_budget, keeps_drain, warn_daily
-from gpugate.gate.drain import drain_node
 from gpugate.slurm.records import NodeInfo
 from gpugate.store.held import held_entries, held_now
 

@@ -2,11 +2,12 @@
 
 A private Slurm lists 48 simulated nodes beside one real one (no slurmd behind them: slurm.conf
 and the partition hold them, SlurmdTimeout=0 keeps them out of DOWN). All 48 fail at once: one
-thread per node runs what a failing prolog runs to take its node out (`drain_node` with the
-site's budget, its own CLI adapter, the history directory shared). The budget holds exactly,
-each hook asks Slurm a bounded number of things whatever the cluster's size, and the shared
-view (gpugate/store/fleet_view.py) leaves slurmctld far fewer whole-cluster reads than two per
-node: sdiag counts them.
+thread per node runs what a failing prolog runs to take its node out (the plan's drain steps
+carried out by the executor, `factories.drain_node`, with the site's budget, its own CLI
+adapter, the history directory shared). The budget holds exactly, each hook asks Slurm a
+bounded number of things whatever the cluster's size, and the shared view
+(gpugate/store/fleet_view.py) leaves slurmctld far fewer whole-cluster reads than two per node:
+sdiag counts them.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
+from factories import drain_node  # noqa: E402
 from localslurm import LocalSlurm  # noqa: E402
 
 from gpugate.config import load_config  # noqa: E402
-from gpugate.gate.drain import drain_node  # noqa: E402
 from gpugate.slurm.cli import CliBackend  # noqa: E402
 
 SIMULATED, COUNT = "sim[01-48]", 48

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from factories import default_config
+from factories import default_config, drain_node
 from fakes import FakeSlurm
 
-from gpugate.gate.drain import drain_node
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import fleet_view as fv
 

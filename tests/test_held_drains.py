@@ -131,8 +131,11 @@ def test_a_drain_clears_the_stale_would_drain_comment_it_supersedes(tmp_path):
     Comment no longer says what the node is (seen in CI on the pyslurm backend)."""
     from fakes import FakeSlurm, idle
 
-    from gpugate.gate.drain import drain_node
-    from gpugate.slurm.reasons import admin_comment, budget_comment
+    from gpugate.gate.drain import drain_counted
+    from gpugate.slurm.reasons import admin_comment, budget_comment, drain_reason
+
+    def drain_node(slurm, node, check, detail):  # the Drain step's primitive, no budget
+        return drain_counted(slurm, node, drain_reason(check, detail), None, check)
 
     held = idle("n1").replace(comment=admin_comment(budget_comment(WHY, REASON)))
     slurm = FakeSlurm([held, "n2", "n3", "n4"])

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any
 
-    from gpugate.admin.resume import Attempt
     from gpugate.child import Detach
     from gpugate.config.schema import Config
     from gpugate.gate.drain import DrainOutcome
@@ -62,7 +61,7 @@ class Report(Record):
 
     outcomes: tuple[Outcome, ...] = ()
     drain: DrainOutcome | None = None  # None: the plan had no Drain (or a dry run)
-    lift: Attempt | None = None  # None: the plan had no Lift (or a dry run)
+    lift: S.Attempt | None = None  # None: the plan had no Lift (or a dry run)
 
     def lines(self) -> list[str]:
         """Each outcome's line, in the plan's order."""
@@ -71,8 +70,10 @@ class Report(Record):
 
 class Hands:
     """What the executor acts with: the config, the Slurm adapter (made on first need by
-    `make_slurm`, so a plan of bookkeeping alone starts none), the hook's log prefix, and
-    what starts work that outlives the hook (`detach`, default gpugate.child.detach)."""
+    `make_slurm`, so a plan of bookkeeping alone starts none), the hook's log prefix, what
+    starts work that outlives the hook (`detach`, default gpugate.child.detach) and, for a plan
+    that lifts, `gpugate resume`'s path (`lift`: admin.resume.lift, which sits above the
+    executor; only the health run lifts)."""
 
     def __init__(
         self,
@@ -82,6 +83,7 @@ class Hands:
         note: Callable[[str], None] | None = None,
         hook: str = "",
         detach: Detach | None = None,
+        lift: Callable[[Config, SlurmControl, S.Lift], S.Attempt] | None = None,
     ) -> None:
         self.config = config
         self.made: SlurmControl | None = slurm  # the adapter, once given or made
@@ -89,6 +91,7 @@ class Hands:
         self.note = note or _note
         self.hook = hook
         self.detach = detach
+        self.lift = lift
 
     def slurm(self) -> SlurmControl:
         """The adapter: the one given, else made once (the configured backend and timeout)."""
@@ -112,7 +115,7 @@ def execute(
     None says no line (the caller logs the report's lines itself)."""
     outcomes: list[Outcome] = []
     drain: DrainOutcome | None = None
-    lift: Attempt | None = None
+    lift: S.Attempt | None = None
     for step in plan:
         what = _said(step)
         blocked = _not_due(step.when, drain, lift, dry_run)
@@ -133,9 +136,7 @@ def execute(
                     reason=step.reason, drained=False, blocked_by="error", why=error
                 )
             if isinstance(step, S.Lift):  # not resumed: what follows a refusal follows
-                from gpugate.admin.resume import Attempt  # only a plan that lifts
-
-                lift = Attempt(resumed=False, why=error)
+                lift = S.Attempt(resumed=False, why=error)
             if kept is not None:
                 _failed(hands, what, error, kept)
             outcomes.append(Outcome(kind=step.KIND, what=what, status=FAILED, said=str(exc)))
@@ -158,7 +159,7 @@ def _said(step: S.Step) -> str:
         return step.KIND
 
 
-def _not_due(when: str, drain: DrainOutcome | None, lift: Attempt | None, dry_run: bool) -> str:
+def _not_due(when: str, drain: DrainOutcome | None, lift: S.Attempt | None, dry_run: bool) -> str:
     """Why a step with this `when` is not due now ("" when it is). A dry run assumes the drain
     it would do takes the node, and the resume it would ask goes through."""
     if when == S.ALWAYS:
@@ -176,7 +177,7 @@ def _not_due(when: str, drain: DrainOutcome | None, lift: Attempt | None, dry_ru
     return ""
 
 
-def _lift_not_due(when: str, lift: Attempt | None, dry_run: bool) -> str:
+def _lift_not_due(when: str, lift: S.Attempt | None, dry_run: bool) -> str:
     if dry_run and lift is None:
         return "" if when == S.LIFTED else "a dry run assumes the resume goes through"
     resumed = lift is not None and lift.resumed
@@ -187,7 +188,7 @@ def _lift_not_due(when: str, lift: Attempt | None, dry_run: bool) -> str:
     return "resumed" if when == S.NOT_LIFTED and resumed else ""
 
 
-def _lift_said(attempt: Attempt) -> str:
+def _lift_said(attempt: S.Attempt) -> str:
     return "resumed" if attempt.resumed else f"refused: {attempt.why}"
 
 
@@ -263,13 +264,11 @@ def _isolate(step: S.Isolate, hands: Hands, _: DrainOutcome | None) -> str:
     return line
 
 
-def _lift(step: S.Lift, hands: Hands, _: DrainOutcome | None) -> Attempt:
+def _lift(step: S.Lift, hands: Hands, _: DrainOutcome | None) -> S.Attempt:
     """Resume through `gpugate resume`'s own path (checks, qualification, audit): the Attempt."""
-    from gpugate.admin.resume import Request, check_then_resume, restore_isolated
-
-    request = Request(node=step.info.name, why=step.why, who=step.who)
-    act = restore_isolated if step.put_back else check_then_resume
-    return act(hands.config, hands.slurm(), step.info, request)
+    if hands.lift is None:  # a plan that lifts comes with the path (Hands.lift)
+        raise LookupError("no resume path to lift with (Hands.lift)")
+    return hands.lift(hands.config, hands.slurm(), step)
 
 
 def _refuse(step: S.Refuse, hands: Hands, _: DrainOutcome | None) -> str:
@@ -328,6 +327,15 @@ def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> 
     return ""
 
 
+def _tell_held(step: S.TellHeld, hands: Hands, drain: DrainOutcome | None) -> str:
+    if drain is None:  # `when: held` makes it due only after a held drain
+        raise ValueError("no held drain to tell")
+    from gpugate.gate.drain import tell_held
+
+    tell_held(hands.slurm(), step.node, drain.reason, drain.why, hands.config)
+    return ""
+
+
 def _record_held(step: S.RecordHeld, hands: Hands, drain: DrainOutcome | None) -> str:
     if drain is None:  # `when: held` makes it due only after a held drain
         raise ValueError("no held drain to record")
@@ -381,6 +389,7 @@ _HANDS: dict[type[S.Step], Callable[[Any, Hands, DrainOutcome | None], object]] 
     S.NoteBeside: _note_beside,
     S.Note: _comment,
     S.RecordDrain: _record_drain,
+    S.TellHeld: _tell_held,
     S.RecordHeld: _record_held,
     S.RecordHealing: _record_healing,
     S.ForgetHealing: _forget_healing,

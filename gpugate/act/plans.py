@@ -12,6 +12,7 @@ from gpugate.act.steps import (
     RecordHeld,
     Requeue,
     StartNow,
+    TellHeld,
     Undo,
 )
 from gpugate.slurm.reasons import drain_reason, evidence_detail
@@ -36,8 +37,8 @@ def drain_steps(
 ) -> Plan:
     """Drain `node` for `failing` with gpugate's reason (the first failure and how many more;
     the evidence bundle named when there is one), within the budget; undo a drain that ranks
-    beyond it once concurrent drains have landed; record a drain the budget held back (either
-    way) in the history; then take out only the faulty GPU where the site isolates GPUs
+    beyond it once concurrent drains have landed; say and record a drain the budget held back
+    (either way: budget_drain); then take out only the faulty GPU where the site isolates GPUs
     (`isolate.unit: gpu`)."""
     from gpugate.gate.drain import drain_detail  # only a failing hook plans a drain (start-up)
 
@@ -45,10 +46,21 @@ def drain_steps(
     if bundle:
         detail = evidence_detail(bundle, detail)
     return (
-        Drain(node=node, check=check, reason=drain_reason(check, detail)),
-        Undo(node=node, check=check),
-        RecordHeld(node=node),
+        *budget_drain(node, check, drain_reason(check, detail)),
         Isolate(node=node, failing=tuple(failing), gpus=gpus, boot_id=boot_id),
+    )
+
+
+def budget_drain(node: str, check: str, reason: str) -> Plan:
+    """Drain `node` with `reason` within the budget (counted first), undo it if it ranks beyond
+    once concurrent drains have landed, and when the budget holds it back (either way) say so
+    (the node's Comment, the log line, the event) and record it in the history: every drain
+    gpugate decides (the hooks' drain_steps, a qualification's new drain)."""
+    return (
+        Drain(node=node, check=check, reason=reason),
+        Undo(node=node, check=check),
+        TellHeld(node=node),
+        RecordHeld(node=node),
     )
 
 

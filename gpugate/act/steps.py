@@ -101,6 +101,17 @@ class Lift(Step):
         return f"{what} {self.info.name} (checked, audited): {self.why}"
 
 
+class Attempt(record.Record):
+    """What became of a Lift, or of `gpugate resume`: done or refused, why, the check result
+    and the failing messages (admin/resume.py makes it; here, below both, so the executor
+    reports it without importing the admin)."""
+
+    resumed: bool
+    why: str  # what was wrong when refused, else empty
+    result: str | None = None  # "<status> (<where the facts came from>)" once checks ran
+    failing: tuple[str, ...] = ()  # messages of the failing findings (printed before a refusal)
+
+
 class Refuse(Step):
     """Refuse the job on this node: a note for its epilog (the job never ran here); the
     prolog's non-zero exit, which makes Slurm requeue it, follows from this step."""
@@ -172,6 +183,24 @@ class NoteBeside(Step):
 
     def describe(self) -> str:
         return "note beside the job's output"
+
+
+class TellHeld(Step):
+    """Tell people the drain budget held the drain of `node` back: the node's Comment (what
+    gpugate would have done, `reasons.budget_comment`), the loud `DRAIN BUDGET EXCEEDED` line
+    in gpugate's log and the `budget_exceeded` event. Like RecordHeld, due only once the
+    Drain (or the Undo) found the drain held (`when` HELD); the reason wanted and why it was
+    held are the drain's outcome's. A dry run says it would, and writes nothing."""
+
+    KIND = "note"
+    node: str
+    when: str = HELD
+
+    def describe(self) -> str:
+        return (
+            f"say the held drain of {self.node} (node comment, log line, event) "
+            "if the budget holds it back"
+        )
 
 
 class Record(Step):  # the step kind named "record" (gpugate.record.Record is the base of all)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from gpugate import log
+from gpugate.act.steps import Attempt  # what a Lift became: the executor reports it too
 from gpugate.checks.registry import fault_class
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather, replay_path
@@ -35,6 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.act.steps import Lift
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
@@ -42,15 +44,6 @@ if TYPE_CHECKING:
 
 # A snapshot passed with --facts must be this fresh to vouch for a node.
 FRESH_S = 3600
-
-
-class Attempt(Record):
-    """One resume attempt: done or refused, why, the check result and the failing messages."""
-
-    resumed: bool
-    why: str  # what was wrong when refused, else empty
-    result: str | None = None  # "<status> (<where the facts came from>)" once checks ran
-    failing: tuple[str, ...] = ()  # messages of the failing findings (printed before a refusal)
 
 
 class Request(Record):
@@ -151,6 +144,15 @@ def check_then_resume(
     except Exception as exc:  # the resume is done and audited; a count must not undo it
         log.error(config.state_dir, f"could not count the lift of {node}", exc)
     return Attempt(resumed=True, why="", result=result)
+
+
+def lift(config: Config, slurm: SlurmControl, step: Lift) -> Attempt:
+    """A plan's Lift (gpugate/act/steps.py), carried out through this path: the node's checks
+    again, the qualification, the audit, as `step.who`; with `put_back`, its isolated GPU(s)
+    put back first (restore_isolated)."""
+    request = Request(node=step.info.name, why=step.why, who=step.who)
+    act = restore_isolated if step.put_back else check_then_resume
+    return act(config, slurm, step.info, request)
 
 
 def restore_isolated(

@@ -1,9 +1,11 @@
-"""Decide and drain: the one way a hook takes its node out, used by prolog and epilog alike.
+"""Decide and drain: the primitives behind a plan's drain steps (gpugate/act), for every hook.
 
-`drain_node` drains with gpugate's reason within the drain budget (`budget.py`): it counts
-before draining, drains, then settles (reads Slurm again and undoes a drain that ranks beyond
-the budget once concurrent drains have landed). Over budget it leaves a node Comment, a loud
-log line and an event instead. An admin's drain is never replaced (SlurmControl.drain).
+`drain_counted` (the Drain step) drains with gpugate's reason within the drain budget
+(`budget.py`): it counts before draining, then drains; `undo_beyond_budget` (the Undo step)
+settles: reads Slurm again and undoes a drain that ranks beyond the budget once concurrent
+drains have landed. A drain held back either way is the outcome's `held`: the plan's TellHeld
+step then leaves a node Comment, a loud log line and an event (`tell_held`), and its RecordHeld
+the history's entry. An admin's drain is never replaced (SlurmControl.drain).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from gpugate import log
 from gpugate.gate.budget import check_budget, keeps_drain, warn_daily
 from gpugate.record import Record
 from gpugate.slurm.control import NotOurDrain
-from gpugate.slurm.reasons import BUDGET_COMMENT, budget_comment, drain_reason
+from gpugate.slurm.reasons import BUDGET_COMMENT, budget_comment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,33 +48,19 @@ class DrainOutcome(Record):
     # "admin" (not our drain), "budget" (too many drains), "error" (the drain itself failed)
     blocked_by: str | None = None
     why: str = ""
-    # The budget held it back and said so (Comment, log, event): the held entry is to be
-    # recorded (the plan's RecordHeld; drain_node's own). Not a drain lifted while it settled.
+    # The budget held it back (counted before the drain, or undone after it): the plan's
+    # TellHeld says so (Comment, log, event) and its RecordHeld records the held entry. Not a
+    # drain lifted while it settled.
     held: bool = False
-
-
-def drain_node(
-    slurm: SlurmControl, node: str, check_id: str, detail: str, config: Config | None = None
-) -> DrainOutcome:
-    """Drain with gpugate's reason, within the drain budget; an admin's drain is left alone."""
-    reason = drain_reason(check_id, detail)
-    outcome = drain_counted(slurm, node, reason, config, check_id)
-    if outcome.drained and config is not None:
-        outcome = undo_beyond_budget(slurm, node, outcome, config, check_id)
-    if outcome.held and config is not None:  # no plan here (qualify): recorded here
-        from gpugate.store.held import note_held
-
-        note_held(config, node, reason, outcome.why)
-    return outcome
 
 
 def drain_counted(
     slurm: SlurmControl, node: str, reason: str, config: Config | None, check_id: str | None
 ) -> DrainOutcome:
-    """Count the budget, then drain with `reason` (the first half of drain_node: no settle)."""
+    """Count the budget, then drain with `reason` (the Drain step; Undo settles it after)."""
     if config is not None:
         try:
-            blocked = over_budget(slurm, node, reason, config, check_id)
+            blocked = over_budget(slurm, node, config, check_id)
         except Exception as exc:  # cannot count: the normal action (drain this one node) stands
             note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
             blocked = None
@@ -98,8 +86,8 @@ def drain_counted(
 def undo_beyond_budget(
     slurm: SlurmControl, node: str, drained: DrainOutcome, config: Config, check_id: str | None
 ) -> DrainOutcome:
-    """The second half of drain_node: once concurrent drains have landed, undo this one if it
-    ranks beyond the budget; the drain's outcome, as it stands after."""
+    """The Undo step, after drain_counted: once concurrent drains have landed, undo this one if
+    it ranks beyond the budget; the drain's outcome, as it stands after."""
     try:
         undone = settle_budget(slurm, node, drained.reason, config, check_id)
     except Exception as exc:  # the drain is done; keep it
@@ -188,7 +176,6 @@ def settle_budget(
             return LIFTED
         note(f"could not undo the drain of {node} beyond the budget: {exc}")
         return None
-    _over_budget_actions(slurm, node, reason, verdict.why, config)
     return verdict.why
 
 
@@ -213,9 +200,9 @@ def _with_my_drain(
 
 
 def over_budget(
-    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None = None
+    slurm: SlurmControl, node: str, config: Config, check: str | None = None
 ) -> str | None:
-    """Why this drain would exceed the budget (then: Comment, loud log, metric), or None."""
+    """Why this drain would exceed the budget (the plan then tells it: tell_held), or None."""
     # In a fleet-wide false alarm every node's prolog gets here in the same second: spread
     # out, the later ones see the earlier drains and stop before draining (only failing
     # hooks pay this wait).
@@ -225,18 +212,15 @@ def over_budget(
     try:
         nodes = budget_nodes(slurm, config, since=time.time())
     except Exception as exc:
-        return _count_unknown(slurm, node, reason, config, check, exc)
+        return _count_unknown(node, config, check, exc)
     warn_daily(config, nodes)  # a partition the budget allows no drain: logged once a day
     verdict = check_budget(nodes, node, config.budget, time.time(), check)
     if verdict.allowed:
         return None
-    _over_budget_actions(slurm, node, reason, verdict.why, config)
     return verdict.why
 
 
-def _count_unknown(
-    slurm: SlurmControl, node: str, reason: str, config: Config, check: str | None, exc: Exception
-) -> str | None:
+def _count_unknown(node: str, config: Config, check: str | None, exc: Exception) -> str | None:
     """Slurm did not answer the count: the last shared view decides, else drain (None)."""
     from gpugate.store.fleet_view import last_view
 
@@ -250,17 +234,13 @@ def _count_unknown(
     if verdict.allowed:
         note(f"drain budget from {said}: within it; draining {node}")
         return None
-    why = f"{verdict.why}, from {said}"
-    _over_budget_actions(slurm, node, reason, why, config)
-    return why
+    return f"{verdict.why}, from {said}"
 
 
-def _over_budget_actions(
-    slurm: SlurmControl, node: str, reason: str, why: str, config: Config
-) -> None:
-    """A node comment saying what gpugate would have done, a loud log line and an event. The
-    history's held entry is the caller's, from the outcome's `held` (a plan's RecordHeld step,
-    gpugate/act; drain_node's own): a dry run records nothing."""
+def tell_held(slurm: SlurmControl, node: str, reason: str, why: str, config: Config) -> None:
+    """The drain the budget held back (the TellHeld step, gpugate/act): a loud log line, an
+    event and a node comment saying what gpugate would have done. The history's held entry
+    is the plan's RecordHeld step; a dry run does neither."""
     log.error(
         config.state_dir, f"DRAIN BUDGET EXCEEDED: not draining {node}: {why}; wanted: {reason}"
     )

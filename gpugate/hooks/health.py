@@ -2,7 +2,7 @@
 
 slurmd runs it every HealthCheckInterval seconds as root, with no job environment, and kills
 it after 60 s. Same gather, checks, reasons, ownership rules and drain budget as the prolog
-(drain_node); its own deadline (`health.deadline_s`). On a node running jobs it does not judge
+(act.plans.drain_steps); its own deadline (`health.deadline_s`). On a node running jobs it does not judge
 what the jobs legitimately change: for the GPUs Slurm has allocated (GresUsed), the checks
 a job's load trips (`load=` on their `@check` line) are skipped, and host memory while any job
 runs (gpugate/gate/shared.py, which the prolog uses too).
@@ -61,7 +61,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugate.act.steps import Step
+    from gpugate.act.steps import Attempt, Step
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
@@ -123,13 +123,21 @@ def run_health(
     log line, history, metrics and event recorded by the executor. `dry_run`: gather, check
     and decide, and say the plan (`would ...` in `steps`): nothing drained, lifted, repaired
     or recorded."""
-    hands = Hands(config, slurm, note=note, hook="health")
+    hands = Hands(config, slurm, note=note, hook="health", lift=lift_as_resume)
     result, boot = judge_and_act(config, node, hands, dry_run)
     # Decided and done: the bookkeeping cannot undo it (each step on its own).
     records = (say_verdict, note_history, note_metrics, note_event)
     plan = planned("health", records, config, node, result, boot)
     report = execute(plan, hands, dry_run=dry_run, kept="decision")
     return result.replace(steps=result.steps + tuple(report.lines()))
+
+
+def lift_as_resume(config: Config, slurm: SlurmControl, step: Lift) -> Attempt:
+    """The plan's Lift, through `gpugate resume`'s own path (admin.resume.lift: the checks,
+    the qualification, the audit); imported only once a drain has healed."""
+    from gpugate.admin.resume import lift
+
+    return lift(config, slurm, step)
 
 
 def judge_and_act(

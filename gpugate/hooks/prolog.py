@@ -24,6 +24,7 @@ from gpugate.act.steps import (
     RecordUnknownXids,
     Refuse,
     Say,
+    TellHeld,
 )
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.findings import SEVERITY, fail
@@ -292,7 +293,8 @@ def act_on_failure(
         plan = failure_plan(config, env, failing, concerns, gpus, boot_id)
     except Exception as exc:  # a bug in the plan: the job is refused all the same
         check = getattr(failing[0], "check", "?") if failing else "?"
-        plan = (Drain(node=env.node or "", check=check, reason=f"gpugate: {check}"),)
+        plan = (Drain(node=env.node or "", check=check, reason=f"gpugate: {check}"),
+                TellHeld(node=env.node or ""))  # fmt: skip
         note(f"could not plan the drain ({type(exc).__name__}: {exc}); draining for {check}")
     report = execute(plan, hands, kept="decision")
     drain = next(s for s in plan if isinstance(s, Drain))  # failure_plan starts with it

@@ -15,10 +15,11 @@ Whatever fails on the way (a Slurm error, a signal, a bug), the `finally` drains
 took again and deletes the reservation: a drained node is never left schedulable.
 
 The drain budget: a node that was drained before stays drained (the budget counts it already);
-a node newly found failing is drained through drain_node, within the budget, like every drain
-gpugate makes on its own. Qualification is proof, but a scheduled sweep (`qualify --idle`) with
-a wrong floor would otherwise drain the fleet; over budget the node keeps its Comment and the
-held entry (`gpugate nodes` shows it), and the failure is recorded all the same.
+a node newly found failing is drained by the executor's plan (settle.drain_plan), within the
+budget, like every drain gpugate makes on its own. Qualification is proof, but a scheduled
+sweep (`qualify --idle`) with a wrong floor would otherwise drain the fleet; over budget the
+node keeps its Comment and the held entry (`gpugate nodes` shows it), and the failure is
+recorded all the same.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """After a qualification: drain, keep drained or restore each node, then record the outcome.
 
 The drains come first, for every node, while gpugate's reservation still holds the nodes: a
-failing node is drained (a new drain: within the budget, through drain_node) or kept drained
+failing node is drained (a new drain: within the budget, a plan the executor carries out:
+drain_plan, gpugate/act) or kept drained
 (`gpugate: qualify: <why> (job N)`); a passing node that was drained before is drained again
 with its earlier reason, or resumed with an audit entry when resume_passed. Only then the
 records: the evidence bundle (under the node job's id), the drain history, qualify.jsonl and
@@ -14,7 +15,8 @@ import os
 import time
 
 from gpugate import log
-from gpugate.gate.drain import drain_node
+from gpugate.act.execute import Hands, execute
+from gpugate.act.plans import budget_drain
 from gpugate.qualify.judge import first_failure, result_files
 from gpugate.slurm.reasons import drain_reason
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
@@ -27,6 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
+    from gpugate.act.steps import Plan
     from gpugate.config.schema import Config
     from gpugate.qualify.records import Job, QualifyRun
     from gpugate.slurm.control import SlurmControl
@@ -76,10 +79,11 @@ def act(
             change = run.slurm.drain(node, drain_reason("qualify", detail))
             run.settled.add(node)
             return "kept drained", change.reason
-        outcome = drain_node(run.slurm, node, "qualify", detail, run.config)
-        if outcome.drained:
-            return "drained", outcome.reason
-        return f"not drained ({outcome.blocked_by}: {outcome.why})", None
+        hands = Hands(run.config, run.slurm, hook="qualify")
+        drain = execute(drain_plan(node, detail), hands).drain  # its Drain ran: never None
+        if drain is not None and drain.drained:
+            return "drained", drain.reason
+        return (f"not drained ({drain.blocked_by}: {drain.why})" if drain else "not drained"), None
     if before is None:
         return "in service", None
     if resume_passed and verdict["passed"]:
@@ -93,6 +97,13 @@ def act(
     run.slurm.drain(node, before)  # its own earlier reason: nothing changes for the admin
     run.settled.add(node)
     return "drained as before", None
+
+
+def drain_plan(node: str, detail: str) -> Plan:
+    """A failing node's new drain: `gpugate: qualify: <detail>` within the budget, undone if it
+    ranks beyond it, and a drain the budget holds back said (the node's Comment, the log line,
+    the event) and recorded in the history's held entries, as every hook's drain."""
+    return budget_drain(node, "qualify", drain_reason("qualify", detail))
 
 
 def record(run: _Run, result: QualifyRun, node: str, reason: str | None, by: str) -> None:
