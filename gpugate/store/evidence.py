@@ -212,10 +212,7 @@ def _index_and_prune(
     # reason names it). Index and retention problems are said and left for the next run.
 
     try:
-        lock_dir, wait_s = (
-            (retention.lock_dir, retention.lock_wait_s) if retention else (None, LOCK_WAIT_S)
-        )
-        with _node_lock(lock_dir, wait_s) as lock:
+        with _node_lock(retention) as lock:
             if older:
                 old_path = f"{entry.job}/{older}"
                 old_bytes = tree_bytes(os.path.join(evidence_dir, old_path))
@@ -358,13 +355,15 @@ def node_bundle_paths(
 # ------------------------------------------------------------------------------ retention
 
 
-def _node_lock(lock_dir: str | None, wait_s: float) -> FileLock:
-    """The lock on `<lock_dir>/locks/evidence.lock` (node-local), waited for at most `wait_s`."""
+def _node_lock(retention: Retention | None) -> FileLock:
+    """The lock on `<lock_dir>/locks/evidence.lock` (node-local), waited for at most the
+    retention's lock_wait_s; none without a lock_dir."""
+    lock_dir = retention.lock_dir if retention else None
     if lock_dir:
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     # Past the wait, another epilog is pruning: this one indexes and goes on.
     path = lock_file(lock_dir, LOCK) if lock_dir else None
-    return FileLock(path, wait_s=wait_s)
+    return FileLock(path, wait_s=retention.lock_wait_s if retention else LOCK_WAIT_S)
 
 
 def prune(
