@@ -189,35 +189,41 @@ def test_a_failed_comment_write_is_reported_not_raised(tmp_path):
         views([{"checkpoint_stale": True, "checkpoint_message": 7}])
 
 
-def test_epilog_slurmctld_tells_the_user_after_a_requeue(monkeypatch):
-    from gpugate.gate.requeue import RequeueDecision
+def test_epilog_slurmctld_tells_the_user_after_a_requeue():
     from gpugate.hooks import epilog_slurmctld as E
 
-    stale = views([{
-        "checkpoint_stale": True,
-        "checkpoint_message": "newest complete checkpoint was 9 min old",
-    }])[0]  # fmt: skip
     config = default_config()
     config = config.replace(requeue=config.requeue.replace(start_now=False))  # no child
-    for requeue, expected in ((True, ["scontrol requeue 77", "checkpoint age comment"]),
-                              (False, [])):  # fmt: skip
-        slurm = FakeSlurm(jobs=[job_77("")])
-        decision = RequeueDecision(requeue=requeue, why="x")
-        monkeypatch.setattr(E, "wait_for_summaries", lambda *a: ([stale], {}))
-        monkeypatch.setattr(E, "decide_requeue", lambda *a, d=decision: d)
-        monkeypatch.setattr(E, "cast_vote", lambda *a: None)
-        monkeypatch.setattr(E, "resume_point", lambda *a: None)
+    # The node's record: a stale checkpoint, and (requeued) its own checks failed, or not.
+    for hardware_fault in (True, False):
+        stale = views([{
+            "node": "gpu-node-01",
+            "hardware_fault": hardware_fault,
+            "checkpoint_stale": True,
+            "checkpoint_message": "newest complete checkpoint was 9 min old",
+        }])[0]  # fmt: skip
+        # What the controller reads and writes beside Slurm: that record, no vote, no look
+        # into /ck (the decision and the plan are the real ones).
+        edges = E.Edges(records=lambda *a, r=stale: ([r], {}), vote=lambda *a: None,
+                        checkpoint=lambda *a: None)  # fmt: skip
         job = E.JobEnd(job_id="77", uid=0, gid=0, comment="gpugate:ckpt=/ck", restarts=0,
                        exit_code2="1:0", nodes=("gpu-node-01",))  # fmt: skip
-        _, done = E.run_requeue(config, job, slurm, 0)
-        assert done == expected  # the executor's report: one plan, one call
-        assert [c for _, c in slurm.comments] == (
-            ["gpugate: newest complete checkpoint was 9 min old"] if requeue else []
-        )
+        slurm = FakeSlurm(jobs=[job_77("")])
+        decision, done = E.run_requeue(config, job, slurm, 0, edges=edges)
+        assert decision.requeue is hardware_fault
+        # The executor's report: the comment is one step, taken only after a requeue.
+        assert ("checkpoint age comment" in done) is hardware_fault
+        assert ("scontrol requeue 77" in done) is hardware_fault
+        said = [c for _, c in slurm.comments]
+        if hardware_fault:
+            assert said[-1].endswith(" | gpugate: newest complete checkpoint was 9 min old")
+        else:
+            assert said == []
         # A dry run says the comment and writes none.
         slurm = FakeSlurm(jobs=[job_77("")])
-        _, done = E.run_requeue(config, job, slurm, 0, dry_run=True)
-        assert done == [f"would {d}" for d in expected] and slurm.comments == []
+        _, dry = E.run_requeue(config, job, slurm, 0, dry_run=True, edges=edges)
+        assert ("would checkpoint age comment" in dry) is hardware_fault
+        assert slurm.comments == [] and all(d.startswith("would ") for d in dry)
 
 
 def test_a_job_without_a_directory_gets_no_checkpoint_fields(tmp_path):

@@ -21,7 +21,7 @@ from e2e import Site, SlurmSite, SlurmSites, installed_hooks, slurm_or_skip
 
 from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import controller_dir_of
-from gpugate.cli import main as cli_main
+from gpugate.commands import selftest as selftest_command
 from gpugate.config import load_config
 
 pytestmark = pytest.mark.slurm
@@ -38,21 +38,19 @@ def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
     return slurm_site([NODE])  # Slurm's defaults: JobRequeue=1, no nohold_on_prolog_fail.
 
 
-@pytest.fixture(autouse=True)
-def _no_host_files(monkeypatch, tmp_path, cluster: LocalSlurm):
+@pytest.fixture
+def host(monkeypatch, tmp_path, cluster: LocalSlurm) -> S.Host:
     """The admin's shell names the private slurm.conf; nothing of this host's /etc/gpugate
     (on the installed hooks, /etc/gpugate/hook.env is the throwaway root's: the site's own)."""
-    if not installed_hooks():
-        monkeypatch.setattr(S, "SYSTEM_HOOK_ENV", str(tmp_path / "no-system-hook.env"))
-    monkeypatch.setattr(S, "DEFAULT_CONFIG", str(tmp_path / "no-system-gpugate.yaml"))
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
+    hook_env = S.SYSTEM_HOOK_ENV if installed_hooks() else str(tmp_path / "no-system-hook.env")
+    return S.Host(hook_env=hook_env, config=str(tmp_path / "no-system-gpugate.yaml"))
 
 
-def selftest(site: Site, capsys, *args: str) -> tuple[int, dict]:
+def selftest(site: Site, host: S.Host, capsys, *args: str) -> tuple[int, dict]:
     """`gpugate selftest --json` on the site's wrappers: exit code, report."""
-    argv = ["selftest", "--hooks-dir", str(site.hooks), "--user", JOB_USER, "--json",
-            "--node", NODE, *args]  # fmt: skip
-    code = cli_main(argv)
+    argv = ["--hooks-dir", str(site.hooks), "--user", JOB_USER, "--json", "--node", NODE, *args]
+    code = selftest_command.main(argv, host=host)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -79,10 +77,10 @@ def admin_types(fix: str) -> None:
     subprocess.run(["/bin/sh", "-ec", fix], check=True, timeout=30)
 
 
-def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, capsys):
+def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, host, capsys):
     """The site of the issue: slurm.conf elsewhere, hook.env without it, refused jobs held."""
     hook_env(site, "")
-    code, report = selftest(site, capsys, "--slurm-user", "root")  # SlurmUser's reach: below
+    code, report = selftest(site, host, capsys, "--slurm-user", "root")  # SlurmUser's reach: below
     assert code == 1 and report["ok"] is False
     (held,) = problems(report, "site")
     assert "lacks nohold_on_prolog_fail" in held["what"]
@@ -107,12 +105,12 @@ def test_no_nohold_on_prolog_fail_and_no_slurm_conf_in_hook_env(site, cluster, c
         "SchedulerParameters=batch_sched_delay=0",
         "SchedulerParameters=batch_sched_delay=0,nohold_on_prolog_fail"))  # fmt: skip
     cluster.run(["scontrol", "reconfigure"])
-    code, report = selftest(site, capsys, "--slurm-user", "root")
+    code, report = selftest(site, host, capsys, "--slurm-user", "root")
     assert code == 0, json.dumps(report, indent=1)
     assert {h["hook"]: h["status"] for h in report["hooks"]} == dict.fromkeys(S.HOOK_USERS, "ok")
 
 
-def test_a_slurm_user_that_cannot_reach_the_evidence(site, cluster, capsys):
+def test_a_slurm_user_that_cannot_reach_the_evidence(site, cluster, host, capsys):
     """Acceptance: the evidence closed to `slurm` fails selftest and says how to fix it."""
     try:
         pwd.getpwnam("slurm")
@@ -126,7 +124,7 @@ def test_a_slurm_user_that_cannot_reach_the_evidence(site, cluster, capsys):
     controller.mkdir(exist_ok=True)
     os.chown(controller, 0, 0)
     controller.chmod(0o755)
-    code, report = selftest(site, capsys, "--slurm-user", "slurm")
+    code, report = selftest(site, host, capsys, "--slurm-user", "slurm")
     assert code == 1
     found = {p["what"]: p["fix"] for p in problems(report, "epilog-slurmctld")}
     reach = next(w for w in found if "cannot reach the nodes' decision records" in w)
@@ -135,7 +133,7 @@ def test_a_slurm_user_that_cannot_reach_the_evidence(site, cluster, capsys):
     assert found[record] == f"install -d -o slurm -g slurm -m 0750 {controller}"
     for fix in (found[reach], found[record]):
         admin_types(fix)
-    code, report = selftest(site, capsys, "--slurm-user", "slurm")
+    code, report = selftest(site, host, capsys, "--slurm-user", "slurm")
     ctl = problems(report, "epilog-slurmctld")
     assert not [p for p in ctl if "decision records" in p["what"] or "controller_dir" in
                 p["what"]], ctl  # fmt: skip

@@ -170,11 +170,10 @@ def test_total_limit_still_applies_across_users(tmp_path):
     assert [os.path.isdir(p) for p in paths] == [False, False, True, True]
 
 
-def test_busy_lock_indexes_but_leaves_pruning_to_the_next_run(tmp_path, monkeypatch):
+def test_busy_lock_indexes_but_leaves_pruning_to_the_next_run(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    monkeypatch.setattr(E, "LOCK_WAIT_S", 0.1)
-    limit = keep(max_bytes=1, lock_dir=str(state))
+    limit = keep(max_bytes=1, lock_dir=str(state)).replace(lock_wait_s=0.1)
     old = write(tmp_path, "1", at=T0)
     lock = lock_file(str(state), E.LOCK)
     with held(lock):  # another process (an epilog on this node pruning) holds it

@@ -49,10 +49,10 @@ def config(tmp_path):
 
 @pytest.fixture
 def short(monkeypatch):
-    """Bounded waits of 0.1 s, so a held lock costs the test little."""
+    """Bounded waits of 0.1 s, so a held lock costs the test little (the evidence's: its
+    Retention's lock_wait_s)."""
     for name in ("HISTORY_WAIT_S", "APP_XIDS_WAIT_S", "REPAIRS_WAIT_S", "EVIDENCE_WAIT_S"):
         monkeypatch.setattr(locks, name, 0.1)
-    monkeypatch.setattr(E, "LOCK_WAIT_S", 0.1)
 
 
 def _lock(config, name: str) -> str:
@@ -94,7 +94,7 @@ def test_a_repair_is_recorded_without_a_held_lock(config, short, capsys):
 
 
 def test_the_evidence_index_is_written_without_a_held_lock(config, short, tmp_path):
-    retention = E.retention_for(config).replace(max_bytes=1)
+    retention = E.retention_for(config).replace(max_bytes=1, lock_wait_s=0.1)
     evidence = str(tmp_path / "evidence")
     old = E.write_bundle(evidence, "1", "n1", 0, {"a": "x"}, {"job_id": "1"}, retention=retention)
     with held(_lock(config, locks.EVIDENCE)):

@@ -154,8 +154,7 @@ def test_a_job_sbatch_refuses_is_ended_and_its_node_not_qualified_with_sbatchs_w
 
 
 def test_progress_names_each_job_its_wait_and_the_timeout_with_slurms_reason(config, monkeypatch):
-    monkeypatch.setattr(qrun, "POLL_S", 0.01)
-    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)  # FakeOps polls every 0.01 s
     slurm = cluster()
     ops = FakeOps(slurm, dict.fromkeys(NODES, FAST), never=("n3",))
     said: list[str] = []

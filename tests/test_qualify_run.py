@@ -17,7 +17,6 @@ from factories import site
 from fakes import FakeSlurm, drained
 
 from gpugate.qualify import jobs
-from gpugate.qualify import run as qrun
 from gpugate.qualify.run import QualifyError, qualify_nodes
 from gpugate.store.history import drains, resumes
 from gpugate.store.qualify import QualifyEntry, latest_pass, qualifications, record_qualification
@@ -28,6 +27,8 @@ FAST, SLOW = 10.0, 2.0
 
 class FakeOps:
     """Jobs that end at once, having written their result files; reservations recorded."""
+
+    poll_s = 0.01  # a job that never starts (`never`) is asked about this often
 
     def __init__(self, slurm: FakeSlurm, speed: dict[str, float], never: tuple = (),
                  error: dict[str, str] | None = None) -> None:  # fmt: skip
@@ -197,8 +198,7 @@ def test_a_crash_mid_run_drains_every_taken_node_again_and_deletes_the_reservati
     assert ops.cancelled == ["101", "102"]  # every job not seen ending is cancelled
 
 
-def test_a_job_that_never_starts_is_cancelled_and_reported_without_a_drain(config, monkeypatch):
-    monkeypatch.setattr(qrun, "POLL_S", 0.01)
+def test_a_job_that_never_starts_is_cancelled_and_reported_without_a_drain(config):
     slurm = FakeSlurm(NODES)
     ops = FakeOps(slurm, {"n1": FAST, "n2": FAST, "n3": FAST}, never=("n3",))
     result = go(config, slurm, ops, wait_s=0.2)

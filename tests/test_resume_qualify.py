@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 import types
 
@@ -16,17 +15,17 @@ from gpugate.health.heal import KEEP, LIFT, HealVerdict, proof_gate
 from gpugate.slurm.records import NodeInfo
 from gpugate.store import history as H
 from gpugate.store.healing import Healing
-from gpugate.store.qualify import QualifyEntry, QualifyTestResult
+from gpugate.store.qualify import QualifyEntry, QualifyTestResult, record_qualification
 
 ECC = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"  # a hardware check
 HOT = "gpugate: gpu.temperature: GPU1 at 95 C"  # a transient one
 
 
 class Site:
-    """A config with levels per class, a drained node, and a stand-in for Q3's qualify_nodes."""
+    """A config with levels per class, a drained node, and a stand-in for Q3's qualify_nodes
+    (passed to the resume); its passes in the real qualification store."""
 
-    def __init__(self, tmp_path, monkeypatch, reason: str = ECC, hardware: int = 2,
-                 real_store: bool = False) -> None:  # fmt: skip
+    def __init__(self, tmp_path, reason: str = ECC, hardware: int = 2) -> None:
         config = setup(tmp_path, make_facts())
         levels = config.admin.resume_qualify.replace(hardware=hardware, transient=0)
         self.config = config.replace(admin=config.admin.replace(resume_qualify=levels))
@@ -34,16 +33,9 @@ class Site:
         self.info = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), reason=reason,
                              reason_time=int(self.drained_at))  # fmt: skip
         self.slurm = FakeSlurm(nodes=[self.info])
-        self.records: list[dict] = []  # what the qualification store holds
         self.calls: list[tuple] = []
         self.outcome = {"passed": True, "tests": [], "job_ids": ["4711"], "why": ""}
-        run = types.ModuleType("gpugate.qualify.run")
-        run.qualify_nodes = self.qualify_nodes
-        store = types.ModuleType("gpugate.store.qualify")
-        store.latest_pass = self.latest_pass
-        monkeypatch.setitem(sys.modules, "gpugate.qualify.run", run)
-        if not real_store:
-            monkeypatch.setitem(sys.modules, "gpugate.store.qualify", store)
+        self.qualify = self.qualify_nodes  # what the resume runs
 
     def qualify_nodes(self, config, slurm, nodes, level, tests, *, resume_passed=False,
                       requested_by="", wait_s=None):  # fmt: skip
@@ -56,16 +48,16 @@ class Site:
             slurm.drain(nodes[0], f"gpugate: qualify: {verdict['why']} (job 4712)")
         return types.SimpleNamespace(run_id="q-1", nodes=list(nodes), verdicts={nodes[0]: verdict})
 
-    def latest_pass(self, state_dir, node, since=None, level=1):
-        passes = [e for e in self.records if e["node"] == node and e["passed"]
-                  and e["level"] >= level and (since is None or e["when"] >= since)]  # fmt: skip
-        # The store's record of it (the keys a test leaves out: empty).
-        full = {"run_id": "", "tests": [], "why": "", "by": "root"}
-        return QualifyEntry.from_json({**full, **passes[-1]}) if passes else None
+    def recorded(self, when: float, level: int, run_id: str, job_ids: list[str],
+                 passed: bool = True) -> None:  # fmt: skip
+        """A qualification of the node in the store beside the drain history, as run.py writes it."""
+        entry = QualifyEntry(node=NODE, when=when, run_id=run_id, level=level, passed=passed,
+                             tests=[], job_ids=job_ids, why="" if passed else "x", by="root")  # fmt: skip
+        record_qualification(H.history_dir(self.config), entry)
 
     def resume(self, **request) -> R.Attempt:
         return R.check_then_resume(
-            self.config, self.slurm, self.info, R.Request(node=NODE, **request)
+            self.config, self.slurm, self.info, R.Request(node=NODE, **request), self.qualify
         )
 
     def audit(self) -> list[dict]:
@@ -73,8 +65,8 @@ class Site:
 
 
 @pytest.fixture
-def site(tmp_path, monkeypatch):
-    return Site(tmp_path, monkeypatch)
+def site(tmp_path):
+    return Site(tmp_path)
 
 
 def test_the_level_follows_the_drains_fault_class(site):
@@ -127,35 +119,33 @@ def test_a_failed_qualification_keeps_the_node_drained_naming_test_and_job(site)
     assert entry.qualification["job_ids"] == ["4712"]
 
 
-def test_a_failure_the_runner_left_schedulable_is_drained_again(site, monkeypatch):
+def test_a_failure_the_runner_left_schedulable_is_drained_again(site):
     def leaves_it_up(config, slurm, nodes, level, tests, **kw):
         slurm.resume(nodes[0])  # a runner bug: the failed node is back in service
         verdict = {"passed": False, "job_ids": ["77"], "tests": [], "why": "h2d: GPU0 slow"}
         return types.SimpleNamespace(run_id="q-2", verdicts={nodes[0]: verdict})
 
-    monkeypatch.setattr(sys.modules["gpugate.qualify.run"], "qualify_nodes", leaves_it_up)
+    site.qualify = leaves_it_up
     attempt = site.resume(qualify=True)
     assert not attempt.resumed
     node = site.slurm.node(NODE)
     assert node.drained and node.reason == "gpugate: qualify: h2d: GPU0 slow (job 77)"
 
 
-def test_a_runner_error_refuses_and_keeps_the_node_drained(site, monkeypatch):
+def test_a_runner_error_refuses_and_keeps_the_node_drained(site):
     def breaks(*args, **kw):
         raise RuntimeError("sbatch: error: invalid partition")
 
-    monkeypatch.setattr(sys.modules["gpugate.qualify.run"], "qualify_nodes", breaks)
+    site.qualify = breaks
     attempt = site.resume(qualify=True)
     assert not attempt.resumed and "invalid partition" in attempt.why
     assert site.slurm.node(NODE).drained
 
 
 def test_a_pass_since_the_drain_began_counts_an_older_one_does_not(site):
-    site.records.append({"node": NODE, "when": site.drained_at - 60, "level": 3, "passed": True,
-                         "run_id": "old", "job_ids": ["1"]})  # fmt: skip
+    site.recorded(site.drained_at - 60, level=3, run_id="old", job_ids=["1"])
     assert not site.resume().resumed  # before the fault: proves nothing
-    site.records.append({"node": NODE, "when": site.drained_at + 60, "level": 2, "passed": True,
-                         "run_id": "q-9", "job_ids": ["12", "13"]})  # fmt: skip
+    site.recorded(site.drained_at + 60, level=2, run_id="q-9", job_ids=["12", "13"])
     attempt = site.resume()
     assert attempt.resumed and site.calls == []  # not run twice
     entry = site.audit()[-1]
@@ -182,8 +172,8 @@ def test_a_lower_level_than_the_drain_asks_is_refused_unless_forced(site):
     assert site.calls[0][1] == 1
 
 
-def test_a_transient_drain_needs_no_qualification(tmp_path, monkeypatch):
-    site = Site(tmp_path, monkeypatch, reason=HOT)
+def test_a_transient_drain_needs_no_qualification(tmp_path):
+    site = Site(tmp_path, reason=HOT)
     assert site.resume().resumed and site.calls == []
 
 
@@ -200,20 +190,17 @@ def test_health_reads_the_record_through_resumes_rule(site):
     from gpugate.hooks.health import qualified_for_lift
 
     assert qualified_for_lift(site.config, site.info) == (2, False)
-    site.records.append({"node": NODE, "when": time.time(), "level": 2, "passed": True,
-                         "run_id": "q", "job_ids": ["5"]})  # fmt: skip
+    site.recorded(time.time(), level=2, run_id="q", job_ids=["5"])
     assert qualified_for_lift(site.config, site.info) == (2, True)
     assert qualified_for_lift(site.config, site.info.replace(reason=HOT)) == (0, True)
 
 
-def test_health_does_not_lift_a_rebooted_hardware_drain_until_a_pass_is_recorded(
-    tmp_path, monkeypatch
-):
+def test_health_does_not_lift_a_rebooted_hardware_drain_until_a_pass_is_recorded(tmp_path):
     import test_health as T
 
     from gpugate.hooks.health import run_health
 
-    site = Site(tmp_path, monkeypatch)  # installs the stand-in store
+    site = Site(tmp_path)
     config = T.setup(tmp_path, make_facts(gpus=T.ECC))
     config = config.replace(
         admin=config.admin.replace(resume_qualify=site.config.admin.resume_qualify)
@@ -225,27 +212,23 @@ def test_health_does_not_lift_a_rebooted_hardware_drain_until_a_pass_is_recorded
     result = run_health(config, NODE, slurm)
     assert result.action == "keep" and "level-2 qualification" in result.message
     assert slurm.resumed == [] and not (tmp_path / "state" / "audit.jsonl").exists()
-    site.records.append({"node": NODE, "when": time.time(), "level": 2, "passed": True,
-                         "run_id": "q-3", "job_ids": ["31"]})  # fmt: skip
+    record_qualification(H.history_dir(config), QualifyEntry(
+        node=NODE, when=time.time(), run_id="q-3", level=2, passed=True, tests=[],
+        job_ids=["31"], why="", by="root"))  # fmt: skip
     result = run_health(config, NODE, slurm)
     assert (result.action, slurm.resumed) == ("lift", [NODE])
     [entry] = T.audit(config)
     assert entry["who"] == "gpugate health" and entry["qualification"]["job_ids"] == ["31"]
 
 
-def test_a_pass_in_the_qualification_store_beside_the_history_counts(tmp_path, monkeypatch):
-    from gpugate.store.qualify import record_qualification
-
-    site = Site(tmp_path, monkeypatch, real_store=True)
-    where = H.history_dir(site.config)
-    record_qualification(where, QualifyEntry(node=NODE, when=time.time(), run_id="q-5", level=2,
-                                             passed=True, tests=[], job_ids=["55"], why="", by="root"))  # fmt: skip
+def test_a_pass_in_the_qualification_store_beside_the_history_counts(tmp_path):
+    site = Site(tmp_path)
+    site.recorded(time.time(), level=2, run_id="q-5", job_ids=["55"])
     attempt = site.resume()
     assert attempt.resumed and site.calls == [] and "job 55" in attempt.result
     # A failure recorded after it voids the pass (latest_pass): refused again.
     site.slurm.drain(NODE, ECC)
-    record_qualification(where, QualifyEntry(node=NODE, when=time.time(), run_id="q-6", level=2,
-                                             passed=False, tests=[], job_ids=["56"], why="x", by="root"))  # fmt: skip
+    site.recorded(time.time(), level=2, run_id="q-6", job_ids=["56"], passed=False)
     assert not site.resume().resumed
 
 

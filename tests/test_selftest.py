@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import getpass
 import json
 import os
@@ -15,6 +14,7 @@ import pytest
 from gpugate.admin import selftest as S
 from gpugate.admin.sitecheck import SlurmFacts
 from gpugate.cli import main as cli_main
+from gpugate.commands import selftest as selftest_command
 from gpugate.slurm.records import NodeInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
@@ -37,14 +37,6 @@ def _launcher(path: Path, shebang: str) -> Path:
     path.write_text(f"{shebang}\nprint('hi')\n")
     path.chmod(0o755)
     return path
-
-
-@pytest.fixture(autouse=True)
-def _nothing_of_the_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """`gpugate selftest` reads /etc/gpugate/hook.env and gpugate.yaml: not the host's here."""
-    none = str(tmp_path / "no-system-files")
-    monkeypatch.setattr(S, "selftest", functools.partial(S.selftest, system_hook_env=none))
-    monkeypatch.setattr(S, "DEFAULT_CONFIG", none)
 
 
 def _site(tmp_path: Path, bin_path: Path | str = GPUGATE, config: str | None = None) -> Path:
@@ -84,21 +76,23 @@ HEALTHY = SlurmFacts(
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_host_files(monkeypatch, tmp_path):
+def _host(tmp_path: Path) -> S.Host:
     """Neither this host's Slurm nor its /etc/gpugate: the tests give the facts and files."""
-    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: HEALTHY)
-    monkeypatch.setattr(S, "SYSTEM_HOOK_ENV", str(tmp_path / "no-system-hook.env"))
-    monkeypatch.setattr(S, "DEFAULT_CONFIG", str(tmp_path / "no-system-gpugate.yaml"))
+    return S.Host(hook_env=str(tmp_path / "no-system-hook.env"),
+                  config=str(tmp_path / "no-system-gpugate.yaml"),
+                  gather_slurm=lambda slurm_conf: HEALTHY)  # fmt: skip
+
+
+def _command(tmp_path: Path, *args: str) -> int:
+    """`gpugate selftest ARGS` on this test's host (_host)."""
+    return selftest_command.main(list(args), host=_host(tmp_path))
 
 
 def _selftest(
     libexec: Path, tmp_path: Path, slurm: SlurmFacts = HEALTHY, **users: str
 ) -> dict[str, S.HookReport]:
     roles = {"root": ME, "job": ME, "slurm": ME, **users}
-    reports = S.selftest(
-        str(libexec), roles, system_hook_env=str(tmp_path / "none.env"), node="n1", slurm=slurm
-    )
+    reports = S.selftest(str(libexec), roles, node="n1", slurm=slurm, host=_host(tmp_path))
     return {r.hook: r for r in reports}
 
 
@@ -324,13 +318,12 @@ def test_a_hook_in_selftest_mode_gathers_as_it_would(tmp_path, monkeypatch, caps
     assert cli_main([hook, "--config", str(site)]) == 0
 
 
-def test_a_failed_facts_source_is_no_ok(tmp_path, monkeypatch, capsys):
+def test_a_failed_facts_source_is_no_ok(tmp_path):
     from gpugate.commands import guarded
 
     (tmp_path / "site.yaml").write_text(f"state_dir: {tmp_path / 'state'}\n")
     config = guarded.load_config(str(tmp_path / "site.yaml"))
-    monkeypatch.setattr("gpugate.checks.sources.gather", lambda *a, **k: _Failed())
-    said = guarded.facts_problem(config) or ""
+    said = guarded.facts_problem(config, gather=lambda *a, **k: _Failed()) or ""
     assert "facts source(s) failed on node" in said and "nvml: NvmlUnavailable" in said
 
 
@@ -342,7 +335,7 @@ def test_selftest_reports_the_missing_facts_file_with_its_fix(tmp_path):
     libexec = _site(tmp_path, config=f"state_dir: {tmp_path / 'state'}\n"
                     f"facts_file: {tmp_path}/{{node}}.yaml\n")  # fmt: skip
     reports = S.selftest(str(libexec), {"root": ME, "job": ME, "slurm": ME},
-                         system_hook_env=str(tmp_path / "none.env"), slurm=HEALTHY, node="n1")  # fmt: skip
+                         slurm=HEALTHY, node="n1", host=_host(tmp_path))  # fmt: skip
     for hook in ("prolog", "epilog", "health"):
         assert reports[list(S.HOOK_USERS).index(hook)].status == "broken"
         problem = reports[list(S.HOOK_USERS).index(hook)].problems[-1]
@@ -388,21 +381,19 @@ def test_an_unusable_config_and_a_missing_wrapper(tmp_path):
 
 def test_the_command_json_and_exit_codes(tmp_path, capsys):
     libexec = _site(tmp_path)
-    args = ["selftest", "--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME, "--json",
-            "--node", "n1"]  # fmt: skip
-    assert cli_main(args) == 0
+    args = ["--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME, "--json", "--node",
+            "n1"]  # fmt: skip
+    assert _command(tmp_path, *args) == 0
     report = json.loads(capsys.readouterr().out)
     assert [h["hook"] for h in report["hooks"]] == list(S.HOOK_USERS)
-    assert cli_main(["selftest", "--hooks-dir", str(tmp_path / "nowhere")]) == 2
+    assert _command(tmp_path, "--hooks-dir", str(tmp_path / "nowhere")) == 2
     assert "is no directory" in capsys.readouterr().err
 
 
 def test_the_text_report_names_problem_and_fix(tmp_path, capsys):
     launcher = _launcher(tmp_path / "gpugate", "#!/nonexistent/python3")
     libexec = _site(tmp_path, launcher)
-    assert (
-        cli_main(["selftest", "--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME]) == 1
-    )
+    assert _command(tmp_path, "--hooks-dir", str(libexec), "--user", ME, "--slurm-user", ME) == 1
     out = capsys.readouterr().out
     assert "prolog" in out and "broken" in out and "fix: " in out and "would break" in out
 

@@ -14,7 +14,7 @@ import pytest
 from gpugate.admin import selftest as S
 from gpugate.admin import sitecheck as C
 from gpugate.admin.access import Account, Caution
-from gpugate.cli import main as cli_main
+from gpugate.commands import selftest as selftest_command
 from gpugate.config import load_config
 from gpugate.runner import CommandResult
 from gpugate.slurm.records import NodeInfo
@@ -341,13 +341,19 @@ def test_a_controller_dir_slurm_cannot_write(tmp_path):
 @pytest.fixture
 def no_hooks(tmp_path, monkeypatch):
     """An empty hooks directory and no system files of this host: only the site is judged."""
-    monkeypatch.setattr(S, "SYSTEM_HOOK_ENV", str(tmp_path / "absent.env"))
-    monkeypatch.setattr(S, "DEFAULT_CONFIG", str(tmp_path / "absent.yaml"))
     monkeypatch.setenv("GPUGATE_CONFIG", str(tmp_path / "site.yaml"))
     (tmp_path / "site.yaml").write_text("{}\n")
     hooks = tmp_path / "libexec"
     hooks.mkdir()
     return hooks
+
+
+def selftest(no_hooks: Path, facts: C.SlurmFacts, *args: str) -> int:
+    """`gpugate selftest ARGS` with these Slurm facts and no system files of this host."""
+    host = S.Host(hook_env=str(no_hooks.parent / "absent.env"),
+                  config=str(no_hooks.parent / "absent.yaml"),
+                  gather_slurm=lambda slurm_conf: facts)  # fmt: skip
+    return selftest_command.main(list(args), host=host)
 
 
 @pytest.mark.parametrize(
@@ -359,12 +365,9 @@ def no_hooks(tmp_path, monkeypatch):
         (_facts(conf={}, error="scontrol show config: command not found"), 1),
     ],
 )
-def test_a_site_that_would_lose_requeues_exits_non_zero(no_hooks, monkeypatch, capsys, facts,
-                                                        code):  # fmt: skip
-    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: facts)
-    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json", "--node",
-            "n1"]  # fmt: skip
-    assert cli_main(args) == code
+def test_a_site_that_would_lose_requeues_exits_non_zero(no_hooks, capsys, facts, code):
+    args = ["--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json", "--node", "n1"]
+    assert selftest(no_hooks, facts, *args) == code
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is (code == 0)
     assert {h["status"] for h in report["hooks"]} == {"skipped"}  # no wrapper installed
@@ -373,11 +376,10 @@ def test_a_site_that_would_lose_requeues_exits_non_zero(no_hooks, monkeypatch, c
     assert all(p["fix"] for p in site["problems"]) and len(site["problems"]) == code
 
 
-def test_the_text_report_names_the_fix(no_hooks, monkeypatch, capsys):
+def test_the_text_report_names_the_fix(no_hooks, capsys):
     facts = _facts(conf=_conf(JobRequeue="0"))
-    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: facts)
-    assert cli_main(["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node",
-                     "n1"]) == 1  # fmt: skip
+    args = ["--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node", "n1"]
+    assert selftest(no_hooks, facts, *args) == 1
     out = capsys.readouterr().out
     assert "fix: set JobRequeue=1 in slurm.conf" in out
     assert "fix: set SchedulerParameters=batch_sched_delay=0,nohold_on_prolog_fail" in out
@@ -396,25 +398,24 @@ def test_slurmctld_down_says_start_it_not_hook_env():
 
 
 def test_a_node_name_slurm_does_not_know_names_the_way_out(no_hooks, monkeypatch, capsys):
-    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: _facts())
     monkeypatch.setenv("SLURMD_NODENAME", "vm-host")
-    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json"]
-    assert cli_main(args) == 1
+    args = ["--hooks-dir", str(no_hooks), "--slurm-user", "root", "--json"]
+    assert selftest(no_hooks, _facts(), *args) == 1
     (problem,) = json.loads(capsys.readouterr().out)["site"]["problems"]
     assert problem["what"].startswith("vm-host (SLURMD_NODENAME, else this host's name) is no "
                                       "Slurm node (n1, n2)")  # fmt: skip
     assert "--node NAME" in problem["fix"] and "SLURMD_NODENAME=NAME" in problem["fix"]
-    assert cli_main([*args, "--node", "n2"]) == 0
+    assert selftest(no_hooks, _facts(), *args, "--node", "n2") == 0
 
 
-def test_a_geometry_the_nodes_cannot_run_is_a_warning(no_hooks, monkeypatch, capsys):
+def test_a_geometry_the_nodes_cannot_run_is_a_warning(no_hooks, capsys):
     # One rank per Gres GPU (8) on nodes of 2 CPUs: qualify runs 2 ranks; nothing breaks.
-    monkeypatch.setattr(S, "gather_slurm", lambda *a, **k: _facts(cpus={"n1": 2, "n2": 2}))
-    args = ["selftest", "--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node", "n1"]
-    assert cli_main([*args, "--json"]) == 0
+    facts = _facts(cpus={"n1": 2, "n2": 2})
+    args = ["--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node", "n1"]
+    assert selftest(no_hooks, facts, *args, "--json") == 0
     site = json.loads(capsys.readouterr().out)["site"]
     assert site["status"] == "warning" and site["problems"] == []
     assert "one rank per Gres GPU asks 8 tasks of n1" in site["warnings"][0]["what"]
-    assert cli_main(args) == 0
+    assert selftest(no_hooks, facts, *args) == 0
     out = capsys.readouterr().out
     assert "- warning: one rank per Gres GPU" in out and "would break:" not in out

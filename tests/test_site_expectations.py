@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from factories import make_facts, make_gpu, make_ib, only, site
 
@@ -68,21 +70,20 @@ def test_configured_gpus_is_best_effort():
     assert choose.configured_gpus("", slurm) is None
 
 
-def test_with_slurm_gres_asks_only_live_and_when_the_site_sets_no_count(tmp_path, monkeypatch):
-    asked = []
-    monkeypatch.setattr(choose, "configured_gpus", lambda node, slurm, t: asked.append(node) or 4)
+def test_with_slurm_gres_asks_only_live_and_when_the_site_sets_no_count(tmp_path):
+    slurm = _Slurm(NodeInfo(name="gpu01", state="IDLE", gres_gpus=4))
     facts = make_facts()
     live = site(tmp_path, f"state_dir: {tmp_path / 'state'}\n")
     (tmp_path / "state").mkdir()
-    assert choose.with_slurm_gres(live, "gpu01", facts).slurm_gres_gpus == 4
+    assert choose.with_slurm_gres(live, "gpu01", facts, slurm).slurm_gres_gpus == 4
     pinned = site(tmp_path, "expect:\n  gpu_count: 8\n")
-    assert choose.with_slurm_gres(pinned, "gpu01", facts).slurm_gres_gpus is None
+    assert choose.with_slurm_gres(pinned, "gpu01", facts, slurm).slurm_gres_gpus is None
     replay = site(tmp_path, "facts_file: /x.yaml\n")
-    assert choose.with_slurm_gres(replay, "gpu01", facts).slurm_gres_gpus is None
-    assert asked == ["gpu01"]
+    assert choose.with_slurm_gres(replay, "gpu01", facts, slurm).slurm_gres_gpus is None
+    assert slurm.asked == 1
 
 
-def test_slurms_answer_is_kept_ten_minutes_per_node(tmp_path, monkeypatch):
+def test_slurms_answer_is_kept_ten_minutes_per_node(tmp_path):
     # One slurmctld RPC per node per GRES_CACHE_S, not one per job start.
     asked = []
 
@@ -95,9 +96,8 @@ def test_slurms_answer_is_kept_ten_minutes_per_node(tmp_path, monkeypatch):
     assert len(asked) == 1
     assert choose.cached_gpus(str(tmp_path), "gpu02", ask) == 8  # another node's answer
     assert len(asked) == 2
-    later = choose.time.time() + choose.GRES_CACHE_S + 1
-    monkeypatch.setattr(choose.time, "time", lambda: later)
-    assert choose.cached_gpus(str(tmp_path), "gpu02", ask) == 8  # stale: asked again
+    later = time.time() + choose.GRES_CACHE_S + 1
+    assert choose.cached_gpus(str(tmp_path), "gpu02", ask, now=later) == 8  # stale: asked again
     assert len(asked) == 3
     for bad in ('{"node": "gpu02", "gpus": true, "at": 0}', "[]", "\x00{", '{"at": "x"}'):
         (tmp_path / "slurm-gres.json").write_text(bad)

@@ -34,13 +34,23 @@ from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
     from gpugate.act.steps import Lift
     from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
+    from gpugate.qualify.records import QualifyRun
     from gpugate.slurm.control import NodeInfo, SlurmControl
     from gpugate.store.entries import AuditEntry
+
+    class Qualify(Protocol):
+        """gpugate.qualify.run.qualify_nodes as a resume calls it (tests pass a stand-in)."""
+
+        def __call__(
+            self, config: Config, slurm: SlurmControl, nodes: list[str], level: int,
+            tests: list[str] | None, *, resume_passed: bool, requested_by: str,
+        ) -> QualifyRun: ...  # fmt: skip
+
 
 # A snapshot passed with --facts must be this fresh to vouch for a node.
 FRESH_S = 3600
@@ -110,9 +120,14 @@ def _age(collected_at: str | None) -> float | None:
 
 
 def check_then_resume(
-    config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
+    config: Config,
+    slurm: SlurmControl,
+    info: NodeInfo,
+    request: Request,
+    qualify: Qualify | None = None,
 ) -> Attempt:
-    """Run the checklist for a drained node and resume it if allowed; every attempt audited."""
+    """Run the checklist for a drained node and resume it if allowed; every attempt audited.
+    `qualify`: what runs a qualification (None: gpugate.qualify.run.qualify_nodes)."""
     node = request.node
     if not info.gpugate_owned and not request.force:
         return _refused(config, request, info.reason, f"{node} was drained by someone else "
@@ -126,7 +141,7 @@ def check_then_resume(
         why = f"{node} still fails its checks: {decision.failing[0].message}"
         failing = tuple(f.message for f in decision.failing)
         return _refused(config, request, info.reason, why, result).replace(failing=failing)
-    proof, refusal = qualification_gate(config, slurm, info, request)
+    proof, refusal = qualification_gate(config, slurm, info, request, qualify)
     if proof is not None:
         result = f"{result}; {proof.text()}"
     if refusal:
@@ -219,7 +234,11 @@ def earlier_pass(config: Config, info: NodeInfo, level: int) -> Proof | None:
 
 
 def qualification_gate(
-    config: Config, slurm: SlurmControl, info: NodeInfo, request: Request
+    config: Config,
+    slurm: SlurmControl,
+    info: NodeInfo,
+    request: Request,
+    qualify: Qualify | None = None,
 ) -> tuple[Proof | None, str]:
     """The qualification this resume rests on, and why it may not go ahead ("" when it may)."""
     node, needed = info.name, qualify_level(config, info.reason)
@@ -232,7 +251,7 @@ def qualification_gate(
                       f"--level {level}; use --force to accept less")  # fmt: skip
     proof = earlier_pass(config, info, level)
     if proof is None and request.qualify:
-        proof = run_qualification(config, slurm, node, level, request)
+        proof = run_qualification(config, slurm, node, level, request, qualify)
     if proof is None:
         if request.force:
             return None, ""
@@ -242,18 +261,26 @@ def qualification_gate(
 
 
 def run_qualification(
-    config: Config, slurm: SlurmControl, node: str, level: int, request: Request
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    level: int,
+    request: Request,
+    qualify: Qualify | None = None,
 ) -> Proof:
-    """Qualify the drained node now; it stays drained (failed: `gpugate: qualify: ...`)."""
-    from gpugate.qualify.run import qualify_nodes
+    """Qualify the drained node now; it stays drained (failed: `gpugate: qualify: ...`).
+    `qualify`: None: gpugate.qualify.run.qualify_nodes (imported here: resume rarely needs it)."""
+    if qualify is None:
+        from gpugate.qualify.run import qualify_nodes
 
+        qualify = qualify_nodes
     try:
         if config.qualify is None:
             raise ValueError("the config has no qualify: section")
         # resume_passed=False: a passing node is drained again with its own reason, and the
         # caller resumes it (ownership checked, one audit entry naming level and jobs); with
         # True the run would resume it and audit the lift itself, and this resume a second time.
-        run = qualify_nodes(config, slurm, [node], level, list(config.qualify.tests),
+        run = qualify(config, slurm, [node], level, list(config.qualify.tests),
                             resume_passed=False, requested_by=request.who or history.current_user())  # fmt: skip
     except Exception as exc:  # qualify_nodes re-drains what it took; the resume just refuses
         proof = Proof(passed=False, level=level, why=f"could not run: {type(exc).__name__}: {exc}")

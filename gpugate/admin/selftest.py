@@ -36,11 +36,12 @@ from gpugate.runner import TIMEOUT, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from gpugate.config.schema import Config
 
-__all__ = ["Account", "HookReport", "Problem", "account", "denied", "selftest"]
+__all__ = ["Account", "HookReport", "Host", "Problem", "account", "denied", "selftest"]
 
 SYSTEM_HOOK_ENV = "/etc/gpugate/hook.env"
 DEFAULT_BIN = "/opt/gpugate/bin/gpugate"
@@ -61,6 +62,19 @@ HOOK_USERS = {
 }
 # What the hook prints in selftest mode (gpugate.commands.guarded.selftest_dry_run).
 OK_MARK = "selftest ok"
+
+
+@dataclass(frozen=True)
+class Host:
+    """What selftest reads of this host besides the hooks directory: the system hook.env, the
+    system config, the running Slurm (tests give their own: nothing of the machine's)."""
+
+    hook_env: str = SYSTEM_HOOK_ENV  # sourced first by every wrapper
+    config: str = DEFAULT_CONFIG  # what a hook loads without GPUGATE_CONFIG, if present
+    gather_slurm: Callable[[str | None], SlurmFacts] = gather_slurm  # called with SLURM_CONF
+
+
+HOST = Host()
 
 
 @dataclass
@@ -322,23 +336,23 @@ def run_wrapper(wrapper: str, who: Account, node: str, timeout: float) -> Proble
 def selftest(
     hooks_dir: str,
     users: dict[str, str | None],
-    system_hook_env: str | None = None,
     node: str | None = None,
     timeout: float = HOOK_TIMEOUT_S,
     slurm: SlurmFacts | None = None,
+    host: Host = HOST,
 ) -> list[HookReport]:
     """Each installed hook wrapper of `hooks_dir`, judged and run as `users[role]`, then the
     site's Slurm settings (`site`); `users["slurm"]` None: SlurmUser from `scontrol show config`.
     `node`: Slurm's name of this node (None: SLURMD_NODENAME, else the short host name), given
-    to the hooks as slurmd would; `slurm`: the facts of the running Slurm (None: gathered here)."""
+    to the hooks as slurmd would; `slurm`: the facts of the running Slurm (None: gathered here
+    by `host`); `host`: where this host's system files are."""
     node = node or node_name()
-    system = system_hook_env or SYSTEM_HOOK_ENV  # read at the call: tests point it elsewhere
-    env_files = [system, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
+    env_files = [host.hook_env, os.path.join(hooks_dir, "hook.env")]  # the wrapper's order
     env_problems = check_hook_env(env_files)
     envs = {hook: read_hook_env(env_files, hook) for hook in HOOK_USERS}
     if slurm is None:
         # With hook.env's SLURM_CONF where the controller's hook has one: what the hooks read.
-        slurm = gather_slurm(envs["epilog-slurmctld"][0].get("SLURM_CONF"))
+        slurm = host.gather_slurm(envs["epilog-slurmctld"][0].get("SLURM_CONF"))
     users = {**users, "slurm": users.get("slurm") or slurm.slurm_user}
     reports = []
     for hook, role in HOOK_USERS.items():
@@ -356,7 +370,7 @@ def selftest(
             report.note = f"no user {name!r} on this host" if name else f"no {role} user known"
             continue
         env, env_error = envs[hook]
-        report.problems = judge(hook, wrapper, who, env, env_problems, slurm)
+        report.problems = judge(hook, wrapper, who, env, env_problems, slurm, host.config)
         report.problems += check_hook_env_readable(env_files, hook, who)
         if env_error:
             report.problems.append(Problem(
@@ -370,16 +384,17 @@ def selftest(
             if ran is not None:
                 report.problems.append(ran)
         report.status = "broken" if report.problems else "ok"
-    reports.append(site_report(config_path(envs["epilog-slurmctld"][0]), slurm, node))
-    steps = qualify_report(config_path(envs["epilog-slurmctld"][0]))
+    site_config = config_path(envs["epilog-slurmctld"][0], host.config)
+    reports.append(site_report(site_config, slurm, node))
+    steps = qualify_report(site_config)
     if steps is not None:
         reports.append(steps)
     return reports
 
 
-def config_path(env: dict[str, str]) -> str | None:
+def config_path(env: dict[str, str], system: str = DEFAULT_CONFIG) -> str | None:
     """The config a hook loads: hook.env's GPUGATE_CONFIG, else the system one if present."""
-    return env.get("GPUGATE_CONFIG") or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+    return env.get("GPUGATE_CONFIG") or (system if os.path.exists(system) else None)
 
 
 def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) -> HookReport:
@@ -455,15 +470,17 @@ def judge(
     env: dict[str, str],
     env_problems: list[Problem],
     slurm: SlurmFacts,
+    system_config: str = DEFAULT_CONFIG,
 ) -> list[Problem]:
-    """The static checks of one hook for its user (before it is run)."""
+    """The static checks of one hook for its user (before it is run); `system_config`: the
+    config it loads without GPUGATE_CONFIG."""
     problems = list(env_problems)
     why = denied(wrapper, who, 1) or denied(wrapper, who, 4)
     if why:
         problems.append(Problem(f"the wrapper {wrapper} is not runnable by {who.name}: {why}",
                                 f"chmod 0755 {wrapper}"))  # fmt: skip
     problems += check_launcher(env.get("GPUGATE_BIN") or DEFAULT_BIN, who)
-    config, found = check_config(config_path(env), who)
+    config, found = check_config(config_path(env, system_config), who)
     problems += found
     if config is not None:
         problems += check_state_dir(config.state_dir, hook, who)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any
 
+    from gpugate.checks.facts import Facts
     from gpugate.config.schema import Config
 
 
@@ -56,18 +57,21 @@ def selftest_dry_run(hook: str, config_path: str | None) -> int:
     return 0
 
 
-def facts_problem(config: Config) -> str | None:
+def facts_problem(config: Config, gather: Callable[..., Facts] | None = None) -> str | None:
     """Why this node's facts cannot be gathered as the prolog gathers them, or None.
 
     A replayed facts_file that is missing makes the real prolog fail inside gpugate, which
     (prolog.on_error: allow) lets every job run unchecked; a failed source leaves its checks
-    "unknown" (a warning by default): both look like "ok" unless gathered here."""
-    from gpugate.checks.sources import gather, replay_path
+    "unknown" (a warning by default): both look like "ok" unless gathered here. `gather`: as
+    gpugate.checks.sources.gather (None: that one)."""
+    from gpugate.checks import sources
+    from gpugate.checks.sources import replay_path
     from gpugate.node import node_name
 
+    collect = gather or sources.gather
     node = node_name()  # SLURMD_NODENAME, as slurmd gives the hooks (selftest passes it)
     try:
-        facts = gather(config, node, deadline_s=config.prolog.deadline_s)
+        facts = collect(config, node, deadline_s=config.prolog.deadline_s)
     except Exception as exc:  # exactly what would end the real prolog as an internal error
         where = replay_path(config, node)
         source = f"facts_file {where}" if where else "the facts"

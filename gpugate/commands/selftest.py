@@ -12,13 +12,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.admin.selftest import Host
+
 DEFAULT_HOOKS_DIR = "/usr/libexec/gpugate"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], host: Host | None = None) -> int:
     """Run the selftest; 0 all ok, 1 something would break (a requeue lost, a hook failed), 2
-    usage."""
-    from gpugate.admin.selftest import selftest
+    usage. `host`: this host's system files and Slurm (None: the real ones)."""
+    from gpugate.admin.selftest import HOST, selftest
 
     p = make_parser("gpugate selftest", "Run each installed hook wrapper on this node the way "
                     "Slurm would (Prolog, Epilog, HealthCheckProgram as root; TaskProlog as a "
@@ -46,7 +48,8 @@ def main(argv: list[str]) -> int:
         print("gpugate selftest: --timeout must be positive", file=sys.stderr)
         return EXIT_USAGE
     users = {"root": "root", "job": args.user, "slurm": args.slurm_user}
-    reports = selftest(args.hooks_dir, users, node=args.node, timeout=args.timeout)
+    reports = selftest(args.hooks_dir, users, node=args.node, timeout=args.timeout,
+                       host=host or HOST)  # fmt: skip
     broken = any(r.status == "broken" for r in reports)
     if args.json:
         hooks = [r.to_dict() for r in reports if r.hook not in ("site", "qualify")]

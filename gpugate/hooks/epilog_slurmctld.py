@@ -57,6 +57,27 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
                   nodes=tuple(expand_hostlist(env.nodelist)) if env.nodelist else ())  # fmt: skip
 
 
+class Edges:
+    """What run_requeue reads and writes beside Slurm: the nodes' records (waited for), the
+    suspect vote, the job's newest checkpoint (the real ones by default; tests pass stand-ins)."""
+
+    def __init__(
+        self,
+        records: Callable[
+            [Config, JobEnd, float, list[ReadAccount] | None],
+            tuple[list[ControllerRecord], dict[str, str]],
+        ] = wait_for_summaries,
+        vote: Callable[
+            [Config, JobEnd, list[ControllerRecord], str | None], str | None
+        ] = cast_vote,
+        checkpoint: Callable[[Config, JobEnd, str | None], str | None] = resume_point,
+    ) -> None:
+        self.records, self.vote, self.checkpoint = records, vote, checkpoint
+
+
+EDGES = Edges()
+
+
 def run_requeue(
     config: Config,
     job: JobEnd,
@@ -66,15 +87,16 @@ def run_requeue(
     accounts: list[ReadAccount] | None = None,
     cannot_write: str | None = None,
     detach: Detach | None = None,
+    edges: Edges = EDGES,
 ) -> tuple[Any, ...]:
     """Gather the evidence, decide, act; returns (decision, steps done). `accounts` gets
     what was read of the records and what not; `cannot_write` (writable_problem's line) is
     told to a requeued job too; `detach` starts the job's start-when-pending poller
-    (default gpugate.child.detach)."""
+    (default gpugate.child.detach); `edges`: what is read and written beside Slurm."""
     # A failed multi-node job's bundles are waited for to vote on its suspect, too.
     wait = needs_evidence(job, config) or wants_votes(job, config)
     accounts = [] if accounts is None else accounts
-    summaries, unreadable = wait_for_summaries(config, job, wait_s if wait else 0, accounts)
+    summaries, unreadable = edges.records(config, job, wait_s if wait else 0, accounts)
     for account in accounts:
         if account.not_read or account.digest not in (None, "used"):
             # What the decision did not see, said where the admin looks (slurmctld's log).
@@ -91,7 +113,7 @@ def run_requeue(
         decision = decision.replace(suspects=named)
     if not dry_run and not drill:  # a simulated fault names no suspect
         try:
-            voted = cast_vote(config, job, summaries, decision.category)
+            voted = edges.vote(config, job, summaries, decision.category)
         except Exception as exc:  # a vote must never cost the job its requeue
             voted = f"suspect vote failed: {type(exc).__name__}: {exc}"
         if voted:
@@ -101,7 +123,7 @@ def run_requeue(
         decision = decision.replace(refused_on=refusals(job, slurm))
     if decision.requeue:
         _, _, ckpt_dir = requested(comment_tokens(job.comment), config)
-        decision = decision.replace(checkpoint=resume_point(config, job, ckpt_dir),
+        decision = decision.replace(checkpoint=edges.checkpoint(config, job, ckpt_dir),
                                     ckpt_dir=ckpt_dir)  # fmt: skip
     # Decided: the plan (act/plans.requeue_steps), carried out or, dry, only said.
     plan = requeue_steps(decision, job, config, pins(slurm, job.job_id, decision, config))

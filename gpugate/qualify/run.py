@@ -61,7 +61,10 @@ class QualifyError(ValueError):
 
 
 class Ops:
-    """The Slurm calls of a run beyond SlurmControl's (a class, so unit tests replace it)."""
+    """The Slurm calls of a run beyond SlurmControl's (a class, so unit tests replace it), and
+    how often a run asks for its jobs' states."""
+
+    poll_s: float = POLL_S
 
     def __init__(self, slurm: SlurmControl) -> None:
         self.slurm = slurm
@@ -326,7 +329,7 @@ class _Run:
                 next_say = now + progress.EVERY_S
                 for name in running:
                     self._say(progress.job_line(self.jobs[name], deadline - now))
-            time.sleep(POLL_S)
+            time.sleep(self.ops.poll_s)
         for name in running:
             self.jobs[name] = self._cancel(self.jobs[name])
             job = self.jobs[name]

@@ -177,10 +177,13 @@ GRES_CACHE_S = 600.0
 _GRES_CACHE = "slurm-gres.json"
 
 
-def cached_gpus(state_dir: str, node: str, ask: Callable[[], int | None]) -> int | None:
-    """Slurm's Gres GPU count for `node`: the node-local answer if under GRES_CACHE_S old, else ask()."""
+def cached_gpus(
+    state_dir: str, node: str, ask: Callable[[], int | None], now: float | None = None
+) -> int | None:
+    """Slurm's Gres GPU count for `node`: the node-local answer if under GRES_CACHE_S old at
+    `now` (None: this moment), else ask()."""
     path = os.path.join(state_dir, _GRES_CACHE)
-    now = time.time()
+    now = time.time() if now is None else now
     try:
         data = json.loads(read_regular(path, 4096, follow=False))  # never blocks, capped
         gpus = data["gpus"]

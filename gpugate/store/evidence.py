@@ -121,6 +121,7 @@ class Retention(Record):
     max_bytes: int | None = None  # the node's bundles together
     user_share: float | None = None  # of max_bytes, for one user's bundles on this node
     lock_dir: str | None = None  # node-local base for the lock: its locks/ (state_dir)
+    lock_wait_s: float = LOCK_WAIT_S  # past it: indexed without the lock, pruned next run
 
 
 def retention_for(config: Config) -> Retention:
@@ -211,7 +212,7 @@ def _index_and_prune(
     # reason names it). Index and retention problems are said and left for the next run.
 
     try:
-        with _node_lock(retention.lock_dir if retention else None) as lock:
+        with _node_lock(retention) as lock:
             if older:
                 old_path = f"{entry.job}/{older}"
                 old_bytes = tree_bytes(os.path.join(evidence_dir, old_path))
@@ -354,13 +355,15 @@ def node_bundle_paths(
 # ------------------------------------------------------------------------------ retention
 
 
-def _node_lock(lock_dir: str | None) -> FileLock:
-    """The lock on `<lock_dir>/locks/evidence.lock` (node-local), waited for at most LOCK_WAIT_S."""
+def _node_lock(retention: Retention | None) -> FileLock:
+    """The lock on `<lock_dir>/locks/evidence.lock` (node-local), waited for at most the
+    retention's lock_wait_s; none without a lock_dir."""
+    lock_dir = retention.lock_dir if retention else None
     if lock_dir:
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     # Past the wait, another epilog is pruning: this one indexes and goes on.
     path = lock_file(lock_dir, LOCK) if lock_dir else None
-    return FileLock(path, wait_s=LOCK_WAIT_S)
+    return FileLock(path, wait_s=retention.lock_wait_s if retention else LOCK_WAIT_S)
 
 
 def prune(
