@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 
+from gpugate.diagnosis import launchers as L
 from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import outcomes as O
-from gpugate.diagnosis.cleaning import clean, clean_prefixed
+from gpugate.diagnosis.cleaning import clean, clean_line
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -574,6 +575,19 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^\s*-?\s*\[(?P<culprit>\d+)\] (?:finished|joined|didn't join|did not join|is running|has not)",
          "    [1] finished collective #2, but didn't join collective #3 (count from 1)",
          strength=CONTEXT),
+    # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
+    # not submit a tensor: the ranks the others wait for (launchers.py, rank.py's culprits).
+    _sig("horovod.missing_ranks", None, "missing ranks",
+         r"\[missing ranks: (?P<missing>\d+(?:, \d+)*)\]",
+         "W horovod/common/operations.cc:588] HorovodBroadcast_w_0 [missing ranks: 1]",
+         strength=CONTEXT),
+    # Open MPI's mpirun names the first process that exited non-zero (orte/tools/orterun, help
+    # text "The first process to do so was:" then "  Process name: [[jobid,1],rank]").
+    _sig("mpirun.first_exit", None, "first process to do so",
+         r"The first process to do so was", "The first process to do so was:", strength=CONTEXT),
+    _sig("mpirun.process_name", None, "Process name",
+         r"^\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]", "  Process name: [[50371,1],0]",
+         specificity=1, strength=CONTEXT),
     # --- context: the run went on to finish (a generic error before it was handled) ---------
     _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
          r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
@@ -722,7 +736,8 @@ def _window(part: bytes) -> bytes:
 
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
-    text, prefix_rank, prefix_host = clean_prefixed(segment)
+    line = clean_line(segment)
+    text = line.text
     best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
@@ -736,15 +751,11 @@ def match_segment(segment: bytes) -> Match | None:
     if best is None:
         return None
     _, sig, m = best
-    found = _to_match(sig, m, text, prefix_rank)
-    if prefix_host is not None:  # the launcher's host prefix: where this line was printed
-        found = found.replace(fields={**found.fields, "prefix_host": prefix_host})
+    found = _to_match(sig, m, text, line.rank)
+    place = L.place_fields(line)  # the launcher's host prefix, srun's task: where it was printed
+    if place:
+        found = found.replace(fields={**found.fields, **place})
     return found
-
-
-# A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
-# Rank 3]` (ProcessGroupNCCL, PyTorch 1.x to 2.9).
-_BODY_RANK_RE = lazy(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
 
 
 def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | None) -> Match:
@@ -757,10 +768,8 @@ def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | No
     groups.pop("msg", None)
     groups.update(extra)
     named = groups.pop("rank", None)
-    rank = prefix_rank if prefix_rank is not None else (int(named) if named else None)
-    if rank is None and "Rank " in text:
-        body = _BODY_RANK_RE.search(text)
-        rank = int(body.group(1)) if body else None
+    # The origin's rank (launchers.py): a detector's or victim's own rank is not the origin.
+    rank = L.origin_rank(text, prefix_rank, int(named) if named else None)
     groups.pop("xid", None)
     return Match(
         signature=sig.name,
