@@ -108,8 +108,8 @@ def srun_task(text: str) -> int | None:
 
 def place_fields(line: Cleaned) -> dict[str, Any]:
     """Match fields for where a line came from: the host a prefix named (`prefix_host`), srun
-    --label's task (`srun_label`, with `label_rank` when an inner prefix names another rank)
-    and the task srun's own line names (`srun_task`)."""
+    --label's task (`srun_label`, with `label_rank` when an inner prefix names another rank),
+    the task srun's own line names (`srun_task`), the ranks a detector says are `missing`."""
     out: dict[str, Any] = {}
     if line.host is not None:
         out["prefix_host"] = line.host
@@ -117,6 +117,9 @@ def place_fields(line: Cleaned) -> dict[str, Any]:
         out["srun_label"] = line.task
         if line.rank is not None and line.rank != line.task:
             out["label_rank"] = line.rank
+    missing = missing_ranks(line.text)
+    if missing:
+        out["missing"] = ", ".join(map(str, missing))
     task = srun_task(line.text)
     if task is not None:
         out["srun_task"] = task

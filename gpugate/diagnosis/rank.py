@@ -73,7 +73,10 @@ class Collector:
         self.counts: dict[str, int] = {}
         self.roots: list[tuple[int, int, int | None]] = []  # (file, line, rank)
         self.table_ranks: list[tuple[int, int, int | None]] = []  # rank rows outside a Root Cause
-        self.culprits: set[int] = set()  # ranks PyTorch's desync report says did not join
+        # ranks the others waited for: PyTorch's desync report, Horovod's stall report ("missing
+        # ranks"), c10d's monitoredBarrier (launchers.missing_ranks)
+        self.culprits: set[int] = set()
+        self.culprit_from: set[str] = set()  # which reports named them
         self.first_exits: list[tuple[int, int, int | None]] = []  # mpirun's first non-zero exit
         self._first_exit_pending: dict[int, int] = {}  # file -> line of mpirun's header
         self.srun_labelled: set[int] = set()  # files whose srun --label tasks are the ranks
@@ -104,6 +107,9 @@ class Collector:
             host = m.fields.get("prefix_host") or O.line_host(m.text)
             if host is not None and len(self.prefix_hosts.setdefault(m.rank, set())) < 4:
                 self.prefix_hosts[m.rank].add(host)
+        if "missing" in m.fields:  # a detector's line: the ranks it names did not arrive
+            self.culprits.update(int(r) for r in m.fields["missing"].split(", "))
+            self.culprit_from.add("a stall or barrier report")
         if "srun_label" in m.fields:
             # `0: [rank3]: ...`: srun runs one task per node (an agent), not one per rank.
             (self.srun_mixed if "label_rank" in m.fields else self.srun_labelled).add(file)
@@ -125,6 +131,7 @@ class Collector:
         view.signals = self.signals + self.claims
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
         view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
+        view.culprit_from = self.culprit_from
         view.tracebacks, view.rank_hosts = self.tracebacks, self.rank_hosts
         view.nccl_kinds, view.prefix_hosts = self.nccl_kinds, self.prefix_hosts
         view.global_ranks, view.first_exits = self.global_ranks, self.first_exits
@@ -175,8 +182,7 @@ class Collector:
             self._desync_pending.add(file)
         elif m.signature == "torch.desync_rank" and file in self._desync_pending:
             self.culprits.add(int(m.fields["culprit"]))
-        elif m.signature == "horovod.missing_ranks":
-            self.culprits.update(int(r) for r in m.fields["missing"].split(", "))
+            self.culprit_from.add("PyTorch's desync report")
         elif m.signature == "mpirun.first_exit":
             self._first_exit_pending[file] = line
         elif m.signature == "mpirun.process_name" and 0 < line - self._first_exit_pending.get(
@@ -289,10 +295,12 @@ def _rank(
         winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds, col.local_to_global,
         unexplained,
     )  # fmt: skip
-    if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
+    waited = category in SYMPTOM_CATEGORIES or (origin.rank is None and category not in SCHEDULER)
+    if waited and len(col.culprits) == 1:
         culprit = next(iter(col.culprits))  # the rank the others waited for
+        said = " and ".join(sorted(col.culprit_from))
         origin = O.Origin(rank=culprit, confidence=O.HIGH, reason=f"rank {culprit}: the one "
-                          "rank PyTorch's desync report says the others waited for",
+                          f"rank {said} says the others waited for",
                           ).with_alternative(origin.rank, origin.reason or "")  # fmt: skip
         root_line = None
     if origin.rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
