@@ -465,6 +465,19 @@ SIGNATURES: tuple[Signature, ...] = (
          r"signal (?P<signal>\d+)",
          "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
          specificity=65, resolve=O.exit_outcome),
+    # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
+    # not submit a tensor: the ranks the others wait for (launchers.py, rank.py's culprits).
+    _sig("horovod.missing_ranks", None, "missing ranks",
+         r"\[missing ranks: (?P<missing>\d+(?:, \d+)*)\]",
+         "W horovod/common/operations.cc:588] HorovodBroadcast_w_0 [missing ranks: 1]",
+         strength=CONTEXT),
+    # Open MPI's mpirun names the first process that exited non-zero (orte/tools/orterun, help
+    # text "The first process to do so was:" then "  Process name: [[jobid,1],rank]").
+    _sig("mpirun.first_exit", None, "first process to do so",
+         r"The first process to do so was", "The first process to do so was:", strength=CONTEXT),
+    _sig("mpirun.process_name", None, "Process name",
+         r"^\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]", "  Process name: [[50371,1],0]",
+         specificity=1, strength=CONTEXT),
     # gloo's TCP transport losing a peer (the CPU side of torch.distributed).
     _sig("gloo.peer_lost", "nccl_error", "gloo",
          r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Connection refused|"
@@ -575,19 +588,6 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^\s*-?\s*\[(?P<culprit>\d+)\] (?:finished|joined|didn't join|did not join|is running|has not)",
          "    [1] finished collective #2, but didn't join collective #3 (count from 1)",
          strength=CONTEXT),
-    # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
-    # not submit a tensor: the ranks the others wait for (launchers.py, rank.py's culprits).
-    _sig("horovod.missing_ranks", None, "missing ranks",
-         r"\[missing ranks: (?P<missing>\d+(?:, \d+)*)\]",
-         "W horovod/common/operations.cc:588] HorovodBroadcast_w_0 [missing ranks: 1]",
-         strength=CONTEXT),
-    # Open MPI's mpirun names the first process that exited non-zero (orte/tools/orterun, help
-    # text "The first process to do so was:" then "  Process name: [[jobid,1],rank]").
-    _sig("mpirun.first_exit", None, "first process to do so",
-         r"The first process to do so was", "The first process to do so was:", strength=CONTEXT),
-    _sig("mpirun.process_name", None, "Process name",
-         r"^\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]", "  Process name: [[50371,1],0]",
-         specificity=1, strength=CONTEXT),
     # --- context: the run went on to finish (a generic error before it was handled) ---------
     _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
          r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
