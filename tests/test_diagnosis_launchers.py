@@ -7,6 +7,7 @@ never the rank that only detected or relayed the failure.
 
 from __future__ import annotations
 
+import io
 import shutil
 
 import pytest
@@ -15,6 +16,8 @@ from gpugate.diagnosis import engine as D
 from gpugate.diagnosis import launchers as L
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.cleaning import clean_line
+from gpugate.diagnosis.rank import Collector
+from gpugate.diagnosis.scan import scan_stream
 
 ENGINES = ["python"] + (["grep"] if shutil.which("grep") else [])
 
@@ -224,3 +227,37 @@ def test_horovod_stall_report_names_the_missing_rank_not_its_reporter():
     assert (m.signature, m.rank, m.fields["missing"]) == ("horovod.missing_ranks", 1, "1")
     assert L.missing_ranks("HorovodBroadcast_x_0 [missing ranks: 0, 2]") == (0, 2)
     assert L.origin_rank("HorovodBroadcast_x_0 [missing ranks: 0, 2]", 1, None) is None
+
+
+def test_hydra_banners_each_name_a_rank_and_several_name_no_origin():
+    # MPICH's Hydra printed a banner for every rank it saw killed
+    # (https://github.com/bsc-performance-tools/extrae/issues/101): no single origin.
+    banner = (
+        b"===================================================================================\n"
+        b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+        b"=   RANK %d PID %d RUNNING AT node0009\n"
+        b"=   KILLED BY SIGNAL: 9 (Killed)\n"
+        b"===================================================================================\n"
+        b"\n"
+    )
+    (m,) = S.match_line(b"=   RANK 6 PID 2447372 RUNNING AT node0009")
+    assert (m.signature, m.rank) == ("hydra.bad_rank", 6)
+    data = b"".join(banner % (r, pid) for r, pid in ((6, 2447372), (7, 2447373), (8, 2447374)))
+    col = Collector()
+    scan_stream(io.BytesIO(data), 0, col)
+    assert sorted(r for _, _, r in col.first_exits) == [6, 7, 8]
+    assert D.diagnose_bytes(data).failing_rank is None
+
+
+def test_coordination_service_names_the_failed_task_not_its_leader():
+    # JAX's multi-process runtime (TensorFlow's coordination service) on its leader: task 37's
+    # heartbeat stopped (https://github.com/EleutherAI/architecture-objective/issues/26).
+    d = D.diagnose_bytes(
+        b"2022-11-15 16:03:15.140058: E external/org_tensorflow/tensorflow/core/distributed_runtime/"
+        b"coordination/coordination_service.cc:954] /job:jax_worker/replica:0/task:37 has been set "
+        b"to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:37 "
+        b"heartbeat timeout. This indicates that the remote task has failed, got preempted, or "
+        b"crashed unexpectedly. [type.googleapis.com/tensorflow.CoordinationServiceError='']\n"
+    )
+    assert (d.category, d.failing_rank) == ("other", 37), d.to_json()
+    assert L.text_rank("UNAVAILABLE: Task /job:worker/replica:0/task:2 heartbeat timeout.") == 2

@@ -12,8 +12,9 @@ vLLM's worker prefix). Here, the rank a line's text names, as each launcher prin
   as `tasks 0-3` names none, and `Terminated` is srun's SIGTERM to the survivors, not an origin).
   A task is a rank only where srun --label shows one task per rank (rank.py): srun may as well
   start one torchrun agent per node, whose task number is a node's;
-- TensorFlow: a worker task that is unavailable or whose heartbeat failed, `/job:worker/
-  replica:0/task:2` (the task id is the worker's index).
+- TensorFlow's (and JAX's) coordination service: `Task /job:worker/replica:0/task:2 heartbeat
+  timeout` names the worker that failed (the task id is its process index), printed by the
+  leader; a worker's own "encountered the following error" names no origin.
 Detectors: a line that reports other ranks as missing (Horovod's stall inspector `[missing
 ranks: 1]`, c10d's `Rank 1 failed to pass monitoredBarrier`) was printed by a healthy rank: the
 ranks it names are the origin, its reporter never is. A line that says the failure came from
@@ -40,8 +41,7 @@ _TEXT_RANK_RE = lazy(
     | \(rank\ (?P<comm>\d+)\ in\ comm\ \d+\)                        # MPICH / Cray MPICH Abort
     | MPI_Abort\(MPI_COMM_WORLD,\ ?-?\d+\)\ -\ process\ (?P<proc>\d+)\b  # MPICH
     | \bRANK\ (?P<hydra>\d+)\ PID\ \d+\ RUNNING\ AT\b                # Hydra (MPICH >= 4)
-    | [Tt]ask\ /job:worker/replica:\d+/task:(?P<tf>\d+)\b.{0,80}?
-      (?:unavailable|heartbeat\ fail|failed|not\ alive|has\ been\ stopped)  # TF worker lost
+    | [Tt]ask\ /job:(?:jax_)?worker/replica:\d+/task:(?P<tf>\d+)\ heartbeat\ timeout  # TF/JAX
     """,
     re.X,
 )

@@ -77,7 +77,9 @@ class Collector:
         # ranks"), c10d's monitoredBarrier (launchers.missing_ranks)
         self.culprits: set[int] = set()
         self.culprit_from: set[str] = set()  # which reports named them
-        self.first_exits: list[tuple[int, int, int | None]] = []  # mpirun's first non-zero exit
+        # the process an MPI launcher says ended the job: mpirun's first non-zero exit, Hydra's
+        # banner (one rank per banner)
+        self.first_exits: list[tuple[int, int, int | None]] = []
         self._first_exit_pending: dict[int, int] = {}  # file -> line of mpirun's header
         self.srun_labelled: set[int] = set()  # files whose srun --label tasks are the ranks
         self.srun_mixed: set[int] = set()  # files where a task's label and its rank differ
@@ -183,6 +185,8 @@ class Collector:
         elif m.signature == "torch.desync_rank" and file in self._desync_pending:
             self.culprits.add(int(m.fields["culprit"]))
             self.culprit_from.add("PyTorch's desync report")
+        elif m.signature == "hydra.bad_rank":
+            self.first_exits.append((file, line, m.rank))
         elif m.signature == "mpirun.first_exit":
             self._first_exit_pending[file] = line
         elif m.signature == "mpirun.process_name" and 0 < line - self._first_exit_pending.get(
@@ -286,7 +290,7 @@ def _rank(
         if col.roots
         else "the only rank in torchrun's failure table"
         if col.table_ranks
-        else "the first process Open MPI's mpirun says exited non-zero"
+        else "the one process the MPI launcher (mpirun, Hydra) says ended the job"
     )
     # Ranks whose traceback shows but no failure line (a fragment cut it off): each may be an
     # origin of its own, so a rank's own NCCL error no longer names the one origin.

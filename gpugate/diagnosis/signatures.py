@@ -478,6 +478,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("mpirun.process_name", None, "Process name",
          r"^\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]", "  Process name: [[50371,1],0]",
          specificity=1, strength=CONTEXT),
+    # MPICH's Hydra banner on a process that ended badly (MPICH >= 4 names its rank: src/pm/hydra
+    # "=   RANK 6 PID 2447372 RUNNING AT node0009"); one banner names the origin, several none.
+    _sig("hydra.bad_rank", None, "RUNNING AT",
+         r"^[#=\s]*RANK (?P<rank>\d+) PID \d+ RUNNING AT \S+",
+         "=   RANK 6 PID 2447372 RUNNING AT node0009", specificity=1, strength=CONTEXT),
+    # TensorFlow's coordination service (also JAX's multi-process runtime) on the leader: a worker
+    # task failed, was preempted or crashed; the task id is the worker's process index
+    # (tensorflow/core/distributed_runtime/coordination/coordination_service.cc).
+    _sig("tf.coordination_task_error", "other", "coordination service",
+         r"/job:(?:(?:jax_)?worker/replica:\d+/task:(?P<rank>\d+)|\w+/replica:\d+/task:\d+) has "
+         r"been set to ERROR in coordination service",
+         "E coordination_service.cc:954] /job:worker/replica:0/task:3 has been set to ERROR in "
+         "coordination service: UNAVAILABLE: Task /job:worker/replica:0/task:3 heartbeat timeout.",
+         specificity=40),
     # gloo's TCP transport losing a peer (the CPU side of torch.distributed).
     _sig("gloo.peer_lost", "nccl_error", "gloo",
          r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Connection refused|"
