@@ -261,3 +261,15 @@ def test_coordination_service_names_the_failed_task_not_its_leader():
     )
     assert (d.category, d.failing_rank) == ("other", 37), d.to_json()
     assert L.text_rank("UNAVAILABLE: Task /job:worker/replica:0/task:2 heartbeat timeout.") == 2
+
+
+def test_open_mpi_wrapped_signal_line_names_its_rank():
+    # mpiexec's notice wrapped before "signal" (https://github.com/adda-team/adda/issues/151).
+    d = D.diagnose_bytes(
+        b"[proton:10319] *** End of error message ***\n"
+        b"--------------------------------------------------------------------------\n"
+        b"mpiexec noticed that process rank 0 with PID 10313 on node proton exited on \n"
+        b"signal 6 (Aborted).\n"
+        b"--------------------------------------------------------------------------\n"
+    )
+    assert (d.category, d.failing_rank) == ("other", 0), d.to_json()

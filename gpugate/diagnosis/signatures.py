@@ -459,10 +459,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\b(?:Aborted|Floating point exception|Illegal instruction) \(core dumped\)",
          "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Aborted (core dumped) python train.py",
          specificity=25),
-    # Open MPI's launcher names the rank a signal killed (mpirun / Horovod).
-    _sig("mpirun.rank_signal", "other", "mpirun noticed",
-         r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on "
-         r"signal (?P<signal>\d+)",
+    # Open MPI's launcher names the rank a signal killed (mpirun / mpiexec / Horovod; Open MPI 5's
+    # PRRTE says "prterun noticed"); its help text wraps, the signal then on the next line.
+    _sig("mpirun.rank_signal", "other", "noticed that process rank",
+         r"(?:mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ "
+         r"exited on(?:\s+signal (?P<signal>\d+)|\s*$)",
          "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
          specificity=65, resolve=O.exit_outcome),
     # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
