@@ -73,7 +73,16 @@ class Collector:
         self.counts: dict[str, int] = {}
         self.roots: list[tuple[int, int, int | None]] = []  # (file, line, rank)
         self.table_ranks: list[tuple[int, int, int | None]] = []  # rank rows outside a Root Cause
-        self.culprits: set[int] = set()  # ranks PyTorch's desync report says did not join
+        # ranks the others waited for: PyTorch's desync report, Horovod's stall report ("missing
+        # ranks"), c10d's monitoredBarrier (launchers.missing_ranks)
+        self.culprits: set[int] = set()
+        self.culprit_from: set[str] = set()  # which reports named them
+        # the process an MPI launcher says ended the job: mpirun's first non-zero exit, Hydra's
+        # banner (one rank per banner)
+        self.first_exits: list[tuple[int, int, int | None]] = []
+        self._first_exit_pending: dict[int, int] = {}  # file -> line of mpirun's header
+        self.srun_labelled: set[int] = set()  # files whose srun --label tasks are the ranks
+        self.srun_mixed: set[int] = set()  # files where a task's label and its rank differ
         self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished
         self.launch: dict[int, dict[str, int]] = {}  # file -> torchrun's max_nodes, nproc_per_node
@@ -100,6 +109,12 @@ class Collector:
             host = m.fields.get("prefix_host") or O.line_host(m.text)
             if host is not None and len(self.prefix_hosts.setdefault(m.rank, set())) < 4:
                 self.prefix_hosts[m.rank].add(host)
+        if "missing" in m.fields:  # a detector's line: the ranks it names did not arrive
+            self.culprits.update(int(r) for r in m.fields["missing"].split(", "))
+            self.culprit_from.add("a stall or barrier report")
+        if "srun_label" in m.fields:
+            # `0: [rank3]: ...`: srun runs one task per node (an agent), not one per rank.
+            (self.srun_mixed if "label_rank" in m.fields else self.srun_labelled).add(file)
         if m.strength == S.CONTEXT:
             self._context(file, line, m)
             return
@@ -118,9 +133,11 @@ class Collector:
         view.signals = self.signals + self.claims
         view.counts, view.roots, view.completed = self.counts, self.roots, self.completed
         view.launch, view.table_ranks, view.culprits = self.launch, self.table_ranks, self.culprits
+        view.culprit_from = self.culprit_from
         view.tracebacks, view.rank_hosts = self.tracebacks, self.rank_hosts
         view.nccl_kinds, view.prefix_hosts = self.nccl_kinds, self.prefix_hosts
-        view.global_ranks = self.global_ranks
+        view.global_ranks, view.first_exits = self.global_ranks, self.first_exits
+        view.srun_labelled, view.srun_mixed = self.srun_labelled, self.srun_mixed
         return view
 
     def _context(self, file: int, line: int, m: S.Match) -> None:
@@ -167,6 +184,14 @@ class Collector:
             self._desync_pending.add(file)
         elif m.signature == "torch.desync_rank" and file in self._desync_pending:
             self.culprits.add(int(m.fields["culprit"]))
+            self.culprit_from.add("PyTorch's desync report")
+        elif m.signature == "hydra.bad_rank":
+            self.first_exits.append((file, line, m.rank))
+        elif m.signature == "mpirun.first_exit":
+            self._first_exit_pending[file] = line
+        elif m.signature == "mpirun.process_name" and 0 < line - self._first_exit_pending.get(
+            file, -9) <= 3:  # fmt: skip
+            self.first_exits.append((file, line, m.rank))
         elif m.signature == "torchrun.launch_config":
             self.launch.setdefault(file, {})[m.fields["key"]] = int(m.fields["n"])
 
@@ -194,6 +219,10 @@ class Collector:
         if self.launch.get(file, {}).get("max_nodes", 1) > 1:
             return None  # several nodes: local rank n is rank n on one of them only
         return local
+
+    def srun_tasks_ranks(self) -> set[int]:
+        """Files where srun's task numbers are ranks: srun --label prefixes, one task per rank."""
+        return self.srun_labelled - self.srun_mixed
 
     def per_gpu_files(self) -> set[int]:
         """Files whose launch was one node, one process per GPU (GPU n is rank n): torchrun's or
@@ -234,12 +263,13 @@ def rank_signals(
 def _rank(
     col: Collector, names: list[str], files: tuple[FileScan, ...], sources: list[str]
 ) -> Diagnosis:
-    signals = _consequences(_yield_to_scheduler(col.signals))
+    signals = _consequences(_yield_to_scheduler(_srun_tasks(col.signals, col.srun_tasks_ranks())))
     kill = _first_line(signals, lambda s: s.match.category in KILLS and _fatal(s))
     live = [s for s in signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
     # Without a Root Cause block, a table (or a fragment of one) holding a single failure's
     # rank row names it (_failing_rank wants one distinct rank).
-    roots = [r for r in col.roots or col.table_ranks if not _is_fallout(r[0], r[1], "other", kill)]
+    roots = [r for r in col.roots or col.table_ranks or col.first_exits
+             if not _is_fallout(r[0], r[1], "other", kill)]  # fmt: skip
     decisive = [s for s in live if s.match.strength in (S.FATAL, S.MINOR)]
     if not decisive:
         return _no_failure(col, files)
@@ -258,15 +288,23 @@ def _rank(
     table = (
         "the Root Cause of torchrun's failure table"
         if col.roots
-        else ("the only rank in torchrun's failure table")
+        else "the only rank in torchrun's failure table"
+        if col.table_ranks
+        else "the one process the MPI launcher (mpirun, Hydra) says ended the job"
     )
+    # Ranks whose traceback shows but no failure line (a fragment cut it off): each may be an
+    # origin of its own, so a rank's own NCCL error no longer names the one origin.
+    unexplained = {r for _, _, r in col.tracebacks} - {s.match.rank for s in live}
     origin, root_line = _failing_rank(
-        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds, col.local_to_global
-    )
-    if category in SYMPTOM_CATEGORIES and len(col.culprits) == 1:
+        winners, roots, category, col.per_gpu_files(), table, col.nccl_kinds, col.local_to_global,
+        unexplained,
+    )  # fmt: skip
+    waited = category in SYMPTOM_CATEGORIES or (origin.rank is None and category not in SCHEDULER)
+    if waited and len(col.culprits) == 1:
         culprit = next(iter(col.culprits))  # the rank the others waited for
+        said = " and ".join(sorted(col.culprit_from))
         origin = O.Origin(rank=culprit, confidence=O.HIGH, reason=f"rank {culprit}: the one "
-                          "rank PyTorch's desync report says the others waited for",
+                          f"rank {said} says the others waited for",
                           ).with_alternative(origin.rank, origin.reason or "")  # fmt: skip
         root_line = None
     if origin.rank is None and root_line is None and category not in SYMPTOM_CATEGORIES:
@@ -298,6 +336,13 @@ def _rank(
         files=files,
         decided_by=sources[primary.file],
     )
+
+
+def _srun_tasks(signals: list[Signal], files: Set[int]) -> list[Signal]:
+    """srun's own `task N: ...` line names rank N in the files where tasks are ranks."""
+    return [s.replace(match=s.match.replace(rank=s.match.fields["srun_task"]))
+            if s.match.rank is None and "srun_task" in s.match.fields and s.file in files else s
+            for s in signals]  # fmt: skip
 
 
 def _fatal(s: Signal) -> bool:
@@ -371,6 +416,7 @@ def _failing_rank(
     table: str = "torchrun's failure table",
     warned: dict[str, set[int]] | None = None,
     to_global: Callable[[int, int, str | None], int | None] = lambda file, local, host: local,
+    unexplained: Set[int] = frozenset(),
 ) -> tuple[O.Origin, tuple[Any, ...] | None]:
     """The rank where the failure began (with its reason), or none when the text names no
     single origin; and the table row that named it, if one did.
@@ -387,7 +433,8 @@ def _failing_rank(
     by_table = O.Origin(rank=one, reason=f"rank {one}: {table}", confidence=O.HIGH)
     named = {s.match.rank for s in winners if s.match.rank is not None}
     if category in SYMPTOM_CATEGORIES:
-        own = _nccl_origin(winners, named, warned or {}) if category == "nccl_error" else O.NONE
+        mine = category == "nccl_error" and not unexplained
+        own = _nccl_origin(winners, named, warned or {}) if mine else O.NONE
         if own.rank is not None:
             return own.with_alternative(one, f"{table} names it"), None
         if one is not None and named <= {one}:

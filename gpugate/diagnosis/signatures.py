@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 
+from gpugate.diagnosis import launchers as L
 from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import outcomes as O
-from gpugate.diagnosis.cleaning import clean, clean_prefixed
+from gpugate.diagnosis.cleaning import clean, clean_line
 from gpugate.diagnosis.outcomes import CONTEXT, FATAL, MINOR, PRECURSOR
 from gpugate.record import Record
 from gpugate.regex import lazy
@@ -458,12 +459,40 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\b(?:Aborted|Floating point exception|Illegal instruction) \(core dumped\)",
          "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Aborted (core dumped) python train.py",
          specificity=25),
-    # Open MPI's launcher names the rank a signal killed (mpirun / Horovod).
-    _sig("mpirun.rank_signal", "other", "mpirun noticed",
-         r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on "
-         r"signal (?P<signal>\d+)",
+    # Open MPI's launcher names the rank a signal killed (mpirun / mpiexec / Horovod; Open MPI 5's
+    # PRRTE says "prterun noticed"); its help text wraps, the signal then on the next line.
+    _sig("mpirun.rank_signal", "other", "noticed that process rank",
+         r"(?:mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ "
+         r"exited on(?:\s+signal (?P<signal>\d+)|\s*$)",
          "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
          specificity=65, resolve=O.exit_outcome),
+    # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
+    # not submit a tensor: the ranks the others wait for (launchers.py, rank.py's culprits).
+    _sig("horovod.missing_ranks", None, "missing ranks",
+         r"\[missing ranks: (?P<missing>\d+(?:, \d+)*)\]",
+         "W horovod/common/operations.cc:588] HorovodBroadcast_w_0 [missing ranks: 1]",
+         strength=CONTEXT),
+    # Open MPI's mpirun names the first process that exited non-zero (orte/tools/orterun, help
+    # text "The first process to do so was:" then "  Process name: [[jobid,1],rank]").
+    _sig("mpirun.first_exit", None, "first process to do so",
+         r"The first process to do so was", "The first process to do so was:", strength=CONTEXT),
+    _sig("mpirun.process_name", None, "Process name",
+         r"^\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]", "  Process name: [[50371,1],0]",
+         specificity=1, strength=CONTEXT),
+    # MPICH's Hydra banner on a process that ended badly (MPICH >= 4 names its rank: src/pm/hydra
+    # "=   RANK 6 PID 2447372 RUNNING AT node0009"); one banner names the origin, several none.
+    _sig("hydra.bad_rank", None, "RUNNING AT",
+         r"^[#=\s]*RANK (?P<rank>\d+) PID \d+ RUNNING AT \S+",
+         "=   RANK 6 PID 2447372 RUNNING AT node0009", specificity=1, strength=CONTEXT),
+    # TensorFlow's coordination service (also JAX's multi-process runtime) on the leader: a worker
+    # task failed, was preempted or crashed; the task id is the worker's process index
+    # (tensorflow/core/distributed_runtime/coordination/coordination_service.cc).
+    _sig("tf.coordination_task_error", "other", "coordination service",
+         r"/job:(?:(?:jax_)?worker/replica:\d+/task:(?P<rank>\d+)|\w+/replica:\d+/task:\d+) has "
+         r"been set to ERROR in coordination service",
+         "E coordination_service.cc:954] /job:worker/replica:0/task:3 has been set to ERROR in "
+         "coordination service: UNAVAILABLE: Task /job:worker/replica:0/task:3 heartbeat timeout.",
+         specificity=40),
     # gloo's TCP transport losing a peer (the CPU side of torch.distributed).
     _sig("gloo.peer_lost", "nccl_error", "gloo",
          r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Connection refused|"
@@ -722,7 +751,8 @@ def _window(part: bytes) -> bytes:
 
 def match_segment(segment: bytes) -> Match | None:
     """The most specific signature matching one line segment, or None."""
-    text, prefix_rank, prefix_host = clean_prefixed(segment)
+    line = clean_line(segment)
+    text = line.text
     best: tuple[int, Signature, re.Match[str]] | None = None
     # Every anchor the text holds, overlapping ones included ("out of memory" holds "of memory":
     # a regex alternation would find only one of them and skip the other's signatures).
@@ -736,15 +766,11 @@ def match_segment(segment: bytes) -> Match | None:
     if best is None:
         return None
     _, sig, m = best
-    found = _to_match(sig, m, text, prefix_rank)
-    if prefix_host is not None:  # the launcher's host prefix: where this line was printed
-        found = found.replace(fields={**found.fields, "prefix_host": prefix_host})
+    found = _to_match(sig, m, text, line.rank)
+    place = L.place_fields(line)  # the launcher's host prefix, srun's task: where it was printed
+    if place:
+        found = found.replace(fields={**found.fields, **place})
     return found
-
-
-# A rank named inside a message: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
-# Rank 3]` (ProcessGroupNCCL, PyTorch 1.x to 2.9).
-_BODY_RANK_RE = lazy(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)\]]*\))? )?)?Rank (\d+)\]")
 
 
 def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | None) -> Match:
@@ -757,10 +783,8 @@ def _to_match(sig: Signature, m: re.Match[str], text: str, prefix_rank: int | No
     groups.pop("msg", None)
     groups.update(extra)
     named = groups.pop("rank", None)
-    rank = prefix_rank if prefix_rank is not None else (int(named) if named else None)
-    if rank is None and "Rank " in text:
-        body = _BODY_RANK_RE.search(text)
-        rank = int(body.group(1)) if body else None
+    # The origin's rank (launchers.py): a detector's or victim's own rank is not the origin.
+    rank = L.origin_rank(text, prefix_rank, int(named) if named else None)
     groups.pop("xid", None)
     return Match(
         signature=sig.name,
