@@ -530,20 +530,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|\[error_sighandler\] Caught error: .*\(signal \d+\)"
          r"|terminate called (?:after throwing an instance of|without an active exception)"
          r"|\(core dumped\)",
-         "[pax11-00:65294] Signal: Bus error (7)", specificity=15),
+         "[gpu-b7:04242] Signal: Bus error (7)", specificity=15),
     # Slurm's word that a task failed (srun --kill-on-bad-exit: "... CANCELLED AT ... DUE TO
     # TASK FAILURE", labels-43b 563), srun's report of tasks it terminated, and slurmctld's
     # `_job_complete: JobId=N WTERMSIG S` / `WEXITSTATUS N` (src/slurmctld/job_mgr.c; 580).
     _sig("end.slurm", "other", "TASK FAILURE|Terminated|_job_complete",
          r"DUE TO TASK FAILURE|srun: error: \S+: tasks? [\d,\-]+: Terminated"
          r"|_job_complete: JobId=\d+ (?:WTERMSIG \d+|WEXITSTATUS [1-9]\d*)",
-         "[2022-05-27T11:37:57.377] _job_complete: JobId=127441 WTERMSIG 9", specificity=15),
+         "[2025-03-01T10:11:12.000] _job_complete: JobId=81234 WTERMSIG 9", specificity=15),
     # TensorFlow's remote errors (gRPC status names, tensorflow/python/framework/errors_impl.py)
     # as its logger or a raised error prints them: one worker's view of a peer that went away.
     _sig("end.tf_remote", "other", "rror",
          r"(?:ERROR:tensorflow:|errors_impl\.)\S*.*?\b(?:Unavailable|Aborted|DeadlineExceeded|Internal)Error\b",
-         "ERROR:tensorflow:/job:worker/task:2 encountered the following error when processing "
-         "closure: UnavailableError():Graph execution error:", specificity=15),
+         "tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all "
+         "addresses", specificity=15),
     _sig("python.exception", "other", "rror|xception",
          r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error|(?:[A-Z]\w*)?Exception)(?::\s|:?$)(?!.*[Rr]etry)",
          "ValueError: too many values to unpack (expected 2)", specificity=10),
@@ -621,18 +621,20 @@ SIGNATURES: tuple[Signature, ...] = (
     # The job's own last words, each seen in a real log of a run that ended well: HF Trainer's
     # metrics (dict or `train_runtime = ` table) and "Training completed."; Lightning's
     # "`Trainer.fit` stopped:"; Megatron's "[after training is done]"; a trainer's "Total
-    # training time:"; nccl-tests' "# Out of bounds values : 0 OK" and "Collective test
-    # concluded"; tf_cnn_benchmarks' "total images/sec:"; all_reduce_bench's "busbw: N Gbps";
-    # Slurm's own: slurmctld's `_job_complete: JobId=N WEXITSTATUS 0`, sacct's `COMPLETED 0:0`,
-    # scontrol's `JobState=COMPLETED`. A fatal line after the last of them still fails the run.
+    # training time: N seconds" (not detectron2's "Total training time: 0:40:17 (...)", which
+    # its `finally` prints after a crash too); nccl-tests' "# Out of bounds values : 0 OK" and
+    # "Collective test concluded"; tf_cnn_benchmarks' "total images/sec:"; all_reduce_bench's
+    # "busbw: N Gbps"; Slurm's own: slurmctld's `_job_complete: JobId=N WEXITSTATUS 0`, the
+    # job's own sacct row (not a step's: `N.batch`) `COMPLETED 0:0`, scontrol's
+    # `JobState=COMPLETED`. A fatal line after the last of them still fails the run.
     _sig("run.completed", None,
          "train_runtime|fit` stopped|training is done|Training completed|training time:|"
          "bounds values|test concluded|images/sec:|busbw:|WEXITSTATUS 0|COMPLETED",
          r"'train_runtime': |\btrain_runtime\s+= |`Trainer\.fit` stopped: |\[after training is done\]"
-         r"|Training completed\. Do not forget to share|Total training time: "
+         r"|Training completed\. Do not forget to share|Total training time: [\d.]+ seconds"
          r"|# Out of bounds values : 0 OK|# Collective test concluded|^total images/sec: [\d.]+"
          r"|^\s*busbw: [\d.]+\s+Gbps|_job_complete: JobId=\d+ WEXITSTATUS 0\b"
-         r"|\bCOMPLETED\s+0:0\b|\bJobState=COMPLETED\b",
+         r"|^\s*\d+(?:_\d+)?\s+(?:\S+\s+){0,8}COMPLETED\s+0:0\b|\bJobState=COMPLETED\b",
          "{'train_runtime': 812.4, 'train_samples_per_second': 3.2, 'epoch': 3.0}",
          strength=CONTEXT),
 )  # fmt: skip
