@@ -269,7 +269,10 @@ def _cat(r: NodeResult) -> str:
 def job_json(results: list[NodeResult]) -> dict[str, Any]:
     """The `--json` object: the first failing node's verdict, plus `nodes`, `first_node`, `first_uncertain`."""
     ordered, why = order(results)
-    first = ordered[0] if ordered else results[0]
+    # No node failed: one node's success line (rank 0 prints it) is the job's end; the other
+    # nodes' quiet logs (unknown) do not make the job's verdict unknown.
+    quiet = next((r for r in results if _cat(r) == "no_failure"), results[0])
+    first = ordered[0] if ordered else quiet
     out = dict(first.diagnosis.to_json())
     files = [f.to_dict() for r in results for f in r.diagnosis.files]
     out["files"] = files
