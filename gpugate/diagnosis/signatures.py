@@ -502,10 +502,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "exits with return code = 1",
          specificity=20, resolve=O.exit_outcome),
     # --- how a run ended badly, where no line above says why (category `other`, see END_ONLY) --
+# Their anchors reuse the prefilter's start bytes (`rror`, `RROR`, `TERMINAT`, ...): "MPI_",
+# "ORTE" or "spank" would each add a start byte and slow every scan (tests/test_scan_cost.py).
     # MPI's own abort: Open MPI's MPI_ERRORS_ARE_FATAL banner and "Local abort before MPI_INIT"
     # (ompi/errhandler), MPICH's "Fatal error in MPI_..."/"aborting job:" and Cray MPICH's
     # "MPICH ERROR [Rank N] ... Abort(" (labels-43a 504, 527, 531, 536).
-    _sig("end.mpi_abort", "other", "MPI_|aborting job|MPICH ERROR",
+    _sig("end.mpi_abort", "other", "RROR|rror|Local abort|aborting job",
          r"MPI_ERRORS_ARE_FATAL|\*\*\* An error occurred in MPI_\w+|Local abort (?:before|after) MPI_INIT"
          r"|Fatal error in P?MPI_\w+|^\s*(?:\[[^\]]*\]:? )?aborting job:?\s*$"
          r"|MPICH ERROR \[Rank (?P<rank>\d+)\].*? Abort\(",
@@ -516,7 +518,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # user-direction, the job has been aborted."), "mpirun detected that one or more processes
     # exited with non-zero status", an ORTE internal error (522) or a failed mapping (528), and
     # Slurm's SPANK plugin stack failing a task's start (537).
-    _sig("end.launcher", "other", "TERMINATION|non-zero|ORTE|FORCE-TERMINATE|failed to map|spank",
+    _sig("end.launcher", "other",
+         "TERMINAT|user-direction|non-zero status|rror|failed to map|plugin stack|required plugin",
          r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
          r"|^a non-zero exit code\. Per user-direction|exited with non-zero status"
          r"|An internal error has occurred in ORTE|FORCE-TERMINATE AT|Your job failed to map"
@@ -629,7 +632,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # `JobState=COMPLETED`. A fatal line after the last of them still fails the run.
     _sig("run.completed", None,
          "train_runtime|fit` stopped|training is done|Training completed|training time:|"
-         "bounds values|test concluded|images/sec:|busbw:|WEXITSTATUS 0|COMPLETED",
+         "Out of bounds|test concluded|images/sec:|Gbps|WEXITSTATUS 0|COMPLETED",
          r"'train_runtime': |\btrain_runtime\s+= |`Trainer\.fit` stopped: |\[after training is done\]"
          r"|Training completed\. Do not forget to share|Total training time: [\d.]+ seconds"
          r"|# Out of bounds values : 0 OK|# Collective test concluded|^total images/sec: [\d.]+"
