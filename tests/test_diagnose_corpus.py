@@ -32,6 +32,18 @@ LABEL_FILES = ("labels.csv", "labels-2.csv", "labels-3.csv")
 LABEL_CONFLICTS = {
     "417": "unattributed SIGKILL: labelled other here, host_oom in 321 (see LABEL_CONFLICTS)",
 }
+# Logs labelled no_failure before issue 43 that show no end: iterations, NCCL INFO or loss lines,
+# then the excerpt stops. Issue 43 makes no_failure need positive evidence (a success line,
+# Slurm's exit 0), so the diagnosis says unknown; the shared labels are read-only, hence here.
+# A row that shows a success line is not in this table and must stay no_failure.
+READ_AS_UNKNOWN = {
+    "016": "Megatron iterations 1-3 of 1000, then the excerpt stops",
+    "060": "NCCL INFO, then Megatron iterations 1-3 of 1000, then the excerpt stops",
+    "061": "dataset building lines, then the excerpt stops",
+    "241": "NCCL INFO chatter only (Connected all trees)",
+    "242": "NCCL WARN/INFO chatter only (socket fallback)",
+    "243": "four loss dicts at step 295-310 of 4491, then the excerpt stops",
+}
 ENGINES = ["python"] + (["grep"] if shutil.which("grep") else [])
 
 
@@ -50,6 +62,9 @@ def load_labels() -> list:
         key = row["file"].split("-", 1)[0]
         why = LABEL_CONFLICTS.get(key)
         marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+        if key in READ_AS_UNKNOWN:
+            assert row["expected_category"] == "no_failure", key
+            row = dict(row, expected_category="unknown")
         out.append(pytest.param(row, id=key, marks=marks))
     return out
 
@@ -71,5 +86,5 @@ def test_corpus_label(row, engine):
     )
     got = (d.category, d.xid, d.failing_rank)
     assert got == want, d.to_json()
-    if want[0] != "no_failure":
+    if want[0] not in ("no_failure", "unknown"):
         assert d.evidence

@@ -342,16 +342,16 @@ def diagnose_text(tmp_path, text: str | bytes, engine: str = "python") -> V.Diag
 
 
 def test_every_category_has_a_case():
-    covered = {c[2] for c in CASES} | {"no_failure"}
+    covered = {c[2] for c in CASES} | {"no_failure", "unknown"}
     assert covered == set(C.CATEGORIES)
-    assert set(R.TIERS) | {"no_failure"} == set(C.CATEGORIES) == set(C.EXPLAIN)
+    assert set(R.TIERS) | {"no_failure", "unknown"} == set(C.CATEGORIES) == set(C.EXPLAIN)
 
 
 # The closed set of categories (docs/interfaces.md), in its order.
 DESIGN_CATEGORIES = (
     "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "gpu_xid_hardware", "gpu_xid_user_app",
     "ecc_error", "nvlink_error", "illegal_memory_access", "slurm_time_limit",
-    "slurm_node_failure", "slurm_cancelled", "no_failure", "other",
+    "slurm_node_failure", "slurm_cancelled", "no_failure", "other", "unknown",
 )  # fmt: skip
 
 
@@ -362,6 +362,9 @@ def test_one_table_says_whose_fault_each_category_is():
     assert hardware | {"slurm_node_failure"} == C.INFRASTRUCTURE_CATEGORIES
     assert {"nccl_timeout", "nccl_error"} == C.SYMPTOM_CATEGORIES
     assert C.kind("cuda_oom") == C.USER and C.kind("nope") is None
+    # unknown is neither a clean end nor anyone's fault: never hardware, never infrastructure.
+    assert C.kind("unknown") == C.UNDETERMINED != C.kind("no_failure")
+    assert not C.is_hardware("unknown") and not C.is_infrastructure("unknown")
     # Hardware outranks everything a job prints after it: the top tier is the hardware kind.
     top = max(R.TIERS.values())
     assert {c for c, t in R.TIERS.items() if t == top} == C.HARDWARE_CATEGORIES
@@ -681,10 +684,10 @@ def test_a_job_printing_xid_79_gets_its_other_lines_judged_and_the_claim_reporte
     assert "not trusted" in d.summary
 
 
-def test_only_fake_hardware_lines_make_no_failure_not_a_hardware_verdict():
+def test_only_fake_hardware_lines_make_no_verdict_not_a_hardware_one():
     job = (FAKE_XID79 + "RuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
     d = D.diagnose_streams([D.Input(name="job.out", source=V.JOB_FILE, stream=io.BytesIO(job))])
-    assert (d.category, d.xid) == ("no_failure", None)
+    assert (d.category, d.xid) == ("unknown", None)
     assert len(d.untrusted) == 2 and d.job_output_category == "gpu_xid_hardware"
 
 
@@ -761,7 +764,7 @@ def test_a_limited_stream_stops_at_its_byte_budget_on_a_sparse_file(tmp_path):
                                         offset=size - (1 << 20))])  # fmt: skip
     finally:
         os.close(fd)
-    assert d.category == "no_failure"
+    assert d.category == "unknown"  # zeros: nothing failed, nothing ended well
     assert (d.files[0].bytes, d.files[0].stopped) == (1 << 20, None)  # the tail, to its end
     fd = os.open(sparse, os.O_RDONLY)
     try:
@@ -781,7 +784,7 @@ def test_a_limited_stream_stops_at_its_deadline(tmp_path):
         d = D.diagnose_streams([D.Input(name="job.out", source=V.JOB_FILE, stream=stream)])
     finally:
         os.close(fd)
-    assert (d.category, d.files[0].bytes, d.files[0].stopped) == ("no_failure", 0, "time budget")
+    assert (d.category, d.files[0].bytes, d.files[0].stopped) == ("unknown", 0, "time budget")
 
 
 # --- families (issue 14): structure, not strings ------------------------------------------------
@@ -810,7 +813,8 @@ def test_ib_completion_error_names_its_status(tmp_path):
     "h:1:1 [0] init.cc:120 NCCL WARN NCCL_SOCKET_NTHREADS is deprecated\n",
 ])  # fmt: skip
 def test_nccl_warn_chatter_is_no_failure(tmp_path, line):
-    assert diagnose_text(tmp_path, line).category == "no_failure"
+    assert diagnose_text(tmp_path, line).category == "unknown"  # chatter alone: no end seen
+    assert diagnose_text(tmp_path, line + HEALTHY).category == "no_failure"
 
 
 @pytest.mark.parametrize(("line", "kind"), [
@@ -898,7 +902,8 @@ def test_a_failure_table_alone_is_a_failure(tmp_path):
 
 
 def test_no_failure_is_sure_only_when_nothing_failure_like_was_seen(tmp_path):
-    assert diagnose_text(tmp_path, "step 1 loss 2.0\nstep 2 loss 1.9\n").confidence == "high"
+    done = "step 1 loss 2.0\n{'train_runtime': 81.2, 'epoch': 3.0}\n"
+    assert diagnose_text(tmp_path, done).confidence == "high"
     handled = "ValueError: bad row 17, skipped\n{'train_runtime': 81.2, 'epoch': 3.0}\n"
     d = diagnose_text(tmp_path, handled)
     assert (d.category, d.confidence) == ("no_failure", "medium")
@@ -958,7 +963,7 @@ def test_an_nccl_error_seen_only_as_its_return_chain(tmp_path):
     # A channel's peer ("-> 1[1]") and ncclInProgress ("-> 7") are no error.
     chatter = ("n1:19:21 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
                "n1:19:21 [0] NCCL INFO init.cc:1000 -> 7\n")  # fmt: skip
-    assert diagnose_text(tmp_path, chatter).category == "no_failure"
+    assert diagnose_text(tmp_path, chatter).category == "unknown"
 
 
 def test_the_desync_report_names_the_rank_the_others_waited_for(tmp_path):

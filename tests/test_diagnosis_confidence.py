@@ -156,8 +156,20 @@ def test_the_json_has_confidence_and_alternatives_and_keeps_its_keys() -> None:
 
 
 def test_a_clean_log_is_a_sure_no_failure_without_alternatives() -> None:
-    j = diagnose_bytes(b"step 1 loss 2.0\nstep 2 loss 1.9\n").to_json()
+    j = diagnose_bytes(b"step 1 loss 2.0\nstep 2 loss 1.9\n{'train_runtime': 81.2}\n").to_json()
     assert (j["category"], j["confidence"], j["alternatives"]) == ("no_failure", C.HIGH, [])
+
+
+def test_a_log_without_an_end_is_a_low_unknown() -> None:
+    j = diagnose_bytes(b"step 1 loss 2.0\nstep 2 loss 1.9\n").to_json()
+    assert (j["category"], j["confidence"], j["evidence"]) == ("unknown", C.LOW, [])
+
+
+def test_an_other_on_end_lines_only_is_low_and_a_named_exception_medium() -> None:
+    launcher = b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    assert diagnose_bytes(launcher).to_json()["confidence"] == C.LOW
+    named = b"ValueError: shapes do not match\n" + launcher
+    assert diagnose_bytes(named).to_json()["confidence"] == C.MEDIUM
 
 
 def test_the_report_shows_confidence_and_alternatives_on_one_line() -> None:

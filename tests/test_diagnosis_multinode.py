@@ -186,13 +186,17 @@ def test_boot_stamps_do_not_compare_across_nodes(tmp_path, capsys):
 
 
 def test_a_node_without_failure_is_listed_not_ordered(tmp_path, capsys):
-    a = write(tmp_path / "nodeA" / "r0.log", "all good\n")
+    a = write(tmp_path / "nodeA" / "r0.log", "all good\n{'train_runtime': 81.2}\n")
     b = write(tmp_path / "nodeB" / "r8.log", OOM.format("2024-01-02T03:04:05Z"))
     _, out = run_json([a, b], capsys)
     assert out["first_node"] == "nodeB" and out["first_uncertain"] is None
     assert [n["category"] for n in out["nodes"]] == ["no_failure", "cuda_oom"]
     _, none = run_json([a, write(tmp_path / "nodeC" / "r.log", "fine\n")], capsys)
     assert none["first_node"] is None and none["category"] == "no_failure"
+    assert [n["category"] for n in none["nodes"]] == ["no_failure", "unknown"]
+    # Only rank 0's node prints the success line: the job ended well whatever the order.
+    _, quiet_first = run_json([write(tmp_path / "nodeD" / "r.log", "fine\n"), a], capsys)
+    assert (quiet_first["category"], quiet_first["first_node"]) == ("no_failure", None)
 
 
 def test_a_stamp_the_cleaned_text_lost_is_read_again_from_the_file(tmp_path):

@@ -579,3 +579,35 @@ def test_the_summarys_job_is_slurms_word_without_the_users_comment_or_the_enviro
     assert failed["stdout"] == f"/w/out.{e.job_id}"
     for json_ in (written, failed):
         assert SummaryJob.from_json(json_).to_json() == json_
+
+
+# --- issue 43: Slurm's exit code over a log that names no cause -------------------------------
+
+
+@pytest.mark.parametrize("log", [
+    "step 10\nstep 11\n",  # a fragment: the log shows neither a failure nor an end
+    "step 10\n{'train_runtime': 81.2, 'epoch': 3.0}\n",  # the log looks finished
+])  # fmt: skip
+def test_a_failed_job_is_never_filed_as_no_failure(tmp_path, log):
+    result, _, _ = job_run(tmp_path, log, exit_code=768, exit_code2="3:0")
+    s = summary(result)
+    assert (result.category, s["category"], s["confidence"]) == ("other", "other", "low")
+    assert s["summary_text"].startswith("The job failed (exit code 3) and its logs name no cause.")
+
+
+def test_a_failed_jobs_named_cause_is_kept(tmp_path):
+    result, _, _ = job_run(tmp_path, "step 10\n" + CUDA_OOM, exit_code=256, exit_code2="1:0")
+    assert summary(result)["category"] == "cuda_oom"
+
+
+def test_a_clean_exit_makes_a_quiet_log_no_failure(tmp_path):
+    config = setup(tmp_path, always_bundle=True)
+    snapshot(tmp_path, make_facts())
+    out = tmp_path / "job.out"
+    out.write_text("step 10\nstep 11\n")
+    result = run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm_with_job(str(out)))
+    s = summary(result)
+    assert (s["category"], s["summary_text"].split(";")[0]) == (
+        "no_failure",
+        "Slurm's exit code 0:0 says the job ended well",
+    )

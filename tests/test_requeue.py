@@ -87,6 +87,14 @@ def job(**changes) -> JobEnd:
             "infrastructure failure (gpu_xid_hardware)",
         ),
         ({}, [], False, "not an infrastructure failure (no evidence of an infrastructure fault)"),
+        # unknown (logs with neither a failure nor an end, issue 43) is nobody's fault: never
+        # a cause to requeue for, even when trusted and sure, and never a clean end.
+        (
+            {},
+            [{"node": "n1", "category": "unknown", "category_trusted": True, "confidence": "high"}],
+            False,
+            "not an infrastructure failure (unknown)",
+        ),
     ],
 )
 def test_decisions(changes, summaries, requeue, why):

@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
         prog="gpugate diagnose",
         description="Name why a training job died from its logs (job stdout/stderr, with kernel "
         "log lines mixed in or as another file). Plain, gzip'd, or `-` for stdin. Exit 0 when a "
-        "diagnosis was made (no_failure included), 2 on a usage error or an unreadable log (the "
+        "diagnosis was made (no_failure and unknown included), 2 on a usage error or an unreadable log (the "
         "others are still read).",
     )
     p.add_argument("logs", nargs="*", metavar="LOG", help="log file, .gz, or - for stdin")

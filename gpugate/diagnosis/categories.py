@@ -8,13 +8,17 @@ is one of these kinds:
 - ``symptom``: what every rank prints when one of them fell over (NCCL); the cluster's fault
   only when a node's own evidence shows it;
 - ``user``: the job's own doing (its code, its memory, its time limit, its cancellation);
-- ``none``: no failure; ``unknown``: a failure without a specific signature.
+- ``none``: the run ended well (its own success line, Slurm's exit 0:0) and nothing failed after;
+- ``unexplained``: a failure that no signature names (``other``: a signal, a non-zero exit, an
+  abort, a traceback at the end);
+- ``undetermined``: the logs show neither a failure nor a good end (``unknown``: a fragment).
+  Never a clean end and never the cluster's fault: no requeue, no drain, no suspicion.
 """
 
 from __future__ import annotations  # `str | None` below: Python 3.9 (requires-python)
 
 HARDWARE, INFRASTRUCTURE, SYMPTOM, USER = "hardware", "infrastructure", "symptom", "user"
-NONE, UNKNOWN = "none", "unknown"
+NONE, UNEXPLAINED, UNDETERMINED = "none", "unexplained", "undetermined"
 
 # category -> kind, in docs/interfaces.md's order.
 KIND: dict[str, str] = {
@@ -31,7 +35,8 @@ KIND: dict[str, str] = {
     "slurm_node_failure": INFRASTRUCTURE,
     "slurm_cancelled": USER,
     "no_failure": NONE,
-    "other": UNKNOWN,
+    "other": UNEXPLAINED,
+    "unknown": UNDETERMINED,
 }
 CATEGORIES = tuple(KIND)
 HARDWARE_CATEGORIES = frozenset(c for c, k in KIND.items() if k == HARDWARE)
@@ -68,7 +73,10 @@ EXPLAIN: dict[str, tuple[str, str]] = {
                         "resubmit or requeue if that was not intended"),
     "other": ("the job failed for a reason without a specific signature",
               "read the evidence lines and the traceback above them"),
-    "no_failure": ("no failure signature was found", "nothing to do if the job was expected to end"),
+    "no_failure": ("the run ended well and no failure followed", "nothing to do"),
+    "unknown": ("the logs show neither a failure nor the run ending well (a fragment, or output "
+                "cut before the end)", "read the job's whole output and Slurm's exit code "
+                "(sacct -j JOB); nothing here points at the node"),
 }  # fmt: skip
 
 

@@ -16,7 +16,9 @@ already set aside), the winning tier and its lines:
   (the deciding lines name several ranks for a fault that happens on one rank).
 - ``low``: only MINOR lines decided (a lone informational Xid, a SIGTERM notice), or two
   categories of the same tier, of different kinds, disagree (the first line wins the ranking,
-  but the text cannot decide between them).
+  but the text cannot decide between them), or an ``other`` stands only on lines that say a
+  process ended badly and not why (signatures.END_ONLY: a signal, an exit code, an MPI abort,
+  a launcher's banner). `unknown` and a traceback at the end are low too (ending.py).
 
 The hooks act on ``high`` only: the epilog's metrics count a medium or low verdict as
 ``uncertain``, and the requeue never takes one for an infrastructure cause.
@@ -115,6 +117,8 @@ def _level(
     fatal = [s for s in winners if s.match.strength == S.FATAL]
     if not fatal:
         return MEDIUM, "only precursor lines decided", ()
+    if category == "other" and all(s.match.signature in S.END_ONLY for s in fatal):
+        return LOW, "only lines saying the run ended badly decided, none says why", ()
     best = max(s.match.specificity for s in fatal)
     trusted_hardware = kind(category) == "hardware" and any(
         sources[s.file] == KERNEL_LOG for s in fatal

@@ -21,7 +21,7 @@ import json
 import os
 import stat
 
-from gpugate.diagnosis.categories import SYMPTOM, UNKNOWN, is_hardware, kind
+from gpugate.diagnosis.categories import SYMPTOM, UNDETERMINED, UNEXPLAINED, is_hardware, kind
 from gpugate.diagnosis.engine import diagnose
 from gpugate.diagnosis.timestamps import BOOT, NOYEAR, WALL, line_stamp
 from gpugate.diagnosis.verdict import JOB_FILE, KERNEL_LOG
@@ -269,7 +269,10 @@ def _cat(r: NodeResult) -> str:
 def job_json(results: list[NodeResult]) -> dict[str, Any]:
     """The `--json` object: the first failing node's verdict, plus `nodes`, `first_node`, `first_uncertain`."""
     ordered, why = order(results)
-    first = ordered[0] if ordered else results[0]
+    # No node failed: one node's success line (rank 0 prints it) is the job's end; the other
+    # nodes' quiet logs (unknown) do not make the job's verdict unknown.
+    quiet = next((r for r in results if _cat(r) == "no_failure"), results[0])
+    first = ordered[0] if ordered else quiet
     out = dict(first.diagnosis.to_json())
     files = [f.to_dict() for r in results for f in r.diagnosis.files]
     out["files"] = files
@@ -298,14 +301,15 @@ def job_json(results: list[NodeResult]) -> dict[str, Any]:
 
 def _add_flight_recorder(out: dict[str, Any], bundles: list[str]) -> None:
     """`flight_recorder` from the bundles' flightrec.json; its culprit joins the summary when
-    the verdict is a symptom (an NCCL timeout: every rank's log says the same) or unknown."""
+    the verdict is a symptom (an NCCL timeout: every rank's log says the same), `other` or
+    `unknown` (the logs name no cause)."""
     if not bundles:
         return
     from gpugate.flightrec.culprit import job_culprit
 
     fr = job_culprit(bundles)
     out["flight_recorder"] = fr.to_json() if fr else None
-    if fr and fr.state and kind(out.get("category")) in (SYMPTOM, UNKNOWN):
+    if fr and fr.state and kind(out.get("category")) in (SYMPTOM, UNEXPLAINED, UNDETERMINED):
         out["summary"] += f" Flight recorder: {fr.text}."
 
 

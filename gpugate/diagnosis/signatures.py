@@ -530,6 +530,52 @@ SIGNATURES: tuple[Signature, ...] = (
          "[2024-01-02 03:04:05,678] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] "
          "exits with return code = 1",
          specificity=20, resolve=O.exit_outcome),
+    # --- how a run ended badly, where no line above says why (category `other`, see END_ONLY) --
+# Their anchors reuse the prefilter's start bytes (`rror`, `RROR`, `TERMINAT`, ...): "MPI_",
+# "ORTE" or "spank" would each add a start byte and slow every scan (tests/test_scan_cost.py).
+    # MPI's own abort: Open MPI's MPI_ERRORS_ARE_FATAL banner and "Local abort before MPI_INIT"
+    # (ompi/errhandler), MPICH's "Fatal error in MPI_..."/"aborting job:" and Cray MPICH's
+    # "MPICH ERROR [Rank N] ... Abort(" (labels-43a 504, 527, 531, 536).
+    _sig("end.mpi_abort", "other", "RROR|rror|Local abort|aborting job",
+         r"MPI_ERRORS_ARE_FATAL|\*\*\* An error occurred in MPI_\w+|Local abort (?:before|after) MPI_INIT"
+         r"|Fatal error in P?MPI_\w+|^\s*(?:\[[^\]]*\]:? )?aborting job:?\s*$"
+         r"|MPICH ERROR \[Rank (?P<rank>\d+)\].*? Abort\(",
+         "*** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,", specificity=15),
+    # A launcher's verdict on its processes: MPICH Hydra's "BAD TERMINATION OF ONE OF YOUR
+    # APPLICATION PROCESSES" banner (labels-43a 530), Open MPI's "Primary job terminated
+    # normally, but N process returned" (its next line: "a non-zero exit code. Per
+    # user-direction, the job has been aborted."), "mpirun detected that one or more processes
+    # exited with non-zero status", an ORTE internal error (522) or a failed mapping (528), and
+    # Slurm's SPANK plugin stack failing a task's start (537).
+    _sig("end.launcher", "other",
+         "TERMINAT|user-direction|non-zero status|rror|failed to map|plugin stack|required plugin",
+         r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+         r"|^a non-zero exit code\. Per user-direction|exited with non-zero status"
+         r"|An internal error has occurred in ORTE|FORCE-TERMINATE AT|Your job failed to map"
+         r"|Failed to invoke spank plugin stack|spank: required plugin \S+: \w+\(\) failed",
+         "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", specificity=15),
+    # A fatal signal as Open MPI's handler and MVAPICH's print it (`*** Process received
+    # signal ***`, `Signal: Bus error (7)`, `[error_sighandler] Caught error: Aborted (signal 6)`,
+    # labels-43a 509, 531), a C++ runtime's abort, and glibc's "(core dumped)".
+    _sig("end.signal", "other", "received signal|Signal: |Caught error|terminate called|core dumped",
+         r"\*\*\* Process received signal \*\*\*|(?:^|\] )Signal: [A-Z][\w ]+ \(\d+\)"
+         r"|\[error_sighandler\] Caught error: .*\(signal \d+\)"
+         r"|terminate called (?:after throwing an instance of|without an active exception)"
+         r"|\(core dumped\)",
+         "[gpu-b7:04242] Signal: Bus error (7)", specificity=15),
+    # Slurm's word that a task failed (srun --kill-on-bad-exit: "... CANCELLED AT ... DUE TO
+    # TASK FAILURE", labels-43b 563), srun's report of tasks it terminated, and slurmctld's
+    # `_job_complete: JobId=N WTERMSIG S` / `WEXITSTATUS N` (src/slurmctld/job_mgr.c; 580).
+    _sig("end.slurm", "other", "TASK FAILURE|Terminated|_job_complete",
+         r"DUE TO TASK FAILURE|srun: error: \S+: tasks? [\d,\-]+: Terminated"
+         r"|_job_complete: JobId=\d+ (?:WTERMSIG \d+|WEXITSTATUS [1-9]\d*)",
+         "[2025-03-01T10:11:12.000] _job_complete: JobId=81234 WTERMSIG 9", specificity=15),
+    # TensorFlow's remote errors (gRPC status names, tensorflow/python/framework/errors_impl.py)
+    # as its logger or a raised error prints them: one worker's view of a peer that went away.
+    _sig("end.tf_remote", "other", "rror",
+         r"(?:ERROR:tensorflow:|errors_impl\.)\S*.*?\b(?:Unavailable|Aborted|DeadlineExceeded|Internal)Error\b",
+         "tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all "
+         "addresses", specificity=15),
     _sig("python.exception", "other", "rror|xception",
          r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error|(?:[A-Z]\w*)?Exception)(?::\s|:?$)(?!.*[Rr]etry)",
          "ValueError: too many values to unpack (expected 2)", specificity=10),
@@ -603,12 +649,37 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^\s*-?\s*\[(?P<culprit>\d+)\] (?:finished|joined|didn't join|did not join|is running|has not)",
          "    [1] finished collective #2, but didn't join collective #3 (count from 1)",
          strength=CONTEXT),
-    # --- context: the run went on to finish (a generic error before it was handled) ---------
-    _sig("run.completed", None, "train_runtime|fit` stopped|training is done",
-         r"'train_runtime': |`Trainer\.fit` stopped: |\[after training is done\]",
+    # --- context: the run ended well (positive evidence: without it a quiet log is `unknown`) --
+    # The job's own last words, each seen in a real log of a run that ended well: HF Trainer's
+    # metrics (dict or `train_runtime = ` table) and "Training completed."; Lightning's
+    # "`Trainer.fit` stopped:"; Megatron's "[after training is done]"; a trainer's "Total
+    # training time: N seconds" (not detectron2's "Total training time: 0:40:17 (...)", which
+    # its `finally` prints after a crash too); nccl-tests' "# Out of bounds values : 0 OK" and
+    # "Collective test concluded"; tf_cnn_benchmarks' "total images/sec:"; all_reduce_bench's
+    # "busbw: N Gbps"; Slurm's own: slurmctld's `_job_complete: JobId=N WEXITSTATUS 0`, the
+    # job's own sacct row (not a step's: `N.batch`) `COMPLETED 0:0`, scontrol's
+    # `JobState=COMPLETED`. A fatal line after the last of them still fails the run.
+    _sig("run.completed", None,
+         "train_runtime|fit` stopped|training is done|Training completed|training time:|"
+         "Out of bounds|test concluded|images/sec:|Gbps|WEXITSTATUS 0|COMPLETED",
+         r"'train_runtime': |\btrain_runtime\s+= |`Trainer\.fit` stopped: |\[after training is done\]"
+         r"|Training completed\. Do not forget to share|Total training time: [\d.]+ seconds"
+         r"|# Out of bounds values : 0 OK|# Collective test concluded|^total images/sec: [\d.]+"
+         r"|^\s*busbw: [\d.]+\s+Gbps|_job_complete: JobId=\d+ WEXITSTATUS 0\b"
+         r"|^\s*\d+(?:_\d+)?\s+(?:\S+\s+){0,8}COMPLETED\s+0:0\b|\bJobState=COMPLETED\b",
          "{'train_runtime': 812.4, 'train_samples_per_second': 3.2, 'epoch': 3.0}",
          strength=CONTEXT),
 )  # fmt: skip
+
+# Lines that say a process or job ended badly, not why (a signal, an exit code, an abort, a
+# launcher's banner): a verdict of `other` that only such lines decided has low confidence.
+END_ONLY = frozenset({
+    "end.mpi_abort", "end.launcher", "end.signal", "end.slurm", "end.tf_remote",
+    "slurm.step_failed", "srun.task_exit", "signal.sigsegv", "signal.shell_killed",
+    "signal.shell_other", "signal.bus_error", "signal.child", "mpirun.rank_signal",
+    "lightning.child_terminated", "torchrun.agent_failed", "torchrun.child_failed",
+    "torchrun.table_collapsed", "torchrun.exitcode_field", "deepspeed.exit",
+})  # fmt: skip
 
 ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for s in SIGNATURES for a in s.anchors))
 # The anchors `|`-joined, for documentation.

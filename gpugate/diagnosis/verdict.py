@@ -72,7 +72,7 @@ class Diagnosis(Record):
     evidence: tuple[Evidence, ...] = ()
     signals: dict[str, Any] = {}  # category -> matching lines
     files: tuple[FileScan, ...] = ()
-    # The source of the line that decided the category (None for no_failure).
+    # The source of the line that decided the category (None for no_failure and unknown).
     decided_by: str | None = None
     # Lines of a job's own files that claim a hardware fault: reported, never ranked.
     untrusted: tuple[Evidence, ...] = ()
@@ -80,7 +80,8 @@ class Diagnosis(Record):
     job_output_category: str | None = None
     job_output_xid: int | None = None
     # How sure the verdict is (confidence.LEVELS) and the next categories with their lines
-    # (see gpugate/diagnosis/confidence.py). No failure: high on a clean log, else medium.
+    # (see gpugate/diagnosis/confidence.py). No failure: high on a clean log, else medium;
+    # unknown: low (ending.py).
     confidence: str = "medium"
     alternatives: tuple[
         Any, ...

@@ -25,6 +25,7 @@ from gpugate.gate.policy import DRAIN, decide
 from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.hooks.epilog_result import EpilogResult
+from gpugate.hooks.exit_verdict import with_slurm_exit
 from gpugate.hooks.flightrec_collect import collect_dumps
 from gpugate.isolate.state import without_isolated
 from gpugate.log import say
@@ -262,7 +263,8 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
     # job's GPUs may still drain the node, never make this job an infrastructure failure.
     gpus = job_gpus(env, baseline)
     hardware, elsewhere = split_by_allocation(new_faults, gpus)
-    why = abnormal_end(env)
+    failed = abnormal_end(env)  # Slurm's own word; a hardware fault below does not fail the job
+    why = failed
     if why is None and hardware:
         why = "hardware errors on the job's GPUs since its prolog"
     lost = lost_detail(facts.kernel_log_lost) if facts.kernel_log_lost else None
@@ -283,7 +285,9 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
         timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
         offsets=baseline_offsets(baseline),
     )
-    diagnosis = logs.diagnosis
+    # A failed job is never filed as no_failure; an unknown log of a 0:0 exit ended well.
+    diagnosis = with_slurm_exit(logs.diagnosis, failed, env.exit_code2)
+    logs = logs.replace(diagnosis=diagnosis)
     # At the ends that write a bundle (every abnormal one, requeues included: they lose work).
     left = config.epilog.deadline_s - (time.monotonic() - started) - 5
     freshness = collect.checkpoint_freshness(config, env, job, facts, max(1.0, min(left, 30)))

@@ -164,7 +164,8 @@ class EvidenceSummary(JsonRecord):
         "exit_code2": "`SLURM_JOB_EXIT_CODE2` (`exit:signal`)",
         "gpus": "the job's GPUs here (`SLURM_JOB_GPUS`); null: not known",
         "node_gpus": "the node's GPU count",
-        "category": "the diagnosis's failure category",
+        "category": "the diagnosis's failure category; never `no_failure` (nor `unknown`) for a "
+        "job Slurm says failed: `other` when its logs name no cause",
         "category_source": "the source of the deciding line",
         "category_trusted": "the deciding line is root's own (kernel log)",
         "confidence": "`high`/`medium`/`low`; absent before it existed (the requeue then "
