@@ -16,14 +16,10 @@ from gpugate.diagnosis import engine as D
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpus")
 LABEL_FILES = ("labels-43a.csv", "labels-43b.csv")
-RANKS = "ranks from another launcher (issue 43, Deliver 2)"
 FAMILY = "a family without signatures yet (issue 43, Deliver 3)"
 # Labels the diagnosis does not meet yet, each with why; strict, so meeting one fails the test
 # and its entry must go.
 NOT_YET = {
-    "500": f"{RANKS}: Open MPI's first process [[jobid,1],0] to exit non-zero is rank 0",
-    "572": f"{RANKS}: srun's 'task 2: Out Of Memory' names rank 2",
-    "587": f"{RANKS}: DeepSpeed's launcher names local_rank=1",
     "501": "unattributed signal 9 read as the OOM killer's: the SIGKILL policy of "
     "test_diagnose_corpus.LABEL_CONFLICTS (417 against 321)",
     "566": f"{FAMILY}: an nvidia-smi table row with ERR! as GPU evidence",
