@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 
+import paths
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 _private: dict[str, str] = {}
 
 
@@ -109,7 +108,7 @@ def open_tmp(tmp_path):
 # The corpus, the real captures and the reference outputs lie in ../shared beside the checkout,
 # read in place, never copied. Their tests carry `@pytest.mark.shared(KIND)` and skip where it is
 # absent; the summary says how many ran, and under CI=true a skipped one fails the run.
-SHARED = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+SHARED = str(paths.SHARED)
 _shared_counts: dict[str, dict[str, int]] = {}  # kind -> {"ran": n, "skipped": n}
 
 

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import JOB_USER, LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
-from test_deb import (  # noqa: E402
+from deb_e2e import ecc_node_refuses_the_job  # noqa: E402
+from debs import (  # noqa: E402
     PACKAGE_PATHS,
     RUN_TIME_PATHS,
     deb_file,
@@ -36,8 +36,9 @@ from test_deb import (  # noqa: E402
     run,
     run_in_throwaway_root,
 )
+from localslurm import JOB_USER, LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
 
-__all__ = ["deb_file", "installed"]  # fixtures, shared with test_deb.py
+__all__ = ["deb_file", "installed"]  # fixtures, from tests/support/debs.py
 
 LIBEXEC = Path("/usr/libexec/gpugate")
 # Read by every installed wrapper after /etc/gpugate/hook.env (slurm_hooks/gpugate-hook).
@@ -127,18 +128,6 @@ def test_healthy_node_runs_the_users_job_with_the_task_prologs_settings(
 
 def test_ecc_node_refuses_the_job_and_is_drained(cluster: LocalSlurm, site: Site):
     ecc_node_refuses_the_job(cluster, site)
-
-
-def ecc_node_refuses_the_job(cluster: LocalSlurm, site: Site) -> None:
-    """n2 (uncorrectable ECC) refuses a job: held, drained by gpugate, the job never ran."""
-    marker = site.base / "ran-n2"
-    job = cluster.submit(wrap=f"touch {marker}", output=str(site.base / "n2.out"), nodelist="n2")
-    state = cluster.wait_job(job, "PENDING", reason="launch failed requeued held", timeout=45)
-    node = cluster.wait_node("n2", lambda n: "DRAIN" in n.get("State", ""), timeout=15)
-    assert node["Reason"].startswith("gpugate: gpu.ecc: "), node["Reason"]
-    assert state["AdminComment"].startswith("gpugate: node n2 refused: gpu.ecc"), state
-    assert not marker.exists(), "the job ran on a node with an uncorrectable ECC error"
-    assert not cluster.is_drained("n1")
 
 
 def test_after_slurm_stops_the_purge_leaves_no_package(cluster: LocalSlurm):

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import paths
 import pytest
 from e2e import slurm_or_skip
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 
 
 @pytest.fixture(scope="module")

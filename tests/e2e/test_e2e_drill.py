@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from localslurm import LocalSlurm, ensure_user  # noqa: E402
-from test_e2e_requeue import decision, torch_zip  # noqa: E402
+from requeue_e2e import decision, torch_zip  # noqa: E402
 
 NODES = ["n1", "n2"]
 

@@ -17,9 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import paths
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm.device_probe import opened, probe, refused  # noqa: E402

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import paths
 import pytest
 from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 from torchenv import torch_python_or_skip
@@ -27,7 +28,7 @@ slurm_or_skip()
 from localslurm import LocalSlurm  # noqa: E402
 
 NODES = ["n1", "n2", "n3"]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 STANDIN = ROOT / "tests" / "dcgmi_standin"
 N3_REASON = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100 (before qualify)"
 

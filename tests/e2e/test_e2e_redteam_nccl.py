@@ -28,6 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import paths
 import pytest
 from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
 
@@ -194,9 +195,7 @@ def test_a_job_hoarding_files_in_its_nccl_directory_does_not_stretch_the_epilog(
     event = site.wait_event("epilog", job)
     import yaml
 
-    deadline_s = yaml.safe_load(
-        (Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml").read_text()
-    )["epilog"]["deadline_s"]
+    deadline_s = yaml.safe_load((paths.CONFIG / "gpugate.yaml").read_text())["epilog"]["deadline_s"]
     assert event["duration_s"] < deadline_s / 3, event  # only a rename, whatever the count
     assert not os.path.lexists(base / str(job))  # set aside before the epilog ended
     node_in_service(cluster)  # no "Epilog error" drain

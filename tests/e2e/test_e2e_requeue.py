@@ -14,11 +14,11 @@ import os
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
+from requeue_e2e import decision, torch_zip
 
 pytestmark = pytest.mark.slurm
 
@@ -30,17 +30,6 @@ from gpugate.slurm.hostlist import hostlist_expand  # noqa: E402
 
 NODES = ["n1", "n2", "n3"]
 NCCL_TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
-
-
-def torch_zip(path: Path, truncate: bool = False) -> None:
-    """A torch.save-like zip (archive/data.pkl, data/0, version); truncated = cut before its end."""
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
-        z.writestr("archive/data/0", b"\x00" * 4096)
-        z.writestr("archive/version", b"3\n")
-    if truncate:
-        data = path.read_bytes()
-        path.write_bytes(data[: len(data) // 2])
 
 
 @pytest.fixture(scope="module")
@@ -241,24 +230,6 @@ def test_a_job_beside_a_gpu_its_prolog_found_lost_ends_well_and_stays_ended(
     assert not (site.evidence / str(job)).exists()
     (end,) = [e for e in site.events() if e["hook"] == "epilog" and e.get("job") == str(job)]
     assert (end["abnormal"], end["hardware_fault"], end["drained"]) == (False, False, False), end
-
-
-def decision(site: Site, job: int, timeout: float = 40, runs: int = 1) -> dict:
-    """The controller epilog's decision for `job`, from its event line (a finished job takes
-    no AdminComment), once it has run `runs` times."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [
-            e for e in site.events() if e["hook"] == "epilog-slurmctld" and e.get("job") == str(job)
-        ]
-        if len(found) >= runs:
-            assert found[-1]["requeue"] is False
-            # The controller read the job through the backend this suite runs on (cli, or
-            # pyslurm in .ci/run's second pass): never a silent fallback.
-            assert found[-1]["slurm"] == site.backend, found[-1]
-            return found[-1]
-        time.sleep(0.5)
-    raise AssertionError(f"no epilog-slurmctld decision for job {job}")
 
 
 if __name__ == "__main__":

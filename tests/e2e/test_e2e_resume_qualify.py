@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 from e2e import Site, SlurmSites, slurm_or_skip
 from torchenv import torch_python_or_skip
@@ -30,7 +31,7 @@ slurm_or_skip()
 
 NODES = ["gpu-a", "gpu-b"]
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
-STANDIN = Path(__file__).resolve().parent / "dcgmi_standin"
+STANDIN = paths.DCGMI_STANDIN
 
 
 def qualify_config(python: str) -> str:

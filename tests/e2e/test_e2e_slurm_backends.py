@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+import paths
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm.localslurm import JOB_FREE_TEXT, LocalSlurm, parse_kv  # noqa: E402

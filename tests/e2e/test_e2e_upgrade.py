@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 from e2e import Site, slurm_or_skip
 
@@ -31,8 +32,8 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
-from test_deb import (  # noqa: E402
+from deb_e2e import ecc_node_refuses_the_job  # noqa: E402
+from debs import (  # noqa: E402
     REPO,
     deb_file,
     host_package_state,
@@ -42,15 +43,15 @@ from test_deb import (  # noqa: E402
     run,
     run_in_throwaway_root,
 )
-from test_e2e_deb import ecc_node_refuses_the_job  # noqa: E402
+from localslurm import LocalSlurm  # noqa: E402 - on the path once slurm_or_skip() ran
 
-__all__ = ["deb_file"]  # the fixture, shared with test_deb.py
+__all__ = ["deb_file"]  # the fixture, from tests/support/debs.py
 
 # The last commit whose config accepted wait_for_bundles_s: 30 (`git log -S _check_together`
 # names 2dfe4c2 as the one that started refusing it).
 PREVIOUS_RELEASE = "2dfe4c2^"
 PREVIOUS_DEB = "GPUGATE_TEST_PREVIOUS_DEB"
-FIXTURE = Path(__file__).parent / "fixtures" / "upgrade" / "site-previous-release.yaml"
+FIXTURE = paths.FIXTURES / "upgrade" / "site-previous-release.yaml"
 LIBEXEC = Path("/usr/libexec/gpugate")
 HOOK_ENV = LIBEXEC / "hook.env"
 SITE_FILE = Path("/etc/gpugate/gpugate.yaml")

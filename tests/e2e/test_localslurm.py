@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import paths
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm.localslurm import (  # noqa: E402

@@ -21,19 +21,27 @@ import sys
 
 import pytest
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+# Run as a program (inside the throwaway root) pytest's pythonpath is not set: tests/ and
+# tests/support/ are found from this file's own place, tests/packaging/.
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
-sys.path.insert(0, TESTS)
+sys.path[:0] = [TESTS, os.path.join(TESTS, "support")]
 
-from test_deb import INSTALL_HERE, PACKAGE_PATHS, PREBUILT_DEB, deb_file, run  # noqa: E402
+from debs import (  # noqa: E402
+    INSTALL_HERE,
+    PACKAGE_PATHS,
+    PREBUILT_DEB,
+    deb_file,
+    run,
+)
 
-__all__ = ["deb_file"]  # the fixture, shared with test_deb.py
+__all__ = ["deb_file"]  # the fixture, from tests/support/debs.py
 
 pytestmark = pytest.mark.slurm
 
 # What the admin's install is: the package's paths and the other places gpugate keeps things.
 WATCHED = (*PACKAGE_PATHS, "/var/tmp/gpugate-nccl")
-INSTALL_TESTS = ("tests/test_deb.py", "tests/test_e2e_deb.py")
+INSTALL_TESTS = ("tests/packaging/test_deb.py", "tests/e2e/test_e2e_deb.py")
 
 
 def test_the_install_tests_leave_an_installed_gpugate_as_it_was(deb_file, tmp_path):

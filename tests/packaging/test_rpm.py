@@ -16,14 +16,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
-from test_version import VERSION_RE
+from versions import VERSION_RE
 
 from gpugate.config import load_config
 
 pytestmark = pytest.mark.slow  # over 5 s alone (pytest --durations); out of `make test-fast`
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(paths.ROOT)
 BUILD_SH = os.path.join(REPO, "packaging", "rpm", "build.sh")
 SYSTEM_PYTHON = "/usr/bin/python3"  # the launcher's #!: what the nodes run
 HOOKS = (

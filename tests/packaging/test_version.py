@@ -13,19 +13,7 @@ import subprocess
 import tarfile
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VERSION_SH = os.path.join(REPO, "packaging", "version.sh")
-# <pyproject version>+git<count>.<YYYYMMDD>.<hash>[.dirty], or the plain version without git.
-VERSION_RE = r"\d+\.\d+\.\d+(\+git\d+\.\d{8}\.[0-9a-f]{7,}(\.dirty)?)?"
-
-
-def build_version(env: dict[str, str] | None = None, script: str = VERSION_SH) -> str:
-    """What packaging/version.sh prints for this checkout now (a build's version)."""
-    done = subprocess.run([script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from versions import REPO, VERSION_RE, build_version
 
 
 def git(*args: str) -> str:

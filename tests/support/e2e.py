@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import paths
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 
 from gpugate_site import JOB_HOOKS, SNAPSHOTS, Site, gpugate_for_job_user, installed_hooks
 from localslurm import LocalSlurm

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import yaml
 from e2e import Site, SlurmSite, SlurmSites
 from localslurm import LocalSlurm
@@ -24,7 +25,7 @@ from localslurm import LocalSlurm
 NODES = ["n1", "n2", "n3"]
 SECOND_USER = "gpugate-e2e-b"
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
-STANDIN = Path(__file__).resolve().parent / "dcgmi_standin"
+STANDIN = paths.DCGMI_STANDIN
 SYSTEM = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1"
 TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
 XID31 = (

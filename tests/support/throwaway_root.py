@@ -28,7 +28,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+# Run as a program it has only the standard library (python -s -E): no tests/paths.py, so the
+# checkout is found from this file's own place, tests/support/.
+REPO = Path(__file__).resolve().parents[2]
 # The host's own, bound in: kernel interfaces, sockets, and the scratch space results go to.
 RECURSIVE_BINDS = ("/proc", "/sys", "/dev", "/run")
 PLAIN_BINDS = ("/tmp",)  # not recursive: the throwaway root's own tmpfs is mounted under /tmp

@@ -13,15 +13,15 @@ import functools
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+import paths
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 
 from jobpython import JobUserCannotRun, venv_for_job_user
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 TORCH_PYTHON = ROOT / os.environ.get("TORCH_VENV", ".venv-torch") / "bin" / "python"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import paths
 import pytest
 from factories import default_config
 from fakes import NODE, FakeSlurm
@@ -239,7 +240,7 @@ def test_check_dry_run_says_the_prolog_plan_and_does_nothing(tmp_path, capsys):
 
     from gpugate.cli import main
 
-    snap = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots", "h100-ecc.yaml")
+    snap = os.path.join(paths.SNAPSHOTS, "h100-ecc.yaml")
     site = tmp_path / "site.yaml"
     site.write_text(f"state_dir: {tmp_path / 'state'}\n")
     code = main(["check", "--facts", snap, "--config", str(site), "--node", "n7", "--dry-run",

@@ -10,7 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
-from test_slurm_adapter import FIXTURES, FakeRunner, fixture
+from admin_site import (
+    bundle,
+    gpugate_sinfo,
+    node,
+    site,
+)
+from slurm_recorded import FIXTURES, FakeRunner, fixture
 
 from gpugate import cli
 from gpugate.admin import nodes as A
@@ -21,6 +27,8 @@ from gpugate.store import history as H
 from gpugate.store.entries import DrainEntry
 from gpugate.store.evidence import write_bundle
 
+__all__ = ["site"]  # the fixture, from tests/support/admin_site.py
+
 DAY = 86400.0
 NOW = 1_790_000_000.0
 NODE_JSON = sorted(
@@ -28,12 +36,6 @@ NODE_JSON = sorted(
     for p in FIXTURES.glob("*/*.json")
     if {"nodes", "sinfo"} & set(json.loads(p.read_text()))
 )
-
-
-def node(name: str, state: str = "IDLE", flags: tuple = ("DRAIN",), reason: str = "",
-         user: str = "root", when: int | None = 1_789_000_000) -> NodeInfo:  # fmt: skip
-    return NodeInfo(name=name, state=state, flags=flags, reason=reason, reason_user=user,
-                    reason_time=when)  # fmt: skip
 
 
 def rows(nodes: list[NodeInfo], drains: list[dict] = (), evidence: str = "/nonexistent",
@@ -44,13 +46,6 @@ def rows(nodes: list[NodeInfo], drains: list[dict] = (), evidence: str = "/nonex
 def drain(node: str, check: str, days_ago: float, **extra) -> DrainEntry:
     return DrainEntry.from_json({"node": node, "when": NOW - days_ago * DAY, "check": check,
                                  "reason": f"gpugate: {check}: x", **extra})  # fmt: skip
-
-
-def gpugate_sinfo(reason: str, name: str = "vm") -> str:
-    """The recorded 22.05 drained node, with a gpugate reason in place of the test's."""
-    doc = json.loads(fixture("22.05/sinfo.drained.json"))
-    doc["nodes"][0].update(reason=reason, name=name)
-    return json.dumps(doc)
 
 
 # ----------------------------------------------------------------------- reading Slurm
@@ -266,14 +261,6 @@ def test_table_is_one_sanitised_line_per_node():
 # ----------------------------------------------------------------------------- the CLI
 
 
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    cfg = tmp_path / "gpugate.yaml"
-    cfg.write_text(f"state_dir: {tmp_path / 'state'}\nevidence_dir: {tmp_path / 'ev'}\n")
-    monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
-    return tmp_path
-
-
 def test_cli_json_from_a_saved_file(site, capsys):
     saved = site / "sinfo.json"
     saved.write_text(gpugate_sinfo("gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"))
@@ -320,11 +307,6 @@ def test_fixture_list_is_not_empty():
 
 
 # ------------------------------------------------------------------------ gpugate evidence
-
-
-def bundle(site: Path, job: str, node: str, restart: int = 0, **summary) -> str:
-    summary = {"job_id": job, "node": node, "restart": restart, **summary}
-    return write_bundle(str(site / "ev"), job, node, restart, {"kernel.log": "x\n"}, summary)
 
 
 def test_evidence_of_a_node_newest_first(site, capsys):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from admin_site import gpugate_sinfo, site  # noqa: F401  (site: a fixture)
 from factories import make_facts
 from fakes import NODE, FakeSlurm
-from test_admin import gpugate_sinfo, site  # noqa: F401  (site: a fixture)
-from test_prolog import setup
+from prolog_setup import setup
 
 from gpugate import cli
 from gpugate.admin import report as R

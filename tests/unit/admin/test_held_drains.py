@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+from admin_site import bundle, gpugate_sinfo, node, site  # noqa: F401  (site: a fixture)
 from factories import default_config
-from test_admin import bundle, gpugate_sinfo, node, site  # noqa: F401  (site: a fixture)
-from test_report import Page
+from report_page import Page
 
 from gpugate import cli
 from gpugate.admin import nodes as A

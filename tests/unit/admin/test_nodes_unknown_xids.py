@@ -9,7 +9,7 @@ import json
 
 import pytest
 from factories import make_facts
-from test_slurm_adapter import fixture
+from slurm_recorded import fixture
 
 from gpugate.admin import nodes as A
 from gpugate.cli import main

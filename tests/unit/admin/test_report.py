@@ -14,10 +14,17 @@ import struct
 import subprocess
 import zlib
 from collections import Counter
-from html.parser import HTMLParser
 
 import pytest
-from test_slurm_adapter import FakeRunner, fixture
+from report_page import (
+    DAY,
+    REASON,
+    SCRIPT,
+    Page,
+    section,
+    site,
+)
+from slurm_recorded import FakeRunner
 
 from gpugate import cli
 from gpugate.admin import charts as C
@@ -25,37 +32,12 @@ from gpugate.admin import nodes as A
 from gpugate.admin import report as R
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.records import NodeInfo
-from gpugate.store import history as H
 from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
 
-DAY = 86400.0
+__all__ = ["site"]  # the fixture, from tests/support/report_page.py
+
 NOW = 1_790_000_000.0
-SCRIPT = "<script>alert('pwned')</script>"
-REASON = f"gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100 {SCRIPT}"
 ADMIN_REASON = 'IT-77 "><img src=x onerror=alert(1)> & more'
-
-
-class Page(HTMLParser):
-    """The parts of a page the tests look at: elements, text, attributes, cards by id."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.attrs: list[tuple[str, str | None]] = []
-        self.text: list[str] = []
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self.attrs += attrs
-
-    def handle_data(self, data):
-        if data.strip():
-            self.text.append(data.strip())
-
-    @property
-    def all_text(self) -> str:
-        return " ".join(self.text)
 
 
 def sample_rows() -> list[dict]:
@@ -125,11 +107,6 @@ def sample_page() -> str:
     return R.render_html(sample_rows(), sample_drains(), sample_resumes(), window_days=30,
                          now=NOW, total_nodes=12, held=sample_held(), costs=sample_costs(),
                          requeues=sample_requeues())  # fmt: skip
-
-
-def section(html: str, name: str) -> str:
-    """The page from `<h2 id="name">` to the next heading."""
-    return html.split(f'<h2 id="{name}">')[1].split("<h2 ")[0]
 
 
 # ------------------------------------------------------------------------------ content
@@ -274,23 +251,6 @@ def test_empty_page_says_so():
 
 
 # ---------------------------------------------------------------------------------- CLI
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    state = tmp_path / "state"
-    cfg = tmp_path / "gpugate.yaml"
-    cfg.write_text(f"state_dir: {state}\nevidence_dir: {tmp_path / 'ev'}\n")
-    monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
-    doc = json.loads(fixture("22.05/sinfo.drained.json"))
-    doc["nodes"][0]["reason"] = REASON
-    (tmp_path / "sinfo.json").write_text(json.dumps(doc))
-    import time
-
-    for days in (3, 2, 1):
-        H.record_drain(str(state), "vm", REASON, when=time.time() - days * DAY)
-    H.record_resume(str(state), "vm", who="carol", why=f"tested {SCRIPT}", result="ok")
-    return tmp_path
 
 
 def test_cli_writes_the_page(site, capsys):

@@ -196,7 +196,7 @@ def test_chart_labels_are_escaped():
 
 
 def test_the_epilog_s_bundle_carries_the_job_s_gpus(tmp_path):
-    from test_epilog import NCCL_TIMEOUT, job_run
+    from epilog_setup import NCCL_TIMEOUT, job_run
 
     config = job_run(tmp_path, "step 10\n" + NCCL_TIMEOUT, gpus=(2, 3))[2]
     got = L.read_failures(config.evidence_dir, 0)

@@ -9,7 +9,7 @@ import types
 import pytest
 from factories import make_facts
 from fakes import NODE, FakeSlurm
-from test_prolog import setup
+from prolog_setup import setup
 
 from gpugate.admin import resume as R
 from gpugate.health.heal import KEEP, LIFT, HealVerdict, proof_gate
@@ -209,7 +209,7 @@ def test_health_reads_the_record_through_resumes_rule(site):
 def test_health_does_not_lift_a_rebooted_hardware_drain_until_a_pass_is_recorded(
     tmp_path, monkeypatch
 ):
-    import test_health as T
+    import health_setup as T
 
     from gpugate.hooks.health import run_health
 

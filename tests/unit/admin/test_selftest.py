@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.admin import selftest as S
@@ -17,10 +18,10 @@ from gpugate.admin.sitecheck import SlurmFacts
 from gpugate.cli import main as cli_main
 from gpugate.slurm.records import NodeInfo
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 from gpugate_site import own_hook_env_only
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.ROOT
 WRAPPER = REPO / "slurm_hooks" / "gpugate-hook"
 GPUGATE = Path(sys.executable).parent / "gpugate"
 HEALTHY_FACTS = REPO / "config" / "snapshots" / "h100-healthy.yaml"

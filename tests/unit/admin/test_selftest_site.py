@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.admin import selftest as S
@@ -19,7 +19,7 @@ from gpugate.config import load_config
 from gpugate.runner import CommandResult
 from gpugate.slurm.records import NodeInfo
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
+FIXTURES = paths.FIXTURES / "slurm"
 STRANGER = Account("stranger", 54321, (54321,))  # no such user is needed: bits are judged
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another owner")
 

@@ -7,10 +7,10 @@ import os
 import time
 
 import pytest
+from checkpoint_files import set_age, torch_zip
+from epilog_setup import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
 from factories import default_config, make_facts, views
 from fakes import FakeSlurm
-from test_checkpoints import set_age, torch_zip
-from test_epilog import NCCL_TIMEOUT, env, job_77, member, setup, snapshot
 
 from gpugate.act.execute import Hands, execute
 from gpugate.act.plans import requeued_notes

@@ -19,25 +19,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from checkpoint_files import set_age, torch_zip
 
 from gpugate.checkpoints import discover as C
 from gpugate.checkpoints.discover import find_checkpoints, latest_complete, scan
 from gpugate.cli import main
 
-HOUR = 3600.0
-
 # --- builders ------------------------------------------------------------------------------
-
-
-def torch_zip(path: Path, state: dict | None = None, payload: bytes = b"\x01" * 256) -> Path:
-    """A file laid out like torch.save's ZIP (stored members, data.pkl first)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", pickle.dumps(state or {"w": 1}, protocol=2))
-        z.writestr("archive/byteorder", b"little")
-        z.writestr("archive/data/0", payload)
-        z.writestr("archive/version", b"3\n")
-    return path
 
 
 def cut(path: Path, keep: float = 0.6) -> Path:
@@ -45,14 +33,6 @@ def cut(path: Path, keep: float = 0.6) -> Path:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     return path
-
-
-def set_age(root: Path, seconds: float = HOUR) -> None:
-    """Make everything under `root` (symlinks themselves, not their targets) `seconds` old."""
-    when = time.time() - seconds
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.utime(os.path.join(dirpath, name), (when, when), follow_symlinks=False)
 
 
 def touch_tree(path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import paths
 import pytest
 
 from gpugate.checks.boards import match_board, pattern_fits
@@ -16,7 +17,7 @@ from gpugate.checks.links import check_nvlink_fabric, check_pcie_link
 from gpugate.cli import main
 from gpugate.config import load_config
 
-SNAPSHOTS = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots")
+SNAPSHOTS = str(paths.SNAPSHOTS)
 LINKS = ("pcie.link", "nvlink.links", "nvlink.fabric")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 
+import paths
 import pytest
 
 from gpugate.checks.facts import facts_from_dict
@@ -19,7 +20,7 @@ from gpugate.cli import main
 
 pytestmark = pytest.mark.shared("captures")  # ../shared: counted, a skip fails CI
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(paths.TESTS)
 FIXTURES = os.path.join(HERE, "fixtures", "nvidia-smi")
 CAPTURES = os.path.join(HERE, "..", "..", "shared", "reference", "real-outputs", "nvidia-smi")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import paths
 import pytest
 from factories import default_config, make_facts, make_gpu
 
@@ -12,7 +13,7 @@ from gpugate.checks.registry import describe
 from gpugate.checks.run import run_checks
 from gpugate.config import load_config
 
-CATALOGUE = os.path.join(os.path.dirname(__file__), "..", "docs", "checks", "index.md")
+CATALOGUE = os.path.join(paths.DOCS, "checks", "index.md")
 
 
 def test_every_check_has_a_one_line_description():

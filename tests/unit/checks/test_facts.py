@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import paths
 import pytest
 from factories import make_facts, make_gpu
 
@@ -11,7 +12,7 @@ from gpugate.checks.facts import SnapshotError, facts_from_dict, load_snapshot
 from gpugate.record import Record
 from gpugate.yamlio import dump_yaml, parse_yaml
 
-SNAPSHOTS = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots")
+SNAPSHOTS = str(paths.SNAPSHOTS)
 
 
 def test_snapshot_round_trips_through_yaml():

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import paths
 import pytest
 from factories import patch_everywhere
 
 from gpugate.checks import sources
 from gpugate.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 HEALTHY = str(ROOT / "config" / "snapshots" / "h100-healthy.yaml")
 
 

@@ -17,10 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 import yaml
 
-STUB = Path(__file__).parent / "nvml_stub"
+STUB = paths.NVML_STUB
 GPUGATE = str(Path(sys.executable).parent / "gpugate")
 # NVML_ERROR_* (nvml.h)
 NO_PERMISSION, DRIVER_NOT_LOADED, GPU_IS_LOST, RESET_REQUIRED = 4, 9, 15, 16

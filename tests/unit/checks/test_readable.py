@@ -4,8 +4,8 @@ failing message, one line per missing fact source, and "admin-only" for closed b
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+import paths
 import pytest
 from factories import default_config, make_facts, make_gpu, only, site
 
@@ -18,7 +18,7 @@ from gpugate.commands import evidence
 from gpugate.commands.check import missing_sources, render_table
 from gpugate.gate.policy import decide
 
-SNAPSHOTS = Path(__file__).resolve().parent.parent / "config" / "snapshots"
+SNAPSHOTS = paths.SNAPSHOTS
 
 
 @pytest.mark.parametrize("snapshot", sorted(SNAPSHOTS.glob("*.yaml")), ids=lambda p: p.stem)

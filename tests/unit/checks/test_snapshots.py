@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 
+import paths
 import pytest
 
 from gpugate.cli import main
 
-SNAPSHOTS = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots")
+SNAPSHOTS = str(paths.SNAPSHOTS)
 
 # snapshot -> the check ids it must fail, no more and no fewer.
 BROKEN = {

@@ -5,12 +5,13 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
+import paths
 from factories import default_config
 
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import host
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = paths.FIXTURES
 
 
 def config(proc_root: Path, sysfs_root: Path):

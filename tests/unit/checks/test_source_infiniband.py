@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import paths
 import pytest
 from factories import default_config
 
 from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import infiniband as ib
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = paths.FIXTURES
 
 
 def config(sysfs_root: Path):

@@ -6,6 +6,7 @@ import os
 import threading
 from pathlib import Path
 
+import paths
 import pytest
 from factories import default_config
 
@@ -14,10 +15,10 @@ from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import kernel_log as kl
 from gpugate.checks.xid import parse_xid
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kernel-log"
+FIXTURES = paths.FIXTURES / "kernel-log"
 DMESG = FIXTURES / "dmesg.txt"
 KMSG = FIXTURES / "kmsg.txt"
-REAL_DMESG = Path(__file__).resolve().parents[2] / "shared/reference/real-outputs/dmesg"
+REAL_DMESG = paths.SHARED / "reference/real-outputs/dmesg"
 
 
 def config(**sources: object):

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import paths
 import pytest
 from factories import default_config
 
@@ -15,7 +16,7 @@ from gpugate.checks.facts import facts_from_dict
 from gpugate.checks.sources import mounts as m
 from gpugate.config.schema import RequiredMount
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = paths.FIXTURES
 SELFTEST = "gpugate.child:selftest"  # a test-only child task: sleep, exit, fail, list fds
 
 

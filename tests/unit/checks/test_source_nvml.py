@@ -13,9 +13,9 @@ import ctypes
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
+import paths
 import pynvml
 import pytest
 from factories import default_config
@@ -32,7 +32,7 @@ from gpugate.checks.sources.nvml import (
 from gpugate.cli import main
 
 MIB = 1024 * 1024
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = paths.FIXTURES
 
 
 def err(name: str) -> pynvml.NVMLError:
@@ -961,7 +961,7 @@ def test_gpu_driver_fails_only_for_nvml_refusing_beside_gpus_on_the_bus(changes,
 
 
 def test_the_packaged_nvml_mismatch_snapshot_fails_gpu_driver_alone(capsys) -> None:
-    path = Path(__file__).parent.parent / "config" / "snapshots" / "h100-nvml-mismatch.yaml"
+    path = paths.SNAPSHOTS / "h100-nvml-mismatch.yaml"
     code = main(["check", "--facts", str(path), "--config", "/dev/null", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert (code, out["status"]) == (1, "fail")

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import paths
 import pytest
 from factories import default_config, make_facts, patch_everywhere
 
@@ -14,7 +15,7 @@ from gpugate.cli import main
 from gpugate.gate.policy import decide
 from gpugate.yamlio import parse_yaml
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+FIXTURES = str(paths.FIXTURES)
 
 
 def test_usage_and_unknown_command(capsys):
@@ -34,7 +35,7 @@ def test_bad_config_is_exit_2_naming_the_key(tmp_path, capsys):
 def test_check_names_the_node_and_takes_node(tmp_path, capsys, monkeypatch):
     # Slurm's NodeName is not the host name: facts_file's {node} finds no file for the host.
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    snap = os.path.join(os.path.dirname(__file__), "..", "config", "snapshots", "h100-healthy.yaml")
+    snap = os.path.join(paths.SNAPSHOTS, "h100-healthy.yaml")
     shutil.copy(snap, tmp_path / "gpu-07.yaml")
     site = tmp_path / "site.yaml"
     site.write_text(f"state_dir: {tmp_path / 'state'}\nfacts_file: {tmp_path}/{{node}}.yaml\n")
@@ -144,7 +145,7 @@ def site_dirs(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("node", BAD_NODES)
 def test_bad_node_names_are_refused_in_one_line(node, site_dirs, capsys, monkeypatch):
-    from test_slurm_adapter import FakeRunner
+    from slurm_recorded import FakeRunner
 
     fake_slurm(monkeypatch, FakeRunner())  # any call to Slurm would fail the test
     if node != "-5":  # a job id's shape for `evidence`: tested below
@@ -155,7 +156,7 @@ def test_bad_node_names_are_refused_in_one_line(node, site_dirs, capsys, monkeyp
 
 @pytest.mark.parametrize("job", BAD_JOBS)
 def test_bad_job_ids_are_refused_in_one_line(job, site_dirs, capsys, monkeypatch):
-    from test_slurm_adapter import FakeRunner
+    from slurm_recorded import FakeRunner
 
     fake_slurm(monkeypatch, FakeRunner())
     assert "job id" in said_once(capsys, ["requeue", job], 2)
@@ -165,7 +166,7 @@ def test_bad_job_ids_are_refused_in_one_line(job, site_dirs, capsys, monkeypatch
 
 
 def test_unknown_node_and_job_are_one_line_and_exit_1(site_dirs, capsys, monkeypatch):
-    from test_slurm_adapter import FakeRunner
+    from slurm_recorded import FakeRunner
 
     runner = FakeRunner()
     runner.fail(("scontrol", "-o", "show", "node", "gpu-77"), stderr="Node gpu-77 not found\n")

@@ -21,11 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.startup import LAZY, resume_gc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 PACKAGE = ROOT / "gpugate"
 HEALTHY = ROOT / "config" / "snapshots" / "h100-healthy.yaml"
 FORBIDDEN = ("yaml", "loguru", "pynvml", "shutil", "tempfile", "dataclasses", "typing")

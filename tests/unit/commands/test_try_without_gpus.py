@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.ROOT
 
 
 def recipe() -> tuple[str, str]:

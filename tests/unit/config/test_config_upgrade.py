@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+import paths
 import pytest
 from factories import make_facts
 
@@ -28,7 +29,7 @@ from gpugate.config import (
 )
 from gpugate.yamlio import dump_yaml
 
-FIXTURES = Path(__file__).parent / "fixtures" / "upgrade"
+FIXTURES = paths.FIXTURES / "upgrade"
 OLD_FILES = ("gpugate-previous-release.yaml", "site-previous-release.yaml")
 
 

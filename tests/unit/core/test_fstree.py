@@ -7,26 +7,12 @@ import stat
 import sys
 
 import pytest
+from deep_trees import deep_chain
 
 from gpugate import fstree
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chowns files to another user")
-
-
-def deep_chain(top, depth: int) -> None:
-    """`depth` nested directories `d/d/d/...` under `top`, made through descriptors (no path
-    of that length is ever spelled out), with a file at the bottom."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        os.close(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
-    finally:
-        os.close(fd)
 
 
 def outside(tmp_path):

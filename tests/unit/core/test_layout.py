@@ -15,9 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpugate"
+PACKAGE = paths.ROOT / "gpugate"
 
 # gpugate's base modules: what everything may import; they import only one another.
 BASE = frozenset(

@@ -11,9 +11,10 @@ import os
 import subprocess
 import sys
 
+import paths
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(paths.ROOT)
 
 PROBE = """\
 from gpugate.checks import findings as F

@@ -106,7 +106,7 @@ def test_diagnose_text_and_json_with_hostile_log_lines(tmp_path, capsys):
 
 
 def test_nodes_table_and_json_with_a_hostile_reason(tmp_path, monkeypatch, capsys):
-    from test_admin import gpugate_sinfo
+    from admin_site import gpugate_sinfo
 
     from gpugate.cli import main
 
@@ -144,7 +144,7 @@ def test_report_html_with_a_hostile_reason():
 
 
 def test_decisive_txt_in_the_bundle_holds_no_raw_controls(tmp_path):
-    from test_epilog import job_run
+    from epilog_setup import job_run
 
     oom = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB."
     result, _, _ = job_run(tmp_path, f"step 10\n{oom} {EVIL}\n")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import paths
 import pytest
 
 from gpugate.userfiles import UserFileError, as_user, read_tail
@@ -282,7 +283,7 @@ def installed(tmp_path_factory):
         pytest.skip("no python3 that nobody may run")
     root = pathlib.Path(tempfile.mkdtemp(prefix="gpugate-lib-"))
     os.chmod(root, 0o755)
-    repo = pathlib.Path(__file__).resolve().parent.parent
+    repo = paths.ROOT
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     # The symlinks to config/ and slurm_hooks/ are copied as the files they name (a wheel's way).
     shutil.copytree(repo / "gpugate", root / "gpugate", ignore=ignore)

@@ -10,13 +10,14 @@ import csv
 import os
 import shutil
 
+import paths
 import pytest
 
 from gpugate.diagnosis import engine as D
 
 pytestmark = pytest.mark.shared("corpus")  # ../shared: counted, a skip fails CI
 
-CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
+CORPUS = os.path.join(os.path.dirname(str(paths.TESTS)), "..",
                       "shared", "corpus")  # fmt: skip
 # labels.csv: the first 14 logs; labels-2.csv: 96 more (NCCL, timeouts, launchers, Slurm,
 # Xid/ECC/NVLink, OOM); labels-3.csv: 22 real logs of other runtimes (Ray, Horovod, JAX,

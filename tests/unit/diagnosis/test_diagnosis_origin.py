@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 
+import paths
 import pytest
 
 from gpugate.commands import diagnose as cmd
 from gpugate.diagnosis import engine as D
 from gpugate.slurm.layout import node_of_rank, tasks_per_node, valid_spec
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(paths.TESTS)
 FIXTURES = os.path.join(HERE, "fixtures", "diagnosis")
 ORIGIN = os.path.join(FIXTURES, "origin")
 CORPUS = os.path.join(os.path.dirname(HERE), "..", "shared", "corpus")
@@ -122,7 +123,7 @@ def test_a_victim_only_log_names_no_rank():
 
 def _labelled() -> list[tuple[str, int | None]]:
     """(path, labelled rank) of every fixture with a rank label and every corpus log."""
-    from test_diagnosis_families import FAMILIES
+    from diagnosis_families import FAMILIES
 
     rows = [(os.path.join(FIXTURES, f[0]), f[3]) for f in FAMILIES]
     rows += [(os.path.join(ORIGIN, o[0]), o[2]) for o in ORIGINS]

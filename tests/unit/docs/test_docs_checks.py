@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.checks.registry import registered
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.ROOT
 
 
 def _generator():

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import paths
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.ROOT
 README = REPO / "README.md"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

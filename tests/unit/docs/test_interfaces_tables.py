@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
+
+import paths
 
 from gpugate.drill import DrillWindow
 from gpugate.flightrec.records import Culprit, FlightrecFile, Refusal
@@ -27,7 +28,7 @@ from gpugate.store.summary import EvidenceSummary, QualifySummary
 from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "interfaces.md"
+DOC = paths.DOCS / "interfaces.md"
 RECORDS: dict[str, type[JsonRecord]] = {
     "EvidenceSummary": EvidenceSummary,
     "QualifySummary": QualifySummary,

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import paths
 import pytest
 from factories import site
 
@@ -19,7 +20,7 @@ from gpugate.gate.policy import decide
 from gpugate.slurm import reasons
 from gpugate.store import drills
 
-SNAPSHOTS = Path(__file__).resolve().parent.parent / "config" / "snapshots"
+SNAPSHOTS = paths.SNAPSHOTS
 EXPECTED = {
     "xid79": "kernel.xid",
     "ecc": "gpu.ecc",

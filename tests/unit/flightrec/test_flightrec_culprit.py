@@ -6,6 +6,7 @@ import copy
 import json
 from pathlib import Path
 
+import paths
 import pytest
 from factories import views
 
@@ -13,7 +14,7 @@ from gpugate.flightrec.culprit import find_culprit, job_culprit
 from gpugate.flightrec.reader import read_dump
 from gpugate.store.history import read_dirs
 
-FIX = Path(__file__).parent / "fixtures" / "flightrec"
+FIX = paths.FIXTURES / "flightrec"
 
 
 def _records(scenario: str, form: str = "pickle") -> list[dict]:

@@ -9,12 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.flightrec import reader
 from gpugate.flightrec.reader import DumpError, load_dump, rank_from_name, read_dump, summarize
 
-FIX = Path(__file__).parent / "fixtures" / "flightrec"
+FIX = paths.FIXTURES / "flightrec"
 
 
 def _read(scenario: str, form: str, rank: int) -> dict:

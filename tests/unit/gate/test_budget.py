@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
+from budget_cluster import NOW, cluster, node
 from factories import default_config, make_facts
 from fakes import NODE, FakeSlurm
-from test_prolog import env, setup
+from prolog_setup import env, setup
 
 from gpugate.gate.budget import check_budget, keeps_drain
 from gpugate.hooks.prolog import run_prolog
 from gpugate.slurm.control import SlurmError
 from gpugate.slurm.records import NodeInfo
-
-NOW = 1_800_000_000.0
-
-
-def node(
-    name: str, ours: bool = False, admin: bool = False, age_s: float = 60, parts: tuple = ("gpu",)
-) -> NodeInfo:
-    if ours:
-        return NodeInfo(name=name, state="IDLE", flags=("DRAIN",), reason="gpugate: gpu.ecc: x",
-                        reason_time=int(NOW - age_s), partitions=parts)  # fmt: skip
-    if admin:
-        return NodeInfo(
-            name=name, state="IDLE", flags=("DRAIN",), reason="fan swap", partitions=parts
-        )
-    return NodeInfo(name=name, state="IDLE", partitions=parts)
-
-
-def cluster(n: int, ours: int = 0, admin: int = 0, **kw) -> dict[str, NodeInfo]:
-    nodes = [
-        node(f"n{i:02d}", ours=i < ours, admin=ours <= i < ours + admin, **kw) for i in range(n)
-    ]
-    return {x.name: x for x in nodes}
 
 
 def test_share_of_the_partition():

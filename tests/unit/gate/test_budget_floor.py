@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from budget_cluster import NOW, cluster, node
 from factories import default_config
 from fakes import FakeSlurm
-from test_budget import NOW, cluster, node
 
 from gpugate.config import ConfigError, load_config
 from gpugate.gate.budget import budget_warnings, check_budget, keeps_drain, warn_daily
@@ -120,7 +120,7 @@ def test_warned_once_a_day(tmp_path):
 
 def test_gpugate_check_prints_the_warning(tmp_path, capsys):
     from factories import make_facts
-    from test_prolog import setup
+    from prolog_setup import setup
 
     from gpugate import cli
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from factories import make_facts
 from fakes import SharedSlurm
-from test_prolog import env, setup
+from prolog_setup import env, setup
 
 from gpugate.checks import findings as F
 from gpugate.checks.facts import Memory

@@ -10,7 +10,7 @@ import time
 import pytest
 from factories import default_config
 from fakes import NODE, FakeSlurm, drained, idle
-from test_slurm_adapter import FakeRunner
+from slurm_recorded import FakeRunner
 
 from gpugate.gate import repair
 from gpugate.runner import CommandResult

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import zipfile
 
+import paths
 import pytest
 from factories import default_config, patch_everywhere, views
 from fakes import FakeSlurm
@@ -381,7 +382,7 @@ class Runner:
                              stderr="", duration_s=0.01)  # fmt: skip
 
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "22.05")
+FIXTURES = os.path.join(paths.FIXTURES, "slurm", "22.05")
 NODE_N1 = (
     "NodeName=n1 Arch=x86_64 CoresPerSocket=2 State=IDLE+DRAIN Partitions=debug "
     "Reason=gpugate: gpu.ecc: test [root@2026-12-01T06:51:22]\n"

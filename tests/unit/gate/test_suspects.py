@@ -527,7 +527,7 @@ def open_flag(node: str = "gpu-02", action: str = "qualify", when: float = T0) -
 
 
 def test_gpugate_nodes_lists_a_suspect_in_service_with_what_was_asked():
-    from test_admin import node
+    from admin_site import node
 
     from gpugate.admin import nodes as A
 
@@ -557,7 +557,7 @@ def test_gpugate_nodes_lists_a_suspect_in_service_with_what_was_asked():
     ],
 )
 def test_the_report_shows_what_became_of_each_suspect(qualified, resumed, outcome):
-    from test_report import Page
+    from report_page import Page
 
     from gpugate.admin import report as R
 

@@ -8,11 +8,11 @@ reconfigure). The checkout's mode writes plain `NAME=value` lines, the README's 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+import paths
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 
 import gpugate_site
 

@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 
 from jobpython import JobUserCannotRun, as_job_user, job_interpreter, venv_for_job_user
 
@@ -89,4 +90,4 @@ def test_gpugate_runs_as_the_job_user_from_its_copy() -> None:
     snapshot = Path(env["PYTHONPATH"]) / "gpugate" / "config" / "snapshots" / SNAPSHOT
     argv = [python, "-s", "-c", code, "check", "--facts", str(snapshot), "--config", "/dev/null"]
     assert as_job_user(argv, env=env) is None
-    assert not env["PYTHONPATH"].startswith(str(Path(__file__).resolve().parent.parent))
+    assert not env["PYTHONPATH"].startswith(str(paths.ROOT))

@@ -11,13 +11,14 @@ import sys
 import time
 import types
 
+import paths
 import pytest
 from factories import default_config
 
 from gpugate.hooks import flightrec_collect as FC
 from gpugate.slurm.hookenv import HookEnv
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "flightrec")
+FIXTURES = os.path.join(paths.FIXTURES, "flightrec")
 
 
 class FakeDumpError(ValueError):

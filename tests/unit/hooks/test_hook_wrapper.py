@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+sys.path.insert(0, str(paths.SLURM_HARNESS))
 from gpugate_site import own_hook_env_only
 
-HOOKS_DIR = Path(__file__).resolve().parent.parent / "slurm_hooks"
+HOOKS_DIR = paths.SLURM_HOOKS
 HOOKS = ("prolog", "epilog", "task-prolog", "epilog-slurmctld")
 
 
@@ -162,7 +163,7 @@ def test_an_interpreter_closed_to_the_job_user_allows_the_job(tmp_path):
     """The bug of issue 16: a venv's python inside root's home, run as the TaskProlog's user."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+    sys.path.insert(0, str(paths.SLURM_HARNESS))
     from localslurm import JOB_USER, ensure_user, open_path
 
     ensure_user()

@@ -6,11 +6,11 @@ rows and text of `gpugate nodes`, the report's section and GPU-hours kept servin
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import paths
 import pytest
-from test_metrics import assert_exposition
-from test_slurm_adapter import FakeRunner, fake_pyslurm, fixture
+from exposition import assert_exposition
+from slurm_recorded import FakeRunner, fake_pyslurm, fixture
 
 from gpugate import cli
 from gpugate.admin import nodes as A
@@ -301,5 +301,5 @@ def test_note_isolated_never_raises_and_needs_node_exporters_directory(tmp_path)
 
 def test_the_fixture_comment_is_what_format_comment_writes():
     assert f"gpugate: {format_comment([GPU3])}" == COMMENT
-    for path in Path(__file__).parent.glob("fixtures/slurm/*/*.isolated-comment.*"):
+    for path in paths.FIXTURES.glob("slurm/*/*.isolated-comment.*"):
         assert "gpugate-isolated: gpu" in path.read_text(), path

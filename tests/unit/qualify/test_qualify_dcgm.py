@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.qualify import dcgm
 from gpugate.qualify.dcgm import DcgmError, classify, dcgm_step, diag_argv, parse_diag, run_diag
 
-STANDIN = Path(__file__).parent / "dcgmi_standin" / "dcgmi"
+STANDIN = paths.DCGMI_STANDIN / "dcgmi"
 REPLAY = STANDIN.parent / "replay"
 REPLAY_FILES = sorted(REPLAY.glob("*/diag-r*.json"))
 

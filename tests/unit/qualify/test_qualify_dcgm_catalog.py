@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 
+import paths
 import pytest
 
 from gpugate.qualify import dcgm_catalog as cat
 from gpugate.qualify.dcgm import KINDS, DcgmError, classify, judge, parse_diag, parse_text, verdict
 from gpugate.qualify.dcgm_text import read_table
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(paths.TESTS)
 CAPTURES = os.path.join(HERE, "..", "..", "shared", "reference", "real-outputs", "dcgm")
 FM_DOWN = "dcgm-3.3.8.h100x8.diag-r3-fail-early.text.memory-fail-cuinit-fm-down.txt"
 PCIE_423 = "dcgm-4.2.3.26b9x4.diag.text.pcie-internal-error.txt"

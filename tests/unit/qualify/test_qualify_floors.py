@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate.config import load_config
@@ -80,7 +81,7 @@ def test_the_node_expectations_carry_the_board_floors(tmp_path: Path) -> None:
 def test_with_board_auto_the_payloads_gpu_name_picks_the_board_floor() -> None:
     from gpugate.qualify.judge import _floor
 
-    config = load_config(str(Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml"))
+    config = load_config(str(paths.CONFIG / "gpugate.yaml"))
     assert config.board == "auto"
     # The most specific pattern wins: "H200 NVL" is a PCIe card with no NVLink floor.
     assert _floor(config, "allreduce", "nccl", None, "NVIDIA H200") == (
@@ -93,7 +94,7 @@ def test_with_board_auto_the_payloads_gpu_name_picks_the_board_floor() -> None:
 
 def test_every_cited_board_floor_is_below_its_links_raw_rate() -> None:
     # Half the per-direction rate (config/gpugate.yaml): NVLink 4 450, NVLink 5 900, PCIe Gen5 63.
-    config = load_config(str(Path(__file__).resolve().parent.parent / "config" / "gpugate.yaml"))
+    config = load_config(str(paths.CONFIG / "gpugate.yaml"))
     raw = {"h100-sxm-8": 450, "h200-sxm-8": 450, "b200-8": 900, "a100-sxm-8": 300}
     for name, rate in raw.items():
         assert config.boards[name].qualify_busbw_gbps == rate / 2

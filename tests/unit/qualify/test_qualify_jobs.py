@@ -11,10 +11,11 @@ import json
 import os
 import subprocess
 
+import paths
 import pytest
 from factories import site
 from fakes import FakeSlurm
-from test_qualify_run import FAST, FakeOps
+from qualify_ops import FAST, FakeOps
 
 from gpugate.qualify import jobs, progress
 from gpugate.qualify import run as qrun
@@ -24,7 +25,7 @@ from gpugate.slurm.parse_json import parse_nodes_json, parse_sinfo_json
 from gpugate.slurm.parse_text import parse_show_node_text
 
 # The real Slurm outputs beside the checkout (../shared/reference), read by path, never copied.
-REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "reference")
+REF = os.path.join(str(paths.TESTS), "..", "..", "shared", "reference")
 NODES = ["n1", "n2", "n3"]
 
 

@@ -14,16 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paths
 import pytest
 from factories import site
 from fakes import FakeSlurm
-from test_qualify_run import FAST, FakeOps, go
+from qualify_ops import FAST, FakeOps, go
 
 from gpugate.qualify import dcgm, jobs, judge
 from gpugate.qualify.records import Job
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-STANDIN = Path(__file__).parent / "dcgmi_standin" / "dcgmi"
+STANDIN = paths.DCGMI_STANDIN / "dcgmi"
 
 
 @pytest.fixture

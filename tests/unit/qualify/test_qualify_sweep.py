@@ -201,7 +201,7 @@ def test_the_command_sweeps_the_selected_idle_nodes(tmp_path, monkeypatch, capsy
 
 
 def test_each_qualification_run_updates_the_metrics(tmp_path):
-    from test_qualify_run import FAST, SLOW, FakeOps, go
+    from qualify_ops import FAST, SLOW, FakeOps, go
 
     prom = tmp_path / "textfile" / "gpugate.prom"
     prom.parent.mkdir()

@@ -402,8 +402,8 @@ def test_a_requeued_job_is_told_which_record_could_not_be_read(tmp_path):
 def test_the_epilog_leaves_a_done_record_after_an_abnormal_end_and_none_after_a_good_one(
     tmp_path,
 ):
+    from epilog_setup import XID79, job_run
     from factories import make_facts
-    from test_epilog import XID79, job_run
 
     from gpugate.store import evidence as E
 

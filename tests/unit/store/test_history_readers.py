@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import paths
 import pytest
 
 from gpugate import cli
 from gpugate.store import history as H
 
 NOW = 1_790_000_000.0
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+FIXTURES = paths.FIXTURES / "slurm"
 
 BAD_DRAINS = [
     b'{"time": "x"}',

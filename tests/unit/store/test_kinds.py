@@ -14,7 +14,7 @@ import time
 import pytest
 from factories import default_config
 from fakes import FakeSlurm
-from test_report import site  # noqa: F401  (site: a fixture: config, sinfo.json, drains on vm)
+from report_page import site  # noqa: F401  (site: a fixture: config, sinfo.json, drains on vm)
 
 from gpugate import cli
 from gpugate.admin import losses as L
@@ -180,7 +180,7 @@ def test_report_json_lists_runs_qualifications_and_drills_apart(site, capsys):  
 
 
 def test_report_html_lists_runs_qualifications_and_drills_apart(site, capsys):  # noqa: F811
-    from test_report import Page, section
+    from report_page import Page, section
 
     store_of_every_kind(site / "ev")
     out = site / "report.html"
@@ -323,8 +323,8 @@ def test_the_decision_record_carries_the_drill():
 
 
 def test_an_epilog_under_a_drill_writes_a_drill_bundle_and_marks_everything(tmp_path):
+    from epilog_setup import NCCL_TIMEOUT, env, setup, slurm_with_job, snapshot
     from factories import make_facts
-    from test_epilog import NCCL_TIMEOUT, env, setup, slurm_with_job, snapshot
 
     from gpugate.drill import start_drill
     from gpugate.hooks.epilog import run_epilog

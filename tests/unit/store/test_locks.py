@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import Path
 
+import paths
 import pytest
 from factories import site
 from heldlock import held
@@ -23,7 +23,7 @@ from gpugate.store import app_xids, history, locks, metrics
 from gpugate.store import evidence as E
 from gpugate.store.locks import lock_paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 # The modules that may take a lock; a new one must name its file in store/locks.py and appear
 # in lock_paths (the red-team e2e test locks each of them as a user).
 LOCKERS = {

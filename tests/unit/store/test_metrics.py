@@ -8,7 +8,9 @@ import os
 import re
 from pathlib import Path
 
+import paths
 import pytest
+from exposition import assert_exposition
 from heldlock import held
 
 from gpugate.checks.findings import Finding
@@ -17,42 +19,11 @@ from gpugate.store import metrics as M
 from gpugate.store.locks import lock_paths
 from gpugate.yamlio import parse_yaml
 
-ALERTS = Path(__file__).resolve().parent.parent / "config" / "gpugate-alerts.yml"
-# The text format: `# HELP name text`, `# TYPE name type`, `name{l="v",...} value`.
-_HELP = re.compile(r"^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$")
-_TYPE = re.compile(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge)$")
-_LINE = re.compile(
-    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
-    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)\} (-?[0-9.e+]+)$'
-)
+ALERTS = paths.CONFIG / "gpugate-alerts.yml"
 
 
 def f(check: str, status: str, gpu: int | None = None) -> Finding:
     return Finding(check=check, status=status, message=f"{check}: x", gpu=gpu)
-
-
-def assert_exposition(text: str) -> dict[str, str]:
-    """Every line valid; HELP then TYPE before a family's samples; each family once."""
-    assert text.endswith("\n")
-    types: dict[str, str] = {}
-    current = None
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("# HELP"):
-            name = _HELP.match(line).group(1)
-            assert name not in types, f"{name} declared twice"
-            assert _TYPE.match(lines[i + 1]).group(1) == name
-        elif line.startswith("# TYPE"):
-            current = _TYPE.match(line).group(1)
-            types[current] = _TYPE.match(line).group(2)
-        else:
-            m = _LINE.match(line)
-            assert m, f"bad sample line: {line!r}"
-            assert m.group(1) == current, f"{m.group(1)} outside its family"
-            float(m.group(3))
-    for name, kind in types.items():
-        assert kind == "counter" or not name.endswith("_total")
-    return types
 
 
 def textfile(tmp_path: Path) -> str:

@@ -193,7 +193,7 @@ def fill(job_dir, files: int, depth: int) -> None:
             os.close(os.open(f"f{i}", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
     finally:
         os.close(fd)
-    from test_fstree import deep_chain
+    from deep_trees import deep_chain
 
     deep_chain(job_dir, depth)
 

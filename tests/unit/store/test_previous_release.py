@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+import paths
 import pytest
 from factories import default_config
 
@@ -45,7 +46,7 @@ from gpugate.store.summary import EvidenceSummary, summary_from_json
 from gpugate.store.suspects import FlagEntry, VoteEntry
 from gpugate.store.view_records import ControllerRecord, Digest
 
-OLD = Path(__file__).resolve().parent / "fixtures" / "previous-release"
+OLD = paths.FIXTURES / "previous-release"
 BUNDLE = OLD / "evidence" / "77" / "gpu-node-01-r0"
 
 

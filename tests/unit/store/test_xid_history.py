@@ -7,8 +7,8 @@ import os
 import stat
 import time
 
+from epilog_setup import env, setup, slurm_with_job, snapshot
 from factories import make_facts
-from test_epilog import env, setup, slurm_with_job, snapshot
 
 from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.prolog import run_prolog
