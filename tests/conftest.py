@@ -68,10 +68,10 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
     return calls
 
 
-# --- the end-to-end tests' sites on a real local Slurm (tests/e2e.py) -------------------------
+# --- the end-to-end tests' sites on a real local Slurm (tests/support/e2e.py) -------------------------
 @pytest.fixture(scope="module")
 def slurm_site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
-    """A factory of gpugate sites, each with its local Slurm started (tests/e2e.py SlurmSites);
+    """A factory of gpugate sites, each with its local Slurm started (tests/support/e2e.py SlurmSites);
     every cluster it started is stopped when the module ends."""
     from e2e import SlurmSites
 

@@ -388,7 +388,7 @@ def prepare_job(
 
     try:
         # Only a rerun asks Slurm for its files (a first run's are new): a healthy first
-        # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
+        # prolog starts no scontrol and no child (the start-up budget, tests/unit/commands/test_startup.py).
         if slurm is None and env.restart_count > 0:
             slurm = _slurm(config)
         run = run_record(env, findings or [], slurm)

@@ -6,7 +6,7 @@ Epilog, TaskProlog and EpilogSlurmctld are /usr/libexec/gpugate/gpugate-* (no ex
 submit as the ordinary user, then stop Slurm and `dpkg --purge`. Only the GPUs are simulated:
 n1 replays a healthy snapshot, n2 one with an uncorrectable ECC error.
 
-All of it runs in a throwaway root (tests/throwaway_root.py), never on the host: the host's run
+All of it runs in a throwaway root (tests/support/throwaway_root.py), never on the host: the host's run
 of this module builds the .deb and runs the module again inside one (see test_deb.py).
 """
 

@@ -7,7 +7,7 @@ On a real 3-node local Slurm with every hook installed as the README says, two o
    reservation (DCGM through the stand-in) and clears it, and `gpugate report` shows that;
 2. the drain budget stays untouched: a real NVLink fault on n3 afterwards is drained at once;
 3. after the qualification closed the votes, one more faked job casts one vote and flags
-   nothing (the same holds after an admin's resume: tests/test_suspects.py);
+   nothing (the same holds after an admin's resume: tests/unit/gate/test_suspects.py);
 5. four jobs of one user raising Xid 31 on GPU0 and then one job of a second user (the "prime
    and tip" of the issue) drain nothing and flag nothing.
 """

@@ -5,7 +5,7 @@ NCCL system error stamped ten minutes before the watchdog timeouts the other two
 No node's evidence shows hardware. Each node epilog writes first_failure_at in its bundle; the
 controller epilog votes for B each time and flags it after the third vote, naming the three
 jobs. The stamps are the jobs' own output, so B is never drained: the flag waits for review
-(`gpugate nodes` lists it; tests/test_e2e_redteam_suspects.py has gpugate qualify it).
+(`gpugate nodes` lists it; tests/e2e/test_e2e_redteam_suspects.py has gpugate qualify it).
 
 The three slurmd run on one host, so the NCCL debug directory (node-local on a real cluster,
 /var/tmp) is made per node here: hook.env picks a per-node config by SLURMD_NODENAME.
@@ -30,7 +30,7 @@ FIRST = "n2"  # SLURM_NODEID 1 of a job on n1,n2,n3
 SYSTEM = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1"
 TIMEOUT = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
 # The jobs all run as the one e2e user: one distinct user is enough here (the default, 2, is
-# covered by tests/test_suspects.py).
+# covered by tests/unit/gate/test_suspects.py).
 EXTRA = (
     "requeue:\n  wait_for_bundles_s: 45\nbudget:\n  settle_s: 0.5\nhealth:\n"
     "  suspect_users_min: 1\n  suspect_votes_per_user: 3\n  suspect_action: review\n"

@@ -10,7 +10,7 @@ wrappers the job on the node with an uncorrectable ECC error must be refused and
 drained, with the migration warning in the hooks' output.
 
 As test_e2e_deb.py: the host's run builds both packages (git is needed for the old one) and
-runs this module again in a throwaway root (tests/throwaway_root.py), never installing on the
+runs this module again in a throwaway root (tests/support/throwaway_root.py), never installing on the
 host. Inside .ci/second-slurm's root there is no git history: the module skips there.
 """
 

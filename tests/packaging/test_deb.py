@@ -1,7 +1,7 @@
 """The .deb (packaging/deb): built once by build.sh, inspected with dpkg-deb, then installed.
 
 The inspection needs only dpkg-deb (Debian's dpkg) and PyPI for the bundled dependencies. The
-install tests need root and run only in a throwaway root (tests/throwaway_root.py), never on
+install tests need root and run only in a throwaway root (tests/support/throwaway_root.py), never on
 the host: they `dpkg -i` it, run `gpugate check` and every hook wrapper as an ordinary user with
 the system python3, as slurmd runs the TaskProlog, then `dpkg --purge` it. Where no throwaway
 root can be made (not root, no overlayfs), they skip and touch nothing.

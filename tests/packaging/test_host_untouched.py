@@ -1,6 +1,6 @@
 """The suite's install tests leave an installed, configured gpugate exactly as it was (issue 26).
 
-In a throwaway root (tests/throwaway_root.py) standing for an admin's node: the .deb installed
+In a throwaway root (tests/support/throwaway_root.py) standing for an admin's node: the .deb installed
 with dpkg -i and configured (a line in hook.env and in gpugate.yaml, an evidence bundle and an
 event in /var/lib/gpugate); every file of the package, its conffiles, /etc/gpugate,
 /var/lib/gpugate and /var/cache/gpugate recorded (type, mode, owner, content); then the suite's

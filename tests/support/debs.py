@@ -38,7 +38,7 @@ RUN_TIME_PATHS = ("/var/lib/node_exporter/textfile_collector/gpugate.prom", "/va
 
 # The install tests never run on the host itself (issue 26): `dpkg -i` there would replace an
 # admin's package and `dpkg --purge` would take its conffiles with it. The host's run of this
-# module runs them again in a throwaway root (tests/throwaway_root.py: an overlay over `/` in a
+# module runs them again in a throwaway root (tests/support/throwaway_root.py: an overlay over `/` in a
 # private mount namespace), with INSTALL_HERE set; there they install, run and purge freely.
 INSTALL_HERE = "GPUGATE_INSTALL_HERE"
 

@@ -4,7 +4,7 @@ The rules are the adapter's own (SlurmControl.drain/resume refuse to touch an ad
 add_admin_comment keeps what others wrote, exclude_nodes leaves a `-w` pin alone); only the
 reads and raw writes are faked. `nodes()` serves the drain budget, so a drain in a hook test
 runs the real budget check and settle. The hooks' own tests use it; the adapter's tests fake
-Slurm one level lower, at the runner (test_slurm_adapter.FakeRunner).
+Slurm one level lower, at the runner (slurm_recorded.FakeRunner).
 """
 
 from __future__ import annotations

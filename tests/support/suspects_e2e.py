@@ -1,7 +1,7 @@
 """The red team's tools against suspicion on a real local Slurm: ordinary users' faked jobs.
 
-Shared by tests/test_e2e_redteam_suspects.py and tests/test_e2e_redteam_shares.py (imported
-once tests/e2e.py put tests/slurm on the path):
+Shared by tests/e2e/test_e2e_redteam_suspects.py and tests/e2e/test_e2e_redteam_shares.py (imported
+once tests/support/e2e.py put tests/slurm on the path):
 - faked_failure: a failed 2-node job whose NCCL lines, stamped by the job itself, say one
   node failed ten minutes before the others (what the controller's vote reads);
 - xid31_job: a job whose "own process" raises Xid 31 on GPU0 of its node (its snapshot

@@ -1,6 +1,6 @@
 """The executor (gpugate/act/execute.py): each step kind carried out, each on its own, reported.
 
-Slurm is the fake adapter (tests/fakes.py), passed in; the stores write under tmp_path.
+Slurm is the fake adapter (tests/support/fakes.py), passed in; the stores write under tmp_path.
 """
 
 from __future__ import annotations

@@ -67,7 +67,9 @@ def part_of(module: str) -> str:
         return "base"
     top = ".".join(module.split(".")[:2])
     if top not in ALLOWED:
-        raise AssertionError(f"{module}: in no part of the table (tests/test_layout.py ALLOWED)")
+        raise AssertionError(
+            f"{module}: in no part of the table (tests/unit/core/test_layout.py ALLOWED)"
+        )
     return top
 
 

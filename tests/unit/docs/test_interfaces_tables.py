@@ -1,7 +1,7 @@
 """docs/interfaces.md's field tables are the record classes' own (gpugate.jsonrecord.field_table).
 
 Between `<!-- generated: NAME -->` and `<!-- end -->` the page holds the table of the record
-NAME (one of RECORDS). `python tests/test_interfaces_tables.py` writes them again after a
+NAME (one of RECORDS). `python tests/unit/docs/test_interfaces_tables.py` writes them again after a
 record changes.
 """
 
@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a program (below) pytest's pythonpath is not set: tests/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import paths
 
@@ -75,7 +79,9 @@ def test_every_record_has_its_table_on_the_page():
 
 def test_the_tables_are_the_classes():
     text = DOC.read_text()
-    assert render(text) == text, "run `python tests/test_interfaces_tables.py` to write them"
+    assert render(text) == text, (
+        "run `python tests/unit/docs/test_interfaces_tables.py` to write them"
+    )
 
 
 def test_every_key_says_what_it_is():

@@ -377,7 +377,7 @@ def test_a_requeued_job_is_told_which_rank_stopped_first(tmp_path: Path) -> None
     from gpugate.hooks.epilog_slurmctld import run_requeue
 
     config = _controller_site(tmp_path, "306")
-    # No detached start-now child: it would poll a real Slurm for the job (tests/test_requeue.py).
+    # No detached start-now child: it would poll a real Slurm for the job (tests/unit/gate/test_requeue.py).
     config = config.replace(requeue=config.requeue.replace(start_now=False))
     job = _job("306").replace(state="NODE_FAIL", comment="gpugate:requeue")
     from gpugate.slurm.records import JobInfo

@@ -30,7 +30,7 @@ def fake_reader(monkeypatch):
     """A stand-in for gpugate.flightrec.reader that accepts b'ok<rank>' and refuses the rest.
 
     The collection's own rules (where, whose, how many, how big) are tested apart from the
-    restricted unpickler, which tests/test_flightrec_reader.py covers; the real one reads the
+    restricted unpickler, which tests/unit/flightrec/test_flightrec_reader.py covers; the real one reads the
     real dumps below.
     """
     module = types.ModuleType("gpugate.flightrec.reader")

@@ -2,7 +2,7 @@
 
 The fake's `scontrol reconfigure` answers as the measured versions do (docs/slurm-facts.md):
 24.11 takes the count both files give; 22.05 keeps its own and marks the node INVALID_REG.
-The real Slurm runs in tests/test_e2e_isolate.py.
+The real Slurm runs in tests/e2e/test_e2e_isolate.py.
 """
 
 from __future__ import annotations

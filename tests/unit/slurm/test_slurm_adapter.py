@@ -84,7 +84,7 @@ NODE_FILES = {
     "22.05/scontrol-show-node.drained.txt": (parse_show_node_text, 1, {  # multi-line form
         "vm": ("IDLE", ("DRAIN",), "test: custom reason", "root", utc("2026-11-29T09:10:44"), True),
     }),
-    # *.isolated-comment.*: copies with gpugate's isolation Comment (tests/test_isolate_views.py).
+    # *.isolated-comment.*: copies with gpugate's isolation Comment (tests/unit/isolate/test_isolate_views.py).
     "22.05/scontrol-show-node-o.isolated-comment.txt": (parse_show_node_text, 1, {
         "vm": ("IDLE", (), "test: custom reason", "root", utc("2026-11-29T09:10:44"), False),
     }),

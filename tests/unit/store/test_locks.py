@@ -35,7 +35,7 @@ LOCKERS = {
     "gpugate/gate/repair.py",
     "gpugate/isolate/apply.py",
     # A job's digest lock, one per job and run below evidence_dir (not a fixed path, so not in
-    # lock_paths): private as the others, tests/test_controller_view_scale.py.
+    # lock_paths): private as the others, tests/unit/store/test_controller_view_scale.py.
     "gpugate/store/controller_view.py",
 }
 
