@@ -22,7 +22,9 @@ def live(monkeypatch):
         calls.append({"node": node, "only": only, "deadline_s": deadline_s, "kw": source_kwargs})
         return {"node": node, "collected_at": "2026-11-29T10:00:00Z", "source_errors": {}}
 
-    monkeypatch.setattr(sources, "gather_dict", fake)
+    # Everywhere: a plain setattr here, then patch_everywhere importing every module, left
+    # gpugate.commands.facts holding the fake for the rest of the run (test_cli's `facts`).
+    patch_everywhere(monkeypatch, sources, "gather_dict", fake)
     patch_everywhere(
         monkeypatch, "gpugate.checks.sources.kernel_log", "boot_id", lambda config: "boot-a"
     )
