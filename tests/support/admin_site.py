@@ -14,6 +14,7 @@ from gpugate.store.evidence import write_bundle
 
 def node(name: str, state: str = "IDLE", flags: tuple = ("DRAIN",), reason: str = "",
          user: str = "root", when: int | None = 1_789_000_000) -> NodeInfo:  # fmt: skip
+    """A node as sinfo lists it: drained by root at a fixed time unless told otherwise."""
     return NodeInfo(name=name, state=state, flags=flags, reason=reason, reason_user=user,
                     reason_time=when)  # fmt: skip
 
@@ -27,6 +28,7 @@ def gpugate_sinfo(reason: str, name: str = "vm") -> str:
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):
+    """A site in tmp_path (state and evidence below it), its config named by GPUGATE_CONFIG."""
     cfg = tmp_path / "gpugate.yaml"
     cfg.write_text(f"state_dir: {tmp_path / 'state'}\nevidence_dir: {tmp_path / 'ev'}\n")
     monkeypatch.setenv("GPUGATE_CONFIG", str(cfg))
@@ -34,5 +36,6 @@ def site(tmp_path, monkeypatch):
 
 
 def bundle(site: Path, job: str, node: str, restart: int = 0, **summary) -> str:
+    """An evidence bundle of JOB on NODE written into the site's store; its path."""
     summary = {"job_id": job, "node": node, "restart": restart, **summary}
     return write_bundle(str(site / "ev"), job, node, restart, {"kernel.log": "x\n"}, summary)

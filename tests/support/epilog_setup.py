@@ -36,6 +36,7 @@ def slurm_with_job(stdout: str, job_id: str = "77") -> FakeSlurm:
 
 
 def setup(tmp_path, **epilog):
+    """The packaged config with its state, evidence and snapshots under tmp_path; EPILOG changed."""
     config = default_config()
     return config.replace(
         facts_file=str(tmp_path / "{node}.yaml"),
@@ -48,10 +49,12 @@ def setup(tmp_path, **epilog):
 
 
 def snapshot(tmp_path, facts) -> None:
+    """gpu-node-01's replayed snapshot: FACTS."""
     (tmp_path / "gpu-node-01.yaml").write_text(dump_yaml(facts.to_dict()))
 
 
 def env(**changes) -> HookEnv:
+    """Job 77's epilog environment as Slurm gives it (alice, exit code 1), with CHANGES."""
     values = {"node": "gpu-node-01", "job_id": "77", "uid": os.getuid(), "gid": os.getgid(), "user": "alice",
               "exit_code": 256, "exit_code2": "1:0", "derived_ec": 0}  # fmt: skip
     values.update(changes)
@@ -71,5 +74,6 @@ def job_run(tmp_path, log_text: str, after=None, **env_changes):
 
 
 def member(result, name: str) -> str:
+    """The text of NAME in the epilog RESULT's bundle."""
     with open(os.path.join(result.bundle, name)) as fh:
         return fh.read()

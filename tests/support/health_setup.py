@@ -13,6 +13,7 @@ ECC = {3: {"ecc_aggregate_uncorrected": 120}}
 
 
 def write_boot(tmp_path, boot: str) -> None:
+    """This boot's id under tmp_path's proc/sys/kernel/random (the replayed /proc)."""
     path = tmp_path / "proc/sys/kernel/random"
     path.mkdir(parents=True, exist_ok=True)
     (path / "boot_id").write_text(boot + "\n")
@@ -40,6 +41,7 @@ def swap(tmp_path, facts) -> None:
 
 
 def audit(config) -> list[dict]:
+    """The resume audit log's entries, oldest first."""
     path = f"{config.state_dir}/audit.jsonl"
     with open(path) as fh:
         return [json.loads(line) for line in fh]

@@ -11,6 +11,7 @@ from gpugate.yamlio import dump_yaml
 
 
 def setup(tmp_path, facts, **prolog):
+    """The packaged config replaying FACTS, its state under tmp_path; PROLOG changed."""
     snap = tmp_path / "node.yaml"
     snap.write_text(dump_yaml(facts.to_dict()))
     config = default_config()
@@ -25,6 +26,7 @@ def setup(tmp_path, facts, **prolog):
 
 
 def env(**changes) -> HookEnv:
+    """Job 42's prolog environment on gpu-node-01, with CHANGES."""
     values = {"node": "gpu-node-01", "job_id": "42", "uid": os.getuid(), "gid": os.getgid()}
     values.update(changes)
     return HookEnv(**values)

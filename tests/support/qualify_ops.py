@@ -81,4 +81,5 @@ class FakeOps:
 
 
 def go(config, slurm, ops, tests=None, **kw):
+    """qualify_nodes on every node of SLURM, one at a time, through the fake OPS."""
     return qualify_nodes(config, slurm, list(slurm.infos), 1, tests, ops=ops, **kw)

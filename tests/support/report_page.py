@@ -49,6 +49,7 @@ def section(html: str, name: str) -> str:
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):
+    """A site in tmp_path: config, a recorded sinfo.json with a hostile reason, drains on vm."""
     state = tmp_path / "state"
     cfg = tmp_path / "gpugate.yaml"
     cfg.write_text(f"state_dir: {state}\nevidence_dir: {tmp_path / 'ev'}\n")

@@ -13,10 +13,12 @@ FIXTURES = paths.FIXTURES / "slurm"
 
 
 def fixture(rel: str) -> str:
+    """The recorded output REL (below tests/fixtures/slurm/)."""
     return (FIXTURES / rel).read_text()
 
 
 def result(argv, status="ok", rc=0, stdout="", stderr="") -> CommandResult:
+    """A CommandResult of ARGV as the runner returns it."""
     return CommandResult(
         argv=tuple(argv),
         status=status,
