@@ -1,7 +1,7 @@
 """What each late import in gpugate/startup.py (LAZY) saves: the figures for its table.
 
 For every module LAZY lists, the warm hook runs (a replayed Prolog, TaskProlog, `gpugate check`,
-Epilog and HealthCheckProgram, as tests/test_startup.py runs them) are listed, and in a fresh
+Epilog and HealthCheckProgram, as tests/unit/commands/test_startup.py runs them) are listed, and in a fresh
 `/usr/bin/python3 -Es` that first imports everything the first run lacking the module imported,
 the module's own import is timed (median of --runs): what that run would pay were the import at
 the top. Modules every run imports anyway are printed as such (their entry should go).

@@ -16,7 +16,7 @@ and the name of another JsonRecord of the same module. No `typing` at run time: 
 writes a baseline and an event (gpugate/startup.py).
 
 The docs' field tables are rendered from the classes (`field_table`): a field's description
-is its entry in the class's `_doc`, and tests/test_interfaces_tables.py keeps
+is its entry in the class's `_doc`, and tests/unit/docs/test_interfaces_tables.py keeps
 docs/interfaces.md equal to them.
 """
 

@@ -5,7 +5,7 @@ so what gpugate imports is paid on every node for every job. Modules import what
 the top, so that a file's header tells what it depends on; the exceptions are listed in LAZY,
 each imported inside the function that needs it. Each entry says what waiting saves the warm
 hook runs that do not need it (milliseconds, median, on the 2-core CI machine: measured by
-`python bench/bench_lazy.py`) and why the module waits. tests/test_startup.py holds the list
+`python bench/bench_lazy.py`) and why the module waits. tests/unit/commands/test_startup.py holds the list
 true both ways: every import inside a function names a module listed here, and no module listed
 here is imported by every measured hook run (then it saves nothing and belongs at the top).
 
@@ -162,7 +162,7 @@ LAZY: dict[str, tuple[float, str]] = {
     "yaml": (
         21.8,
         "PyYAML (~22 ms): only on a parsed-cache miss (yamlio) and for `profile`; "
-        "kept out of every warm run by the cache (FORBIDDEN in tests/test_startup.py)",
+        "kept out of every warm run by the cache (FORBIDDEN in tests/unit/commands/test_startup.py)",
     ),
     "loguru": (0.0, "optional: log.py falls back to stderr without it (150 ms to import)"),
     "pynvml": (0.0, "optional: the NVML source, only on a GPU node's live gather (40 ms)"),

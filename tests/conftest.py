@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 
+import paths
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 _private: dict[str, str] = {}
 
 
@@ -69,10 +68,10 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
     return calls
 
 
-# --- the end-to-end tests' sites on a real local Slurm (tests/e2e.py) -------------------------
+# --- the end-to-end tests' sites on a real local Slurm (tests/support/e2e.py) -------------------------
 @pytest.fixture(scope="module")
 def slurm_site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
-    """A factory of gpugate sites, each with its local Slurm started (tests/e2e.py SlurmSites);
+    """A factory of gpugate sites, each with its local Slurm started (tests/support/e2e.py SlurmSites);
     every cluster it started is stopped when the module ends."""
     from e2e import SlurmSites
 
@@ -109,7 +108,7 @@ def open_tmp(tmp_path):
 # The corpus, the real captures and the reference outputs lie in ../shared beside the checkout,
 # read in place, never copied. Their tests carry `@pytest.mark.shared(KIND)` and skip where it is
 # absent; the summary says how many ran, and under CI=true a skipped one fails the run.
-SHARED = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+SHARED = str(paths.SHARED)
 _shared_counts: dict[str, dict[str, int]] = {}  # kind -> {"ran": n, "skipped": n}
 
 

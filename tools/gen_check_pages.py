@@ -8,7 +8,7 @@ comments above them). The keys are found in the check's code: every `ctx.config.
 the check function and the functions of its module it calls, with the keys the catalogue names.
 
 `make docs` runs it before `mkdocs build`; the pages are committed so they read on GitHub too,
-and tests/test_docs_checks.py keeps them equal to what this writes.
+and tests/unit/docs/test_docs_checks.py keeps them equal to what this writes.
 
 Usage: python tools/gen_check_pages.py [--check]  (--check: write nothing, exit 1 if stale)
 """

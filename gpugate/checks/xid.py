@@ -141,7 +141,7 @@ def plain_pci(text: str) -> str | None:
     """NVML's own form, `00000000:9B:00.0` (or `0000:9b:00`), read without a regex; else None.
 
     Every check run normalises each GPU's address: this keeps `re` (~12 ms to import) off a
-    healthy run. Its answers are _PCI_RE's (tests/test_regex.py holds the two together).
+    healthy run. Its answers are _PCI_RE's (tests/unit/core/test_regex.py holds the two together).
     """
     head, dot, function = text.partition(".")
     if dot and not (len(function) == 1 and function in _HEX):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpugate.slurm.control import SlurmControl
 
 
-# What parser() defines, for quick_options (tests/test_cli.py holds the two to the same answers).
+# What parser() defines, for quick_options (tests/unit/commands/test_cli.py holds the two to the same answers).
 OPTIONS: dict[str, tuple[str, ...]] = {
     "values": ("--facts", "--config", "--node"),
     "switches": ("--json", "--dry-run"),

@@ -700,7 +700,7 @@ _BY_ANCHOR: dict[str, tuple[Signature, ...]] = {
 # What a scan costs is the frequency of the bytes that start a key, paid once per distinct byte
 # however many keys share it: the start bytes are chosen as a weighted set cover (each byte's
 # weight its frequency in logs, every anchor covered by one of its possible start bytes), so
-# a new anchor mostly reuses a byte already paid for (tests/test_scan_cost.py).
+# a new anchor mostly reuses a byte already paid for (tests/unit/diagnosis/test_scan_cost.py).
 KEY_MIN = 4
 # Printable bytes from commonest to rarest in real job logs, with their frequency in 1/10,000
 # (counted over the 132 logs of the project's labelled corpus, 170 kB; ties by byte value).

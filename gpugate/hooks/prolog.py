@@ -397,7 +397,7 @@ def prepare_job(
 
     try:
         # Only a rerun asks Slurm for its files (a first run's are new): a healthy first
-        # prolog starts no scontrol and no child (the start-up budget, tests/test_startup.py).
+        # prolog starts no scontrol and no child (the start-up budget, tests/unit/commands/test_startup.py).
         slurm = hands.slurm() if env.restart_count > 0 else hands.made
         run = run_record(env, findings, slurm)
     except Exception as exc:  # the record serves the epilog's judgement; never stops a job

@@ -12,7 +12,7 @@ exactly that job, whatever the backend: never on another job whose digits match 
 takes only plain ids, so its backend hands array tasks and het components to scontrol).
 Every backend returns the same record for the same job or node, and raises JobNotFound /
 NodeNotFound, for reads and writes alike, when Slurm does not know the id.
-Tests use the in-memory `tests/fakes.py:FakeSlurm`, a subclass of this interface.
+Tests use the in-memory `tests/support/fakes.py:FakeSlurm`, a subclass of this interface.
 """
 
 from __future__ import annotations

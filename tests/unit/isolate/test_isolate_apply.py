@@ -1,0 +1,333 @@
+"""The isolation's sequence against an in-memory Slurm that reads the files as Slurm does.
+
+The fake's `scontrol reconfigure` answers as the measured versions do (docs/slurm-facts.md):
+24.11 takes the count both files give; 22.05 keeps its own and marks the node INVALID_REG.
+The real Slurm runs in tests/e2e/test_e2e_isolate.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import FakeSlurm
+
+from gpugate.checks.facts import Gpu
+from gpugate.checks.findings import fail
+from gpugate.config import load_config
+from gpugate.fsutil import FileLock, lock_file
+from gpugate.isolate import apply, conf, state
+from gpugate.isolate.comment import IsolatedGpu, parse_comment
+from gpugate.slurm.reasons import drain_reason
+from gpugate.slurm.records import NodeInfo
+from gpugate.store.locks import ISOLATE
+
+NODE = "n1"
+SLURM_CONF = (
+    "ClusterName=c\nGresTypes=gpu\n"
+    "NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
+    "NodeName=n2 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
+)
+GRES_CONF = "AutoDetect=off\nNodeName=n1 Name=gpu File={dev}/nvidia[0-7]\n"
+ECC3 = fail("gpu.ecc", "GPU3 volatile uncorrectable ECC 2 (limit 0)", gpu=3)
+
+
+class FakeCli:
+    """What the isolation asks of scontrol: the version, and reconfigure."""
+
+    def __init__(self, slurm: FakeSlurm, version: tuple[int, int], conf_path: Path) -> None:
+        self.slurm, self.v, self.conf_path = slurm, version, conf_path
+        self.commands: list[tuple[str, ...]] = []
+        self.gres_path = conf_path.parent / "gres.conf"
+        self.invalid = False  # answer INVALID_REG whatever the files say
+        self.shown = "SlurmctldParameters     = (null)\n"  # `scontrol show config`
+
+    def version(self) -> tuple[int, int]:
+        return self.v
+
+    def scontrol(self, *args: str) -> str:
+        if args == ("show", "config"):
+            return self.shown
+        self.commands.append(args)
+        assert args == ("reconfigure",)
+        info = self.slurm.infos[NODE]
+        gpus = conf.read_node_gpus(self.conf_path.read_text(), self.gres_path.read_text(), NODE)
+        if self.v >= (24, 11) and not self.invalid:
+            self.slurm.infos[NODE] = info.replace(gres_gpus=gpus.count)
+        elif gpus.count != info.gres_gpus or self.invalid:
+            self.slurm.infos[NODE] = info.replace(flags=(*info.flags, "INVALID_REG"))
+        return ""
+
+
+class Slurm(FakeSlurm):
+    """FakeSlurm with the CLI part the isolation uses."""
+
+    fake_cli: FakeCli
+
+    @property
+    def cli(self) -> FakeCli:  # type: ignore[override]  # the two calls the isolation makes
+        return self.fake_cli
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text(SLURM_CONF)
+    (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
+    devices = tmp_path / "cgroup"
+    (devices / "slurm").mkdir(parents=True)
+    for name in ("devices.deny", "devices.allow"):
+        (devices / name).write_text("")
+        (devices / "slurm" / name).write_text("")
+    (tmp_path / "state").mkdir()
+    base = load_config()
+    config = base.replace(
+        state_dir=str(tmp_path / "state"),
+        admin=base.admin.replace(history_dir=str(tmp_path / "history")),
+        isolate=base.isolate.replace(
+            unit="gpu",
+            slurm_conf=str(etc / "slurm.conf"),
+            cgroup_devices=str(devices),
+            settle_s=2,
+            wait_idle_s=2,
+        ),
+    )
+    monkeypatch.setattr(apply, "POLL_S", 0.01)
+    monkeypatch.setenv("SLURMD_NODENAME", NODE)
+    drained = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8, partitions=("gpu",),
+                       reason=drain_reason("gpu.ecc", "GPU3 bad"))  # fmt: skip
+    slurm = Slurm([drained, NodeInfo(name="n2", state="IDLE", gres_gpus=8, partitions=("gpu",))])
+    slurm.fake_cli = FakeCli(slurm, (24, 11), etc / "slurm.conf")
+    return config, slurm, etc, devices / "slurm"
+
+
+def requested(config) -> None:
+    gpu = IsolatedGpu(index=3, minor=3, serial="S3", since=1, why=ECC3.message)
+    record = state.Isolation(node=NODE, state=state.REQUESTED, gpus=(state.Isolated(gpu=gpu),))
+    state.save(config, record)
+
+
+def test_the_sequence_takes_the_gpu_out_and_resumes(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.APPLIED, done.why
+    gpus = conf.read_node_gpus(
+        (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
+    )
+    assert gpus.count == 7 and not any(f.endswith("/nvidia3") for f in gpus.files)
+    assert "Gres=gpu:8" in (etc / "slurm.conf").read_text()  # n2 untouched
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert slurm.fake_cli.commands == [("reconfigure",)]
+    assert slurm.resumed == [NODE]
+    (comment,) = [c for n, c in slurm.node_comments if n == NODE]
+    assert parse_comment(comment)[0].index == 3
+    assert done.gpus[0].line.endswith("/nvidia3")
+    assert state.load_local(config) == done
+
+
+def test_slurms_wrong_answer_puts_everything_back_and_keeps_the_drain(site) -> None:
+    config, slurm, etc, group = site
+    slurm.fake_cli.invalid = True
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "INVALID_REG" in done.why
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.resumed == []
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (")
+
+
+def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
+    config, slurm, _etc, _group = site
+    requested(config)
+    slurm.infos[NODE] = slurm.infos[NODE].replace(flags=(), reason="")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "no longer drained by gpugate" in done.why
+    assert slurm.drains == [] and slurm.fake_cli.commands == []
+    assert state.load_local(config) is None
+
+
+def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
+    config, slurm, _etc, _group = site
+    requested(config)
+    slurm.infos[NODE] = slurm.infos[NODE].replace(state="MIXED")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "still ran jobs" in done.why
+    assert slurm.fake_cli.commands == [] and slurm.resumed == []
+
+
+def test_putting_back_restores_the_count_device_and_comment(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    said = apply.restore(config, slurm, NODE)
+    assert said == "GPU 3 back in service"
+    gpus = conf.read_node_gpus(
+        (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
+    )
+    assert gpus.count == 8 and any(f.endswith("/nvidia3") for f in gpus.files)
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.node_comments[-1] == (NODE, "")
+    assert state.load_local(config) is None
+    assert state.load(state.shared_path(config, NODE)) is None
+    assert slurm.infos[NODE].gres_gpus == 8
+    assert slurm.infos[NODE].drained  # the resume itself is `gpugate resume`'s, after checks
+
+
+def test_request_on_22_05_keeps_the_drain_and_says_why(site) -> None:
+    config, slurm, _etc, _group = site
+    slurm.fake_cli.v = (22, 5)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    said = apply.request(config, slurm, NODE, [ECC3], gpus)
+    assert said.startswith("node drained, not isolated: Slurm 22.5")
+    assert state.load_local(config) is None
+
+
+def test_request_starts_the_background_step(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, _etc, _group = site
+    started: list[str] = []
+    monkeypatch.setattr(apply, "_spawn", lambda config, node: started.append(node) or 4242)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    said = apply.request(config, slurm, NODE, [ECC3], gpus)
+    assert said == f"isolating GPU 3 (gpugate isolate apply {NODE}, pid 4242)"
+    assert started == [NODE]
+    assert state.load_local(config).state == state.REQUESTED
+
+
+def test_an_unsupported_gres_conf_is_a_site_problem(site) -> None:
+    config, slurm, etc, _group = site
+    (etc / "gres.conf").write_text("AutoDetect=nvml\n")
+    why = apply.site_problem(config, slurm, NODE)
+    assert why and "AutoDetect" in why
+
+
+def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
+    config, slurm, etc, _group = site
+    requested(config)
+    before = (etc / "gres.conf").read_text()
+    apply.apply(config, slurm, NODE)
+    assert apply.listed_again(config, NODE) is None
+    (etc / "gres.conf").write_text(before)  # configuration management reverting the edit
+    (etc / "slurm.conf").write_text(SLURM_CONF)
+    why = apply.listed_again(config, NODE)
+    assert why and "GPU 3 isolated by gpugate" in why and "gpugate resume n1" in why
+
+
+def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, _etc, _group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    monkeypatch.setenv("SLURMD_NODENAME", "admin-host")
+    with pytest.raises(apply.IsolationFailed, match="run it on n1 itself"):
+        apply.restore(config, slurm, NODE)
+    assert state.load(state.shared_path(config, NODE)) is not None
+
+
+def test_a_failed_put_back_leaves_files_and_rule_as_they_were(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE)
+    isolated = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    slurm.fake_cli.invalid = True  # Slurm answers INVALID_REG to the count going up
+    (group / "devices.deny").write_text("")
+    with pytest.raises(apply.IsolationFailed, match="GPU 3 not put back"):
+        apply.restore(config, slurm, NODE)
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == isolated
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert state.load_local(config).state == state.APPLIED
+
+
+def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, slurm, _etc, _group = site
+    monkeypatch.setattr(apply, "_spawn", lambda config, node: 1)
+    gpus = tuple(Gpu(index=i, serial=f"S{i}", minor_number=i) for i in range(8))
+    assert apply.request(config, slurm, NODE, [ECC3], gpus).startswith("isolating GPU 3")
+    again = apply.request(config, slurm, NODE, [fail("gpu.ecc", "GPU5 ECC", gpu=5)], gpus)
+    assert again == "node drained, not isolated: an isolation is already requested here"
+    held = FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0)
+    with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
+        apply.apply(config, slurm, NODE)
+    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+
+
+def test_a_configless_site_is_not_isolated(site) -> None:
+    config, slurm, _etc, _group = site
+    slurm.fake_cli.shown = "SlurmctldParameters     = enable_configless,idle_on_node_suspend\n"
+    why = apply.site_problem(config, slurm, NODE)
+    assert why and why.startswith("configless Slurm")
+    slurm.fake_cli.shown = "SlurmctldParameters     = (null)\n"
+    assert apply.site_problem(config, slurm, NODE) is None
+
+
+def test_a_resume_that_fails_last_undoes_everything_and_the_comment(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    slurm.errors["resume"] = RuntimeError("slurmctld went away")
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "slurmctld went away" in done.why
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.node_comments[-1] == (NODE, "")
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.node(NODE).drained
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, capsys) -> None:
+    from gpugate.commands import isolate as command
+
+    config, slurm, etc, group = site
+    requested(config)
+    before = _tree(tmp_path)
+    monkeypatch.setattr(command, "ask_slurm_for", lambda *a: (config, slurm, slurm.node(NODE)))
+    assert command.main(["apply", NODE, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert _tree(tmp_path) == before  # no file, rule, record or lock written
+    assert slurm.fake_cli.commands == [] and slurm.resumed == [] and slurm.node_comments == []
+    assert slurm.drains == []
+    assert out[0] == f"gpugate isolate: {NODE}: dry run, nothing changed; apply would:"
+    assert out[1].startswith(f"  would wait until {NODE} is idle and still drained by gpugate")
+    assert (
+        f"  would deny GPU 3's device to slurmd's jobs: 'c 195:3 rwm' into {group}/devices.deny"
+        in out
+    )
+    dev = tmp_path / "dev"
+    gres = out.index(f"  would write {etc / 'gres.conf'}:")
+    assert out[gres + 1 : gres + 3] == [
+        f"    - NodeName=n1 Name=gpu File={dev}/nvidia[0-7]",
+        f"    + NodeName=n1 Name=gpu File={dev}/nvidia[0-2,4-7]",
+    ]
+    conf_at = out.index(f"  would write {etc / 'slurm.conf'}:")
+    assert out[conf_at + 1 : conf_at + 3] == [
+        "    - NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN",
+        "    + NodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:7 State=UNKNOWN",
+    ]
+    assert out[conf_at + 3 :][:2] == [
+        "  would scontrol reconfigure",
+        f"  would wait for Slurm to report {NODE} Gres=gpu:7, registered, at most 2 s",
+    ]
+    assert f"  would resume {NODE}" in out
+    # Then done for real, the same changes are made.
+    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+    assert "Gres=gpu:7" in (etc / "slurm.conf").read_text()
+
+
+def test_a_dry_run_says_when_apply_would_fail(site, tmp_path, monkeypatch, capsys) -> None:
+    from gpugate.commands import isolate as command
+
+    config, slurm, _, _ = site
+    before = _tree(tmp_path)
+    monkeypatch.setattr(command, "ask_slurm_for", lambda *a: (config, slurm, slurm.node(NODE)))
+    assert command.main(["apply", NODE, "--dry-run"]) == 1  # nothing requested here
+    err = capsys.readouterr().err
+    assert f"would fail: {NODE}: no isolation requested here; the node would stay drained" in err
+    assert _tree(tmp_path) == before
