@@ -532,7 +532,7 @@ SIGNATURES: tuple[Signature, ...] = (
          specificity=20, resolve=O.exit_outcome),
     # --- how a run ended badly, where no line above says why (category `other`, see END_ONLY) --
 # Their anchors reuse the prefilter's start bytes (`rror`, `RROR`, `TERMINAT`, ...): "MPI_",
-# "ORTE" or "spank" would each add a start byte and slow every scan (tests/test_scan_cost.py).
+# "ORTE" or "spank" would each add a start byte and slow every scan (tests/unit/diagnosis/test_scan_cost.py).
     # MPI's own abort: Open MPI's MPI_ERRORS_ARE_FATAL banner and "Local abort before MPI_INIT"
     # (ompi/errhandler), MPICH's "Fatal error in MPI_..."/"aborting job:" and Cray MPICH's
     # "MPICH ERROR [Rank N] ... Abort(" (labels-43a 504, 527, 531, 536).
