@@ -63,14 +63,22 @@ _ASYNC = lazy(
     r"async (?P<fatal>fatal )?event on (?P<on>\w+)[^:]*: ?(?P<what>[^,\n]+)",
     re.I,
 )
+# ENOMEM from the verbs or fabric layer (ibv_create_cq, ibv_reg_mr, fi_mr_reg): NCCL could not
+# pin or map memory for the NIC; the usual cause is the locked-memory limit (`ulimit -l`) or the
+# NIC's own resources, not the host running out of RAM (labels-43b 583, 584).
+_ENOMEM = lazy(r"Cannot allocate memory|\bENOMEM\b")
+ENOMEM_NOTE = (": Cannot allocate memory (ENOMEM from the RDMA stack: the locked-memory limit, "
+               "ulimit -l, or the NIC's resources; not the host's RAM)")  # fmt: skip
 _RETRIED = lazy(r"\b[Rr]etry(?:ing)?\b|will retry|[Rr]etrying")
 
+VERBS = "InfiniBand verbs call failed"
+REGISTRATION = "network memory registration failed"
 # (kind, pattern of the message) in order: the first that matches names the kind.
 KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, lazy(p)) for k, p in (
     ("duplicate GPU (two ranks on one device)", r"Duplicate GPU detected"),
     ("CUDA failure inside NCCL", r"Cuda failure|CUDA failure|failed to open CUDA IPC handle|"
                                  r"cuda\w+ failed|CUDA driver is a stub"),
-    ("InfiniBand verbs call failed", r"Call to ibv_\w+ failed|ibv_\w+ failed|NET/IB ?: .*failed"),
+    (VERBS, r"Call to ibv_\w+ failed|ibv_\w+ failed|NET/IB ?: .*failed"),
     ("proxy failure", r"\[Proxy Service \d+\] Failed|Proxy Call .*failed|[Pp]roxy.*failed"),
     ("socket connection failure",
      r"socket\w*(?:Connect|Progress|Accept|Poll|Recv|Send|Wait)\w*:|Connect to \S+ failed|"
@@ -78,6 +86,17 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, lazy(p)) for k, p in 
      r"connection abort|No route to host|Network is unreachable|Socket recv failed|"
      r"Net : Connection closed|Broken pipe|Message truncated|[Ss]ocket (?:creation|\w+) failed"),
     ("peer process exited", r"remote process exited|peer (?:process )?(?:exited|closed)"),
+    # NCCL's shared-memory transport (src/misc/shmutils.cc: "Error: failed to extend %s to %ld
+    # bytes", "Error while creating shared memory segment %s (size %ld)"): /dev/shm too small,
+    # a container's default 64 MB (labels-43a 540).
+    ("shared memory (/dev/shm) failure",
+     r"failed to extend /dev/shm/|[Ee]rror while creating shared memory segment"),
+    # The aws-ofi-nccl plugin (register_mr_buffers: "NET/OFI Unable to register memory (type =
+    # %d) for device %d. RC: %d, Error: %s"): the fabric would not pin the buffer (labels-43b 584).
+    (REGISTRATION, r"[Uu]nable to register memory"),
+    # NCCL's topology XML (src/graph/xml.h xmlGetAttrStr: "Attribute %s of node %s not found"),
+    # then ncclInternalError up the init chain (labels-43b 553).
+    ("topology detection failed", r"Attribute \S+ of node \S+ not found"),
     ("bootstrap failure", r"[Bb]ootstrap\w* ?:?.*(?:failed|[Ee]rror|timeout|timed out)"),
     ("invalid usage", r"[Ii]nvalid (?:usage|config|argument|rank|comm|value|device)|"
                       r"ncclInvalid\w+|mismatch"),
@@ -108,5 +127,6 @@ def classify(message: str) -> str | None:
         )
     for kind, pattern in KINDS:
         if pattern.search(message):
-            return kind
+            rdma = kind in (VERBS, REGISTRATION) and _ENOMEM.search(message)
+            return kind + (ENOMEM_NOTE if rdma else "")
     return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from gpugate.checks import xid as X
+from gpugate.diagnosis import nccl_warn
 from gpugate.diagnosis import origin as O
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN, HARDWARE_CATEGORIES, SYMPTOM_CATEGORIES, TIERS
@@ -263,7 +264,8 @@ def rank_signals(
 def _rank(
     col: Collector, names: list[str], files: tuple[FileScan, ...], sources: list[str]
 ) -> Diagnosis:
-    signals = _consequences(_yield_to_scheduler(_srun_tasks(col.signals, col.srun_tasks_ranks())))
+    signals = _srun_tasks(col.signals, col.srun_tasks_ranks())
+    signals = _consequences(_enomem_of_nccl(_yield_to_scheduler(signals)))
     kill = _first_line(signals, lambda s: s.match.category in KILLS and _fatal(s))
     live = [s for s in signals if not _is_fallout(s.file, s.line, s.match.category, kill)]
     # Without a Root Cause block, a table (or a fragment of one) holding a single failure's
@@ -356,6 +358,16 @@ def _yield_to_scheduler(signals: list[Signal]) -> list[Signal]:
     return [s.replace(match=s.match.replace(category="other"))
             if s.match.signature in YIELD_TO_SCHEDULER or s.match.fields.get("inferred") else s
             for s in signals]  # fmt: skip
+
+
+def _enomem_of_nccl(signals: list[Signal]) -> list[Signal]:
+    """Beside NCCL's RDMA ENOMEM (nccl_warn.ENOMEM_NOTE), a bare "Cannot allocate memory" is
+    its echo up the call chain (a Python exception), not the host's RAM: minor, `other`."""
+    if not any(str(s.match.fields.get("detail", "")).endswith(nccl_warn.ENOMEM_NOTE)
+               for s in signals):  # fmt: skip
+        return signals
+    return [s.replace(match=s.match.replace(category="other", strength=S.MINOR))
+            if s.match.fields.get("enomem") else s for s in signals]  # fmt: skip
 
 
 def _consequences(signals: list[Signal]) -> list[Signal]:
@@ -582,6 +594,9 @@ def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | N
     detail = primary.match.fields.get("detail") if category == "nccl_error" else None
     if detail:
         text += f": {detail}"
+    said = primary.match.fields.get("said")
+    if said:
+        text += f" ({said.strip()})"
     if primary.match.fields.get("inferred") == "sigkill":
         text += (
             " (likely: a process was SIGKILLed and no scheduler kill line explains it; the "

@@ -69,7 +69,9 @@ class Match(Record):
     text: str  # cleaned (no ANSI, no rank prefix), capped
     rank: int | None = None  # global rank named by a prefix or by the message
     xid: int | None = None  # root Xid of this line (Xid 45 "caused by previous Xid N" gives N)
-    fields: dict[str, Any] = {}  # other named groups: gpu, exitcode, signal, ...
+    # Other named groups: gpu, exitcode, signal, ...; `said`: the words of a failure that no
+    # category names (a library's status), quoted in the summary.
+    fields: dict[str, Any] = {}
 
 
 def _sig(
@@ -130,6 +132,27 @@ SIGNATURES: tuple[Signature, ...] = (
          r"GPU is lost|Unable to determine the device handle for GPU ?\S*: Unknown Error",
          "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
          specificity=70),
+    # nvidia-smi output pasted into a log. The table's `ERR!` is a reading the driver could not
+    # take from the GPU (a sensor, the power reading: labels-43b 566); minor, like an
+    # informational Xid: it explains a failure only when nothing more telling is there.
+    _sig("smi.err_reading", "gpu_xid_hardware", "ERR! ",
+         r"^\s*\|[^\n]*?\bERR! [^\n]*\|\s*$",
+         "| N/A   41C    P0   ERR! / 300W |  1024MiB / 81920MiB |      0%      Default |",
+         specificity=40, strength=MINOR),
+    # `nvidia-smi -q` (R470+, labels-43b 574), its memory sections. Fatal: "Remapping Failure
+    # Occurred : Yes" (as Xid 64, RESET_GPU in NVIDIA's catalog). Minor, as Xid 63 (they explain
+    # a failure only when nothing more telling is there; a count is history): Remapped Rows'
+    # "Pending : Yes" (a remap waits for a GPU reset; "Pending" with Yes/No is that section's
+    # alone, the MIG, ECC and driver-model modes print Enabled/Disabled/N/A), non-zero counters
+    # (rows remapped for uncorrectable errors, volatile or aggregate `DRAM Uncorrectable`,
+    # `SRAM Uncorrectable Parity`, pages retired for `Double Bit ECC` or `Single Bit ECC`) and
+    # "Pending Page Blacklist : Yes". A healthy GPU prints No and zero counts: nothing matches.
+    _sig("smi.ecc_counts", "ecc_error", "Pending      |Uncorrectable|Bit ECC|Page Blacklist",
+         r"^\s*(?:(?:DRAM|SRAM) Uncorrectable(?: [\w-]+)?|Uncorrectable Error|(?:Double|Single) Bit ECC)"
+         r"\s*:\s*[1-9]\d*\s*$|^\s*(?:Pending|Pending Page Blacklist)\s*:\s*Yes\s*$",
+         "        Pending                           : Yes", specificity=40, strength=MINOR),
+    _sig("smi.remap_failure", "ecc_error", "Remapping Failure", r"^\s*Remapping Failure Occurred\s*:\s*Yes\s*$",
+         "        Remapping Failure Occurred        : Yes", specificity=60),
     _sig("kernel.oom_killer", "host_oom", "oom-kill",
          r"invoked oom-killer|oom-kill:constraint=",
          "[812.1] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
@@ -250,6 +273,19 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
          "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
          specificity=70),
+    # cuBLAS and cuDNN returning an error status other than allocation (which cuda.oom_library
+    # reads): TensorFlow's stream executor ("failed to run cuBLAS routine cublasSgemm_v2:
+    # CUBLAS_STATUS_EXECUTION_FAILED", labels-43a 515), PyTorch ("CUDA error:
+    # CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm(...)`", 516; "cuDNN error:
+    # CUDNN_STATUS_EXECUTION_FAILED", 539) and Transformer Engine's cudnn-frontend ("cuDNN Error:
+    # [cudnn_frontend] Error: No execution plans support the graph", 521). The library's kernel
+    # failed or refused the call: no category names it (the corpus labels: other), but the line
+    # says what failed.
+    _sig("cuda.library_status", "other", "CUBLAS_STATUS_|CUDNN_STATUS_|rror",
+         r"(?P<said>\b(?:CUBLAS|CUDNN)_STATUS_(?!ALLOC_FAILED\b|SUCCESS\b)[A-Z_]+"
+         r"|cuDNN [Ee]rror: [^.\n]{1,80})",
+         "E tensorflow/stream_executor/cuda/cuda_blas.cc:543] failed to run cuBLAS routine "
+         "cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED", specificity=50),
     _sig("cuda.illegal_address", "illegal_memory_access", "illegal memory|rror|RROR|access was",
          r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
          r"\bal memory access was encountered",  # CUDA's words cut by a wrap: "an illeg|al ..."
@@ -432,8 +468,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host.dataloader_killed", "host_oom", "rror|Killed",
          r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
          "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", specificity=70),
+    # ENOMEM on a line of NCCL's or of the RDMA stack ("NCCL WARN Call to ibv_create_cq failed
+    # with error Cannot allocate memory", "NET/OFI Unable to register memory ... Error: Cannot
+    # allocate memory", labels-43b 583, 584) is the locked-memory limit or the NIC's resources,
+    # NCCL's own init failure: nccl.warn reads it, never the host's RAM; the bare words on
+    # another line beside such a WARN are its echo (rank.py, _enomem_of_nccl).
     _sig("host.cpu_alloc", "host_oom", "allocate memory|not enough memory|bad_alloc|rror",
-         r"DefaultCPUAllocator: (?:can't|not enough memory)|Cannot allocate memory|std::bad_alloc|"
+         r"DefaultCPUAllocator: (?:can't|not enough memory)|std::bad_alloc|"
+         r"^(?!.*(?:NCCL|\bibv_|NET/OFI|NET/IB|register memory)).*?(?P<enomem>Cannot allocate memory)|"
          r"^(?:[A-Za-z_]\w*\.)*MemoryError\b",
          "RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate memory: "
          "you tried to allocate 3221225472 bytes.",
@@ -576,6 +618,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:ERROR:tensorflow:|errors_impl\.)\S*.*?\b(?:Unavailable|Aborted|DeadlineExceeded|Internal)Error\b",
          "tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all "
          "addresses", specificity=15),
+    # TensorFlow's collective executor aborting its collectives (tensorflow/core/common_runtime/
+    # base_collective_executor.cc: `LOG(WARNING) << "BaseCollectiveExecutor::StartAbort " << s`):
+    # a multi-worker job's collective failed, the status says why (labels-43a 513). "Out of
+    # range: End of sequence" is not a failure: TF 2.0-2.1 print it when a dataset ends an epoch.
+    _sig("end.tf_collective_abort", "other", "StartAbort",
+         r"BaseCollectiveExecutor::StartAbort (?!Out of range\b)(?P<said>[A-Z][^\n]{0,80})",
+         "W tensorflow/core/common_runtime/base_collective_executor.cc:217] "
+         "BaseCollectiveExecutor::StartAbort Unavailable: Connection reset by peer", specificity=15),
     _sig("python.exception", "other", "rror|xception",
          r"^\s*(?:[A-Za-z_]\w*\.)*(?P<exception>[A-Z]\w*Error|(?:[A-Z]\w*)?Exception)(?::\s|:?$)(?!.*[Rr]etry)",
          "ValueError: too many values to unpack (expected 2)", specificity=10),
@@ -675,6 +725,7 @@ SIGNATURES: tuple[Signature, ...] = (
 # launcher's banner): a verdict of `other` that only such lines decided has low confidence.
 END_ONLY = frozenset({
     "end.mpi_abort", "end.launcher", "end.signal", "end.slurm", "end.tf_remote",
+    "end.tf_collective_abort",
     "slurm.step_failed", "srun.task_exit", "signal.sigsegv", "signal.shell_killed",
     "signal.shell_other", "signal.bus_error", "signal.child", "mpirun.rank_signal",
     "lightning.child_terminated", "torchrun.agent_failed", "torchrun.child_failed",

@@ -17,16 +17,11 @@ from gpugate.diagnosis import engine as D
 
 CORPUS = str(paths.ROOT / "corpus")
 LABEL_FILES = ("labels-43a.csv", "labels-43b.csv")
-FAMILY = "a family without signatures yet (issue 43, Deliver 3)"
 # Labels the diagnosis does not meet yet, each with why; strict, so meeting one fails the test
 # and its entry must go.
 NOT_YET = {
     "501": "unattributed signal 9 read as the OOM killer's: the SIGKILL policy of "
     "test_diagnose_corpus.LABEL_CONFLICTS (417 against 321)",
-    "566": f"{FAMILY}: an nvidia-smi table row with ERR! as GPU evidence",
-    "574": f"{FAMILY}: nvidia-smi -q 'Remapped Rows Pending: Yes' as ECC evidence",
-    "583": f"{FAMILY}: NCCL's ibv_create_cq 'Cannot allocate memory' read as host RAM",
-    "584": f"{FAMILY}: NCCL's NET/OFI 'Unable to register memory' read as host RAM",
     "589": "a Ray example's own 'Loss results:' print is its only end: no general success line",
 }
 

@@ -86,6 +86,40 @@ ONE_LINERS = [
      "slurm_node_failure"),
     ("(raylet) node_manager.cc:3024: 0 Workers (tasks / actors) killed due to memory pressure (OOM), "
      "2 Workers crashed due to other reasons at node (ID: 1f, IP: 10.0.0.2)", "unknown"),
+    # Issue 43. ENOMEM from NCCL's RDMA layer is its init failing (locked memory, NIC
+    # resources), not host RAM; the same words without NCCL stay host RAM.
+    ("gpu-a1:812:830 [3] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error "
+     "Cannot allocate memory", "nccl_error"),
+    ("gpu-a1:812:830 [3] register_mr_buffers:465 NCCL WARN NET/OFI Unable to register memory "
+     "(type = 2) for device 3. RC: 12, Error: Cannot allocate memory", "nccl_error"),
+    ("OSError: [Errno 12] Cannot allocate memory", "host_oom"),
+    ("gpu-a1:812:830 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Ab12Cd "
+     "to 33030144 bytes, error: No space left on device (28)", "nccl_error"),
+    ("gpu-a1:812:830 [0] graph/xml.h:101 NCCL WARN Attribute class of node nic not found",
+     "nccl_error"),
+    # cuBLAS/cuDNN statuses: a failure no category names (other); allocation is the GPU's OOM.
+    ("E tensorflow/stream_executor/cuda/cuda_blas.cc:428] failed to run cuBLAS routine "
+     "cublasGemmBatchedEx: CUBLAS_STATUS_EXECUTION_FAILED", "other"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+     "cuda_oom"),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_MAPPING_ERROR", "other"),
+    # TensorFlow's collective abort; "Out of range: End of sequence" ends a dataset, no failure.
+    ("W tensorflow/core/common_runtime/base_collective_executor.cc:249] BaseCollectiveExecutor::"
+     "StartAbort Internal: Collective ops is aborted by: worker 1 is unreachable", "other"),
+    ("W tensorflow/core/common_runtime/base_collective_executor.cc:217] BaseCollectiveExecutor::"
+     "StartAbort Out of range: End of sequence", "unknown"),
+    # nvidia-smi pasted into a log: ERR! readings, pending or failed row remaps, non-zero
+    # uncorrectable counts and retired pages; the healthy values decide nothing.
+    ("|  3  NVIDIA A100-SXM4-80GB  On   | 00000000:4E:00.0 Off |                  ERR! |",
+     "gpu_xid_hardware"),
+    ("| N/A   34C    P0    61W / 400W |      4MiB / 81920MiB |      0%      Default |", "unknown"),
+    ("        Pending                           : Yes", "ecc_error"),
+    ("        Pending                           : No", "unknown"),
+    ("        Remapping Failure Occurred        : Yes", "ecc_error"),
+    ("            DRAM Uncorrectable            : 12", "ecc_error"),
+    ("            SRAM Uncorrectable Parity     : 0", "unknown"),
+    ("        Double Bit ECC                    : 3", "ecc_error"),
+    ("        Pending Page Blacklist            : Yes", "ecc_error"),
 ]  # fmt: skip
 
 
@@ -95,3 +129,75 @@ def test_other_runtimes_one_line(tmp_path, engine, text, category):
     log = tmp_path / "job.log"
     log.write_text(text + "\n")
     assert D.diagnose([str(log)], engine=engine).category == category
+
+
+# `nvidia-smi -q` of a healthy node (no remap pending, every ECC and remap counter zero): a
+# paste of it decides nothing. Written for this test, in the R535 layout; the real capture
+# beside it (../shared/reference/real-outputs, 8 H100s, counters all zero) where present.
+HEALTHY_Q = """\
+    ECC Mode
+        Current                           : Enabled
+        Pending                           : Enabled
+    ECC Errors
+        Volatile
+            SRAM Correctable              : 0
+            SRAM Uncorrectable Parity     : 0
+            SRAM Uncorrectable SEC-DED    : 0
+            DRAM Correctable              : 0
+            DRAM Uncorrectable            : 0
+        Aggregate
+            SRAM Correctable              : 0
+            SRAM Uncorrectable Parity     : 0
+            SRAM Uncorrectable SEC-DED    : 0
+            DRAM Correctable              : 0
+            DRAM Uncorrectable            : 0
+    Retired Pages
+        Single Bit ECC                    : N/A
+        Double Bit ECC                    : N/A
+        Pending Page Blacklist            : N/A
+    Remapped Rows
+        Correctable Error                 : 0
+        Uncorrectable Error               : 0
+        Pending                           : No
+        Remapping Failure Occurred        : No
+"""
+HEALTHY_CAPTURE = (paths.SHARED / "reference/real-outputs/nvidia-smi"
+                   / "h100-80gb-hbm3-x8.535.161.08.q.power-brake.txt")  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_healthy_nvidia_smi_q_is_no_failure(tmp_path, engine):
+    log = tmp_path / "smi.log"
+    log.write_text(HEALTHY_Q)
+    d = D.diagnose([str(log)], engine=engine)
+    assert (d.category, d.evidence) == ("unknown", ())
+    # The same section with a row remap pending and four rows remapped is ECC evidence.
+    log.write_text(HEALTHY_Q.replace("Error               : 0", "Error               : 4")
+                   .replace(": No\n        Remapping", ": Yes\n        Remapping"))  # fmt: skip
+    d = D.diagnose([str(log)], engine=engine)
+    assert d.category == "ecc_error" and d.confidence == "low"
+    assert len(d.evidence) == 2 and {e.signature for e in d.evidence} == {"smi.ecc_counts"}
+
+
+@pytest.mark.shared("captures")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_real_healthy_nvidia_smi_q_capture_is_no_failure(engine):
+    if not HEALTHY_CAPTURE.is_file():
+        pytest.skip(f"{HEALTHY_CAPTURE} not present")
+    d = D.diagnose([str(HEALTHY_CAPTURE)], engine=engine)
+    assert (d.category, d.evidence) == ("unknown", ())
+
+
+def test_rdma_enomem_says_it_is_not_host_ram(tmp_path):
+    log = tmp_path / "nccl.log"
+    enomem = [t for t, _ in ONE_LINERS if "NCCL WARN" in t and "Cannot allocate memory" in t]
+    assert len(enomem) == 2
+    for line in enomem:
+        # The bare words echoed on a later line (a Python exception) are NCCL's failure too.
+        log.write_text(line + "\nRuntimeError: [enforce fail] Cannot allocate memory\n")
+        d = D.diagnose([str(log)])
+        assert (d.category, d.confidence) == ("nccl_error", "high"), d.to_json()
+        log.write_text(line + "\n")
+        d = D.diagnose([str(log)])
+        assert (d.category, d.confidence) == ("nccl_error", "high")
+        assert "ulimit -l" in d.summary and "not the host's RAM" in d.summary
