@@ -72,6 +72,9 @@ ENOMEM_NOTE = (": Cannot allocate memory (ENOMEM from the RDMA stack: the locked
 _RETRIED = lazy(r"\b[Rr]etry(?:ing)?\b|will retry|[Rr]etrying")
 
 VERBS = "InfiniBand verbs call failed"
+NO_ALGORITHM = (
+    "no algorithm/protocol available (NCCL_ALGO/NCCL_PROTO, e.g. CollNet/SHARP unusable here)"
+)
 REGISTRATION = "network memory registration failed"
 # (kind, pattern of the message) in order: the first that matches names the kind.
 KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, lazy(p)) for k, p in (
@@ -87,10 +90,17 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, lazy(p)) for k, p in 
      r"Net : Connection closed|Broken pipe|Message truncated|[Ss]ocket (?:creation|\w+) failed"),
     ("peer process exited", r"remote process exited|peer (?:process )?(?:exited|closed)"),
     # NCCL's shared-memory transport (src/misc/shmutils.cc: "Error: failed to extend %s to %ld
-    # bytes", "Error while creating shared memory segment %s (size %ld)"): /dev/shm too small,
-    # a container's default 64 MB (labels-43a 540).
+    # bytes", "Error while creating/attaching to shared memory segment %s (size %ld)"; before
+    # 2.12 include/shm.h's "Call to posix_fallocate failed"): /dev/shm too small, a container's
+    # default 64 MB, or a segment gone before its peer attached (labels-43a 540; labels-43c 616,
+    # 621, 622).
     ("shared memory (/dev/shm) failure",
-     r"failed to extend /dev/shm/|[Ee]rror while creating shared memory segment"),
+     r"failed to extend /dev/shm/|[Ee]rror while (?:creating|attaching to) shared memory segment"
+     r"|Call to posix_fallocate failed"),
+    # enqueue.cc: no algorithm/protocol pair can run this collective under the NCCL_ALGO /
+    # NCCL_PROTO settings (e.g. NCCL_ALGO=CollNet where CollNet/SHARP is unusable), then
+    # ncclInternalError (labels-43c 600, 601).
+    (NO_ALGORITHM, r"no algorithm/protocol available"),
     # The aws-ofi-nccl plugin (register_mr_buffers: "NET/OFI Unable to register memory (type =
     # %d) for device %d. RC: %d, Error: %s"): the fabric would not pin the buffer (labels-43b 584).
     (REGISTRATION, r"[Uu]nable to register memory"),

@@ -8,7 +8,8 @@ of the origin shapes launchers print:
   one line by a paste (`host: gpu-3rank2 (local rank: 2)exitcode: -9`);
 - NCCL's line prefix `host:pid:tid [dev]` (src/debug.cc, NCCL 2.x) naming the node;
 - NCCL errors that are a rank's own failure, not a symptom of another rank: an unhandled CUDA
-  error inside NCCL (ncclUnhandledCudaError, e.g. "invalid device pointer"), and, when a single
+  error inside NCCL (ncclUnhandledCudaError, e.g. "invalid device pointer") or "no
+  algorithm/protocol available" for its collective, and, when a single
   rank prints it, an OFI/libfabric delivery error. "Remote process exited" is not one: its own
   words name another process as the origin (a labelled corpus log agrees: null).
 """
@@ -34,9 +35,12 @@ TABLE_HOST_RE = lazy(
 )
 # NCCL's own prefix: `gpu-a1:191:219 [0] NCCL ...` (host, pid, thread, local device).
 NCCL_HOST_RE = lazy(r"^(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
-# NCCL failures that are the reporting rank's own: its CUDA call failed inside NCCL.
-OWN_CUDA_RE = lazy(
-    r"unhandled cuda error|ncclUnhandledCudaError|invalid device pointer|Cuda failure '",
+# NCCL failures that are the reporting rank's own: its CUDA call failed inside NCCL, or NCCL
+# found no algorithm/protocol for its own collective (enqueue.cc, a local choice under
+# NCCL_ALGO/NCCL_PROTO: no peer is involved; labels-43c 601; several ranks printing it name none).
+OWN_RE = lazy(
+    r"unhandled cuda error|ncclUnhandledCudaError|invalid device pointer|Cuda failure '"
+    r"|no algorithm/protocol available",
     re.IGNORECASE,
 )
 # NCCL failures whose reporter is the origin only when it is the one rank printing them: the
@@ -78,9 +82,10 @@ def line_host(text: str) -> str | None:
 
 
 def nccl_kind(text: str) -> str | None:
-    """'own' for a rank's own CUDA failure inside NCCL, 'one' for an error whose single reporter
-    is the origin, None for the usual symptoms (timeouts, aborts, connection resets)."""
-    if OWN_CUDA_RE.search(text):
+    """'own' for a rank's own failure inside NCCL (CUDA, no algorithm/protocol), 'one' for an
+    error whose single reporter is the origin, None for the usual symptoms (timeouts, aborts,
+    connection resets)."""
+    if OWN_RE.search(text):
         return "own"
     if ONE_REPORTER_RE.search(text):
         return "one"

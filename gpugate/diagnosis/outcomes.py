@@ -18,7 +18,7 @@ from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 # What one line proves (see signatures' docstring).
 FATAL, MINOR, PRECURSOR, CONTEXT = "fatal", "minor", "precursor", "context"
@@ -68,6 +68,23 @@ def nccl_warn_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, Non
     if kind is None:
         return None, CONTEXT, None, {}
     return "nccl_error", FATAL, None, {"detail": kind}
+
+
+def explained(
+    words: str, **by_group: str
+) -> Callable[[re.Match[str], str], tuple[str, str, None, dict[str, Any]]]:
+    """A resolve for a failure no category names: `other`, fatal, `words` quoted in the summary.
+
+    `words` may name the match's groups (`{plugin}`): what the line itself says fills them in.
+    `by_group` gives other words where the named group matched (one pattern, two wordings).
+    """
+
+    def resolve(m: re.Match[str], text: str) -> tuple[str, str, None, dict[str, Any]]:
+        groups = {k: v or "" for k, v in m.groupdict().items()}
+        said = next((w for g, w in by_group.items() if groups.get(g)), words)
+        return "other", FATAL, None, {"said": said.format(**groups)}
+
+    return resolve
 
 
 # How a process's end is written when it was SIGKILLed: exit code -9 (torchrun, DeepSpeed),

@@ -502,8 +502,9 @@ def _nccl_origin(winners: list[Signal], named: set[int], warned: dict[str, set[i
     own = kinds.get("own", set())
     if len(own) == 1:
         rank = next(iter(own))
-        return O.Origin(rank=rank, confidence=O.HIGH, reason=f"rank {rank}: its own CUDA error "
-                        "inside NCCL, not a symptom of another rank")  # fmt: skip
+        return O.Origin(rank=rank, confidence=O.HIGH, reason=f"rank {rank}: its own failure inside "
+                        "NCCL (a CUDA error, or no algorithm/protocol for its call), not a "
+                        "symptom of another rank")  # fmt: skip
     lone = kinds.get("one", set())
     if not own and len(lone) == 1 and named == lone:
         rank = next(iter(lone))

@@ -404,6 +404,12 @@ SIGNATURES: tuple[Signature, ...] = (
          # 7 is ncclInProgress, no error; "-> 1[1]" would be a channel's peer
          r"NCCL INFO [\w/.-]+\.(?:cc|cu):\d+ -> (?P<code>[1-6])\b(?!\[)",
          "gpu-a1:191:219 [0] NCCL INFO bootstrap.cc:270 -> 2", specificity=30, strength=MINOR),
+    # The same words outside a WARN line: PyTorch's "Last error:" echo of NCCL's last WARN under
+    # the failing rank's prefix (labels-43c 601); origin.nccl_kind reads it as the rank's own.
+    _sig("nccl.no_algorithm", "nccl_error", "no algorithm/protocol",
+         r"no algorithm/protocol available", "[rank238]: Error : no algorithm/protocol available "
+         "for function AllGather with datatype ncclInt8.", specificity=60,
+         resolve=lambda m, text: ("nccl_error", FATAL, None, {"detail": nccl_warn.NO_ALGORITHM})),
     # NCCL 2.0-2.3 applications print the failed call's result themselves.
     _sig("nccl.failure", "nccl_error", "NCCL failure",
          r"NCCL failure .*'(?P<detail>[^']{1,80})'",
@@ -508,6 +514,47 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exited on(?:\s+signal (?P<signal>\d+)|\s*$)",
          "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
          specificity=65, resolve=O.exit_outcome),
+    # --- MPI and PMI start-up: the launcher never got the ranks running (labels-43c) ---------
+    # Open MPI's rsh launcher starts `orted` on each node over ssh; a node whose non-interactive
+    # PATH lacks it answers "bash: orted: command not found" (603, 604), then mpirun prints its
+    # help text (orte/mca/plm/base/help-plm-base.txt; PRRTE's `prted` and "PRTE was unable").
+    # Anchors reuse the prefilter's start bytes ("c", "r", "b", "m"): "ORTE" or "PMI" would add one.
+    _sig("mpi.orted_not_found", "other", "command not found",
+         r"\b(?:orted|prted): command not found", "bash: orted: command not found", specificity=45,
+         resolve=O.explained("Open MPI could not start its daemons: orted not found on the "
+                             "remote node's PATH")),
+    # Its daemons: none started (help-plm-base.txt: 603, 604, 606), or one mpirun had started
+    # stopped answering (orte/mca/errmgr's help text: 607).
+    _sig("mpi.daemons", "other", "reliably start|lost communication",
+         r"\b(?:ORTE|PRTE|PRRTE) (?:(?P<start>was unable to reliably start one or more daemons)"
+         r"|has lost communication with (?:a remote|its) daemon)",
+         "ORTE was unable to reliably start one or more daemons.", specificity=40,
+         resolve=O.explained("Open MPI lost contact with a remote daemon: its node or the "
+                             "network to it failed",
+                             start="Open MPI could not start its daemons on the other nodes "
+                                   "(ssh, PATH or LD_LIBRARY_PATH there)")),
+    # srun direct-launching an Open MPI built without Slurm's PMI (ompi/mca/ess help text,
+    # after "PMI2_Init failed" or "PMI_Get_clique_size ... failed": 612, 613, 618, 619).
+    _sig("mpi.no_slurm_pmi", "other", "built with SLURM",
+         r"OMPI was not built with SLURM's PMI support",
+         "but OMPI was not built with SLURM's PMI support and therefore cannot", specificity=45,
+         resolve=O.explained("srun started an Open MPI that was not built with Slurm's PMI "
+                             "support (use a matching srun --mpi=pmix/pmi2, or mpirun)")),
+    # PMIx's own start-up failing (its help text "It looks like pmix_init failed for some
+    # reason", e.g. its psec/munge component missing: 610). A bare "PMIX ERROR: ..." line is no
+    # signature: Open MPI 4 prints some (gds_ds12_lock) on healthy runs.
+    _sig("pmix.init_failed", "other", "pmix_init failed",
+         r"\bpmix_init failed\b", "It looks like pmix_init failed for some reason; your parallel "
+         "process is", specificity=40,
+         resolve=O.explained("PMIx failed to initialise: the MPI processes could not start")),
+    # srun asked for an MPI plugin this Slurm lacks (src/common/mpi.c: "Couldn't find the
+    # specified plugin name for mpi/pmix", "cannot create mpi context for mpi/pmix": 609).
+    _sig("srun.mpi_plugin", "other", "rror",
+         r"srun: error: (?:[Cc]annot create mpi context|[Cc]annot find mpi plugin|Couldn't find "
+         r"the specified plugin name) for (?P<plugin>mpi/[\w.]+)",
+         "srun: error: cannot create mpi context for mpi/pmix", specificity=45,
+         resolve=O.explained("srun has no {plugin} plugin: this Slurm was built without it "
+                             "(srun --mpi=list names those it has)")),
     # Horovod's stall inspector (horovod/common/operations.cc, <= 0.19) names the ranks that did
     # not submit a tensor: the ranks the others wait for (launchers.py, rank.py's culprits).
     _sig("horovod.missing_ranks", None, "missing ranks",
@@ -541,9 +588,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Read error|Connection reset by peer)",
          "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
          "[10.0.0.3]:29500", specificity=60),
-    _sig("signal.bus_error", "other", "Bus error|bus error",
-         r"line \d+: +\d+ Bus error\b|\bBus error \(core dumped\)|Unexpected bus error encountered",
-         "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shm.",
+    # PyTorch's DataLoader worker killed by SIGBUS: its shared-memory tensors outgrew /dev/shm
+    # (torch/utils/data/_utils/signal_handling.py prints the first line, the loader raises the
+    # second; labels-43c 615). Not a GPU fault: the container's --shm-size or the worker count.
+    _sig("dataloader.bus_error", "other", "bus error|Bus error",
+         r"Unexpected bus error encountered in worker|DataLoader worker \(pid \d+\) is killed by "
+         r"signal: Bus error",
+         "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+         "shared memory (shm).", specificity=30,
+         resolve=O.explained("a DataLoader worker died of SIGBUS: /dev/shm is too small for its "
+                             "shared tensors (raise the container's --shm-size or use fewer "
+                             "workers)")),
+    _sig("signal.bus_error", "other", "Bus error",
+         r"line \d+: +\d+ Bus error\b|\bBus error \(core dumped\)",
+         "/var/spool/slurmd/job77/slurm_script: line 9: 4242 Bus error (core dumped) python train.py",
          specificity=20),
     _sig("signal.lightning_sigterm", "slurm_cancelled", "SIG",
          r"(?:Received|Bypassing) SIGTERM", "[rank: 0] Received SIGTERM: 15", specificity=30,

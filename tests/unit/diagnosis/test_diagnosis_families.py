@@ -120,6 +120,37 @@ ONE_LINERS = [
     ("            SRAM Uncorrectable Parity     : 0", "unknown"),
     ("        Double Bit ECC                    : 3", "ecc_error"),
     ("        Pending Page Blacklist            : Yes", "ecc_error"),
+    # labels-43c: NCCL finding no algorithm/protocol (600's WARN, 601's "Last error:" echo) and
+    # its shared-memory transport failing (616, 621); healthy INFO lines naming algorithms and
+    # protocols decide nothing.
+    (":41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available",
+     "nccl_error"),
+    ("238: [rank238]: Error : no algorithm/protocol available for function AllGather with datatype "
+     "ncclInt8.", "nccl_error"),
+    ("g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory "
+     "segment /dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)",
+     "nccl_error"),
+    ("[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+     "nccl_error"),
+    ("gpu-a1:812:830 [0] NCCL INFO NCCL_ALGO set by environment to CollNet", "unknown"),
+    ("gpu-a1:812:830 [0] NCCL INFO NCCL_PROTO set by environment to Simple", "unknown"),
+    ("g148:14937:69361 [0] NCCL INFO Channel 00/1 : 0[0] -> 7[7] via P2P/CUMEM", "unknown"),
+    # labels-43c: MPI/PMI start-up failures (603, 606, 607, 612, 610, 609) and a DataLoader's
+    # SIGBUS from a small /dev/shm (615) are `other`; a banner or another missing command is not.
+    ("bash: orted: command not found", "other"),
+    ("ORTE was unable to reliably start one or more daemons.", "other"),
+    ("ORTE has lost communication with a remote daemon.", "other"),
+    ("but OMPI was not built with SLURM's PMI support and therefore cannot", "other"),
+    ("It looks like pmix_init failed for some reason; your parallel process is", "other"),
+    ("srun: error: cannot create mpi context for mpi/pmix", "other"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+     "shared memory (shm).", "other"),
+    ("bash: module: command not found", "unknown"),
+    ("mpirun (Open MPI) 4.1.5", "unknown"),
+    ("srun: MPI types are...", "unknown"),
+    # Open MPI 4 prints this on healthy runs (its shared-memory gds lock): no signature.
+    ("[gpu-a1:04242] PMIX ERROR: ERROR in file ../../../../../../src/mca/gds/ds12/"
+     "gds_ds12_lock_pthread.c at line 168", "unknown"),
 ]  # fmt: skip
 
 
@@ -201,3 +232,19 @@ def test_rdma_enomem_says_it_is_not_host_ram(tmp_path):
         d = D.diagnose([str(log)])
         assert (d.category, d.confidence) == ("nccl_error", "high")
         assert "ulimit -l" in d.summary and "not the host's RAM" in d.summary
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("bash: orted: command not found", "orted not found on the remote node's PATH"),
+        ("srun: error: cannot create mpi context for mpi/pmix", "srun has no mpi/pmix plugin"),
+        ("but OMPI was not built with SLURM's PMI support and therefore cannot",
+         "not built with Slurm's PMI support"),
+    ],
+)  # fmt: skip
+def test_mpi_start_up_failure_says_what_it_is(tmp_path, line, words):
+    log = tmp_path / "job.log"
+    log.write_text(line + "\n")
+    d = D.diagnose([str(log)])
+    assert d.category == "other" and words in d.summary, d.to_json()

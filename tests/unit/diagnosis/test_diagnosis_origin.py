@@ -74,7 +74,7 @@ ORIGINS = [
     # 2.21.5" with NCCL's "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda
     # failure 'invalid device pointer'" under [rank2]; the others' "remote process exited" is
     # its fallout.
-    ("nccl-own-cuda-error-one-rank--2.21.log", "nccl_error", 2, "high", None, "own CUDA error"),
+    ("nccl-own-cuda-error-one-rank--2.21.log", "nccl_error", 2, "high", None, "own failure inside NCCL (a CUDA error"),
     # aws-ofi-nccl (NCCL 2.18 net plugin) "NCCL WARN NET/OFI Request %p completed with error.
     # RC: %d. Error: %d (%s). Completed length: %ld, Request: %s" under one rank's prefix and
     # NCCL's `host:pid:tid [dev]` prefix: that rank, on that host.
