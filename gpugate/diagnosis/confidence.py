@@ -9,10 +9,10 @@ already set aside), the winning tier and its lines:
   kernel log), and no rule below lowers it.
 - ``medium``: the verdict stands on weaker ground: the deciding lines are precursors only (NCCL
   WARN lines before the job died), or generic (category ``other``, or specificity under
-  GENERIC, 50), or inferred (a SIGKILL read as the OOM killer's), or a FATAL line of another
-  category sits one tier step below the winner (either could be the first; not ``other``, and
-  not two causes that are both the cluster's), or an Xid of another category came first on the
-  same GPU (an application Xid, then a hardware-class one), or the failing rank is ambiguous
+  GENERIC, 50), or a FATAL line of another category sits one tier step below the winner
+  (either could be the first; not ``other``, and not two causes that are both the cluster's),
+  or an Xid of another category came first on the same GPU (an application Xid, then a
+  hardware-class one), or the failing rank is ambiguous
   (the deciding lines name several ranks for a fault that happens on one rank).
 - ``low``: only MINOR lines decided (a lone informational Xid, a SIGTERM notice), or two
   categories of the same tier, of different kinds, disagree (the first line wins the ranking,
@@ -125,9 +125,6 @@ def _level(
     )
     if category == "other" or (best < GENERIC and not trusted_hardware):
         return MEDIUM, "a generic line decided", ()
-    # A category the signatures inferred (a SIGKILL read as the OOM killer's) is a guess.
-    if all(s.match.fields.get("inferred") for s in fatal):
-        return MEDIUM, "the category is inferred, not printed", ()
     steps = sorted({t for t in TIERS.values() if t < top}, reverse=True)
     below = steps[0] if steps else None
     # `other` is no rival (a generic line beside a specific one adds nothing), nor are two

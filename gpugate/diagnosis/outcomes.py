@@ -93,10 +93,13 @@ _SIGKILL = lazy(r"^(?:-9|137|9|SIGKILL|Killed)$")
 
 
 def exit_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, dict[str, Any]]:
-    """A process's end: a SIGKILL is likely the host's OOM killer; exit code 0 is no failure.
+    """A process's end: a failure that says how, not why (`other`); exit code 0 is no failure.
 
-    Nothing but the kernel's OOM killer and a scheduler send SIGKILL to a training process on
-    its own; rank.py turns the guess back into `other` when a scheduler kill line is there.
+    A SIGKILL is `other` too, marked `inferred: sigkill` so the summary says who usually sends
+    it (the kernel's OOM killer, else a scheduler): the corpus's rule 5 makes a SIGKILL host_oom
+    only where a line names the RAM (the OOM killer's own line, Slurm's oom-kill, Ray's memory
+    monitor: signatures of their own, which outrank this). Guessing host_oom from the signal
+    alone misled wherever an admin, a watchdog or a cgroup limit sent it.
     """
     groups = m.groupdict()
     how = next((groups[k] for k in ("exitcode", "signal", "signame", "how") if groups.get(k)), "")
@@ -104,7 +107,7 @@ def exit_outcome(m: re.Match[str], text: str) -> tuple[str | None, str, None, di
     if how == "0":
         return None, CONTEXT, None, {}
     if _SIGKILL.match(how) or how.endswith(("SIGKILL", ": 9", "Killed")):
-        return "host_oom", FATAL, None, {"inferred": "sigkill"}
+        return "other", FATAL, None, {"inferred": "sigkill"}
     return "other", FATAL, None, {}
 
 

@@ -28,9 +28,9 @@ MINOR_TIER = 10
 # Lines after Slurm's kill line (same file) in these categories are the kill's fallout.
 FALLOUT = frozenset({"nccl_timeout", "nccl_error", "cuda_oom", "illegal_memory_access", "other"})
 KILLS = frozenset({"slurm_time_limit", "slurm_cancelled"})
-# Guesses that a scheduler's kill line (anywhere in the inputs) explains instead: a SIGKILL
-# (likely the OOM killer, unless Slurm sent it) and a store/rendezvous timeout (ranks that
-# Slurm stopped or never started).
+# Guesses that a scheduler's kill line (anywhere in the inputs) explains instead: a
+# store/rendezvous timeout (ranks that Slurm stopped or never started); an unexplained SIGKILL
+# is `other` already (outcomes.exit_outcome), the kill line's fallout.
 YIELD_TO_SCHEDULER = frozenset({"c10d.store_timeout"})
 SCHEDULER = KILLS | {"slurm_node_failure"}
 # Xids that follow an application Xid on the same GPU as its consequence (NVIDIA's Xid
@@ -598,10 +598,10 @@ def _summary(category: str, primary: Signal, winners: list[Signal], xid: int | N
     said = primary.match.fields.get("said")
     if said:
         text += f" ({said.strip()})"
-    if primary.match.fields.get("inferred") == "sigkill":
+    if category == "other" and any(s.match.fields.get("inferred") == "sigkill" for s in winners):
         text += (
-            " (likely: a process was SIGKILLed and no scheduler kill line explains it; the "
-            "kernel's OOM killer is the usual sender, confirm in the node's kernel log)"
+            " (a process was SIGKILLed and no line says why: the kernel's OOM killer is the "
+            "usual sender, look for it in the node's kernel log or the job's MaxRSS in sacct)"
         )
     if xid is not None:
         text += f"; root Xid {xid} ({X.lookup(xid).meaning})"

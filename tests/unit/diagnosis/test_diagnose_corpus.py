@@ -25,13 +25,13 @@ CORPUS = os.path.join(os.path.dirname(str(paths.TESTS)), "..",
 LABEL_FILES = ("labels.csv", "labels-2.csv", "labels-3.csv")
 # Labels the diagnosis cannot meet without breaking another label, with why; strict, so a
 # change that meets one turns the xfail into a failure and the entry must go.
-# 417 (other, rank 0): torchrun's table with exitcode -9 and nothing naming RAM; 321 (host_oom,
-# rank 0) is torchrun's "failed (exitcode: -9)" line alone, also naming no RAM. The diagnosis
-# reads an unexplained SIGKILL as the OOM killer's (inferred, confidence medium), as 321 and the
-# project's torchrun-sigkill fixture want; the labels-3 README's reading of rule 5 (host_oom only
-# when RAM is named) wants 417. One policy must be chosen for both.
+# 321 (host_oom, rank 0) is torchrun's "failed (exitcode: -9)" line alone, naming no RAM; 417
+# (other, rank 0) is torchrun's table with exitcode -9 and nothing naming RAM. One policy serves
+# both: the corpus README's rule 5 as labels-3's README reads it (host_oom only where a line names
+# the RAM), which 417 and issue 43's own 501 follow and 321 does not. An unexplained SIGKILL is
+# `other`, low, its summary naming the OOM killer as the usual sender (issue 43: no guess).
 LABEL_CONFLICTS = {
-    "417": "unattributed SIGKILL: labelled other here, host_oom in 321 (see LABEL_CONFLICTS)",
+    "321": "unattributed SIGKILL labelled host_oom; rule 5 (and 417, 501) make it other",
 }
 # Logs labelled no_failure before issue 43 that show no end: iterations, NCCL INFO or loss lines,
 # then the excerpt stops. Issue 43 makes no_failure need positive evidence (a success line,

@@ -20,8 +20,6 @@ LABEL_FILES = ("labels-43a.csv", "labels-43b.csv", "labels-43c.csv")
 # Labels the diagnosis does not meet yet, each with why; strict, so meeting one fails the test
 # and its entry must go.
 NOT_YET = {
-    "501": "unattributed signal 9 read as the OOM killer's: the SIGKILL policy of "
-    "test_diagnose_corpus.LABEL_CONFLICTS (417 against 321)",
     "589": "a Ray example's own 'Loss results:' print is its only end: no general success line",
 }
 
