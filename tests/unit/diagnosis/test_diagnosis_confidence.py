@@ -51,10 +51,14 @@ def test_a_generic_line_or_category_other_is_medium() -> None:
     assert judge([sig("nccl_error", 4, spec=C.SPECIFIC)]).level == C.HIGH
 
 
-def test_an_inferred_category_is_medium() -> None:
-    s = sig("host_oom", 4, spec=65)
-    inferred = s.replace(match=s.match.replace(fields={"inferred": "sigkill"}))
-    assert judge([inferred]).level == C.MEDIUM and judge([s]).level == C.HIGH
+def test_an_unexplained_sigkill_is_low_and_a_named_oom_is_not() -> None:
+    """A SIGKILL's end line alone (an END_ONLY signature, category other) says how the run
+    ended, not why: low. A line that names the RAM is host_oom at its own strength."""
+    s = sig("other", 4, spec=65)
+    killed = s.replace(match=s.match.replace(signature="torchrun.exitcode_field",
+                                             fields={"inferred": "sigkill"}))  # fmt: skip
+    assert judge([killed]).level == C.LOW
+    assert judge([sig("host_oom", 4, spec=65)]).level == C.HIGH
 
 
 def test_precursor_lines_alone_are_medium() -> None:
