@@ -547,6 +547,23 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bpmix_init failed\b", "It looks like pmix_init failed for some reason; your parallel "
          "process is", specificity=40,
          resolve=O.explained("PMIx failed to initialise: the MPI processes could not start")),
+    # A PMIx call failing with a status of its own (PMIX_ERROR_LOG: "PMIX ERROR: UNPACK-FAILURE
+    # in file ...", labels-43d 643). The bare "ERROR in file gds_ds12_lock_pthread.c" that Open
+    # MPI 4 prints at finalize on healthy runs (655) and NOT-FOUND lookups name no failure.
+    _sig("pmix.error_status", "other", "RROR",
+         r"PMIX ERROR: (?!ERROR\b|NOT-FOUND\b)(?P<status>[A-Z][A-Z_]*(?:-[A-Z_]+)*) in file",
+         "[node1:05450] PMIX ERROR: UNPACK-FAILURE in file server/pmix_server_ops.c at line 197",
+         specificity=35,
+         resolve=O.explained("PMIx failed: {status} (mismatched PMIx versions between the "
+                             "launcher and the processes, or a PMIx fault)")),
+    # PRRTE's state machine marking processes or daemons lost (oob/tcp: "ACTIVATE PROC
+    # [prterun-...@0,7] STATE COMMUNICATION FAILURE", labels-43d 659): its daemons lost contact.
+    _sig("prrte.comm_failure", "other", "COMMUNICATION FAILURE",
+         r"\bPROC \[[^\]]*\] STATE COMMUNICATION FAILURE\b",
+         "[n1:6775] [prterun-n1-6775@0,0] ACTIVATE PROC [prterun-n1-6775@0,7] STATE "
+         "COMMUNICATION FAILURE AT oob_tcp_component.c:872", specificity=40,
+         resolve=O.explained("Open MPI (PRRTE) lost contact with its daemons: a node or the "
+                             "network to it failed")),
     # srun asked for an MPI plugin this Slurm lacks (src/common/mpi.c: "Couldn't find the
     # specified plugin name for mpi/pmix", "cannot create mpi context for mpi/pmix": 609).
     _sig("srun.mpi_plugin", "other", "rror",
@@ -582,6 +599,24 @@ SIGNATURES: tuple[Signature, ...] = (
          "E coordination_service.cc:954] /job:worker/replica:0/task:3 has been set to ERROR in "
          "coordination service: UNAVAILABLE: Task /job:worker/replica:0/task:3 heartbeat timeout.",
          specificity=40),
+    # The coordination service's agent on a task giving up (XLA/TF `distributed/client.cc`:
+    # "Coordination service agent in error status: DEADLINE_EXCEEDED", labels-43d 649): the task
+    # could not register with or lost the leader. CANCELLED is the agent's own shutdown.
+    _sig("tf.coordination_agent_error", "other", "service agent",
+         r"Coordination service agent in error status: (?!CANCELLED\b)(?P<status>[A-Z_]+)",
+         "E client.cc:96] Coordination service agent in error status: DEADLINE_EXCEEDED: "
+         "Deadline Exceeded", specificity=35,
+         resolve=O.explained("the coordination service failed: {status} (a task did not "
+                             "register or lost the leader)")),
+    # TF's collective ops given a group whose size disagrees across workers (collective_param_
+    # resolver: "Collective Op has group_size 8 and group_key2 but that group has size 4",
+    # labels-43d 656): the workers were started with different cluster specs.
+    _sig("tf.collective_group_mismatch", "other", "group has size",
+         r"Collective Op\s+has group_size \d+ and group_key\s*\d+ but that group has size \d+",
+         "Internal: Collective Op has group_size 8 and group_key2 but that group has size 4",
+         specificity=40,
+         resolve=O.explained("TF's collective group sizes disagree across workers (each "
+                             "worker's TF_CONFIG must name the same cluster)")),
     # gloo's TCP transport losing a peer (the CPU side of torch.distributed).
     _sig("gloo.peer_lost", "nccl_error", "gloo",
          r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Connection refused|"

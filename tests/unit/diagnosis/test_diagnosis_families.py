@@ -151,6 +151,23 @@ ONE_LINERS = [
     # Open MPI 4 prints this on healthy runs (its shared-memory gds lock): no signature.
     ("[gpu-a1:04242] PMIX ERROR: ERROR in file ../../../../../../src/mca/gds/ds12/"
      "gds_ds12_lock_pthread.c at line 168", "unknown"),
+    # labels-43d: PMIx, PRRTE, the coordination service, TF collectives.
+    ("[jenkins03:05450] PMIX ERROR: UNPACK-FAILURE in file src/server/pmix_server_ops.c at "
+     "line 197", "other"),
+    ("[r33:677544] [prterun-r33-677544@0,0] [1660083904.703457] ACTIVATE PROC "
+     "[prterun-r33-677544@0,7] STATE COMMUNICATION FAILURE AT oob_tcp_component.c:872", "other"),
+    ("2024-04-12 23:39:41.656900: E external/xla/xla/pjrt/distributed/client.cc:96] "
+     "Coordination service agent in error status: DEADLINE_EXCEEDED: Deadline Exceeded", "other"),
+    ("  (1) Internal:  Collective Op  has group_size 8 and group_key2 but that group has size 4",
+     "other"),
+    # Not failures: a lookup that found nothing, the agent's own shutdown, a state that is not
+    # the failure one, a config print.
+    ("[gpu-a1:04242] PMIX ERROR: NOT-FOUND in file dstore_base.c at line 2866", "unknown"),
+    ("I client.cc:96] Coordination service agent in error status: CANCELLED: shutting down",
+     "unknown"),
+    ("[n1:6775] [prterun-n1-6775@0,0] ACTIVATE PROC [prterun-n1-6775@0,7] STATE RUNNING",
+     "unknown"),
+    ("collective group_size=8 group_key=2 group has size 8", "unknown"),
 ]  # fmt: skip
 
 
