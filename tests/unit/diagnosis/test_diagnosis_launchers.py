@@ -39,7 +39,7 @@ CASES = [
         2,
     ),
     # The same srun lines without --label: the task may be a per-node agent, so no rank
-    # (/work/shared/corpus/logs/333-host-oom-slurm-oom-kill-events-cgroup-then-step-cancelled).
+    # (../shared/corpus/logs/333-host-oom-slurm-oom-kill-events-cgroup-then-step-cancelled).
     (
         "srun-task-unlabelled",
         b"slurmstepd: error: Detected 1 oom-kill event(s) in step "
@@ -189,7 +189,7 @@ def test_rank_named_in_launcher_words():
 
 def test_watchdog_timeout_names_its_detector_not_the_origin():
     # The NCCL watchdog of rank 3 caught the timeout: rank 3 waited, it did not fail
-    # (/work/shared/corpus/logs/216-nccl-timeout-old-format-quoted-broadcast-traceback.log).
+    # (../shared/corpus/logs/216-nccl-timeout-old-format-quoted-broadcast-traceback.log).
     d = D.diagnose_bytes(
         b"> [E ProcessGroupNCCL.cpp:737] [Rank 3] Watchdog caught collective operation timeout: "
         b"WorkNCCL(SeqNum=56693, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1804371 "
