@@ -3,8 +3,8 @@
 The ranking (rank.py) answers `no_failure` when no line is decisive. That alone is no evidence
 of success: a log cut before the end, or a failure no signature names, prints nothing decisive
 either. So a quiet verdict is settled here, by what the logs show at their end:
-- a success line (signature `run.completed`: the job's own last words, nccl-tests' "0 OK",
-  Slurm's `COMPLETED 0:0`) and no traceback after it: `no_failure`;
+- a success line (`signatures.COMPLETED`: the job's own last words, nccl-tests' "0 OK",
+  an OSU sweep to its largest size, Slurm's `COMPLETED 0:0`) and no traceback after it: `no_failure`;
 - a Python traceback with no success line after it (a crash whose exception line was cut, or
   names nothing a signature knows): `other`, that line decisive, confidence low;
 - neither: `unknown`, confidence low (a fragment; never read as success).
@@ -13,6 +13,7 @@ A fatal line after the success line never reaches here: the ranking decides on i
 
 from __future__ import annotations
 
+from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN
 from gpugate.diagnosis.rank import Collector
 from gpugate.diagnosis.verdict import Diagnosis, Evidence
@@ -20,8 +21,6 @@ from gpugate.diagnosis.verdict import Diagnosis, Evidence
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-    from gpugate.diagnosis import signatures as S
 
 NO_FAILURE, UNKNOWN, OTHER = "no_failure", "unknown", "other"
 LOW = "low"
@@ -38,7 +37,7 @@ class EndingCollector(Collector):
 
     def add(self, file: int, line: int, m: S.Match) -> None:
         """Record one match, noting success lines and tracebacks on the way."""
-        if m.signature == "run.completed":
+        if m.signature in S.COMPLETED:
             self.success[file] = (line, m.text)
         elif m.signature == "python.traceback":
             self.traceback[file] = (line, m.text, m.rank)

@@ -179,7 +179,7 @@ class Collector:
             self.launch.setdefault(file, {}).update(
                 max_nodes=int(m.fields["nnodes"]), nproc_per_node=int(m.fields["nprocs"])
             )
-        elif m.signature == "run.completed":
+        elif m.signature in S.COMPLETED:
             self.completed[file] = line
         elif m.signature == "torch.desync_header":
             self._desync_pending.add(file)

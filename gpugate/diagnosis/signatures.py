@@ -514,6 +514,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exited on(?:\s+signal (?P<signal>\d+)|\s*$)",
          "mpirun noticed that process rank 3 with PID 0 on node gpu-a2 exited on signal 9 (Killed).",
          specificity=65, resolve=O.exit_outcome),
+    # Open MPI's launcher on a process that ended without MPI_Finalize (orte's and PRRTE's help
+    # text "... has exited due to process rank N with PID ... exiting improperly"): the first
+    # process it saw go, on the node where the failure was (644: its node's daemon was lost).
+    _sig("mpirun.rank_exit", "other", "exited due to process rank",
+         r"(?:mpirun|mpiexec|orterun|prterun|prte) has exited due to process rank (?P<rank>\d+) with PID \d+",
+         "prterun has exited due to process rank 2 with PID 4242 on node gpu-b7 exiting",
+         specificity=30),
     # --- MPI and PMI start-up: the launcher never got the ranks running (labels-43c) ---------
     # Open MPI's rsh launcher starts `orted` on each node over ssh; a node whose non-interactive
     # PATH lacks it answers "bash: orted: command not found" (603, 604), then mpirun prints its
@@ -812,7 +819,17 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|^\s*\d+(?:_\d+)?\s+(?:\S+\s+){0,8}COMPLETED\s+0:0\b|\bJobState=COMPLETED\b",
          "{'train_runtime': 812.4, 'train_samples_per_second': 3.2, 'epoch': 3.0}",
          strength=CONTEXT),
+    # An OSU micro-benchmark's table row at its default largest size, MAX_MESSAGE_SIZE (1 << 22
+    # = 4194304, util/osu_util.h): the sweep ran through (646, with -m, went on past it); one
+    # number or a bandwidth and "Pass" after the size, so nccl-tests' many-column rows never
+    # match. An MPI smoke test's own greeting, "Hello World" (655): its only work is to print it.
+    _sig("run.completed_test", None, "4194304|Hello World|Hello world",
+         r"^\s*4194304\s+[\d.]+(?:\s+Pass)?\s*$|\bHello,? [Ww]orld",
+         "4194304             87543.13", strength=CONTEXT),
 )  # fmt: skip
+
+# The lines that say the run ended well (ending.py: positive evidence for `no_failure`).
+COMPLETED = frozenset({"run.completed", "run.completed_test"})
 
 # Lines that say a process or job ended badly, not why (a signal, an exit code, an abort, a
 # launcher's banner): a verdict of `other` that only such lines decided has low confidence.
@@ -821,6 +838,7 @@ END_ONLY = frozenset({
     "end.tf_collective_abort",
     "slurm.step_failed", "srun.task_exit", "signal.sigsegv", "signal.shell_killed",
     "signal.shell_other", "signal.bus_error", "signal.child", "mpirun.rank_signal",
+    "mpirun.rank_exit",
     "lightning.child_terminated", "torchrun.agent_failed", "torchrun.child_failed",
     "torchrun.table_collapsed", "torchrun.exitcode_field", "deepspeed.exit",
 })  # fmt: skip

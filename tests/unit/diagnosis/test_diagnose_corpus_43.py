@@ -19,13 +19,7 @@ CORPUS = str(paths.ROOT / "corpus")
 LABEL_FILES = ("labels-43a.csv", "labels-43b.csv", "labels-43c.csv", "labels-43d.csv")
 # Labels the diagnosis does not meet yet, each with why; strict, so meeting one fails the test
 # and its entry must go.
-NOT_YET = {
-    "589": "a Ray example's own 'Loss results:' print is its only end: no general success line",
-    "644": "rank 2 is prterun's 'exited due to process rank 2' after its node's daemon was "
-    "lost (doubtful label: the daemon is the root); no signature reads that wrapped line",
-    "646": "an OSU table's last size row is its only end: no general success line",
-    "655": "'Hello World' printed by both ranks is its only end: no general success line",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def load_labels() -> list:
