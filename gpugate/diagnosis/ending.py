@@ -7,15 +7,21 @@ either. So a quiet verdict is settled here, by what the logs show at their end:
   an OSU sweep to its largest size, Slurm's `COMPLETED 0:0`) and no traceback after it: `no_failure`;
 - a Python traceback with no success line after it (a crash whose exception line was cut, or
   names nothing a signature knows): `other`, that line decisive, confidence low;
+- a log whose last lines are a benchmark's message-size sweep that reached OSU's default largest
+  size (`sweep_end`: no word there for a key to find, so it is read from the log's tail):
+  `no_failure`, confidence low;
 - neither: `unknown`, confidence low (a fragment; never read as success).
 A fatal line after the success line never reaches here: the ranking decides on it.
 """
 
 from __future__ import annotations
 
+import re
+
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN
 from gpugate.diagnosis.rank import Collector
+from gpugate.diagnosis.scan import TAIL_BYTES
 from gpugate.diagnosis.verdict import Diagnosis, Evidence
 
 TYPE_CHECKING = False
@@ -25,6 +31,15 @@ if TYPE_CHECKING:
 NO_FAILURE, UNKNOWN, OTHER = "no_failure", "unknown", "other"
 LOW = "low"
 QUOTE_MAX = 160  # characters of the success line quoted in the summary
+# A message-size sweep's row: the size, one figure (bandwidth or latency), OSU's `--validation`
+# verdict "Pass" at most; an `srun --label` or Open MPI tag in front is allowed.
+_SWEEP_ROW = re.compile(
+    r"^\s*(?:\d+: |\[\d+,\d+\]<std(?:out|err)>:)?\s*(\d+)\s+\d+(?:\.\d+)?(?:\s+Pass)?\s*$"
+)
+# OSU micro-benchmarks' default largest message, MAX_MESSAGE_SIZE (1 << 22, util/osu_util.h):
+# a sweep that reached it ran through (with `-m`, it goes on past it).
+SWEEP_LARGEST = 1 << 22
+SWEEP_ROWS = 8  # rows of doubling sizes that make a sweep, not a stray pair of numbers
 
 
 class EndingCollector(Collector):
@@ -53,6 +68,10 @@ def settle(d: Diagnosis, col: EndingCollector, names: list[str], sources: list[s
         return _traceback_end(d, late, names, sources)
     if col.success:
         return _ended_well(d, col, names)
+    for file, tail in sorted(col.tails.items()):
+        row = sweep_end(tail)
+        if row is not None:
+            return _swept(d, names[file], row)
     return d.replace(
         category=UNKNOWN,
         confidence=LOW,
@@ -75,6 +94,37 @@ def late_traceback(col: EndingCollector) -> tuple[int, int, str, int | None] | N
         if done is None or line > done[0]:
             return file, line, text, rank
     return None
+
+
+def sweep_end(tail: bytes) -> str | None:
+    """The last line of `tail` when the log ends with a size sweep that reached SWEEP_LARGEST:
+    at least SWEEP_ROWS table rows whose sizes double, nothing after them; else None."""
+    lines = [x for x in tail.decode("utf-8", "replace").splitlines() if x.strip()]
+    if len(tail) >= TAIL_BYTES and lines:
+        lines = lines[1:]  # the first may be cut
+    sizes: list[int] = []
+    for text in reversed(lines):
+        m = _SWEEP_ROW.match(text)
+        if m is None:
+            break
+        size = int(m.group(1))
+        if sizes and size * 2 != sizes[-1]:
+            break
+        sizes.append(size)
+        if len(sizes) >= SWEEP_ROWS:
+            break
+    if len(sizes) < SWEEP_ROWS or sizes[0] < SWEEP_LARGEST:
+        return None
+    return lines[-1].strip()
+
+
+def _swept(d: Diagnosis, name: str, row: str) -> Diagnosis:
+    """`no_failure`, low: the log ends with a benchmark's size sweep run through."""
+    head = EXPLAIN[NO_FAILURE][0].capitalize()
+    summary = (f"{head}: {name} ends with a benchmark's message-size sweep run to its largest "
+               f"size ({row[:QUOTE_MAX]!r}). Confidence low: a table's end, not a line saying "
+               "the run ended.")  # fmt: skip
+    return d.replace(confidence=LOW, summary=summary)
 
 
 def _ended_well(d: Diagnosis, col: EndingCollector, names: list[str]) -> Diagnosis:

@@ -13,7 +13,7 @@ import io
 
 from gpugate.diagnosis.ending import EndingCollector, settle
 from gpugate.diagnosis.rank import rank_signals
-from gpugate.diagnosis.scan import Counting, scan_input, scan_stream
+from gpugate.diagnosis.scan import TAIL_BYTES, Counting, scan_input, scan_stream
 from gpugate.diagnosis.verdict import LOG_FILE, SOURCES, TRUSTED_SOURCES, Diagnosis, FileScan
 from gpugate.record import Record
 
@@ -68,6 +68,7 @@ def diagnose_streams(inputs: list[Input]) -> Diagnosis:
         try:
             n = scan_stream(counter, i, col)
             error = None
+            col.tails[i] = counter.tail
         except OSError as exc:
             n, error = 0, exc.strerror or type(exc).__name__
         scans.append(FileScan(path=x.name, bytes=counter.total, hit_lines=n, engine="python",
@@ -82,5 +83,6 @@ def diagnose_bytes(data: bytes) -> Diagnosis:
 
     col = EndingCollector()
     n = scan_stream(io.BytesIO(data), 0, col)
+    col.tails[0] = data[-TAIL_BYTES:]
     scans = (FileScan(path="<memory>", bytes=len(data), hit_lines=n, engine="python"),)
     return settle(rank_signals(col, ["<memory>"], scans), col, ["<memory>"], [LOG_FILE])

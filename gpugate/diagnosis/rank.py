@@ -83,6 +83,7 @@ class Collector:
         self.first_exits: list[tuple[int, int, int | None]] = []
         self._first_exit_pending: dict[int, int] = {}  # file -> line of mpirun's header
         self.srun_labelled: set[int] = set()  # files whose srun --label tasks are the ranks
+        self.tails: dict[int, bytes] = {}  # file -> its last TAIL_BYTES (ending.py reads them)
         self.srun_mixed: set[int] = set()  # files where a task's label and its rank differ
         self._desync_pending: set[int] = set()
         self.completed: dict[int, int] = {}  # file -> last line saying the run finished

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 
 CHUNK = 1 << 20  # Python engine read size
+# The last bytes of each input kept for ending.py, which reads a quiet log's last lines there
+# (a benchmark table's end has no word a key could find); a pread at the end for grep.
+TAIL_BYTES = 4096
 LINE_MAX = 4 << 20  # a longer line is matched in fragments, never held whole
 GREP_MIN_BYTES = 1 << 20  # below this the Python engine is faster than starting grep
 GREP_PIECE = 64 << 10  # grep output is read in pieces: a matching line may be huge
@@ -331,6 +334,7 @@ def scan_input(
     if path == "-":
         counter = Counting(stdin if stdin is not None else sys.stdin.buffer)
         n = scan_stream(counter, file, col)
+        col.tails[file] = counter.tail
         return FileScan(path="<stdin>", bytes=counter.total, hit_lines=n, engine="python")
     try:
         return _scan_path(path, file, col, engine)
@@ -357,26 +361,36 @@ def _scan_path(path: str, file: int, col: Collector, engine: str) -> FileScan:
                     else split_grep_hits(f.fileno(), grep, size, mid)
                 )  # fmt: skip
                 n = _feed(hits, file, col)
+                col.tails[file] = os.pread(f.fileno(), TAIL_BYTES, max(0, size - TAIL_BYTES))
                 return FileScan(path=path, bytes=size, hit_lines=n, engine="grep")
-            n = scan_stream(f, file, col)
+            plain = Counting(f)
+            n = scan_stream(plain, file, col)
+            col.tails[file] = plain.tail
             return FileScan(path=path, bytes=size, hit_lines=n, engine="python")
         import gzip
 
         with gzip.open(f, "rb") as g:
             counter = Counting(g)
             n = scan_stream(counter, file, col)
+        col.tails[file] = counter.tail
         return FileScan(path=path, bytes=counter.total, hit_lines=n, engine="python+gzip")
 
 
 class Counting:
-    """A read-only stream wrapper that counts the bytes read (stdin and gzip sizes)."""
+    """A read-only stream wrapper that counts the bytes read (stdin and gzip sizes) and keeps
+    the last TAIL_BYTES of them (`tail`)."""
 
     def __init__(self, stream: ByteReader) -> None:
         self._stream = stream
         self.total = 0
+        self.tail = b""
 
     def read(self, n: int) -> bytes:
         """Read up to n bytes."""
         data = self._stream.read(n)
         self.total += len(data)
+        if data:
+            self.tail = (
+                (self.tail + data)[-TAIL_BYTES:] if len(data) < TAIL_BYTES else data[-TAIL_BYTES:]
+            )
         return data

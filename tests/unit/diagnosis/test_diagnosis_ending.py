@@ -40,6 +40,7 @@ SUCCESS_LINES = [
     "[2025-01-02T03:04:05.678] _job_complete: JobId=81234 WEXITSTATUS 0",
     "       81234      train        gpu       proj         64  COMPLETED      0:0",
     "   JobState=COMPLETED Reason=None Dependency=(null)",
+    "Hello World from rank 1 of 2",
 ]  # fmt: skip
 
 
@@ -155,3 +156,65 @@ def test_slurms_exit_settles_a_log_that_names_no_cause(category, failed, code2, 
         assert (
             d.summary == f"The job failed ({failed}) and its logs name no cause. Its logs said: x."
         )
+
+
+def sweep(largest: int, header: str = "# OSU MPI Bandwidth Test v7.4\n# Size      Bandwidth (MB/s)\n",
+          fmt: str = "{size:<10d}{bw:>14.2f}") -> str:  # fmt: skip
+    """An OSU-style table: sizes 1, 2, 4 ... `largest`, one bandwidth each."""
+    rows, size = [], 1
+    while size <= largest:
+        rows.append(fmt.format(size=size, bw=size / 97.0))
+        size *= 2
+    return header + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("largest", [1 << 22, 1 << 25])
+def test_a_sweep_to_the_largest_size_is_a_low_no_failure(tmp_path, engine, largest):
+    d = diagnose(tmp_path, sweep(largest), engine)
+    assert (d.category, d.confidence) == ("no_failure", "low")
+    assert f"{largest:<10d}" in d.summary and "message-size sweep" in d.summary
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_validated_sweep_with_labels_reads_the_same(tmp_path, engine):
+    fmt = "0: {size:<10d}{bw:>14.2f}          Pass"
+    d = diagnose(tmp_path, sweep(1 << 22, fmt=fmt), engine)
+    assert (d.category, d.confidence) == ("no_failure", "low")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sweep(1 << 20),  # osu_latency's default largest (1 MiB): not past OSU's 4 MiB default
+        sweep(1 << 22, fmt="{size:<10d}{bw:>14.2f}          Fail"),  # validation failed
+        sweep(1 << 22) + "iteration 5 done\n",  # something after the table
+        "\n".join(f"{n:<10d}{n / 3:>14.2f}" for n in (4194304, 2097152)) + "\n",  # two rows
+        "".join(f"{n:<10d}{n / 3:>14.2f}\n" for n in range(4194296, 4194305)),  # no doubling
+    ],
+    ids=["to-1MiB", "validation-failed", "text-after", "two-rows", "not-doubling"],
+)
+def test_what_is_not_a_sweep_run_through_stays_unknown(tmp_path, text):
+    assert diagnose(tmp_path, text).category == "unknown"
+
+
+def test_a_fatal_line_after_the_sweep_fails_the_run(tmp_path):
+    end = "mpirun noticed that process rank 1 with PID 4242 on node gpu-a2 exited on signal 9 (Killed).\n"
+    d = diagnose(tmp_path, sweep(1 << 22) + end)
+    assert d.category == "other" and d.failing_rank == 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_tail_is_the_files_last_bytes_however_long_the_log(tmp_path, engine):
+    # Over 1 MiB, so `auto` and `grep` use grep and the tail comes from a pread at the end;
+    # the Python engine keeps it across its 1 MiB chunks.
+    d = diagnose(tmp_path, PROGRESS * 40000 + sweep(1 << 22), engine)
+    assert (d.category, d.confidence) == ("no_failure", "low")
+    short = diagnose(tmp_path, sweep(1 << 22) + PROGRESS * 40000, engine)
+    assert short.category == "unknown"
+
+
+def test_streams_and_bytes_keep_their_tails_too():
+    text = (PROGRESS * 40000 + sweep(1 << 22)).encode()
+    streamed = D.diagnose_streams([D.Input(name="out", source=V.LOG_FILE, stream=io.BytesIO(text))])
+    assert (streamed.category, D.diagnose_bytes(text).category) == ("no_failure", "no_failure")
