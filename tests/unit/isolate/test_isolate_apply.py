@@ -7,6 +7,7 @@ The real Slurm runs in tests/e2e/test_e2e_isolate.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,11 @@ SLURM_CONF = (
     "NodeName=n2 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
 )
 GRES_CONF = "AutoDetect=off\nNodeName=n1 Name=gpu File={dev}/nvidia[0-7]\n"
+# `scontrol show config` (its lines as src/api/config_info.c prints them) of a confined site
+SHOWN = (
+    "SlurmctldParameters     = (null)\nTaskPlugin              = task/cgroup,task/affinity\n"
+    "\nCgroup Support Configuration:\nConstrainDevices        = yes\n"
+)
 ECC3 = fail("gpu.ecc", "GPU3 volatile uncorrectable ECC 2 (limit 0)", gpu=3)
 
 
@@ -40,7 +46,7 @@ class FakeCli:
         self.commands: list[tuple[str, ...]] = []
         self.gres_path = conf_path.parent / "gres.conf"
         self.invalid = False  # answer INVALID_REG whatever the files say
-        self.shown = "SlurmctldParameters     = (null)\n"  # `scontrol show config`
+        self.shown = SHOWN  # `scontrol show config`
 
     def version(self) -> tuple[int, int]:
         return self.v
@@ -77,6 +83,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     etc.mkdir()
     (etc / "slurm.conf").write_text(SLURM_CONF)
     (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
+    (etc / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
     devices = tmp_path / "cgroup"
     (devices / "slurm").mkdir(parents=True)
     for name in ("devices.deny", "devices.allow"):
@@ -104,6 +111,14 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return config, slurm, etc, devices / "slurm"
 
 
+def by_rule_file(group: str, minor: int, scratch: str) -> str | None:
+    """The proof as the fake tree answers it: denied while the group's devices.deny holds the
+    GPU's rule (the real kernel's answer: test_isolate_probe.py)."""
+    assert os.path.isdir(scratch)
+    deny = Path(group, "devices.deny").read_text()
+    return None if deny == f"c 195:{minor} rwm" else f"fake kernel: devices.deny is {deny!r}"
+
+
 def requested(config) -> None:
     gpu = IsolatedGpu(index=3, minor=3, serial="S3", since=1, why=ECC3.message)
     record = state.Isolation(node=NODE, state=state.REQUESTED, gpus=(state.Isolated(gpu=gpu),))
@@ -113,7 +128,7 @@ def requested(config) -> None:
 def test_the_sequence_takes_the_gpu_out_and_resumes(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.APPLIED, done.why
     gpus = conf.read_node_gpus(
         (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
@@ -134,7 +149,7 @@ def test_slurms_wrong_answer_puts_everything_back_and_keeps_the_drain(site) -> N
     slurm.fake_cli.invalid = True
     requested(config)
     before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "INVALID_REG" in done.why
     assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
     assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
@@ -147,7 +162,7 @@ def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
     config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(flags=(), reason="")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "no longer drained by gpugate" in done.why
     assert slurm.drains == [] and slurm.fake_cli.commands == []
     assert state.load_local(config) is None
@@ -157,7 +172,7 @@ def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
     config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(state="MIXED")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "still ran jobs" in done.why
     assert slurm.fake_cli.commands == [] and slurm.resumed == []
 
@@ -165,7 +180,7 @@ def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
 def test_putting_back_restores_the_count_device_and_comment(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     said = apply.restore(config, slurm, NODE)
     assert said == "GPU 3 back in service"
     gpus = conf.read_node_gpus(
@@ -211,7 +226,7 @@ def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
     config, slurm, etc, _group = site
     requested(config)
     before = (etc / "gres.conf").read_text()
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     assert apply.listed_again(config, NODE) is None
     (etc / "gres.conf").write_text(before)  # configuration management reverting the edit
     (etc / "slurm.conf").write_text(SLURM_CONF)
@@ -222,7 +237,7 @@ def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
 def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
     config, slurm, _etc, _group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     monkeypatch.setenv("SLURMD_NODENAME", "admin-host")
     with pytest.raises(apply.IsolationFailed, match="run it on n1 itself"):
         apply.restore(config, slurm, NODE)
@@ -232,7 +247,7 @@ def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatc
 def test_a_failed_put_back_leaves_files_and_rule_as_they_were(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     isolated = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
     slurm.fake_cli.invalid = True  # Slurm answers INVALID_REG to the count going up
     (group / "devices.deny").write_text("")
@@ -252,8 +267,8 @@ def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch)
     assert again == "node drained, not isolated: an isolation is already requested here"
     held = FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0)
     with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
-        apply.apply(config, slurm, NODE)
-    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+        apply.apply(config, slurm, NODE, by_rule_file)
+    assert apply.apply(config, slurm, NODE, by_rule_file).state == state.APPLIED
 
 
 def test_a_configless_site_is_not_isolated(site) -> None:
@@ -261,7 +276,7 @@ def test_a_configless_site_is_not_isolated(site) -> None:
     slurm.fake_cli.shown = "SlurmctldParameters     = enable_configless,idle_on_node_suspend\n"
     why = apply.site_problem(config, slurm, NODE)
     assert why and why.startswith("configless Slurm")
-    slurm.fake_cli.shown = "SlurmctldParameters     = (null)\n"
+    slurm.fake_cli.shown = SHOWN
     assert apply.site_problem(config, slurm, NODE) is None
 
 
@@ -270,7 +285,7 @@ def test_a_resume_that_fails_last_undoes_everything_and_the_comment(site) -> Non
     requested(config)
     before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
     slurm.errors["resume"] = RuntimeError("slurmctld went away")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "slurmctld went away" in done.why
     assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
     assert slurm.node_comments[-1] == (NODE, "")
@@ -317,7 +332,7 @@ def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, 
     ]
     assert f"  would resume {NODE}" in out
     # Then done for real, the same changes are made.
-    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+    assert apply.apply(config, slurm, NODE, by_rule_file).state == state.APPLIED
     assert "Gres=gpu:7" in (etc / "slurm.conf").read_text()
 
 
