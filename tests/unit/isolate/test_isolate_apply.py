@@ -17,7 +17,7 @@ from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
 from gpugate.config import load_config
 from gpugate.fsutil import FileLock, lock_file
-from gpugate.isolate import apply, conf, state
+from gpugate.isolate import apply, conf, probe, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
 from gpugate.slurm.reasons import drain_reason
 from gpugate.slurm.records import NodeInfo
@@ -346,3 +346,34 @@ def test_a_dry_run_says_when_apply_would_fail(site, tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert f"would fail: {NODE}: no isolation requested here; the node would stay drained" in err
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ("its open got ENXIO, not EPERM", "its open got ENXIO, not EPERM"),
+        (probe.ProbeError("no answer"), "the proof could not run: no answer"),
+    ],
+)
+def test_a_deny_the_node_does_not_prove_undoes_and_keeps_the_drain(site, answer, said) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    asked: list[tuple[str, int]] = []
+
+    def not_denied(where: str, minor: int, scratch: str) -> str | None:
+        asked.append((where, minor))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    done = apply.apply(config, slurm, NODE, not_denied)
+    assert asked == [(str(group), 3)]  # slurmd's group, after the count was read back
+    assert done.state == state.FAILED
+    assert done.why == f"IsolationFailed: GPU 3's device is not denied to jobs: {said}"
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.resumed == [] and slurm.node_comments == [] and slurm.node(NODE).drained
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (")
+    assert state.load_local(config).state == state.FAILED
