@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeSlurm
+from isolate_site import fake_devices, gpu_config
 
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
-from gpugate.config import load_config
 from gpugate.fsutil import FileLock, lock_file
 from gpugate.isolate import apply, conf, probe, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
@@ -84,24 +84,8 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (etc / "slurm.conf").write_text(SLURM_CONF)
     (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
     (etc / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
-    devices = tmp_path / "cgroup"
-    (devices / "slurm").mkdir(parents=True)
-    for name in ("devices.deny", "devices.allow"):
-        (devices / name).write_text("")
-        (devices / "slurm" / name).write_text("")
-    (tmp_path / "state").mkdir()
-    base = load_config()
-    config = base.replace(
-        state_dir=str(tmp_path / "state"),
-        admin=base.admin.replace(history_dir=str(tmp_path / "history")),
-        isolate=base.isolate.replace(
-            unit="gpu",
-            slurm_conf=str(etc / "slurm.conf"),
-            cgroup_devices=str(devices),
-            settle_s=2,
-            wait_idle_s=2,
-        ),
-    )
+    devices = fake_devices(tmp_path)
+    config = gpu_config(tmp_path, etc / "slurm.conf", devices, settle_s=2, wait_idle_s=2)
     monkeypatch.setattr(apply, "POLL_S", 0.01)
     monkeypatch.setenv("SLURMD_NODENAME", NODE)
     drained = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8, partitions=("gpu",),

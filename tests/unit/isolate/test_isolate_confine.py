@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeSlurm
+from isolate_site import fake_devices, gpu_config
 
 from gpugate.admin import isolatecheck
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
 from gpugate.commands import isolate as command
-from gpugate.config import load_config
 from gpugate.isolate import apply, confine, state
 from gpugate.slurm.records import NodeInfo
 
@@ -178,18 +178,7 @@ def site(tmp_path: Path):
         "ClusterName=c\nGresTypes=gpu\nNodeName=n1 CPUs=2 RealMemory=1000 Gres=gpu:8\n"
     )
     (etc / "gres.conf").write_text(f"AutoDetect=off\nNodeName=n1 Name=gpu File={tmp_path}/nvidia[0-7]\n")  # fmt: skip
-    devices = tmp_path / "cgroup"
-    (devices / "slurm").mkdir(parents=True)
-    (devices / "devices.deny").write_text("")
-    (tmp_path / "state").mkdir()
-    base = load_config()
-    config = base.replace(
-        state_dir=str(tmp_path / "state"),
-        admin=base.admin.replace(history_dir=str(tmp_path / "history")),
-        isolate=base.isolate.replace(
-            unit="gpu", slurm_conf=str(etc / "slurm.conf"), cgroup_devices=str(devices)
-        ),
-    )
+    config = gpu_config(tmp_path, etc / "slurm.conf", fake_devices(tmp_path))
     slurm = Slurm([NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8)])
     slurm.fake_cli = ShowConfigCli(SHOW_22_05_TASK_NONE.replace("22.05.8", "24.11.5"))
     return config, slurm, etc
