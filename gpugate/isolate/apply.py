@@ -11,7 +11,11 @@ drained by gpugate first (nothing new starts while its configuration changes):
    count; 22.05's does not (the node goes INVALID_REG and cannot be resumed), so 22.05 is a
    site that cannot isolate (`site_problem`) and keeps today's drain;
 4. read the node back: `Gres=gpu:N-1`, no INVALID_REG, still drained by gpugate;
-5. write the node Comment naming the GPU (comment.py) and resume.
+5. prove the deny on the node (probe.py: a process in a job-like group gets EPERM opening the
+   GPU's device), write the node Comment naming the GPU (comment.py) and resume.
+
+The deny reaches a job only where Slurm confines jobs to their devices (task/cgroup with
+ConstrainDevices=yes): elsewhere the isolation is refused (confine.py, `site_problem`).
 
 A hook never runs these steps itself: 24.11's reconfigure restarts the slurmd that is waiting
 for the hook. The hook drains as today, records the request, and starts `gpugate isolate
