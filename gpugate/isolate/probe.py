@@ -87,8 +87,12 @@ def _open_in_group(group: str, node: str, timeout_s: float) -> int:
     probe_group = os.path.join(group, f"gpugate_probe_{child.pid}")
     try:
         os.mkdir(probe_group, 0o700)
-        with open(os.path.join(probe_group, "cgroup.procs"), "w", encoding="ascii") as fh:
-            fh.write(str(child.pid))  # one write of the pid, as the kernel expects
+        # No O_CREAT: a directory that is no cgroup has no such file, and gets none.
+        fd = os.open(os.path.join(probe_group, "cgroup.procs"), os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.write(fd, str(child.pid).encode())  # one write of the pid, as the kernel expects
+        finally:
+            os.close(fd)
         out, _ = child.communicate(b"g", timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise ProbeError(f"the probe's open did not return within {timeout_s:g} s") from exc

@@ -88,6 +88,15 @@ def test_a_group_that_is_not_there_cannot_prove_anything(scratch: str) -> None:
     assert os.listdir(scratch) == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a device node)")
+def test_a_directory_that_is_no_cgroup_cannot_prove_anything(tmp_path: Path, scratch: str) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(probe.ProbeError, match="cannot place the probe"):
+        probe.not_denied(str(plain), 3, scratch)
+    assert list(plain.iterdir()) == [] and os.listdir(scratch) == []  # nothing left behind
+
+
 def test_a_scratch_others_can_write_is_refused(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
