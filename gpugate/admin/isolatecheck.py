@@ -1,7 +1,8 @@
 """selftest: whether this site can take one GPU out of Slurm's service (issue 31).
 
 `isolate.unit: gpu` only narrows a drain where every step is safe (gpugate/isolate/apply.py):
-Slurm 24.11 or newer, the cgroup v1 devices controller, slurm.conf and gres.conf writable here
+Slurm 24.11 or newer, jobs confined to their devices (TaskPlugin=task/cgroup,
+ConstrainDevices=yes), the cgroup v1 devices controller, slurm.conf and gres.conf writable here
 with explicit `File=` lines for this node. Elsewhere the hooks drain the node as before; this
 says so before a fault does.
 """

@@ -11,7 +11,11 @@ drained by gpugate first (nothing new starts while its configuration changes):
    count; 22.05's does not (the node goes INVALID_REG and cannot be resumed), so 22.05 is a
    site that cannot isolate (`site_problem`) and keeps today's drain;
 4. read the node back: `Gres=gpu:N-1`, no INVALID_REG, still drained by gpugate;
-5. write the node Comment naming the GPU (comment.py) and resume.
+5. prove the deny on the node (probe.py: a process in a job-like group gets EPERM opening the
+   GPU's device), write the node Comment naming the GPU (comment.py) and resume.
+
+The deny reaches a job only where Slurm confines jobs to their devices (task/cgroup with
+ConstrainDevices=yes): elsewhere the isolation is refused (confine.py, `site_problem`).
 
 A hook never runs these steps itself: 24.11's reconfigure restarts the slurmd that is waiting
 for the hook. The hook drains as today, records the request, and starts `gpugate isolate
@@ -30,7 +34,7 @@ from gpugate import log
 from gpugate.child import cli_command
 from gpugate.config.classes import this_node
 from gpugate.fsutil import FileLock, lock_file
-from gpugate.isolate import cgroup, conf, state
+from gpugate.isolate import cgroup, conf, confine, probe, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
 from gpugate.slurm.reasons import drain_reason
@@ -39,11 +43,17 @@ from gpugate.store.metrics import note_isolated
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.records import NodeInfo
+
+    # (slurmd's devices group, GPU minor, a root-only scratch directory) -> why the GPU's
+    # device is not denied to jobs there, or None (probe.not_denied)
+    Prove = Callable[[str, int, str], str | None]
 
 # Measured: 24.11's `scontrol reconfigure` takes a GPU count change; 22.05's does not. (23.11
 # made reconfigure a restart too, by its release notes; not measured, so not trusted.)
@@ -87,11 +97,16 @@ def site_problem(
             f"Slurm {have}: `scontrol reconfigure` does not take a GPU count change before "
             f"{MIN_SLURM[0]}.{MIN_SLURM[1]} (docs/slurm-facts.md)"
         )
-    if configless(slurm.cli.scontrol("show", "config")):
+    shown = slurm.cli.scontrol("show", "config")
+    if configless(shown):
         return (
             "configless Slurm (SlurmctldParameters=enable_configless): slurmd reads slurm.conf "
             "and gres.conf from the controller, not the files gpugate would edit here"
         )
+    # Before anything else about the files: a deny no job is below is no isolation (issue 44).
+    unconfined = confine.problem(shown, conf_paths(config, slurm_conf)[0])
+    if unconfined:
+        return unconfined
     devices = config.isolate.cgroup_devices if config.isolate else "/sys/fs/cgroup/devices"
     why = cgroup.problem(devices)
     if why:
@@ -176,16 +191,19 @@ def _spawn(config: Config, node: str) -> int:
     return proc.pid
 
 
-def apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
+def apply(
+    config: Config, slurm: SlurmControl, node: str, prove: Prove = probe.not_denied
+) -> state.Isolation:
     """Carry out the requested isolation of `node` (run on the node, as root), one at a time:
-    two hooks of one node may both have asked (IsolationFailed for the second)."""
+    two hooks of one node may both have asked (IsolationFailed for the second). `prove`: the
+    proof that a job cannot open the GPU (probe.py; a test passes its own)."""
     with FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0) as lock:
         if not lock.held:
             raise IsolationFailed(f"{node}: another `gpugate isolate apply` runs")
-        return _apply(config, slurm, node)
+        return _apply(config, slurm, node, prove)
 
 
-def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
+def _apply(config: Config, slurm: SlurmControl, node: str, prove: Prove) -> state.Isolation:
     record = state.load_local(config)
     if record is None or record.state != state.REQUESTED:
         raise IsolationFailed(f"{node}: no isolation requested here")
@@ -210,6 +228,7 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
         want = count - len(record.gpus)
         _wait_count(slurm, node, want, iso.settle_s)
         isolated = [item.gpu for item in record.gpus]
+        _prove_denied(prove, iso.cgroup_devices, node, isolated, config.state_dir)
         slurm.set_node_comment(node, format_comment(isolated))
         commented = True
         done = record.replace(
@@ -241,6 +260,21 @@ def _apply(config: Config, slurm: SlurmControl, node: str) -> state.Isolation:
             _keep_drained(slurm, node, record, why)
         _event(config, node, "failed", [g.gpu for g in record.gpus], why)
         return failed
+
+
+def _prove_denied(
+    prove: Prove, devices: str, node: str, gpus: list[IsolatedGpu], scratch: str
+) -> None:
+    """IsolationFailed unless a process in a job-like group is refused each GPU's device: the
+    node's own answer, just before it is resumed with the GPU claimed out of service."""
+    group = cgroup.slurm_group(devices, node)
+    for gpu in gpus:
+        try:
+            why = prove(group, gpu.minor, scratch)
+        except (probe.ProbeError, OSError) as exc:
+            why = f"the proof could not run: {exc}"
+        if why:
+            raise IsolationFailed(f"GPU {gpu.index}'s device is not denied to jobs: {why}")
 
 
 def _taken_out(
@@ -294,6 +328,8 @@ def preview(config: Config, slurm: SlurmControl, node: str) -> list[str]:
     out += ["scontrol reconfigure",
             f"wait for Slurm to report {node} Gres=gpu:{count - len(isolated)}, registered, "
             f"at most {iso.settle_s:g} s",
+            f"prove it: a process in a new group below {group} must get EPERM opening "
+            f"{', '.join(cgroup.rule(g.minor).removesuffix(' rwm') for g in isolated)}",
             f"set {node}'s Comment: {format_comment(isolated)}",
             f"save the isolation as applied ({state.shared_path(config, node)}, "
             f"{state.local_path(config)})",

@@ -7,16 +7,17 @@ The real Slurm runs in tests/e2e/test_e2e_isolate.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from fakes import FakeSlurm
+from isolate_site import fake_devices, gpu_config
 
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
-from gpugate.config import load_config
 from gpugate.fsutil import FileLock, lock_file
-from gpugate.isolate import apply, conf, state
+from gpugate.isolate import apply, conf, probe, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
 from gpugate.slurm.reasons import drain_reason
 from gpugate.slurm.records import NodeInfo
@@ -29,6 +30,11 @@ SLURM_CONF = (
     "NodeName=n2 CPUs=2 RealMemory=1000 Gres=gpu:8 State=UNKNOWN\n"
 )
 GRES_CONF = "AutoDetect=off\nNodeName=n1 Name=gpu File={dev}/nvidia[0-7]\n"
+# `scontrol show config` (its lines as src/api/config_info.c prints them) of a confined site
+SHOWN = (
+    "SlurmctldParameters     = (null)\nTaskPlugin              = task/cgroup,task/affinity\n"
+    "\nCgroup Support Configuration:\nConstrainDevices        = yes\n"
+)
 ECC3 = fail("gpu.ecc", "GPU3 volatile uncorrectable ECC 2 (limit 0)", gpu=3)
 
 
@@ -40,7 +46,7 @@ class FakeCli:
         self.commands: list[tuple[str, ...]] = []
         self.gres_path = conf_path.parent / "gres.conf"
         self.invalid = False  # answer INVALID_REG whatever the files say
-        self.shown = "SlurmctldParameters     = (null)\n"  # `scontrol show config`
+        self.shown = SHOWN  # `scontrol show config`
 
     def version(self) -> tuple[int, int]:
         return self.v
@@ -77,24 +83,9 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     etc.mkdir()
     (etc / "slurm.conf").write_text(SLURM_CONF)
     (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
-    devices = tmp_path / "cgroup"
-    (devices / "slurm").mkdir(parents=True)
-    for name in ("devices.deny", "devices.allow"):
-        (devices / name).write_text("")
-        (devices / "slurm" / name).write_text("")
-    (tmp_path / "state").mkdir()
-    base = load_config()
-    config = base.replace(
-        state_dir=str(tmp_path / "state"),
-        admin=base.admin.replace(history_dir=str(tmp_path / "history")),
-        isolate=base.isolate.replace(
-            unit="gpu",
-            slurm_conf=str(etc / "slurm.conf"),
-            cgroup_devices=str(devices),
-            settle_s=2,
-            wait_idle_s=2,
-        ),
-    )
+    (etc / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
+    devices = fake_devices(tmp_path)
+    config = gpu_config(tmp_path, etc / "slurm.conf", devices, settle_s=2, wait_idle_s=2)
     monkeypatch.setattr(apply, "POLL_S", 0.01)
     monkeypatch.setenv("SLURMD_NODENAME", NODE)
     drained = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8, partitions=("gpu",),
@@ -102,6 +93,14 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     slurm = Slurm([drained, NodeInfo(name="n2", state="IDLE", gres_gpus=8, partitions=("gpu",))])
     slurm.fake_cli = FakeCli(slurm, (24, 11), etc / "slurm.conf")
     return config, slurm, etc, devices / "slurm"
+
+
+def by_rule_file(group: str, minor: int, scratch: str) -> str | None:
+    """The proof as the fake tree answers it: denied while the group's devices.deny holds the
+    GPU's rule (the real kernel's answer: test_isolate_probe.py)."""
+    assert os.path.isdir(scratch)
+    deny = Path(group, "devices.deny").read_text()
+    return None if deny == f"c 195:{minor} rwm" else f"fake kernel: devices.deny is {deny!r}"
 
 
 def requested(config) -> None:
@@ -113,7 +112,7 @@ def requested(config) -> None:
 def test_the_sequence_takes_the_gpu_out_and_resumes(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.APPLIED, done.why
     gpus = conf.read_node_gpus(
         (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text(), NODE
@@ -134,7 +133,7 @@ def test_slurms_wrong_answer_puts_everything_back_and_keeps_the_drain(site) -> N
     slurm.fake_cli.invalid = True
     requested(config)
     before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "INVALID_REG" in done.why
     assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
     assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
@@ -147,7 +146,7 @@ def test_a_node_resumed_meanwhile_is_left_alone(site) -> None:
     config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(flags=(), reason="")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "no longer drained by gpugate" in done.why
     assert slurm.drains == [] and slurm.fake_cli.commands == []
     assert state.load_local(config) is None
@@ -157,7 +156,7 @@ def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
     config, slurm, _etc, _group = site
     requested(config)
     slurm.infos[NODE] = slurm.infos[NODE].replace(state="MIXED")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "still ran jobs" in done.why
     assert slurm.fake_cli.commands == [] and slurm.resumed == []
 
@@ -165,7 +164,7 @@ def test_jobs_still_running_past_the_wait_fail_it_safely(site) -> None:
 def test_putting_back_restores_the_count_device_and_comment(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     said = apply.restore(config, slurm, NODE)
     assert said == "GPU 3 back in service"
     gpus = conf.read_node_gpus(
@@ -211,7 +210,7 @@ def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
     config, slurm, etc, _group = site
     requested(config)
     before = (etc / "gres.conf").read_text()
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     assert apply.listed_again(config, NODE) is None
     (etc / "gres.conf").write_text(before)  # configuration management reverting the edit
     (etc / "slurm.conf").write_text(SLURM_CONF)
@@ -222,7 +221,7 @@ def test_a_gpu_put_back_behind_gpugates_back_is_caught(site) -> None:
 def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatch) -> None:
     config, slurm, _etc, _group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     monkeypatch.setenv("SLURMD_NODENAME", "admin-host")
     with pytest.raises(apply.IsolationFailed, match="run it on n1 itself"):
         apply.restore(config, slurm, NODE)
@@ -232,7 +231,7 @@ def test_putting_back_runs_only_on_the_node(site, monkeypatch: pytest.MonkeyPatc
 def test_a_failed_put_back_leaves_files_and_rule_as_they_were(site) -> None:
     config, slurm, etc, group = site
     requested(config)
-    apply.apply(config, slurm, NODE)
+    apply.apply(config, slurm, NODE, by_rule_file)
     isolated = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
     slurm.fake_cli.invalid = True  # Slurm answers INVALID_REG to the count going up
     (group / "devices.deny").write_text("")
@@ -252,8 +251,8 @@ def test_one_isolation_at_a_time_per_node(site, monkeypatch: pytest.MonkeyPatch)
     assert again == "node drained, not isolated: an isolation is already requested here"
     held = FileLock(lock_file(config.state_dir, ISOLATE), wait_s=0)
     with held, pytest.raises(apply.IsolationFailed, match="another `gpugate isolate apply` runs"):
-        apply.apply(config, slurm, NODE)
-    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+        apply.apply(config, slurm, NODE, by_rule_file)
+    assert apply.apply(config, slurm, NODE, by_rule_file).state == state.APPLIED
 
 
 def test_a_configless_site_is_not_isolated(site) -> None:
@@ -261,7 +260,7 @@ def test_a_configless_site_is_not_isolated(site) -> None:
     slurm.fake_cli.shown = "SlurmctldParameters     = enable_configless,idle_on_node_suspend\n"
     why = apply.site_problem(config, slurm, NODE)
     assert why and why.startswith("configless Slurm")
-    slurm.fake_cli.shown = "SlurmctldParameters     = (null)\n"
+    slurm.fake_cli.shown = SHOWN
     assert apply.site_problem(config, slurm, NODE) is None
 
 
@@ -270,7 +269,7 @@ def test_a_resume_that_fails_last_undoes_everything_and_the_comment(site) -> Non
     requested(config)
     before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
     slurm.errors["resume"] = RuntimeError("slurmctld went away")
-    done = apply.apply(config, slurm, NODE)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
     assert done.state == state.FAILED and "slurmctld went away" in done.why
     assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
     assert slurm.node_comments[-1] == (NODE, "")
@@ -317,7 +316,7 @@ def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, 
     ]
     assert f"  would resume {NODE}" in out
     # Then done for real, the same changes are made.
-    assert apply.apply(config, slurm, NODE).state == state.APPLIED
+    assert apply.apply(config, slurm, NODE, by_rule_file).state == state.APPLIED
     assert "Gres=gpu:7" in (etc / "slurm.conf").read_text()
 
 
@@ -331,3 +330,34 @@ def test_a_dry_run_says_when_apply_would_fail(site, tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert f"would fail: {NODE}: no isolation requested here; the node would stay drained" in err
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ("its open got ENXIO, not EPERM", "its open got ENXIO, not EPERM"),
+        (probe.ProbeError("no answer"), "the proof could not run: no answer"),
+    ],
+)
+def test_a_deny_the_node_does_not_prove_undoes_and_keeps_the_drain(site, answer, said) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    before = ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text())
+    asked: list[tuple[str, int]] = []
+
+    def not_denied(where: str, minor: int, scratch: str) -> str | None:
+        asked.append((where, minor))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    done = apply.apply(config, slurm, NODE, not_denied)
+    assert asked == [(str(group), 3)]  # slurmd's group, after the count was read back
+    assert done.state == state.FAILED
+    assert done.why == f"IsolationFailed: GPU 3's device is not denied to jobs: {said}"
+    assert ((etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()) == before
+    assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert slurm.resumed == [] and slurm.node_comments == [] and slurm.node(NODE).drained
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (")
+    assert state.load_local(config).state == state.FAILED
