@@ -292,6 +292,9 @@ def preview(config: Config, slurm: SlurmControl, node: str) -> list[str]:
     now = "+".join((info.state, *info.flags))
     out = [f"wait until {node} is idle and still drained by gpugate, at most {iso.wait_idle_s:g} s "
            f"(now {now}, Reason={info.reason!r})"]  # fmt: skip
+    out.append(f"wait until no job is CONFIGURING or COMPLETING anywhere (slurmctld may run "
+               f"PrologSlurmctld/EpilogSlurmctld) and no other gpugate reconfigure runs, at "
+               f"most {iso.quiet_s:g} s (quiet.py)")  # fmt: skip
     group = cgroup.slurm_group(iso.cgroup_devices, node)
     for item in record.gpus:
         rule = cgroup.rule(item.gpu.minor)
