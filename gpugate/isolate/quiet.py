@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 # Quiet this long in a row: an EpilogSlurmctld starts when the job's last node has run its
 # Epilog, a moment after the node itself looks idle (what the isolation waited for).
 HOLD_S = 3.0
-POLL_S = 0.5
+# squeue filters states on its side (`_filter_job`, src/squeue/print.c): each poll loads the
+# whole job list from slurmctld, so no faster than this.
+POLL_S = 1.0
 SHOWN = 5  # jobs named in the refusal
 
 
