@@ -401,7 +401,11 @@ def _kept_out(
         state.save(config, kept)
     except Exception as exc:
         log.error(config.state_dir, f"isolate {node}: could not save the isolation", exc)
-    _keep_drained(slurm, node, record, why)
+    gpus = ", ".join(f"GPU{g.gpu.index}" for g in record.gpus)
+    try:
+        slurm.drain(node, drain_reason("isolate", f"{gpus} out, node not resumed ({why})"))
+    except Exception as exc:
+        log.error(None, f"isolate {node}: could not write the drain reason", exc)
     _event(config, node, "failed", [g.gpu for g in record.gpus], why)
     return kept
 

@@ -25,7 +25,7 @@ the reconfigure. The window is one squeue round trip instead of a whole script's
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from gpugate.fsutil import FileLock, lock_file
 from gpugate.store.dirs import history_dir
@@ -54,7 +54,7 @@ SHOWN = 5  # jobs named in the refusal
 
 
 class ControllerBusy(RuntimeError):
-    """The controller was not quiet within the wait: no reconfigure was issued."""
+    """No quiet controller within the wait, or no lock to wait with: no reconfigure issued."""
 
 
 @contextmanager
@@ -62,7 +62,12 @@ def reconfigure_slot(config: Config, cli: ScriptJobs, timeout: float) -> Iterato
     """Hold the cluster's gpugate reconfigure lock and wait until the controller is quiet, at
     most `timeout` s in all; ControllerBusy (nothing issued) when either does not come."""
     deadline = time.monotonic() + timeout
-    with FileLock(lock_file(history_dir(config), RECONFIGURE), wait_s=timeout) as lock:
+    with ExitStack() as stack:
+        try:
+            path = lock_file(history_dir(config), RECONFIGURE)
+            lock = stack.enter_context(FileLock(path, wait_s=timeout))
+        except OSError as exc:  # no lock, no reconfigure: the caller's safe way out
+            raise ControllerBusy(f"no gpugate reconfigure lock: {exc}") from exc
         if not lock.held:
             raise ControllerBusy(f"another gpugate reconfigure held {lock.path} for {timeout:g} s")
         wait_quiet(cli, deadline)

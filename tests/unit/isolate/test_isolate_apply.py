@@ -408,6 +408,18 @@ def test_another_gpugate_reconfigure_holding_the_lock_is_waited_for(site) -> Non
     assert apply.apply(config, slurm, NODE).state == state.APPLIED  # the lock released
 
 
+def test_no_reconfigure_lock_no_reconfigure(site) -> None:
+    config, slurm, etc, _group = site
+    history = Path(config.admin.history_dir)
+    history.mkdir(mode=0o700, exist_ok=True)
+    (history / "locks").write_text("not a directory")
+    requested(config)
+    before = _files(etc)
+    done = apply.apply(config, slurm, NODE)
+    assert done.state == state.FAILED and "no gpugate reconfigure lock" in done.why
+    assert slurm.fake_cli.commands == [] and _files(etc) == before
+
+
 def test_an_undo_the_controller_does_not_allow_keeps_the_gpu_out_safely(site) -> None:
     config, slurm, etc, group = site
     slurm.errors["resume"] = RuntimeError("slurmctld went away")  # fails past the reconfigure
@@ -429,6 +441,7 @@ def test_an_undo_the_controller_does_not_allow_keeps_the_gpu_out_safely(site) ->
     assert "not undone: the controller stayed busy" in done.why
     assert state.load_local(config) == done
     assert slurm.node(NODE).drained and slurm.resumed == []
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 out, node not resumed (")
     assert "not undone" in slurm.drains[-1][1]
     # Once the controller is quiet, `gpugate resume` puts the GPU back properly.
     slurm.fake_cli.script_jobs = lambda: []  # type: ignore[method-assign]
