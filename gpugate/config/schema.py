@@ -252,6 +252,7 @@ class Isolate(Record):
     cgroup_devices: str  # the cgroup v1 devices controller (Slurm's CgroupMountpoint/devices)
     settle_s: float  # how long Slurm may take to report the new GPU count after the reload
     wait_idle_s: float  # how long the isolation waits for the node's last jobs to end
+    quiet_s: float  # how long a reconfigure waits for the controller's scripts (isolate/quiet.py)
 
 
 class ResumeQualify(Record):

@@ -9,7 +9,10 @@ drained by gpugate first (nothing new starts while its configuration changes):
    (conf.py): either alone, and Slurm marks the node INVAL and drains it itself;
 3. `scontrol reconfigure`: on 24.11 it restarts slurmctld and the slurmds, which take the new
    count; 22.05's does not (the node goes INVALID_REG and cannot be resumed), so 22.05 is a
-   site that cannot isolate (`site_problem`) and keeps today's drain;
+   site that cannot isolate (`site_problem`) and keeps today's drain. Every reconfigure here
+   (isolating, putting back, undoing) waits for a quiet controller first (quiet.py: 24.11's
+   reconfigure kills slurmctld's running PrologSlurmctld/EpilogSlurmctld and can crash it);
+   steps 1-3 start only once it is quiet, so a refusal there changes nothing;
 4. read the node back: `Gres=gpu:N-1`, no INVALID_REG, still drained by gpugate;
 5. prove the deny on the node (probe.py: a process in a job-like group gets EPERM opening the
    GPU's device), write the node Comment naming the GPU (comment.py) and resume.
@@ -29,12 +32,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from contextlib import AbstractContextManager, nullcontext
 
 from gpugate import log
 from gpugate.child import cli_command
 from gpugate.config.classes import this_node
 from gpugate.fsutil import FileLock, lock_file
-from gpugate.isolate import cgroup, conf, confine, probe, state
+from gpugate.isolate import cgroup, conf, confine, probe, quiet, state
 from gpugate.isolate.comment import IsolatedGpu, format_comment
 from gpugate.isolate.plan import targets
 from gpugate.slurm.reasons import drain_reason
@@ -212,21 +216,25 @@ def _apply(config: Config, slurm: SlurmControl, node: str, prove: Prove) -> stat
     slurm_conf, gres_conf = conf_paths(config)
     original = ("", "")
     denied: list[int] = []
-    changed = commented = False
+    lines: list[str] = []
+    changed = commented = reconfigured = False
     try:
         _wait_idle_drained(slurm, node, iso.wait_idle_s)
-        # Read only now: an admin may have edited them while the node's last jobs ran.
-        original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
-        count, texts, lines = _taken_out(record, node, original, (slurm_conf, gres_conf))
-        for item in record.gpus:
-            cgroup.deny(iso.cgroup_devices, node, item.gpu.minor)
-            denied.append(item.gpu.minor)
-        conf.write_conf(gres_conf, texts[1])
-        conf.write_conf(slurm_conf, texts[0])
-        changed = True
-        slurm.cli.scontrol("reconfigure")
-        want = count - len(record.gpus)
-        _wait_count(slurm, node, want, iso.settle_s)
+        # Held until Slurm reports the new count: the next gpugate reconfigure waits for the
+        # controller this one restarts. ControllerBusy here: nothing changed yet.
+        with quiet.reconfigure_slot(config, slurm.cli, iso.quiet_s):
+            # Read only now: an admin may have edited them while the node's last jobs ran.
+            original = (conf.read_text(slurm_conf), conf.read_text(gres_conf))
+            count, texts, lines = _taken_out(record, node, original, (slurm_conf, gres_conf))
+            for item in record.gpus:
+                cgroup.deny(iso.cgroup_devices, node, item.gpu.minor)
+                denied.append(item.gpu.minor)
+            conf.write_conf(gres_conf, texts[1])
+            conf.write_conf(slurm_conf, texts[0])
+            changed = reconfigured = True  # from the call on, Slurm may hold the new count
+            slurm.cli.scontrol("reconfigure")
+            want = count - len(record.gpus)
+            _wait_count(slurm, node, want, iso.settle_s)
         isolated = [item.gpu for item in record.gpus]
         _prove_denied(prove, iso.cgroup_devices, node, isolated, config.state_dir)
         slurm.set_node_comment(node, format_comment(isolated))
@@ -246,7 +254,9 @@ def _apply(config: Config, slurm: SlurmControl, node: str, prove: Prove) -> stat
         return done
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
-        _undo(config, slurm, node, original, changed, denied, (slurm_conf, gres_conf))
+        paths = (slurm_conf, gres_conf)
+        if not _undo(config, slurm, node, original, changed, denied, paths, reconfigured, True):
+            return _kept_out(config, slurm, record, lines, why)
         if commented:  # the Comment must not name a GPU that is not out
             try:
                 slurm.clear_node_comment(node)
@@ -316,6 +326,9 @@ def preview(config: Config, slurm: SlurmControl, node: str) -> list[str]:
     now = "+".join((info.state, *info.flags))
     out = [f"wait until {node} is idle and still drained by gpugate, at most {iso.wait_idle_s:g} s "
            f"(now {now}, Reason={info.reason!r})"]  # fmt: skip
+    out.append(f"wait until no job is CONFIGURING or COMPLETING anywhere (slurmctld may run "
+               f"PrologSlurmctld/EpilogSlurmctld) and no other gpugate reconfigure runs, at "
+               f"most {iso.quiet_s:g} s (quiet.py)")  # fmt: skip
     group = cgroup.slurm_group(iso.cgroup_devices, node)
     for item in record.gpus:
         rule = cgroup.rule(item.gpu.minor)
@@ -354,14 +367,36 @@ def _undo(
     changed: bool,
     denied: list[int],
     paths: tuple[str, str],
-) -> None:
-    """Put the files back as they were (and Slurm's count with them), lift the denies."""
+    reload: bool = True,
+    keep: bool = False,
+) -> bool:
+    """Put the files back as they were, lift the denies; with `reload` (Slurm was told to read
+    the changed files), `scontrol reconfigure` again, in a quiet slot (quiet.py).
+
+    Without `reload` no reconfigure is needed: slurmctld and the slurmds still hold what the
+    files said before, so the files put back agree with them again. With `reload` and no quiet
+    slot in time, no reconfigure is issued and False is returned: with `keep`, the files and
+    the denies are left as they are (what Slurm was told last, the GPU out and denied: safe
+    beside a drain, and `gpugate resume` puts it back), else the files alone are put back,
+    for Slurm's next restart to read."""
     devices = config.isolate.cgroup_devices if config.isolate else ""
+    undone = True
     if changed:
+        slot: AbstractContextManager[None] = nullcontext()
+        if reload:
+            slot = quiet.reconfigure_slot(config, slurm.cli, _quiet_s(config))
         try:
-            conf.write_conf(paths[1], original[1])
-            conf.write_conf(paths[0], original[0])
-            slurm.cli.scontrol("reconfigure")
+            try:
+                with slot:
+                    _write_back(paths, original)
+                    if reload:
+                        slurm.cli.scontrol("reconfigure")
+            except quiet.ControllerBusy as busy:
+                log.error(config.state_dir, f"isolate {node}: no reconfigure to undo", busy)
+                undone = False
+                if keep:
+                    return False
+                _write_back(paths, original)
         except Exception as exc:
             log.error(config.state_dir, f"isolate {node}: could not put the files back", exc)
     for minor in denied:
@@ -369,6 +404,46 @@ def _undo(
             cgroup.allow(devices, node, minor)
         except OSError as exc:
             log.error(config.state_dir, f"isolate {node}: could not allow minor {minor}", exc)
+    return undone
+
+
+def _write_back(paths: tuple[str, str], original: tuple[str, str]) -> None:
+    """(slurm.conf, gres.conf) as they were, gres.conf first (as they were written)."""
+    conf.write_conf(paths[1], original[1])
+    conf.write_conf(paths[0], original[0])
+
+
+def _quiet_s(config: Config) -> float:
+    """How long a reconfigure waits for a quiet controller (`isolate.quiet_s`)."""
+    return config.isolate.quiet_s if config.isolate else 300.0
+
+
+def _kept_out(
+    config: Config, slurm: SlurmControl, record: state.Isolation, lines: list[str], why: str
+) -> state.Isolation:
+    """After a failure past the reconfigure that could not be undone (the controller stayed
+    busy): the GPU stays out as Slurm was last told, its device denied, the node drained. The
+    record says applied (with each GPU's line), so `gpugate resume` puts it back properly."""
+    node = record.node
+    why = (f"{why}; not undone: the controller stayed busy, so the GPU stays out and denied "
+           f"(gpugate resume {node} puts it back)")  # fmt: skip
+    kept = record.replace(
+        state=state.APPLIED,
+        gpus=tuple(item.replace(line=line) for item, line in zip(record.gpus, lines, strict=True)),
+        why=why,
+        updated=time.time(),
+    )
+    try:
+        state.save(config, kept)
+    except Exception as exc:
+        log.error(config.state_dir, f"isolate {node}: could not save the isolation", exc)
+    gpus = ", ".join(f"GPU{g.gpu.index}" for g in record.gpus)
+    try:
+        slurm.drain(node, drain_reason("isolate", f"{gpus} out, node not resumed ({why})"))
+    except Exception as exc:
+        log.error(None, f"isolate {node}: could not write the drain reason", exc)
+    _event(config, node, "failed", [g.gpu for g in record.gpus], why)
+    return kept
 
 
 def _keep_drained(slurm: SlurmControl, node: str, record: state.Isolation, why: str) -> None:
@@ -406,20 +481,31 @@ def restore(config: Config, slurm: SlurmControl, node: str) -> str:
             texts = conf.put_back(*texts, node, item.line, **where)
         if not slurm.node(node).drained:
             slurm.drain(node, drain_reason("isolate", f"putting back {names}"))
-        # The rule goes first: once the count is up Slurm may hand the GPU out at once (24.11
-        # once dropped a drain across a reconfigure); until then the node is drained, and the
-        # jobs still running keep the deny they were made with (v1 copies it into each group).
-        for item in record.gpus:
-            cgroup.allow(devices, node, item.gpu.minor)
+        allowed = changed = reconfigured = False
         try:
-            conf.write_conf(gres_conf, texts[1])
-            conf.write_conf(slurm_conf, texts[0])
-            slurm.cli.scontrol("reconfigure")
-            _wait_count(slurm, node, before.count + len(record.gpus), settle)
+            # ControllerBusy here: nothing changed but the drain (quiet.py).
+            with quiet.reconfigure_slot(config, slurm.cli, _quiet_s(config)):
+                # The rule goes first: once the count is up Slurm may hand the GPU out at once
+                # (24.11 once dropped a drain across a reconfigure); until then the node is
+                # drained, and the jobs still running keep the deny they were made with (v1
+                # copies it into each group).
+                allowed = True
+                for item in record.gpus:
+                    cgroup.allow(devices, node, item.gpu.minor)
+                changed = True
+                conf.write_conf(gres_conf, texts[1])
+                conf.write_conf(slurm_conf, texts[0])
+                reconfigured = True
+                slurm.cli.scontrol("reconfigure")
+                _wait_count(slurm, node, before.count + len(record.gpus), settle)
         except Exception as exc:
-            _undo(config, slurm, node, original, True, [], (slurm_conf, gres_conf))
-            for item in record.gpus:
-                cgroup.deny(devices, node, item.gpu.minor)
+            # The isolated files back, reloaded when the controller is quiet (else for its next
+            # restart: the node stays drained and the device denied meanwhile).
+            paths = (slurm_conf, gres_conf)
+            _undo(config, slurm, node, original, changed, [], paths, reconfigured)
+            if allowed:
+                for item in record.gpus:
+                    cgroup.deny(devices, node, item.gpu.minor)
             raise IsolationFailed(f"{names} not put back: {type(exc).__name__}: {exc}") from exc
     else:  # FAILED: the files were put back then; only a rule may be left
         for item in record.gpus:

@@ -81,6 +81,25 @@ class CliBackend(SlurmControl):
         """`scontrol ARGS...`; its stdout."""
         return self.call("scontrol", *args)
 
+    def script_jobs(self) -> list[tuple[str, str]]:
+        """(job id, state) of every job during which slurmctld may run a PrologSlurmctld or
+        EpilogSlurmctld: CONFIGURING (PrologSlurmctld) or COMPLETING (EpilogSlurmctld), in
+        any partition, hidden ones too. One squeue, this backend's timeout.
+
+        squeue's state filter tests the COMPLETING and CONFIGURING flags, whatever the base
+        state (`_filter_job` in src/squeue/print.c): a job put back in the queue while its
+        EpilogSlurmctld runs (PENDING+COMPLETING) is listed too. docs/slurm-facts.md
+        ("Reconfigure and the controller's scripts") has the Slurm source behind the states.
+        """
+        out = self.call("squeue", "--all", "--noheader", "--states=CONFIGURING,COMPLETING",
+                        "--format=%i %T")  # fmt: skip
+        jobs = []
+        for line in out.splitlines():
+            job, _, state = line.strip().partition(" ")
+            if job:
+                jobs.append((job, state.strip()))
+        return jobs
+
     def version(self) -> tuple[int, int] | None:
         """Slurm's (major, minor) from `scontrol --version`, e.g. (22, 5)."""
         return parse_version(self.scontrol("--version"))

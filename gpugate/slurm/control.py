@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
         def version(self) -> tuple[int, int] | None: ...
 
+        def script_jobs(self) -> list[tuple[str, str]]: ...
+
 
 __all__ = ["JobId", "JobInfo", "NodeInfo", "SlurmControl", "SlurmError", "parse_job_id"]
 

@@ -15,9 +15,14 @@ when the lock does not come in time:
 | metrics_lock() | `<state_dir>/locks/` (never node_exporter's textfile directory) | METRICS_WAIT_S | skips the update: logged, counted in gpugate_metrics_skipped_total |
 | a job's digest (controller_view.note_done) | `<evidence_dir>/controller-view/<job>/locks/digest-r<run>.lock` (shared: every node of the job) | controller_view.DIGEST_WAIT_S | writes anyway (atomic rewrite; another node's entry may be lost: the controller then reads that node's record itself) |
 | ISOLATE | `<state_dir>/locks/` | 0 (one try) | `gpugate isolate apply` stops: another one runs the node's isolation |
+| RECONFIGURE | `<history_dir>/locks/` (every host sharing it) | `isolate.quiet_s` | no `scontrol reconfigure`: the isolation (or putting back) fails, the node stays drained (isolate/quiet.py) |
 
-The waits are short next to the hooks' deadlines (prolog 20 s, epilog 45 s, health 20 s) even
+The hooks' waits are short next to their deadlines (prolog 20 s, epilog 45 s, health 20 s) even
 all together; the holder can only be another gpugate run, whose hold is milliseconds.
+
+RECONFIGURE is no hook's: `gpugate isolate apply` (detached) and `gpugate resume` hold it
+across one reconfigure and the controller's restart, and wait for it as long as for a quiet
+controller.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ EVIDENCE = "evidence.lock"  # the node's evidence index and its pruning
 APP_XIDS = "app_xids.lock"  # app_xids.jsonl: appends and its pruning
 REPAIRS = "repairs.lock"  # repairs.json (gpugate/gate/repair.py)
 ISOLATE = "isolate.lock"  # one GPU isolation at a time per node (gpugate/isolate/apply.py)
+RECONFIGURE = "reconfigure.lock"  # one gpugate `scontrol reconfigure` at a time (isolate/quiet.py)
 
 HISTORY_WAIT_S = 5.0
 EVIDENCE_WAIT_S = 5.0
@@ -55,7 +61,8 @@ def metrics_lock(textfile: str) -> str:
 def lock_paths(config: Config) -> list[str]:
     """Every lock file gpugate's hooks and commands may take under `config` (none created)."""
     state = os.path.join(config.state_dir, LOCK_DIR)
-    paths = [os.path.join(history_dir(config), LOCK_DIR, HISTORY)]
+    shared = os.path.join(history_dir(config), LOCK_DIR)
+    paths = [os.path.join(shared, HISTORY), os.path.join(shared, RECONFIGURE)]
     # EpilogSlurmctld's votes and flags, in its own directory.
     paths.append(os.path.join(controller_dir(config), LOCK_DIR, HISTORY))
     paths += [os.path.join(state, name) for name in (EVIDENCE, APP_XIDS, REPAIRS, ISOLATE)]

@@ -8,6 +8,9 @@ device (asked from inside the job), an 8-GPU job must wait, Slurm must never mar
 or drain it itself, and `gpugate resume n1` after the repair must give the 8 GPUs back. On
 22.05, whose reconfigure does not take a count change (docs/slurm-facts.md), the node must
 stay drained, saying why. With `isolate.unit: node` the same fault drains the node as today.
+An isolation asked for while EpilogSlurmctld runs (gpugate's own, slowed down) waits for it:
+slurmctld stays up and no script of its is killed (issue 44; docs/slurm-facts.md,
+"Reconfigure and the controller's scripts").
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import json
 import subprocess
 import threading
 import time
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
@@ -48,11 +53,34 @@ def snapshot(site: Site, node: str, name: str) -> None:
     site.use_snapshot_with_minors(node, name)
 
 
+# EpilogSlurmctld: gpugate's, as the site installs it, after a sleep while SLOW_FLAG (in the
+# site's base, 1777) names a number of seconds; each slowed run logs its start and end there.
+SLOW_WRAPPER = """#!/bin/sh
+flag={base}/slow-epilog.seconds
+if [ -r "$flag" ]; then
+    echo "start $SLURM_JOB_ID $(date +%s.%N)" >> {base}/slow-epilog.log
+    sleep "$(cat "$flag")"
+    echo "end $SLURM_JOB_ID $(date +%s.%N)" >> {base}/slow-epilog.log
+fi
+exec {hook} "$@"
+"""
+
+
+def slow_epilog_slurmctld(site: Site) -> str:
+    """The wrapper above, for slurm.conf's EpilogSlurmctld."""
+    path = site.base / "slow-epilog-slurmctld"
+    hook = site.hook("epilog-slurmctld")
+    path.write_text(SLOW_WRAPPER.format(base=site.base, hook=hook))
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def e2e_site(slurm_site: SlurmSites) -> SlurmSite:
-    def with_minors(site: Site) -> None:
+    def with_minors(site: Site) -> dict[str, object]:
         for node in NODES:
             snapshot(site, node, "h100-healthy")
+        return {"epilog_slurmctld": slow_epilog_slurmctld(site)}
 
     return slurm_site(NODES, snapshots=None, config=ISOLATE_GPU, prepare=with_minors,
                       device_cgroups=True, gpus_per_node=GPUS)  # fmt: skip
@@ -231,3 +259,75 @@ def test_the_site_says_whether_it_can_isolate(site: Site, cluster: LocalSlurm) -
     else:
         assert check.returncode == 1
         assert "does not take a GPU count change" in check.stderr
+
+
+def script_jobs(cluster: LocalSlurm) -> list[str]:
+    """Jobs during which slurmctld may run PrologSlurmctld/EpilogSlurmctld (CF or CG)."""
+    out = cluster.run(["squeue", "--all", "-h", "-t", "CF,CG", "-o", "%i %T"], check=False)
+    return out.stdout.split()
+
+
+def test_an_isolation_waits_for_epilog_slurmctld_and_slurmctld_stays_up(
+    site: Site, cluster: LocalSlurm
+) -> None:
+    """The admin's report (issue 44): the refused job's EpilogSlurmctld starts right as the
+    node turns idle; a reconfigure then kills it and 24.11's slurmctld may die (SIGSEGV in
+    prep_epilog_slurmctld_callback). Here that EpilogSlurmctld sleeps 15 s first: the
+    isolation must wait for it, reconfigure after, and slurmctld must live on."""
+    if not ISOLATES:
+        pytest.skip("22.05 does not isolate (test_one_bad_gpu_is_isolated_and_put_back)")
+    flag, slow_log = site.base / "slow-epilog.seconds", site.base / "slow-epilog.log"
+    fresh_start(cluster)
+    deadline = time.monotonic() + 60
+    while script_jobs(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert script_jobs(cluster) == []
+    ctld_log = Path(cluster.log_dir) / "slurmctld.log"
+    log_from = ctld_log.stat().st_size if ctld_log.exists() else 0
+    applied_before = len([e for e in isolate_events(site) if e.get("outcome") == "applied"])
+    flag.write_text("15\n")
+    flag.chmod(0o644)
+    started = time.monotonic()
+    try:
+        snapshot(site, "n1", "h100-ecc")
+        refused_job = cluster.submit(wrap="true", nodelist="n1", gres="gpu:1")
+        # The prolog refuses the job and drains n1; its EpilogSlurmctld sleeps while the
+        # detached `gpugate isolate apply` finds n1 idle and waits for a quiet controller.
+        wait_for(cluster, "n1", lambda f: "DRAIN" in state_flags(f["State"]), 60)
+        listed = time.monotonic() + 30
+        while str(refused_job) not in script_jobs(cluster):  # COMPLETING while it sleeps
+            assert time.monotonic() < listed, f"job {refused_job} never COMPLETING"
+            time.sleep(0.2)
+        fields = wait_for(
+            cluster, "n1",
+            lambda f: gres(f) == f"gpu:{GPUS - 1}" and "DRAIN" not in state_flags(f["State"]),
+            timeout=180,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        flag.unlink(missing_ok=True)
+    assert "gpugate-isolated: gpu3" in fields.get("Comment", "")
+    # slurmctld lived through it: its pid file's process is ours and it answers.
+    assert cluster._alive("slurmctld")
+    ping = cluster.run(["scontrol", "ping"], check=False)
+    assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
+    # Every slowed EpilogSlurmctld ran to its end (a reconfigure would have killed it), and
+    # the isolation was applied only after the refused job's had ended.
+    runs = [line.split() for line in slow_log.read_text().splitlines()]
+    ends = {job: float(t) for what, job, t in runs if what == "end"}
+    assert {job for what, job, _ in runs if what == "start"} <= set(ends), runs
+    assert str(refused_job) in ends, runs
+    applied = [e for e in isolate_events(site) if e.get("outcome") == "applied"]
+    assert len(applied) == applied_before + 1
+    when = datetime.fromisoformat(applied[-1]["time"].replace("Z", "+00:00")).timestamp()
+    assert when >= ends[str(refused_job)], (applied[-1], runs)
+    said = ctld_log.read_text(errors="replace")[log_from:] if ctld_log.exists() else ""
+    assert "killed by signal" not in said and "SIGSEGV" not in said
+    print(f"isolation applied {took:.1f} s after the refused job, waiting out EpilogSlurmctld")
+
+    # Put the GPU back for the module's other tests (as the admin would after a repair).
+    snapshot(site, "n1", "h100-healthy")
+    done = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced")
+    assert done.returncode == 0, done.stderr + done.stdout
+    wait_for(cluster, "n1", lambda f: gres(f) == f"gpu:{GPUS}")
+    cluster.run(["scancel", str(refused_job)], check=False)

@@ -17,7 +17,7 @@ from isolate_site import fake_devices, gpu_config
 from gpugate.checks.facts import Gpu
 from gpugate.checks.findings import fail
 from gpugate.fsutil import FileLock, lock_file
-from gpugate.isolate import apply, conf, probe, state
+from gpugate.isolate import apply, conf, probe, quiet, state
 from gpugate.isolate.comment import IsolatedGpu, parse_comment
 from gpugate.slurm.reasons import drain_reason
 from gpugate.slurm.records import NodeInfo
@@ -47,6 +47,18 @@ class FakeCli:
         self.gres_path = conf_path.parent / "gres.conf"
         self.invalid = False  # answer INVALID_REG whatever the files say
         self.shown = SHOWN  # `scontrol show config`
+        # squeue's answers about the controller's scripts, in turn (an exception is raised);
+        # `quiet` once they are used up. `timeline`: every squeue answer and reconfigure.
+        self.busy: list[list[tuple[str, str]] | Exception] = []
+        self.quiet: list[tuple[str, str]] = []
+        self.timeline: list[object] = []
+
+    def script_jobs(self) -> list[tuple[str, str]]:
+        answer = self.busy.pop(0) if self.busy else self.quiet
+        self.timeline.append(answer)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def version(self) -> tuple[int, int]:
         return self.v
@@ -55,6 +67,7 @@ class FakeCli:
         if args == ("show", "config"):
             return self.shown
         self.commands.append(args)
+        self.timeline.append(args)
         assert args == ("reconfigure",)
         info = self.slurm.infos[NODE]
         gpus = conf.read_node_gpus(self.conf_path.read_text(), self.gres_path.read_text(), NODE)
@@ -85,8 +98,11 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (etc / "gres.conf").write_text(GRES_CONF.format(dev=dev))
     (etc / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
     devices = fake_devices(tmp_path)
-    config = gpu_config(tmp_path, etc / "slurm.conf", devices, settle_s=2, wait_idle_s=2)
+    config = gpu_config(tmp_path, etc / "slurm.conf", devices, settle_s=2, wait_idle_s=2,
+                        quiet_s=1)  # fmt: skip
     monkeypatch.setattr(apply, "POLL_S", 0.01)
+    monkeypatch.setattr(quiet, "POLL_S", 0.01)
+    monkeypatch.setattr(quiet, "HOLD_S", 0.05)
     monkeypatch.setenv("SLURMD_NODENAME", NODE)
     drained = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), gres_gpus=8, partitions=("gpu",),
                        reason=drain_reason("gpu.ecc", "GPU3 bad"))  # fmt: skip
@@ -295,6 +311,7 @@ def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, 
     assert slurm.drains == []
     assert out[0] == f"gpugate isolate: {NODE}: dry run, nothing changed; apply would:"
     assert out[1].startswith(f"  would wait until {NODE} is idle and still drained by gpugate")
+    assert out[2].startswith("  would wait until no job is CONFIGURING or COMPLETING anywhere")
     assert (
         f"  would deny GPU 3's device to slurmd's jobs: 'c 195:3 rwm' into {group}/devices.deny"
         in out
@@ -361,3 +378,165 @@ def test_a_deny_the_node_does_not_prove_undoes_and_keeps_the_drain(site, answer,
     assert slurm.resumed == [] and slurm.node_comments == [] and slurm.node(NODE).drained
     assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (")
     assert state.load_local(config).state == state.FAILED
+
+
+# --- no reconfigure while slurmctld may run its own scripts (issue 44, isolate/quiet.py) ---------
+
+
+def _files(etc: Path) -> tuple[str, str]:
+    return (etc / "slurm.conf").read_text(), (etc / "gres.conf").read_text()
+
+
+EPILOG_RUNS = [("14", "COMPLETING")]
+
+
+def test_a_controller_that_stays_busy_gets_no_reconfigure_and_nothing_changes(site) -> None:
+    config, slurm, etc, group = site
+    slurm.fake_cli.quiet = EPILOG_RUNS  # EpilogSlurmctld of job 14 never ends
+    requested(config)
+    before = _files(etc)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
+    assert done.state == state.FAILED
+    assert "ControllerBusy" in done.why and "job 14 COMPLETING" in done.why
+    assert slurm.fake_cli.commands == []  # no reconfigure at all
+    assert _files(etc) == before
+    assert (group / "devices.deny").read_text() == ""  # nothing denied, nothing to lift
+    assert slurm.resumed == []
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 not isolated (ControllerBusy")
+    assert state.load_local(config).state == state.FAILED
+
+
+def test_the_reconfigure_waits_until_the_scripts_are_done_and_stay_done(site) -> None:
+    config, slurm, _etc, _group = site
+    down = RuntimeError("squeue: slurmctld restarting")
+    configuring = [("15", "CONFIGURING")]
+    # Busy, a moment of quiet, busy again, the controller away, then quiet for good.
+    slurm.fake_cli.busy = [EPILOG_RUNS, [], configuring, down, EPILOG_RUNS]
+    requested(config)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
+    assert done.state == state.APPLIED, done.why
+    line = slurm.fake_cli.timeline
+    at = line.index(("reconfigure",))
+    assert line[:5] == [EPILOG_RUNS, [], configuring, down, EPILOG_RUNS]
+    assert at > 6 and all(answer == [] for answer in line[5:at])  # quiet polls, HOLD_S long
+    assert slurm.fake_cli.commands == [("reconfigure",)]
+
+
+def test_another_gpugate_reconfigure_holding_the_lock_is_waited_for(site) -> None:
+    from gpugate.store.dirs import history_dir
+    from gpugate.store.locks import RECONFIGURE
+
+    config, slurm, etc, _group = site
+    requested(config)
+    before = _files(etc)
+    with FileLock(lock_file(history_dir(config), RECONFIGURE), wait_s=0) as held:
+        assert held.held
+        done = apply.apply(config, slurm, NODE, by_rule_file)
+    assert done.state == state.FAILED and "another gpugate reconfigure held" in done.why
+    assert slurm.fake_cli.commands == [] and _files(etc) == before
+    requested(config)
+    assert (
+        apply.apply(config, slurm, NODE, by_rule_file).state == state.APPLIED
+    )  # the lock released
+
+
+def test_no_reconfigure_lock_no_reconfigure(site) -> None:
+    config, slurm, etc, _group = site
+    history = Path(config.admin.history_dir)
+    history.mkdir(mode=0o700, exist_ok=True)
+    (history / "locks").write_text("not a directory")
+    requested(config)
+    before = _files(etc)
+    done = apply.apply(config, slurm, NODE, by_rule_file)
+    assert done.state == state.FAILED and "no gpugate reconfigure lock" in done.why
+    assert slurm.fake_cli.commands == [] and _files(etc) == before
+
+
+def test_an_undo_the_controller_does_not_allow_keeps_the_gpu_out_safely(site) -> None:
+    config, slurm, etc, group = site
+    slurm.errors["resume"] = RuntimeError("slurmctld went away")  # fails past the reconfigure
+    requested(config)
+    original = _files(etc)
+
+    def busy_after_the_reconfigure() -> list[tuple[str, str]]:
+        return EPILOG_RUNS if slurm.fake_cli.commands else []
+
+    slurm.fake_cli.script_jobs = busy_after_the_reconfigure  # type: ignore[method-assign]
+    done = apply.apply(config, slurm, NODE, by_rule_file)
+    # Slurm was told Gres=gpu:7: the files stay so, the device denied, no second reconfigure.
+    assert slurm.fake_cli.commands == [("reconfigure",)]
+    isolated = _files(etc)
+    assert isolated != original and "Gres=gpu:7" in isolated[0]
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert (group / "devices.allow").read_text() == ""
+    assert done.state == state.APPLIED and done.gpus[0].line.endswith("/nvidia3")
+    assert "not undone: the controller stayed busy" in done.why
+    assert state.load_local(config) == done
+    assert slurm.node(NODE).drained and slurm.resumed == []
+    assert slurm.drains[-1][1].startswith("gpugate: isolate: GPU3 out, node not resumed (")
+    assert "not undone" in slurm.drains[-1][1]
+    # Once the controller is quiet, `gpugate resume` puts the GPU back properly.
+    slurm.fake_cli.script_jobs = lambda: []  # type: ignore[method-assign]
+    assert apply.restore(config, slurm, NODE) == "GPU 3 back in service"
+    assert conf.read_node_gpus(*_files(etc), NODE).count == 8
+    assert slurm.infos[NODE].gres_gpus == 8
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+
+
+def test_putting_back_waits_for_a_quiet_controller_or_changes_nothing(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    isolated = _files(etc)
+    (group / "devices.allow").write_text("")
+    slurm.fake_cli.quiet = [("21", "CONFIGURING")]  # a PrologSlurmctld that runs on
+    with pytest.raises(apply.IsolationFailed, match="job 21 CONFIGURING"):
+        apply.restore(config, slurm, NODE)
+    assert slurm.fake_cli.commands == [("reconfigure",)]  # the isolation's own, no other
+    assert _files(etc) == isolated
+    assert (group / "devices.allow").read_text() == ""  # the device never allowed
+    assert state.load_local(config).state == state.APPLIED
+
+
+def test_a_failed_put_back_the_controller_will_not_reload_leaves_the_isolated_files(site) -> None:
+    config, slurm, etc, group = site
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    isolated = _files(etc)
+    slurm.fake_cli.invalid = True  # Slurm answers INVALID_REG to the count going up
+
+    def busy_after_the_put_back() -> list[tuple[str, str]]:
+        return EPILOG_RUNS if len(slurm.fake_cli.commands) > 1 else []
+
+    slurm.fake_cli.script_jobs = busy_after_the_put_back  # type: ignore[method-assign]
+    (group / "devices.deny").write_text("")
+    with pytest.raises(apply.IsolationFailed, match="GPU 3 not put back"):
+        apply.restore(config, slurm, NODE)
+    # No reconfigure back: the isolated files are written again for Slurm's next restart,
+    # the device denied again, the node drained, the record still applied.
+    assert slurm.fake_cli.commands == [("reconfigure",), ("reconfigure",)]
+    assert _files(etc) == isolated
+    assert (group / "devices.deny").read_text() == "c 195:3 rwm"
+    assert slurm.node(NODE).drained
+    assert state.load_local(config).state == state.APPLIED
+
+
+def test_the_quiet_wait_names_what_it_saw() -> None:
+    class Cli:
+        def __init__(self, answer) -> None:
+            self.answer = answer
+
+        def script_jobs(self) -> list[tuple[str, str]]:
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    import time
+
+    many = [(str(n), "COMPLETING") for n in range(8)]
+    with pytest.raises(quiet.ControllerBusy, match=r"job 4 COMPLETING \(\+3 more\)$"):
+        quiet.wait_quiet(Cli(many), time.monotonic() + 0.05)
+    with pytest.raises(quiet.ControllerBusy, match="squeue: RuntimeError: down"):
+        quiet.wait_quiet(Cli(RuntimeError("down")), time.monotonic() + 0.05)
+    with pytest.raises(quiet.ControllerBusy, match="quiet for only"):
+        quiet.wait_quiet(Cli([]), time.monotonic())  # HOLD_S not reached

@@ -1382,3 +1382,26 @@ def test_conformance_node_comment_is_emptied_through_scontrol(kind: str) -> None
     backend.clear_node_comment("vm")
     assert runner.writes() == [("node_comment", "vm", "")]
     assert module is None or module.log == []
+
+
+SCRIPT_JOBS = ("squeue", "--all", "--noheader", "--states=CONFIGURING,COMPLETING",
+               "--format=%i %T")  # fmt: skip
+
+
+def test_script_jobs_lists_every_configuring_or_completing_job_in_one_bounded_squeue() -> None:
+    out = "14 COMPLETING\n15_2 CONFIGURING\n\n  16 COMPLETING  \n"
+    runner = FakeRunner().ok(SCRIPT_JOBS, out)
+    backend = slurm_cli.CliBackend(timeout=3.5, runner=runner)
+    assert backend.script_jobs() == [("14", "COMPLETING"), ("15_2", "CONFIGURING"),
+                                     ("16", "COMPLETING")]  # fmt: skip
+    assert [(argv, timeout) for argv, timeout, _ in runner.calls] == [(SCRIPT_JOBS, 3.5)]
+    assert slurm_cli.CliBackend(runner=FakeRunner().ok(SCRIPT_JOBS, "")).script_jobs() == []
+
+
+def test_script_jobs_says_when_squeue_cannot_answer() -> None:
+    timed_out = FakeRunner().fail(SCRIPT_JOBS, status="timeout", rc=None)
+    with pytest.raises(S.SlurmTimeout):
+        slurm_cli.CliBackend(runner=timed_out).script_jobs()
+    down = FakeRunner().fail(SCRIPT_JOBS, stderr="slurm_load_jobs error: Unable to contact")
+    with pytest.raises(S.SlurmCommandError):
+        slurm_cli.CliBackend(runner=down).script_jobs()

@@ -34,6 +34,7 @@ LOCKERS = {
     "gpugate/store/metrics.py",
     "gpugate/gate/repair.py",
     "gpugate/isolate/apply.py",
+    "gpugate/isolate/quiet.py",
     # A job's digest lock, one per job and run below evidence_dir (not a fixed path, so not in
     # lock_paths): private as the others, tests/unit/store/test_controller_view_scale.py.
     "gpugate/store/controller_view.py",
@@ -142,6 +143,15 @@ def test_every_lock_is_0600_in_a_root_only_0700_directory(config, tmp_path, monk
 
     with pytest.raises(apply.IsolationFailed, match="no isolation requested"):
         apply.apply(config, None, "n1")  # type: ignore[arg-type]  # stops before asking Slurm
+    from gpugate.isolate import quiet
+
+    class Quiet:
+        def script_jobs(self) -> list[tuple[str, str]]:
+            return []
+
+    monkeypatch.setattr(quiet, "HOLD_S", 0.0)
+    with quiet.reconfigure_slot(config, Quiet(), 1.0):
+        pass
     assert sorted(taken) == sorted(lock_paths(config))
     for path in lock_paths(config):
         st, top = os.lstat(path), os.lstat(os.path.dirname(path))
