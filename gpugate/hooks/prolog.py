@@ -32,6 +32,7 @@ from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
+from gpugate.gate.allocation import JobGpus
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
@@ -173,9 +174,10 @@ def shared_node(
     return judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
 
 
-def concerns_job(f: Finding, env: HookEnv) -> bool:
-    """A node-wide finding, or one about a GPU the job was given."""
-    return f.gpu is None or env.gpus is None or f.gpu in env.gpus
+def concerns_job(f: Finding, held: JobGpus) -> bool:
+    """A node-wide finding, or one about a GPU the job was given (by device, not by index:
+    gate/allocation.py)."""
+    return held.holds(f.gpu)
 
 
 def run_prolog(
@@ -286,7 +288,10 @@ def act_on_failure(
 
     failing = list(decision.failing)
     try:
-        concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
+        held = JobGpus(config, env.node, env.gpus, gpus)  # Slurm's indices, matched by device
+        concerns = config.prolog.refuse_for_other_gpus or any(
+            concerns_job(f, held) for f in failing
+        )
     except Exception:  # cannot tell which GPUs: the failure may be the job's
         concerns = True
     try:

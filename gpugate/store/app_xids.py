@@ -32,6 +32,7 @@ _JOB = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import ClassVar
 
     from gpugate.checks.facts import Facts
@@ -61,19 +62,28 @@ class AppXidEntry(JsonRecord):
     }
 
 
-def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[AppXidEntry]:
+def job_events(
+    lines: list[str],
+    env: HookEnv,
+    facts: Facts,
+    now: float,
+    holds: Callable[[int], bool] | None = None,
+) -> list[AppXidEntry]:
     """One entry per (GPU, Xid) of the application-class Xids on the job's GPUs in `lines`.
 
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
-    job's GPUs (the line names the process, `pid=..., name=...`) is the job's.
+    job's GPUs (the line names the process, `pid=..., name=...`) is the job's. `holds` tells
+    the job's GPUs by their NVML index in `facts` (the epilog's gate.allocation.JobGpus, by
+    device); without it SLURM_JOB_GPUS is read as NVML indices.
     """
     if not env.job_id or not _JOB.match(env.job_id):
         return []
-    mine = {
-        normalize_pci(g.pci_bus_id)
-        for g in facts.gpus or ()
-        if g.pci_bus_id and (env.gpus is None or g.index in env.gpus)
-    }
+
+    def by_index(index: int) -> bool:
+        return env.gpus is None or index in env.gpus
+
+    ours = holds or by_index
+    mine = {normalize_pci(g.pci_bus_id) for g in facts.gpus or () if g.pci_bus_id and ours(g.index)}
     seen: dict[tuple[str, int], AppXidEntry] = {}
     for line in lines:
         event = parse_xid(line)
