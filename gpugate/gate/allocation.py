@@ -29,7 +29,7 @@ from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Iterator
 
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
@@ -39,21 +39,72 @@ if TYPE_CHECKING:
 _DEVICE = lazy(r"nvidia(\d+)")
 
 
-class Devices(Record):
-    """How a job's Slurm GPU indices name devices on this node: read as NVML indices
-    (`by_index`: gpugate never changed gres.conf here), as these device minors, or neither
-    (`minors` None, not `by_index`: unknown, every GPU counts as the job's)."""
+class Order(Record):
+    """What Slurm's GPU indices name on this node: NVML's indices (`by_index`: gpugate never
+    changed gres.conf here), places in gres.conf's GPU `files`, or neither (unknown)."""
 
     by_index: bool = False
-    minors: frozenset[int] | None = None
+    files: tuple[str, ...] | None = None
 
 
-BY_INDEX = Devices(by_index=True)
-UNKNOWN = Devices()
+BY_INDEX = Order(by_index=True)
+UNKNOWN = Order()
+
+
+class SlurmGpus:
+    """Slurm's GPU indices on this node read into the GPUs of one gather (`gpus`, facts)."""
+
+    def __init__(self, config: Config, node: str | None, gpus: tuple[Gpu, ...] | None) -> None:
+        self.config, self.node, self.gpus = config, node, gpus or ()
+        self._order: Order | None = None  # gres.conf is read when first needed
+
+    def nvml(self, slurm: Collection[int] | None) -> frozenset[int] | None:
+        """The NVML indices (in `gpus`) of the GPUs at Slurm's indices `slurm`, matched by
+        device minor; a GPU whose minor is unknown is included (it may be one of them); None
+        for None, or where gres.conf cannot tell."""
+        if slurm is None or not slurm:
+            return None if slurm is None else frozenset()
+        order = self.order()
+        if order.by_index:  # gres.conf never changed here: Slurm's index i is NVML's i
+            return frozenset(slurm)
+        minors = None if order.files is None else slurm_minors(order.files, slurm)
+        if minors is None:
+            if order.files is not None:
+                note(f"Slurm's GPU indices {sorted(slurm)} are not all in gres.conf "
+                     f"({', '.join(order.files)}): which GPUs they are is unknown")  # fmt: skip
+            return None
+        return frozenset(
+            g.index for g in self.gpus if g.minor_number is None or g.minor_number in minors
+        )
+
+    def order(self) -> Order:
+        """What Slurm's indices name here (gres.conf read once, when first asked)."""
+        if self._order is None:
+            self._order = self._read()
+        return self._order
+
+    def _read(self) -> Order:
+        isolated = os.path.exists(isolation_file(self.config))
+        iso = self.config.isolate
+        if (not isolated and (iso is None or iso.unit != "gpu")) or not self.node:
+            return BY_INDEX
+        try:
+            return Order(files=gres_gpu_files(self.config, self.node))
+        except (OSError, ValueError) as exc:  # conf.Unsupported is a ValueError
+            if not isolated:  # gpugate could not have changed files it cannot read or edit
+                return BY_INDEX  # (missing, AutoDetect): Slurm's own order, as before
+            note(f"cannot read Slurm's GPU order from gres.conf ({exc}): GPUs unknown")
+            return UNKNOWN
 
 
 class JobGpus:
-    """The GPUs a job holds on this node, asked finding by finding (`holds`)."""
+    """The GPUs a job holds on this node (Slurm's indices `slurm`, SLURM_JOB_GPUS), by device.
+
+    `holds` asks for one finding's GPU, unknown counting as the job's (the job is not blamed
+    for a fault outside it, nor spared one inside it). As a collection it is the NVML indices
+    known to be the job's (none where unknown), read when first used: a healthy prolog never
+    reads gres.conf.
+    """
 
     def __init__(
         self,
@@ -62,47 +113,33 @@ class JobGpus:
         slurm: Collection[int] | None,
         gpus: tuple[Gpu, ...] | None,
     ) -> None:
-        self.config, self.node, self.gpus = config, node, gpus or ()
+        self.order = SlurmGpus(config, node, gpus)
         self.slurm = None if slurm is None else frozenset(slurm)  # None: unknown
-        self._devices: Devices | None = None  # read when a finding first needs it
+        self._nvml: frozenset[int] | None = None
+        self._read = False
+
+    def nvml(self) -> frozenset[int] | None:
+        """The job's GPUs as NVML indices of the gather; None where unknown."""
+        if not self._read:
+            self._nvml, self._read = self.order.nvml(self.slurm), True
+        return self._nvml
 
     def holds(self, gpu: int | None) -> bool:
-        """Whether the GPU with this NVML index (in `gpus`' gather) is the job's; a node-wide
-        finding (None) and any GPU whose owner cannot be told count as the job's."""
+        """Whether the GPU with this NVML index is the job's; a node-wide finding (None) and
+        a GPU whose owner cannot be told count as the job's."""
         if gpu is None or self.slurm is None:
             return True
-        devices = self.devices()
-        if devices.by_index:
-            return gpu in self.slurm
-        if devices.minors is None:
-            return True
-        minor = next((g.minor_number for g in self.gpus if g.index == gpu), None)
-        return minor is None or minor in devices.minors
+        mine = self.nvml()
+        return mine is None or gpu in mine
 
-    def devices(self) -> Devices:
-        """What the job's Slurm indices name here (gres.conf read once, when first needed)."""
-        if self._devices is None:
-            self._devices = self._read()
-        return self._devices
+    def __contains__(self, gpu: object) -> bool:
+        return gpu in (self.nvml() or frozenset())
 
-    def _read(self) -> Devices:
-        isolated = os.path.exists(isolation_file(self.config))
-        iso = self.config.isolate
-        if (not isolated and (iso is None or iso.unit != "gpu")) or not self.node:
-            return BY_INDEX
-        try:
-            files = gres_gpu_files(self.config, self.node)
-        except (OSError, ValueError) as exc:  # conf.Unsupported is a ValueError
-            if not isolated:  # gpugate could not have changed files it cannot read or edit
-                return BY_INDEX  # (missing, AutoDetect): Slurm's own order, as before
-            note(f"cannot tell the job's GPUs from gres.conf ({exc}): every GPU counted")
-            return UNKNOWN
-        minors = slurm_minors(files, self.slurm or ())
-        if minors is None:
-            note(f"the job's GPUs {sorted(self.slurm or ())} are not all in gres.conf "
-                 f"({', '.join(files)}): every GPU counted")  # fmt: skip
-            return UNKNOWN
-        return Devices(minors=minors)
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self.nvml() or ()))
+
+    def __len__(self) -> int:
+        return len(self.nvml() or ())
 
 
 def gres_gpu_files(config: Config, node: str) -> tuple[str, ...]:

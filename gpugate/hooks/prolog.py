@@ -150,15 +150,21 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
 
 
 def shared_node(
-    config: Config, env: HookEnv, findings: list[Finding], hands: Hands
+    config: Config,
+    env: HookEnv,
+    findings: list[Finding],
+    hands: Hands,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> list[Finding]:
     """The findings with another job's load set aside (gpugate/gate/shared.py); the Slurm
     adapter, if it had to be made for that, stays in `hands`. One bounded scontrol, only when
     such a finding would otherwise fail; where the other jobs' GPUs cannot be learned it is
     reported, not drained: a demanding admin would rather see a warning on a node than lose a
     healthy node (and drain budget) to a job's own CUDA context, while this job's own GPUs,
-    which Slurm gave it alone, are still judged in full."""
+    which Slurm gave it alone, are still judged in full. Slurm's GPU indices (the job's, and
+    those GresUsed names) are read into the facts' `gpus` by device (gate/allocation.py)."""
     made: list[SlurmControl] = []
+    held = JobGpus(config, env.node, env.gpus, gpus)
 
     def allocated() -> frozenset[int] | None:
         try:
@@ -166,12 +172,13 @@ def shared_node(
         except Exception as exc:  # no adapter: which GPUs others hold is unknown
             note(f"cannot ask Slurm which GPUs jobs hold: {exc}")
             return None
-        return gpus_in_use(made[0], env.node or "")
+        return held.order.nvml(gpus_in_use(made[0], env.node or ""))
 
     def other_jobs() -> bool | None:
         return others_run(made[0], env.node or "", env.job_id) if made else None
 
-    return judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
+    mine = None if env.gpus is None else held  # None: the job has no GPU here
+    return judge_shared(findings, mine, config.policy, allocated, other_jobs)
 
 
 def concerns_job(f: Finding, held: JobGpus) -> bool:
@@ -217,7 +224,7 @@ def decide_and_act(
     findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
         config, env.node
     )
-    findings = shared_node(config, env, findings, hands)
+    findings = shared_node(config, env, findings, hands, facts.gpus)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (gpugate/act/execute.py).

@@ -14,7 +14,9 @@ from epilog_setup import env as epilog_env
 from epilog_setup import setup as epilog_setup
 from epilog_setup import slurm_with_job, snapshot
 from factories import default_config, make_facts
-from fakes import FakeSlurm
+from fakes import FakeSlurm, SharedSlurm
+from health_setup import OTHERS
+from health_setup import setup as health_setup
 from isolated_node import NODE, facts_with_minors, gres_conf, isolated
 from prolog_setup import env, setup
 
@@ -22,7 +24,9 @@ from gpugate.checks.findings import fail
 from gpugate.gate import allocation
 from gpugate.gate.allocation import JobGpus, slurm_minors, split_by_job
 from gpugate.hooks.epilog import run_epilog
+from gpugate.hooks.health import run_health
 from gpugate.hooks.prolog import concerns_job, run_prolog
+from gpugate.slurm.records import NodeInfo
 
 ECC = {"ecc_volatile_uncorrected": 2}
 
@@ -73,7 +77,7 @@ def test_an_unreadable_gres_conf_on_an_isolated_node_counts_every_gpu(seven, cap
     (Path(seven.isolate.slurm_conf).parent / "gres.conf").unlink()
     held = JobGpus(seven, NODE, (3,), facts_with_minors().gpus)
     assert all(held.holds(i) for i in range(8))
-    assert "every GPU counted" in capsys.readouterr().err
+    assert "cannot read Slurm's GPU order from gres.conf" in capsys.readouterr().err
 
 
 def test_a_gpu_put_back_last_is_slurms_last_index(tmp_path):
@@ -84,7 +88,7 @@ def test_a_gpu_put_back_last_is_slurms_last_index(tmp_path):
     config = default_config().replace(state_dir=str(tmp_path / "state"))
     config = isolated(config, tmp_path, unit="gpu", gres=text, count=8, record=False)
     held = JobGpus(config, NODE, (3, 7), facts_with_minors().gpus)
-    assert held.devices().minors == {4, 3}
+    assert held.nvml() == {3, 4}  # NVML indices of minors 4 and 3
     assert held.holds(3) and held.holds(4) and not held.holds(7)
 
 
@@ -155,3 +159,41 @@ def test_epilog_files_an_ecc_fault_on_another_device_outside_the_job(tmp_path):
     s = summary(result)
     assert not result.hardware_fault and s["hardware_fault"] is False
     assert any("GPU5" in m for m in s["faults_outside_job"])
+
+
+# A node shared by two jobs after the isolation: job A holds Slurm's GPU 4 (/dev/nvidia5), this
+# job Slurm's GPU 3 (/dev/nvidia4); Slurm's GresUsed names both by index (issue 41's judgement).
+BOTH = "gpu:h100:2(IDX:3-4)"
+A_PROC = {"processes": ({"pid": 4242, "name": "python", "used_memory_mib": 30000},),
+          "memory_used_mib": 30000}  # fmt: skip
+
+
+def test_another_jobs_process_behind_its_slurm_index_does_not_drain(tmp_path):
+    config = isolated(setup(tmp_path, facts_with_minors({5: A_PROC})), tmp_path)
+    slurm = SharedSlurm(BOTH)
+    result = run_prolog(config, env(gpus=(3,)), slurm)
+    assert (result.exit_code, result.drained) == (0, False), result
+
+
+def test_a_leftover_on_the_jobs_own_device_refuses_it_without_asking_slurm(tmp_path):
+    config = isolated(setup(tmp_path, facts_with_minors({4: A_PROC})), tmp_path)
+    slurm = SharedSlurm(BOTH)
+    result = run_prolog(config, env(gpus=(3,)), slurm)
+    assert (result.exit_code, result.refused, result.drained) == (1, True, True)
+    assert slurm.scontrols == []  # Slurm gave /dev/nvidia4 to this job alone
+
+
+class OneJob(FakeSlurm):
+    """The isolated node running one job on Slurm's GPU 3 (/dev/nvidia4)."""
+
+    def scontrol(self, *args: str) -> str:
+        return f"NodeName={NODE} Gres=gpu:7 GresUsed=gpu:h100:1(IDX:3) State=MIXED"
+
+
+@pytest.mark.parametrize(("hot", "drained"), [(4, False), (3, False), (5, True)])
+def test_health_sets_aside_the_load_of_the_gpu_behind_a_jobs_slurm_index(tmp_path, hot, drained):
+    config = isolated(health_setup(tmp_path, facts_with_minors({hot: {"temperature_c": 95.0}})),
+                      tmp_path)  # fmt: skip
+    slurm = OneJob([NodeInfo(name=NODE, state="MIXED", partitions=("gpu",)), *OTHERS])
+    result = run_health(config, NODE, slurm)
+    assert bool(slurm.drains) is drained, result  # GPU3 is isolated: its heat is only a warning
