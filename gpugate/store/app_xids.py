@@ -79,20 +79,18 @@ def job_events(
     if not env.job_id or not _JOB.match(env.job_id):
         return []
 
+    events = [e for e in map(parse_xid, lines) if e and e.pci and e.code in APP_XIDS]
+    if not events:  # the common end: the job's GPUs need not be told (gres.conf unread)
+        return []
+
     def by_index(index: int) -> bool:
         return env.gpus is None or index in env.gpus
 
     ours = holds or by_index
     mine = {normalize_pci(g.pci_bus_id) for g in facts.gpus or () if g.pci_bus_id and ours(g.index)}
     seen: dict[tuple[str, int], AppXidEntry] = {}
-    for line in lines:
-        event = parse_xid(line)
-        if (
-            event is None
-            or event.pci is None
-            or event.code not in APP_XIDS
-            or event.pci not in mine
-        ):
+    for event in events:
+        if event.pci is None or event.pci not in mine:
             continue
         key = (event.pci, event.code)
         if key not in seen and len(seen) < PER_JOB_MAX:

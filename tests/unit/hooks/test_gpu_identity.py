@@ -27,6 +27,7 @@ from gpugate.hooks.epilog import run_epilog
 from gpugate.hooks.health import run_health
 from gpugate.hooks.prolog import concerns_job, run_prolog
 from gpugate.slurm.records import NodeInfo
+from gpugate.store import app_xids
 
 ECC = {"ecc_volatile_uncorrected": 2}
 
@@ -197,3 +198,15 @@ def test_health_sets_aside_the_load_of_the_gpu_behind_a_jobs_slurm_index(tmp_pat
     slurm = OneJob([NodeInfo(name=NODE, state="MIXED", partitions=("gpu",)), *OTHERS])
     result = run_health(config, NODE, slurm)
     assert bool(slurm.drains) is drained, result  # GPU3 is isolated: its heat is only a warning
+
+
+def test_the_jobs_application_xids_are_those_on_its_device(seven):
+    def xid31(pci: str) -> str:
+        return (f"[Sun Nov 29 10:00:01 2026] NVRM: Xid (PCI:{pci}): 31, pid=1234, name=python, "
+                "channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2")  # fmt: skip
+
+    facts = facts_with_minors()  # GPU4 (/dev/nvidia4) is 0000:58:00, GPU3 0000:48:00
+    lines = [xid31("0000:48:00"), xid31("0000:58:00")]
+    held = JobGpus(seven, NODE, (3,), facts.gpus)
+    events = app_xids.job_events(lines, epilog_env(gpus=(3,)), facts, 1.0, held.holds)
+    assert [e.gpu for e in events] == ["0000:58:00"]
