@@ -54,9 +54,15 @@ LAZY: dict[str, tuple[float, str]] = {
     ),
     "gpugate.isolate.apply": (
         0.0,
-        "gate.drain.isolate_after_drain, admin.resume.restore_isolated, commands.resume: the "
+        "gate.drain.isolate_after_drain, admin.resume.restore_isolated, commands.resume, "
+        "gate.allocation (conf_paths): the "
         "GPU isolation (slurm.conf/gres.conf parser, child), only where `isolate.unit: gpu` "
         "meets a fault or a resume puts a GPU back; no measured hook run takes it",
+    ),
+    "gpugate.isolate.conf": (
+        0.0,
+        "gate.allocation.gres_gpu_files: gres.conf's GPU files, only for a failing finding about "
+        "one GPU on a site that isolates GPUs (issue 44); no measured hook run takes it",
     ),
     "difflib": (
         1.0,

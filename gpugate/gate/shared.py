@@ -182,9 +182,11 @@ def judge_shared(
 ) -> list[Finding]:
     """The prolog's findings on a node other jobs may share (`ask`: the GPUs Slurm allocated,
     this job's included; None unknown; `ask_jobs`: whether another job runs there, None
-    unknown). Slurm is asked only when a finding another job could have caused would fail: a
+    unknown). `mine` and `ask`'s GPUs are NVML indices of the findings' gather (the prolog
+    reads Slurm's indices into them by device: gate/allocation.py). Slurm is asked only when a finding another job could have caused would fail: a
     healthy prolog, the common case, costs no call."""
-    failing = [f for f in findings if contested(f, mine) and effective_status(f, policy) == F.FAIL]
+    # The status first: `mine` may be read lazily (gate/allocation.JobGpus reads gres.conf).
+    failing = [f for f in findings if effective_status(f, policy) == F.FAIL and contested(f, mine)]
     if not failing:
         return findings
     allocated = ask()

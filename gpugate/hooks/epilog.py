@@ -21,6 +21,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
+from gpugate.gate.allocation import JobGpus, job_kernel_lines, split_by_job
 from gpugate.gate.policy import DRAIN, decide
 from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
@@ -35,13 +36,7 @@ from gpugate.store import controller_view
 from gpugate.store.evidence import read_job_summary
 from gpugate.store.history import history_dir
 from gpugate.store.nccl_dir import remove_nccl_dir
-from gpugate.store.runs import (
-    baseline_offsets,
-    job_gpus,
-    job_kernel_lines,
-    new_since_prolog,
-    split_by_allocation,
-)
+from gpugate.store.runs import baseline_offsets, job_gpus, new_since_prolog
 from gpugate.store.state import StateError, counters, job_dir, load_baseline, remove_job_state
 from gpugate.store.suspects import closed_at
 
@@ -255,14 +250,15 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
     facts = gather_now(config, env, baseline, config.epilog.deadline_s / 2, gres)
     fresh = new_kernel_lines(baseline, facts.kernel_log or ())
     deltas = counter_deltas(baseline, counters(facts))
-    app_xids, mine = note_app_xids(config, env, facts, fresh)
+    # The job's GPUs: Slurm's indices, matched to the facts' GPUs by device (gate/allocation.py).
+    held = JobGpus(config, env.node, job_gpus(env, baseline), facts.gpus)
+    app_xids, mine = note_app_xids(config, env, facts, fresh, held)
     decision = hardware_decision(facts, fresh, config, app_xids=app_xids, baseline=baseline)
     flag_app_xid_suspect(config, env, app_xids, mine)
     new_faults = list(decision.failing)  # what the drain acts on: the node's own health
     # The job's verdict: only the new faults on its GPUs (or node-wide). One on another
     # job's GPUs may still drain the node, never make this job an infrastructure failure.
-    gpus = job_gpus(env, baseline)
-    hardware, elsewhere = split_by_allocation(new_faults, gpus)
+    hardware, elsewhere = split_by_job(new_faults, held)
     failed = abnormal_end(env)  # Slurm's own word; a hardware fault below does not fail the job
     why = failed
     if why is None and hardware:
@@ -281,7 +277,7 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
         config,
         env,
         job,
-        job_kernel_lines(fresh, facts, gpus),  # another job's GPU is not this job's cause
+        job_kernel_lines(fresh, facts, held),  # another job's GPU is not this job's cause
         timeout=max(1.0, min(left, config.epilog.read_timeout_s)),
         offsets=baseline_offsets(baseline),
     )
@@ -324,7 +320,7 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
 
 
 def note_app_xids(
-    config: Config, env: HookEnv, facts: Facts, fresh: list[str]
+    config: Config, env: HookEnv, facts: Facts, fresh: list[str], held: JobGpus | None = None
 ) -> tuple[tuple[AppXidEntry, ...], list[AppXidEntry]]:
     """Record this job's application-class Xids; (the node's open record with them, this job's).
 
@@ -332,7 +328,7 @@ def note_app_xids(
     what jobs raised before an admin cleared the node primes nothing after.
     """
     now = time.time()
-    mine = xid_history.job_events(fresh, env, facts, now)
+    mine = xid_history.job_events(fresh, env, facts, now, held.holds if held else None)
     if not mine:  # the rule judges only GPUs this job raised Xids on: nothing else to read
         return (), []
     known = xid_history.load(config, now)

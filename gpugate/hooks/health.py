@@ -38,6 +38,7 @@ from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.drill import active_drill
+from gpugate.gate.allocation import SlurmGpus
 from gpugate.gate.drain import drain_detail
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.gate.shared import gpus_in_use, skip_for_jobs
@@ -111,6 +112,8 @@ def judge(
     facts = gather(config, node, position=position, deadline_s=config.health.deadline_s)
     if gres is not None and facts.slurm_gres_gpus is None:
         facts = facts.replace(slurm_gres_gpus=gres)
+    # GresUsed names Slurm's indices: read into this gather's GPUs by device (gate/allocation.py).
+    in_use = SlurmGpus(config, node, facts.gpus).nvml(in_use)
     return facts, skip_for_jobs(
         without_isolated(config, run_checks(facts, config)), in_use, any_job
     )

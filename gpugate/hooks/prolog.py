@@ -32,6 +32,7 @@ from gpugate.checks.kernel import unknown_xids
 from gpugate.checks.run import run_checks
 from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
+from gpugate.gate.allocation import JobGpus
 from gpugate.gate.budget import warn_daily
 from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
@@ -149,15 +150,21 @@ def keep_isolated_denied(config: Config, node: str | None) -> list[Finding]:
 
 
 def shared_node(
-    config: Config, env: HookEnv, findings: list[Finding], hands: Hands
+    config: Config,
+    env: HookEnv,
+    findings: list[Finding],
+    hands: Hands,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> list[Finding]:
     """The findings with another job's load set aside (gpugate/gate/shared.py); the Slurm
     adapter, if it had to be made for that, stays in `hands`. One bounded scontrol, only when
     such a finding would otherwise fail; where the other jobs' GPUs cannot be learned it is
     reported, not drained: a demanding admin would rather see a warning on a node than lose a
     healthy node (and drain budget) to a job's own CUDA context, while this job's own GPUs,
-    which Slurm gave it alone, are still judged in full."""
+    which Slurm gave it alone, are still judged in full. Slurm's GPU indices (the job's, and
+    those GresUsed names) are read into the facts' `gpus` by device (gate/allocation.py)."""
     made: list[SlurmControl] = []
+    held = JobGpus(config, env.node, env.gpus, gpus)
 
     def allocated() -> frozenset[int] | None:
         try:
@@ -165,17 +172,19 @@ def shared_node(
         except Exception as exc:  # no adapter: which GPUs others hold is unknown
             note(f"cannot ask Slurm which GPUs jobs hold: {exc}")
             return None
-        return gpus_in_use(made[0], env.node or "")
+        return held.order.nvml(gpus_in_use(made[0], env.node or ""))
 
     def other_jobs() -> bool | None:
         return others_run(made[0], env.node or "", env.job_id) if made else None
 
-    return judge_shared(findings, env.gpus, config.policy, allocated, other_jobs)
+    mine = None if env.gpus is None else held  # None: the job has no GPU here
+    return judge_shared(findings, mine, config.policy, allocated, other_jobs)
 
 
-def concerns_job(f: Finding, env: HookEnv) -> bool:
-    """A node-wide finding, or one about a GPU the job was given."""
-    return f.gpu is None or env.gpus is None or f.gpu in env.gpus
+def concerns_job(f: Finding, held: JobGpus) -> bool:
+    """A node-wide finding, or one about a GPU the job was given (by device, not by index:
+    gate/allocation.py)."""
+    return held.holds(f.gpu)
 
 
 def run_prolog(
@@ -215,7 +224,7 @@ def decide_and_act(
     findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
         config, env.node
     )
-    findings = shared_node(config, env, findings, hands)
+    findings = shared_node(config, env, findings, hands, facts.gpus)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (gpugate/act/execute.py).
@@ -286,7 +295,10 @@ def act_on_failure(
 
     failing = list(decision.failing)
     try:
-        concerns = config.prolog.refuse_for_other_gpus or any(concerns_job(f, env) for f in failing)
+        held = JobGpus(config, env.node, env.gpus, gpus)  # Slurm's indices, matched by device
+        concerns = config.prolog.refuse_for_other_gpus or any(
+            concerns_job(f, held) for f in failing
+        )
     except Exception:  # cannot tell which GPUs: the failure may be the job's
         concerns = True
     try:

@@ -32,6 +32,7 @@ _JOB = lazy(r"^[0-9]+(?:_[0-9]+)?$")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import ClassVar
 
     from gpugate.checks.facts import Facts
@@ -61,28 +62,35 @@ class AppXidEntry(JsonRecord):
     }
 
 
-def job_events(lines: list[str], env: HookEnv, facts: Facts, now: float) -> list[AppXidEntry]:
+def job_events(
+    lines: list[str],
+    env: HookEnv,
+    facts: Facts,
+    now: float,
+    holds: Callable[[int], bool] | None = None,
+) -> list[AppXidEntry]:
     """One entry per (GPU, Xid) of the application-class Xids on the job's GPUs in `lines`.
 
     `lines` are the kernel lines since the job's prolog: an Xid raised there on one of the
-    job's GPUs (the line names the process, `pid=..., name=...`) is the job's.
+    job's GPUs (the line names the process, `pid=..., name=...`) is the job's. `holds` tells
+    the job's GPUs by their NVML index in `facts` (the epilog's gate.allocation.JobGpus, by
+    device); without it SLURM_JOB_GPUS is read as NVML indices.
     """
     if not env.job_id or not _JOB.match(env.job_id):
         return []
-    mine = {
-        normalize_pci(g.pci_bus_id)
-        for g in facts.gpus or ()
-        if g.pci_bus_id and (env.gpus is None or g.index in env.gpus)
-    }
+
+    events = [e for e in map(parse_xid, lines) if e and e.pci and e.code in APP_XIDS]
+    if not events:  # the common end: the job's GPUs need not be told (gres.conf unread)
+        return []
+
+    def by_index(index: int) -> bool:
+        return env.gpus is None or index in env.gpus
+
+    ours = holds or by_index
+    mine = {normalize_pci(g.pci_bus_id) for g in facts.gpus or () if g.pci_bus_id and ours(g.index)}
     seen: dict[tuple[str, int], AppXidEntry] = {}
-    for line in lines:
-        event = parse_xid(line)
-        if (
-            event is None
-            or event.pci is None
-            or event.code not in APP_XIDS
-            or event.pci not in mine
-        ):
+    for event in events:
+        if event.pci is None or event.pci not in mine:
             continue
         key = (event.pci, event.code)
         if key not in seen and len(seen) < PER_JOB_MAX:

@@ -14,7 +14,8 @@ in the job's root-only baseline (state.save_baseline):
 - `known_faults`: the failing findings (check id, GPU) the prolog itself found, e.g. a GPU
   already lost outside the job's allocation that the prolog let the job run beside. They are
   not "new since the prolog", and never the job's hardware fault.
-- `job_gpus`: the job's GPUs on this node (SLURM_JOB_GPUS), for an epilog that lacks them.
+- `job_gpus`: the job's GPUs on this node (SLURM_JOB_GPUS: Slurm's indices, read into devices
+  by gate/allocation.py), for an epilog that lacks them.
 - `started_at`: the prolog's clock, the run's start where Slurm gives none.
 """
 
@@ -23,14 +24,11 @@ from __future__ import annotations
 import os
 import time
 
-from gpugate.checks.kernel_lines import read_line
-from gpugate.checks.xid import normalize_pci
 from gpugate.store.state import KnownFault, RunRecord
 from gpugate.userfiles import UserFileError, as_user, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpugate.checks.facts import Facts
     from gpugate.checks.findings import Finding
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.hookenv import HookEnv
@@ -144,41 +142,3 @@ def new_since_prolog(findings: list[Finding], baseline: Baseline | None) -> list
     """The findings that the job's own prolog did not already report."""
     known = _known(baseline)
     return [f for f in findings if (f.check, f.gpu) not in known]
-
-
-def split_by_allocation(
-    failing: list[Finding], gpus: tuple[int, ...] | None
-) -> tuple[list[Finding], list[Finding]]:
-    """(the job's: node-wide or on its GPUs; elsewhere: on GPUs outside its allocation).
-
-    With the job's GPUs unknown every finding counts as the job's (as the prolog does).
-    """
-    if gpus is None:
-        return list(failing), []
-    mine: list[Finding] = []
-    elsewhere: list[Finding] = []
-    for f in failing:
-        (mine if f.gpu is None or f.gpu in gpus else elsewhere).append(f)
-    return mine, elsewhere
-
-
-def job_kernel_lines(lines: list[str], facts: Facts, gpus: tuple[int, ...] | None) -> list[str]:
-    """The kernel lines that may concern the job: those naming a GPU outside its allocation
-    (by its PCI address) are left out of its diagnosis (they stay in the bundle's kernel.log).
-
-    A line naming no GPU, or an address not among the node's GPUs (an NVSwitch), is kept.
-    """
-
-    if gpus is None:
-        return list(lines)
-    others = {
-        normalize_pci(g.pci_bus_id)
-        for g in facts.gpus or ()
-        if g.pci_bus_id and g.index not in gpus
-    }
-    kept = []
-    for line in lines:
-        event = read_line(line)
-        if event is None or getattr(event, "pci", None) not in others:
-            kept.append(line)
-    return kept

@@ -49,8 +49,9 @@ ISOLATE_GPU = "isolate:\n  unit: gpu\n  settle_s: 60\n  wait_idle_s: 120\n"
 
 
 def snapshot(site: Site, node: str, name: str) -> None:
-    """`name` for `node`, each GPU with its device minor (NVML's minor names /dev/nvidiaN)."""
-    site.use_snapshot_with_minors(node, name)
+    """`name` for `node`: the bundled snapshots carry each GPU's device minor (= its index, as
+    the fake devices of `LocalSlurm(device_cgroups=True)` are made), what the isolation needs."""
+    site.use_snapshot(node, name)
 
 
 # EpilogSlurmctld: gpugate's, as the site installs it, after a sleep while SLOW_FLAG (in the

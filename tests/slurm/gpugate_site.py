@@ -347,21 +347,6 @@ class Site:
         """The bundled `snapshot` beside the nodes' as `<name>.yaml`, for a job to swap in."""
         (self.snapshots / f"{name}.yaml").write_text((SNAPSHOTS / f"{snapshot}.yaml").read_text())
 
-    def use_snapshot_with_minors(self, node: str, name: str) -> None:
-        """As use_snapshot, each GPU given its device minor (= its index, as the fake devices
-        of `LocalSlurm(device_cgroups=True)` are made): what the GPU isolation needs."""
-        self.use_snapshot(node, name)
-        path = self.snapshots / f"{node}.yaml"
-        lines = []
-        for line in path.read_text().splitlines():
-            lines.append(line)
-            if line.startswith("- index: "):
-                lines.append(f"  minor_number: {int(line.split()[-1])}")
-        tmp = self.snapshots / f".{node}.minor"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.chmod(0o666)
-        os.replace(tmp, path)
-
     def restore(self, cluster: object, nodes: list[str]) -> None:
         """Healthy snapshots, an empty queue, every node resumed and idle: a test's start."""
         for node in nodes:

@@ -9,7 +9,9 @@ import os
 import paths
 import pytest
 
+from gpugate.checks.facts import facts_from_dict
 from gpugate.cli import main
+from gpugate.yamlio import parse_yaml
 
 SNAPSHOTS = str(paths.SNAPSHOTS)
 
@@ -62,3 +64,17 @@ def test_every_broken_snapshot_is_in_the_table_and_names_its_checks():
     assert {n for n, head in headers.items() if head.startswith("# Broken: ")} == set(BROKEN)
     for name, failing in BROKEN.items():
         assert all(check_id in headers[name] for check_id in failing), name
+
+
+@pytest.mark.parametrize("name", sorted(os.listdir(SNAPSHOTS)))
+def test_every_packaged_gpu_names_its_own_device_file(name):
+    """Each GPU NVML answered for carries its minor (/dev/nvidia<minor>), no two alike, so
+    `isolate.unit: gpu` can be tried on every snapshot; a GPU without a handle has none."""
+    with open(os.path.join(SNAPSHOTS, name), encoding="utf-8") as fh:
+        facts = facts_from_dict(parse_yaml(fh.read(), name))
+    gpus = facts.gpus or ()
+    answered = [g for g in gpus if g.pci_bus_id is not None]
+    assert all(g.minor_number is not None for g in answered), name
+    minors = [g.minor_number for g in gpus if g.minor_number is not None]
+    assert len(set(minors)) == len(minors), f"{name}: minors {minors}"
+    assert all(0 <= m < 255 for m in minors)  # /dev/nvidia255 is nvidiactl, no GPU
