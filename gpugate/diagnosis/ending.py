@@ -16,13 +16,12 @@ A fatal line after the success line never reaches here: the ranking decides on i
 
 from __future__ import annotations
 
-import re
-
 from gpugate.diagnosis import signatures as S
 from gpugate.diagnosis.categories import EXPLAIN
 from gpugate.diagnosis.rank import Collector
 from gpugate.diagnosis.scan import TAIL_BYTES
 from gpugate.diagnosis.verdict import Diagnosis, Evidence
+from gpugate.regex import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ LOW = "low"
 QUOTE_MAX = 160  # characters of the success line quoted in the summary
 # A message-size sweep's row: the size, one figure (bandwidth or latency), OSU's `--validation`
 # verdict "Pass" at most; an `srun --label` or Open MPI tag in front is allowed.
-_SWEEP_ROW = re.compile(
+_SWEEP_ROW = lazy(
     r"^\s*(?:\d+: |\[\d+,\d+\]<std(?:out|err)>:)?\s*(\d+)\s+\d+(?:\.\d+)?(?:\s+Pass)?\s*$"
 )
 # OSU micro-benchmarks' default largest message, MAX_MESSAGE_SIZE (1 << 22, util/osu_util.h):

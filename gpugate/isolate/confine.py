@@ -21,13 +21,14 @@ Slurm's own rules, read in SchedMD/slurm (22.05.8, 24.11.5, 25.11.7):
 from __future__ import annotations
 
 import os
-import re
+
+from gpugate.regex import lazy
 
 TASK_FIX = "TaskPlugin=task/cgroup (slurm.conf; task/affinity may stay beside it)"
 DEVICES_FIX = "ConstrainDevices=yes"
 _TRUE = {"yes", "up", "true", "1"}
 # Slurm's key=value pattern (parse_config.c keyvalue_pattern): a quoted value or a word.
-_PAIR = re.compile(r'([A-Za-z0-9_.]+)\s*[-*+/]?=\s*(?:"([^"]*)"|(\S+))')
+_PAIR = lazy(r'([A-Za-z0-9_.]+)\s*[-*+/]?=\s*(?:"([^"]*)"|(\S+))')
 
 
 def shown_value(shown: str, key: str) -> str | None:
