@@ -64,6 +64,7 @@ LAZY: dict[str, tuple[float, str]] = {
         "gate.allocation.gres_gpu_files: gres.conf's GPU files, only for a failing finding about "
         "one GPU on a site that isolates GPUs (issue 44); no measured hook run takes it",
     ),
+    "platform": (1.7, "isolate.bpf: the bpf(2) syscall's number, only on a cgroup v2 isolation"),
     "difflib": (
         1.0,
         "isolate.apply.preview: the files' changed lines, `isolate apply --dry-run` only",

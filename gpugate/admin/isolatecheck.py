@@ -10,7 +10,7 @@ says so before a fault does.
 from __future__ import annotations
 
 from gpugate.admin.access import Problem
-from gpugate.isolate.apply import site_problem
+from gpugate.isolate.apply import route, site_problem
 from gpugate.slurm.cli import CliBackend
 
 TYPE_CHECKING = False
@@ -39,4 +39,5 @@ def check_isolation(
     if why:
         return "", [Problem(f"isolate.unit is gpu, but {node} cannot isolate a GPU: {why}; "
                             "its GPU faults drain the node", FIX)]  # fmt: skip
-    return f"isolate: gpu ({node} can take a faulty GPU out of Slurm's service)", []
+    return (f"isolate: gpu ({node} can take a faulty GPU out of Slurm's service, by "
+            f"{route(config, node)})", [])  # fmt: skip

@@ -58,7 +58,8 @@ def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = 
             return refuse("gpugate isolate", f"{args.node}: cannot isolate here: {why}",
                           EXIT_UNHEALTHY)  # fmt: skip
         unit = config.isolate.unit if config.isolate else "node"
-        print(f"gpugate isolate: {args.node}: this site can isolate a GPU (isolate.unit: {unit})")
+        print(f"gpugate isolate: {args.node}: this site can isolate a GPU (isolate.unit: {unit}) "
+              f"by {apply.route(config, args.node)}")  # fmt: skip
         return EXIT_OK
     if not apply.this_node_is(args.node):
         return refuse("gpugate isolate", f"apply runs on {args.node} itself (its cgroup)",

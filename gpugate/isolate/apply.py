@@ -127,6 +127,12 @@ def site_problem(
     return None
 
 
+def route(config: Config, node: str) -> str:
+    """How this node would deny an isolated GPU's device, and why that way (cgroup.route)."""
+    devices = config.isolate.cgroup_devices if config.isolate else "/sys/fs/cgroup/devices"
+    return cgroup.route(devices, node)
+
+
 def configless(shown: str) -> bool:
     """Whether `scontrol show config` says the controller serves the configuration."""
     for line in shown.splitlines():
@@ -331,9 +337,8 @@ def preview(config: Config, slurm: SlurmControl, node: str) -> list[str]:
                f"most {iso.quiet_s:g} s (quiet.py)")  # fmt: skip
     group = cgroup.slurm_group(iso.cgroup_devices, node)
     for item in record.gpus:
-        rule = cgroup.rule(item.gpu.minor)
-        out.append(f"deny GPU {item.gpu.index}'s device to slurmd's jobs: {rule!r} into "
-                   f"{os.path.join(group, 'devices.deny')}")  # fmt: skip
+        how = cgroup.describe(iso.cgroup_devices, node, item.gpu.minor)
+        out.append(f"deny GPU {item.gpu.index}'s device to slurmd's jobs: {how}")
     for path, old, new in zip((paths[1], paths[0]), original[::-1], texts[::-1], strict=True):
         out.append(f"write {path}:")
         out += [f"  {line}" for line in _changed(old, new)]

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from gpugate.isolate.cgroup import NVIDIA_MAJOR
+from gpugate.isolate.bpf import NVIDIA_MAJOR
 
 TIMEOUT_S = 10.0
 # Waits for the go (after its move into the group), opens argv[1], prints the errno (0: opened).

@@ -33,3 +33,11 @@ def gpu_config(tmp_path: Path, slurm_conf: Path, devices: Path, **isolate: Any) 
             unit="gpu", slurm_conf=str(slurm_conf), cgroup_devices=str(devices), **isolate
         ),
     )
+
+
+def probe_scratch(tmp_path: Path) -> str:
+    """A private (0700) directory for the probe's device node, on a filesystem that allows
+    devices (the test's tmp_path)."""
+    where = tmp_path / "scratch"
+    where.mkdir(mode=0o700)
+    return str(where)

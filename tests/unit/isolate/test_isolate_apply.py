@@ -313,7 +313,7 @@ def test_a_dry_run_says_each_change_and_makes_none(site, tmp_path, monkeypatch, 
     assert out[1].startswith(f"  would wait until {NODE} is idle and still drained by gpugate")
     assert out[2].startswith("  would wait until no job is CONFIGURING or COMPLETING anywhere")
     assert (
-        f"  would deny GPU 3's device to slurmd's jobs: 'c 195:3 rwm' into {group}/devices.deny"
+        f"  would deny GPU 3's device to slurmd's jobs: write 'c 195:3 rwm' into {group}/devices.deny"
         in out
     )
     dev = tmp_path / "dev"

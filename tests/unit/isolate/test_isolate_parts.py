@@ -90,8 +90,9 @@ def test_the_rule_goes_to_slurmds_group_per_node_or_shared(tmp_path: Path) -> No
     assert (per_node / "devices.allow").read_text() == "c 195:3 rwm"
 
 
-def test_no_v1_devices_controller_is_a_problem(tmp_path: Path) -> None:
-    assert "no cgroup v1 devices controller" in (cgroup.problem(str(tmp_path)) or "")
+def test_neither_hierarchy_is_a_problem(tmp_path: Path) -> None:
+    said = cgroup.problem(str(tmp_path)) or ""
+    assert "neither a cgroup v1 devices controller nor a cgroup v2 mount" in said
     fake_devices(tmp_path)
     assert cgroup.problem(str(tmp_path)) is None  # root runs the tests
     with pytest.raises(ValueError):

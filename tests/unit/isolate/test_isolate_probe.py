@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from isolate_site import probe_scratch
 
 from gpugate.isolate import probe
 
@@ -45,9 +46,7 @@ def group():
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> str:
-    where = tmp_path / "scratch"
-    where.mkdir(mode=0o700)
-    return str(where)
+    return probe_scratch(tmp_path)
 
 
 def _deny(group: str, minor: int) -> None:
