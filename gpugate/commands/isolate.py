@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gpugate.config.schema import Config
+    from gpugate.isolate.state import Isolation
     from gpugate.slurm.control import SlurmControl
 
 
@@ -70,12 +71,25 @@ def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = 
         done = apply.apply(config, slurm, args.node)
     except apply.IsolationFailed as exc:
         return refuse("gpugate isolate", str(exc), EXIT_UNHEALTHY)
+    back, said = outcome(args.node, done)
+    if not back:
+        return refuse("gpugate isolate", said, EXIT_UNHEALTHY)
+    print(f"gpugate isolate: {said}")
+    return EXIT_OK
+
+
+def outcome(node: str, done: Isolation) -> tuple[bool, str]:
+    """(whether the node is back in service, what to say) after `apply`. An isolation kept
+    in place because its undo was not allowed (applied, with a why) left the node drained."""
     gpus = ", ".join(f"GPU {g.gpu.index}" for g in done.gpus)
     if done.state != "applied":
-        return refuse("gpugate isolate", f"{args.node}: {gpus} not isolated: {done.why}; "
-                      "the node stays drained", EXIT_UNHEALTHY)  # fmt: skip
-    print(f"gpugate isolate: {args.node}: {gpus} out of Slurm's service; the node is back")
-    return EXIT_OK
+        return False, f"{node}: {gpus} not isolated: {done.why}; the node stays drained"
+    if done.why:
+        return (
+            False,
+            f"{node}: {gpus} out of Slurm's service, but the node stays drained: {done.why}",
+        )
+    return True, f"{node}: {gpus} out of Slurm's service; the node is back"
 
 
 def dry_run(config: Config, slurm: SlurmControl, node: str) -> int:
