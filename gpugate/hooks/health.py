@@ -46,9 +46,9 @@ from gpugate.gate.shared import parse_gres_used as parse_gres_used
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
+from gpugate.isolate.state import indices_now, without_isolated
 from gpugate.isolate.state import load_local as load_isolation
 from gpugate.isolate.state import local_path as isolation_file
-from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.choose import slurm_gres_gpus
@@ -115,7 +115,7 @@ def judge(
     # GresUsed names Slurm's indices: read into this gather's GPUs by device (gate/allocation.py).
     in_use = SlurmGpus(config, node, facts.gpus).nvml(in_use)
     return facts, skip_for_jobs(
-        without_isolated(config, run_checks(facts, config)), in_use, any_job
+        without_isolated(config, run_checks(facts, config), facts.gpus), in_use, any_job
     )
 
 
@@ -377,7 +377,14 @@ def put_back_if_repaired(
                                            message=f"isolation record: {exc}"))  # fmt: skip
     if record is None or record.state != ISOLATION_APPLIED or any_job:
         return None
-    isolated = {item.gpu.index for item in record.gpus}
+    # Found by device in this snapshot, not by the index NVML gave it then (indices move).
+    now = [indices_now(item.gpu, facts.gpus) for item in record.gpus]
+    isolated = {i for found in now for i in found}
+    if not all(now):  # a GPU not seen proves nothing: its checks did not run
+        unseen = ", ".join(f"GPU {item.gpu.index} (minor {item.gpu.minor})"
+                           for item, found in zip(record.gpus, now, strict=True) if not found)  # fmt: skip
+        return Decided(result=HealthResult(status=status, action="allow",
+                                           message=f"{unseen} stays isolated: not seen"))  # fmt: skip
     failing = tuple(
         (f.check, fault_class(f.check))
         for f in run_checks(facts, config)  # every GPU judged: the isolated one too

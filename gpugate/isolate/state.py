@@ -26,6 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
 
@@ -169,13 +170,17 @@ def forget(config: Config, node: str, here: bool) -> None:
         forget_local(config)
 
 
-def without_isolated(config: Config, found: list[Finding]) -> list[Finding]:
+def without_isolated(
+    config: Config, found: list[Finding], gpus: tuple[Gpu, ...] | None
+) -> list[Finding]:
     """The hooks' findings with those of this node's isolated GPUs turned into warnings: the
     GPU is out of Slurm's service already, so it must not drain (or isolate) the node again.
-    `gpugate resume` does not use this: a GPU goes back only once its own checks pass."""
+    `gpus`: the snapshot the findings came from (their `gpu` is its NVML index), in which the
+    isolated GPUs are found by device (matches). `gpugate resume` does not use this: a GPU
+    goes back only once its own checks pass."""
     if not os.path.exists(local_path(config)):  # the common case: nothing isolated here
         return found
-    isolated = isolated_indices(config)
+    isolated = isolated_indices(config, gpus)
     if not isolated:
         return found
     return [
@@ -186,12 +191,44 @@ def without_isolated(config: Config, found: list[Finding]) -> list[Finding]:
     ]
 
 
-def isolated_indices(config: Config) -> frozenset[int]:
-    """NVML indices of this node's applied isolations (empty when none or unreadable)."""
+def isolated_indices(config: Config, gpus: tuple[Gpu, ...] | None) -> frozenset[int]:
+    """The NVML indices, in `gpus`, of this node's applied isolations (empty when none or
+    unreadable)."""
     try:
         record = load_local(config)
     except ValueError:
         return frozenset()
     if record is None or record.state != APPLIED:
         return frozenset()
-    return frozenset(g.gpu.index for g in record.gpus)
+    return frozenset(i for item in record.gpus for i in indices_now(item.gpu, gpus))
+
+
+def matches(isolated: IsolatedGpu, gpu: Gpu) -> bool:
+    """Whether `gpu` (a snapshot's) is the isolated GPU: by device minor, and by serial where
+    both have one; by serial alone where NVML gave no minor.
+
+    Not by NVML index: it is a place in NVML's enumeration, which a reboot or a GPU lost from
+    the bus can change (the isolated GPU then sits at another index, and its old one names a
+    healthy GPU). The minor is the device file the deny and gres.conf name."""
+    serials = bool(isolated.serial) and bool(gpu.serial)
+    if serials and isolated.serial != gpu.serial:
+        return False  # another board in the slot (replaced): not the GPU isolated
+    if gpu.minor_number is not None:
+        return gpu.minor_number == isolated.minor
+    return serials
+
+
+def indices_now(isolated: IsolatedGpu, gpus: tuple[Gpu, ...] | None) -> list[int]:
+    """The NVML index (in `gpus`) of the isolated GPU, found by device (matches). Not seen so:
+    a GPU that tells neither minor nor serial (a lost one tells NVML nothing) at the index
+    recorded at isolation time, the only word left; with no snapshot, that index."""
+    if not gpus:
+        return [isolated.index]
+    found = [g.index for g in gpus if matches(isolated, g)]
+    if found:
+        return found
+    return [
+        g.index
+        for g in gpus
+        if g.index == isolated.index and g.minor_number is None and not g.serial
+    ]
