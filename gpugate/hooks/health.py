@@ -45,6 +45,7 @@ from gpugate.gate.shared import gpus_in_use, skip_for_jobs
 from gpugate.gate.shared import parse_gres_used as parse_gres_used
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
+from gpugate.isolate import remote
 from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
 from gpugate.isolate.state import indices_now, without_isolated
 from gpugate.isolate.state import load_local as load_isolation
@@ -168,6 +169,8 @@ def judge_and_act(
         decided = Decided(result=HealthResult(status=decision.status, action="none", blocked_by="admin",
                           message=f"{node} drained by someone else ({info.reason!r}); left alone"),
                           plan=(ForgetHealing(node=node),))  # fmt: skip
+    elif (asked := put_back_asked(config, node, any_job, decision.status, dry_run)) is not None:
+        decided = asked  # a put-back asked on another host: started here, in its own session
     elif info.drained and info.gpugate_owned and _ended_drill(config, info):
         # A drill's drain whose window has closed (its command may have died): the fault was
         # never real, so the node goes back once the real facts pass (a drill never outlives it).
@@ -354,6 +357,39 @@ def keep_or_lift(
               RecordHealing(entry=verdict.entry.replace(passes=0), when=NOT_LIFTED)),
         refused=HealthResult(status=status, action="keep", message="not lifted: "),
     )  # fmt: skip
+
+
+def put_back_asked(
+    config: Config, node: str, any_job: bool, status: str, dry_run: bool = False
+) -> Decided | None:
+    """A put-back of the node's isolated GPUs asked on another host (`gpugate resume NODE`
+    there, gpugate/isolate/remote.py): once no job runs, start `gpugate isolate put-back NODE`
+    in a session of its own (it reconfigures Slurm, which restarts the slurmd waiting for this
+    hook), which resumes the node as `gpugate resume` on the node would. None when none was
+    asked (one failed stat when nothing is isolated here)."""
+    if not os.path.exists(isolation_file(config)):
+        return None
+    record = remote.asked(config, node)
+    if record is None:
+        return None
+    who = remote.who_asked(record)
+    if remote.under_way(config, record):  # nothing else lifts the drain meanwhile
+        return Decided(result=HealthResult(status=status, action="keep",
+                       message=f"put-back asked by {who}: under way"))  # fmt: skip
+    if any_job:
+        return Decided(result=HealthResult(status=status, action="keep",
+                       message=f"put-back asked by {who}: waits for the node's jobs to end"))  # fmt: skip
+    if dry_run:
+        said = f"would start gpugate isolate put-back {node} (asked by {who})"
+        return Decided(result=HealthResult(status=status, action="keep", message=said,
+                                           steps=(said,)))  # fmt: skip
+    from gpugate.isolate.apply import spawn
+
+    remote.mark_started(config, record)
+    pid = spawn(config, node, "put-back")
+    return Decided(result=HealthResult(status=status, action="keep",
+                   message=f"put-back asked by {who}: started gpugate isolate put-back {node} "
+                           f"(pid {pid})"))  # fmt: skip
 
 
 def put_back_if_repaired(

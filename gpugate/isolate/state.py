@@ -4,8 +4,9 @@ Two copies of one record, `Isolation`:
 - the node's own, `<state_dir>/isolated.json`: read by every hook on this node (one stat when
   there is none) to leave the isolated GPUs' findings out of its verdict and to keep their
   devices denied (after a reboot the cgroup rule is gone: the prolog writes it again);
-- the shared one, `<history_dir>/isolated/<node>.json`: what `gpugate resume NODE` reads on
-  an admin host to put the GPUs back (each GPU's own gres.conf line), and what the views list.
+- the shared one, `<history_dir>/isolated/<node>.json`: what `gpugate resume NODE` reads to
+  put the GPUs back (each GPU's own gres.conf line), what the views list, and where a
+  put-back asked on an admin host waits for the node's health check (remote.py).
 
 Both are root's, written atomically, read without following symlinks.
 """
@@ -47,8 +48,20 @@ class Isolated(Record):
     line: str = ""  # its own gres.conf line (gpugate.isolate.conf.take_out); "" until written
 
 
+class PutBack(Record):
+    """A put-back asked on another host (gpugate/isolate/remote.py): by whom, where, when,
+    why; `started`: when the node's health check started it (0: not yet)."""
+
+    who: str
+    host: str
+    asked: float
+    why: str = ""
+    started: float = 0.0
+
+
 class Isolation(Record):
-    """The isolation of one node: which GPUs, where it stands, why it stopped if it did."""
+    """The isolation of one node: which GPUs, where it stands, why it stopped if it did, and a
+    put-back asked from another host (in the shared copy)."""
 
     node: str
     state: str
@@ -56,10 +69,11 @@ class Isolation(Record):
     why: str = ""
     updated: float = 0.0
     boot_id: str = ""  # the node's boot when the fault was seen: a reboot since is a repair
+    put_back: PutBack | None = None
 
     def to_json(self) -> dict[str, object]:
         """The record as JSON (the files' format)."""
-        return {
+        out: dict[str, object] = {
             "node": self.node,
             "state": self.state,
             "why": self.why,
@@ -67,6 +81,9 @@ class Isolation(Record):
             "boot_id": self.boot_id,
             "gpus": [{**g.gpu.to_dict(), "line": g.line} for g in self.gpus],
         }
+        if self.put_back is not None:
+            out["put_back"] = self.put_back.to_dict()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Isolation:
@@ -85,6 +102,16 @@ class Isolation(Record):
                 )
                 for g in data["gpus"]
             )
+            asked = data.get("put_back")
+            put_back = None
+            if asked is not None:
+                put_back = PutBack(
+                    who=str(asked["who"]),
+                    host=str(asked["host"]),
+                    asked=float(asked["asked"]),
+                    why=str(asked.get("why") or ""),
+                    started=float(asked.get("started") or 0.0),
+                )
             return cls(
                 node=str(data["node"]),
                 state=str(data["state"]),
@@ -92,6 +119,7 @@ class Isolation(Record):
                 why=str(data.get("why") or ""),
                 updated=float(data.get("updated") or 0.0),
                 boot_id=str(data.get("boot_id") or ""),
+                put_back=put_back,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an isolation record: {exc}") from exc
