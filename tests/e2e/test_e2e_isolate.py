@@ -218,6 +218,13 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
 
         # Repaired: the node's facts pass again; the admin puts the GPU back.
         snapshot(site, "n1", "h100-healthy")
+        # Asked from another host, on a site without a HealthCheckProgram (this cluster's):
+        # nothing on n1 would act on the request, so it is refused with the fix, n1 untouched.
+        asked = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced", node="admin1")
+        assert asked.returncode == 1 and "no HealthCheckProgram" in asked.stderr, asked.stderr
+        assert "on n1 itself" in asked.stderr
+        fields = node_fields(cluster, "n1")
+        assert gres(fields) == "gpu:7" and "DRAIN" not in state_flags(fields["State"]), fields
         done = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced")
         assert done.returncode == 0, done.stderr + done.stdout
         fields = wait_for(
