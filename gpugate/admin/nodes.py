@@ -382,10 +382,11 @@ def node_row(
         node=node.name,
         state="+".join((node.state, *node.flags)) if node.flags else node.state,
         drained=drained,
-        reason=node.reason,
-        set_by=node.reason_user,
-        since=history.iso(node.reason_time) if node.reason_time else "",
-        gpugate=node.gpugate_owned if node.reason else False,
+        # A node back in service shows no reason: one Slurm kept past the resume is stale.
+        reason=node.state_reason,
+        set_by=node.reason_user if node.state_reason else "",
+        since=history.iso(node.reason_time) if node.reason_time and node.state_reason else "",
+        gpugate=node.gpugate_owned if node.state_reason else False,
         # A drill's drains are simulated faults: no repeat, no RMA (history.drill_of).
         drains=sum(1 for e in past if e.when >= since and not history.drill_of(e)) if past else 0,
         unknown_xids=unknown_xids,

@@ -8,9 +8,12 @@ import os
 from gpugate.admin.resume import Request, check_then_resume, held_notice, restore_isolated
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser
 from gpugate.commands.ask import ask_slurm_for
+from gpugate.isolate.remote import Refused, ask_put_back
 from gpugate.isolate.state import APPLIED, forget, load, local_path, shared_path
 from gpugate.names import refuse
-from gpugate.store.history import history_dir, read_dirs, record_resume
+from gpugate.node import node_name
+from gpugate.slurm.control import NotOurDrain
+from gpugate.store.history import current_user, history_dir, read_dirs, record_resume
 from gpugate.store.suspects import open_flags
 
 TYPE_CHECKING = False
@@ -32,7 +35,9 @@ def parser() -> ArgumentParser:
         "audit log with who, when, why and the check result. Exit 0 resumed, 1 refused (or "
         "Slurm does not know NODE), 2 when NODE is not one plain node name. Where "
         "admin.resume_qualify asks a qualification of the drain's fault class, the node goes "
-        "back only once one of that level passed since the drain began; --qualify runs it.",
+        "back only once one of that level passed since the drain began; --qualify runs it. "
+        "A node with isolated GPUs, asked from another host: the put-back is recorded and the "
+        "node's own health check does it (refused where no HealthCheckProgram runs).",
     )
     p.add_argument("node", metavar="NODE")
     p.add_argument(
@@ -98,6 +103,29 @@ def forget_failed_isolation(config: Config, node: str) -> None:
         forget(config, node, here)
 
 
+def on_node(node: str) -> bool:
+    """Whether this runs on `node` (imports the isolation only for a node with GPUs out)."""
+    from gpugate.isolate.apply import this_node_is
+
+    return this_node_is(node)
+
+
+def ask_node(config: Config, slurm: SlurmControl, node: str, why: str) -> int:
+    """On another host: ask `node`'s health check to put its isolated GPUs back (recorded,
+    the node drained meanwhile, audited), or refuse saying what to do instead."""
+    who = current_user()
+    try:
+        said = ask_put_back(config, slurm, node, who, node_name(), why)
+    except (Refused, NotOurDrain) as exc:
+        record_resume(history_dir(config), node, why=why, result=f"refused: {exc}",
+                      reason="isolated GPUs")  # fmt: skip
+        return refuse("gpugate resume", f"{node}: not asked: {exc}", EXIT_UNHEALTHY)
+    record_resume(history_dir(config), node, why=why, reason="isolated GPUs",
+                  result=f"put-back asked: {said}")  # fmt: skip
+    print(f"gpugate resume: {said}")
+    return EXIT_OK
+
+
 def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = None) -> int:
     """Run `gpugate resume`; `make_slurm` makes the Slurm backend (default: the site's)."""
     args = parser().parse_args(argv)
@@ -128,6 +156,9 @@ def main(argv: list[str], make_slurm: Callable[[Config], SlurmControl] | None = 
         print(f"gpugate resume: {args.node} is not drained ({info.state}); nothing to do")
         return EXIT_OK
 
+    if isolated and not on_node(args.node):
+        # The GPUs' device rules are on the node: its own health check puts them back.
+        return ask_node(config, slurm, args.node, args.why)
     request = Request(node=args.node, why=args.why, force=args.force, facts_file=args.facts,
                       qualify=args.qualify, level=args.level)  # fmt: skip
     # GPUs out of Slurm's service: back in first, then the node resumed as any other.

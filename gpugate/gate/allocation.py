@@ -4,9 +4,9 @@ Slurm's GPU indices (SLURM_JOB_GPUS in the job and in its prolog and epilog, SLU
 `scontrol -d show job`'s `GRES=gpu:2(IDX:3-4)`) are places in the node's list of GPU device
 files, not NVML indices and not device minors (docs/slurm-facts.md, "Slurm's GPU indices"):
 with `AutoDetect=off` that list is gres.conf's `File=` paths in the order the file gives them.
-Once gpugate takes /dev/nvidia3 out of that list, place 3 is /dev/nvidia4; once it puts the GPU
-back (its line goes after the node's others, gpugate/isolate/conf.put_back), place 7 is
-/dev/nvidia3. So on a site that isolates GPUs a finding's GPU is matched to the job by its
+Once gpugate takes /dev/nvidia3 out of that list, place 3 is /dev/nvidia4 (put back, the file
+returns to its place by device minor: gpugate/isolate/conf.put_back; a hand-edited gres.conf
+may still list files in any order). So on a site that isolates GPUs a finding's GPU is matched to the job by its
 device minor (NVML `nvmlDeviceGetMinorNumber`, in the facts the finding came from), never by
 comparing a Slurm index with an NVML index.
 

@@ -141,7 +141,7 @@ def hardware_decision(
     # Only the checks marked `hardware` on their @check line (see gpugate/checks/registry.py).
     now = facts.replace(kernel_log=tuple(fresh_kernel))
     found = without_isolated(
-        config, run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids)
+        config, run_checks(now, config, only=list(hardware_checks()), app_xids=app_xids), now.gpus
     )
     found = new_since_prolog(found, baseline)
     may_drain = config.epilog.drain_on_hardware

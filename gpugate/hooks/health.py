@@ -45,10 +45,11 @@ from gpugate.gate.shared import gpus_in_use, skip_for_jobs
 from gpugate.gate.shared import parse_gres_used as parse_gres_used
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
+from gpugate.isolate import remote
 from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
+from gpugate.isolate.state import indices_now, without_isolated
 from gpugate.isolate.state import load_local as load_isolation
 from gpugate.isolate.state import local_path as isolation_file
-from gpugate.isolate.state import without_isolated
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.choose import slurm_gres_gpus
@@ -115,7 +116,7 @@ def judge(
     # GresUsed names Slurm's indices: read into this gather's GPUs by device (gate/allocation.py).
     in_use = SlurmGpus(config, node, facts.gpus).nvml(in_use)
     return facts, skip_for_jobs(
-        without_isolated(config, run_checks(facts, config)), in_use, any_job
+        without_isolated(config, run_checks(facts, config), facts.gpus), in_use, any_job
     )
 
 
@@ -168,6 +169,8 @@ def judge_and_act(
         decided = Decided(result=HealthResult(status=decision.status, action="none", blocked_by="admin",
                           message=f"{node} drained by someone else ({info.reason!r}); left alone"),
                           plan=(ForgetHealing(node=node),))  # fmt: skip
+    elif (asked := put_back_asked(config, node, any_job, decision.status, dry_run)) is not None:
+        decided = asked  # a put-back asked on another host: started here, in its own session
     elif info.drained and info.gpugate_owned and _ended_drill(config, info):
         # A drill's drain whose window has closed (its command may have died): the fault was
         # never real, so the node goes back once the real facts pass (a drill never outlives it).
@@ -356,6 +359,39 @@ def keep_or_lift(
     )  # fmt: skip
 
 
+def put_back_asked(
+    config: Config, node: str, any_job: bool, status: str, dry_run: bool = False
+) -> Decided | None:
+    """A put-back of the node's isolated GPUs asked on another host (`gpugate resume NODE`
+    there, gpugate/isolate/remote.py): once no job runs, start `gpugate isolate put-back NODE`
+    in a session of its own (it reconfigures Slurm, which restarts the slurmd waiting for this
+    hook), which resumes the node as `gpugate resume` on the node would. None when none was
+    asked (one failed stat when nothing is isolated here)."""
+    if not os.path.exists(isolation_file(config)):
+        return None
+    record = remote.asked(config, node)
+    if record is None:
+        return None
+    who = remote.who_asked(record)
+    if remote.under_way(config, record):  # nothing else lifts the drain meanwhile
+        return Decided(result=HealthResult(status=status, action="keep",
+                       message=f"put-back asked by {who}: under way"))  # fmt: skip
+    if any_job:
+        return Decided(result=HealthResult(status=status, action="keep",
+                       message=f"put-back asked by {who}: waits for the node's jobs to end"))  # fmt: skip
+    if dry_run:
+        said = f"would start gpugate isolate put-back {node} (asked by {who})"
+        return Decided(result=HealthResult(status=status, action="keep", message=said,
+                                           steps=(said,)))  # fmt: skip
+    from gpugate.isolate.apply import spawn
+
+    remote.mark_started(config, record)
+    pid = spawn(config, node, "put-back")
+    return Decided(result=HealthResult(status=status, action="keep",
+                   message=f"put-back asked by {who}: started gpugate isolate put-back {node} "
+                           f"(pid {pid})"))  # fmt: skip
+
+
 def put_back_if_repaired(
     config: Config,
     info: NodeInfo,
@@ -377,7 +413,14 @@ def put_back_if_repaired(
                                            message=f"isolation record: {exc}"))  # fmt: skip
     if record is None or record.state != ISOLATION_APPLIED or any_job:
         return None
-    isolated = {item.gpu.index for item in record.gpus}
+    # Found by device in this snapshot, not by the index NVML gave it then (indices move).
+    now = [indices_now(item.gpu, facts.gpus) for item in record.gpus]
+    isolated = {i for found in now for i in found}
+    if not all(now):  # a GPU not seen proves nothing: its checks did not run
+        unseen = ", ".join(f"GPU {item.gpu.index} (minor {item.gpu.minor})"
+                           for item, found in zip(record.gpus, now, strict=True) if not found)  # fmt: skip
+        return Decided(result=HealthResult(status=status, action="allow",
+                                           message=f"{unseen} stays isolated: not seen"))  # fmt: skip
     failing = tuple(
         (f.check, fault_class(f.check))
         for f in run_checks(facts, config)  # every GPU judged: the isolated one too

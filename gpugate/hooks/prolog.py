@@ -221,9 +221,9 @@ def decide_and_act(
         note("the job asked for gpugate:skip, which this site does not allow; checking anyway")
     gres = slurm_gres_gpus(config, env.node)  # a gather source: Slurm's word, its own timeout
     facts = gather_for_prolog(config, env, config.prolog.deadline_s, gres)
-    findings = without_isolated(config, run_checks(facts, config)) + keep_isolated_denied(
-        config, env.node
-    )
+    findings = without_isolated(
+        config, run_checks(facts, config), facts.gpus
+    ) + keep_isolated_denied(config, env.node)
     findings = shared_node(config, env, findings, hands, facts.gpus)
     decision = decide(findings, config.policy, phase="prolog")
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is

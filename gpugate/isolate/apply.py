@@ -183,13 +183,18 @@ def request(
 
 
 def _spawn(config: Config, node: str) -> int:
-    """`gpugate isolate apply NODE` in a session of its own, outliving the hook and slurmd's
-    restart; its output appended to <state_dir>/isolate.log."""
+    """`gpugate isolate apply NODE`, detached (spawn)."""
+    return spawn(config, node, "apply")
+
+
+def spawn(config: Config, node: str, action: str) -> int:
+    """`gpugate isolate ACTION NODE` (apply, put-back) in a session of its own, outliving the
+    hook and slurmd's restart; its output appended to <state_dir>/isolate.log. Its pid."""
     path = os.path.join(config.state_dir, "isolate.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         proc = subprocess.Popen(
-            [*cli_command(), "isolate", "apply", node],
+            [*cli_command(), "isolate", action, node],
             stdin=subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,

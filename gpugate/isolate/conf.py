@@ -20,6 +20,7 @@ Pure functions of the files' text; the only I/O is read_text() and write_conf().
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 from gpugate.fsutil import MIB, FileRefused, atomic_write, read_regular
@@ -430,8 +431,80 @@ def put_back(
     slurm_conf: str, gres_conf: str, node: str, line: str, *, slurm_name: str = "slurm.conf",
     gres_name: str = "gres.conf",
 ) -> tuple[str, str]:  # fmt: skip
-    """The reverse: count up by one, `line` (as take_out returned it) appended after the
-    node's last gpu line. Refuses (Unsupported) if the line's file is already listed."""
+    """The reverse: count up by one, `line` (as take_out returned it) back where its device
+    belongs among the node's gpu lines. Refuses (Unsupported) if its file is already listed.
+
+    Where: with AutoDetect=off Slurm numbers a node's GPUs in gres.conf's order (docs/
+    slurm-facts.md, "Slurm's GPU indices"), so the file goes back at its place by device
+    minor (after the node's last file with a lower one): into the line take_out split (its
+    range whole again) or next to a line of several files with the same words, else as a line
+    of its own. A node whose files were in ascending order before take_out gets them so back,
+    and its gres.conf lines as they were (a range line, or one line per device)."""
+    parsed = _put_back_line(line, node)
+    file = parsed.get("file")
+    assert file is not None  # _put_back_line checked
+    gpus = read_node_gpus(slurm_conf, gres_conf, node, slurm_name=slurm_name, gres_name=gres_name)
+    if file.value in gpus.files:
+        raise Unsupported(f"{gres_name}: {file.value} is already listed for node {node}")
+    lines = _lines(gres_conf)
+    node_lines = _gpu_lines(lines, node, gres_name)
+    out = [ln.raw for ln in lines]
+    place = _place(node_lines, file.value)
+    if place is None:  # a file without a device number: after the node's last gpu line
+        after = lines[max(g.index for g in node_lines)]
+        _refuse_continued(after, gres_name)  # a line after a `\` would join it
+        out.insert(after.number, line + _ending(after))
+        return _set_count(slurm_conf, node, +1, slurm_name), "\n".join(out)
+    before, following = place
+    kept = _kept(parsed)
+    inside = before is not None and following is not None and before[0] is following[0]
+    merge: tuple[_GresLine, int] | None = None
+    if inside:  # take_out split this line's files: the file goes back into them
+        assert before is not None
+        merge = (before[0], before[1] + 1) if _joins(lines, before[0], node, kept) else None
+    else:  # a boundary: a line of several files takes it (a range), a per-device line not
+        for side, at in ((before, 1), (following, 0)):
+            if side is not None and len(side[0].files) > 1 and _joins(lines, side[0], node, kept):
+                merge = (side[0], side[1] + at)
+                break
+    if merge is not None:
+        g, k = merge
+        files = [*g.files[:k], file.value, *g.files[k:]]
+        target = lines[g.index]
+        _refuse_continued(target, gres_name)
+        out[g.index] = _replace(target.raw, _with_files(target, files, gres_name))
+    elif inside:  # the line around it has other words: split it, the file between the halves
+        assert before is not None
+        g, k = before[0], before[1] + 1
+        target = lines[g.index]
+        _refuse_continued(target, gres_name)
+        if g.nodes != [node]:
+            raise Unsupported(
+                f"{gres_name} line {target.number}: {file.value} would go inside a line shared "
+                "with other nodes"
+            )
+        content, ending = target.raw[: target.comment_at].rstrip(), _ending(target)
+        head = _replace(target.raw, _with_files(target, g.files[:k], gres_name))
+        tail = _replace(content, _with_files(target, g.files[k:], gres_name)) + ending
+        out[g.index : g.index + 1] = [head, line + ending, tail]
+    else:
+        # Its own line: after the line of the file before it, else before the line after it.
+        if before is not None:
+            at = before[0].index + 1
+            _refuse_continued(lines[before[0].index], gres_name)
+            ending = _ending(lines[before[0].index])
+        else:
+            assert following is not None
+            at = following[0].index
+            ending = _ending(lines[following[0].index])
+            if at > 0:
+                _refuse_continued(lines[at - 1], gres_name)
+        out.insert(at, line + ending)
+    return _set_count(slurm_conf, node, +1, slurm_name), "\n".join(out)
+
+
+def _put_back_line(line: str, node: str) -> _Line:
+    """The line to put back, parsed; Unsupported unless it is one take_out writes."""
     if "\n" in line or "\r" in line:
         raise Unsupported(f"put back: one gres.conf line expected, got {line!r}")
     parsed = _Line(line, 0, False)
@@ -457,16 +530,64 @@ def put_back(
         path_ok = False
     if not path_ok:
         raise Unsupported(f"put back: {file.text} is not a single path")
-    gpus = read_node_gpus(slurm_conf, gres_conf, node, slurm_name=slurm_name, gres_name=gres_name)
-    if file.value in gpus.files:
-        raise Unsupported(f"{gres_name}: {file.value} is already listed for node {node}")
-    lines = _lines(gres_conf)
-    last = max(g.index for g in _gpu_lines(lines, node, gres_name))
-    _refuse_continued(lines[last], gres_name)  # a line after a `\` would join it
-    ending = "\r" if lines[last].raw.endswith("\r") else ""
-    out = [ln.raw for ln in lines]
-    out.insert(last + 1, line + ending)
-    return _set_count(slurm_conf, node, +1, slurm_name), "\n".join(out)
+    return parsed
+
+
+def _device_number(path: str) -> int | None:
+    """The trailing digits of a device file's name (Slurm's dev_num: gres.c
+    `_init_gres_device`), None without."""
+    digits = re.search(r"(\d+)$", os.path.basename(path))
+    return int(digits.group(1)) if digits else None
+
+
+_Spot = tuple[_GresLine, int]  # a node gpu line and a place in its files
+
+
+def _place(node_lines: list[_GresLine], path: str) -> tuple[_Spot | None, _Spot | None] | None:
+    """Where `path` goes among the node's files in file order: (the file before it, the file
+    after it), each as (line, place in it); None when a file has no device number."""
+    want = _device_number(path)
+    spots = [(g, k) for g in node_lines for k in range(len(g.files))]
+    numbers = [_device_number(g.files[k]) for g, k in spots]
+    if want is None or any(n is None for n in numbers):
+        return None
+    # After the last file with a lower number: ascending files stay ascending, and in any
+    # other order the file still follows its nearest lower neighbour as listed.
+    lower = [i for i, n in enumerate(numbers) if n is not None and n < want]
+    i = max(lower, default=-1)
+    before = spots[i] if i >= 0 else None
+    following = spots[i + 1] if i + 1 < len(spots) else None
+    return before, following
+
+
+def _kept(line: _Line) -> dict[str, str]:
+    """The words a GPU's own line keeps (_KEPT_WORDS), by lower-case key."""
+    return {w.key: w.value for w in line.words if w.key in _KEPT_WORDS}
+
+
+def _joins(lines: list[_Line], g: _GresLine, node: str, kept: dict[str, str]) -> bool:
+    """Whether the put-back file can join line `g`: the node's own, the same kept words, and
+    nothing positional per file in it (Links)."""
+    line = lines[g.index]
+    plain = {"nodename", "name", "file", "files", "count", *_KEPT_WORDS}
+    if g.nodes != [node] or any(w.key not in plain for w in line.words):
+        return False
+    return _kept(line) == kept
+
+
+def _with_files(line: _Line, files: list[str], where: str) -> list[tuple[int, int, str]]:
+    """The edits that make a gres line list `files` (its File= and any Count=)."""
+    edits: list[tuple[int, int, str]] = []
+    for word in line.words:
+        if word.key in ("file", "files"):
+            edits.append((word.value_start, word.end, _compress(files, where, line)))
+        elif word.key == "count":
+            edits.append((word.value_start, word.end, str(len(files))))
+    return edits
+
+
+def _ending(line: _Line) -> str:
+    return "\r" if line.raw.endswith("\r") else ""
 
 
 # files -------------------------------------------------------------------------------------

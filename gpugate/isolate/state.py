@@ -4,8 +4,9 @@ Two copies of one record, `Isolation`:
 - the node's own, `<state_dir>/isolated.json`: read by every hook on this node (one stat when
   there is none) to leave the isolated GPUs' findings out of its verdict and to keep their
   devices denied (after a reboot the cgroup rule is gone: the prolog writes it again);
-- the shared one, `<history_dir>/isolated/<node>.json`: what `gpugate resume NODE` reads on
-  an admin host to put the GPUs back (each GPU's own gres.conf line), and what the views list.
+- the shared one, `<history_dir>/isolated/<node>.json`: what `gpugate resume NODE` reads to
+  put the GPUs back (each GPU's own gres.conf line), what the views list, and where a
+  put-back asked on an admin host waits for the node's health check (remote.py).
 
 Both are root's, written atomically, read without following symlinks.
 """
@@ -26,6 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpugate.checks.facts import Gpu
     from gpugate.checks.findings import Finding
     from gpugate.config.schema import Config
 
@@ -46,8 +48,20 @@ class Isolated(Record):
     line: str = ""  # its own gres.conf line (gpugate.isolate.conf.take_out); "" until written
 
 
+class PutBack(Record):
+    """A put-back asked on another host (gpugate/isolate/remote.py): by whom, where, when,
+    why; `started`: when the node's health check started it (0: not yet)."""
+
+    who: str
+    host: str
+    asked: float
+    why: str = ""
+    started: float = 0.0
+
+
 class Isolation(Record):
-    """The isolation of one node: which GPUs, where it stands, why it stopped if it did."""
+    """The isolation of one node: which GPUs, where it stands, why it stopped if it did, and a
+    put-back asked from another host (in the shared copy)."""
 
     node: str
     state: str
@@ -55,10 +69,11 @@ class Isolation(Record):
     why: str = ""
     updated: float = 0.0
     boot_id: str = ""  # the node's boot when the fault was seen: a reboot since is a repair
+    put_back: PutBack | None = None
 
     def to_json(self) -> dict[str, object]:
         """The record as JSON (the files' format)."""
-        return {
+        out: dict[str, object] = {
             "node": self.node,
             "state": self.state,
             "why": self.why,
@@ -66,6 +81,9 @@ class Isolation(Record):
             "boot_id": self.boot_id,
             "gpus": [{**g.gpu.to_dict(), "line": g.line} for g in self.gpus],
         }
+        if self.put_back is not None:
+            out["put_back"] = self.put_back.to_dict()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Isolation:
@@ -84,6 +102,16 @@ class Isolation(Record):
                 )
                 for g in data["gpus"]
             )
+            asked = data.get("put_back")
+            put_back = None
+            if asked is not None:
+                put_back = PutBack(
+                    who=str(asked["who"]),
+                    host=str(asked["host"]),
+                    asked=float(asked["asked"]),
+                    why=str(asked.get("why") or ""),
+                    started=float(asked.get("started") or 0.0),
+                )
             return cls(
                 node=str(data["node"]),
                 state=str(data["state"]),
@@ -91,6 +119,7 @@ class Isolation(Record):
                 why=str(data.get("why") or ""),
                 updated=float(data.get("updated") or 0.0),
                 boot_id=str(data.get("boot_id") or ""),
+                put_back=put_back,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an isolation record: {exc}") from exc
@@ -169,13 +198,17 @@ def forget(config: Config, node: str, here: bool) -> None:
         forget_local(config)
 
 
-def without_isolated(config: Config, found: list[Finding]) -> list[Finding]:
+def without_isolated(
+    config: Config, found: list[Finding], gpus: tuple[Gpu, ...] | None
+) -> list[Finding]:
     """The hooks' findings with those of this node's isolated GPUs turned into warnings: the
     GPU is out of Slurm's service already, so it must not drain (or isolate) the node again.
-    `gpugate resume` does not use this: a GPU goes back only once its own checks pass."""
+    `gpus`: the snapshot the findings came from (their `gpu` is its NVML index), in which the
+    isolated GPUs are found by device (matches). `gpugate resume` does not use this: a GPU
+    goes back only once its own checks pass."""
     if not os.path.exists(local_path(config)):  # the common case: nothing isolated here
         return found
-    isolated = isolated_indices(config)
+    isolated = isolated_indices(config, gpus)
     if not isolated:
         return found
     return [
@@ -186,12 +219,44 @@ def without_isolated(config: Config, found: list[Finding]) -> list[Finding]:
     ]
 
 
-def isolated_indices(config: Config) -> frozenset[int]:
-    """NVML indices of this node's applied isolations (empty when none or unreadable)."""
+def isolated_indices(config: Config, gpus: tuple[Gpu, ...] | None) -> frozenset[int]:
+    """The NVML indices, in `gpus`, of this node's applied isolations (empty when none or
+    unreadable)."""
     try:
         record = load_local(config)
     except ValueError:
         return frozenset()
     if record is None or record.state != APPLIED:
         return frozenset()
-    return frozenset(g.gpu.index for g in record.gpus)
+    return frozenset(i for item in record.gpus for i in indices_now(item.gpu, gpus))
+
+
+def matches(isolated: IsolatedGpu, gpu: Gpu) -> bool:
+    """Whether `gpu` (a snapshot's) is the isolated GPU: by device minor, and by serial where
+    both have one; by serial alone where NVML gave no minor.
+
+    Not by NVML index: it is a place in NVML's enumeration, which a reboot or a GPU lost from
+    the bus can change (the isolated GPU then sits at another index, and its old one names a
+    healthy GPU). The minor is the device file the deny and gres.conf name."""
+    serials = bool(isolated.serial) and bool(gpu.serial)
+    if serials and isolated.serial != gpu.serial:
+        return False  # another board in the slot (replaced): not the GPU isolated
+    if gpu.minor_number is not None:
+        return gpu.minor_number == isolated.minor
+    return serials
+
+
+def indices_now(isolated: IsolatedGpu, gpus: tuple[Gpu, ...] | None) -> list[int]:
+    """The NVML index (in `gpus`) of the isolated GPU, found by device (matches). Not seen so:
+    a GPU that tells neither minor nor serial (a lost one tells NVML nothing) at the index
+    recorded at isolation time, the only word left; with no snapshot, that index."""
+    if not gpus:
+        return [isolated.index]
+    found = [g.index for g in gpus if matches(isolated, g)]
+    if found:
+        return found
+    return [
+        g.index
+        for g in gpus
+        if g.index == isolated.index and g.minor_number is None and not g.serial
+    ]

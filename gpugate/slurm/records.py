@@ -66,6 +66,19 @@ class NodeInfo(Record):
         return self.state in _OUT_OF_SERVICE or any(f in _OUT_OF_SERVICE for f in self.flags)
 
     @property
+    def state_reason(self) -> str:
+        """The reason while the node is out of service (DRAIN/DOWN/FAIL); "" once it is back.
+
+        A resumed node may still carry its last reason: Slurm 23.02 to 25.11 clear it on a
+        resume only where an accounting storage plugin is configured (src/interfaces/
+        accounting_storage.c `clusteracct_storage_g_node_up` returns before its xfree when
+        the plugin is a no-op), else only when they next allocate the node a job (node_mgr.c
+        `make_node_alloc`); `scontrol update reason=` cannot (update_node sets non-empty
+        reasons only). 22.05 and 26.05 clear it (docs/slurm-facts.md, "A resumed node's
+        reason"). That leftover says nothing about the node now: views show this instead."""
+        return self.reason if self.drained else ""
+
+    @property
     def gpugate_owned(self) -> bool:
         """True when the reason is one gpugate wrote."""
         return self.reason.startswith(GPUGATE_PREFIX)

@@ -218,6 +218,13 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
 
         # Repaired: the node's facts pass again; the admin puts the GPU back.
         snapshot(site, "n1", "h100-healthy")
+        # Asked from another host, on a site without a HealthCheckProgram (this cluster's):
+        # nothing on n1 would act on the request, so it is refused with the fix, n1 untouched.
+        asked = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced", node="admin1")
+        assert asked.returncode == 1 and "no HealthCheckProgram" in asked.stderr, asked.stderr
+        assert "on n1 itself" in asked.stderr
+        fields = node_fields(cluster, "n1")
+        assert gres(fields) == "gpu:7" and "DRAIN" not in state_flags(fields["State"]), fields
         done = gpugate(site, cluster, "resume", "n1", "--why", "GPU3 replaced")
         assert done.returncode == 0, done.stderr + done.stdout
         fields = wait_for(
@@ -225,7 +232,17 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
             lambda f: gres(f) == f"gpu:{GPUS}" and "DRAIN" not in state_flags(f["State"]),
         )  # fmt: skip
         assert "gpugate-isolated" not in fields.get("Comment", "")
+        # No stale reason (docs/slurm-facts.md, "A resumed node's reason"): gpugate's view
+        # shows none for the node in service; Slurm 23.02-25.11 without accounting storage
+        # keep it past the resume until the node's next job, which the probe below is.
+        listed = json.loads(gpugate(site, cluster, "nodes", "--json").stdout)["nodes"]
+        (row,) = [r for r in listed if r["node"] == "n1"]
+        assert (row["reason"], row["set_by"], row["since"]) == ("", "", ""), row
+        kept = fields.get("Reason", "")
+        print(f"n1 right after the put-back, Slurm {slurm_version()}: Reason={kept!r}")
+        assert bool(kept) == ((23, 2) <= slurm_version() < (26, 5)), kept
         assert opened(probe(cluster, "n1", GPUS)) == set(range(GPUS))
+        assert "Reason" not in node_fields(cluster, "n1"), node_fields(cluster, "n1")
     assert watch.seen
     assert watch.slurms_own() == []
     assert cluster.job_state(busy)["JobState"] == "RUNNING"  # lived through two reconfigures

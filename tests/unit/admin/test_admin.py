@@ -214,8 +214,10 @@ def test_rows_most_urgent_first_then_nodes_in_service_in_slurm_order():
     assert by["dead"].action == A.NOT_RESPONDING and by["dead"].gpugate is False
     assert by["hook"].action == A.HOOK_ERROR and by["admin"].action == A.ADMIN
     assert by["admin"].set_by == "alice" and by["admin"].since == "2023-11-14T22:13:20Z"
-    # 24.11 keeps a reason on a resumed node: listed, owned, but in service and no action.
+    # 24.11 keeps a reason on a resumed node: in service, no action, and no stale reason shown.
     assert by["resumed"].drained is False and by["resumed"].action == ""
+    assert (by["resumed"].reason, by["resumed"].set_by, by["resumed"].gpugate) == ("", "", False)
+    assert by["admin"].reason == "IT-4461 swap PSU"  # a drained node's reason stays
     assert by["bus"].check == "kernel.xid" and by["bus"].state == "IDLE+DRAIN"
     assert [r.node for r in rows(nodes, history, drained_only=True)][-1] == "admin"
 

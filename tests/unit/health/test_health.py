@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from factories import make_facts
+from factories import make_facts, make_gpu
 from fakes import NODE, FakeSlurm, drained
 from health_setup import ECC, OTHERS, audit, cluster, setup, swap, write_boot
 
@@ -417,24 +417,31 @@ def isolated_here(config, boot: str = "boot-1") -> None:
     from gpugate.isolate import state
     from gpugate.isolate.comment import IsolatedGpu
 
-    gpu = IsolatedGpu(index=3, minor=3, serial="S3", since=int(time.time()) - 60,
+    # The serial make_gpu(3) gives: the GPU is found by device in the snapshot, not by index.
+    gpu = IsolatedGpu(index=3, minor=3, serial=make_gpu(3).serial or "", since=int(time.time()) - 60,
                       why="gpu.ecc: GPU3 aggregate uncorrected ECC 120")  # fmt: skip
     record = state.Isolation(node=NODE, state=state.APPLIED, boot_id=boot,
                              gpus=(state.Isolated(gpu=gpu, line="NodeName=x Name=gpu File=y"),))  # fmt: skip
     state.save(config, record)
 
 
-def test_an_isolated_gpu_goes_back_only_after_a_repair_and_its_own_checks(tmp_path, monkeypatch):
+def isolated_node(tmp_path, monkeypatch, gpus) -> tuple:
+    """A node with GPU 3 isolated, its facts' GPUs `gpus`; the put-backs asked, recorded."""
     import gpugate.admin.resume as resume
     from gpugate.admin.resume import Attempt
 
-    config = setup(tmp_path, make_facts(gpus=ECC))
+    config = setup(tmp_path, make_facts(gpus=gpus))
     config = config.replace(admin=config.admin.replace(history_dir=str(tmp_path / "history")))
     (tmp_path / "state").mkdir(exist_ok=True)
     isolated_here(config)
     asked: list = []
     monkeypatch.setattr(resume, "restore_isolated", lambda c, s, info, request: asked.append(
         request) or Attempt(resumed=True, why="", result="ok (this node)"))  # fmt: skip
+    return config, asked
+
+
+def test_an_isolated_gpu_goes_back_only_after_a_repair_and_its_own_checks(tmp_path, monkeypatch):
+    config, asked = isolated_node(tmp_path, monkeypatch, ECC)
     slurm = cluster()
     result = run_health(config, NODE, slurm)  # GPU 3 still bad: out of service, not drained
     assert (result.action, slurm.drains) == ("allow", [])
@@ -447,6 +454,35 @@ def test_an_isolated_gpu_goes_back_only_after_a_repair_and_its_own_checks(tmp_pa
     assert "GPU 3 put back: repaired: rebooted" in result.message
     (request,) = asked
     assert (request.who, request.why) == ("gpugate health", "repaired: rebooted")
+
+
+def shifted(bad: bool) -> list:
+    """After a reboot that enumerated the GPUs anew: the isolated GPU (its serial) is NVML
+    index 2, and index 3 another, healthy one (no minors: the serials tell them apart)."""
+    gpus = [make_gpu(i) for i in (0, 1, 3, 2, 4, 5, 6, 7)]
+    ecc = {"ecc_aggregate_uncorrected": 120} if bad else {}
+    return [g.replace(index=k, **(ecc if g.serial == make_gpu(3).serial else {}))
+            for k, g in enumerate(gpus)]  # fmt: skip
+
+
+def test_the_isolated_gpu_is_judged_by_device_after_its_index_moved(tmp_path, monkeypatch):
+    config, asked = isolated_node(tmp_path, monkeypatch, shifted(bad=True))
+    slurm = cluster()
+    write_boot(tmp_path, "boot-2")  # rebooted: repair evidence, but the GPU (index 2 now) fails
+    result = run_health(config, NODE, slurm)
+    assert "GPU 2 stays isolated: still failing: gpu.ecc" in result.message
+    assert (asked, slurm.drains) == ([], [])  # its fault did not drain the node either
+    swap(tmp_path, make_facts(gpus=shifted(bad=False)))
+    result = run_health(config, NODE, slurm)
+    assert "GPU 2 put back" in result.message and len(asked) == 1
+
+
+def test_an_isolated_gpu_not_seen_stays_isolated(tmp_path, monkeypatch):
+    # Another board where GPU 3 was (its serial differs): the GPU isolated is not there.
+    config, asked = isolated_node(tmp_path, monkeypatch, {3: {"serial": "1652999000003"}})
+    write_boot(tmp_path, "boot-2")
+    result = run_health(config, NODE, cluster())
+    assert "GPU 3 (minor 3) stays isolated: not seen" in result.message and asked == []
 
 
 def _tree(root) -> dict[str, bytes]:

@@ -82,9 +82,9 @@ def test_an_unreadable_gres_conf_on_an_isolated_node_counts_every_gpu(seven, cap
 
 
 def test_a_gpu_put_back_last_is_slurms_last_index(tmp_path):
-    # After `gpugate resume` the GPU's own line follows the node's others (isolate.conf.put_back),
-    # so Slurm's order is nvidia0-2,4-7,3 with no isolation record left: a site that isolates
-    # reads gres.conf even then.
+    # A gres.conf out of device order with no isolation record left (put back by an earlier
+    # gpugate, whose line followed the node's others, or edited so): Slurm's order is
+    # nvidia0-2,4-7,3, and a site that isolates reads gres.conf even then.
     text = gres_conf("/dev/nvidia[0-2,4-7]") + f"NodeName={NODE} Name=gpu File=/dev/nvidia3\n"
     config = default_config().replace(state_dir=str(tmp_path / "state"))
     config = isolated(config, tmp_path, unit="gpu", gres=text, count=8, record=False)

@@ -540,3 +540,167 @@ def test_the_quiet_wait_names_what_it_saw() -> None:
         quiet.wait_quiet(Cli(RuntimeError("down")), time.monotonic() + 0.05)
     with pytest.raises(quiet.ControllerBusy, match="quiet for only"):
         quiet.wait_quiet(Cli([]), time.monotonic())  # HOLD_S not reached
+
+
+# --- put-back asked on another host (isolate/remote.py), and done by the node itself -------
+
+HEALTH = "HealthCheckInterval     = 60 sec\nHealthCheckProgram      = /usr/libexec/gpugate/health\n"
+
+
+def isolated_and_asked(site, monkeypatch: pytest.MonkeyPatch, **shown: str):
+    """GPU 3 isolated on n1, then `gpugate resume n1` asked on admin1 by alice: its answer."""
+    from gpugate.isolate import remote
+
+    config, slurm, _etc, _group = site
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    slurm.fake_cli.shown = SHOWN + shown.get("health", HEALTH)
+    monkeypatch.setenv("SLURMD_NODENAME", "admin1")
+    said = remote.ask_put_back(config, slurm, NODE, "alice", "admin1", "GPU3 replaced")
+    monkeypatch.setenv("SLURMD_NODENAME", NODE)
+    return said
+
+
+def test_a_put_back_asked_elsewhere_is_recorded_and_the_node_drained_saying_who(
+    site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, slurm, _etc, group = site
+    said = isolated_and_asked(site, monkeypatch)  # isolated: it was in service with 7 GPUs
+    assert "health check (/usr/libexec/gpugate/health, every 60 s)" in said
+    asked = state.load(state.shared_path(config, NODE)).put_back
+    assert (asked.who, asked.host, asked.why, asked.started) == ("alice", "admin1", "GPU3 replaced", 0.0)  # fmt: skip
+    assert slurm.drains[-1] == (NODE, "gpugate: isolate: putting back GPU 3 (asked by alice on admin1)")  # fmt: skip
+    # Nothing of the node's changed from the admin host: the GPU is still out and denied.
+    assert (
+        slurm.infos[NODE].gres_gpus == 7 and (group / "devices.deny").read_text() == "c 195:3 rwm"
+    )
+    assert state.load_local(config).put_back is None  # the node's own copy is the node's
+
+
+@pytest.mark.parametrize(
+    ("health", "what"),
+    [("HealthCheckProgram      = (null)\nHealthCheckInterval     = 0 sec\n", "no HealthCheckProgram"),
+     ("HealthCheckProgram      = /x/health\nHealthCheckInterval     = 0 sec\n", "HealthCheckInterval=0")],
+)  # fmt: skip
+def test_without_a_health_check_the_admin_host_refuses_with_the_fix(
+    site, monkeypatch: pytest.MonkeyPatch, health, what
+) -> None:
+    from gpugate.isolate import remote
+
+    config, slurm, _etc, _group = site
+    with pytest.raises(remote.Refused, match=f"{what}.*Run `gpugate resume n1` on n1 itself"):
+        isolated_and_asked(site, monkeypatch, health=health)
+    assert state.load(state.shared_path(config, NODE)).put_back is None
+    assert slurm.drains == []  # the node not drained for a request nobody will act on
+    assert not slurm.infos[NODE].drained and slurm.infos[NODE].gres_gpus == 7
+
+
+def test_an_admins_drain_is_not_replaced_by_a_put_back_request(
+    site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpugate.isolate import remote
+
+    config, slurm, _etc, _group = site
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    slurm.infos[NODE] = slurm.infos[NODE].replace(flags=("DRAIN",), reason="IT-4461 PSU")
+    slurm.fake_cli.shown = SHOWN + HEALTH
+    with pytest.raises(remote.Refused, match="IT-4461 PSU"):
+        remote.ask_put_back(config, slurm, NODE, "alice", "admin1")
+    assert state.load(state.shared_path(config, NODE)).put_back is None
+
+
+def test_gpugate_resume_elsewhere_asks_and_says_so(site, monkeypatch: pytest.MonkeyPatch, capsys):
+    from gpugate.commands import resume
+
+    config, slurm, _etc, _group = site
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    slurm.fake_cli.shown = SHOWN + HEALTH
+    monkeypatch.setenv("SLURMD_NODENAME", "admin1")
+    assert resume.ask_node(config, slurm, NODE, "GPU3 replaced") == 0
+    assert "put-back asked; n1 is drained meanwhile" in capsys.readouterr().out
+    assert state.load(state.shared_path(config, NODE)).put_back.host == "admin1"
+    slurm.fake_cli.shown = SHOWN
+    assert resume.ask_node(config, slurm, NODE, "again") == 1  # refused, with the fix
+    assert "on n1 itself" in capsys.readouterr().err
+
+
+def test_the_nodes_health_check_starts_the_put_back_once(site, monkeypatch: pytest.MonkeyPatch):
+    from gpugate.hooks.health import put_back_asked
+
+    config, _slurm, _etc, _group = site
+    isolated_and_asked(site, monkeypatch)
+    started: list = []
+    monkeypatch.setattr(
+        apply, "spawn", lambda c, node, action: started.append((node, action)) or 77
+    )
+    busy = put_back_asked(config, NODE, any_job=True, status="ok")
+    assert "waits for the node's jobs to end" in busy.result.message and started == []
+    dry = put_back_asked(config, NODE, any_job=False, status="ok", dry_run=True)
+    assert (
+        dry.result.message.startswith("would start gpugate isolate put-back n1") and started == []
+    )
+    first = put_back_asked(config, NODE, any_job=False, status="ok")
+    assert started == [(NODE, "put-back")] and "(pid 77)" in first.result.message
+    assert state.load(state.shared_path(config, NODE)).put_back.started > 0
+    again = put_back_asked(config, NODE, any_job=False, status="ok")  # the next health run
+    assert again.result.action == "keep" and "under way" in again.result.message
+    assert started == [(NODE, "put-back")]
+
+
+def test_nothing_asked_nothing_started(site, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpugate.hooks.health import put_back_asked
+
+    config, slurm, _etc, _group = site
+    assert put_back_asked(config, NODE, any_job=False, status="ok") is None  # nothing isolated
+    requested(config)
+    apply.apply(config, slurm, NODE, by_rule_file)
+    assert put_back_asked(config, NODE, any_job=False, status="ok") is None  # none asked
+
+
+def node_checks(monkeypatch: pytest.MonkeyPatch, facts) -> None:
+    """The node's checks as `gpugate resume` gathers them, from `facts`."""
+    import gpugate.admin.resume as resume
+
+    monkeypatch.setattr(
+        resume, "node_facts", lambda config, node, f, slurm=None: (facts, "this node")
+    )
+
+
+def test_the_asked_put_back_runs_the_local_resume_and_resumes(site, monkeypatch, capsys) -> None:
+    from factories import make_facts
+
+    from gpugate.commands.isolate import put_back
+    from gpugate.store.history import resumes
+
+    config, slurm, _etc, group = site
+    isolated_and_asked(site, monkeypatch)
+    node_checks(monkeypatch, make_facts())
+    assert put_back(config, slurm, NODE) == 0
+    assert "GPU 3 back; resumed" in capsys.readouterr().out
+    assert slurm.infos[NODE].gres_gpus == 8 and not slurm.infos[NODE].drained
+    assert (group / "devices.allow").read_text() == "c 195:3 rwm"
+    assert state.load(state.shared_path(config, NODE)) is None and state.load_local(config) is None
+    (entry,) = [e for e in resumes(config.admin.history_dir, NODE) if e.resumed]
+    assert entry.who == "alice on admin1 (gpugate health on n1)" and entry.why == "GPU3 replaced"
+    assert put_back(config, slurm, NODE) == 1  # asked once, done once
+
+
+def test_a_put_back_the_node_refuses_ends_the_request_and_says_why(site, monkeypatch) -> None:
+    from factories import make_facts
+
+    from gpugate.commands.isolate import put_back
+
+    config, slurm, _etc, group = site
+    isolated_and_asked(site, monkeypatch)
+    node_checks(monkeypatch, make_facts(gpus={3: {"ecc_aggregate_uncorrected": 120}}))
+    assert put_back(config, slurm, NODE) == 1
+    record = state.load(state.shared_path(config, NODE))
+    assert record.state == state.APPLIED and record.put_back is None  # still out, not asked
+    _node, reason = slurm.drains[-1]
+    assert reason.startswith("gpugate: isolate: GPU 3 not put back (asked by alice on admin1): ")
+    assert "still fails its checks" in reason and slurm.infos[NODE].drained
+    assert (
+        slurm.infos[NODE].gres_gpus == 7 and (group / "devices.deny").read_text() == "c 195:3 rwm"
+    )

@@ -40,7 +40,8 @@ NodeName=n2 Name=gpu File=/dev/nvidia[0-7]
 
 
 def roundtrip(slurm: str, gres: str, node: str, path: str) -> tuple[str, str, str]:
-    """take_out then put_back; asserts the count and the set of files come back."""
+    """take_out then put_back; asserts the count and the files, in their order, come back
+    (every node's: Slurm numbers a node's GPUs in gres.conf's order)."""
     before = read_node_gpus(slurm, gres, node)
     s2, g2, line = take_out(slurm, gres, node, path)
     mid = read_node_gpus(s2, g2, node)
@@ -49,7 +50,7 @@ def roundtrip(slurm: str, gres: str, node: str, path: str) -> tuple[str, str, st
     s3, g3 = put_back(s2, g2, node, line)
     after = read_node_gpus(s3, g3, node)
     assert after.count == before.count
-    assert set(after.files) == set(before.files)
+    assert after.files == before.files
     return s2, g2, line
 
 
@@ -70,12 +71,81 @@ def test_take_out_changes_only_the_nodes_count_and_file_and_keeps_comments():
     assert read_node_gpus(s2, g2, "n2") == read_node_gpus(SLURM, GRES, "n2")
 
 
-def test_round_trip_and_put_back_appends_after_the_nodes_last_gpu_line():
-    s2, g2, line = roundtrip(SLURM, GRES, "n1", "/dev/nvidia3")
+@pytest.mark.parametrize("minor", range(8))
+def test_a_range_line_round_trips_byte_for_byte(minor):
+    s2, g2, line = roundtrip(SLURM, GRES, "n1", f"/dev/nvidia{minor}")
+    assert put_back(s2, g2, "n1", line) == (SLURM, GRES)
+
+
+def test_put_back_restores_slurms_numbering():
+    # Reported: the line went after the node's others, so Slurm's index 3 stayed nvidia4.
+    s2, g2, line = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
     s3, g3 = put_back(s2, g2, "n1", line)
-    assert s3 == SLURM
-    assert g3.splitlines()[3] == "NodeName=n1 Name=gpu File=/dev/nvidia3"
-    assert g3.splitlines()[4] == "NodeName=n2 Name=gpu File=/dev/nvidia[0-7]"
+    assert read_node_gpus(s3, g3, "n1").files == ALL8
+    assert read_node_gpus(s3, g3, "n1").files.index("/dev/nvidia4") == 4
+
+
+def test_two_gpus_out_come_back_in_either_order():
+    s2, g2, line3 = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
+    s2, g2, line6 = take_out(s2, g2, "n1", "/dev/nvidia6")
+    assert "File=/dev/nvidia[0-2,4-5,7]  # eight" in g2
+    for first, second in ((line3, line6), (line6, line3)):
+        assert put_back(*put_back(s2, g2, "n1", first), "n1", second) == (SLURM, GRES)
+
+
+PER_DEVICE = "".join(f"NodeName=n1 Name=gpu File=/dev/nvidia{i}\n" for i in range(8))
+
+
+@pytest.mark.parametrize("minor", [0, 3, 7])
+def test_per_device_lines_round_trip_byte_for_byte(minor):
+    s2, g2, line = roundtrip(SLURM, PER_DEVICE, "n1", f"/dev/nvidia{minor}")
+    assert put_back(s2, g2, "n1", line) == (SLURM, PER_DEVICE)
+
+
+def test_two_per_device_lines_out_and_back():
+    s2, g2, line1 = take_out(SLURM, PER_DEVICE, "n1", "/dev/nvidia1")
+    s2, g2, line2 = take_out(s2, g2, "n1", "/dev/nvidia2")
+    assert put_back(*put_back(s2, g2, "n1", line2), "n1", line1) == (SLURM, PER_DEVICE)
+
+
+def test_other_nodes_lines_between_stay_where_they_are():
+    gres = (
+        "AutoDetect=off\n"
+        "NodeName=n1 Name=gpu File=/dev/nvidia[0-3] Cores=0-1\n"
+        "NodeName=n2 Name=gpu File=/dev/nvidia[0-7]\n"
+        "# n1's second socket\n"
+        "NodeName=n1 Name=gpu File=/dev/nvidia[4-7] Cores=2-3\n"
+        "NodeName=n3 Name=gpu File=/dev/nvidia[0-7]\n"
+    )
+    slurm = SLURM + "NodeName=n3 Gres=gpu:8\n"
+    for minor in range(8):
+        s2, g2, line = roundtrip(slurm, gres, "n1", f"/dev/nvidia{minor}")
+        assert put_back(s2, g2, "n1", line) == (slurm, gres)
+        # The other nodes' lines never moved, in the middle either.
+        for other in ("n2", "n3"):
+            assert read_node_gpus(s2, g2, other) == read_node_gpus(slurm, gres, other)
+
+
+def test_an_edited_range_around_the_place_is_split_not_joined():
+    # An admin gave n1's remaining files other Cores meanwhile: the file goes back between
+    # the halves on a line of its own, the order still ascending.
+    s2, g2, line = take_out(SLURM, GRES, "n1", "/dev/nvidia3")
+    g2 = g2.replace("File=/dev/nvidia[0-2,4-7]  # eight", "File=/dev/nvidia[0-2,4-7] Cores=0  # x")
+    _, g3 = put_back(s2, g2, "n1", line)
+    assert g3.splitlines()[2:5] == [
+        "NodeName=n1 Name=gpu File=/dev/nvidia[0-2] Cores=0  # x",
+        "NodeName=n1 Name=gpu File=/dev/nvidia3",
+        "NodeName=n1 Name=gpu File=/dev/nvidia[4-7] Cores=0",
+    ]
+    assert read_node_gpus(SLURM, g3, "n1").files == ALL8
+
+
+def test_a_file_without_a_device_number_goes_after_the_nodes_lines():
+    gres = "NodeName=n1 Name=gpu File=/dev/gpua,/dev/gpub\n"
+    slurm = "NodeName=n1 Gres=gpu:2\n"
+    s2, g2, line = take_out(slurm, gres, "n1", "/dev/gpua")
+    s3, g3 = put_back(s2, g2, "n1", line)
+    assert read_node_gpus(s3, g3, "n1").files == ("/dev/gpub", "/dev/gpua")
 
 
 def test_put_back_refuses_a_file_already_listed():
@@ -255,8 +325,7 @@ def test_per_socket_lines_with_cores():
         "NodeName=n1 Name=gpu Type=h100 File=/dev/nvidia[4,6-7] Cores=32-63",
     ]
     assert line == "NodeName=n1 Name=gpu File=/dev/nvidia5 Type=h100 Cores=32-63"
-    _, g3 = put_back(s2, g2, "n1", line)
-    assert g3.splitlines()[2] == line  # after the node's last gpu line
+    assert put_back(s2, g2, "n1", line) == (slurm, gres)  # back into its socket's range
 
 
 def test_one_line_per_gpu_loses_the_line():
@@ -268,13 +337,15 @@ def test_one_line_per_gpu_loses_the_line():
 
 def test_a_gres_line_shared_by_nodes_is_split():
     gres = "AutoDetect=off\nNodeName=n[1-2] Name=gpu File=/dev/nvidia[0-7] # both\n"
-    s2, g2, _ = roundtrip(SLURM, gres, "n1", "/dev/nvidia0")
+    s2, g2, line = roundtrip(SLURM, gres, "n1", "/dev/nvidia0")
     assert g2.splitlines() == [
         "AutoDetect=off",
         "NodeName=n2 Name=gpu File=/dev/nvidia[0-7] # both",
         "NodeName=n1 Name=gpu File=/dev/nvidia[1-7]",
     ]
     assert read_node_gpus(s2, g2, "n2") == read_node_gpus(SLURM, gres, "n2")
+    # Back in its place on the node's own line (the split stays: a line of its own is fine).
+    assert put_back(s2, g2, "n1", line)[1].splitlines()[2] == "NodeName=n1 Name=gpu File=/dev/nvidia[0-7]"  # fmt: skip
 
 
 def test_count_with_file_follows_the_files():

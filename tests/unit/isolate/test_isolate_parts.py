@@ -118,7 +118,7 @@ def test_a_broken_record_is_an_error_not_a_crash(config) -> None:
     Path(state.local_path(config)).write_text('{"node": "n1"}')
     with pytest.raises(ValueError, match="not an isolation record"):
         state.load_local(config)
-    assert state.isolated_indices(config) == frozenset()
+    assert state.isolated_indices(config, None) == frozenset()
     target = Path(config.state_dir) / "elsewhere.json"
     target.write_text(record().to_json().__repr__())
     link = Path(config.state_dir) / "link.json"
@@ -129,14 +129,61 @@ def test_a_broken_record_is_an_error_not_a_crash(config) -> None:
 
 def test_only_applied_isolations_turn_failures_into_warnings(config) -> None:
     found = [ECC3, fail("gpu.ecc", "GPU5 ECC", gpu=5), ok("gpu.count", "8 GPUs")]
-    assert state.without_isolated(config, found) == found  # nothing isolated
+    now = gpus({i: i for i in range(8)})
+    assert state.without_isolated(config, found, now) == found  # nothing isolated
     state.save(config, record(status=state.REQUESTED))
-    assert state.without_isolated(config, found) == found
+    assert state.without_isolated(config, found, now) == found
     state.save(config, record())
-    out = state.without_isolated(config, found)
+    out = state.without_isolated(config, found, now)
     assert out[0].status == "warn" and "GPU3 is isolated" in out[0].message
     assert out[1:] == found[1:]
     assert warn("x", "y").status == "warn"
+
+
+def shifted() -> tuple[Gpu, ...]:
+    """After a reboot that lost GPU 1 from the bus: the isolated GPU (minor 3, serial S3) is
+    NVML index 2 now, and index 3 is the healthy minor 4."""
+    return (
+        Gpu(index=0, serial="S0", minor_number=0),
+        Gpu(index=1, serial="S2", minor_number=2),
+        Gpu(index=2, serial="S3", minor_number=3),
+        Gpu(index=3, serial="S4", minor_number=4),
+    )
+
+
+def test_the_isolated_gpu_is_found_by_device_when_indices_shift(config) -> None:
+    state.save(config, record())  # isolated as index 3, minor 3, serial S3
+    assert state.isolated_indices(config, shifted()) == frozenset({2})
+    found = [fail("gpu.ecc", "GPU2 ECC", gpu=2), fail("gpu.ecc", "GPU3 ECC", gpu=3)]
+    out = state.without_isolated(config, found, shifted())
+    # The isolated GPU's fault is a warning; the healthy GPU now at its old index still fails.
+    assert out[0].status == "warn" and "GPU2 is isolated" in out[0].message
+    assert out[1] == found[1]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "isolated"),
+    [
+        (Gpu(index=5, serial="S3", minor_number=3), True),  # same device, another index
+        (Gpu(index=3, serial="S9", minor_number=3), False),  # another board in its slot
+        (Gpu(index=3, serial="S3", minor_number=4), False),  # its serial, another device?
+        (Gpu(index=5, serial=None, minor_number=3), True),  # no serial: the minor decides
+        (Gpu(index=5, serial="S3", minor_number=None), True),  # no minor: the serial decides
+        (Gpu(index=3, serial="S4", minor_number=None), False),
+    ],
+)
+def test_a_gpu_matches_by_minor_and_serial(gpu, isolated) -> None:
+    assert state.matches(record().gpus[0].gpu, gpu) is isolated
+
+
+def test_a_gpu_that_tells_no_device_falls_back_to_the_recorded_index(config) -> None:
+    state.save(config, record())
+    lost = (Gpu(index=2, serial="S2", minor_number=2), Gpu(index=3, error="gpu_is_lost"))
+    assert state.isolated_indices(config, lost) == frozenset({3})
+    # Not when the isolated GPU is seen elsewhere, nor when the GPU there tells its device.
+    assert state.isolated_indices(config, (*lost, Gpu(index=4, serial="S3", minor_number=3))) == frozenset({4})  # fmt: skip
+    assert state.isolated_indices(config, (Gpu(index=3, serial="S4", minor_number=4),)) == frozenset()  # fmt: skip
+    assert state.isolated_indices(config, None) == frozenset({3})
 
 
 def test_the_prolog_writes_the_rule_again_after_a_reboot(config, tmp_path: Path) -> None:
