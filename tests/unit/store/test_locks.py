@@ -34,6 +34,7 @@ LOCKERS = {
     "gpugate/store/metrics.py",
     "gpugate/gate/repair.py",
     "gpugate/isolate/apply.py",
+    "gpugate/commands/isolate.py",  # `isolate put-back`: apply's own isolate.lock
     "gpugate/isolate/quiet.py",
     # A job's digest lock, one per job and run below evidence_dir (not a fixed path, so not in
     # lock_paths): private as the others, tests/unit/store/test_controller_view_scale.py.
