@@ -36,8 +36,9 @@ from device_probe import opened, probe, refused  # noqa: E402
 from localslurm import LocalSlurm, slurm_version, state_flags  # noqa: E402
 
 if slurm_version() < MIN_SLURM:
-    pytest.skip(f"Slurm {'.'.join(map(str, slurm_version()))}: gpugate isolates a GPU from "
-                f"{MIN_SLURM[0]}.{MIN_SLURM[1]} on (gpugate.isolate.apply.MIN_SLURM)",
+    major, minor = slurm_version()
+    pytest.skip(f"Slurm {major}.{minor:02d}: gpugate isolates a GPU from "
+                f"{MIN_SLURM[0]}.{MIN_SLURM[1]:02d} on (gpugate.isolate.apply.MIN_SLURM)",
                 allow_module_level=True)  # fmt: skip
 if cgroup2ns.problem():
     pytest.skip(f"no cgroup v2 cluster here: {cgroup2ns.problem()}", allow_module_level=True)
