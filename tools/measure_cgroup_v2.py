@@ -277,6 +277,7 @@ def host_stage(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         shutil.copy(__file__, work / "measure_cgroup_v2.py")
         shutil.copy(LOCALSLURM, work / "localslurm.py")
+        shutil.copy(LOCALSLURM.with_name("cgroup2ns.py"), work / "cgroup2ns.py")  # it imports it
         extra = ["--work", str(work), "--base", str(work / "cluster")]
         if args.shim:
             so = work / "cgroup_v1hide.so"

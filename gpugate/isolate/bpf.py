@@ -39,6 +39,7 @@ PROG_TYPE_CGROUP_DEVICE = 15
 CGROUP_DEVICE = 6  # the attach type
 F_ALLOW_MULTI = 2
 DEVCG_DEV_CHAR = 2  # bpf_cgroup_dev_ctx.access_type's low 16 bits
+DEVCG_ACC_MKNOD = 1  # its high 16 bits: the access asked for
 ATTR_SIZE = 128  # zeroed past the fields a command reads, as the kernel requires
 SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
 
@@ -96,14 +97,24 @@ def denied(group: str) -> frozenset[int]:
 
 
 def _deny_program(minor: int) -> bytes:
-    """The program: 0 (deny) for a character device 195:<minor>, 1 (allow) for anything else.
-    Its context is struct bpf_cgroup_dev_ctx {u32 access_type; u32 major; u32 minor}."""
+    """The program: 0 (deny) for opening a character device 195:<minor>, 1 (allow) for anything
+    else. Its context is struct bpf_cgroup_dev_ctx {u32 access_type; u32 major; u32 minor}:
+    the device type in access_type's low 16 bits, the access (BPF_DEVCG_ACC_MKNOD 1, READ 2,
+    WRITE 4) in its high 16 (include/uapi/linux/bpf.h).
+
+    A mknod alone is allowed: slurmd and its hooks live below the scope too (cgroup/v2 moves
+    slurmd to `<scope>/slurmd`), and the isolation's own proof (probe.py) makes a node with the
+    GPU's numbers after the deny; an open of any such node is still refused. Measured in
+    tests/e2e/test_e2e_isolate_v2.py: with mknod denied, the proof failed EPERM on Slurm 24.11."""
     if not 0 <= minor < 1 << 20:
         raise ValueError(f"not a device minor: {minor}")
     return b"".join((
         _insn(0x61, 2, 1, 0, 0),  # r2 = ctx->access_type
+        _insn(0xBF, 3, 2),  # r3 = r2
+        _insn(0x77, 3, 0, 0, 16),  # r3 >>= 16: the access
         _insn(0x54, 2, 0, 0, 0xFFFF),  # w2 &= 0xffff: the device type
-        _insn(0x55, 2, 0, 6, DEVCG_DEV_CHAR),  # not a character device: allow
+        _insn(0x55, 2, 0, 7, DEVCG_DEV_CHAR),  # not a character device: allow
+        _insn(0x15, 3, 0, 6, DEVCG_ACC_MKNOD),  # a mknod alone: allow
         _insn(0x61, 3, 1, 4, 0),  # r3 = ctx->major
         _insn(0x55, 3, 0, 4, NVIDIA_MAJOR),  # another major: allow
         _insn(0x61, 4, 1, 8, 0),  # r4 = ctx->minor

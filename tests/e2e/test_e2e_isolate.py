@@ -30,6 +30,17 @@ pytestmark = pytest.mark.slurm
 slurm_or_skip()
 
 from device_probe import opened, probe, refused  # noqa: E402 - on the path after slurm_or_skip()
+from isolate_e2e import (  # noqa: E402
+    BAD,
+    GPUS,
+    ISOLATE_GPU,
+    fresh_start,
+    gpugate,
+    gres,
+    isolate_events,
+    node_fields,
+    wait_for,
+)
 from localslurm import (  # noqa: E402
     LocalSlurm,
     LocalSlurmError,
@@ -42,10 +53,7 @@ if device_cgroups_usable():
     pytest.skip(f"no device cgroups: {device_cgroups_usable()}", allow_module_level=True)
 
 NODES = ["n1", "n2"]
-GPUS = 8
-BAD = 3  # h100-ecc.yaml: GPU3 has uncorrectable ECC errors
 ISOLATES = slurm_version() >= (24, 11)  # gpugate.isolate.apply.MIN_SLURM, measured
-ISOLATE_GPU = "isolate:\n  unit: gpu\n  settle_s: 60\n  wait_idle_s: 120\n"
 
 
 def snapshot(site: Site, node: str, name: str) -> None:
@@ -121,60 +129,8 @@ class Watch:
         ]
 
 
-def node_fields(cluster: LocalSlurm, node: str) -> dict[str, str]:
-    """The node's fields, waiting out a controller that restarts."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return cluster.node(node)
-        except (LocalSlurmError, subprocess.SubprocessError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-def wait_for(cluster: LocalSlurm, node: str, what, timeout: float = 120) -> dict[str, str]:
-    """Poll the node until `what(fields)`; the fields."""
-    deadline = time.monotonic() + timeout
-    fields: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        fields = node_fields(cluster, node)
-        if what(fields):
-            return fields
-        time.sleep(0.5)
-    raise AssertionError(f"{node} never got there: {fields}")
-
-
-def gres(fields: dict[str, str]) -> str:
-    return fields.get("Gres", "").split("(")[0]
-
-
-def gpugate(
-    site: Site, cluster: LocalSlurm, *argv: str, node: str = "n1"
-) -> subprocess.CompletedProcess:
-    """A gpugate command as root, as if on `node` (SLURMD_NODENAME), against this cluster."""
-    env = {**cluster.env(), "GPUGATE_CONFIG": str(site.config), "SLURMD_NODENAME": node,
-           "GPUGATE_CACHE_DIR": str(site.base / "cache")}  # fmt: skip
-    return subprocess.run([str(site.gpugate), *argv], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-
-
-def fresh_start(cluster: LocalSlurm) -> None:
-    """No job, every node in service (a test before may have left n1 drained)."""
-    for job in cluster.queue():
-        cluster.run(["scancel", str(job)], check=False)
-    for node in NODES:
-        if cluster.is_drained(node):
-            cluster.resume(node)
-    wait_for(cluster, "n1", lambda f: "DRAIN" not in state_flags(f["State"]), 30)
-
-
-def isolate_events(site: Site) -> list[dict]:
-    return [e for e in site.events() if e.get("hook") == "isolate"]
-
-
 def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -> None:
-    fresh_start(cluster)
+    fresh_start(cluster, NODES)
     busy = cluster.submit(wrap="sleep 600", nodelist="n2", gres=f"gpu:{GPUS}")
     cluster.wait_job(busy, "RUNNING")
     snapshot(site, "n1", "h100-ecc")
@@ -254,7 +210,7 @@ def test_one_bad_gpu_is_isolated_and_put_back(site: Site, cluster: LocalSlurm) -
 def test_isolate_off_drains_the_node_as_today(site: Site, cluster: LocalSlurm) -> None:
     site.write_config("")  # isolate.unit: node, the default
     try:
-        fresh_start(cluster)
+        fresh_start(cluster, NODES)
         snapshot(site, "n1", "h100-ecc")
         cluster.submit(wrap="true", nodelist="n1", gres="gpu:1")
         fields = wait_for(cluster, "n1", lambda f: "DRAIN" in state_flags(f["State"]), 60)
@@ -295,7 +251,7 @@ def test_an_isolation_waits_for_epilog_slurmctld_and_slurmctld_stays_up(
     if not ISOLATES:
         pytest.skip("22.05 does not isolate (test_one_bad_gpu_is_isolated_and_put_back)")
     flag, slow_log = site.base / "slow-epilog.seconds", site.base / "slow-epilog.log"
-    fresh_start(cluster)
+    fresh_start(cluster, NODES)
     deadline = time.monotonic() + 60
     while script_jobs(cluster) and time.monotonic() < deadline:
         time.sleep(0.5)

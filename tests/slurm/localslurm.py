@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+import cgroup2ns
+
 APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMON_BINARIES = ("slurmctld", "slurmd", "scontrol", "munged")
 CLIENT_BINARIES = ("scontrol", "sinfo", "squeue", "sbatch", "scancel", "srun")
@@ -96,6 +98,7 @@ CGROUP_V1_DEVICES = "/sys/fs/cgroup/devices"
 # and its groups are named by node (slurm_n1): two clusters with device cgroups at once, in two
 # pytest workers or two roots side by side, would deny and reset each other's devices. They
 # take turns on a lock in /dev/shm, which those roots share with the host (they bind /dev).
+# cgroup2's scopes are named by node too (system.slice/n1_slurmstepd.scope): v2 clusters take it.
 CGROUP_LOCK = "/dev/shm/gpugate-tests-device-cgroups.lock"
 CGROUP_LOCK_WAIT_S = 1200.0
 
@@ -309,6 +312,7 @@ class LocalSlurm:
         job_submit_lua: str | os.PathLike | None = None,
         slurm_user: str = "root",
         device_cgroups: bool = False,
+        cgroup_v2: bool = False,
         simulated_nodes: str = "",
     ) -> None:
         self.base = Path(base_dir).resolve()
@@ -354,7 +358,14 @@ class LocalSlurm:
         self.slurm_user = slurm_user
         # TaskPlugin=task/cgroup with ConstrainDevices=yes (cgroup v1), fake GPUs with
         # NVIDIA's major number: a job can open only the GPUs Slurm gave it (errno tells).
-        self.device_cgroups = device_cgroups
+        self.device_cgroups = device_cgroups or cgroup_v2
+        # The same on Slurm's cgroup/v2 plugin: each slurmd in a mount namespace with cgroup2
+        # at /sys/fs/cgroup, preloaded with the hybrid host's shim (cgroup2ns.py).
+        self.cgroup_v2 = cgroup_v2
+        self.shim: Path | None = None  # the built shim, on a hybrid host
+        self.made_slice = False  # whether slurmd made cgroup2's system.slice (ours to remove)
+        # The nodes' scopes stop() could not remove (a process still in one), for the tests.
+        self.cgroup_leftovers: list[str] = []
         self._cgroup_lock: int | None = None  # the fd holding CGROUP_LOCK while running
         # The GPU indices each node's gres.conf lists (set_gpus() leaves some out).
         self.gpu_indices = {node: list(range(gpus_per_node)) for node in self.nodes}
@@ -434,7 +445,14 @@ class LocalSlurm:
         self._save_state()
         if self.device_cgroups:
             self._take_cgroup_lock()
-            self._reset_device_cgroups()
+            try:
+                if self.cgroup_v2:
+                    self._prepare_cgroup_v2()
+                else:
+                    self._reset_device_cgroups()
+            except BaseException:
+                self._release_cgroup_lock()
+                raise
         try:
             self._start_munged()
             self._start_daemon([_need("slurmctld"), "-f", str(self.conf_path)], "slurmctld")
@@ -448,8 +466,18 @@ class LocalSlurm:
         return self
 
     def slurmd_argv(self, node: str) -> list[str]:
-        """How the slurmd of ``node`` is started."""
-        return [_need("slurmd"), "-f", str(self.conf_path), "-N", node]
+        """How the slurmd of ``node`` is started (with ``cgroup_v2``: in its namespace)."""
+        argv = [_need("slurmd"), "-f", str(self.conf_path), "-N", node]
+        if not self.cgroup_v2:
+            return argv
+        if self.shim is not None:  # slurmstepd inherits it; hooks get no daemon variable
+            argv = ["/usr/bin/env", f"LD_PRELOAD={self.shim}", *argv]
+        return cgroup2ns.in_view(argv)
+
+    def on_node(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run as a command on a node of this cluster sees the host: with
+        ``cgroup_v2``, cgroup2 at /sys/fs/cgroup as its slurmd has it (gpugate's route)."""
+        return cgroup2ns.in_view(argv) if self.cgroup_v2 else list(argv)
 
     def restart_slurmd(self, node: str, booted: bool = False, timeout: float = 20.0) -> None:
         """Stop the slurmd of ``node`` and start it again; ``booted`` adds ``-b`` (slurmd(8):
@@ -472,9 +500,26 @@ class LocalSlurm:
         self._kill_leftovers()
         if self.device_cgroups:
             try:
-                self._reset_device_cgroups()  # a denied device must not reach the next cluster
+                if self.cgroup_v2:  # a program attached there goes with its scope
+                    self.cgroup_leftovers = cgroup2ns.remove_scopes(self.nodes, self.made_slice)
+                else:  # a denied device must not reach the next cluster
+                    self._reset_device_cgroups()
             finally:
                 self._release_cgroup_lock()
+
+    def _prepare_cgroup_v2(self) -> None:
+        """No scope of an earlier run (with a device program on it) for these nodes; the shim
+        built on a hybrid host."""
+        why = cgroup2ns.problem()
+        if why:
+            raise SlurmUnavailable(f"cgroup v2: {why}")
+        left = cgroup2ns.remove_scopes(self.nodes)
+        if left:
+            raise LocalSlurmError(f"cgroup2 system.slice/{left}: an earlier cluster's processes "
+                                  "are still there")  # fmt: skip
+        self.made_slice = not cgroup2ns.slice_exists()
+        if cgroup2ns.hybrid():
+            self.shim = cgroup2ns.build_shim(self.base / "cgroup_v1hide.so")
 
     def _take_cgroup_lock(self) -> None:
         """Wait for CGROUP_LOCK (another cluster with device cgroups may hold it), bounded."""
@@ -629,7 +674,9 @@ class LocalSlurm:
         if self.job_submit_lua is not None:
             (etc / "job_submit.lua").write_text(Path(self.job_submit_lua).read_text())
         cgroup_conf = etc / "cgroup.conf"
-        if self.device_cgroups:
+        if self.cgroup_v2:
+            cgroup_conf.write_text(cgroup2ns.CGROUP_CONF)
+        elif self.device_cgroups:
             # Both versions take cgroup/v1 by name (22.05 refuses only "disabled").
             cgroup_conf.write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n")
         elif slurm_version() >= (24, 0):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,35 @@ def test_the_scope_program_denies_one_gpu_below_slurms_own_programs(scope, scrat
     assert _opens(task, 3, scratch) == errno.EPERM
     assert _opens(task, 4, scratch) in (errno.ENXIO, errno.ENODEV, 0)  # another GPU: allowed
     assert probe.not_denied(task, 3, scratch) is None
+
+
+# Moves itself into argv[1] (as slurmd's hooks are below the scope), then runs the proof.
+_FROM_BELOW = """import os, sys
+with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as fh:
+    fh.write(str(os.getpid()))
+from gpugate.isolate import probe
+print(probe.not_denied(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+"""
+
+
+@real
+def test_the_proof_runs_below_the_deny_as_slurmds_hooks_do(scope, scratch) -> None:
+    """cgroup/v2 moves slurmd to `<scope>/slurmd`: its hooks, the isolation and its proof run
+    below gpugate's program, so making the probe's node (mknod) must pass there, and opening
+    it must not (test_e2e_isolate_v2.py found the mknod refused)."""
+    hooks = os.path.join(scope, "slurmd")
+    os.mkdir(hooks)
+    task = os.path.join(scope, "job_1", "step_0")
+    bpf.deny(scope, 3)
+
+    def proof(minor: int) -> str:
+        argv = [sys.executable, "-c", _FROM_BELOW, hooks, task, str(minor), scratch]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert proof(3) == "None"  # denied: the proof holds
+    assert "not refused c 195:4" in proof(4)
 
 
 @real
