@@ -38,6 +38,7 @@ PROG_LOAD, PROG_ATTACH, PROG_DETACH, PROG_GET_FD_BY_ID, OBJ_GET_INFO_BY_FD, PROG
 PROG_TYPE_CGROUP_DEVICE = 15
 CGROUP_DEVICE = 6  # the attach type
 F_ALLOW_MULTI = 2
+GET_CURRENT_UID_GID = 15  # the helper's number (enum bpf_func_id)
 DEVCG_DEV_CHAR = 2  # bpf_cgroup_dev_ctx.access_type's low 16 bits
 DEVCG_ACC_MKNOD = 1  # its high 16 bits: the access asked for
 ATTR_SIZE = 128  # zeroed past the fields a command reads, as the kernel requires
@@ -102,22 +103,31 @@ def _deny_program(minor: int) -> bytes:
     the device type in access_type's low 16 bits, the access (BPF_DEVCG_ACC_MKNOD 1, READ 2,
     WRITE 4) in its high 16 (include/uapi/linux/bpf.h).
 
-    A mknod alone is allowed: slurmd and its hooks live below the scope too (cgroup/v2 moves
-    slurmd to `<scope>/slurmd`), and the isolation's own proof (probe.py) makes a node with the
-    GPU's numbers after the deny; an open of any such node is still refused. Measured in
-    tests/e2e/test_e2e_isolate_v2.py: with mknod denied, the proof failed EPERM on Slurm 24.11."""
+    Root's processes (uid 0 by bpf_get_current_uid_gid, in the initial user namespace) keep the
+    device: cgroup/v2 moves slurmd to `<scope>/slurmd`, so slurmd, gpugate's hooks and their
+    NVML live below the scope too, and NVML there must still see the isolated GPU (a device it
+    cannot open is one it does not list: the count would drop, and the GPU's repair could not
+    be judged). A job's processes run as its user (a setuid program keeps the user's real uid)
+    and are refused; a job run as root is not, as root is above every device rule anyway. The
+    isolation's proof (probe.py) opens as an unprivileged user for that reason. A mknod alone
+    is allowed too (measured in tests/e2e/test_e2e_isolate_v2.py: with mknod denied, the proof,
+    which makes a node with the GPU's numbers after the deny, failed EPERM on Slurm 24.11)."""
     if not 0 <= minor < 1 << 20:
         raise ValueError(f"not a device minor: {minor}")
     return b"".join((
-        _insn(0x61, 2, 1, 0, 0),  # r2 = ctx->access_type
+        _insn(0xBF, 6, 1),  # r6 = ctx (the call below clobbers r1-r5)
+        _insn(0x85, 0, 0, 0, GET_CURRENT_UID_GID),  # r0 = gid << 32 | uid
+        _insn(0xBC, 0, 0),  # w0 = w0: the uid
+        _insn(0x15, 0, 0, 12, 0),  # root: allow
+        _insn(0x61, 2, 6, 0, 0),  # r2 = ctx->access_type
         _insn(0xBF, 3, 2),  # r3 = r2
         _insn(0x77, 3, 0, 0, 16),  # r3 >>= 16: the access
         _insn(0x54, 2, 0, 0, 0xFFFF),  # w2 &= 0xffff: the device type
         _insn(0x55, 2, 0, 7, DEVCG_DEV_CHAR),  # not a character device: allow
         _insn(0x15, 3, 0, 6, DEVCG_ACC_MKNOD),  # a mknod alone: allow
-        _insn(0x61, 3, 1, 4, 0),  # r3 = ctx->major
+        _insn(0x61, 3, 6, 4, 0),  # r3 = ctx->major
         _insn(0x55, 3, 0, 4, NVIDIA_MAJOR),  # another major: allow
-        _insn(0x61, 4, 1, 8, 0),  # r4 = ctx->minor
+        _insn(0x61, 4, 6, 8, 0),  # r4 = ctx->minor
         _insn(0x55, 4, 0, 2, minor),  # another GPU: allow
         _insn(0xB7, 0, 0, 0, 0),  # r0 = 0: deny
         _insn(0x95),  # exit

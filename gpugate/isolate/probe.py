@@ -25,9 +25,17 @@ from gpugate.isolate.bpf import NVIDIA_MAJOR
 
 TIMEOUT_S = 10.0
 # Waits for the go (after its move into the group), opens argv[1], prints the errno (0: opened).
+# As an unprivileged user (nobody's ids), as a job's process would: on cgroup v2 gpugate's
+# program leaves root's processes the device (bpf.py). The node is reached through an O_PATH
+# descriptor of the parent's (/proc/self/fd/N), so the private directory stays root's alone.
+NOBODY = 65534
 _CHILD = (
     "import os,sys\n"
     "sys.stdin.buffer.read(1)\n"
+    "try:\n"
+    f" os.setgroups([]);os.setresgid({NOBODY},{NOBODY},{NOBODY});os.setresuid({NOBODY},{NOBODY},{NOBODY})\n"
+    "except OSError as e:\n"
+    " print('drop',e.errno);sys.exit(0)\n"
     "try:\n"
     " os.close(os.open(sys.argv[1],os.O_RDONLY|os.O_NONBLOCK|os.O_NOCTTY))\n"
     " print(0)\n"
@@ -58,8 +66,14 @@ def open_errno(group: str, device: int, scratch: str, timeout_s: float = TIMEOUT
     where = _private_dir(scratch)
     try:
         node = os.path.join(where, "gpu")
-        os.mknod(node, stat.S_IFCHR | 0o600, device)
-        return _open_in_group(group, node, timeout_s)
+        # 0666: the unprivileged child's permission check must reach the device cgroup's; no
+        # one else reaches the node (its directory is root's, 0700).
+        os.mknod(node, stat.S_IFCHR | 0o666, device)
+        path_fd = os.open(node, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return _open_in_group(group, path_fd, timeout_s)
+        finally:
+            os.close(path_fd)
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
@@ -75,14 +89,15 @@ def _private_dir(scratch: str) -> str:
     return tempfile.mkdtemp(prefix="gpugate-probe-", dir=scratch)  # 0700, the caller's
 
 
-def _open_in_group(group: str, node: str, timeout_s: float) -> int:
-    """Start the child, move it into `group`/gpugate_probe_<pid>, let it open `node`."""
+def _open_in_group(group: str, node_fd: int, timeout_s: float) -> int:
+    """Start the child, move it into `group`/gpugate_probe_<pid>, let it open the node."""
     child = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _CHILD, node],
+        [sys.executable, "-I", "-S", "-c", _CHILD, f"/proc/self/fd/{node_fd}"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         close_fds=True,
+        pass_fds=(node_fd,),
     )
     probe_group = os.path.join(group, f"gpugate_probe_{child.pid}")
     try:
@@ -101,8 +116,11 @@ def _open_in_group(group: str, node: str, timeout_s: float) -> int:
     finally:
         _end(child)
         _remove_group(probe_group)
+    answer = out.decode(errors="replace").strip()
+    if answer.startswith("drop"):
+        raise ProbeError(f"the probe could not become an unprivileged user ({answer})")
     try:
-        return int(out.decode().strip())
+        return int(answer)
     except ValueError as exc:
         raise ProbeError(f"the probe answered {out!r} (exit {child.returncode})") from exc
 

@@ -126,6 +126,46 @@ def test_the_proof_runs_below_the_deny_as_slurmds_hooks_do(scope, scratch) -> No
     assert "not refused c 195:4" in proof(4)
 
 
+def _root_opens(group: str, minor: int, scratch: str) -> int:
+    """The errno (0: opened) of an open of `c 195:<minor>` by a root process in a new child
+    group of `group` (as slurmd and gpugate's hooks are below slurmstepd's scope on v2)."""
+    node = os.path.join(scratch, f"root-{minor}")
+    os.mknod(node, 0o600 | 0o020000, os.makedev(195, minor))
+    where = os.path.join(group, "root_child")
+    os.mkdir(where)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: into the group, open, report, leave at once
+        code = 255
+        try:
+            with open(os.path.join(where, "cgroup.procs"), "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+            os.close(os.open(node, os.O_RDONLY | os.O_NONBLOCK))
+            code = 0
+        except OSError as exc:
+            code = exc.errno or 255
+        os.write(write, bytes([code]))
+        os._exit(0)
+    os.close(write)
+    try:
+        got = os.read(read, 1)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+        os.rmdir(where)
+        os.unlink(node)
+    return got[0]
+
+
+@real
+def test_roots_own_processes_keep_the_device(scope, scratch) -> None:
+    # slurmd, gpugate's hooks and their NVML live below the scope on v2: as root they must
+    # still open the isolated GPU; the probe, as an unprivileged job would, must not.
+    bpf.deny(scope, 3)
+    assert _root_opens(scope, 3, scratch) in (errno.ENXIO, errno.ENODEV, 0)
+    assert _opens(scope, 3, scratch) == errno.EPERM
+
+
 @real
 def test_deny_is_once_per_gpu_and_allow_lifts_it(scope, scratch) -> None:
     bpf.deny(scope, 3)
