@@ -69,6 +69,7 @@ def open_errno(group: str, device: int, scratch: str, timeout_s: float = TIMEOUT
         # 0666: the unprivileged child's permission check must reach the device cgroup's; no
         # one else reaches the node (its directory is root's, 0700).
         os.mknod(node, stat.S_IFCHR | 0o666, device)
+        os.chmod(node, 0o666)  # noqa: S103 - past the umask (a hook's is 077: EACCES)
         path_fd = os.open(node, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             return _open_in_group(group, path_fd, timeout_s)

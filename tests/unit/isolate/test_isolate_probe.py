@@ -63,6 +63,19 @@ def test_a_denied_gpu_is_refused_with_eperm(group: str, scratch: str) -> None:
 
 
 @real
+def test_a_hooks_umask_does_not_turn_the_answer_into_eacces(group: str, scratch: str) -> None:
+    # Hooks run with umask 077; the node must still be open to the unprivileged child's
+    # permission check, or every answer is EACCES ("not denied") and no isolation holds.
+    old = os.umask(0o077)
+    try:
+        _deny(group, 3)
+        assert probe.not_denied(group, 3, scratch) is None
+        assert probe.open_errno(group, os.makedev(195, 4), scratch) in (errno.ENXIO, errno.ENODEV)
+    finally:
+        os.umask(old)
+
+
+@real
 def test_without_the_deny_the_probe_says_not_denied(group: str, scratch: str) -> None:
     _deny(group, 3)  # another GPU's rule: GPU 4 stays open
     why = probe.not_denied(group, 4, scratch)
