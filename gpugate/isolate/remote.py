@@ -87,10 +87,17 @@ def ask_put_back(
     state.save(config, record.replace(put_back=asked), local=False)
     # Drained first: no new job starts while it waits; the put-back resumes it.
     slurm.drain(node, drain_reason("isolate", f"putting back {names} (asked by {who} on {host})"))
+    # gpugate cannot see inside another program (NHC may call `gpugate health`): it says what
+    # must hold rather than refuse a site whose wrapper does it.
+    other = "" if "gpugate" in program else (
+        f" (HealthCheckProgram is {program}, not gpugate's: it must run `gpugate health` for "
+        "this to happen)"
+    )  # fmt: skip
     return (
         f"{names} of {node}: put-back asked; {node} is drained meanwhile. Its health check "
         f"({program}, every {interval} s) puts the GPU back once its jobs have ended and "
-        f"its checks pass, then resumes it; `gpugate nodes` shows the node's reason until then"
+        f"its checks pass, then resumes it{other}; `gpugate nodes` shows the node's reason "
+        "until then"
     )
 
 

@@ -575,6 +575,17 @@ def test_a_put_back_asked_elsewhere_is_recorded_and_the_node_drained_saying_who(
         slurm.infos[NODE].gres_gpus == 7 and (group / "devices.deny").read_text() == "c 195:3 rwm"
     )
     assert state.load_local(config).put_back is None  # the node's own copy is the node's
+    assert "not gpugate's" not in said
+
+
+def test_a_health_check_of_another_program_is_named_with_what_it_must_run(
+    site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    health = "HealthCheckInterval     = 300 sec\nHealthCheckProgram      = /usr/sbin/nhc\n"
+    said = isolated_and_asked(site, monkeypatch, health=health)
+    assert (
+        "(HealthCheckProgram is /usr/sbin/nhc, not gpugate's: it must run `gpugate health`" in said
+    )
 
 
 @pytest.mark.parametrize(
