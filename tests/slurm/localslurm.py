@@ -42,7 +42,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-import cgroup2ns
+try:  # tests/slurm on sys.path, as the e2e modules put it (e2e.slurm_or_skip)
+    import cgroup2ns
+except ModuleNotFoundError:  # imported as tests.slurm.localslurm (test_e2e_slurm_backends alone)
+    from tests.slurm import cgroup2ns
 
 APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMON_BINARIES = ("slurmctld", "slurmd", "scontrol", "munged")
