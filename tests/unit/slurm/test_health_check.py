@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 from fakes import FakeSlurm
+from slurm_recorded import FakeRunner
 
+from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.control import SlurmError
 from gpugate.slurm.health_check import (
     FIXED,
@@ -59,6 +61,23 @@ def test_the_timeout_is_read_through_the_adapter():
     assert read_health_check_timeout(slurm) == (17, "")
     slurm.shown_config = BEFORE_26_05
     assert read_health_check_timeout(slurm) == (None, "")
+
+
+SHOW_CONFIG = ("scontrol", "show", "config")
+
+
+@pytest.mark.parametrize("shown, expected", [(SLURM_26_05, 17), (BEFORE_26_05, None)])
+def test_the_cli_backend_asks_scontrol_show_config_once(shown, expected):
+    runner = FakeRunner().ok(SHOW_CONFIG, shown)
+    assert read_health_check_timeout(CliBackend(runner=runner)) == (expected, "")
+    assert runner.argvs == [SHOW_CONFIG]
+
+
+@pytest.mark.parametrize("status, rc", [("timeout", None), ("missing", None), ("nonzero", 1)])
+def test_a_failed_scontrol_is_the_older_path_with_its_why(status, rc):
+    runner = FakeRunner().fail(SHOW_CONFIG, status=status, rc=rc)
+    timeout, why = read_health_check_timeout(CliBackend(runner=runner))
+    assert timeout is None and why.startswith("cannot read HealthCheckTimeout (")
 
 
 def test_an_unreadable_config_says_why_and_keeps_the_fixed_limit():
