@@ -63,7 +63,8 @@ def _body(config: Config) -> int:
     # The hook decides, acts and records (its log line, history, metrics, event) itself.
     result = run_health(config, node, slurm)
     started = time.monotonic() - result.duration_s
-    left = config.health.deadline_s - (time.monotonic() - started) - _SWEEP_MARGIN_S
+    # The run's budget, sized below slurmd's limit (HealthCheckTimeout on 26.05, else 60 s).
+    left = result.budget_s - (time.monotonic() - started) - _SWEEP_MARGIN_S
     each_on_its_own("health", (sweep_nccl,), "decision", config, node, left)
     return 0
 

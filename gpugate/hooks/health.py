@@ -1,7 +1,8 @@
 """`gpugate health`: Slurm's HealthCheckProgram — vet the node between jobs, lift what healed.
 
 slurmd runs it every HealthCheckInterval seconds as root, with no job environment, and kills
-it after 60 s. Same gather, checks, reasons, ownership rules and drain budget as the prolog
+it after 60 s (Slurm 26.05: after HealthCheckTimeout, which the run reads and keeps its budget
+below: gpugate/slurm/health_check.py). Same gather, checks, reasons, ownership rules and drain budget as the prolog
 (act.plans.drain_steps); its own deadline (`health.deadline_s`). On a node running jobs it does not judge
 what the jobs legitimately change: for the GPUs Slurm has allocated (GresUsed), the checks
 a job's load trips (`load=` on their `@check` line) are skipped, and host memory while any job
@@ -53,6 +54,7 @@ from gpugate.isolate.state import local_path as isolation_file
 from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.choose import slurm_gres_gpus
+from gpugate.slurm.health_check import health_limit, node_is_healthy, read_health_check_timeout
 from gpugate.slurm.reasons import reason_check
 from gpugate.store import healing
 from gpugate.store.healing import Healing
@@ -61,6 +63,7 @@ from gpugate.store.state import load_kernel_pos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from gpugate.act.steps import Attempt, Step
@@ -86,6 +89,13 @@ class HealthResult(Record):
     duration_s: float = 0.0
     check: str | None = None  # the check the drain reason names (passed on, never parsed back)
     steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)
+    # The run's own budget and slurmd's limit it was sized below (slurm/health_check.py):
+    # "HealthCheckTimeout" read from Slurm (26.05), or "fixed" (60 s: older Slurm, or unread).
+    budget_s: float = 0.0
+    slurm_timeout_s: int = 0
+    timeout_from: str = ""
+    # SLURM_NODE_IS_HEALTHY as slurmd passed it (26.05.2+): None where unset.
+    node_is_healthy: bool | None = None
 
 
 class Decided(Record):
@@ -100,6 +110,16 @@ class Decided(Record):
 def busy(info: NodeInfo) -> bool:
     """Whether a job runs (or is ending) on the node."""
     return info.state in _BUSY_STATES or any(f in _BUSY_STATES for f in info.flags)
+
+
+def out_of_service(info: NodeInfo) -> bool:
+    """What SLURM_NODE_IS_HEALTHY=no stands for: DOWN, DRAIN, FAIL or MAINT
+    (_node_unhealthy_for_hc, src/slurmctld/ping_nodes.c, 26.05.2)."""
+    return info.drained or info.state == "MAINT" or "MAINT" in info.flags
+
+
+def _said(healthy: bool) -> str:
+    return f"slurmctld said {'in' if healthy else 'out of'} service"
 
 
 def judge(
@@ -121,14 +141,27 @@ def judge(
 
 
 def run_health(
-    config: Config, node: str, slurm: SlurmControl, dry_run: bool = False
+    config: Config,
+    node: str,
+    slurm: SlurmControl,
+    dry_run: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> HealthResult:
     """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited; its
     log line, history, metrics and event recorded by the executor. `dry_run`: gather, check
     and decide, and say the plan (`would ...` in `steps`): nothing drained, lifted, repaired
-    or recorded."""
+    or recorded. `environ`: slurmd's environment for the run (default: this process's)."""
+    timeout, why = read_health_check_timeout(slurm)
+    if why:
+        note(why)
+    limit = health_limit(config.health.deadline_s, timeout)
+    # The gather and the sweep read health.deadline_s: sized here, once, for the whole run.
+    config = config.replace(health=config.health.replace(deadline_s=limit.budget_s))
+    hint = node_is_healthy(os.environ if environ is None else environ)
     hands = Hands(config, slurm, note=note, hook="health", lift=lift_as_resume)
-    result, boot = judge_and_act(config, node, hands, dry_run)
+    result, boot = judge_and_act(config, node, hands, dry_run, hint)
+    result = result.replace(budget_s=limit.budget_s, slurm_timeout_s=limit.timeout_s,
+                            timeout_from=limit.source, node_is_healthy=hint)  # fmt: skip
     # Decided and done: the bookkeeping cannot undo it (each step on its own).
     records = (say_verdict, note_history, note_metrics, note_event)
     plan = planned("health", records, config, node, result, boot)
@@ -145,18 +178,25 @@ def lift_as_resume(config: Config, slurm: SlurmControl, step: Lift) -> Attempt:
 
 
 def judge_and_act(
-    config: Config, node: str, hands: Hands, dry_run: bool = False
+    config: Config, node: str, hands: Hands, dry_run: bool = False, hint: bool | None = None
 ) -> tuple[HealthResult, str | None]:
     """Gather, check, decide, act: what was decided and done, and this boot's id. Each branch
-    decides a plan (Decided); the executor carries it out (`dry_run`: says it)."""
+    decides a plan (Decided); the executor carries it out (`dry_run`: says it). `hint`:
+    SLURM_NODE_IS_HEALTHY (node_is_healthy), None where slurmd did not set it."""
     started = time.monotonic()
     slurm = hands.slurm()
     try:
         info = slurm.node(node)
     except Exception as exc:  # without Slurm's view nothing may be drained or lifted
+        said = "" if hint is None else f" ({_said(hint)} when it asked for this run)"
         return HealthResult(
-            status="error", action="none", message=f"cannot read {node} from Slurm: {exc}"
+            status="error", action="none", message=f"cannot read {node} from Slurm: {exc}{said}"
         ), None
+    # SLURM_NODE_IS_HEALTHY is one bit (in service or not); the read stays, for what the bit
+    # lacks: whose drain it is (the reason) and whether jobs run (docs/slurm-facts.md).
+    if hint is not None and hint == out_of_service(info):
+        note(f"{node}: {_said(hint)} when it asked for this run "
+             f"(SLURM_NODE_IS_HEALTHY), Slurm now says {info.state}: the newer answer counts")  # fmt: skip
     any_job = busy(info)
     gres = slurm_gres_gpus(config, node, slurm)  # a gather source: Slurm's word, its own timeout
     facts, findings = judge(config, node, slurm, any_job, gres)
@@ -507,7 +547,10 @@ def note_event(config: Config, node: str, result: HealthResult, boot: str | None
     fields = {"node": node, "status": result.status, "action": result.action,
               "reason": result.reason, "drained": result.drained, "resumed": result.resumed,
               "blocked_by": result.blocked_by, "message": result.message[:500],
-              "duration_s": round(result.duration_s, 4), "steps": list(result.steps)}  # fmt: skip
+              "duration_s": round(result.duration_s, 4), "steps": list(result.steps),
+              "budget_s": result.budget_s, "slurm_timeout_s": result.slurm_timeout_s,
+              "timeout_from": result.timeout_from,
+              "node_is_healthy": result.node_is_healthy}  # fmt: skip
     return RecordEvent(directory=config.state_dir, hook="health", fields=fields)
 
 

@@ -239,6 +239,10 @@ class SlurmControl:
         """The command-line backend, for what only scontrol can do."""
         raise NotImplementedError
 
+    def show_config(self) -> str:
+        """`scontrol show config`: the controller's settings, `Name = value` lines."""
+        return self.cli.scontrol("show", "config")
+
     def drain(self, node: str, reason: str, force: bool = False) -> NodeChange:
         """Drain `node` with a gpugate reason; NotOurDrain if someone else drained it."""
         reason = own_reason(reason)

@@ -43,7 +43,7 @@ class FakeSlurm(SlurmControl):
 
     `nodes`: names (idle, in partition `gpu`) or NodeInfo records; by default the one node the
     hook tests run on. `errors`: method name -> exception it raises (a dead slurmctld): "drain",
-    "resume", "reboot", "nodes", "node", "job", "admin_comment", "node_comment". Writes to a
+    "resume", "reboot", "nodes", "node", "job", "admin_comment", "node_comment", "config". Writes to a
     job the fake does not hold are recorded only (the hooks' jobs are Slurm's; not every test
     sets one up).
     """
@@ -72,6 +72,9 @@ class FakeSlurm(SlurmControl):
         self.node_comments: list[tuple[str, str]] = []  # (node, Comment written)
         self.calls: list[tuple] = []  # job writes, in order: requeue, exclude, comment, ...
         self.listings = 0  # nodes() calls: what the drain budget reads
+        # `scontrol show config`: none of its lines by default (the health run's older path:
+        # no HealthCheckTimeout, as before Slurm 26.05); errors["config"] fails the read.
+        self.shown_config = ""
 
     def _fail(self, what: str) -> None:
         if what in self.errors:
@@ -163,6 +166,11 @@ class FakeSlurm(SlurmControl):
     def cli(self) -> FakeSlurm:  # type: ignore[override]
         """Itself: what only scontrol does (start_now) is recorded here too."""
         return self
+
+    def show_config(self) -> str:
+        """`shown_config`, as `scontrol show config` would print it."""
+        self._fail("config")
+        return self.shown_config
 
     def scontrol(self, *args: str) -> str:
         """No scontrol in the unit tests: a hook that needs one is a bug in the test."""
