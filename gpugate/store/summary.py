@@ -109,6 +109,7 @@ class EvidenceSummary(JsonRecord):
     job_id: str
     node: str | None
     restart: int = 0
+    sluid: str | None = None
     user: str | None = None
     why: str | None = None
     exit_code2: str | None = None
@@ -151,7 +152,8 @@ class EvidenceSummary(JsonRecord):
     bundle: str | None = None
     files: list[str] = []
 
-    _omit = frozenset({"checkpoint"} | CHECKPOINT_KEYS)
+    # sluid: only where Slurm gave one (25.11 on); a bundle without it is written as before.
+    _omit = frozenset({"checkpoint", "sluid"} | CHECKPOINT_KEYS)
     _doc: ClassVar[dict[str, str]] = {
         "kind": "`job`, or `drill` when the run ended under a fault drill's overlay; absent "
         "before kinds (read by `bundle_kind`)",
@@ -159,6 +161,8 @@ class EvidenceSummary(JsonRecord):
         "job_id": "the Slurm job id",
         "node": "the node's Slurm name",
         "restart": "the job's restart count (the bundle is `<node>-r<restart>`)",
+        "sluid": "`SLURM_JOB_SLUID`, this run's unique id (Slurm 25.11 on; a requeue gets a new "
+        "one); absent where Slurm gave none",
         "user": "the job's user",
         "why": "why the end was abnormal",
         "exit_code2": "`SLURM_JOB_EXIT_CODE2` (`exit:signal`)",
