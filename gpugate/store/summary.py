@@ -152,8 +152,7 @@ class EvidenceSummary(JsonRecord):
     bundle: str | None = None
     files: list[str] = []
 
-    # sluid: only where Slurm gave one (25.11 on); a bundle without it is written as before.
-    _omit = frozenset({"checkpoint", "sluid"} | CHECKPOINT_KEYS)
+    _omit = frozenset({"checkpoint"} | CHECKPOINT_KEYS)
     _doc: ClassVar[dict[str, str]] = {
         "kind": "`job`, or `drill` when the run ended under a fault drill's overlay; absent "
         "before kinds (read by `bundle_kind`)",
@@ -213,6 +212,8 @@ class EvidenceSummary(JsonRecord):
     def _omitted(self) -> set[str]:
         # The checkpoint's keys are written together, only for a job that declared one.
         omit = set(self._omit) if self.checkpoint is None else set()
+        # sluid only where Slurm gave one (25.11 on): a bundle without it is written as before.
+        omit |= {"sluid"} if self.sluid is None else set()
         return omit | {"job"} if self.job is None else omit
 
 
