@@ -91,6 +91,7 @@ class Bundle(Record):
     node: str
     kind: str  # job, qualify, drill (store/summary.bundle_kind)
     restart: int = 0
+    sluid: str | None = None  # the run's SLURM_JOB_SLUID, where Slurm gave one
     category: str = UNDIAGNOSED
     gpus: int | None = None  # the job's GPUs on the node (unknown: the node's)
     start: float | None = None  # the run's start (epoch)
@@ -134,7 +135,7 @@ def _run(rel: str, job: str, node: str, s: EvidenceSummary) -> Bundle:
     ckpt = s.checkpoint
     drill = kind == "drill"
     return Bundle(
-        path=rel, job=job, node=node, kind=kind, restart=s.restart,
+        path=rel, job=job, node=node, kind=kind, restart=s.restart, sluid=s.sluid,
         category=s.category or UNDIAGNOSED, gpus=_gpus(s), start=_time(s.job_start),
         failed=_time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
         # The checkpoint the epilog measured at the end (freshness.py), when the bundle has one.
@@ -149,9 +150,10 @@ def _run(rel: str, job: str, node: str, s: EvidenceSummary) -> Bundle:
 def _drilled_runs(bundles: list[Bundle]) -> list[Bundle]:
     """A run of a job that a drill killed is the drill's on every node: the other nodes' ranks
     died of it (an NCCL timeout) outside the drill's overlay, and their bundles say job."""
-    drills = {(b.job, b.restart): b.drill for b in bundles if b.kind == "drill"}
-    return [b.replace(kind="drill", drill=drills[b.job, b.restart], hardware_findings=())
-            if b.kind == "job" and (b.job, b.restart) in drills else b
+    # A run is its job, restart count and SLUID: a reused job id's earlier job is another.
+    drills = {(b.job, b.restart, b.sluid): b.drill for b in bundles if b.kind == "drill"}
+    return [b.replace(kind="drill", drill=drills[b.job, b.restart, b.sluid], hardware_findings=())
+            if b.kind == "job" and (b.job, b.restart, b.sluid) in drills else b
             for b in bundles]  # fmt: skip
 
 

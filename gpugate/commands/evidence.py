@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpugate.store.entries import HeldEntry
 
 # What a bundle's summary says, in the order shown.
-FIELDS = ("job_id", "node", "restart", "collected_at", "category", "xid", "failing_rank",
+FIELDS = ("job_id", "node", "restart", "sluid", "collected_at", "category", "xid", "failing_rank",
           "failing_node", "rank_reason",
           "suspected_node", "action", "drain_reason", "why", "summary_text")  # fmt: skip
 
@@ -179,8 +179,9 @@ def render(target: str, items: list[dict[str, Any]], held: HeldEntry | None = No
                 "a simulated fault]"}.get(str(d.get("bundle_kind")), "")  # fmt: skip
         lines += [
             "",
-            f"job {d['job_id'] or '?'} on {d['node'] or '?'} (run {d['restart'] or 0}), "
-            f"collected {d['collected_at'] or '?'}{what}",
+            f"job {d['job_id'] or '?'} on {d['node'] or '?'} (run {d['restart'] or 0}"
+            + (f", SLUID {d['sluid']}" if d.get("sluid") else "")
+            + f"), collected {d['collected_at'] or '?'}{what}",
             f"  category: {d['category'] or '-'}    xid: {xid}    failing rank: {rank}",
             f"  action:   {d['action'] or '-'}" + (f" ({d['drain_reason']})" if d["drain_reason"] else ""),
             f"  why:      {d['why'] or '-'}",
@@ -240,7 +241,7 @@ def main(argv: list[str]) -> int:
     where = history.history_dir(config)
     items = mark_held(newest_first([describe(b) for b in bundles]), held_entries(where))
     held = None if is_job else held_now(config, target).get(target)
-    fr = _flight_recorder(bundles) if is_job else None
+    fr = _flight_recorder(one_run(bundles, items)) if is_job else None
     if args.json:
         out = {
             "target": target,
@@ -293,6 +294,16 @@ def _print_decisions_only(target: str, decisions: list[Requeue], as_json: bool) 
     else:
         sys.stdout.write(f"0 evidence bundles for job {target}." + render_decisions(decisions))
     return EXIT_OK
+
+
+def one_run(bundles: list[str], items: list[dict[str, Any]]) -> list[str]:
+    """The bundles of the newest item's SLUID (and those naming none): a reused job id's
+    earlier job is another run, whose dumps must not be merged with this one's."""
+    sluid = items[0].get("sluid") if items else None
+    if not sluid:
+        return bundles
+    other = {d["path"] for d in items if d.get("sluid") and d.get("sluid") != sluid}
+    return [b for b in bundles if b not in other]
 
 
 def _flight_recorder(bundles: list[str]) -> Culprit | None:

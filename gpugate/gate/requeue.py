@@ -48,6 +48,10 @@ class JobEnd(Record):
     gid: int | None = None
     comment: str = ""
     restarts: int = 0
+    # SLURM_JOB_SLUID of the run that ended (25.11+; Slurm gives the next run a new one only
+    # once this run has completed, batch_requeue_fini): the nodes' records of another SLUID
+    # are an earlier job's under a reused id, never this run's.
+    sluid: str | None = None
     state: str | None = None  # Slurm's JobState: FAILED, NODE_FAIL, TIMEOUT, CANCELLED, ...
     exit_code2: str | None = None
     nodes: tuple[str, ...] = ()
@@ -255,7 +259,7 @@ def wait_for_summaries(
     try:
         summaries, problems, _, account = controller_view.read_records(
             config.evidence_dir, job.job_id, job.nodes, job.restarts, wait_s, cap,
-            max_records=config.requeue.max_records,
+            max_records=config.requeue.max_records, sluid=job.sluid,
         )  # fmt: skip
     except (OSError, ValueError) as exc:  # a node name unfit for a path, say
         return [], {"*": f"cannot read the decision records: {exc}"}

@@ -390,6 +390,7 @@ def _summary(
         job_id=env.job_id or "",
         node=env.node,
         restart=env.restart_count,
+        sluid=env.sluid,  # this run's, unique where the job id may be reused (Slurm 25.11+)
         user=env.user,
         why=result.why,
         exit_code2=env.exit_code2,

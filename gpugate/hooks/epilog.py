@@ -231,6 +231,9 @@ def _view_write(config: Config, env: HookEnv, record: ControllerRecord) -> None:
     if not env.job_id or not env.node:
         return
     try:
+        # The run's SLUID on every record (running and done): the controller takes no record
+        # of another SLUID for this run's (a reused job id).
+        record = record.replace(sluid=env.sluid) if env.sluid else record
         controller_view.write_record(config.evidence_dir, env.job_id, env.node,
                                      env.restart_count, record,
                                      group=config.epilog.view_group)  # fmt: skip

@@ -53,7 +53,7 @@ def job_from_env(environ: dict[str, str] | None = None) -> JobEnd:
     """What EpilogSlurmctld's environment says (it carries the comment and the node list)."""
     env = from_environ(environ)
     return JobEnd(job_id=env.job_id or "", uid=env.uid, gid=env.gid, comment=env.comment,
-                  restarts=env.restart_count, exit_code2=env.exit_code2,
+                  restarts=env.restart_count, sluid=env.sluid, exit_code2=env.exit_code2,
                   nodes=tuple(expand_hostlist(env.nodelist)) if env.nodelist else ())  # fmt: skip
 
 

@@ -30,6 +30,19 @@ class HookEnv(Record):
     context: str | None = None  # prolog_slurmd, epilog_slurmd, prolog_task, epilog_slurmctld
     start_time: int | None = None  # epoch; Slurm 23.x+ only (SLURM_JOB_START_TIME)
     end_time: int | None = None  # epoch; the real end in the epilog (SLURM_JOB_END_TIME)
+    sluid: str | None = None  # SLURM_JOB_SLUID (25.11+): this run of the job, unique; None before
+
+
+# SchedMD/slurm src/common/sluid.h: "s" and 13 characters of Crockford's Base32, printed upper
+# case (print_sluid). Anything else is not taken: it ends up in records and paths.
+_SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
+
+
+def sluid_of(value: str | None) -> str | None:
+    """`value` if it is a SLUID (`s3H1M96THB9700`), else None (absent or malformed)."""
+    if value and _SLUID.fullmatch(value.strip()):
+        return value.strip()
+    return None
 
 
 def _int(value: str | None) -> int | None:
@@ -74,6 +87,7 @@ def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
         context=e.get("SLURM_SCRIPT_CONTEXT"),
         start_time=_int(e.get("SLURM_JOB_START_TIME")),
         end_time=_int(e.get("SLURM_JOB_END_TIME")),
+        sluid=sluid_of(e.get("SLURM_JOB_SLUID")),
     )
 
 

@@ -192,10 +192,12 @@ def note_done(
     path = digest_path(evidence_dir, job_id, restart)
     with FileLock(lock_file(directory, f"digest-r{int(restart)}.lock"),
                   wait_s=DIGEST_WAIT_S) as lock:  # fmt: skip
-        current, _ = read_digest(path, job_id, restart)  # a refused one is replaced
+        # A refused one (another run's SLUID too: a reused job id) is replaced.
+        current, _ = read_digest(path, job_id, restart, sluid=record.sluid)
         nodes = dict(current.nodes) if current else {}
         nodes[node] = DigestEntry.of(record)
-        doc = Digest(job_id=job_id, run=int(restart), done=len(nodes), nodes=nodes)
+        doc = Digest(job_id=job_id, run=int(restart), sluid=record.sluid, done=len(nodes),
+                     nodes=nodes)  # fmt: skip
         text = json.dumps(doc.to_json(), separators=(",", ":"), default=str)
         atomic_write(path, text, mode=FILE_MODE, gid=gid)
     return lock.held
@@ -376,9 +378,13 @@ OVER_CAP = "larger than what is left to read"
 
 
 def read_digest(
-    path: str, job_id: str, restart: int, tally: _Tally | None = None
+    path: str, job_id: str, restart: int, tally: _Tally | None = None, sluid: str | None = None
 ) -> tuple[Digest | None, str | None]:
     """(the job's digest, None), (None, None) when there is none, or (None, why refused).
+
+    With `sluid` (the run's SLURM_JOB_SLUID), a digest naming another SLUID is refused: the
+    same job id and restart count of an earlier job (ids wrap, a controller's state lost).
+    One naming none (an older release, a Slurm before 25.11) is read as before.
 
     SlurmUser trusts only what root wrote for this job and run: a regular file (no symlink
     followed) owned by its directory's owner (root's 0711), writable by nobody else, in a
@@ -408,6 +414,8 @@ def read_digest(
         return None, "not a digest"
     if doc.get("job_id") != job_id or doc.get("run") != int(restart):
         return None, f"another job's or run's ({doc.get('job_id')!r}, run {doc.get('run')!r})"
+    if other_run(doc.get("sluid"), sluid):
+        return None, f"another run's (SLUID {doc.get('sluid')!r}, not {sluid})"
     try:
         digest = Digest.from_json({**doc, "nodes": {}}, "the digest")
     except ValueError as exc:
@@ -425,6 +433,12 @@ def _entry(entry: object) -> DigestEntry | None:
     return None if read.extra else read
 
 
+def other_run(written: object, sluid: str | None) -> bool:
+    """Whether a record or digest that names SLUID `written` is of another run than `sluid`
+    (both known and different); without either, the job id and restart count decide alone."""
+    return bool(sluid) and bool(written) and written != sluid
+
+
 def gather(
     evidence_dir: str,
     job_id: str,
@@ -432,11 +446,13 @@ def gather(
     restart: int,
     cap: int = MAX_BYTES,
     tally: _Tally | None = None,
+    sluid: str | None = None,
 ) -> tuple[dict[str, ControllerRecord], dict[str, str]]:
     """({node: record}, {node: why unreadable}) for this run of the job, as they are now.
 
     A record over `cap` (a peek, the byte budget) is neither: its node is in the problems
-    as OVER_CAP, for the caller to take out.
+    as OVER_CAP, for the caller to take out. A record of another SLUID (`other_run`) is
+    neither: it is an earlier job's under the same id, and this run's is still to come.
     """
     found: dict[str, ControllerRecord] = {}
     problems: dict[str, str] = {}
@@ -447,6 +463,8 @@ def gather(
             problems[node] = str(exc)
             continue
         doc, why = read_record(path, min(cap, tally.left()) if tally else cap, tally)
+        if doc is not None and other_run(doc.sluid, sluid):
+            continue
         if doc is not None:
             found[node] = doc
             continue
@@ -516,6 +534,7 @@ def read_records(
     clock: Callable[[], float] = time.time,
     max_records: int | None = None,
     budget: int = READ_BUDGET,
+    sluid: str | None = None,
 ) -> tuple[list[ControllerRecord], dict[str, str], dict[str, ControllerRecord], ReadAccount]:
     """Wait until every node's epilog is over; (done records, problems, every record found,
     what was read and what not).
@@ -525,12 +544,14 @@ def read_records(
     off, say). An unreadable directory is not waited for: nothing will come. A done record
     is final: read once, never opened again; each poll opens only the nodes still missing or
     running. A job of more than `max_records` nodes is read through its digest (the module's
-    docstring); bytes read in all stay under `budget`.
+    docstring); bytes read in all stay under `budget`. With `sluid` (EpilogSlurmctld's
+    SLURM_JOB_SLUID), records and a digest of another SLUID are not this run's (`gather`).
     """
     tally = _Tally(budget)
     digest = None
     if max_records is not None and len(nodes) > max_records:
         digest = _Digest(digest_path(evidence_dir, job_id, restart), job_id, restart, tally)
+        digest.sluid = sluid
     final: dict[str, ControllerRecord] = {}  # done records read in full
     named: dict[str, DigestEntry] = {}  # the digest's entries of done nodes, not opened
     over: set[str] = set()  # done records over the peek or the budget: read at the end, or not
@@ -542,7 +563,7 @@ def read_records(
             named = {n: e for n, e in digest.poll().items() if n in wanted}
         pending = tuple(n for n in nodes if n not in final and n not in named and n not in over)
         cap = PEEK_BYTES if digest is not None and digest.why is None else MAX_BYTES
-        got, problems = gather(evidence_dir, job_id, pending, restart, cap, tally)
+        got, problems = gather(evidence_dir, job_id, pending, restart, cap, tally, sluid)
         over |= {n for n, why in problems.items() if why == OVER_CAP}
         problems = {n: why for n, why in problems.items() if why != OVER_CAP}
         final.update((n, r) for n, r in got.items() if r.state == DONE)
@@ -568,7 +589,7 @@ def read_records(
         doc, _ = read_record(
             record_path(evidence_dir, job_id, node, restart), min(MAX_BYTES, tally.left()), tally
         )
-        if doc is not None and doc.state == DONE:
+        if doc is not None and doc.state == DONE and not other_run(doc.sluid, sluid):
             final[node] = doc
             unread.discard(node)
     stubs = {n: stub(named[n], n, restart) for n in named if n not in final}
@@ -615,6 +636,7 @@ class _Digest:
         self.seen: tuple[int, int, int] | None = None
         self.nodes: dict[str, DigestEntry] = {}
         self.why: str | None = None  # refused: every record is then read as for a small job
+        self.sluid: str | None = None  # the run's SLUID: a digest of another is refused
 
     def poll(self) -> dict[str, DigestEntry]:
         """The done nodes' entries ({} once refused, or while there is no digest)."""
@@ -630,7 +652,7 @@ class _Digest:
         if st is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == self.seen:
             return self.nodes
         doc, why = (None, self.why) if st is None else read_digest(
-            self.path, self.job_id, self.restart, self.tally)  # fmt: skip
+            self.path, self.job_id, self.restart, self.tally, self.sluid)  # fmt: skip
         if doc is None and why is None:  # replaced between the lstat and the open: next poll
             return self.nodes
         if doc is None or st is None:

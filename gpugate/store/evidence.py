@@ -92,6 +92,7 @@ class IndexEntry(JsonRecord):
     job: str | None = None
     node: str | None = None
     restart: int | None = None
+    sluid: str | None = None
     user: str | None = None
     at: float
     bytes: int
@@ -100,12 +101,13 @@ class IndexEntry(JsonRecord):
 
     # Every release wrote path to bytes; the reader needs only path, at and bytes. hw and kind
     # came later: a line without them is written back without them (so are job, node, restart).
-    _omit = frozenset({"job", "node", "restart", "hw", "kind"})
+    _omit = frozenset({"job", "node", "restart", "sluid", "hw", "kind"})
     _doc: ClassVar[dict[str, str]] = {
         "path": "the bundle, `<job>/<node>-r<n>` (or an older copy's, `.old-<pid>` added)",
         "job": "the job",
         "node": "the node (the index's own)",
         "restart": "the run",
+        "sluid": "its summary's `sluid` (absent where Slurm gave none)",
         "user": "the job's user (retention's per-user share)",
         "at": "when it was indexed (epoch)",
         "bytes": "the bundle's size",
@@ -194,6 +196,7 @@ def write_bundle(
         raise
     at = round(time.time() if now is None else now, 3)
     entry = IndexEntry(path=f"{job_id}/{name}", job=job_id, node=node, restart=int(restart),
+                       sluid=summary.sluid if isinstance(summary, EvidenceSummary) else None,
                        user=summary.user, at=at, bytes=size, hw=summary.hardware_fault,
                        kind=bundle_kind(summary))  # fmt: skip
     _index_and_prune(evidence_dir, node, entry, older, gid, retention)

@@ -109,6 +109,7 @@ class EvidenceSummary(JsonRecord):
     job_id: str
     node: str | None
     restart: int = 0
+    sluid: str | None = None
     user: str | None = None
     why: str | None = None
     exit_code2: str | None = None
@@ -159,6 +160,8 @@ class EvidenceSummary(JsonRecord):
         "job_id": "the Slurm job id",
         "node": "the node's Slurm name",
         "restart": "the job's restart count (the bundle is `<node>-r<restart>`)",
+        "sluid": "`SLURM_JOB_SLUID`, this run's unique id (Slurm 25.11 on; a requeue gets a new "
+        "one); absent where Slurm gave none",
         "user": "the job's user",
         "why": "why the end was abnormal",
         "exit_code2": "`SLURM_JOB_EXIT_CODE2` (`exit:signal`)",
@@ -209,6 +212,8 @@ class EvidenceSummary(JsonRecord):
     def _omitted(self) -> set[str]:
         # The checkpoint's keys are written together, only for a job that declared one.
         omit = set(self._omit) if self.checkpoint is None else set()
+        # sluid only where Slurm gave one (25.11 on): a bundle without it is written as before.
+        omit |= {"sluid"} if self.sluid is None else set()
         return omit | {"job"} if self.job is None else omit
 
 

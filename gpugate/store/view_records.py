@@ -66,6 +66,7 @@ class ControllerRecord(JsonRecord):
     error: str | None = None
     flightrec: dict[str, Any] | None = None
     run: int | None = None
+    sluid: str | None = None
     written_at: float | None = None
     partial: bool | None = None
 
@@ -96,6 +97,8 @@ class ControllerRecord(JsonRecord):
         "error": "the epilog did not finish",
         "flightrec": "the flight recorder's compact records and refusals",
         "run": "the run (always, added on write)",
+        "sluid": "the run's SLUID where Slurm gave one (`SLURM_JOB_SLUID`): the controller "
+        "takes no record of another SLUID for this run's",
         "written_at": "epoch (always, added on write)",
         "partial": "never written: the controller's stand-in for a record the digest spoke for",
     }
@@ -137,12 +140,15 @@ class Digest(JsonRecord):
 
     job_id: str
     run: int
+    sluid: str | None = None
     done: int
     nodes: dict[str, DigestEntry]
 
+    _omit = frozenset({"sluid"})  # only where Slurm gave one
     _doc: ClassVar[dict[str, str]] = {
         "job_id": "the job",
         "run": "its restart count",
+        "sluid": "the run's SLUID, where Slurm gave one (a digest of another is not this run's)",
         "done": "how many nodes it names",
         "nodes": "node -> its entry (DigestEntry)",
     }

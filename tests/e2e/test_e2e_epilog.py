@@ -7,6 +7,7 @@ snapshot (the GPUs are the only simulated part): e.g. an Xid 79 appearing in the
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from e2e import SNAPSHOTS, Site, SlurmSite, SlurmSites, slurm_or_skip
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slurm
 
 slurm_or_skip()
 
-from localslurm import LocalSlurm  # noqa: E402
+from localslurm import LocalSlurm, slurm_version  # noqa: E402
 
 NODE = "gpu-node-01"
 NCCL_TIMEOUT = (
@@ -74,6 +75,34 @@ def test_nccl_timeout_gets_a_bundle_with_its_category(cluster: LocalSlurm, site:
     with open(f"{event['bundle']}/decisive.txt") as fh:
         assert "Watchdog caught collective operation timeout" in fh.read()
     assert not cluster.is_drained(NODE)
+
+
+def test_a_failed_jobs_bundle_and_record_carry_the_sluid_slurm_gave_the_run(
+    cluster: LocalSlurm, site: Site
+):
+    """Slurm 25.11+ gives each run of a job a SLUID (SLURM_JOB_SLUID in the Prolog/Epilog
+    environment; 26.05 the job's own too): the bundle and the controller's record name it, as
+    `scontrol -d show job` does. Before 25.11 neither names one (docs/slurm-facts.md, SLUIDs)."""
+    job = run_job(
+        cluster,
+        site,
+        "sluid",
+        f"echo \"job-env=$SLURM_JOB_SLUID\"; echo '{NCCL_TIMEOUT}' >&2; exit 1",
+    )
+    event = epilog_event(site, job)
+    s = summary(event)
+    record_path = site.evidence / "controller-view" / str(job) / f"{NODE}-r0.json"
+    record = json.loads(record_path.read_text())
+    shown = cluster.run(["scontrol", "-d", "-o", "show", "job", str(job)]).stdout
+    slurms = re.search(r"(?:^|\s)SLUID=(s[0-9A-Z]{13})(?:\s|$)", shown)
+    if slurm_version() < (25, 11):
+        assert slurms is None and "sluid" not in s and "sluid" not in record
+        return
+    assert slurms is not None, shown
+    assert s["sluid"] == record["sluid"] == slurms.group(1)
+    if slurm_version() >= (26, 5):  # setup_env() exports it to the job itself (26.05.0)
+        job_env = (site.base / "sluid.out").read_text()
+        assert f"job-env={slurms.group(1)}" in job_env
 
 
 def test_hardware_xid_during_the_job_drains_with_the_bundle_named(cluster: LocalSlurm, site: Site):

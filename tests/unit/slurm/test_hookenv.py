@@ -45,3 +45,13 @@ def test_comment_tokens_take_only_gpugate_words():
     assert tokens == {"skip": "", "ckpt": "/data/run7", "restarts": "3"}
     assert comment_tokens("notgpugate:skip") == {}
     assert comment_tokens("") == {}
+
+
+def test_the_sluid_is_read_where_slurm_gives_one():
+    base = {"SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1"}
+    assert from_environ({**base, "SLURM_JOB_SLUID": "s1KSM94MJ1KK00"}).sluid == "s1KSM94MJ1KK00"
+    assert from_environ(base).sluid is None  # Slurm before 25.11
+    # Not a SLUID (sluid.h: "s" and 13 Crockford Base32 characters): not taken for one.
+    for bad in ("", "s1KSM94MJ1KK0", "s1KSM94MJ1KK000", "S1KSM94MJ1KK00", "s1KSM94MJ1KL00",
+                "s../../etc/xx0", "5"):  # fmt: skip
+        assert from_environ({**base, "SLURM_JOB_SLUID": bad}).sluid is None, bad
