@@ -7,6 +7,7 @@ import re
 
 from gpugate.node import node_name
 from gpugate.record import Record
+from gpugate.regex import lazy
 
 
 class HookEnv(Record):
@@ -35,7 +36,7 @@ class HookEnv(Record):
 
 # SchedMD/slurm src/common/sluid.h: "s" and 13 characters of Crockford's Base32, printed upper
 # case (print_sluid). Anything else is not taken: it ends up in records and paths.
-_SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
+_SLUID = lazy(r"s[0-9A-HJKMNP-TV-Z]{13}")
 
 
 def sluid_of(value: str | None) -> str | None:
