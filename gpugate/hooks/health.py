@@ -236,9 +236,12 @@ def judge_and_act(
         decided = decided.replace(plan=(ForgetHealing(node=node), *decided.plan))
     result = carry_out(decided, hands, dry_run)
     result = result.replace(message=_joined(result.message, repaired))
-    # Not moved past a failure gpugate could not act on: the prolog must still see it (nor by
-    # a dry run: the real runs' position stands).
-    if not dry_run and (result.action != "drain" or result.drained):
+    # Not moved past a drain that failed (slurmctld down: the next run tries again), nor by a
+    # dry run (the real runs' position stands). A drain the budget held back moves on, as the
+    # prolog does: held is said and recorded (TellHeld, RecordHeld), and an old kernel-log
+    # line must not be read again and drain the node once the window empties: each run
+    # judges its own, fresh facts (issue 45).
+    if not dry_run and not (result.action == "drain" and result.blocked_by == "error"):
         remember_kernel_pos(config, facts)
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started), boot
 
