@@ -122,3 +122,61 @@ def test_a_window_full_of_transient_drains_still_drains_an_xid79_node(slurm_site
         for j in (hot, job):
             cluster.run(["scancel", str(j)], check=False)
     assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"]
+
+
+HEALTH_INTERVAL = 2  # slurmctld asks each slurmd for a health run this often (s)
+HOT = "gpugate: gpu.temperature: "
+
+
+def health_runs(site: Site, node: str) -> list[dict]:
+    """The health runs on `node` so far (events.jsonl), oldest first."""
+    return [e for e in site.events() if e.get("hook") == "health" and e.get("node") == node]
+
+
+def until(ready, what: str, timeout: float = 60) -> None:
+    """Poll `ready` until it is true; AssertionError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.3)
+
+
+def test_a_tripped_budget_holds_new_drains_only(slurm_site: SlurmSites):
+    """Issue 45: with the window spent by other drains, a node gpugate drained for heat heals
+    through `gpugate health` passes and is resumed, while a new drain is held back; once the
+    window empties, a node whose held fault has since passed is not drained for it."""
+    nodes = ["n1", "n2", "n3", "n4"]
+    config = ("budget:\n  max_drains_per_window: 2\n  max_drained_share: 1.0\n"
+              "health:\n  heal_after_passes: 2\n")  # fmt: skip
+    with slurm_site(nodes, config=config, hooks=("health",), slurm_user="root",
+                    health_check_interval=HEALTH_INTERVAL,
+                    health_check_node_state="ANY") as (site, cluster):  # fmt: skip
+        for node in ("n1", "n2"):  # one after the other: the window's two drains
+            site.use_snapshot(node, "h100-hot")
+            until(lambda n=node: cluster.is_drained(n), f"drain of {node}")
+            assert cluster.node(node)["Reason"].startswith(HOT), cluster.node(node)
+        site.use_snapshot("n3", "h100-hot")  # a new drain: the window is spent
+        until(lambda: any(r.get("blocked_by") == "budget" for r in health_runs(site, "n3")),
+              "held drain of n3")  # fmt: skip
+        assert not cluster.is_drained("n3")
+        assert "would drain (budget exceeded" in cluster.node("n3").get("Comment", "")
+        site.use_snapshot("n3", "h100-healthy")  # n3's held fault passes
+        site.use_snapshot("n1", "h100-healthy")  # n1 cools down: healed while n2 keeps its drain
+        until(lambda: not cluster.is_drained("n1"), "resume of n1")
+        assert cluster.is_drained("n2") and not cluster.is_drained("n3")
+        lifts = [r for r in health_runs(site, "n1") if r.get("action") == "lift"]
+        assert lifts and lifts[-1]["resumed"], health_runs(site, "n1")[-3:]
+        audit = [json.loads(x) for x in (site.state / "audit.jsonl").read_text().splitlines()]
+        assert [a["who"] for a in audit if a["node"] == "n1" and a["resumed"]] == ["gpugate health"]
+        site.use_snapshot("n2", "h100-healthy")
+        until(lambda: not cluster.is_drained("n2"), "resume of n2")  # the window is empty now
+        seen = len(health_runs(site, "n3"))
+        until(lambda: len(health_runs(site, "n3")) >= seen + 3, "three more runs on n3")
+        after = health_runs(site, "n3")[seen:]
+        assert all(r["action"] == "allow" for r in after), after
+        assert not cluster.is_drained("n3"), cluster.node("n3")
+        # The window has room again: a fault there now is drained on its own, fresh facts.
+        site.use_snapshot("n4", "h100-hot")
+        until(lambda: cluster.is_drained("n4"), "drain of n4")
+    assert not [e for e in site.events() if e.get("outcome") == "budget_exceeded"
+                and e.get("node") != "n3"]  # fmt: skip
