@@ -17,6 +17,7 @@ from gpugate.slurm.control import SlurmError
 from gpugate.store import healing
 from gpugate.store.held import held_entries
 from gpugate.store.history import history_dir, resumes
+from gpugate.store.qualify import QualifyEntry, record_qualification
 
 LOST = "gpugate: gpu.lost: GPU1 lost"
 HOT = {3: {"temperature_c": 95.0}}
@@ -100,3 +101,27 @@ def test_once_the_window_empties_a_held_fault_that_passed_drains_nothing(tmp_pat
     # And a fault still there is drained on those fresh facts, now that there is room.
     swap(tmp_path, make_facts(gpus=HOT))
     assert run_health(config, NODE, empty).drained
+
+
+def test_a_resume_after_proof_goes_through_with_the_budget_tripped(tmp_path):
+    """A hardware drain that waits for a level-2 qualification: the pass, not the budget,
+    decides the lift."""
+    config = setup(tmp_path, make_facts(), passes=1)
+    levels = config.admin.resume_qualify.replace(hardware=2)
+    config = config.replace(admin=config.admin.replace(resume_qualify=levels))
+    now = time.time()
+    slurm = cluster(drained(NODE, "gpugate: gpu.ecc: GPU3 120 uncorrected", when=now - 600),
+                    *(drained(n, LOST, when=now - 60) for n in OTHERS[:2]))  # fmt: skip
+    run_health(config, NODE, slurm)  # the drain seen at this boot
+    write_boot(tmp_path, "boot-2")  # repaired: rebooted
+    waits = run_health(config, NODE, slurm)
+    assert (waits.action, slurm.resumed) == ("keep", [])  # no proof yet
+    assert "qualification" in waits.message, waits.message
+    passed = QualifyEntry(node=NODE, when=time.time(), run_id="q-1", level=2, passed=True,
+                          tests=[], job_ids=["4711"], why="", by="root")  # fmt: skip
+    record_qualification(history_dir(config), passed)
+    assert tripped(config, slurm, "gpu.ecc")
+    result = run_health(config, NODE, slurm)
+    assert (result.action, slurm.resumed) == ("lift", [NODE])
+    lift = [e for e in audit(config) if e["resumed"]]
+    assert lift and lift[-1]["qualification"]["run_id"] == "q-1"
