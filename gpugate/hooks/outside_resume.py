@@ -2,7 +2,8 @@
 
 gpugate's healing entry (gpugate/store/healing.py) says it drained the node; gpugate's own
 lifts leave an audit entry (`gpugate resume`, health's lift, a qualification) or a new boot (a
-repair's `scontrol reboot ... nextstate=RESUME`), and an isolation resumes its own drain. A node
+repair's `scontrol reboot ... nextstate=RESUME`), an isolation resumes its own drain, and a
+qualification resumes gpugate's drains inside its reservation, audited when it settles. A node
 back in service with none of these was resumed by a person: the audit records that as an
 admin's act, once (the entry is forgotten then), and the next drain is gpugate's own again.
 """
@@ -19,12 +20,15 @@ if TYPE_CHECKING:
     from gpugate.slurm.records import NodeInfo
 
 OUTSIDE_WHO = "admin (outside gpugate)"
+_HELD = frozenset({"MAINT", "RESERVED"})  # node flags while a reservation holds it
 ISOLATE_CHECK = "isolate"  # gpugate/isolate/apply.py resumes its own drain, unaudited
 
 
 def resumed_outside(config: Config, info: NodeInfo, boot: str | None) -> str:
     """Record an in-service node's gpugate drain lifted outside gpugate; the line said, or ""."""
-    if info.drained:
+    if info.drained or _HELD & set(info.flags):
+        # In a reservation (a qualification resumes gpugate's drains inside its MAINT one and
+        # settles them after, audited): not yet anyone's resume; the entry waits.
         return ""
     entry = healing.load(config.state_dir).get(info.name)
     if entry is None or entry.check == ISOLATE_CHECK:

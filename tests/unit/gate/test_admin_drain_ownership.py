@@ -144,3 +144,14 @@ def test_gpugates_own_lifts_are_not_taken_for_an_admins(tmp_path):
     run_health(config, NODE, slurm)
     with pytest.raises(FileNotFoundError):
         audit(config)
+
+
+def test_a_node_in_a_reservation_is_not_taken_for_an_admins_resume(tmp_path):
+    # `gpugate qualify` resumes gpugate's drain inside its MAINT reservation, audited later.
+    config = setup(tmp_path, make_facts(gpus=ECC))
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    slurm.infos[NODE] = idle(NODE).replace(flags=("MAINT", "RESERVED"))
+    run_health(config, NODE, slurm)
+    with pytest.raises(FileNotFoundError):
+        audit(config)
