@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from e2e import Site, SlurmSite, SlurmSites, slurm_or_skip
+from paths import ROOT
 
 pytestmark = pytest.mark.slurm
 
@@ -19,7 +19,6 @@ slurm_or_skip()
 from localslurm import LocalSlurm  # noqa: E402
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
-GPUGATE = str(Path(sys.executable).parent / "gpugate")
 ADMIN_REASON = "admin: PSU swap"
 
 
@@ -36,7 +35,15 @@ def fresh(site: Site, cluster: LocalSlurm):
 
 
 def gpugate(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([GPUGATE, *args], env=env, capture_output=True, text=True, timeout=90)
+    """This checkout's gpugate (not an installed one), as an admin on the site runs it."""
+    argv = [sys.executable, "-m", "gpugate", *args]
+    env = dict(env, PYTHONPATH=str(ROOT))
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
+
+
+def health(env: dict, node: str) -> subprocess.CompletedProcess:
+    """`gpugate health` as slurmd runs it on `node` (the hook finds its node so)."""
+    return gpugate(dict(env, SLURMD_NODENAME=node), "health")
 
 
 def audit(site: Site) -> list[dict]:
@@ -55,8 +62,8 @@ def test_an_admins_drain_survives_health_resume_and_a_failing_epilog(
     assert reason.startswith(ADMIN_REASON), reason
     site.use_snapshot("gpu-a", "h100-ecc")
     cluster.wait_job(job, "COMPLETED", timeout=60)
-    health = gpugate(env, "health", "--node", "gpu-a")
-    assert "Traceback" not in health.stderr, health.stderr
+    ran = health(env, "gpu-a")
+    assert "Traceback" not in ran.stderr, ran.stderr
     refused = gpugate(env, "resume", "gpu-a", "--why", "test")
     assert refused.returncode == 1 and "drained by someone else" in refused.stderr
     node = cluster.node("gpu-a")
@@ -72,15 +79,15 @@ def test_a_manual_resume_of_gpugates_drain_is_the_admins_and_the_next_drain_gpug
 ):
     env = e2e_site.env()
     site.use_snapshot("gpu-b", "h100-ecc")
-    gpugate(env, "health", "--node", "gpu-b")
-    assert cluster.node("gpu-b")["Reason"].startswith("gpugate: gpu.ecc: ")
+    first = health(env, "gpu-b")
+    assert cluster.node("gpu-b").get("Reason", "").startswith("gpugate: gpu.ecc: "), first
     cluster.resume("gpu-b")  # `scontrol update nodename=gpu-b state=resume`, by a person
     site.use_snapshot("gpu-b", "h100-healthy")
-    said = gpugate(env, "health", "--node", "gpu-b")
+    said = health(env, "gpu-b")
     assert "Traceback" not in said.stderr, said.stderr
     (entry,) = [a for a in audit(site) if a["node"] == "gpu-b"]
     assert (entry["who"], entry["resumed"]) == ("admin (outside gpugate)", True), entry
     site.use_snapshot("gpu-b", "h100-ecc")
-    gpugate(env, "health", "--node", "gpu-b")
+    health(env, "gpu-b")
     assert cluster.node("gpu-b")["Reason"].startswith("gpugate: gpu.ecc: ")
     assert len([a for a in audit(site) if a["node"] == "gpu-b"]) == 1
