@@ -58,6 +58,10 @@ def drain_counted(
     slurm: SlurmControl, node: str, reason: str, config: Config | None, check_id: str | None
 ) -> DrainOutcome:
     """Count the budget, then drain with `reason` (the Drain step; Undo settles it after)."""
+    admins = admin_drain(slurm, node)
+    if admins:  # before the budget: a held drain's Comment would be written on an admin's node
+        note(f"not draining {node}: {admins}")
+        return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=admins)
     if config is not None:
         try:
             blocked = over_budget(slurm, node, config, check_id)
@@ -81,6 +85,19 @@ def drain_counted(
         except Exception as exc:
             note(f"could not clear the stale budget comment of {node}: {exc}")
     return DrainOutcome(reason=reason, drained=True)
+
+
+def admin_drain(slurm: SlurmControl, node: str) -> str:
+    """Why `node` is someone else's to keep out (drained with a reason gpugate did not
+    write); "" when it is not, or cannot be read (SlurmControl.drain checks again)."""
+    try:
+        info = slurm.node(node)
+    except Exception:
+        return ""
+    if info.drained and info.reason and not info.gpugate_owned:
+        who = info.reason_user or "someone else"
+        return f"already drained by {who} ({info.reason!r}); gpugate does not replace it"
+    return ""
 
 
 def undo_beyond_budget(

@@ -45,6 +45,7 @@ from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.gate.shared import gpus_in_use, skip_for_jobs
 from gpugate.gate.shared import parse_gres_used as parse_gres_used
 from gpugate.health.heal import LIFT, heal_verdict, proof_gate
+from gpugate.hooks.outside_resume import resumed_outside
 from gpugate.hooks.prolog import check_statuses, remember_kernel_pos
 from gpugate.isolate import remote
 from gpugate.isolate.state import APPLIED as ISOLATION_APPLIED
@@ -204,6 +205,7 @@ def judge_and_act(
     statuses = check_statuses(findings, config)
     boot = facts.boot_id or boot_id(config)
     repaired = ""
+    outside = "" if dry_run else _outside(config, info, boot)
     if info.drained and info.reason and not info.gpugate_owned:
         # An admin's drain: gpugate's healing entry no longer applies.
         decided = Decided(result=HealthResult(status=decision.status, action="none", blocked_by="admin",
@@ -235,7 +237,7 @@ def judge_and_act(
         decided = put_back or Decided(result=allowed)
         decided = decided.replace(plan=(ForgetHealing(node=node), *decided.plan))
     result = carry_out(decided, hands, dry_run)
-    result = result.replace(message=_joined(result.message, repaired))
+    result = result.replace(message=_joined(_joined(result.message, repaired), outside))
     # Not moved past a drain that failed (slurmctld down: the next run tries again), nor by a
     # dry run (the real runs' position stands). A drain the budget held back moves on, as the
     # prolog does: held is said and recorded (TellHeld, RecordHeld), and an old kernel-log
@@ -244,6 +246,15 @@ def judge_and_act(
     if not dry_run and not (result.action == "drain" and result.blocked_by == "error"):
         remember_kernel_pos(config, facts)
     return result.replace(statuses=statuses, duration_s=time.monotonic() - started), boot
+
+
+def _outside(config: Config, info: NodeInfo, boot: str | None) -> str:
+    """A drain of gpugate's lifted by a person, audited as theirs (gpugate/hooks/outside_resume.py)."""
+    try:
+        return resumed_outside(config, info, boot)
+    except Exception as exc:  # bookkeeping: the run's verdict stands
+        note(f"could not check how {info.name} came back in service: {exc}")
+        return ""
 
 
 def carry_out(decided: Decided, hands: Hands, dry_run: bool) -> HealthResult:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from gpugate.record import Record
 from gpugate.regex import lazy
+from gpugate.slurm.reasons import ISOLATED_MARKER
 
-MARKER = "gpugate-isolated:"
+MARKER = ISOLATED_MARKER  # reasons.own_comment reads it as gpugate's
 WHY_MAX = 80  # per GPU: two entries stay within the Comment's cap (reasons.COMMENT_MAX)
 _ENTRY = lazy(
     r"gpu(?P<index>\d+) minor=(?P<minor>\d+) serial=(?P<serial>\S*) since=(?P<since>\d+)"

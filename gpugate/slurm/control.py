@@ -24,7 +24,7 @@ from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm.jobid import JobId, parse_job_id
-from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_reason
+from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_comment, own_reason
 from gpugate.slurm.records import JobInfo, NodeInfo
 
 TYPE_CHECKING = False
@@ -107,6 +107,10 @@ class NotOurDrain(SlurmError):
 
 
 # ------------------------------------------------------------------------------- results
+
+
+class NotOurComment(SlurmError):
+    """set_node_comment() refused: the node's Comment, or its drain, is someone else's."""
 
 
 class NodeChange(Record):
@@ -217,12 +221,30 @@ class SlurmControl:
         return merged, pinned
 
     def set_node_comment(self, node: str, text: str) -> None:
-        """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change)."""
-        self._write_node_comment(valid_node_name(node), admin_comment(text))
+        """Write `gpugate: <text>` (sanitised) into the node's Comment (no state change);
+        NotOurComment where the Comment or the node's drain is someone else's."""
+        before = self.node(valid_node_name(node))
+        # Ownership, as for drains: an admin's note is never overwritten, and a node an admin
+        # drained gets no gpugate text (a "would drain" there would read as gpugate's act).
+        if before.comment and not own_comment(before.comment):
+            raise NotOurComment(
+                f"{node}: its Comment ({before.comment!r}) is not gpugate's; left as it is"
+            )
+        if before.drained and before.reason and not before.gpugate_owned:
+            raise NotOurComment(
+                f"{node}: drained by {before.reason_user or 'someone else'} "
+                f"({before.reason!r}); gpugate writes no Comment there"
+            )
+        self._write_node_comment(node, admin_comment(text))
 
-    def clear_node_comment(self, node: str) -> None:
-        """Empty the node's Comment (an isolation put back)."""
-        self._write_node_comment(valid_node_name(node), "")
+    def clear_node_comment(self, node: str) -> bool:
+        """Empty the node's Comment if gpugate wrote it (an isolation put back); False when
+        there was someone else's Comment, left as it is."""
+        before = self.node(valid_node_name(node))
+        if before.comment and not own_comment(before.comment):
+            return False
+        self._write_node_comment(node, "")
+        return True
 
     def _write_node_comment(self, node: str, comment: str) -> None:
         # scontrol in the CLI backend; pyslurm (22.5 and 24.11 alike) through Node.modify.

@@ -24,6 +24,7 @@ import os
 from gpugate.regex import lazy
 
 GPUGATE_PREFIX = "gpugate:"
+ISOLATED_MARKER = "gpugate-isolated:"  # gpugate/isolate/comment.py MARKER (a record, not prose)
 REASON_MAX = 200
 COMMENT_MAX = 400  # one piece of gpugate's text
 # The whole AdminComment gpugate leaves (others' text and its own pieces): Slurm caps a
@@ -111,6 +112,11 @@ def evidence_detail(bundle: str, detail: str) -> str:
     # reasons are read truncated (and gpugate caps them at REASON_MAX).
     where = f"{os.path.basename(os.path.dirname(bundle))}/{os.path.basename(bundle)}"
     return f"evidence {where}: {detail}"
+
+
+def own_comment(comment: str) -> bool:
+    """Whether a node Comment is gpugate's (its prefix, or an isolation record's marker)."""
+    return comment.startswith((GPUGATE_PREFIX, ISOLATED_MARKER))
 
 
 def admin_comment(text: str) -> str:
