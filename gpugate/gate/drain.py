@@ -58,10 +58,6 @@ def drain_counted(
     slurm: SlurmControl, node: str, reason: str, config: Config | None, check_id: str | None
 ) -> DrainOutcome:
     """Count the budget, then drain with `reason` (the Drain step; Undo settles it after)."""
-    admins = admin_drain(slurm, node)
-    if admins:  # before the budget: a held drain's Comment would be written on an admin's node
-        note(f"not draining {node}: {admins}")
-        return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=admins)
     if config is not None:
         try:
             blocked = over_budget(slurm, node, config, check_id)
@@ -69,6 +65,13 @@ def drain_counted(
             note(f"drain budget unknown ({type(exc).__name__}: {exc}); draining {node}")
             blocked = None
         if blocked:
+            # A held drain says so in the node's Comment (TellHeld): never on an admin's drain.
+            # Read only here: a drain that goes ahead is refused by SlurmControl.drain itself,
+            # so the prolog's path to a drain costs no extra node read.
+            admins = admin_drain(slurm, node)
+            if admins:
+                note(f"not draining {node}: {admins}")
+                return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=admins)
             return DrainOutcome(
                 reason=reason, drained=False, blocked_by="budget", why=blocked, held=True
             )
