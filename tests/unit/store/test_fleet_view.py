@@ -221,8 +221,10 @@ def test_a_storm_keeps_the_budget_exactly_at_a_bounded_cost_per_node(tmp_path, m
     assert len(drained) == limit == sum(o.drained for o in outcomes.values())
     assert all(o.blocked_by == "budget" for o in outcomes.values() if not o.drained)
     # Per hook: at most one read of the whole cluster per count (two counts), one node read
-    # for the drain and one for its undo: whatever the cluster's size.
-    assert max(counts.values()) <= 4
+    # for the drain, one for its undo and one for the held notice's Comment (gpugate writes a
+    # Comment only over its own: SlurmControl.set_node_comment reads it, issue 45): whatever
+    # the cluster's size.
+    assert max(counts.values()) <= 5
     assert slurm.listings <= members  # shared: far fewer than two per node
 
 
