@@ -40,8 +40,9 @@ class DrainEntry(NodeEntry):
     hook: str | None = None
     boot_id: str | None = None
     drill: str | None = None
+    gpu: str | None = None
 
-    _omit = frozenset({"drill"})
+    _omit = frozenset({"drill", "gpu"})
     _doc: ClassVar[dict[str, str]] = {
         **_COMMON,
         "check": "the check id (the reason's)",
@@ -54,6 +55,8 @@ class DrainEntry(NodeEntry):
         "boot_id": "the node's boot when drained (a lift after a new boot followed a reboot)",
         "drill": "a fault drill's id: its drain counts toward no RMA, repeat or false drain "
         "(written only for a drill's)",
+        "gpu": "the failing GPU the drain names: its serial, else its UUID (written when known; "
+        "the same GPU failing again counts toward its RMA)",
     }
 
 
@@ -112,4 +115,31 @@ class UnknownXidsEntry(NodeEntry):
         "xids": "the codes (sorted, at most 64)",
         "job": "the job whose hook saw them",
         "hook": "the hook",
+    }
+
+
+class LedgerEntry(NodeEntry):
+    """`ledger.jsonl`: one step of a node's repair loop (gpugate/store/ledger.py)."""
+
+    step: str
+    who: str
+    why: str = ""
+    outcome: str = ""
+    evidence: str | None = None
+    check: str | None = None
+    gpu: str | None = None
+    reason: str | None = None
+
+    _omit = frozenset({"evidence", "check", "gpu", "reason"})
+    _doc: ClassVar[dict[str, str]] = {
+        **_COMMON,
+        "step": "drain, held, heal, reset, recheck, reboot, wait, qualify, resume, refused, "
+        "rma or admin (store/ledger.py)",
+        "who": "who took it: `gpugate <hook>`, or the admin (the sudo caller)",
+        "why": "why it was taken",
+        "outcome": "what came of it (drained, requested, passed, failed, resumed, ...)",
+        "evidence": "what it rests on: an evidence bundle, a qualification run (when any)",
+        "check": "the check id the step concerns (when one)",
+        "gpu": "the GPU it concerns: its serial, else its UUID (when one)",
+        "reason": "the node's drain reason at the time (when drained)",
     }

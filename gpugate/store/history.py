@@ -152,7 +152,8 @@ def _when_ok(when: object) -> bool:
     return 0 <= when <= _WHEN_MAX
 
 
-_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id", "drill")
+_DRAIN_TEXT = ("at", "check", "reason", "category", "bundle", "job", "hook", "boot_id", "drill",
+               "gpu")  # fmt: skip
 _RESUME_TEXT = ("at", "who", "why", "reason", "boot_id", "repair")
 
 
@@ -220,6 +221,7 @@ def record_drain(
     hook: str | None = None,
     boot_id: str | None = None,
     drill: str | None = None,
+    gpu: str | None = None,
     max_per_node: int = MAX_PER_NODE,
     max_entries: int = MAX_ENTRIES,
 ) -> DrainEntry | None:
@@ -233,6 +235,7 @@ def record_drain(
         boot_id=boot_id,  # repair evidence: a lift after a new boot followed a reboot
         # A drill's drain (gpugate/drill): never a fault, never a false drain.
         drill=drill or reason_drill(reason),
+        gpu=gpu or None,  # the failing GPU's serial (else UUID): its repeats count to its RMA
     )  # fmt: skip
     same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
     return _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)

@@ -23,7 +23,13 @@ from gpugate.log import Event
 from gpugate.qualify.records import H2dGpu, PayloadResult
 from gpugate.store.app_xids import AppXidEntry
 from gpugate.store.drills import DrillEntry, DrillStep
-from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, UnknownXidsEntry
+from gpugate.store.entries import (
+    AuditEntry,
+    DrainEntry,
+    HeldEntry,
+    LedgerEntry,
+    UnknownXidsEntry,
+)
 from gpugate.store.evidence import IndexEntry
 from gpugate.store.fleet_view import FleetNode, FleetView
 from gpugate.store.healing import HealingEntry, HealingFile
@@ -36,6 +42,7 @@ from gpugate.store.view_records import ControllerRecord, Digest, DigestEntry
 DOC = paths.DOCS / "interfaces.md"
 RECORDS: dict[str, type[JsonRecord]] = {
     "EvidenceSummary": EvidenceSummary,
+    "LedgerEntry": LedgerEntry,
     "SummaryJob": SummaryJob,
     "CheckpointAtEnd": CheckpointAtEnd,
     "QualifySummary": QualifySummary,
