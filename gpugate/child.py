@@ -51,6 +51,7 @@ TASKS = frozenset(
         "gpugate.hooks.flightrec_collect:read_dumps",
         "gpugate.gate.requeue:start_now_when_pending",
         "gpugate.qualify.launch:qualify_suspect",
+        "gpugate.qualify.launch:qualify_repaired",  # the repair ladder's, before the resume
         "gpugate.store.nccl_dir:sweep",  # the epilog's NCCL directory, set aside
         "gpugate.child:selftest",  # for the tests and self-checks: sleep, exit, fds, ids
     }

@@ -323,7 +323,7 @@ def _record_drain(step: S.RecordDrain, hands: Hands, _: DrainOutcome | None) -> 
 
     history.note_drain(hands.config, step.node, step.reason, check=step.check, hook=step.hook,
                        boot_id=step.boot_id, job=step.job, category=step.category,
-                       xid=step.xid, bundle=step.bundle)  # fmt: skip
+                       xid=step.xid, bundle=step.bundle, gpu=step.gpu)  # fmt: skip
     return ""
 
 

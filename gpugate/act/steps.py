@@ -221,6 +221,7 @@ class RecordDrain(Record):
     category: str | None = None
     xid: int | None = None
     bundle: str | None = None
+    gpu: str | None = None  # the failing GPU's serial (else UUID): its repeats count to its RMA
 
     def describe(self) -> str:
         return f"history: drain of {self.node}"

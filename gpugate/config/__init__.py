@@ -32,6 +32,8 @@ _CHOICES = {
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "prolog.on_error": ("allow", "refuse"),
     "health.suspect_action": ("qualify", "review"),
+    # scontrol(1) reboot's nextstate= (RESUME, DOWN), as the ladder may ask it (gate/repair.py).
+    "health.reboot_nextstate": ("down", "resume"),
     "isolate.unit": ("node", "gpu"),
 }
 # Mappings whose keys and values are closed sets: path -> (key pattern, what a key is, values).

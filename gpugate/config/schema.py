@@ -287,6 +287,12 @@ class Health(Record):
     reboot: bool
     gpu_reset: bool
     gpu_reset_timeout_s: float
+    # The repair ladder (gpugate/gate/ladder.py): what Slurm makes of a rebooted node (down:
+    # out of service until gpugate's post-reboot check and qualification pass; resume: Slurm
+    # resumes it as slurmd registers), and how long it waits for a drained node's jobs before
+    # it leaves the repair to a person (it acts only on an idle node).
+    reboot_nextstate: str = "down"
+    repair_wait_h: float = 72.0
     # Cross-job suspect voting (gpugate/gate/suspicion.py): a node that failed first in this
     # many failed multi-node jobs within the window (hours) is flagged suspect; 0: no voting.
     suspect_votes: int

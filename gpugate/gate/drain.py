@@ -40,6 +40,17 @@ def drain_detail(failing: list[Finding]) -> tuple[str, str]:
     return first.check, detail
 
 
+def failing_gpu(failing: list[Finding], gpus: tuple[Gpu, ...] | None) -> str | None:
+    """The identity of the GPU the drain's first failure names: its serial, else its UUID
+    (None: the failure names no GPU, or the facts do not know it). Counted toward the part's
+    RMA (gpugate/health/ladder.py): NVML's index moves between boots, the serial does not."""
+    first = next((f for f in failing if f.gpu is not None), None)
+    if first is None or not gpus:
+        return None
+    gpu = next((g for g in gpus if g.index == first.gpu), None)
+    return (gpu.serial or gpu.uuid or None) if gpu is not None else None
+
+
 class DrainOutcome(Record):
     """What became of a drain gpugate wanted."""
 

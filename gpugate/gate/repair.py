@@ -1,16 +1,20 @@
 """Repair through Slurm, opt in: reboot-class faults to `scontrol reboot ASAP`, GPU resets.
 
-`request_reboot` hands a node gpugate drained for a reboot-class fault (an Xid whose action
-is `reboot` in gpugate/checks/xid_catalog.py, e.g. 79 "fallen off the bus"; a GPU whose recovery action
-is node_reboot; gpu.lost, kernel.gpu_bus) to Slurm: `scontrol reboot ASAP nextstate=RESUME
-reason="gpugate: ..." NODE`. scontrol(1), `reboot`: ASAP drains the node, the site's
-RebootProgram (slurm.conf) runs once the node is idle, the HealthCheckProgram runs once when
-slurmd starts again, and nextstate=RESUME clears the drain and the reason when slurmd
-registers; a node that does not come back within ResumeTimeout is marked DOWN. Never for a
-drain gpugate did not set, once per drain (recorded in `state_dir/repairs.json`), within the
-drain budget. `reset_gpus` runs `nvidia-smi -r -i N` on an idle node (nvidia-smi(1): root
-only, refused while any process uses the GPU) and records when, as repair evidence for the
-healing step (`reset_recorded`).
+The rungs the repair ladder (gpugate/gate/ladder.py) climbs. `request_reboot` hands a node
+gpugate drained for a reboot-class fault (an Xid whose action is `reboot` in
+gpugate/checks/xid_catalog.py, e.g. 79 "fallen off the bus"; a GPU whose recovery action is
+node_reboot; gpu.lost, kernel.gpu_bus), or one a reset did not repair, to Slurm: `scontrol
+reboot ASAP nextstate=DOWN reason="gpugate: ..." NODE` (`health.reboot_nextstate`).
+scontrol(1), `reboot`: ASAP drains the node, the site's RebootProgram (slurm.conf) runs once
+the node is idle, the HealthCheckProgram runs once when slurmd starts again; nextstate=DOWN
+keeps the node out of service with the reason until gpugate's post-reboot check lifts it
+(nextstate=RESUME would clear the drain and the reason as slurmd registers); a node that does
+not come back within ResumeTimeout is marked DOWN. Only on an idle node (no job running or
+completing: issue 45, "job-safe"), never for a drain gpugate did not set, once per drain
+(recorded with the boot it was asked in, `state_dir/repairs.json`), within the drain budget.
+`reset_gpus` runs `nvidia-smi -r -i N` on an idle node (nvidia-smi(1): root only, refused
+while any process uses the GPU) and records when, as repair evidence for the healing step
+(`reset_recorded`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from gpugate.node import node_name
 from gpugate.regex import lazy
 from gpugate.slurm.control import NotOurDrain, SlurmError, valid_node_name
 from gpugate.slurm.reasons import drain_reason, is_ours, reason_check
-from gpugate.store import history, locks
+from gpugate.store import history, ledger, locks
 from gpugate.store.state import StateError, ensure_state_dir
 
 TYPE_CHECKING = False
@@ -49,6 +53,12 @@ _MAX_NODES = 4096  # entries kept per kind (a node-local file holds one node; a 
 # Slurm shows a pending reboot as these state flags (`@` and `^` in sinfo).
 _PENDING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 _XID = lazy(r"\bXid (\d{1,9})\b")
+
+
+def reboot_asked(config: Config, node: str) -> dict[str, Any] | None:
+    """The reboot gpugate last asked for `node` (`at`, `reason`, `boot_id`), or None."""
+    asked = _load(config).get(REBOOT, {}).get(node)
+    return asked if isinstance(asked, dict) else None
 
 
 # --------------------------------------------------------------------------- classifying
@@ -129,15 +139,24 @@ def reboot_reason(fault: str) -> str:
 # --------------------------------------------------------------------------------- reboot
 
 
-def request_reboot(slurm: SlurmControl, node: str, reason: str, config: Config) -> str | None:
+def request_reboot(
+    slurm: SlurmControl,
+    node: str,
+    reason: str,
+    config: Config,
+    escalated: str = "",
+    boot: str | None = None,
+) -> str | None:
     """Ask Slurm to reboot `node` for a reboot-class fault; what was done, or None.
 
-    Opt in (`health.reboot`); only a node drained by gpugate, once per drain, within the drain
-    budget. Every refusal is a line in slurmd's log; nothing is raised for Slurm's errors.
+    Opt in (`health.reboot`); only an idle node drained by gpugate, once per drain, within the
+    drain budget. `escalated`: why a fault of another kind is rebooted all the same (a reset
+    that did not repair it). `boot`: this boot's id, recorded (the ladder's proof the node
+    rebooted). Every refusal is a line in slurmd's log; nothing is raised for Slurm's errors.
     """
     if not config.health.reboot:
         return None
-    if repair_kind(reason, config) != REBOOT:
+    if repair_kind(reason, config) != REBOOT and not escalated:
         return None
     try:
         before = slurm.node(valid_node_name(node))
@@ -149,16 +168,22 @@ def request_reboot(slurm: SlurmControl, node: str, reason: str, config: Config) 
         log.say(f"not rebooting {node}: {refused}")
         return None
     wanted = reboot_reason(reason)
+    nextstate = config.health.reboot_nextstate.upper()
     try:
-        change = slurm.reboot_asap(node, wanted, nextstate="RESUME")
+        change = slurm.reboot_asap(node, wanted, nextstate=nextstate)
     except (NotOurDrain, SlurmError, ValueError) as exc:
         log.say(f"not rebooting {node}: {exc}")
         return None
-    _record(config, REBOOT, node, {"drain": _drain_key(before), "reason": change.reason})
-    done = f"{node}: reboot requested (scontrol reboot ASAP nextstate=RESUME): {change.reason}"
+    _record(config, REBOOT, node, {"drain": _drain_key(before), "reason": change.reason,
+                                   "boot_id": boot})  # fmt: skip
+    how = f"scontrol reboot ASAP nextstate={nextstate}"
+    done = f"{node}: reboot requested ({how}): {change.reason}"
     log.event(
         config.state_dir, "repair", node=node, outcome="reboot_requested", reason=change.reason
     )
+    ledger.note(config, node, ledger.REBOOT, who="gpugate health", outcome="requested",
+                why=f"{escalated}; {how}" if escalated else how, check=reason_check(wanted),
+                reason=change.reason)  # fmt: skip
     return done
 
 
@@ -166,6 +191,8 @@ def _reboot_refusal(slurm: SlurmControl, before: NodeInfo, config: Config) -> st
     """Why this node must not be rebooted now, or None."""
     if not before.drained:
         return "not drained (gpugate reboots only a node it drained)"
+    if before.busy:  # job-safe: ASAP would wait, but the ask itself waits for an idle node
+        return f"a job runs or completes on it ({before.state}); the reboot waits for an idle node"
     if not before.gpugate_owned:
         return (
             f"drained by {before.reason_user or 'someone else'} ({before.reason!r}), not by gpugate"

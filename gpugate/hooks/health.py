@@ -40,7 +40,8 @@ from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.drill import active_drill
 from gpugate.gate.allocation import SlurmGpus
-from gpugate.gate.drain import drain_detail
+from gpugate.gate.drain import drain_detail, failing_gpu
+from gpugate.gate.ladder_result import Climb
 from gpugate.gate.policy import DRAIN, Decision, decide
 from gpugate.gate.shared import gpus_in_use, skip_for_jobs
 from gpugate.gate.shared import parse_gres_used as parse_gres_used
@@ -70,10 +71,9 @@ if TYPE_CHECKING:
     from gpugate.act.steps import Attempt, Step
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
+    from gpugate.child import Detach
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
-
-_BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 
 class HealthResult(Record):
@@ -97,6 +97,7 @@ class HealthResult(Record):
     timeout_from: str = ""
     # SLURM_NODE_IS_HEALTHY as slurmd passed it (26.05.2+): None where unset.
     node_is_healthy: bool | None = None
+    gpu: str | None = None  # the failing GPU's serial (else UUID) a drain names, when known
 
 
 class Decided(Record):
@@ -110,7 +111,7 @@ class Decided(Record):
 
 def busy(info: NodeInfo) -> bool:
     """Whether a job runs (or is ending) on the node."""
-    return info.state in _BUSY_STATES or any(f in _BUSY_STATES for f in info.flags)
+    return info.busy
 
 
 def out_of_service(info: NodeInfo) -> bool:
@@ -147,11 +148,13 @@ def run_health(
     slurm: SlurmControl,
     dry_run: bool = False,
     environ: Mapping[str, str] | None = None,
+    detach: Detach | None = None,
 ) -> HealthResult:
     """One HealthCheckProgram run on `node`: drain what fails, lift what healed, audited; its
     log line, history, metrics and event recorded by the executor. `dry_run`: gather, check
     and decide, and say the plan (`would ...` in `steps`): nothing drained, lifted, repaired
-    or recorded. `environ`: slurmd's environment for the run (default: this process's)."""
+    or recorded. `environ`: slurmd's environment for the run (default: this process's).
+    `detach`: what starts work that outlives the run (the ladder's qualification)."""
     timeout, why = read_health_check_timeout(slurm)
     if why:
         note(why)
@@ -159,7 +162,7 @@ def run_health(
     # The gather and the sweep read health.deadline_s: sized here, once, for the whole run.
     config = config.replace(health=config.health.replace(deadline_s=limit.budget_s))
     hint = node_is_healthy(os.environ if environ is None else environ)
-    hands = Hands(config, slurm, note=note, hook="health", lift=lift_as_resume)
+    hands = Hands(config, slurm, note=note, hook="health", lift=lift_as_resume, detach=detach)
     result, boot = judge_and_act(config, node, hands, dry_run, hint)
     result = result.replace(budget_s=limit.budget_s, slurm_timeout_s=limit.timeout_s,
                             timeout_from=limit.source, node_is_healthy=hint)  # fmt: skip
@@ -218,18 +221,22 @@ def judge_and_act(
         # never real, so the node goes back once the real facts pass (a drill never outlives it).
         decided = lift_drill(info, decision)
     elif info.drained and info.gpugate_owned:
-        # The opt-in repair acts before the decision (a reset is repair evidence): a dry run
+        # The repair ladder acts before the decision (a reset is repair evidence): a dry run
         # does not repair, and decides on what it sees now.
-        repaired = "" if dry_run else repair(config, slurm, node, findings, idle=not any_job)
-        if repaired:  # a GPU reset: look again before deciding (the reset is repair evidence)
+        entry = current_entry(config, info, boot)
+        climbed = Climb() if dry_run else climb(config, slurm, info, entry, findings, boot)
+        repaired = "" if climbed.rma else climbed.said  # an RMA verdict is the run's message
+        if climbed.rejudge:  # a GPU reset: look again before deciding (repair evidence)
             facts, findings = judge(config, node, slurm, any_job, gres)
             decision = decide(findings, config.policy, phase="health")
-        decided = keep_or_lift(config, info, decision, boot, any_job)
+            recheck(config, info, findings, "the checklist after the GPU reset")
+        decided = keep_or_lift(config, info, decision, boot, any_job, climbed, dry_run,
+                               hands.detach)  # fmt: skip
     elif decision.action == DRAIN:  # drain_for carries out its own plan (the drain's outcome)
         result = drain_for(config, hands, node, decision, boot, facts.gpus, dry_run)
         if result.drained:  # a reboot-class fault goes to Slurm now; a reset waits a run
             result = result.replace(message=_joined(result.message, repair(
-                config, slurm, node, findings, idle=False)))  # fmt: skip
+                config, slurm, node, findings, idle=False, boot=boot)))  # fmt: skip
         decided = Decided(result=result)
     else:
         allowed = HealthResult(status=decision.status, action="allow", message=decision.status)
@@ -297,22 +304,58 @@ def lift_drill(info: NodeInfo, decision: Decision) -> Decided:
 
 
 def repair(
-    config: Config, slurm: SlurmControl, node: str, findings: list[Finding], idle: bool
+    config: Config,
+    slurm: SlurmControl,
+    node: str,
+    findings: list[Finding],
+    idle: bool,
+    boot: str | None = None,
 ) -> str:
-    """Opt-in repair of gpugate's drain (gpugate/gate/repair.py): a reboot-class fault is handed
-    to `scontrol reboot ASAP`; a reset-class one on an idle node gets `nvidia-smi -r`. What was
-    done, "" when nothing (opted out, not that kind, once per drain, the budget). Never raises."""
+    """Opt-in repair right after this run's own drain (gpugate/gate/repair.py): a reboot-class
+    fault is handed to `scontrol reboot ASAP` once the node is idle (request_reboot reads it);
+    a reset-class one on an idle node gets `nvidia-smi -r`. What was done, "" when nothing
+    (opted out, not that kind, jobs run, once per drain, the budget). Never raises. Later runs
+    climb the ladder (gpugate/gate/ladder.py)."""
     from gpugate.gate import repair as R
 
     try:
         fault = R.reboot_fault(findings, config)
         if fault is not None:
-            return R.request_reboot(slurm, node, R.reboot_reason(fault), config) or ""
+            return R.request_reboot(slurm, node, R.reboot_reason(fault), config, boot=boot) or ""
         targets = R.reset_targets(findings, config) if idle else []
         return "; ".join(R.reset_gpus(targets, config, node=node)) if targets else ""
     except Exception as exc:  # repair is a help: its failure must not stop the health run
         note(f"repair of {node} failed: {type(exc).__name__}: {exc}")
         return ""
+
+
+def climb(
+    config: Config,
+    slurm: SlurmControl,
+    info: NodeInfo,
+    entry: Healing,
+    findings: list[Finding],
+    boot: str | None,
+) -> Climb:
+    """The repair ladder's step on gpugate's drain (gpugate/gate/ladder.py); never raises:
+    a failed step is a line in slurmd's log, and the drain stays."""
+    from gpugate.gate import ladder
+
+    try:
+        return ladder.climb(config, slurm, info, entry, findings, boot)
+    except Exception as exc:  # repair is a help: its failure must not stop the health run
+        note(f"repair of {info.name} failed: {type(exc).__name__}: {exc}")
+        return Climb()
+
+
+def recheck(config: Config, info: NodeInfo, findings: list[Finding], why: str) -> None:
+    """The ladder's ledger line on the checklist after a repair; never raises."""
+    from gpugate.gate import ladder
+
+    try:
+        ladder.recheck(config, info, findings, why)
+    except Exception as exc:  # bookkeeping: the verdict stands
+        note(f"could not write the ledger line of {info.name}: {exc}")
 
 
 def _joined(message: str, extra: str) -> str:
@@ -351,7 +394,7 @@ def drain_for(
                             message=message, steps=steps)  # fmt: skip
     return HealthResult(status="fail", action="drain", reason=outcome.reason, drained=outcome.drained,
                         blocked_by=outcome.blocked_by, check=check_id, message=message,
-                        steps=steps)  # fmt: skip
+                        steps=steps, gpu=failing_gpu(list(decision.failing), gpus))  # fmt: skip
 
 
 def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
@@ -359,11 +402,19 @@ def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
     (the prolog's or epilog's drain: the boot id from now, the time from Slurm)."""
     entry = healing.load(config.state_dir).get(info.name)
     since = float(info.reason_time) if info.reason_time is not None else time.time()
-    # Slurm's reason time moves only when the reason is set again: another drain, a new entry.
-    if entry is not None and (info.reason_time is None or abs(entry.since - since) < 120):
+    # Slurm's reason time moves only when the reason is set again: another drain, a new entry;
+    # except the reboot gpugate asked for this drain, which rewrites the reason with the same
+    # check (`gpugate: kernel.xid: reboot: ...`, gate/repair.py reboot_reason).
+    if entry is not None and (info.reason_time is None or abs(entry.since - since) < 120
+                              or _reboot_of(info.reason, entry.check)):  # fmt: skip
         return entry
     check = reason_check(info.reason) or "unknown"
     return Healing(node=info.name, check=check, fault=fault_class(check), since=since, boot_id=boot)
+
+
+def _reboot_of(reason: str, check: str) -> bool:
+    """Whether `reason` is the reboot request gpugate wrote for a drain of `check`."""
+    return reason.startswith(f"gpugate: {check}: reboot:")
 
 
 def keep_or_lift(
@@ -372,9 +423,13 @@ def keep_or_lift(
     decision: Decision,
     boot: str | None,
     any_job: bool,
+    climbed: Climb | None = None,
+    dry_run: bool = False,
+    detach: Detach | None = None,
 ) -> Decided:
     """gpugate's own drain: count the passing runs, and lift it when heal.py says so (a
-    refused resume starts the count again)."""
+    refused resume starts the count again); `climbed`: what the repair ladder did this run
+    (the RMA count, the boot before the reboot it asked for)."""
 
     entry = current_entry(config, info, boot)
     failing = tuple((f.check, fault_class(f.check)) for f in decision.failing)
@@ -383,14 +438,19 @@ def keep_or_lift(
         # The jobs still on the draining node hide what they change: this run proves nothing.
         return Decided(result=HealthResult(status=status, action="keep",
                                            message="jobs still run; pass not counted"))  # fmt: skip
-    same, reset_at = 0, None
+    climbed = climbed or Climb()
+    same, reset_at = climbed.repeats, None
     if entry.fault == "hardware":
         reset_at = reset_time(config, info.name)
-        same = count_drains(
-            history_dir(config), info.name, config.admin.history_window_days, check=entry.check
-        )
+        if not climbed.repeats:  # a dry run, or the ladder could not count
+            same = count_drains(history_dir(config), info.name, config.admin.history_window_days,
+                                check=entry.check)  # fmt: skip
+    if climbed.rma:  # the ladder's verdict: replace the part (the same GPU, or a failed reboot)
+        return Decided(result=HealthResult(status=status, action="keep", message=climbed.said),
+                       plan=(RecordHealing(entry=entry.replace(passes=0)),))  # fmt: skip
+    judged = entry.replace(boot_id=climbed.boot_before) if climbed.boot_before else entry
     verdict = heal_verdict(
-        entry,
+        judged,
         failing,
         boot,
         config.health.heal_after_passes,
@@ -398,8 +458,13 @@ def keep_or_lift(
         config.admin.rma_after_drains,
         reset_at=reset_at,
     )
+    verdict = verdict.replace(entry=verdict.entry.replace(boot_id=entry.boot_id))
     if verdict.action == LIFT:
-        verdict = proof_gate(verdict, *qualified_for_lift(config, info))
+        level, passed = qualified_for_lift(config, info)
+        verdict = proof_gate(verdict, level, passed)
+        if verdict.action != LIFT:  # the proof is a qualification: the ladder starts it
+            started = qualify_step(config, info, entry, level, dry_run, detach)
+            verdict = verdict.replace(why=_joined(verdict.why, started))
     if verdict.action != LIFT:
         return Decided(result=HealthResult(status=status, action="keep", message=verdict.why),
                        plan=(RecordHealing(entry=verdict.entry),))  # fmt: skip
@@ -502,6 +567,24 @@ def put_back_if_repaired(
     )  # fmt: skip
 
 
+def qualify_step(
+    config: Config,
+    info: NodeInfo,
+    entry: Healing,
+    level: int,
+    dry_run: bool,
+    detach: Detach | None = None,
+) -> str:
+    """The ladder's qualification before the resume (ladder.qualify_after_repair); never raises."""
+    from gpugate.gate import ladder
+
+    try:
+        return ladder.qualify_after_repair(config, info, entry, level, dry_run, detach)
+    except Exception as exc:  # the drain stays; the admin's `gpugate resume --qualify` remains
+        note(f"could not start the qualification of {info.name}: {type(exc).__name__}: {exc}")
+        return ""
+
+
 def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:
     """The qualification level the drain calls for, and whether a pass since it began exists."""
     from gpugate.admin.resume import earlier_pass, qualify_level
@@ -545,7 +628,7 @@ def note_history(config: Config, node: str, result: HealthResult, boot: str | No
     if not (result.drained and result.reason):
         return None
     return RecordDrain(node=node, reason=result.reason, check=result.check or "", hook="health",
-                       boot_id=boot)  # fmt: skip
+                       boot_id=boot, gpu=result.gpu)  # fmt: skip
 
 
 def note_metrics(config: Config, node: str, result: HealthResult, boot: str | None) -> Step:

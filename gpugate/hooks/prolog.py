@@ -84,6 +84,7 @@ class PrologResult(Record):
     message: str = ""
     duration_s: float = 0.0
     steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)
+    gpu: str | None = None  # the failing GPU's serial (else UUID) the drain names, when known
 
 
 def gather_for_prolog(
@@ -251,6 +252,16 @@ def decide_and_act(
     return result.replace(unknown_xids=unknown, duration_s=time.monotonic() - started), boot
 
 
+def _gpu_of(failing: list[Finding], gpus: tuple[Gpu, ...] | None) -> str | None:
+    """failing_gpu, never raising (bookkeeping: the drain stands without it)."""
+    from gpugate.gate.drain import failing_gpu
+
+    try:
+        return failing_gpu(failing, gpus)
+    except Exception:
+        return None
+
+
 def failure_plan(
     config: Config,
     env: HookEnv,
@@ -333,6 +344,7 @@ def act_on_failure(
         blocked_by=outcome.blocked_by,
         statuses=statuses,
         message=message,
+        gpu=_gpu_of(failing, gpus),
         steps=tuple(report.lines()),
     )
 
@@ -357,7 +369,7 @@ def note_history(
     if not (result.drained and result.reason):
         return None
     return RecordDrain(node=env.node or "", reason=result.reason, check=result.check or "",
-                       hook="prolog", job=env.job_id, boot_id=boot)  # fmt: skip
+                       hook="prolog", job=env.job_id, boot_id=boot, gpu=result.gpu)  # fmt: skip
 
 
 def note_unknown_xids(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # A node is out of service when its base state or a flag says so; never because it has a
 # reason: 24.11 keeps the reason on a resumed, idle node (docs/slurm-facts.md).
 _OUT_OF_SERVICE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
+_BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 _BASE_STATES = frozenset(
     {"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "END"}
     | {"DRAINED", "DRAINING", "FAIL", "FAILING", "COMPLETING"}  # sinfo's combined names
@@ -77,6 +78,12 @@ class NodeInfo(Record):
         reasons only). 22.05 and 26.05 clear it (docs/slurm-facts.md, "A resumed node's
         reason"). That leftover says nothing about the node now: views show this instead."""
         return self.reason if self.drained else ""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job runs on the node or is still ending there (ALLOCATED, MIXED or
+        COMPLETING, as the state or a flag): no repair acts then (issue 45, job-safe)."""
+        return self.state in _BUSY or any(f in _BUSY for f in self.flags)
 
     @property
     def gpugate_owned(self) -> bool:

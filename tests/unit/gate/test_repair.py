@@ -16,6 +16,7 @@ from gpugate.gate import repair
 from gpugate.runner import CommandResult
 from gpugate.slurm.cli import CliBackend
 from gpugate.slurm.control import NotOurDrain
+from gpugate.store import ledger
 
 XID79 = "gpugate: kernel.xid: GPU0 Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus (reboot the node)"
 ECC = "gpugate: gpu.ecc: GPU3 aggregate uncorrected ECC 120 > 100"
@@ -121,15 +122,20 @@ def test_opt_in_off_does_nothing(tmp_path):
 
 def test_a_reboot_class_drain_is_handed_to_slurm_and_recorded(tmp_path):
     slurm, cfg = slurm_with(), config(tmp_path)
-    done = repair.request_reboot(slurm, NODE, XID79, cfg)
-    assert done and "reboot requested" in done and "nextstate=RESUME" in done
+    done = repair.request_reboot(slurm, NODE, XID79, cfg, boot="boot-a")
+    assert done and "reboot requested" in done and "nextstate=DOWN" in done
     [(node, reason, nextstate)] = slurm.reboots
-    assert (node, nextstate) == (NODE, "RESUME")
+    # DOWN (the default): out of service until gpugate's check after the reboot lifts it.
+    assert (node, nextstate) == (NODE, "DOWN")
     assert reason.startswith("gpugate: kernel.xid: reboot: GPU0 Xid 79")
     path = tmp_path / "state" / "repairs.json"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     entry = json.loads(path.read_text())["reboot"][NODE]
     assert entry["drain"] == [XID79, 1000] and entry["reason"] == reason
+    assert entry["boot_id"] == "boot-a"  # the ladder's proof the node rebooted since
+    [line] = ledger.entries(str(tmp_path / "state"), NODE)
+    assert (line.step, line.outcome, line.check) == ("reboot", "requested", "kernel.xid")
+    assert "nextstate=DOWN" in line.why and line.reason == reason
     events = (tmp_path / "state" / "events.jsonl").read_text()
     assert '"outcome":"reboot_requested"' in events
 
@@ -205,6 +211,35 @@ def test_the_budget_is_the_drains_own(tmp_path):
     # 10 % of 7 would allow one drain in all; a hardware check may hold 4.
     cfg = config(tmp_path, max_drained_share=0.1, min_drains_allowed=1)
     assert repair.request_reboot(slurm, NODE, XID79, cfg)
+
+
+def test_the_site_may_keep_slurms_resume_as_slurmd_registers(tmp_path):
+    cfg = config(tmp_path)
+    cfg = cfg.replace(health=cfg.health.replace(reboot_nextstate="resume"))
+    slurm = slurm_with()
+    assert "nextstate=RESUME" in (repair.request_reboot(slurm, NODE, XID79, cfg) or "")
+    assert [s for _, _, s in slurm.reboots] == ["RESUME"]
+
+
+@pytest.mark.parametrize("state", [("MIXED", ("DRAIN",)), ("IDLE", ("DRAIN", "COMPLETING")),
+                                   ("ALLOCATED", ("DRAIN",))])  # fmt: skip
+def test_no_reboot_is_asked_while_a_job_runs_or_completes(tmp_path, state, capsys):
+    base, flags = state
+    node = drained(NODE, XID79, when=1000).replace(state=base, flags=flags)
+    slurm = slurm_with(node)
+    assert repair.request_reboot(slurm, NODE, XID79, config(tmp_path)) is None
+    assert slurm.reboots == []
+    assert "waits for an idle node" in capsys.readouterr().err
+
+
+def test_a_reset_class_fault_is_rebooted_only_when_escalated(tmp_path):
+    slurm = slurm_with(drained(NODE, ECC, when=1000))
+    assert repair.request_reboot(slurm, NODE, ECC, config(tmp_path)) is None
+    done = repair.request_reboot(slurm, NODE, ECC, config(tmp_path),
+                                 escalated="the GPU reset did not repair it")  # fmt: skip
+    assert done and len(slurm.reboots) == 1
+    [line] = ledger.entries(str(tmp_path / "state"), NODE)
+    assert line.why.startswith("the GPU reset did not repair it; scontrol reboot ASAP")
 
 
 def test_slurm_errors_are_reported_not_raised(tmp_path, capsys):

@@ -366,7 +366,7 @@ def test_a_reboot_class_fault_is_drained_then_handed_to_slurm_when_opted_in(tmp_
     result = run_health(config, NODE, slurm)
     assert result.drained and result.reason.startswith("gpugate: kernel.xid: GPU0")
     if opted_in:
-        assert [(n, s) for n, _, s in slurm.reboots] == [(NODE, "RESUME")]
+        assert [(n, s) for n, _, s in slurm.reboots] == [(NODE, "DOWN")]
         assert slurm.reboots[0][1].startswith("gpugate: kernel.xid: reboot: GPU0")
     else:
         assert slurm.reboots == []

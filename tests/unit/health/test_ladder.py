@@ -1,0 +1,161 @@
+"""The repair ladder (gpugate/gate/ladder.py) as `gpugate health` climbs it, with FakeSlurm and
+replayed snapshots: drain -> reboot ASAP nextstate=DOWN -> the check after the reboot -> the
+qualification -> resume; job-safe waits; the same GPU failing again goes to the RMA list."""
+
+from __future__ import annotations
+
+import time
+
+from factories import make_facts
+from fakes import NODE, drained
+from health_setup import cluster, setup, swap, write_boot
+
+from gpugate.gate import ladder as LD
+from gpugate.hooks.health import run_health
+from gpugate.store import ledger
+from gpugate.store.history import history_dir, record_drain
+
+XID79 = ("[Sun Nov 29 09:59:01 2026] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
+         "name=<unknown>, GPU has fallen off the bus.")  # fmt: skip
+REASON = "gpugate: kernel.xid: GPU0 (serial 1652123000000, 0000:18:00) Xid 79 fallen off the bus"
+SERIAL = "1652123000000"
+
+
+def site(tmp_path, facts=None, level: int = 0, qualify: bool = False):
+    config = setup(tmp_path, facts or make_facts(kernel_log=(XID79,)), passes=1)
+    config = config.replace(health=config.health.replace(reboot=True, gpu_reset=True))
+    if level:
+        levels = config.admin.resume_qualify.replace(hardware=level)
+        config = config.replace(admin=config.admin.replace(resume_qualify=levels))
+    if qualify:
+        from gpugate.config import load_config
+
+        (tmp_path / "q.yaml").write_text("qualify:\n  tests: [dcgm, allreduce, h2d, pairs]\n")
+        config = config.replace(qualify=load_config(str(tmp_path / "q.yaml")).qualify)
+    return config
+
+
+def steps(config) -> list[tuple[str, str]]:
+    return [(e.step, e.outcome) for e in ledger.entries(config, NODE)]
+
+
+def come_back_down(slurm) -> None:
+    """What Slurm makes of the node after the RebootProgram (nextstate=DOWN): DOWN, the
+    reason kept, no pending-reboot flag."""
+    info = slurm.infos[NODE]
+    slurm.infos[NODE] = info.replace(state="DOWN", flags=())
+
+
+class Starts:
+    """A recorder in place of gpugate.child.detach: the tasks a run starts apart from itself."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, dict]] = []
+
+    def __call__(self, task: str, kwargs: dict, timeout: float) -> int:
+        self.tasks.append((task, kwargs))
+        return 4242
+
+
+def test_an_xid79_node_is_rebooted_down_checked_after_the_reboot_and_resumed(tmp_path):
+    config = site(tmp_path)
+    slurm = cluster()
+    first = run_health(config, NODE, slurm)  # drains, and hands the reboot to Slurm
+    assert first.drained and [s for _, _, s in slurm.reboots] == ["DOWN"]
+    assert ("reboot", "requested") in steps(config)
+    swap(tmp_path, make_facts())  # the GPU is back after the reboot
+    again = run_health(config, NODE, slurm)  # not rebooted yet: waits, asks nothing more
+    assert again.action == "keep" and len(slurm.reboots) == 1
+    assert "waits for it" in again.message, again.message
+    write_boot(tmp_path, "boot-2")
+    come_back_down(slurm)
+    result = run_health(config, NODE, slurm)
+    assert (result.action, slurm.resumed) == ("lift", [NODE]), result.message
+    assert ("recheck", "passed") in steps(config)
+    [recheck] = [e for e in ledger.entries(config, NODE) if e.step == "recheck"]
+    assert recheck.evidence == "boot boot-2" and recheck.check == "kernel.xid"
+
+
+def test_a_qualification_is_started_once_after_the_reboot_and_the_node_stays_down(tmp_path):
+    config = site(tmp_path, level=2, qualify=True)
+    slurm, starts = cluster(), Starts()
+    run_health(config, NODE, slurm, detach=starts)
+    swap(tmp_path, make_facts())
+    write_boot(tmp_path, "boot-2")
+    come_back_down(slurm)
+    result = run_health(config, NODE, slurm, detach=starts)
+    assert (result.action, slurm.resumed) == ("keep", [])
+    assert "level-2 qualification started (pid 4242)" in result.message, result.message
+    [(task, kwargs)] = starts.tasks
+    assert task == "gpugate.qualify.launch:qualify_repaired"
+    assert (kwargs["node"], kwargs["level"]) == (NODE, 2)
+    assert ("qualify", "started") in steps(config)
+    later = run_health(config, NODE, slurm, detach=starts)  # never a second one for the drain
+    assert len(starts.tasks) == 1 and "qualification started at" in later.message
+
+
+def test_no_reboot_while_a_job_runs_the_wait_is_said_once_then_the_reboot(tmp_path):
+    config = site(tmp_path, make_facts())
+    now = time.time()
+    slurm = cluster(drained(NODE, REASON, when=now - 60).replace(state="MIXED"))
+    for _ in range(3):
+        result = run_health(config, NODE, slurm)
+        assert slurm.reboots == [] and result.action == "keep"
+    assert steps(config) == [("wait", "waiting")]
+    assert "waits for the node's jobs to end (MIXED" in result.message
+    slurm.infos[NODE] = slurm.infos[NODE].replace(state="IDLE", flags=("DRAIN", "COMPLETING"))
+    run_health(config, NODE, slurm)
+    assert slurm.reboots == []  # still completing: not yet
+    slurm.infos[NODE] = slurm.infos[NODE].replace(flags=("DRAIN",))
+    run_health(config, NODE, slurm)
+    assert [n for n, _, _ in slurm.reboots] == [NODE]
+
+
+def test_the_wait_is_bounded_then_left_to_a_person(tmp_path):
+    config = site(tmp_path, make_facts())
+    config = config.replace(health=config.health.replace(repair_wait_h=1))
+    slurm = cluster(drained(NODE, REASON, when=time.time() - 7200).replace(state="ALLOCATED"))
+    result = run_health(config, NODE, slurm)
+    assert slurm.reboots == [] and "a person decides" in result.message
+    assert steps(config) == [("wait", "gave up")]
+
+
+def test_the_same_gpu_drained_again_goes_to_the_rma_list_and_is_never_rebooted(tmp_path):
+    config = site(tmp_path, make_facts())
+    now = time.time()
+    for node, hours in (("gpu-node-09", 50), (NODE, 20)):  # the part moved nodes in between
+        record_drain(history_dir(config), node, REASON, hook="prolog", when=now - hours * 3600,
+                     gpu=SERIAL)  # fmt: skip
+    record_drain(history_dir(config), NODE, REASON, hook="prolog", when=now - 60, gpu=SERIAL)
+    slurm = cluster(drained(NODE, REASON, when=now - 60))
+    for _ in range(2):
+        result = run_health(config, NODE, slurm)
+        assert result.action == "keep" and result.message.startswith("RMA candidate: GPU "
+                                                                      + SERIAL)  # fmt: skip
+    assert slurm.reboots == [] and slurm.resumed == []
+    [rma] = [e for e in ledger.entries(config, NODE) if e.step == "rma"]  # once, not per run
+    assert (rma.gpu, rma.outcome) == (SERIAL, "replace the part")
+
+
+def test_a_reboot_that_did_not_repair_the_fault_is_the_last_rung(tmp_path):
+    config = site(tmp_path)
+    slurm = cluster()
+    run_health(config, NODE, slurm)
+    swap(tmp_path, make_facts(gpus=[]))  # rebooted, and the GPUs are gone: gpu.count fails
+    write_boot(tmp_path, "boot-2")
+    come_back_down(slurm)
+    result = run_health(config, NODE, slurm)
+    assert result.action == "keep" and "the reboot did not repair it" in result.message
+    assert slurm.resumed == [] and len(slurm.reboots) == 1
+    assert [s for s, _ in steps(config)][-2:] == ["recheck", "rma"]
+
+
+def test_the_ladder_counts_a_drill_never_and_other_gpus_apart(tmp_path):
+    config = site(tmp_path, make_facts())
+    now = time.time()
+    record_drain(history_dir(config), NODE, REASON, when=now - 7200, gpu="other-serial")
+    record_drain(history_dir(config), NODE, "gpugate: DRILL d1: " + REASON[9:], when=now - 3600,
+                 gpu=SERIAL)  # fmt: skip
+    drain = record_drain(history_dir(config), NODE, REASON, when=now - 60, gpu=SERIAL)
+    assert LD.same_part_drains(config, NODE, "kernel.xid", drain) == 2  # by check: 2 real
+    assert LD.same_part_drains(config, "gpu-node-02", "kernel.xid", drain) == 1  # by GPU
