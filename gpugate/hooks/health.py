@@ -66,12 +66,14 @@ from gpugate.store.state import load_kernel_pos
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
+    from typing import Any, TypeVar
 
     from gpugate.act.steps import Attempt, Step
     from gpugate.checks.facts import Facts, Gpu
     from gpugate.checks.findings import Finding
     from gpugate.child import Detach
+
+    _T = TypeVar("_T")
     from gpugate.config.schema import Config
     from gpugate.slurm.control import NodeInfo, SlurmControl
 
@@ -224,12 +226,15 @@ def judge_and_act(
         # The repair ladder acts before the decision (a reset is repair evidence): a dry run
         # does not repair, and decides on what it sees now.
         entry = current_entry(config, info, boot)
-        climbed = Climb() if dry_run else climb(config, slurm, info, entry, findings, boot)
+        climbed = (Climb() if dry_run else  # a dry run repairs nothing
+                   on_ladder(f"repair of {node}", Climb(), "climb", config, slurm, info, entry,
+                             findings, boot))  # fmt: skip
         repaired = "" if climbed.rma else climbed.said  # an RMA verdict is the run's message
         if climbed.rejudge:  # a GPU reset: look again before deciding (repair evidence)
             facts, findings = judge(config, node, slurm, any_job, gres)
             decision = decide(findings, config.policy, phase="health")
-            recheck(config, info, findings, "the checklist after the GPU reset")
+            on_ladder(f"the ledger line of {node}", None, "recheck", config, info, findings,
+                      "the checklist after the GPU reset")  # fmt: skip
         decided = keep_or_lift(config, info, decision, boot, any_job, climbed, dry_run,
                                hands.detach)  # fmt: skip
     elif decision.action == DRAIN:  # drain_for carries out its own plan (the drain's outcome)
@@ -329,33 +334,17 @@ def repair(
         return ""
 
 
-def climb(
-    config: Config,
-    slurm: SlurmControl,
-    info: NodeInfo,
-    entry: Healing,
-    findings: list[Finding],
-    boot: str | None,
-) -> Climb:
-    """The repair ladder's step on gpugate's drain (gpugate/gate/ladder.py); never raises:
-    a failed step is a line in slurmd's log, and the drain stays."""
-    from gpugate.gate import ladder
-
+def on_ladder(what: str, default: _T, name: str, *args: object) -> _T:
+    """The repair ladder's `name` (gpugate/gate/ladder.py), imported only for gpugate's own
+    drain, called with `args`; never raises: a failed step is a line in slurmd's log (`what`
+    failed), `default` is returned, and the drain stays."""
     try:
-        return ladder.climb(config, slurm, info, entry, findings, boot)
+        from gpugate.gate import ladder
+
+        return getattr(ladder, name)(*args)  # type: ignore[no-any-return]
     except Exception as exc:  # repair is a help: its failure must not stop the health run
-        note(f"repair of {info.name} failed: {type(exc).__name__}: {exc}")
-        return Climb()
-
-
-def recheck(config: Config, info: NodeInfo, findings: list[Finding], why: str) -> None:
-    """The ladder's ledger line on the checklist after a repair; never raises."""
-    from gpugate.gate import ladder
-
-    try:
-        ladder.recheck(config, info, findings, why)
-    except Exception as exc:  # bookkeeping: the verdict stands
-        note(f"could not write the ledger line of {info.name}: {exc}")
+        note(f"{what} failed: {type(exc).__name__}: {exc}")
+        return default
 
 
 def _joined(message: str, extra: str) -> str:
@@ -463,7 +452,8 @@ def keep_or_lift(
         level, passed = qualified_for_lift(config, info)
         verdict = proof_gate(verdict, level, passed)
         if verdict.action != LIFT:  # the proof is a qualification: the ladder starts it
-            started = qualify_step(config, info, entry, level, dry_run, detach)
+            started = on_ladder(f"the qualification of {info.name}", "", "qualify_after_repair",
+                                config, info, entry, level, dry_run, detach)  # fmt: skip
             verdict = verdict.replace(why=_joined(verdict.why, started))
     if verdict.action != LIFT:
         return Decided(result=HealthResult(status=status, action="keep", message=verdict.why),
@@ -565,24 +555,6 @@ def put_back_if_repaired(
         plan=(Lift(info=info, why=verdict.why, put_back=True),),
         refused=HealthResult(status=status, action="allow", message=f"{gpus} not put back: "),
     )  # fmt: skip
-
-
-def qualify_step(
-    config: Config,
-    info: NodeInfo,
-    entry: Healing,
-    level: int,
-    dry_run: bool,
-    detach: Detach | None = None,
-) -> str:
-    """The ladder's qualification before the resume (ladder.qualify_after_repair); never raises."""
-    from gpugate.gate import ladder
-
-    try:
-        return ladder.qualify_after_repair(config, info, entry, level, dry_run, detach)
-    except Exception as exc:  # the drain stays; the admin's `gpugate resume --qualify` remains
-        note(f"could not start the qualification of {info.name}: {type(exc).__name__}: {exc}")
-        return ""
 
 
 def qualified_for_lift(config: Config, info: NodeInfo) -> tuple[int, bool]:
