@@ -1,4 +1,7 @@
-"""End to end: a reboot-class fault goes through `scontrol reboot ASAP` and comes back checked.
+"""End to end: a reboot-class fault goes through `scontrol reboot ASAP nextstate=RESUME` (the
+site's choice, `health.reboot_nextstate: resume`) and comes back checked by the next prolog.
+The default, nextstate=DOWN and gpugate's own check and qualification after the reboot, is
+tests/e2e/test_e2e_repair_ladder.py.
 
 A real Slurm (slurmctld, slurmd, munge from Debian) with gpugate as the Prolog and a test
 RebootProgram (tests/slurm/fake_reboot.py: the node's slurmd restarts with -b, which reports
@@ -36,7 +39,7 @@ PENDING = {"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"}
 @pytest.fixture
 def cluster_and_site(slurm_site: SlurmSites):
     """Each test its own cluster: a reboot it asks for must not reach the next test."""
-    with slurm_site([NODE, SPARE], config="health:\n  reboot: true\n", hooks=("prolog",),
+    with slurm_site([NODE, SPARE], config="health:\n  reboot: true\n  reboot_nextstate: resume\n", hooks=("prolog",),
                     slurm_user="root", reboot_program=FAKE_REBOOT) as (site, cluster):  # fmt: skip
         yield cluster, site
 
