@@ -180,7 +180,9 @@ def drain_now(
     bundle: str | None = None,
 ) -> dict[str, Any]:
     """Drain this node for its own hardware fault (act.plans.drain_steps, by the executor): the
-    EpilogResult fields it sets (reason, check, drained, blocked_by, steps)."""
+    EpilogResult fields it sets (reason, check, drained, blocked_by, boot_id, gpu, steps)."""
+    from gpugate.gate.drain import failing_gpu  # only a failing epilog drains
+
     plan = drain_steps(env.node or "", faults, facts.gpus, facts.boot_id, bundle)
     report = execute(plan, hands, kept="drain")
     drain = plan[0]
@@ -191,6 +193,8 @@ def drain_now(
             "blocked_by": outcome.blocked_by if outcome else None,
             # For the history (repair evidence): the facts' boot id, else this node's own.
             "boot_id": facts.boot_id or boot_id(config),
+            # The failing GPU's serial: the same part failing again counts to its RMA.
+            "gpu": failing_gpu(faults, facts.gpus),
             "steps": tuple(report.lines())}  # fmt: skip
 
 
@@ -408,7 +412,7 @@ def note_history(config: Config, env: HookEnv, r: EpilogResult) -> Step | None:
         return None
     return RecordDrain(node=env.node or "", reason=r.reason, check=r.check or "", hook="epilog",
                        category=r.category, xid=r.xid, bundle=r.bundle, job=env.job_id,
-                       boot_id=r.boot_id)  # fmt: skip
+                       boot_id=r.boot_id, gpu=r.gpu)  # fmt: skip
 
 
 def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> Step:

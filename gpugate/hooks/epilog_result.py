@@ -30,6 +30,7 @@ class EpilogResult(Record):
     reason: str | None = None
     check: str | None = None  # the check the drain reason names (passed on, never parsed back)
     boot_id: str | None = None  # this boot's id, for the drain's history entry
+    gpu: str | None = None  # the failing GPU's serial (else UUID) the drain names, when known
     blocked_by: str | None = None  # the drain was not done: "admin", "budget" or "error"
     duration_s: float = 0.0
     # The newest complete checkpoint's age at the end (jobs that declared gpugate:ckpt=DIR).

@@ -224,3 +224,12 @@ def test_the_epilogs_bookkeeping_steps_are_independent(tmp_path, monkeypatch):
     assert cmd_epilog._body(config) == 0
     event = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
     assert event["hook"] == "epilog" and event["drained"] is True
+
+
+def test_the_drain_history_names_the_failing_gpus_serial(broken_node):
+    """The part that failed, by its serial (NVML's index moves between boots): the repair
+    ladder counts its drains on any node toward its RMA (gpugate/gate/ladder.py)."""
+    site, state, slurm = broken_node
+    assert prolog(site, slurm) == 1
+    [entry] = H.drains(str(state))
+    assert entry.gpu == "1652123000003"

@@ -70,6 +70,7 @@ def test_hardware_xid_after_the_prolog_drains_with_the_bundle_in_the_reason(tmp_
         "gpugate: kernel.xid: evidence 77/gpu-node-01-r0: GPU4 (serial 1652123000004, 0000:58:00) Xid 79"
     )
     assert result.category == "gpu_xid_hardware" and result.xid == 79
+    assert result.gpu == "1652123000004"  # the part, for its RMA count (the history's `gpu`)
     s = summary(result)
     assert s["suspected_node"] == "gpu-node-01" and s["action"] == "drained"
     assert XID79 in member(result, "kernel.log")
