@@ -395,6 +395,8 @@ def _convert(ann: str, value: object, source: str, path: str) -> object:
         out = {str(k): _convert(inner, v, source, f"{path}.{k}") for k, v in value.items()}
         if path in _KEYED:
             _check_keyed(out, source, path)
+        if path == "health.ladder" and out:
+            _check_ladder(out, source, path)
         return out
     record = _record_type(ann)
     if record is not None:
@@ -439,6 +441,26 @@ def _check_keyed(mapping: dict[str, Any], source: str, path: str) -> None:
             raise ConfigError(
                 f"{source}: {path}.{key}: {value!r} is not one of {', '.join(values)}"
             )
+
+
+# The repair ladder's steps a site may name per check (gpugate/gate/ladder.py), in this order.
+LADDER_STEPS = ("reset", "reboot")
+
+
+def _check_ladder(ladder: dict[str, Any], source: str, path: str) -> None:
+    """Refuse a check id no check has, a step the ladder does not take, or steps out of order."""
+    known = registered()
+    for check_id, steps in ladder.items():
+        if check_id not in known:
+            raise ConfigError(f"{source}: {path}: unknown check {check_id!r} (known: "
+                              f"{', '.join(known)})")  # fmt: skip
+        unknown = [s for s in steps if s not in LADDER_STEPS]
+        if unknown:
+            raise ConfigError(f"{source}: {path}.{check_id}: {unknown[0]!r} is not a step "
+                              f"({', '.join(LADDER_STEPS)}; [] for none)")  # fmt: skip
+        if steps != sorted(set(steps), key=LADDER_STEPS.index):
+            raise ConfigError(f"{source}: {path}.{check_id}: {steps} must name each step once, "
+                              f"in the ladder's order ({', '.join(LADDER_STEPS)})")  # fmt: skip
 
 
 def _check_ids(ids: list[Any], source: str, path: str) -> None:

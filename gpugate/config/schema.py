@@ -293,6 +293,9 @@ class Health(Record):
     # it leaves the repair to a person (it acts only on an idle node).
     reboot_nextstate: str = "down"
     repair_wait_h: float = 72.0
+    # Per check id, the ladder's steps a drain of that check takes (reset, reboot; [] none),
+    # in place of NVIDIA's catalog action; checks not named follow the catalog.
+    ladder: dict[str, list[str]] = {}
     # Cross-job suspect voting (gpugate/gate/suspicion.py): a node that failed first in this
     # many failed multi-node jobs within the window (hours) is flagged suspect; 0: no voting.
     suspect_votes: int

@@ -73,10 +73,25 @@ def climb(
     if asked_boot and boot and asked_boot != boot:
         after = _after_reboot(config, info, entry, failing, boot, drain, repeats)
         return after.replace(boot_before=str(asked_boot))
-    kind = R.repair_kind(info.reason, config) or _findings_kind(failing, config)
-    if kind is None or not hardware:
+    steps, by = ladder_steps(config, info, entry, failing)
+    if not steps or not hardware:
         return Climb(repeats=repeats)
-    return _repair(config, slurm, info, entry, failing, kind, boot, asked, repeats)
+    return _repair(config, slurm, info, entry, failing, steps, by, boot, asked, repeats)
+
+
+def ladder_steps(
+    config: Config, info: NodeInfo, entry: Healing, failing: list[Finding]
+) -> tuple[tuple[str, ...], str]:
+    """The steps this drain may take, in order, and whose word they are: the site's
+    (`health.ladder` for the drain's check), else NVIDIA's catalog action for the fault (a
+    reset, then a reboot if the reset does not repair it; or a reboot)."""
+    site = config.health.ladder.get(entry.check)
+    if site is not None:
+        return tuple(site), f"health.ladder {entry.check}"
+    kind = R.repair_kind(info.reason, config) or _findings_kind(failing, config)
+    if kind == R.RESET:
+        return (R.RESET, R.REBOOT), ""
+    return ((R.REBOOT,), "") if kind == R.REBOOT else ((), "")
 
 
 def _after_reboot(
@@ -109,29 +124,35 @@ def _repair(
     info: NodeInfo,
     entry: Healing,
     failing: list[Finding],
-    kind: str,
+    steps: tuple[str, ...],
+    by: str,
     boot: str | None,
     asked: dict[str, object] | None,
     repeats: int,
 ) -> Climb:
-    """The reset or the reboot rung, job-safe; a Climb that says what was done or awaited."""
+    """The reset or the reboot rung, job-safe; a Climb that says what was done or awaited.
+    Each rung is the site's to turn on (health.gpu_reset, health.reboot)."""
     hc = config.health
     reset_at = R.reset_recorded(info.name, config)
     reset_done = reset_at is not None and reset_at > entry.since
-    escalated = ""
-    if kind == R.RESET and reset_done:
-        if not failing:  # the reset repaired it: heal.py lifts on the recorded reset
+    if R.RESET in steps and not reset_done:
+        if not hc.gpu_reset:
             return Climb(repeats=repeats)
-        kind, escalated = R.REBOOT, "the GPU reset did not repair it"
-    if (kind == R.RESET and not hc.gpu_reset) or (kind == R.REBOOT and not hc.reboot):
-        return Climb(repeats=repeats)  # that rung is the site's to climb (opt in)
+        kind, escalated = R.RESET, ""
+    elif R.RESET in steps and not failing:  # the reset repaired it: heal.py lifts on it
+        return Climb(repeats=repeats)
+    elif R.REBOOT in steps and hc.reboot:
+        kind = R.REBOOT
+        escalated = "the GPU reset did not repair it" if R.RESET in steps else by
+    else:
+        return Climb(repeats=repeats)
     if kind == R.REBOOT and asked is not None and _since(asked, entry):
         return Climb(said=f"reboot requested at {history.iso(_at(asked))}; waits for it",
                      repeats=repeats)  # fmt: skip
     if info.busy:
         return _wait(config, info, entry, "reset" if kind == R.RESET else "reboot", repeats)
     if kind == R.RESET:
-        targets = R.reset_targets(failing, config)
+        targets = R.reset_targets(failing, config) or (_gpus_of(failing) if by else [])
         if not targets:  # the drain's GPU fault is not seen now: nothing to reset
             return Climb(repeats=repeats)
         lines = R.reset_gpus(targets, config, node=info.name)
@@ -220,6 +241,12 @@ def same_part_drains(config: Config, node: str, check: str, drain: DrainEntry | 
     found = history.drains(directory, None, since)
     by_gpu = sum(1 for d in found if d.gpu == drain.gpu and not history.drill_of(d))
     return max(by_check, by_gpu)
+
+
+def _gpus_of(failing: list[Finding]) -> list[int]:
+    """The GPUs of the failing findings, when every one names a GPU (a site's reset step)."""
+    gpus = [f.gpu for f in failing]
+    return sorted({g for g in gpus if g is not None}) if None not in gpus else []
 
 
 def _findings_kind(failing: list[Finding], config: Config) -> str | None:

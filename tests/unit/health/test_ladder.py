@@ -159,3 +159,47 @@ def test_the_ladder_counts_a_drill_never_and_other_gpus_apart(tmp_path):
     drain = record_drain(history_dir(config), NODE, REASON, when=now - 60, gpu=SERIAL)
     assert LD.same_part_drains(config, NODE, "kernel.xid", drain) == 2  # by check: 2 real
     assert LD.same_part_drains(config, "gpu-node-02", "kernel.xid", drain) == 1  # by GPU
+
+
+NVLINK_DOWN = {2: {"nvlink_active": (True,) * 17 + (False,)}}
+XID48 = ("[Sun Nov 29 09:59:01 2026] NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', "
+         "name=<unknown>, An uncorrectable double bit error (DBE) has been detected.")  # fmt: skip
+
+
+def test_the_sites_ladder_reboots_a_check_the_catalog_would_leave_to_a_person(tmp_path):
+    config = site(tmp_path, make_facts(gpus=NVLINK_DOWN))
+    config = config.replace(health=config.health.replace(ladder={"nvlink.links": ["reboot"]}))
+    slurm = cluster()
+    assert run_health(config, NODE, slurm).drained  # the health run's own drain
+    assert slurm.reboots == []  # the catalog names no repair for a link: nothing yet
+    run_health(config, NODE, slurm)  # the next run climbs the site's ladder
+    assert [n for n, _, _ in slurm.reboots] == [NODE]
+    [reboot] = [e for e in ledger.entries(config, NODE) if e.step == "reboot"]
+    assert reboot.why.startswith("health.ladder nvlink.links; scontrol reboot ASAP")
+
+
+def test_an_empty_site_ladder_never_repairs(tmp_path):
+    config = site(tmp_path)
+    config = config.replace(health=config.health.replace(ladder={"kernel.xid": []}))
+    slurm = cluster(drained(NODE, REASON, when=time.time() - 60))
+    for _ in range(2):
+        assert run_health(config, NODE, slurm).action == "keep"
+    assert slurm.reboots == [] and steps(config) == []
+
+
+def test_a_reset_that_did_not_repair_the_gpu_is_followed_by_a_reboot(tmp_path):
+    from gpugate.gate import repair
+    from gpugate.runner import CommandResult
+
+    config = site(tmp_path, make_facts(kernel_log=(XID48,)))
+    slurm = cluster()
+    result = run_health(config, NODE, slurm)
+    assert result.drained and slurm.reboots == []  # a reset-class fault: no reboot first
+    worked = lambda argv, timeout: CommandResult(argv=tuple(argv), status="ok", returncode=0)  # noqa: E731
+    assert repair.reset_gpus([0], config, runner=worked, node=NODE)  # the reset step, done
+    time.sleep(0.01)
+    swap(tmp_path, make_facts(gpus={0: {"ecc_volatile_uncorrected": 5}}))  # still failing
+    again = run_health(config, NODE, slurm)
+    assert [n for n, _, _ in slurm.reboots] == [NODE], again.message
+    [reboot] = [e for e in ledger.entries(config, NODE) if e.step == "reboot"]
+    assert reboot.why.startswith("the GPU reset did not repair it")
