@@ -189,7 +189,7 @@ def qualify_after_repair(
     `start`: what starts the child (default gpugate.child.detach)."""
     if config.qualify is None:
         return ""
-    mine = ledger.entries(config, info.name, entry.since - _SAME_DRAIN_S)
+    mine = ledger.recent(config, info.name, entry.since - _SAME_DRAIN_S)
     earlier = ledger.last(mine, ledger.QUALIFY)
     if earlier is not None:  # once per drain: a failed one drains anew, and the ladder restarts
         return f"level-{level} qualification {earlier.outcome} at {earlier.at}"
@@ -280,7 +280,7 @@ def _once(
     """A ledger line for this drain, unless the node's newest line of `step` since the drain
     says the same (each health run would repeat it)."""
     evidence = evidence or (drain.bundle if drain else None)
-    mine = ledger.entries(config, info.name, entry.since - _SAME_DRAIN_S)
+    mine = ledger.recent(config, info.name, entry.since - _SAME_DRAIN_S)
     last = ledger.last(mine, step)
     if last is not None and last.outcome == outcome and last.evidence == evidence:
         return

@@ -18,10 +18,11 @@ from __future__ import annotations
 import os
 import time
 
-from gpugate import log
+from gpugate import jsonl, log
 from gpugate.jsonl import append
 from gpugate.store.entries import LedgerEntry
 from gpugate.store.history import (
+    LINE_MAX,
     _common_ok,
     _lock,
     _read_lines,
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 LEDGER = "ledger.jsonl"
+# A health run looks back this far for its own step (a few thousand lines): enough for one
+# drain's steps, cheap on every run of a drained node.
+RECENT_MAX = 1 << 20
 
 # The steps, in the order a repair goes (gpugate/health/ladder.py decides them).
 DRAIN = "drain"  # gpugate drained the node (the check, the reason, the bundle)
@@ -120,6 +124,24 @@ def entries(
     directory = config if isinstance(config, str) else history_dir(config)
     path = os.path.join(directory, LEDGER)
     return _select(_read_lines(path, LedgerEntry, valid_entry), node, since)
+
+
+def recent(config: Config, node: str, since: float) -> list[LedgerEntry]:
+    """The node's lines since `since` in the ledger's newest RECENT_MAX bytes: what a health
+    run reads to say a step once (the whole ledger is never trimmed: it is the record)."""
+    path = ledger_path(config)
+    try:
+        found, _, _ = jsonl.load(path, valid_entry, RECENT_MAX, LINE_MAX)
+    except OSError:
+        return []
+    out = []
+    for e in found:
+        if e["node"] == node and e["when"] >= since:
+            try:
+                out.append(LedgerEntry.from_json(e, path))
+            except ValueError:
+                continue
+    return out
 
 
 def last(found: Iterable[LedgerEntry], step: str | None = None) -> LedgerEntry | None:

@@ -57,3 +57,18 @@ def test_note_never_raises_when_the_ledger_cannot_be_written(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     config = load_config(str(tmp_path / "cfg.yaml"))
     assert L.note(config, "n1", L.DRAIN, who="gpugate prolog") is None
+
+
+def test_recent_reads_only_the_ledgers_tail(tmp_path, monkeypatch):
+    from gpugate.config import load_config
+
+    (tmp_path / "cfg.yaml").write_text(f"state_dir: {tmp_path}\n")
+    config = load_config(str(tmp_path / "cfg.yaml"))
+    L.record(str(tmp_path), "n1", L.DRAIN, who="gpugate prolog", when=T0)
+    for i in range(200):  # newer lines of another node, past the tail's size
+        L.record(str(tmp_path), "n2", L.WAIT, who="gpugate health", why="x" * 500, when=T0 + i)
+    L.record(str(tmp_path), "n1", L.REBOOT, who="gpugate health", when=T0 + 300)
+    monkeypatch.setattr(L, "RECENT_MAX", 64 * 1024)
+    assert [e.step for e in L.recent(config, "n1", 0)] == [L.REBOOT]  # the old drain: past it
+    assert [e.step for e in L.entries(config, "n1")] == [L.DRAIN, L.REBOOT]
+    assert L.recent(config, "n1", T0 + 301) == []
