@@ -34,18 +34,19 @@ class Decision(Record):
 
     status: str  # ok / warn / fail: the node's health as the policy sees it
     action: str  # allow / warn / drain
-    # The failures the decision acts on (worst first): those of the checks that may act here
-    # when there are any; else (nothing may act) every failure, reported, as report_only does.
+    # The failures that act (worst first): they drain the node, refuse a job, hold a drain
+    # (healing, `gpugate resume`); under `policy.report_only` they are reported instead.
     failing: tuple[F.Finding, ...]
     warnings: tuple[F.Finding, ...]  # findings reported as warnings (including policy-mapped ones)
     report_only: bool = False
-    # Failures of checks that only report here (rollout) while other failures act: reported
-    # beside `failing`, never drained for. Empty when `failing` already holds every failure.
+    # Failures of checks whose own stage keeps them from acting here (staged_out): reported
+    # as report_only reports them (the status is fail), never drained for, never holding a
+    # drained node out of service: a check not proven yet must not keep a node from its jobs.
     reported: tuple[F.Finding, ...] = ()
 
     @property
     def failures(self) -> tuple[F.Finding, ...]:
-        """Every failure: acted on or only reported."""
+        """Every failure: acting or only reported."""
         return self.failing + self.reported
 
 
@@ -68,16 +69,19 @@ def rollout(check: str, policy: Policy) -> str:
     return ACTING
 
 
-def acts_here(check: str, policy: Policy, partitions: Collection[str] | None) -> bool:
-    """Whether a failure of `check` may drain on a node in `partitions` (None: not known).
+def staged_out(check: str, policy: Policy, partitions: Collection[str] | None) -> bool:
+    """Whether the check's own stage keeps its failure from acting on a node in `partitions`
+    (None: not known): listed in `report_only_checks`, or a canary check outside the canary.
 
     A canary check acts only where a partition is known to be the canary's: where none is
     known (`gpugate check` outside a job) it reports, the safe side for a check not proven yet.
     """
-    stage = rollout(check, policy)
-    if stage == CANARY:
-        return bool(partitions) and any(p in policy.canary.partitions for p in partitions or ())
-    return stage == ACTING
+    if selects(policy.report_only_checks, check):
+        return True
+    if selects(policy.canary.checks, check):
+        wanted = policy.canary.partitions
+        return not any(p in wanted for p in partitions or ())
+    return False
 
 
 def decide(
@@ -93,22 +97,20 @@ def decide(
     `report_only` does for every phase. `partitions`: the partitions that decide where a
     canary check acts (the job's in the prolog and epilog, the node's in health; None: unknown).
     """
-    failing, warnings = [], []
+    failing: list[F.Finding] = []
+    reported: list[F.Finding] = []
+    warnings: list[F.Finding] = []
     for f in findings:
         status = effective_status(f, policy)
         if status == F.FAIL:
-            failing.append(f)
+            (reported if staged_out(f.check, policy, partitions) else failing).append(f)
         elif status == F.WARN:
             warnings.append(f)
-    acts = [acts_here(f.check, policy, partitions) for f in failing]
-    acting = [f for f, a in zip(failing, acts, strict=True) if a]
-    reported: list[F.Finding] = []
-    if acting and len(acting) < len(failing):  # only the acting failures drain
-        reported = [f for f, a in zip(failing, acts, strict=True) if not a]
-        failing = acting
     if failing:
         status = F.FAIL
-        action = DRAIN if may_drain and acting else WARN
+        action = DRAIN if may_drain and not policy.report_only else WARN
+    elif reported:
+        status, action = F.FAIL, WARN
     elif warnings:
         status, action = F.WARN, WARN
     else:

@@ -50,7 +50,7 @@ def test_a_report_only_check_never_drains_while_another_still_does():
     policy = staged(load_config("/dev/null"), report_only=["gpu.ecc"]).policy
     ecc, nofile = fail("gpu.ecc", "gpu.ecc: GPU3 120"), fail("host.nofile", "host.nofile: 1024")
     alone = decide([ecc], policy)
-    assert (alone.status, alone.action, alone.failing) == ("fail", WARN, (ecc,))
+    assert (alone.status, alone.action, alone.failing, alone.reported) == ("fail", WARN, (), (ecc,))
     both = decide([ecc, nofile], policy)
     assert (both.status, both.action) == ("fail", DRAIN)
     assert both.failing == (nofile,) and both.reported == (ecc,)
@@ -79,6 +79,44 @@ def test_a_canary_check_acts_only_in_its_partitions():
     every = staged(load_config("/dev/null"), canary=["gpu.ecc"], partitions=["canary"],
                    everything=True).policy  # fmt: skip
     assert decide([ecc], every, partitions=("canary",)).action == WARN
+
+
+def test_the_global_switch_still_reports_every_failure_as_failing():
+    policy = staged(load_config("/dev/null"), everything=True).policy
+    ecc = fail("gpu.ecc", "gpu.ecc: GPU3 120")
+    decision = decide([ecc], policy)
+    assert (decision.action, decision.failing, decision.reported) == (WARN, (ecc,), ())
+
+
+def test_a_report_only_failure_holds_no_drained_node_out(tmp_path):
+    from health_setup import setup as health_site
+
+    from gpugate.admin.resume import Request, check_then_resume
+
+    drained_for = "gpugate: gpu.temperature: hot"
+    info = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), reason=drained_for,
+                    partitions=("gpu",))  # fmt: skip
+    for stage, resumed in (({"report_only": ["gpu.ecc"]}, True), ({}, False)):
+        where = tmp_path / str(resumed)
+        where.mkdir()
+        config = staged(health_site(where, make_facts(gpus=ECC)), **stage)
+        H.record_drain(config.state_dir, NODE, drained_for)
+        attempt = check_then_resume(config, FakeSlurm(nodes=[info]), info,
+                                    Request(node=NODE, why="cooled"))  # fmt: skip
+        assert attempt.resumed is resumed, attempt
+
+
+@pytest.mark.parametrize(("report_only", "action"), [(["gpu.ecc"], "lift"), ([], "keep")])
+def test_healing_is_not_held_by_a_report_only_failure(tmp_path, report_only, action):
+    from health_setup import setup as health_site
+
+    drained_for = "gpugate: gpu.temperature: hot"
+    config = staged(health_site(tmp_path, make_facts(gpus=ECC), passes=1), report_only=report_only)
+    H.record_drain(config.state_dir, NODE, drained_for)
+    info = NodeInfo(name=NODE, state="IDLE", flags=("DRAIN",), reason=drained_for,
+                    partitions=("gpu",))  # fmt: skip
+    result = run_health(config, NODE, FakeSlurm(nodes=[info]))
+    assert (result.action, result.resumed, result.status) == (action, action == "lift", "fail")
 
 
 def test_the_hooks_read_the_jobs_partition_from_slurm():
