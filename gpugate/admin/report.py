@@ -22,6 +22,7 @@ from urllib.parse import quote
 from gpugate.admin import charts
 from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
+from gpugate.admin.rollout import check_rates, rate_text
 from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
 from gpugate.record import Record
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from gpugate.admin.losses import Bundle, Requeue
     from gpugate.admin.nodes import IsolatedOn, NodeRow
+    from gpugate.config.schema import Policy
     from gpugate.store.drills import DrillEntry
     from gpugate.store.qualify import QualifyEntry, QualifyTestResult
     from gpugate.store.suspects import FlagEntry
@@ -268,6 +270,32 @@ def record_section(record: dict[str, dict[str, int]]) -> str:
     headers = ("Check", "Drains", "Lifted after repair", "Lifted without repair", "Still drained",
                "Lifted outside gpugate")  # fmt: skip
     return _table(headers, body, "No drains in the window.")
+
+
+ROLLOUT_HOW = (
+    "False-drain rate = the check's drains lifted through gpugate (gpugate resume, healing) "
+    "with no repair since (no new boot, no GPU reset) ÷ all its drains lifted through "
+    "gpugate, in the window; drains still in place or lifted outside gpugate have no verdict "
+    "yet, and a drill's drain never counts. A report-only check never drains; a canary-only "
+    "check drains only on its canary partitions' nodes, so its rate is its record there."
+)
+
+
+def rollout_sections(record: dict[str, dict[str, int]], policy: Policy | None) -> list[str]:
+    """The heading, the how and the table of each check's stage and false-drain rate."""
+    if policy is None:
+        return []
+    body = [
+        f'<tr><td>{esc(r.check)}</td><td>{esc(r.rollout)}</td><td class="n">{r.drains}</td>'
+        f'<td class="{"false" if r.false_drains else "n"}">{r.false_drains}</td>'
+        f'<td class="n">{r.lifted}</td><td class="n">{esc(rate_text(r.rate))}</td></tr>'
+        for r in check_rates(record, policy)
+    ]
+    headers = ("Check", "Stage", "Drains", "False drains", "Lifted through gpugate",
+               "False-drain rate")  # fmt: skip
+    return ['<h2 id="rollout">Checks: roll-out stage and false-drain rate</h2>',
+            f'<p class="meta">{esc(ROLLOUT_HOW)}</p>',
+            _table(headers, body, "No drains in the window, and every check acts.")]  # fmt: skip
 
 
 def _result(result: object) -> object:
@@ -576,6 +604,7 @@ def render_html(
     others: Sequence[Bundle] = (),
     drills: Sequence[DrillEntry] = (),
     isolated: Sequence[IsolatedOn] = (),
+    policy: Policy | None = None,
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -583,7 +612,8 @@ def render_html(
     qualification records (store/qualify.py), the latest per node shown; `others`: the
     window's qualification and drill bundles (losses.read_bundles, kind not job); `drills`:
     the drill records (store/drills.py); `isolated`: admin.nodes.isolated_gpus() of the
-    listing."""
+    listing; `policy`: the site's, for each check's roll-out stage beside its false-drain
+    rate (admin/rollout.py; None: that section is left out)."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -630,6 +660,7 @@ def render_html(
         else "",
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',
         record_section(record),
+        *rollout_sections(record, policy),
         '<h2 id="offenders">Repeat offenders</h2>',
         f'<div class="charts">{repeats_chart(drains, since)}</div>',
         offenders_section(offenders, window_days),

@@ -135,9 +135,10 @@ def check_then_resume(
     facts, source = node_facts(config, node, request.facts_file, slurm)
     if facts is None:
         return _refused(config, request, info.reason, source)
-    decision = decide(run_checks(facts, config), config.policy)
+    # A check that only reports on this node (gate/policy.py: staged_out) holds no node out.
+    decision = decide(run_checks(facts, config), config.policy, partitions=info.partitions)
     result = f"{decision.status} ({source})"
-    if decision.status == "fail" and not request.force:
+    if decision.failing and not request.force:
         why = f"{node} still fails its checks: {decision.failing[0].message}"
         failing = tuple(f.message for f in decision.failing)
         return _refused(config, request, info.reason, why, result).replace(failing=failing)
@@ -183,8 +184,8 @@ def restore_isolated(
     facts, source = node_facts(config, node, request.facts_file, slurm)
     if facts is None:
         return _refused(config, request, info.reason, source)
-    decision = decide(run_checks(facts, config), config.policy)
-    if decision.status == "fail" and not request.force:
+    decision = decide(run_checks(facts, config), config.policy, partitions=info.partitions)
+    if decision.failing and not request.force:
         why = f"{node} still fails its checks: {decision.failing[0].message}"
         failing = tuple(f.message for f in decision.failing)
         result = f"{decision.status} ({source})"

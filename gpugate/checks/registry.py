@@ -33,7 +33,7 @@ from gpugate.checks.declare import check as check
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
 
@@ -87,3 +87,11 @@ def undeclared_faults() -> tuple[str, ...]:
     """The ids of registered checks whose `@check` line names no fault class."""
     _load()
     return tuple(c for c in _REGISTRY if _FAULT.get(c) is None)
+
+
+def selects(patterns: Iterable[str], check_id: str) -> bool:
+    """Whether `check_id` is named by `patterns`: each an id (`ib.rate`) or a family (`ib.*`,
+    every id that starts `ib.`). Pure: the catalog is not loaded."""
+    return any(
+        p == check_id or (p.endswith(".*") and check_id.startswith(p[:-1])) for p in patterns
+    )

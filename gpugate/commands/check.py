@@ -11,7 +11,16 @@ from gpugate.checks.sources import gather, replay_path
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, make_parser, quick_options
 from gpugate.config import load_config
 from gpugate.gate.budget import budget_warnings
-from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
+from gpugate.gate.policy import (
+    ACTING,
+    CANARY,
+    DRAIN,
+    Decision,
+    decide,
+    effective_status,
+    job_partitions,
+    rollout,
+)
 from gpugate.node import node_hint, node_name
 from gpugate.text import dumps, printable
 
@@ -21,7 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpugate.checks.findings import Finding
-    from gpugate.config.schema import Config
+    from gpugate.config.schema import Config, Policy
     from gpugate.slurm.control import SlurmControl
 
 
@@ -82,7 +91,9 @@ def main(argv: list[str], slurm: SlurmControl | None = None) -> int:
 
         facts = with_slurm_gres(config, node, facts, slurm)
     findings = run_checks(facts, config, only=args.only)
-    decision = decide(findings, config.policy)
+    # Inside a job (an admin's srun), a canary check acts as the prolog would judge it there.
+    partitions = job_partitions(os.environ.get("SLURM_JOB_PARTITION"))
+    decision = decide(findings, config.policy, partitions=partitions)
     duration = time.perf_counter() - started
     plan = would_do(config, node, decision) if args.dry_run else None
     if args.json:
@@ -91,7 +102,11 @@ def main(argv: list[str], slurm: SlurmControl | None = None) -> int:
             "node": facts.node,
             "action": decision.action,
             "findings": [
-                {**f.to_json(), "effective_status": effective_status(f, config.policy)}
+                {
+                    **f.to_json(),
+                    "effective_status": effective_status(f, config.policy),
+                    "rollout": rollout(f.check, config.policy),
+                }
                 for f in findings
             ],
             "source_errors": facts.source_errors or {},
@@ -103,7 +118,7 @@ def main(argv: list[str], slurm: SlurmControl | None = None) -> int:
 
         sys.stdout.write(dumps(out, indent=2) + "\n")
     else:
-        sys.stdout.write(render_table(facts.node, decision, findings, duration))
+        sys.stdout.write(render_table(facts.node, decision, findings, duration, config.policy))
         for warning in budget_warnings(config.budget):  # the drain budget cannot act
             sys.stdout.write(f"  WARN    drain budget: {warning}\n")
         for line in plan or ():
@@ -124,9 +139,14 @@ def would_do(config: Config, node: str, decision: Decision) -> list[str]:
 
 
 def render_table(
-    node: str | None, decision: Decision, findings: list[Finding], duration: float
+    node: str | None,
+    decision: Decision,
+    findings: list[Finding],
+    duration: float,
+    policy: Policy | None = None,
 ) -> str:
-    """One line per finding, problems first, under a one-line verdict."""
+    """One line per finding, problems first, under a one-line verdict; with `policy`, each
+    failure of a check that does not act everywhere says so (gate/policy.py: rollout)."""
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.status] = counts.get(f.status, 0) + 1
@@ -138,11 +158,22 @@ def render_table(
     for f in findings:
         group = folded.get(f.source or "") if f.status == "unknown" else None
         if group is None:
-            lines.append(f"  {f.status.upper():<7} {printable(f.message)}")
+            stage = stage_note(f.check, policy) if policy and f.status == "fail" else ""
+            lines.append(f"  {f.status.upper():<7} {printable(f.message)}{stage}")
         elif f.source not in shown:  # the whole source in one line, where its first check was
             shown.add(f.source)
             lines.append(f"  {'UNKNOWN':<7} {printable(group)}")
     return "\n".join(lines) + "\n"
+
+
+def stage_note(check: str, policy: Policy) -> str:
+    """` [report-only]`, ` [canary-only: acts in a, b]`, or "" for a check that acts."""
+    stage = rollout(check, policy)
+    if stage == ACTING:
+        return ""
+    if stage == CANARY:
+        return f" [{stage}: acts in {printable(', '.join(policy.canary.partitions))}]"
+    return f" [{stage}]"
 
 
 def missing_sources(findings: list[Any]) -> dict[str, str]:

@@ -11,6 +11,11 @@ import sys
 
 from gpugate.cli import EXIT_OK, EXIT_USAGE, make_parser
 from gpugate.config import ConfigError, load_config_for_hook, load_config_warned, site_config_path
+from gpugate.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpugate.config.schema import Policy
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +41,7 @@ def check_config(path: str | None) -> int:
     """Print the site file's problems and warnings; 0 usable as written, 2 refused keys."""
     site, _ = site_config_path(path)
     try:
-        _, warnings = load_config_warned(path)
+        config, warnings = load_config_warned(path)
     except ConfigError:
         # What the hooks do with it: every refused key, each left out (the strict loader stops
         # at the first one; an admin wants the whole list at once).
@@ -54,5 +59,23 @@ def check_config(path: str | None) -> int:
         return EXIT_USAGE
     for line in warnings:
         print(f"gpugate config: warning: {line}")
+    for line in staged(config.policy):
+        print(f"gpugate config: {line}")
     print(f"gpugate config: {site}: ok" + (" (with the warnings above)" if warnings else ""))
     return EXIT_OK
+
+
+def staged(policy: Policy) -> list[str]:
+    """What the policy keeps from acting (gate/policy.py: rollout), one line each; none when
+    every check acts."""
+    lines = []
+    if policy.report_only:
+        lines.append("policy.report_only: every check reports only, none drains or refuses a job")
+    if policy.report_only_checks:
+        names = printable(", ".join(policy.report_only_checks))
+        lines.append(f"policy.report_only_checks: {names}: report only, never drain")
+    if policy.canary.checks:
+        names = printable(", ".join(policy.canary.checks))
+        where = printable(", ".join(policy.canary.partitions))
+        lines.append(f"policy.canary: {names}: act only in partitions {where}, report elsewhere")
+    return lines

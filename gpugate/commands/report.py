@@ -11,6 +11,7 @@ import time
 
 from gpugate.admin import losses, report
 from gpugate.admin import nodes as admin
+from gpugate.admin.rollout import check_rates
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
@@ -18,6 +19,7 @@ from gpugate.store import history
 from gpugate.store.drills import drill_records
 from gpugate.store.held import held_entries
 from gpugate.store.history import drill_of
+from gpugate.store.metrics import note_check_rates
 from gpugate.store.outcomes import check_record, drill_drains
 from gpugate.store.suspects import FlagEntry, flags
 
@@ -85,6 +87,7 @@ def main(argv: list[str]) -> int:
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
     isolated = admin.isolated_gpus(groups)
+    note_rates(config, window, drains, history.resumes(where), rows, groups)
     if args.json:
         print_json(config, window, costs, others, drains, history.resumes(where), rows, groups,
                    isolated)  # fmt: skip
@@ -105,6 +108,7 @@ def main(argv: list[str]) -> int:
         others=others,
         drills=drills,
         isolated=isolated,
+        policy=config.policy,
     )
     try:
         report.write_report(args.html, page)
@@ -118,6 +122,33 @@ def main(argv: list[str]) -> int:
         print(f"gpugate report: {notice}", file=sys.stderr)
         return EXIT_UNHEALTHY
     return EXIT_OK
+
+
+def window_record(
+    window: float,
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
+    rows: list[NodeRow],
+    groups: list[Any],
+) -> dict[str, dict[str, int]]:
+    """Each check's record over the window (store/outcomes.py), with Slurm's drained nodes
+    where they could be read."""
+    drained_now = {r.node for r in rows if r.drained} if groups else None
+    return check_record(drains, resumes, history.window_start(window), drained_now)
+
+
+def note_rates(
+    config: Config,
+    window: float,
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
+    rows: list[NodeRow],
+    groups: list[Any],
+) -> None:
+    """Each check's stage and false-drain rate into the metrics file beside admin.metrics_file
+    (store/metrics.py: note_check_rates), where node_exporter reads this host's textfiles."""
+    rates = check_rates(window_record(window, drains, resumes, rows, groups), config.policy)
+    note_check_rates(config, [{"check": r.check, **r.to_json()} for r in rates])
 
 
 def qualification_entries(where: str) -> list[QualifyEntry]:
@@ -222,8 +253,7 @@ def print_json(
     since = history.window_start(window)
     isolated = isolated or []
     kept = report.kept_serving(isolated, since, time.time())
-    drained_now = {r.node for r in rows if r.drained} if groups else None
-    record = check_record(drains, resumes, since, drained_now)
+    record = window_record(window, drains, resumes, rows, groups)
     doc = {
         "window_days": window,
         "failed_runs": [run_json(c) for c in costs],
@@ -231,6 +261,7 @@ def print_json(
         "drills": [other_json(o) for o in others if o.kind == "drill"],
         "drains_by_check": record,
         "false_drains": sum(v["lifted_unrepaired"] for v in record.values()),
+        "false_drain_rates": {r.check: r.to_json() for r in check_rates(record, config.policy)},
         "drill_drains": [{"node": d.node, "at": d.at, "check": d.check, "reason": d.reason,
                           "drill": drill_of(d)}
                          for d in drill_drains(drains, since)],

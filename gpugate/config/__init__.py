@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpugate.checks.registry import registered
+from gpugate.checks.registry import registered, selects
 from gpugate.config import built, schema
 from gpugate.config.classes import matches, overlay, split_classes, this_node
 from gpugate.record import Record
@@ -83,7 +83,10 @@ _AT_LEAST = {
     "qualify.ntasks_per_node": 1,
 }
 # Lists of check ids: each must name a registered check (a typo would silently check nothing).
-_CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks")
+_CHECK_IDS = ("checks.disabled", "policy.warn_only", "budget.hardware_checks",
+              "policy.report_only_checks", "policy.canary.checks")  # fmt: skip
+# Of those, the lists that may also name a family of checks (`ib.*`: registry.selects).
+_FAMILIES_ALLOWED = ("policy.report_only_checks", "policy.canary.checks")
 
 
 class ConfigError(ValueError):
@@ -221,7 +224,26 @@ def _build_over(
     _check_partial(schema.Config, site, site_path or "", "")
     merged = _with_classes(_merge(defaults, site), classes, site_path or "")
     config = build(schema.Config, merged, f"{PACKAGED_FILE} + {site_path}", "")
+    _check_canary(config.policy.canary, f"{PACKAGED_FILE} + {site_path}")
     return migrate(config, site_path or PACKAGED_FILE)
+
+
+def _check_canary(canary: schema.Canary, source: str) -> None:
+    """A canary needs its partitions: without them its checks would act nowhere, which is
+    report_only_checks said in a way that reads as if they acted somewhere. The error names
+    `policy.canary.checks`, so a hook that leaves the key out (load_config_for_hook) is left
+    with a valid canary (none)."""
+    if canary.checks and not canary.partitions:
+        raise ConfigError(
+            f"{source}: policy.canary.checks: names checks but policy.canary.partitions is "
+            "empty: name the partitions where they may act (or list the checks in "
+            "policy.report_only_checks to have them only report everywhere)"
+        )
+    for i, name in enumerate(canary.partitions):
+        if not name.strip() or "," in name:
+            raise ConfigError(
+                f"{source}: policy.canary.partitions[{i}]: {name!r} is not a partition name"
+            )
 
 
 def migrate(config: schema.Config, source: str) -> tuple[schema.Config, list[str]]:
@@ -469,11 +491,16 @@ def _check_ids(ids: list[Any], source: str, path: str) -> None:
     # the checks, and the packaged defaults (empty lists) load without it.
 
     known = registered()
+    families = path in _FAMILIES_ALLOWED
     for i, check_id in enumerate(ids):
-        if check_id not in known:
-            raise ConfigError(
-                f"{source}: {path}[{i}]: unknown check {check_id!r} (known: {', '.join(known)})"
-            )
+        if check_id in known:
+            continue
+        if families and check_id.endswith(".*") and any(selects([check_id], k) for k in known):
+            continue
+        also = " or a family such as 'ib.*'" if families else ""
+        raise ConfigError(
+            f"{source}: {path}[{i}]: unknown check {check_id!r}{also} (known: {', '.join(known)})"
+        )
 
 
 def _show(value: object) -> str:

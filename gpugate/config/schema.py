@@ -138,12 +138,23 @@ class Checks(Record):
     host: HostChecks
 
 
+class Canary(Record):
+    """Checks that act (drain, refuse) only on the nodes of some partitions (gate/policy.py)."""
+
+    checks: list[str]  # check ids or families (`ib.*`)
+    partitions: list[str]
+
+
 class Policy(Record):
     """How findings become a decision."""
 
     unknown: str  # ok / warn / fail: what "could not evaluate" means
     warn_only: list[str]
-    report_only: bool
+    report_only: bool  # every check: reported, never acted on
+    # Staged roll-out (gate/policy.py: rollout): these checks (ids or families, `ib.*`) report
+    # as report_only does and never act; the canary's act only in its partitions.
+    report_only_checks: list[str] = []
+    canary: Canary = Canary(checks=[], partitions=[])
 
 
 class Peers(Record):

@@ -22,7 +22,7 @@ from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.clock import utc
 from gpugate.gate.allocation import JobGpus, job_kernel_lines, split_by_job
-from gpugate.gate.policy import DRAIN, decide
+from gpugate.gate.policy import DRAIN, decide, job_partitions
 from gpugate.hooks import collect
 from gpugate.hooks.deltas import counter_deltas, new_kernel_lines
 from gpugate.hooks.epilog_result import EpilogResult
@@ -128,12 +128,15 @@ def hardware_decision(
     config: Config,
     app_xids: tuple[AppXidEntry, ...] = (),
     baseline: Baseline | None = None,
+    partitions: tuple[str, ...] | None = None,
 ) -> Decision:
     """The policy's decision on the hardware checks now, judging only this job's kernel lines
     and only the faults the job's own prolog did not already report (runs.new_since_prolog).
 
-    Its `failing` findings are the node's hardware faults; its action is a drain only where
-    the site lets the epilog drain (`epilog.drain_on_hardware`, not `policy.report_only`).
+    Its `failures` are the node's hardware faults, its `failing` those it drains for; its
+    action is a drain only where the site lets the epilog drain (`epilog.drain_on_hardware`,
+    not `policy.report_only`), for a check that may act here (`partitions`: the job's, where
+    a canary check acts, as in the prolog: gate/policy.py).
 
     `app_xids` is the node's per-job record of application-class Xids (this job's included):
     kernel.xid fails on them only by the cross-job rule, never for one job's own.
@@ -145,7 +148,7 @@ def hardware_decision(
     )
     found = new_since_prolog(found, baseline)
     may_drain = config.epilog.drain_on_hardware
-    return decide(found, config.policy, phase="epilog", may_drain=may_drain)
+    return decide(found, config.policy, phase="epilog", may_drain=may_drain, partitions=partitions)
 
 
 def run_epilog(config: Config, env: HookEnv, slurm: SlurmControl | None = None) -> EpilogResult:
@@ -260,12 +263,14 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
     # The job's GPUs: Slurm's indices, matched to the facts' GPUs by device (gate/allocation.py).
     held = JobGpus(config, env.node, job_gpus(env, baseline), facts.gpus)
     app_xids, mine = note_app_xids(config, env, facts, fresh, held)
-    decision = hardware_decision(facts, fresh, config, app_xids=app_xids, baseline=baseline)
+    decision = hardware_decision(facts, fresh, config, app_xids=app_xids, baseline=baseline,
+                                 partitions=job_partitions(env.partition))  # fmt: skip
     flag_app_xid_suspect(config, env, app_xids, mine)
     new_faults = list(decision.failing)  # what the drain acts on: the node's own health
-    # The job's verdict: only the new faults on its GPUs (or node-wide). One on another
-    # job's GPUs may still drain the node, never make this job an infrastructure failure.
-    hardware, elsewhere = split_by_job(new_faults, held)
+    # The job's verdict: only the new faults on its GPUs (or node-wide), those of checks that
+    # only report here too. One on another job's GPUs may still drain the node, never make
+    # this job an infrastructure failure.
+    hardware, elsewhere = split_by_job(list(decision.failures), held)
     failed = abnormal_end(env)  # Slurm's own word; a hardware fault below does not fail the job
     why = failed
     if why is None and hardware:

@@ -206,7 +206,7 @@ def judge_and_act(
     any_job = busy(info)
     gres = slurm_gres_gpus(config, node, slurm)  # a gather source: Slurm's word, its own timeout
     facts, findings = judge(config, node, slurm, any_job, gres)
-    decision = decide(findings, config.policy, phase="health")
+    decision = decide(findings, config.policy, phase="health", partitions=info.partitions)
     statuses = check_statuses(findings, config)
     boot = facts.boot_id or boot_id(config)
     repaired = ""
@@ -232,7 +232,8 @@ def judge_and_act(
         repaired = "" if climbed.rma else climbed.said  # an RMA verdict is the run's message
         if climbed.rejudge:  # a GPU reset: look again before deciding (repair evidence)
             facts, findings = judge(config, node, slurm, any_job, gres)
-            decision = decide(findings, config.policy, phase="health")
+            decision = decide(findings, config.policy, phase="health",
+                              partitions=info.partitions)  # fmt: skip
             on_ladder(f"the ledger line of {node}", None, "recheck", config, info, findings,
                       "the checklist after the GPU reset")  # fmt: skip
         decided = keep_or_lift(config, info, decision, boot, any_job, climbed, dry_run,

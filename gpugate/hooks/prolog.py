@@ -34,7 +34,7 @@ from gpugate.checks.sources import gather
 from gpugate.checks.sources.kernel_log import boot_id
 from gpugate.gate.allocation import JobGpus
 from gpugate.gate.budget import warn_daily
-from gpugate.gate.policy import DRAIN, Decision, decide, effective_status
+from gpugate.gate.policy import DRAIN, Decision, decide, effective_status, job_partitions
 from gpugate.gate.shared import gpus_in_use, judge_shared, others_run
 from gpugate.isolate.state import local_path as isolation_file
 from gpugate.isolate.state import sync as sync_isolated
@@ -226,7 +226,11 @@ def decide_and_act(
         config, run_checks(facts, config), facts.gpus
     ) + keep_isolated_denied(config, env.node)
     findings = shared_node(config, env, findings, hands, facts.gpus)
-    decision = decide(findings, config.policy, phase="prolog")
+    # The job's partition decides where a canary check acts: a node in several partitions is
+    # judged by the one this job runs in, since the node's own list would take a Slurm call on
+    # every job's start (health judges by the node's list, which it reads anyway).
+    decision = decide(findings, config.policy, phase="prolog",
+                      partitions=job_partitions(env.partition))  # fmt: skip
     # Decided. From here on nothing is allowed to undo the decision: the bookkeeping below is
     # best effort, and on a drain every step is guarded (gpugate/act/execute.py).
     try:
@@ -464,7 +468,9 @@ def prepare_task_file(config: Config, env: HookEnv) -> str | None:
 
 def summary(decision: Decision) -> str:
     """One line: the verdict and the worst findings."""
-    worst = [f.message for f in (*decision.failing, *decision.warnings)][:3]
+    worst = [f.message for f in decision.failing]
+    worst += [f"{f.message} (report only here)" for f in decision.reported]
+    worst = (worst + [f.message for f in decision.warnings])[:3]
     return f"{decision.status}" + (": " + "; ".join(worst) if worst else "")
 
 

@@ -32,6 +32,9 @@ class HookEnv(Record):
     start_time: int | None = None  # epoch; Slurm 23.x+ only (SLURM_JOB_START_TIME)
     end_time: int | None = None  # epoch; the real end in the epilog (SLURM_JOB_END_TIME)
     sluid: str | None = None  # SLURM_JOB_SLUID (25.11+): this run of the job, unique; None before
+    # SLURM_JOB_PARTITION, in the Prolog and the Epilog alike (docs/slurm-facts.md): where a
+    # canary check acts (gate/policy.py), read without a Slurm call.
+    partition: str | None = None
 
 
 # SchedMD/slurm src/common/sluid.h: "s" and 13 characters of Crockford's Base32, printed upper
@@ -89,6 +92,7 @@ def from_environ(environ: dict[str, str] | None = None) -> HookEnv:
         start_time=_int(e.get("SLURM_JOB_START_TIME")),
         end_time=_int(e.get("SLURM_JOB_END_TIME")),
         sluid=sluid_of(e.get("SLURM_JOB_SLUID")),
+        partition=e.get("SLURM_JOB_PARTITION") or None,
     )
 
 

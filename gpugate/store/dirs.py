@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
+CHECKS_FILE = "gpugate-checks.prom"  # beside admin.metrics_file: `gpugate report`'s per-check rates
 
 
 def history_dir(config: Config) -> str:

@@ -25,6 +25,13 @@ Series (every one labelled with the Slurm `node`):
 - `gpugate_checkpoint_age_seconds` gauge: at the last measured job end on the node (an
   abnormal end of a job with `gpugate:ckpt=DIR`), how old its newest complete checkpoint was;
   `gpugate_checkpoint_stale_ends_total` counter: such ends over `checkpoints.max_age_s`.
+- Each check's roll-out stage and false-drain rate over the history window (issue 45), in
+  their own file beside it (CHECKS_FILE), rewritten whole by `gpugate report` on the host that
+  runs it; labelled `check` only (the cluster's history, no node; a check id or "other"):
+  `gpugate_check_rollout{check}` gauge (0 acting, 1 canary-only, 2 report-only),
+  `gpugate_check_window_drains{check}` and `gpugate_check_window_false_drains{check}` gauges,
+  `gpugate_check_false_drain_ratio{check}` gauge (false drains / drains lifted through
+  gpugate; absent while none is lifted). admin/rollout.py says how each is counted.
 - Qualification (`gpugate qualify`, issue 17), in their own file beside it (QUALIFY_FILE: the
   admin host that runs qualifications writes the series of every node it qualified):
   `gpugate_qualify_bandwidth_gbps{test}` gauge (the last run's value: allreduce busbw, h2d's
@@ -64,6 +71,7 @@ from gpugate.fsutil import (
 from gpugate.regex import lazy
 from gpugate.slurm.reasons import drill_mark
 from gpugate.store import locks
+from gpugate.store.dirs import CHECKS_FILE as CHECKS_FILE  # beside admin.metrics_file
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
 
 TYPE_CHECKING = False
@@ -123,6 +131,18 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_checkpoint_stale_ends_total": (
         "counter", "Job ends here whose work since the newest complete checkpoint was over "
         "checkpoints.max_age_s.", ()),
+    "gpugate_check_rollout": (
+        "gauge", "Each check's roll-out stage: 0 acting, 1 canary-only (acts in the canary "
+        "partitions), 2 report-only (never drains).", ("check",)),
+    "gpugate_check_window_drains": (
+        "gauge", "Drains gpugate set for each check in the history window (drills not counted).",
+        ("check",)),
+    "gpugate_check_window_false_drains": (
+        "gauge", "Drains of each check in the history window lifted with no repair since.",
+        ("check",)),
+    "gpugate_check_false_drain_ratio": (
+        "gauge", "False drains / drains lifted through gpugate, per check, in the history "
+        "window.", ("check",)),
     "gpugate_qualify_bandwidth_gbps": (
         "gauge", "Bandwidth (GB/s) the node's last qualification measured, by test.", ("test",)),
     "gpugate_qualify_last_pass_timestamp_seconds": (
@@ -373,6 +393,38 @@ def note_qualification(config: Config, entries: list[QualifyEntry]) -> bool:
     if not written:
         _skipped(config.state_dir, path, "qualify")
     return written
+
+
+ROLLOUT_VALUE = {"acting": 0, "canary-only": 1, "report-only": 2}
+
+
+def check_rate_samples(rows: Iterable[Mapping[str, Any]]) -> Samples:
+    """The per-check samples (pure): each row has check, rollout, drains, false_drains, rate."""
+    out: Samples = {}
+    for row in rows:
+        c = (("check", str(row["check"])),)
+        out[("gpugate_check_rollout", c)] = ROLLOUT_VALUE.get(str(row["rollout"]), 0)
+        out[("gpugate_check_window_drains", c)] = int(row["drains"])
+        out[("gpugate_check_window_false_drains", c)] = int(row["false_drains"])
+        if row.get("rate") is not None:
+            out[("gpugate_check_false_drain_ratio", c)] = round(float(row["rate"]), 6)
+    return out
+
+
+def note_check_rates(config: Config, rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """Write CHECKS_FILE beside `admin.metrics_file`, whole and atomically (gauges of the
+    window: nothing to fold), never raising; its path if written, None when there is no such
+    directory (no node_exporter here) or the write failed (said in the log)."""
+    path = config.admin.metrics_file
+    if not path or not os.path.isdir(os.path.dirname(path) or "."):
+        return None
+    path = os.path.join(os.path.dirname(path) or ".", CHECKS_FILE)
+    try:
+        atomic_write(path, render(check_rate_samples(rows)), mode=0o644)
+    except Exception as exc:  # a metric must never fail the report
+        log.error(config.state_dir, f"report: could not write {path}", exc)
+        return None
+    return path
 
 
 def _fold(path: str, state_dir: str, change: Callable[[Samples], Samples]) -> bool:
