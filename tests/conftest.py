@@ -68,6 +68,24 @@ def qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, s
     return calls
 
 
+@pytest.fixture(autouse=True)
+def repair_qualifications_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict]]:
+    """The repair ladder's qualifications a test's health runs asked for, recorded instead of
+    started (gpugate/gate/ladder.py starts them in a detached child, default gpugate.child.detach,
+    which would outlive the test and load the host's config); a test that passes its own
+    `detach` sees its own calls."""
+    from gpugate.gate import ladder
+
+    calls: list[tuple[str, dict]] = []
+
+    def start(task: str, kwargs: dict, timeout: float) -> int:
+        calls.append((task, kwargs))
+        return 4242
+
+    monkeypatch.setattr(ladder, "detach", start)
+    return calls
+
+
 # --- the end-to-end tests' sites on a real local Slurm (tests/support/e2e.py) -------------------------
 @pytest.fixture(scope="module")
 def slurm_site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):

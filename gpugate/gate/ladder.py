@@ -57,8 +57,10 @@ def climb(
 ) -> Climb:
     """The ladder's step for `info`, gpugate's drain (its healing `entry`): done, and said."""
     hardware = entry.fault == HARDWARE
-    drain = drain_of(config, info.name, entry)
-    repeats = same_part_drains(config, info.name, entry.check, drain) if hardware else 0
+    drain = drain_of(read_drains(config, entry, info.name), info.name, entry)
+    found = read_drains(config, entry, info.name, drain.gpu if drain else None)
+    window = history.window_start(config.admin.history_window_days)
+    repeats = same_part_drains(found, window, info.name, entry.check, drain) if hardware else 0
     failing = [f for f in findings if f.status == "fail"]
     if hardware and history.reaches_rma(True, repeats, config.admin.rma_after_drains):
         what = f"GPU {drain.gpu}" if drain is not None and drain.gpu else entry.check
@@ -222,25 +224,37 @@ def recheck(config: Config, info: NodeInfo, findings: list[Finding], why: str) -
 # --------------------------------------------------------------------------------- reading
 
 
-def drain_of(config: Config, node: str, entry: Healing) -> DrainEntry | None:
+def read_drains(
+    config: Config, entry: Healing, node: str, gpu: str | None = None
+) -> list[DrainEntry]:
+    """The drains of `node`, and of the GPU `gpu` on any node, since the window began (or since
+    `entry`'s drain if earlier); only those lines are checked and read (a full history is
+    20,000 lines: bench/bench_ladder.py)."""
+    since = min(history.window_start(config.admin.history_window_days),
+                entry.since - _SAME_DRAIN_S)  # fmt: skip
+    wanted = (lambda e: e.get("node") == node or e.get("gpu") == gpu) if gpu else (
+        lambda e: e.get("node") == node)  # fmt: skip
+    return history.drains(history.history_dir(config), None, since, where=wanted)
+
+
+def drain_of(found: list[DrainEntry], node: str, entry: Healing) -> DrainEntry | None:
     """The history's entry of the drain `entry` follows (its GPU, its bundle), or None."""
-    found = history.drains(history.history_dir(config), node, entry.since - _SAME_DRAIN_S)
-    return next((d for d in reversed(found) if d.check == entry.check), None)
+    since = entry.since - _SAME_DRAIN_S
+    mine = (d for d in reversed(found) if d.node == node and d.when >= since)
+    return next((d for d in mine if d.check == entry.check), None)
 
 
-def same_part_drains(config: Config, node: str, check: str, drain: DrainEntry | None) -> int:
-    """How often the same part failed in the window: the drains of the drain's GPU (by its
+def same_part_drains(
+    found: list[DrainEntry], window: float, node: str, check: str, drain: DrainEntry | None
+) -> int:
+    """How often the same part failed since `window`: the drains of the drain's GPU (by its
     serial, on any node: a part moved keeps its count) or of `check` on `node`, whichever is
     more; a drill's drains never count."""
-    adm = config.admin
-    directory = history.history_dir(config)
-    since = history.window_start(adm.history_window_days)
-    by_check = history.count_drains(directory, node, adm.history_window_days, check=check)
+    real = [d for d in found if d.when >= window and not history.drill_of(d)]
+    by_check = sum(1 for d in real if d.node == node and d.check == check)
     if drain is None or not drain.gpu:
         return by_check
-    found = history.drains(directory, None, since)
-    by_gpu = sum(1 for d in found if d.gpu == drain.gpu and not history.drill_of(d))
-    return max(by_check, by_gpu)
+    return max(by_check, sum(1 for d in real if d.gpu == drain.gpu))
 
 
 def _gpus_of(failing: list[Finding]) -> list[int]:

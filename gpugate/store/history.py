@@ -112,13 +112,21 @@ def _unlocked(lock: FileLock, path: str) -> None:
                 "written without it")  # fmt: skip
 
 
-def _read_lines(path: str, kind: type[_R], valid: Callable[[object], bool]) -> list[_R]:
+def _read_lines(
+    path: str,
+    kind: type[_R],
+    valid: Callable[[object], bool],
+    where: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[_R]:
     """The entries of a JSON-lines file that `valid` accepts and `kind` reads; the others are
     skipped, with one warning for the whole file (never an exception: the file may be hostile
-    or torn)."""
+    or torn). `where`: a cheap test of the raw line first (a node's, a GPU's): a line it
+    refuses is neither checked nor read, nor counted as malformed."""
     read: list[_R] = []
 
     def take(e: object) -> bool:  # valid's ranges, then the record's types
+        if where is not None and type(e) is dict and not _passes(where, e):
+            return True  # not wanted: no cost, no warning
         if not valid(e):
             return False
         try:
@@ -129,6 +137,14 @@ def _read_lines(path: str, kind: type[_R], valid: Callable[[object], bool]) -> l
 
     _read_dicts(path, take)
     return read
+
+
+def _passes(where: Callable[[dict[str, Any]], bool], e: dict[str, Any]) -> bool:
+    """`where(e)` on a raw line; a line it cannot judge (a hostile type) goes on to `valid`."""
+    try:
+        return bool(where(e))
+    except Exception:
+        return True
 
 
 def _read_dicts(path: str, valid: Callable[[object], bool]) -> list[dict[str, Any]]:
@@ -338,12 +354,18 @@ def _select(entries: list[_E], node: str | None, since: float | None) -> list[_E
     ]
 
 
-def drains(state_dir: str, node: str | None = None, since: float | None = None) -> list[DrainEntry]:
-    """Drain entries (of one node, or all; since an epoch time, or all), oldest first."""
+def drains(
+    state_dir: str,
+    node: str | None = None,
+    since: float | None = None,
+    where: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[DrainEntry]:
+    """Drain entries (of one node, or all; since an epoch time, or all), oldest first.
+    `where`: a cheap test of each raw line before it is checked and read (_read_lines)."""
     from gpugate.store.entries import DrainEntry  # late: a healthy hook run writes no history
 
     path = os.path.join(state_dir, DRAINS)
-    return _select(_read_lines(path, DrainEntry, valid_drain), node, since)
+    return _select(_read_lines(path, DrainEntry, valid_drain, where), node, since)
 
 
 def resumes(

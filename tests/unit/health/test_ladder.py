@@ -12,7 +12,7 @@ from health_setup import cluster, setup, swap, write_boot
 
 from gpugate.gate import ladder as LD
 from gpugate.hooks.health import run_health
-from gpugate.store import ledger
+from gpugate.store import history, ledger
 from gpugate.store.history import history_dir, record_drain
 
 XID79 = ("[Sun Nov 29 09:59:01 2026] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
@@ -157,8 +157,11 @@ def test_the_ladder_counts_a_drill_never_and_other_gpus_apart(tmp_path):
     record_drain(history_dir(config), NODE, "gpugate: DRILL d1: " + REASON[9:], when=now - 3600,
                  gpu=SERIAL)  # fmt: skip
     drain = record_drain(history_dir(config), NODE, REASON, when=now - 60, gpu=SERIAL)
-    assert LD.same_part_drains(config, NODE, "kernel.xid", drain) == 2  # by check: 2 real
-    assert LD.same_part_drains(config, "gpu-node-02", "kernel.xid", drain) == 1  # by GPU
+    record_drain(history_dir(config), NODE, REASON, when=now - 40 * 86400, gpu=SERIAL)  # old
+    found = history.drains(history_dir(config))
+    window = history.window_start(config.admin.history_window_days)
+    assert LD.same_part_drains(found, window, NODE, "kernel.xid", drain) == 2  # by check: 2 real
+    assert LD.same_part_drains(found, window, "gpu-node-02", "kernel.xid", drain) == 1  # by GPU
 
 
 NVLINK_DOWN = {2: {"nvlink_active": (True,) * 17 + (False,)}}

@@ -340,6 +340,7 @@ def load_lines(path: Path) -> list[dict]:
 ADDED_SINCE = {
     "evidence/77/gpu-node-01-r0/summary.json": ["kernel_log_lost"],  # 38a7900
     "state/events.jsonl": ["steps"],  # the executor's report of a hook's steps (gpugate/act)
+    "state/drains.jsonl": ["gpu"],  # issue 45: the failing GPU's serial (the RMA count by part)
     "state/suspect-flags.jsonl": ["uids"],  # 38e37e7: the users a qualification is charged to
 }
 
