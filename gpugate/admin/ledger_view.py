@@ -70,7 +70,7 @@ class RmaItem(Record):
     who: str
     why: str
     evidence: str | None
-    drains: int  # gpugate's drains of that GPU (else that check) on the node, drills not counted
+    drains: int  # of its check on the node or of its GPU anywhere (part_drains), no drill's
 
     def to_json(self) -> dict[str, object]:
         """The item as `gpugate nodes --rma --json` prints it."""
@@ -81,15 +81,15 @@ def rma_list(
     found: Iterable[LedgerEntry], drains: Iterable[DrainEntry], since: float | None = None
 ) -> list[RmaItem]:
     """The nodes whose newest RMA line no ADMIN or RESUME line follows, newest RMA first;
-    each with how many drains of its GPU (else its check) the history holds since `since`."""
+    each with how often its part was drained since `since` (part_drains; drills not counted)."""
     open_rma: dict[str, LedgerEntry] = {}
     for e in found:  # oldest first: a later line decides
         if e.step == L.RMA:
             open_rma[e.node] = e
         elif e.step in RMA_CLEARED:
             open_rma.pop(e.node, None)
-    of_node = history.by_node(d for d in drains if not history.drill_of(d))
-    items = [_item(e, _drains_of(of_node.get(node, []), e, since)) for node, e in open_rma.items()]
+    real = [d for d in drains if not history.drill_of(d) and (since is None or d.when >= since)]
+    items = [_item(e, part_drains(real, e)) for e in open_rma.values()]
     return sorted(items, key=lambda i: (-i.when, i.node))
 
 
@@ -99,13 +99,13 @@ def _item(rma: LedgerEntry, drains: int) -> RmaItem:
                    evidence=rma.evidence, drains=drains)  # fmt: skip
 
 
-def _drains_of(drains: list[DrainEntry], rma: LedgerEntry, since: float | None) -> int:
-    """The drains an RMA line rests on: of its GPU when it names one, else of its check."""
-    if since is not None:
-        drains = [d for d in drains if d.when >= since]
-    if rma.gpu:
-        return sum(1 for d in drains if d.gpu == rma.gpu)
-    return sum(1 for d in drains if rma.check is None or d.check == rma.check)
+def part_drains(drains: Sequence[DrainEntry], rma: LedgerEntry) -> int:
+    """How often the part of an RMA line failed, as the ladder counts it for its verdict
+    (gate/ladder.py same_part_drains): the drains of its check on its node, or of its GPU
+    (by serial, on any node: a part moved keeps its count), whichever is more."""
+    by_check = sum(1 for d in drains if d.node == rma.node and d.check == rma.check)
+    by_gpu = sum(1 for d in drains if d.gpu == rma.gpu) if rma.gpu else 0
+    return max(by_check, by_gpu)
 
 
 RMA_COLUMNS = ("NODE", "GPU", "CHECK", "SINCE", "DRAINS", "WHY")

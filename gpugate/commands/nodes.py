@@ -44,8 +44,8 @@ def parser() -> ArgumentParser:
         "--rma",
         action="store_true",
         help="the RMA list: nodes whose last verdict is to replace a part (an RMA step no "
-        "admin act or resume followed), with the GPU, the check, since when, and the drains "
-        "of that GPU (else check) in the window",
+        "admin act or resume followed), with the GPU, the check, since when, and how often "
+        "that part was drained in the window (its check on the node, its GPU on any node)",
     )
     p.add_argument(
         "--drained",

@@ -25,14 +25,15 @@ def where() -> str:
     return H.history_dir(load_config(None))
 
 
-def repair_loop(directory: str, name: str = "vm", then: str | None = None) -> None:
+def repair_loop(directory: str, name: str = "vm", then: str | None = None,
+                serial: str = SERIAL) -> None:  # fmt: skip
     """A drain, a reboot, the same GPU failing again (a second drain) and the RMA verdict."""
-    H.record_drain(directory, name, REASON, when=T0, hook="health", gpu=SERIAL, bundle="7/vm-r0")
+    H.record_drain(directory, name, REASON, when=T0, hook="health", gpu=serial, bundle="7/vm-r0")
     L.record(directory, name, L.REBOOT, who="gpugate health", why="Xid 79", outcome="requested",
              when=T0 + 10)  # fmt: skip
-    H.record_drain(directory, name, REASON, when=T0 + 3600, hook="health", gpu=SERIAL)
+    H.record_drain(directory, name, REASON, when=T0 + 3600, hook="health", gpu=serial)
     L.record(directory, name, L.RMA, who="gpugate health", why="GPU2 fell off the bus twice",
-             outcome="stays drained", check="kernel.xid", gpu=SERIAL, when=T0 + 3601)  # fmt: skip
+             outcome="stays drained", check="kernel.xid", gpu=serial, when=T0 + 3601)  # fmt: skip
     if then == "admin":
         H.record_resume(directory, name, who="admin (outside gpugate)", step=L.ADMIN,
                         result="resumed outside gpugate", when=T0 + 7200)  # fmt: skip
@@ -109,20 +110,24 @@ def test_a_new_rma_after_a_resume_is_on_the_list_again(tmp_path):
     assert item.why == "again" and item.gpu is None
 
 
-def test_the_rma_drains_count_that_gpu_in_the_window_and_no_drill(tmp_path):
+def test_the_rma_drains_count_the_part_as_the_ladder_does_in_the_window_and_no_drill(tmp_path):
     d = str(tmp_path)
-    repair_loop(d)
-    H.record_drain(d, "vm", REASON, when=T0 + 5000, gpu="other-gpu")
+    repair_loop(d)  # two drains of SERIAL for kernel.xid on vm
+    H.record_drain(d, "gpu-09", "gpugate: gpu.ecc: GPU0 120", when=T0 + 5000, gpu=SERIAL)  # moved
     H.record_drain(d, "vm", "gpugate: DRILL d1: kernel.xid: x", when=T0 + 6000, gpu=SERIAL)
     [item] = V.rma_list(L.entries(d), H.drains(d))
-    assert item.drains == 2
+    assert item.drains == 3  # the GPU's, on any node (more than the check's 2 on vm)
     [item] = V.rma_list(L.entries(d), H.drains(d), since=T0 + 1)
-    assert item.drains == 1
+    assert item.drains == 2
+    L.record(d, "vm", L.RMA, who="gpugate health", why="no GPU named", check="kernel.xid",
+             when=T0 + 7000)  # fmt: skip
+    [item] = V.rma_list(L.entries(d), H.drains(d))
+    assert item.drains == 2  # the check's, on the node
 
 
 def test_nodes_rma_reads_no_slurm_and_prints_text_and_json(site, capsys):  # noqa: F811
     repair_loop(where())
-    repair_loop(where(), "gpu-07", then="admin")
+    repair_loop(where(), "gpu-07", then="admin", serial="1650924069999")
     assert main(["nodes", "--rma", "--window-days", "36500"]) == 0  # no sinfo: Slurm not asked
     head, row = capsys.readouterr().out.splitlines()
     assert head.split() == ["NODE", "GPU", "CHECK", "SINCE", "DRAINS", "WHY"]
