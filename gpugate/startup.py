@@ -116,6 +116,12 @@ LAZY: dict[str, tuple[float, str]] = {
         "store.history: the history's line records, only for a run that writes or reads "
         "the history (a drain, an unknown Xid, a listing); a healthy hook run does neither",
     ),
+    "gpugate.store.ledger": (
+        0.1,
+        "store.history (a drain's, resume's or reset's repair ledger line: the ledger imports "
+        "history), hooks.outside_resume (a resume seen outside gpugate): only a run that "
+        "takes a step writes one (python -X importtime after history, 2026-12-07)",
+    ),
     "gpugate.store.fleet_view": (0.5, "gate.drain: the budget's shared read, only when draining"),
     "random": (2.6, "gate.drain: the spread before a budget count, only when draining"),
     "gpugate.store.runs": (2.8, "hooks.prolog: the run record, once the job is admitted"),

@@ -341,7 +341,7 @@ def _record_held(step: S.RecordHeld, hands: Hands, drain: DrainOutcome | None) -
         raise ValueError("no held drain to record")
     from gpugate.store.held import note_held  # only a drain the budget held back
 
-    note_held(hands.config, step.node, drain.reason, drain.why)
+    note_held(hands.config, step.node, drain.reason, drain.why, hands.hook or None)
     return ""
 
 

@@ -3,7 +3,8 @@ external asset): drained nodes with reasons and evidence; job failures and GPU-h
 cause (admin/losses.py, from the bundles), each failed run linked to its bundle, the requeue
 decisions, the drains the budget held back; repeat offenders, and a timeline of drains and
 resumes from the history and the audit log; inline SVG charts (admin/charts.py); each node's
-latest qualification (gpugate/store/qualify.py: values against floors, failures, pair verdict).
+latest qualification (gpugate/store/qualify.py: values against floors, failures, pair verdict);
+the RMA list and each drained node's repair ledger (admin/ledger_view.py, store/ledger.py).
 Bundles are kept apart by kind (admin/losses.py): only a job's is a failed run; qualifications
 (passed, failed with their reason, not qualified) and drills have their own section, and a
 drill's drains stay out of every check's record (store/outcomes.py).
@@ -20,6 +21,7 @@ from html import escape
 from urllib.parse import quote
 
 from gpugate.admin import charts
+from gpugate.admin.ledger_view import SHOWN, RmaItem, node_lines, rma_list
 from gpugate.admin.losses import HOW_COMPUTED, by_category
 from gpugate.admin.nodes import HELD, RMA, URGENCY
 from gpugate.admin.rollout import check_rates, rate_text
@@ -27,7 +29,7 @@ from gpugate.checkpoints.freshness import span
 from gpugate.fsutil import atomic_write
 from gpugate.record import Record
 from gpugate.store import history
-from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry
+from gpugate.store.entries import AuditEntry, DrainEntry, HeldEntry, LedgerEntry
 from gpugate.store.outcomes import FIELDS, check_record, drill_drains
 from gpugate.text import printable
 
@@ -61,7 +63,7 @@ code{font-size:12px;word-break:break-all}
 .u0{background:#5f0f40;color:#fff}
 .u1{background:#b42318;color:#fff}.u2{background:#d9480f;color:#fff}.u3{background:#f59f00}
 .u4{background:#ffd43b}.u5,.u6{background:#e9ecef}.u7,.u8,.u9{background:#dbe4ff}
-.drain{color:#b42318}.resume{color:#2b8a3e}.refused,.repair{color:#5b6472}.held{color:#5f0f40}
+.rma{color:#b42318;font-weight:600}.drain{color:#b42318}.resume{color:#2b8a3e}.refused,.repair{color:#5b6472}.held{color:#5f0f40}
 td.false{font-weight:600;color:#b42318}
 .notice{border:1px solid #f59f00;background:#fff9db;padding:8px 12px;border-radius:6px}
 .empty{color:#5b6472;font-style:italic}
@@ -256,6 +258,35 @@ def timeline_section(events: list[Happening]) -> str:
             f'<td class="{h.event}">{_LABELS[h.event]}</td><td class="reason">{what}</td></tr>'
         )
     return _table(("Time", "Node", "Event", "Detail"), body, "No drains or resumes in the window.")
+
+
+def rma_section(items: Sequence[RmaItem], window_days: float) -> str:
+    """The RMA list (admin/ledger_view.py): nodes whose last verdict is to replace a part."""
+    body = [
+        f'<tr><td class="node">{esc(i.node)}</td><td><code>{esc(i.gpu)}</code></td>'
+        f'<td>{esc(i.check)}</td><td class="time">{esc(i.at)}</td>'
+        f'<td class="drains">{esc(i.drains)}</td><td>{esc(i.who)}</td>'
+        f'<td class="reason">{esc(i.why)}</td><td><code>{esc(i.evidence)}</code></td></tr>'
+        for i in items
+    ]
+    headers = ("Node", "GPU", "Check", "Since", f"Drains of it in {window_days:g} days", "By",
+               "Why", "Evidence")  # fmt: skip
+    return _table(headers, body, "No node's last verdict is to replace a part.")
+
+
+def ledger_section(rows: Sequence[NodeRow], lines: Sequence[LedgerEntry]) -> str:
+    """Each drained node's repair ledger: its newest steps, oldest first, node by node."""
+    drained = {r.node for r in rows if r.drained}
+    body = [
+        f'<tr><td class="node">{esc(e.node)}</td><td class="time">{esc(e.at)}</td>'
+        f'<td class="{esc(e.step)}">{esc(e.step)}</td><td>{esc(e.who)}</td>'
+        f'<td>{esc(e.outcome)}</td><td class="reason">{esc(e.why)}</td>'
+        f"<td><code>{esc(e.evidence)}</code></td></tr>"
+        for node in sorted(drained)
+        for e in node_lines(lines, node)
+    ]
+    headers = ("Node", "Time", "Step", "Who", "Outcome", "Why", "Evidence")
+    return _table(headers, body, "No repair step recorded for the drained nodes.")
 
 
 def record_section(record: dict[str, dict[str, int]]) -> str:
@@ -605,6 +636,7 @@ def render_html(
     drills: Sequence[DrillEntry] = (),
     isolated: Sequence[IsolatedOn] = (),
     policy: Policy | None = None,
+    ledger: Sequence[LedgerEntry] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -613,7 +645,8 @@ def render_html(
     window's qualification and drill bundles (losses.read_bundles, kind not job); `drills`:
     the drill records (store/drills.py); `isolated`: admin.nodes.isolated_gpus() of the
     listing; `policy`: the site's, for each check's roll-out stage beside its false-drain
-    rate (admin/rollout.py; None: that section is left out)."""
+    rate (admin/rollout.py; None: that section is left out); `ledger`: the repair ledger's
+    lines (store/ledger.py), oldest first."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -644,6 +677,11 @@ def render_html(
         f'<div class="cards">{card_html}</div>',
         '<h2 id="drained">Drained nodes</h2>',
         drained_section(rows),
+        '<h2 id="rma">RMA list</h2>',
+        rma_section(rma_list(ledger, drains, since), window_days),
+        '<h2 id="ledger">Repair ledger of the drained nodes</h2>',
+        f'<p class="meta">Each node\'s newest {SHOWN} steps, oldest first.</p>',
+        ledger_section(rows, ledger),
         '<h2 id="isolated">Isolated GPUs</h2>',
         isolated_section(isolated, kept),
         '<h2 id="qualify">Qualification</h2>',

@@ -15,7 +15,7 @@ from gpugate.admin.rollout import check_rates
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
 from gpugate.commands import add_cluster_options
 from gpugate.config import load_config
-from gpugate.store import history
+from gpugate.store import history, ledger
 from gpugate.store.drills import drill_records
 from gpugate.store.held import held_entries
 from gpugate.store.history import drill_of
@@ -109,6 +109,7 @@ def main(argv: list[str]) -> int:
         drills=drills,
         isolated=isolated,
         policy=config.policy,
+        ledger=ledger.entries(where),
     )
     try:
         report.write_report(args.html, page)

@@ -14,6 +14,7 @@ from gpugate.names import refuse
 from gpugate.node import node_name
 from gpugate.slurm.control import NotOurDrain
 from gpugate.store.history import current_user, history_dir, read_dirs, record_resume
+from gpugate.store.ledger import ADMIN
 from gpugate.store.suspects import open_flags
 
 TYPE_CHECKING = False
@@ -77,8 +78,10 @@ def clear_suspicion(config: Config, node: str, why: str | None) -> str | None:
     flag = open_flags(read_dirs(config)).get(node)
     if flag is None:
         return None
+    # The ledger's step is the admin's act (ADMIN): the node was in service, not resumed.
     record_resume(history_dir(config), node, why=why or "", reason=f"suspect: {flag.detail}",
-                  result="suspicion cleared by an admin (the node was in service)")  # fmt: skip
+                  result="suspicion cleared by an admin (the node was in service)",
+                  step=ADMIN)  # fmt: skip
     return (
         f"{node} is in service; its suspicion ({flag.source}: {flag.detail}) is "
         "cleared: votes and application Xids before now no longer count (audited)"

@@ -42,9 +42,12 @@ def resumed_outside(config: Config, info: NodeInfo, boot: str | None) -> str:
         f"back in service ({info.state}) without gpugate: gpugate's drain ({entry.check}) was "
         "lifted outside it (scontrol update state=resume); recorded as the admin's act"
     )
+    from gpugate.store.ledger import ADMIN  # late: only a resume seen outside gpugate
+
+    # The repair ledger's line is the admin's act (ADMIN), not a resume of gpugate's.
     record_resume(
         audit, info.name, who=OUTSIDE_WHO, why=why, reason=f"gpugate: {entry.check}",
-        result="seen by gpugate health",
+        result="resumed outside gpugate (seen by gpugate health)", step=ADMIN,
     )  # fmt: skip
     healing.forget(config.state_dir, info.name)  # recorded once; a new drain, a new entry
     log.event(config.state_dir, "health", node=info.name, outcome="resumed_outside", why=why)

@@ -4,9 +4,10 @@ The drains come first, for every node, while gpugate's reservation still holds t
 failing node is drained (a new drain: within the budget, a plan the executor carries out:
 drain_plan, gpugate/act) or kept drained
 (`gpugate: qualify: <why> (job N)`); a passing node that was drained before is drained again
-with its earlier reason, or resumed with an audit entry when resume_passed. Only then the
-records: the evidence bundle (under the node job's id), the drain history, qualify.jsonl and
-an event line. A record that cannot be written is logged; it never undoes a drain.
+with its earlier reason, or resumed with an audit entry when resume_passed (each node's
+repair ledger line of its verdict comes just before). Only then the records: the evidence
+bundle (under the node job's id), the drain history, qualify.jsonl and an event line. A record
+that cannot be written is logged; it never undoes a drain.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpugate.act.execute import Hands, execute
 from gpugate.act.plans import budget_drain
 from gpugate.qualify.judge import first_failure, result_files
 from gpugate.slurm.reasons import drain_reason
+from gpugate.store import ledger
 from gpugate.store.evidence import EvidenceError, retention_for, write_bundle
 from gpugate.store.history import history_dir, note_drain
 from gpugate.store.metrics import note_qualification
@@ -56,12 +58,30 @@ def settle(run: _Run, result: QualifyRun, resume_passed: bool, by: str) -> None:
     reasons = {}
     for node in result.nodes:
         verdict = result.verdicts[node]
+        note_verdict(run, result, node, by)  # the ledger: the verdict before what follows it
         verdict["action"], reasons[node] = act(run, node, verdict, resume_passed, by)
     for node in result.nodes:
         try:
             record(run, result, node, reasons[node], by)
         except Exception as exc:  # the drain stands; the admin learns from the log
             log.error(run.config.state_dir, f"qualify: could not record {node}'s outcome", exc)
+
+
+def note_verdict(run: _Run, result: QualifyRun, node: str, by: str) -> None:
+    """The node's QUALIFY line in the repair ledger (never raising): passed, failed or not
+    qualified, the run and its jobs, and the failed test. The drain or resume that follows
+    writes its own line (store/history.py)."""
+    try:  # a line lost must not keep the node from its drain
+        verdict = result.verdicts[node]
+        jobs = ", ".join(str(j) for j in verdict.get("job_ids") or ())
+        said = outcome(verdict)
+        why = said["failure"] or ("" if verdict.get("passed") else str(verdict.get("why") or ""))
+        evidence = f"qualify {result.run_id}" + (f" (job {jobs})" if jobs else "")
+    except Exception as exc:
+        log.error(run.config.state_dir, f"qualify: no ledger line for {node}'s verdict", exc)
+        return
+    ledger.note(run.config, node, ledger.QUALIFY, who=by or "gpugate", why=why,
+                outcome=said["outcome"].replace("_", " "), evidence=evidence)  # fmt: skip
 
 
 def act(

@@ -14,6 +14,7 @@ import os
 import time
 
 from gpugate import log
+from gpugate.store import ledger
 from gpugate.store.entries import DrainEntry, HeldEntry
 from gpugate.store.history import (
     MAX_ENTRIES,
@@ -21,6 +22,7 @@ from gpugate.store.history import (
     SAME_EVENT_S,
     _add,
     _common_ok,
+    _ledger_line,
     _read_lines,
     _select,
     drains,
@@ -48,14 +50,20 @@ def valid_held(e: object) -> bool:
 
 
 def record_held(state_dir: str, node: str, reason: str, why: str, when: float | None = None,
-                *, max_per_node: int = MAX_PER_NODE, max_entries: int = MAX_ENTRIES) -> HeldEntry | None:  # fmt: skip
-    """Note that the budget held back gpugate's drain of `node`; the entry, or None when it
-    repeats the node's last one within SAME_EVENT_S."""
+                *, hook: str | None = None, max_per_node: int = MAX_PER_NODE,
+                max_entries: int = MAX_ENTRIES) -> HeldEntry | None:  # fmt: skip
+    """Note that the budget held back gpugate's drain of `node` (and its repair ledger line);
+    the entry, or None when it repeats the node's last one within SAME_EVENT_S."""
     when = time.time() if when is None else float(when)
     entry = HeldEntry(node=node, when=round(when, 3), at=iso(when), check=reason_check(reason),
                       reason=reason, why=why)  # fmt: skip
     same = lambda last: last.reason == reason and when - last.when < SAME_EVENT_S  # noqa: E731
-    return _add(state_dir, HELD, valid_held, entry, same, max_per_node, max_entries)
+    added = _add(state_dir, HELD, valid_held, entry, same, max_per_node, max_entries)
+    if added is not None:  # a repeat is no new step
+        _ledger_line(state_dir, node, ledger.HELD, who=f"gpugate {hook}" if hook else "gpugate",
+                     why=why, outcome="held back", check=entry.check, reason=reason,
+                     when=entry.when)  # fmt: skip
+    return added
 
 
 def held_entries(
@@ -65,11 +73,11 @@ def held_entries(
     return _select(_read_lines(os.path.join(state_dir, HELD), HeldEntry, valid_held), node, since)
 
 
-def note_held(config: Config, node: str, reason: str, why: str) -> None:
+def note_held(config: Config, node: str, reason: str, why: str, hook: str | None = None) -> None:
     """For the hooks: record_held() with the configured place and caps, never raising."""
     adm = config.admin
     try:
-        record_held(history_dir(config), node, reason, why,
+        record_held(history_dir(config), node, reason, why, hook=hook,
                     max_per_node=adm.history_max_per_node, max_entries=adm.history_max_entries)  # fmt: skip
     except Exception as exc:  # the Comment and the log line still say it
         log.error(config.state_dir, f"could not record the held drain of {node}", exc)

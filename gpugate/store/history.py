@@ -254,7 +254,29 @@ def record_drain(
         gpu=gpu or None,  # the failing GPU's serial (else UUID): its repeats count to its RMA
     )  # fmt: skip
     same = lambda last: _same_event(state_dir, last, entry)  # noqa: E731
-    return _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)
+    added = _add(state_dir, DRAINS, valid_drain, entry, same, max_per_node, max_entries)
+    if added is not None:  # a repeat the history skips is no new step either
+        # A drill's drain is a real drain of the node (its resume is a step too): written,
+        # with the drill named, so the ledger never shows a resume of nothing.
+        why = f"drill {entry.drill}: {reason}" if entry.drill else reason
+        # The ledger's step names are literals here: store/ledger.py imports this module.
+        _ledger_line(state_dir, node, "drain", who=f"gpugate {hook}" if hook else "gpugate",
+                     why=why, outcome="drained", evidence=bundle, check=entry.check,
+                     gpu=entry.gpu, reason=reason, when=entry.when)  # fmt: skip
+    return added
+
+
+def _ledger_line(directory: str, node: str, step: str, **fields: Any) -> None:
+    """The repair ledger's line of a step this module recorded, never raising: the step
+    happened and is in the history; only its ledger line is lost (said to stderr and syslog:
+    there is no config here to find the daemon's log)."""
+    try:
+        from gpugate.store.ledger import record  # late: it imports this module
+
+        record(directory, node, step, **fields)
+    except Exception as exc:
+        log.alarm(f"could not write the ledger line of {node} ({step}): "
+                  f"{type(exc).__name__}: {exc}")  # fmt: skip
 
 
 def _add(
@@ -313,9 +335,11 @@ def record_resume(
     boot_id: str | None = None,
     repair: str | None = None,
     qualification: dict[str, Any] | None = None,
+    step: str | None = None,
 ) -> AuditEntry:
     """Append one resume (or, with resumed=False, a refused one) to the audit log: who, when,
-    why, the check's result; the entry."""
+    why, the check's result; the entry. Its repair ledger line (store/ledger.py) is `step`,
+    else reset (a GPU reset), resume or refused."""
     from gpugate.store.entries import AuditEntry  # late: a healthy hook run writes no history
 
     when = time.time() if when is None else float(when)
@@ -331,7 +355,45 @@ def record_resume(
     with _lock(state_dir) as lock:  # an append (one O_APPEND write) is safe without it, too
         _unlocked(lock, os.path.join(state_dir, AUDIT))
         append(os.path.join(state_dir, AUDIT), [entry.to_json()], sync=True)
+    _ledger_line(state_dir, node, step or _audit_step(entry), who=entry.who or "", why=why,
+                 outcome=_outcome(result, entry.resumed), reason=reason, when=entry.when,
+                 evidence=_qualify_evidence(qualification, result))  # fmt: skip
     return entry
+
+
+def _audit_step(entry: AuditEntry) -> str:
+    """The ledger step of an audit entry: a GPU reset, a reboot, a resume or a refused one."""
+    if entry.repair == GPU_RESET:
+        return "reset"
+    if entry.repair == REBOOT:
+        return "reboot"
+    return "resume" if entry.resumed else "refused"
+
+
+_OUTCOME_MAX = 160
+
+
+def _outcome(result: object, resumed: bool) -> str:
+    """A short form of an audit's result: its first clause (`refused: why`, `repair: gpu
+    reset`), else resumed / not resumed."""
+    head = result.split(";")[0].strip() if isinstance(result, str) else ""
+    if not head:
+        return "resumed" if resumed else "not resumed"
+    return head if len(head) <= _OUTCOME_MAX else head[: _OUTCOME_MAX - 3] + "..."
+
+
+def _qualify_evidence(qualification: dict[str, Any] | None, result: object) -> str | None:
+    """The qualification a resume rests on, as `qualify <run> (job <ids>)`: a resume's proof
+    (admin/resume.py: Proof.to_dict) or a settled run's result (qualify/settle.py)."""
+    if qualification:
+        run, jobs = qualification.get("run_id"), qualification.get("job_ids")
+    elif isinstance(result, dict) and result.get("qualify"):
+        run, jobs = result.get("qualify"), result.get("job_ids")
+    else:
+        return None
+    ids = ", ".join(str(j) for j in jobs or ())
+    text = f"qualify {run}" if run else "qualify"
+    return f"{text} (job {ids})" if ids else text
 
 
 def current_user() -> str:

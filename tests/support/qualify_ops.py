@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 import os
 
+from factories import site
 from fakes import FakeSlurm
 
 from gpugate.qualify.run import qualify_nodes
 
 FAST, SLOW = 10.0, 2.0
 NODES = ["n1", "n2", "n3"]
+# The drain budget: no room for a drain, and room for every node's.
+HELD_BACK = "  max_drained_share: 0.0\n  min_drains_allowed: 0\n  hardware_share: 0.0\n"
+ROOM = "  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
+
+
+def config_with(tmp_path, budget: str = ROOM, more: str = ""):
+    """A site in tmp_path with `budget:`'s lines (no settle, no jitter) and `more` lines."""
+    return site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
+                f"budget:\n  settle_s: 0\n  jitter_s: 0\n{budget}{more}")  # fmt: skip
 
 
 class FakeOps:

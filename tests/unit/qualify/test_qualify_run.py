@@ -16,7 +16,7 @@ import paths
 import pytest
 from factories import site
 from fakes import FakeSlurm, drained
-from qualify_ops import FAST, NODES, SLOW, FakeOps, go
+from qualify_ops import FAST, NODES, SLOW, FakeOps, config_with, go
 
 from gpugate.qualify import jobs
 from gpugate.qualify.run import QualifyError, qualify_nodes
@@ -30,9 +30,7 @@ def flag(argv: list[str], name: str) -> str:
 
 @pytest.fixture
 def config(tmp_path):
-    return site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
-                "budget:\n  settle_s: 0\n  jitter_s: 0\n  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
-                "qualify:\n  wait_s: 5\n")  # fmt: skip
+    return config_with(tmp_path, more="qualify:\n  wait_s: 5\n")
 
 
 def test_a_node_slow_with_every_partner_is_named_and_drained_the_others_pass(config):

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 
-from factories import site
 from fakes import FakeSlurm
-from qualify_ops import FAST, NODES, SLOW, FakeOps, go
+from qualify_ops import FAST, HELD_BACK, NODES, ROOM, SLOW, FakeOps, config_with, go
 
 from gpugate.act import steps as S
 from gpugate.act.execute import WOULD, Hands, execute
@@ -22,15 +21,6 @@ from gpugate.store.history import drains
 from gpugate.store.qualify import qualifications
 
 DETAIL = "allreduce: 2.00 GB/s is below the floor 8.00 GB/s (job 102)"
-
-
-def config_with(tmp_path, budget: str):
-    return site(tmp_path, f"state_dir: {tmp_path}/state\nevidence_dir: {tmp_path}/ev\n"
-                f"budget:\n  settle_s: 0\n  jitter_s: 0\n{budget}")  # fmt: skip
-
-
-HELD_BACK = "  max_drained_share: 0.0\n  min_drains_allowed: 0\n  hardware_share: 0.0\n"
-ROOM = "  max_drained_share: 1.0\n  min_drains_allowed: 5\n"
 
 
 def test_the_plan_drains_within_the_budget_and_says_and_records_a_held_drain():
