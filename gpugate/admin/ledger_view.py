@@ -10,6 +10,7 @@ who can drain a node writes: the text output goes through printable(), the repor
 
 from __future__ import annotations
 
+from gpugate.gate.ladder import same_part_drains
 from gpugate.record import Record
 from gpugate.store import history
 from gpugate.store import ledger as L
@@ -70,7 +71,7 @@ class RmaItem(Record):
     who: str
     why: str
     evidence: str | None
-    drains: int  # of its check on the node or of its GPU anywhere (part_drains), no drill's
+    drains: int  # of its check on the node or of its GPU anywhere (same_part_drains), no drill's
 
     def to_json(self) -> dict[str, object]:
         """The item as `gpugate nodes --rma --json` prints it."""
@@ -81,15 +82,16 @@ def rma_list(
     found: Iterable[LedgerEntry], drains: Iterable[DrainEntry], since: float | None = None
 ) -> list[RmaItem]:
     """The nodes whose newest RMA line no ADMIN or RESUME line follows, newest RMA first;
-    each with how often its part was drained since `since` (part_drains; drills not counted)."""
+    each with how often its part was drained since `since` (gate/ladder.py same_part_drains)."""
     open_rma: dict[str, LedgerEntry] = {}
     for e in found:  # oldest first: a later line decides
         if e.step == L.RMA:
             open_rma[e.node] = e
         elif e.step in RMA_CLEARED:
             open_rma.pop(e.node, None)
-    real = [d for d in drains if not history.drill_of(d) and (since is None or d.when >= since)]
-    items = [_item(e, part_drains(real, e)) for e in open_rma.values()]
+    drains = list(drains)
+    items = [_item(e, same_part_drains(drains, since, e.node, e.check, e.gpu))
+             for e in open_rma.values()]  # fmt: skip
     return sorted(items, key=lambda i: (-i.when, i.node))
 
 
@@ -97,15 +99,6 @@ def _item(rma: LedgerEntry, drains: int) -> RmaItem:
     return RmaItem(node=rma.node, when=rma.when, at=rma.at or history.iso(rma.when),
                    gpu=rma.gpu, check=rma.check, who=rma.who, why=rma.why,
                    evidence=rma.evidence, drains=drains)  # fmt: skip
-
-
-def part_drains(drains: Sequence[DrainEntry], rma: LedgerEntry) -> int:
-    """How often the part of an RMA line failed, as the ladder counts it for its verdict
-    (gate/ladder.py same_part_drains): the drains of its check on its node, or of its GPU
-    (by serial, on any node: a part moved keeps its count), whichever is more."""
-    by_check = sum(1 for d in drains if d.node == rma.node and d.check == rma.check)
-    by_gpu = sum(1 for d in drains if d.gpu == rma.gpu) if rma.gpu else 0
-    return max(by_check, by_gpu)
 
 
 RMA_COLUMNS = ("NODE", "GPU", "CHECK", "SINCE", "DRAINS", "WHY")

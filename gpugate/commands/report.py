@@ -87,16 +87,16 @@ def main(argv: list[str]) -> int:
     costs, others = window_bundles(config, window, page_dir)
     drills = drill_entries(config)
     isolated = admin.isolated_gpus(groups)
-    note_rates(config, window, drains, history.resumes(where), rows, groups)
+    resumes = history.resumes(where)  # read once: a bad line is said once
+    note_rates(config, window, drains, resumes, rows, groups)
     if args.json:
-        print_json(config, window, costs, others, drains, history.resumes(where), rows, groups,
-                   isolated)  # fmt: skip
+        print_json(config, window, costs, others, drains, resumes, rows, groups, isolated)
         if not args.html:
             return EXIT_UNHEALTHY if notice else EXIT_OK
     page = report.render_html(
         rows,
         drains,
-        history.resumes(where),
+        resumes,
         window_days=window,
         total_nodes=sum(len(names) for _, names in groups) if groups else None,
         notice=notice,

@@ -33,6 +33,8 @@ from gpugate.store import history, ledger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpugate.checks.findings import Finding
     from gpugate.child import Detach
     from gpugate.config.schema import Config
@@ -60,7 +62,8 @@ def climb(
     drain = drain_of(read_drains(config, entry, info.name), info.name, entry)
     found = read_drains(config, entry, info.name, drain.gpu if drain else None)
     window = history.window_start(config.admin.history_window_days)
-    repeats = same_part_drains(found, window, info.name, entry.check, drain) if hardware else 0
+    gpu = drain.gpu if drain else None
+    repeats = same_part_drains(found, window, info.name, entry.check, gpu) if hardware else 0
     failing = [f for f in findings if f.status == "fail"]
     if hardware and history.reaches_rma(True, repeats, config.admin.rma_after_drains):
         what = f"GPU {drain.gpu}" if drain is not None and drain.gpu else entry.check
@@ -245,16 +248,19 @@ def drain_of(found: list[DrainEntry], node: str, entry: Healing) -> DrainEntry |
 
 
 def same_part_drains(
-    found: list[DrainEntry], window: float, node: str, check: str, drain: DrainEntry | None
+    found: Iterable[DrainEntry],
+    window: float | None,
+    node: str,
+    check: str | None,
+    gpu: str | None,
 ) -> int:
-    """How often the same part failed since `window`: the drains of the drain's GPU (by its
-    serial, on any node: a part moved keeps its count) or of `check` on `node`, whichever is
-    more; a drill's drains never count."""
-    real = [d for d in found if d.when >= window and not history.drill_of(d)]
+    """How often the same part failed since `window` (None: in all of `found`): the drains of
+    the GPU `gpu` (by its serial, on any node: a part moved keeps its count) or of `check` on
+    `node`, whichever is more; a drill's drains never count. The one RMA count (the ladder's
+    verdict, `gpugate nodes --rma`)."""
+    real = [d for d in found if (window is None or d.when >= window) and not history.drill_of(d)]
     by_check = sum(1 for d in real if d.node == node and d.check == check)
-    if drain is None or not drain.gpu:
-        return by_check
-    return max(by_check, sum(1 for d in real if d.gpu == drain.gpu))
+    return max(by_check, sum(1 for d in real if d.gpu == gpu)) if gpu else by_check
 
 
 def _gpus_of(failing: list[Finding]) -> list[int]:

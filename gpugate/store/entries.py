@@ -118,6 +118,35 @@ class UnknownXidsEntry(NodeEntry):
     }
 
 
+# The steps, in the order a repair goes (gpugate/gate/ladder.py decides most).
+DRAIN = "drain"  # gpugate drained the node (the check, the reason, the bundle)
+HELD = "held"  # the drain budget held gpugate's drain back
+HEAL = "heal"  # a transient fault passed its stability window and re-check
+RESET = "reset"  # nvidia-smi -r on the failing GPUs
+RECHECK = "recheck"  # the checklist after a reset or a reboot
+REBOOT = "reboot"  # scontrol reboot ASAP nextstate=DOWN asked of Slurm
+WAIT = "wait"  # a step waits for the node's jobs to end (job-safe: IDLE+DRAIN only)
+QUALIFY = "qualify"  # a qualification started, passed or failed
+RESUME = "resume"  # the node went back in service
+REFUSED = "refused"  # a resume that did not happen, and why
+RMA = "rma"  # the same GPU or check failed again: replace the part; stays drained
+ADMIN = "admin"  # a person's act on gpugate's drain (a manual resume, a drain of theirs)
+LEDGER_STEPS = (
+    DRAIN,
+    HELD,
+    HEAL,
+    RESET,
+    RECHECK,
+    REBOOT,
+    WAIT,
+    QUALIFY,
+    RESUME,
+    REFUSED,
+    RMA,
+    ADMIN,
+)
+
+
 class LedgerEntry(NodeEntry):
     """`ledger.jsonl`: one step of a node's repair loop (gpugate/store/ledger.py)."""
 

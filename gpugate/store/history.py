@@ -67,7 +67,13 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
     from gpugate.fsutil import FileLock
-    from gpugate.store.entries import AuditEntry, DrainEntry, NodeEntry, UnknownXidsEntry
+    from gpugate.store.entries import (
+        AuditEntry,
+        DrainEntry,
+        LedgerEntry,
+        NodeEntry,
+        UnknownXidsEntry,
+    )
 
     _R = TypeVar("_R", bound=NodeEntry)
     # A line: its record, or (the stores that have none yet: votes, flags, qualifications,
@@ -259,11 +265,62 @@ def record_drain(
         # A drill's drain is a real drain of the node (its resume is a step too): written,
         # with the drill named, so the ledger never shows a resume of nothing.
         why = f"drill {entry.drill}: {reason}" if entry.drill else reason
-        # The ledger's step names are literals here: store/ledger.py imports this module.
         _ledger_line(state_dir, node, "drain", who=f"gpugate {hook}" if hook else "gpugate",
                      why=why, outcome="drained", evidence=bundle, check=entry.check,
                      gpu=entry.gpu, reason=reason, when=entry.when)  # fmt: skip
     return added
+
+
+LEDGER = "ledger.jsonl"
+
+
+_LEDGER_TEXT = ("at", "step", "who", "why", "outcome", "evidence", "check", "gpu", "reason")
+# A line longer than this is not one gpugate wrote (a reason is at most a few hundred bytes).
+_FIELD_MAX = 4096
+
+
+def valid_ledger_line(e: object) -> bool:
+    """Whether `e` is a ledger line as record_ledger writes it (the types and the step)."""
+    from gpugate.store.entries import LEDGER_STEPS  # late: a healthy hook run reads no ledger
+
+    if not _common_ok(e, _LEDGER_TEXT):
+        return False
+    return e.get("step") in LEDGER_STEPS and all(
+        len(e.get(k) or "") <= _FIELD_MAX for k in _LEDGER_TEXT
+    )
+
+
+def record_ledger(
+    directory: str,
+    node: str,
+    step: str,
+    *,
+    who: str,
+    why: str = "",
+    outcome: str = "",
+    evidence: str | None = None,
+    check: str | None = None,
+    gpu: str | None = None,
+    reason: str | None = None,
+    when: float | None = None,
+) -> LedgerEntry:
+    """Append one step to the repair ledger (store/ledger.py) in the history directory
+    `directory`; the entry. Raises ValueError for an unknown step, OSError when it cannot be
+    written."""
+    from gpugate.store.entries import LEDGER_STEPS, LedgerEntry  # late: as the other writers
+
+    if step not in LEDGER_STEPS:
+        raise ValueError(f"ledger: {step!r} is not a step ({', '.join(LEDGER_STEPS)})")
+    when = time.time() if when is None else float(when)
+    entry = LedgerEntry(
+        node=node, when=round(when, 3), at=iso(when), step=step, who=who,
+        why=why[:_FIELD_MAX], outcome=outcome[:_FIELD_MAX], evidence=evidence, check=check,
+        gpu=gpu, reason=reason[:_FIELD_MAX] if reason else None,
+    )  # fmt: skip
+    with _lock(directory) as lock:  # an append is one O_APPEND write: the lock orders them
+        _unlocked(lock, os.path.join(directory, LEDGER))
+        append(os.path.join(directory, LEDGER), [entry.to_json()], sync=True)
+    return entry
 
 
 def _ledger_line(directory: str, node: str, step: str, **fields: Any) -> None:
@@ -271,9 +328,7 @@ def _ledger_line(directory: str, node: str, step: str, **fields: Any) -> None:
     happened and is in the history; only its ledger line is lost (said to stderr and syslog:
     there is no config here to find the daemon's log)."""
     try:
-        from gpugate.store.ledger import record  # late: it imports this module
-
-        record(directory, node, step, **fields)
+        record_ledger(directory, node, step, **fields)
     except Exception as exc:
         log.alarm(f"could not write the ledger line of {node} ({step}): "
                   f"{type(exc).__name__}: {exc}")  # fmt: skip

@@ -16,21 +16,54 @@ one `note` writes is skipped with one warning per read; only the newest READ_MAX
 from __future__ import annotations
 
 import os
-import time
 
 from gpugate import jsonl, log
-from gpugate.jsonl import append
-from gpugate.store.entries import LedgerEntry
-from gpugate.store.history import (
-    LINE_MAX,
-    _common_ok,
-    _lock,
-    _read_lines,
-    _select,
-    _unlocked,
-    history_dir,
-    iso,
+
+# The steps, the line and its writer live with the history (store/entries.py, history.py),
+# which writes the drains' and resumes' own lines: one way between the two modules.
+from gpugate.store.entries import (
+    ADMIN as ADMIN,
 )
+from gpugate.store.entries import (
+    DRAIN as DRAIN,
+)
+from gpugate.store.entries import (
+    HEAL as HEAL,
+)
+from gpugate.store.entries import (
+    HELD as HELD,
+)
+from gpugate.store.entries import (
+    QUALIFY as QUALIFY,
+)
+from gpugate.store.entries import (
+    REBOOT as REBOOT,
+)
+from gpugate.store.entries import (
+    RECHECK as RECHECK,
+)
+from gpugate.store.entries import (
+    REFUSED as REFUSED,
+)
+from gpugate.store.entries import (
+    RESET as RESET,
+)
+from gpugate.store.entries import (
+    RESUME as RESUME,
+)
+from gpugate.store.entries import (
+    RMA as RMA,
+)
+from gpugate.store.entries import (
+    WAIT as WAIT,
+)
+from gpugate.store.entries import (
+    LedgerEntry,
+)
+from gpugate.store.history import LEDGER as LEDGER
+from gpugate.store.history import LINE_MAX, _read_lines, _select, history_dir
+from gpugate.store.history import record_ledger as record
+from gpugate.store.history import valid_ledger_line as valid_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,71 +72,14 @@ if TYPE_CHECKING:
 
     from gpugate.config.schema import Config
 
-LEDGER = "ledger.jsonl"
 # A health run looks back this far for its own step (a few thousand lines): enough for one
 # drain's steps, cheap on every run of a drained node.
 RECENT_MAX = 1 << 20
-
-# The steps, in the order a repair goes (gpugate/health/ladder.py decides them).
-DRAIN = "drain"  # gpugate drained the node (the check, the reason, the bundle)
-HELD = "held"  # the drain budget held gpugate's drain back
-HEAL = "heal"  # a transient fault passed its stability window and re-check
-RESET = "reset"  # nvidia-smi -r on the failing GPUs
-RECHECK = "recheck"  # the checklist after a reset or a reboot
-REBOOT = "reboot"  # scontrol reboot ASAP nextstate=DOWN asked of Slurm
-WAIT = "wait"  # a step waits for the node's jobs to end (job-safe: IDLE+DRAIN only)
-QUALIFY = "qualify"  # a qualification started, passed or failed
-RESUME = "resume"  # the node went back in service
-REFUSED = "refused"  # a resume that did not happen, and why
-RMA = "rma"  # the same GPU or check failed again: replace the part; stays drained
-ADMIN = "admin"  # a person's act on gpugate's drain (a manual resume, a drain of theirs)
-STEPS = (DRAIN, HELD, HEAL, RESET, RECHECK, REBOOT, WAIT, QUALIFY, RESUME, REFUSED, RMA, ADMIN)
-
-_TEXT = ("at", "step", "who", "why", "outcome", "evidence", "check", "gpu", "reason")
-# A line longer than this is not one gpugate wrote (a reason is at most a few hundred bytes).
-_FIELD_MAX = 4096
-
-
-def valid_entry(e: object) -> bool:
-    """Whether `e` is a line as `note` writes it (the types and the step the readers rely on)."""
-    if not _common_ok(e, _TEXT):
-        return False
-    return e.get("step") in STEPS and all(len(e.get(k) or "") <= _FIELD_MAX for k in _TEXT)
 
 
 def ledger_path(config: Config) -> str:
     """Where the ledger lives (the history directory)."""
     return os.path.join(history_dir(config), LEDGER)
-
-
-def record(
-    directory: str,
-    node: str,
-    step: str,
-    *,
-    who: str,
-    why: str = "",
-    outcome: str = "",
-    evidence: str | None = None,
-    check: str | None = None,
-    gpu: str | None = None,
-    reason: str | None = None,
-    when: float | None = None,
-) -> LedgerEntry:
-    """Append one step to the ledger in the history directory `directory`; the entry.
-    Raises ValueError for an unknown step, OSError when it cannot be written."""
-    if step not in STEPS:
-        raise ValueError(f"ledger: {step!r} is not a step ({', '.join(STEPS)})")
-    when = time.time() if when is None else float(when)
-    entry = LedgerEntry(
-        node=node, when=round(when, 3), at=iso(when), step=step, who=who,
-        why=why[:_FIELD_MAX], outcome=outcome[:_FIELD_MAX], evidence=evidence, check=check,
-        gpu=gpu, reason=reason[:_FIELD_MAX] if reason else None,
-    )  # fmt: skip
-    with _lock(directory) as lock:  # an append is one O_APPEND write: the lock orders them
-        _unlocked(lock, os.path.join(directory, LEDGER))
-        append(os.path.join(directory, LEDGER), [entry.to_json()], sync=True)
-    return entry
 
 
 def note(config: Config, node: str, step: str, **fields: Any) -> LedgerEntry | None:

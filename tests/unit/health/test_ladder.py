@@ -160,8 +160,8 @@ def test_the_ladder_counts_a_drill_never_and_other_gpus_apart(tmp_path):
     record_drain(history_dir(config), NODE, REASON, when=now - 40 * 86400, gpu=SERIAL)  # old
     found = history.drains(history_dir(config))
     window = history.window_start(config.admin.history_window_days)
-    assert LD.same_part_drains(found, window, NODE, "kernel.xid", drain) == 2  # by check: 2 real
-    assert LD.same_part_drains(found, window, "gpu-node-02", "kernel.xid", drain) == 1  # by GPU
+    assert LD.same_part_drains(found, window, NODE, "kernel.xid", drain.gpu) == 2  # by check
+    assert LD.same_part_drains(found, window, "gpu-node-02", "kernel.xid", drain.gpu) == 1  # GPU
 
 
 NVLINK_DOWN = {2: {"nvlink_active": (True,) * 17 + (False,)}}

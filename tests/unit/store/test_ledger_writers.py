@@ -46,23 +46,21 @@ def test_a_drills_drain_is_a_step_naming_the_drill(tmp_path):
     assert line.step == L.DRAIN and line.why == f"drill d-7: {REASON}"
 
 
-def _broken_ledger(monkeypatch):
-    def fail(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(L, "record", fail)
+def _broken_ledger(directory):
+    """A ledger that cannot be written: a directory where its file goes (open fails)."""
+    (directory / L.LEDGER).mkdir()
 
 
-def test_a_failing_ledger_leaves_the_drain_recorded(tmp_path, monkeypatch, capsys):
-    _broken_ledger(monkeypatch)
+def test_a_failing_ledger_leaves_the_drain_recorded(tmp_path, capsys):
+    _broken_ledger(tmp_path)
     entry = H.record_drain(str(tmp_path), "n1", REASON, when=T0, hook="prolog")
     assert entry is not None and H.drains(str(tmp_path)) == [entry]
     assert "could not write the ledger line of n1 (drain)" in capsys.readouterr().err
     assert lines(tmp_path) == []
 
 
-def test_a_failing_ledger_leaves_the_resume_audited(tmp_path, monkeypatch, capsys):
-    _broken_ledger(monkeypatch)
+def test_a_failing_ledger_leaves_the_resume_audited(tmp_path, capsys):
+    _broken_ledger(tmp_path)
     entry = H.record_resume(str(tmp_path), "n1", who="alice", why="swapped", when=T0)
     assert H.resumes(str(tmp_path)) == [entry]
     assert "could not write the ledger line of n1 (resume)" in capsys.readouterr().err
