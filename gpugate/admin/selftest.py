@@ -20,6 +20,7 @@ from gpugate.admin.qualifysteps import check_qualify_steps
 from gpugate.admin.sitecheck import (
     SlurmFacts,
     check_controller_access,
+    check_health_periodic,
     check_job_requeue,
     check_node_known,
     check_prolog_hold,
@@ -408,10 +409,11 @@ def site_report(path: str | None, slurm: SlurmFacts, node: str | None = None) ->
     if not slurm.error:
         report.problems += [*check_job_requeue(slurm.conf), *check_prolog_hold(slurm.conf)]
         report.problems += check_node_known(node, slurm)
+        report.warnings += check_health_periodic(slurm.conf)
         config, _ = check_config(path, account("root"))  # its problems are the hooks' already
         geometry = check_qualify_geometry(getattr(config, "qualify", None), slurm)
         report.problems += [p for p in geometry if not isinstance(p, Caution)]
-        report.warnings = [p for p in geometry if isinstance(p, Caution)]
+        report.warnings += [p for p in geometry if isinstance(p, Caution)]
         kind = getattr(getattr(config, "slurm", None), "backend", "auto")
         report.note, problems = check_backend(kind, slurm.conf.get("SLURM_CONF"))
         report.problems += problems

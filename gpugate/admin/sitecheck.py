@@ -11,6 +11,8 @@ those facts, except the controller's directories, judged from their mode bits fo
 - `JobRequeue=0` (jobs without `--requeue` cannot be requeued) and `SchedulerParameters`
   without `nohold_on_prolog_fail` (a job gpugate's prolog refused waits, held).
 - a `qualify:` section the nodes cannot run (no such partition, more ranks than GPUs).
+- a HealthCheckProgram Slurm never runs periodically (HealthCheckNodeState=REBOOT_ONLY or
+  START_ONLY, HealthCheckInterval=0): a warning, what gpugate loses, and the fix.
 """
 
 from __future__ import annotations
@@ -193,6 +195,53 @@ def check_prolog_hold(conf: dict[str, str]) -> list[Problem]:
                     "held`) and waits for `scontrol release` instead of starting on a healthy "
                     "node", f"set SchedulerParameters={wanted} in slurm.conf and run `scontrol "
                     "reconfigure`")]  # fmt: skip
+
+
+# HealthCheckNodeState's words that stop the periodic runs, as `scontrol show config` prints
+# them (health_check_node_state_str, src/common/slurm_protocol_defs.c), each with when slurmd
+# runs the program instead. Read at slurm-25-11-7-1 and slurm-26-05-3-1 (docs/slurm-facts.md,
+# "HealthCheckNodeState=REBOOT_ONLY"): slurmctld sends no periodic request under either
+# (src/slurmctld/controller.c); under REBOOT_ONLY slurmd skips its start-up run
+# (src/slurmd/slurmd/slurmd.c) and slurmctld asks for one run when a node whose reboot it
+# issued (`scontrol reboot`: REBOOT_ISSUED) registers again (validate_node_specs,
+# src/slurmctld/node_mgr.c), not after a reboot it did not issue. Neither combines with another
+# state: slurmctld and slurmd refuse to start (fatal, src/common/read_config.c, 26.05).
+ONLY_STATES = {
+    "REBOOT_ONLY": "only when a node comes back from a reboot Slurm issued (`scontrol reboot`, "
+    "which gpugate's health.reboot asks for), once it has registered: not when slurmd starts, "
+    "not after a reboot Slurm did not issue",
+    "START_ONLY": "only when slurmd starts, before it registers",
+}
+# What gpugate's health run does between jobs, which a site without periodic runs goes without
+# (docs/guide/between-jobs.md).
+PERIODIC_WORK = (
+    "gpugate's transient drains are not lifted by passing runs (health.heal_after_passes): they "
+    "wait for `gpugate resume`; a GPU that fails on an idle node waits for the next job's "
+    "prolog; the NCCL sweep, an asked isolation put-back and a drill whose command died wait too"
+)
+PERIODIC_FIX = (
+    "set HealthCheckNodeState=ANY,CYCLE and HealthCheckInterval=300 in slurm.conf and run "
+    "`scontrol reconfigure`: slurmd then also runs the health check when it starts, before it "
+    "registers, after any reboot (the post-reboot check REBOOT_ONLY gives, earlier)"
+)
+
+
+def check_health_periodic(conf: dict[str, str]) -> list[Problem]:
+    """A HealthCheckProgram Slurm never runs periodically: gpugate's healing does not run."""
+    program = conf.get("HealthCheckProgram", "").strip()
+    if program in ("", "(null)"):
+        return []
+    states = {w.strip().upper() for w in conf.get("HealthCheckNodeState", "").split(",")}
+    only = sorted(states & ONLY_STATES.keys())
+    interval = conf.get("HealthCheckInterval", "").split()
+    if only:
+        when = f"HealthCheckNodeState = {only[0]}: slurmd runs {program} {ONLY_STATES[only[0]]}"
+    elif interval and interval[0] == "0":
+        when = (f"HealthCheckInterval = 0: slurmd never runs {program} periodically (at its "
+                "start only from Slurm 25.11; never before)")  # fmt: skip
+    else:
+        return []
+    return [Caution(f"{when}; {PERIODIC_WORK}", PERIODIC_FIX)]
 
 
 def check_slurm_conf_reaches(hook: str, env: dict[str, str], facts: SlurmFacts) -> list[Problem]:

@@ -222,9 +222,9 @@ def follow(config: Config, drill: DrillWindow, ops: Ops) -> DrillEntry:
     end_drill(config)
     steps.add("window_ended", "overlay removed")
     if reason:
-        resumed = wait_for(lambda: ops.resume(node, drill.id)[0], time.time() + GRACE_S)
+        resumed = wait_for(lambda: lift(ops, node, drill.id, mark), time.time() + GRACE_S)
         if resumed:
-            steps.add("resumed", f"{node} back in service")
+            steps.add("resumed", f"{node} back in service{resumed.removeprefix('yes')}")
     why = verdict(steps, jobs)
     return record_drill(config, drill, steps.items, not why, why)
 
@@ -256,6 +256,18 @@ def drilled_reason(ops: Ops, node: str, mark: str) -> str | None:
     """The node's drain reason when it is drained by this drill."""
     drained, reason = ops.node(node)
     return reason if drained and mark in reason else None
+
+
+def lift(ops: Ops, node: str, drill_id: str, mark: str) -> str | None:
+    """Resume the drill's drain through `gpugate resume`'s checks: "yes" when done, "yes (...)"
+    when it was already gone (Slurm's ResumeAfter, set by SlurmControl.drain, came first), None
+    when not resumed (yet)."""
+    drained, reason = ops.node(node)
+    if not drained:
+        return "yes (already lifted: Slurm's ResumeAfter, or the health run)"
+    if mark not in reason:
+        return None  # someone else's drain now: not the drill's to lift
+    return "yes" if ops.resume(node, drill_id)[0] else None
 
 
 def follow_job(

@@ -9,7 +9,12 @@ decision record carries the id to EpilogSlurmctld (another process, on the contr
 marks the requeued job's AdminComment so too; a drill's drains are no false drains, no RMA
 count (store/history.drill_of). Once the window
 has ended the file is ignored and removed by whoever reads it next: a drill never outlives its
-window, even if the drill command died. Past drills are kept in `drills.jsonl`
+window, even if the drill command died. Its drain is lifted by the drill command's checked
+resume once the window ends, or by the next health run (hooks/health.py, `lift_drill`); on
+Slurm 23.02 and later the drain also carries Slurm's own timer (`ResumeAfter`, set by
+SlurmControl.drain from `slurm_lift_at`), which lifts it when neither ran: a dead drill
+command on a site whose health check is not periodic (HealthCheckNodeState=REBOOT_ONLY or
+START_ONLY, HealthCheckInterval=0). Past drills are kept in `drills.jsonl`
 (admin.history_dir, gpugate/store/drills.py), bounded like drains.jsonl.
 
 This package imports only gpugate's base modules: the sources (below the gate, the hooks and
@@ -43,6 +48,11 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
 
 DRILL_FILE = "drill.json"
+# Slurm's own lift of a drill's drain (ResumeAfter) comes this long after the window's end: after
+# the drill command's checked resume (it tries for up to 90 s, commands/drill.py GRACE_S), so it
+# is the fallback when that command died, not a race with it. slurmctld fires the timer from its
+# periodic check (check_node_timers, every PERIODIC_TIMEOUT, 30 s), so up to 30 s later again.
+SLURM_LIFT_MARGIN_S = 120.0
 
 
 class DrillWindow(JsonRecord):
@@ -139,6 +149,11 @@ def overlay(fault: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- the window
+
+
+def slurm_lift_at(end: float) -> float:
+    """When Slurm itself should resume a drain of the drill whose window ends at `end`."""
+    return end + SLURM_LIFT_MARGIN_S
 
 
 def drill_path(config: Config) -> str:

@@ -14,10 +14,11 @@ import sys
 import time
 
 from gpugate import log
+from gpugate.drill import slurm_lift_at
 from gpugate.gate.budget import check_budget, keeps_drain, warn_daily
 from gpugate.record import Record
 from gpugate.slurm.control import NotOurDrain
-from gpugate.slurm.reasons import BUDGET_COMMENT, budget_comment
+from gpugate.slurm.reasons import BUDGET_COMMENT, budget_comment, drill_end
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,8 +87,12 @@ def drain_counted(
             return DrainOutcome(
                 reason=reason, drained=False, blocked_by="budget", why=blocked, held=True
             )
+    # A drill's drain (this process gathered under a drill's overlay) ends with its window:
+    # Slurm lifts it by itself too (ResumeAfter, where Slurm has it), so even a dead drill
+    # command leaves no drain behind. Every other drain of gpugate's waits for its checks.
+    end = drill_end()
     try:
-        change = slurm.drain(node, reason)
+        change = slurm.drain(node, reason, resume_at=None if end is None else slurm_lift_at(end))
     except NotOurDrain as exc:
         note(f"not draining {node}: {exc}")
         return DrainOutcome(reason=reason, drained=False, blocked_by="admin", why=str(exc))

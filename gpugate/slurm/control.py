@@ -17,6 +17,7 @@ Tests use the in-memory `tests/support/fakes.py:FakeSlurm`, a subclass of this i
 
 from __future__ import annotations
 
+import math
 import time
 
 from gpugate import runner as _runner
@@ -24,7 +25,13 @@ from gpugate.record import Record
 from gpugate.regex import lazy
 from gpugate.slurm.hostlist import HostlistError, hostlist_expand
 from gpugate.slurm.jobid import JobId, parse_job_id
-from gpugate.slurm.reasons import admin_comment, merge_admin_comment, own_comment, own_reason
+from gpugate.slurm.reasons import (
+    admin_comment,
+    merge_admin_comment,
+    own_comment,
+    own_reason,
+    reason_drill,
+)
 from gpugate.slurm.records import JobInfo, NodeInfo
 
 TYPE_CHECKING = False
@@ -61,6 +68,12 @@ REQUEUE_UNDER_WAY = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_FED"})
 REQUEUE_WAIT_S = 60.0  # a node's Epilog gets PrologEpilogTimeout; gpugate's takes ~1 s
 REQUEUE_POLL_S = 0.2
 REBOOT_REQUESTED = "reboot_requested"
+# `scontrol update NodeName=N State=DRAIN ResumeAfter=<seconds>`: slurmctld resumes the node by
+# itself once the seconds have passed (check_node_timers, src/slurmctld/node_mgr.c); -1 cancels
+# a timer already set. First in Slurm 23.02 (commits d3cf9683eb and b5a7ad0422, tag
+# slurm-23-02-0-0rc1); 22.05's scontrol has no such keyword. docs/slurm-facts.md, "ResumeAfter".
+RESUME_AFTER_SINCE = (23, 2)
+CANCEL_RESUME_AFTER = -1
 NEXT_STATES = ("RESUME", "DOWN")  # `scontrol reboot ... nextstate=` (scontrol(1))
 
 
@@ -265,8 +278,26 @@ class SlurmControl:
         """`scontrol show config`: the controller's settings, `Name = value` lines."""
         return self.cli.scontrol("show", "config")
 
-    def drain(self, node: str, reason: str, force: bool = False) -> NodeChange:
-        """Drain `node` with a gpugate reason; NotOurDrain if someone else drained it."""
+    def slurm_version(self) -> tuple[int, int] | None:
+        """Slurm's (major, minor), read once per adapter (`scontrol --version`, no RPC); None
+        when it cannot be read (the older path is then taken)."""
+        if not hasattr(self, "_version"):
+            try:
+                self._version: tuple[int, int] | None = self.cli.version()
+            except Exception:  # no scontrol, a broken install: as if unknown
+                self._version = None
+        return self._version
+
+    def drain(
+        self, node: str, reason: str, force: bool = False, resume_at: float | None = None
+    ) -> NodeChange:
+        """Drain `node` with a gpugate reason; NotOurDrain if someone else drained it.
+
+        `resume_at` (epoch seconds): Slurm resumes the node by itself then (ResumeAfter, Slurm
+        23.02+; ignored on older Slurm, where gpugate's own lift is the only one). A drain
+        without it over a timed drain of gpugate's cancels Slurm's timer: slurmctld keeps the
+        timer when a drained node is drained again (`_equivalent_node_state`, node_mgr.c), and
+        gpugate's untimed drain must not be lifted blindly."""
         reason = own_reason(reason)
         before = self.node(valid_node_name(node))
         # An empty reason on a DOWN node is Slurm's, not an admin's: nothing to overwrite.
@@ -276,10 +307,34 @@ class SlurmControl:
                 f"({before.reason!r}); gpugate does not replace a drain it did not set"
             )
             raise NotOurDrain(NodeChange(node=node, action=REFUSED, why=why, before=before))
-        self._write_drain(node, reason)
+        timer = self._resume_after(before, resume_at)
+        if timer is None:
+            self._write_drain(node, reason)
+        else:
+            self._write_timed_drain(node, reason, timer)
         return NodeChange(
             node=node, action=DRAINED, why=f"{node}: {reason}", reason=reason, before=before
         )
+
+    def _resume_after(self, before: NodeInfo, resume_at: float | None) -> int | None:
+        """ResumeAfter's seconds for a drain (CANCEL_RESUME_AFTER: cancel a timer gpugate set),
+        or None: a plain drain (no timer wanted, or a Slurm without ResumeAfter)."""
+        # gpugate times only a drill's drain (gate/drain.py): one replaced by an untimed drain
+        # of gpugate's gets its timer cancelled (harmless where none was set).
+        timed_before = before.drained and reason_drill(before.reason) is not None
+        if resume_at is None and not timed_before:
+            return None
+        version = self.slurm_version()
+        if version is None or version < RESUME_AFTER_SINCE:
+            return None
+        if resume_at is None:
+            return CANCEL_RESUME_AFTER
+        return max(1, math.ceil(resume_at - time.time()))
+
+    def _write_timed_drain(self, node: str, reason: str, resume_after: int) -> None:
+        # Only scontrol sets ResumeAfter (pyslurm's backend goes through the CLI for it too).
+        self.cli.scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}",
+                          f"ResumeAfter={resume_after}")  # fmt: skip
 
     def resume(self, node: str, force: bool = False) -> NodeChange:
         """Resume `node` if gpugate drained it (any drain with force); else NotOurDrain."""

@@ -44,17 +44,25 @@ _DRILL = lazy(r"(?:^|\| )gpugate:\s*DRILL ([A-Za-z0-9_.\-]+):")
 # The drill whose overlay this process's facts carry (gpugate/drill/__init__.py): every text built
 # here then says `DRILL <id>` right after the prefix, so no one takes a drill for a fault.
 _drill: str | None = None
+_drill_end: float | None = None  # that drill's window end, epoch seconds
 
 
-def mark_drill(drill_id: str | None) -> None:
-    """Mark every reason and comment built from now on as drill `drill_id`'s (None: unmark)."""
-    global _drill
+def mark_drill(drill_id: str | None, end: float | None = None) -> None:
+    """Mark every reason and comment built from now on as drill `drill_id`'s (None: unmark);
+    `end`: its window's end (a drill's drain is timed from it, gate/drain.py)."""
+    global _drill, _drill_end
     _drill = _CHECK_ID.sub("_", drill_id) if drill_id else None
+    _drill_end = end if _drill else None
 
 
 def drill_mark() -> str | None:
     """The drill this process's texts are marked with, if any."""
     return _drill
+
+
+def drill_end() -> float | None:
+    """The window end of the drill this process is marked with, if any."""
+    return _drill_end
 
 
 def _marked(text: str) -> str:

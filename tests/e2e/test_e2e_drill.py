@@ -147,5 +147,43 @@ def test_an_xid79_drill_drains_requeues_from_the_checkpoint_and_resumes(
     assert time.monotonic() - started < 120
 
 
+def test_a_drills_drain_carries_slurms_own_lift_where_slurm_has_resume_after(
+    cluster: LocalSlurm, site: Site
+):
+    """ResumeAfter (Slurm 23.02+; docs/slurm-facts.md, "ResumeAfter"): a drill's drain is
+    lifted by Slurm SLURM_LIFT_MARGIN_S after the window even if the drill command dies;
+    22.05 has no such timer and keeps the older path (the drill command, the health run)."""
+    from localslurm import slurm_version
+
+    from gpugate.drill import SLURM_LIFT_MARGIN_S
+
+    site.restore(cluster, NODES)
+    node = NODES[1]
+    argv = [str(Path(sys.executable).parent / "gpugate"), "drill", node, "--fault", "xid79",
+            "--minutes", "0.5", "--config", str(site.config)]  # fmt: skip
+    env = dict(os.environ, SLURMD_NODENAME=node, SLURM_CONF=str(cluster.conf_path))
+    started = time.time()
+    # No job on the node: the drill's own health run drains it at once.
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        drained = cluster.wait_node(node, lambda n: "DRAIN" in n.get("State", ""), timeout=30)
+        assert " DRILL " in f" {drained['Reason']}", drained
+        shown = cluster.run(["scontrol", "-o", "show", "node", node],
+                            extra_env={"SLURM_TIME_FORMAT": "%s"}).stdout  # fmt: skip
+    finally:
+        os.killpg(proc.pid, 9)  # the drill command dies: only Slurm's timer is left
+        proc.wait(timeout=10)
+        (site.state / "drill.json").unlink(missing_ok=True)  # its window, ended early
+        site.restore(cluster, NODES)
+    words = dict(w.split("=", 1) for w in shown.split() if "=" in w)
+    if slurm_version() < (23, 2):
+        assert words.get("ResumeAfterTime") in (None, "None"), shown  # 22.05: no such field
+        return
+    lift = int(words["ResumeAfterTime"])
+    expected = started + 30 + SLURM_LIFT_MARGIN_S  # the window's end (0.5 min) plus the margin
+    assert expected - 5 <= lift <= expected + 15, (lift, expected, shown)
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

@@ -75,6 +75,10 @@ class FakeSlurm(SlurmControl):
         # `scontrol show config`: none of its lines by default (the health run's older path:
         # no HealthCheckTimeout, as before Slurm 26.05); errors["config"] fails the read.
         self.shown_config = ""
+        # Slurm's (major, minor) as `scontrol --version` would say (None: unknown); 22.05 has
+        # no ResumeAfter, so drains are never timed unless a test says otherwise.
+        self.version: tuple[int, int] | None = (22, 5)
+        self.timed_drains: list[tuple[str, str, int]] = []  # (node, reason, ResumeAfter seconds)
 
     def _fail(self, what: str) -> None:
         if what in self.errors:
@@ -112,6 +116,14 @@ class FakeSlurm(SlurmControl):
             flags=flags, reason=reason, reason_user="root", reason_time=int(self.clock())
         )
         self.drains.append((node, reason))
+
+    def slurm_version(self) -> tuple[int, int] | None:
+        """The version a test set (`version`)."""
+        return self.version
+
+    def _write_timed_drain(self, node: str, reason: str, resume_after: int) -> None:
+        self._write_drain(node, reason)
+        self.timed_drains.append((node, reason, resume_after))
 
     def _write_resume(self, node: str) -> None:
         self._fail("resume")

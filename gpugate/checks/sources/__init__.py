@@ -149,7 +149,7 @@ def with_drill(config: Config, node: str, facts: Facts) -> Facts:
     drill = active_drill(config)
     if drill is None or drill.node != node:
         return facts
-    reasons.mark_drill(drill.id)
+    reasons.mark_drill(drill.id, drill.end)
     return facts_from_dict(overlay(drill.fault, facts.to_dict()), f"drill {drill.id}")
 
 

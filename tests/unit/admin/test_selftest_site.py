@@ -420,3 +420,42 @@ def test_a_geometry_the_nodes_cannot_run_is_a_warning(no_hooks, capsys):
     assert selftest(no_hooks, facts, *args) == 0
     out = capsys.readouterr().out
     assert "- warning: one rank per Gres GPU" in out and "would break:" not in out
+
+
+# --- HealthCheckNodeState (docs/slurm-facts.md, "HealthCheckNodeState=REBOOT_ONLY") -----------
+
+HEALTH = {"HealthCheckProgram": "/usr/libexec/gpugate/gpugate-health",
+          "HealthCheckInterval": "300 sec", "HealthCheckNodeState": "ANY,CYCLE"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"HealthCheckNodeState": "REBOOT_ONLY"}, "only when a node comes back from a reboot Slurm issued"),
+        ({"HealthCheckNodeState": "START_ONLY", "HealthCheckInterval": "0 sec"}, "only when slurmd starts"),
+        ({"HealthCheckInterval": "0 sec"}, "HealthCheckInterval = 0: slurmd never runs"),
+    ],
+    ids=["reboot-only", "start-only", "interval-0"],
+)  # fmt: skip
+def test_a_health_check_slurm_never_runs_periodically_is_a_warning(changes, said):
+    (caution,) = C.check_health_periodic(_conf(**{**HEALTH, **changes}))
+    assert isinstance(caution, Caution) and said in caution.what, caution.what
+    assert "transient drains are not lifted by passing runs" in caution.what
+    assert "HealthCheckNodeState=ANY,CYCLE and HealthCheckInterval=300" in caution.fix
+
+
+def test_a_periodic_health_check_or_none_says_nothing():
+    assert C.check_health_periodic(_conf(**HEALTH)) == []
+    assert C.check_health_periodic(_conf(**{**HEALTH, "HealthCheckNodeState": "IDLE"})) == []
+    none = {**HEALTH, "HealthCheckProgram": "(null)", "HealthCheckNodeState": "REBOOT_ONLY"}
+    assert C.check_health_periodic(_conf(**none)) == []
+    assert C.check_health_periodic(_conf()) == []  # 22.05's lines without a program
+
+
+def test_reboot_only_is_a_site_warning_not_a_break(no_hooks, capsys):
+    facts = _facts(conf={**_facts().conf, **HEALTH, "HealthCheckNodeState": "REBOOT_ONLY"})
+    args = ["--hooks-dir", str(no_hooks), "--slurm-user", "root", "--node", "n1", "--json"]
+    assert selftest(no_hooks, facts, *args) == 0
+    site = json.loads(capsys.readouterr().out)["site"]
+    assert site["status"] == "warning" and site["problems"] == []
+    assert site["warnings"][0]["what"].startswith("HealthCheckNodeState = REBOOT_ONLY")

@@ -42,7 +42,7 @@ _TABLE = {
     "checkpoints": "slurm",
     "store": "checks config diagnosis drill log slurm",
     "isolate": "checks config log slurm store",
-    "gate": "checks config diagnosis flightrec isolate log slurm store",
+    "gate": "checks config diagnosis drill flightrec isolate log slurm store",  # drill: its drain's end
     "act": "checks config gate isolate log slurm store",
     "health": "config store",
     "qualify": "act checks config gate log slurm store",

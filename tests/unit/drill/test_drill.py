@@ -284,6 +284,59 @@ def test_a_node_not_resumed_fails_the_drill(config, monkeypatch):
     assert not entry.passed and entry.why == "no resumed step"
 
 
+class SlurmLiftsFirst(FakeOps):
+    """Slurm's ResumeAfter lifted the drill's drain before the drill command's resume."""
+
+    def node(self, node):
+        if drill.active_drill(self.config) is None:
+            return False, ""
+        return super().node(node)
+
+    def resume(self, node, drill_id):
+        raise AssertionError("nothing left to resume")
+
+
+def test_a_drain_slurm_already_lifted_counts_as_resumed(config, monkeypatch):
+    d = short_drill(config, monkeypatch)
+    entry = cmd.follow(config, d, SlurmLiftsFirst(config))
+    resumed = next(s for s in entry.steps if s.step == "resumed")
+    assert "already lifted: Slurm's ResumeAfter" in resumed.detail and entry.passed, entry
+
+
+def test_an_admins_drain_laid_over_the_drills_is_no_resume(config, monkeypatch):
+    class AdminTookIt(FakeOps):
+        def node(self, node):
+            if drill.active_drill(self.config) is None:
+                return True, "admin: PSU swap"
+            return super().node(node)
+
+    d = short_drill(config, monkeypatch)
+    entry = cmd.follow(config, d, AdminTookIt(config))
+    assert not entry.passed and entry.why == "no resumed step"
+
+
+def test_a_drills_drain_is_timed_to_end_after_its_window(config, monkeypatch):
+    from fakes import FakeSlurm
+
+    from gpugate.gate.drain import drain_counted
+
+    d = short_drill(config, monkeypatch)  # gather() marked the process with the drill
+    slurm = FakeSlurm([f"n{i}" for i in range(1, 21)])  # room in the drain budget for two
+    slurm.version = (24, 11)
+    reason = reasons.drain_reason("kernel.xid", "Xid 79")
+    assert "DRILL" in reason
+    assert drain_counted(slurm, "n1", reason, config, "kernel.xid").drained
+    ((node, written, seconds),) = slurm.timed_drains
+    lift_in = d.end + drill.SLURM_LIFT_MARGIN_S - time.time()
+    assert (node, written) == ("n1", reason) and lift_in <= seconds <= lift_in + 1
+    # Unmarked (no drill): gpugate's drain is never timed; over the drill's it cancels the timer.
+    reasons.mark_drill(None)
+    assert drain_counted(slurm, "n1", reasons.drain_reason("gpu.ecc", "x"), config, None).drained
+    assert slurm.timed_drains[-1][2] == -1
+    assert drain_counted(slurm, "n2", reasons.drain_reason("gpu.ecc", "x"), config, None).drained
+    assert len(slurm.timed_drains) == 2 and slurm.drains[-1][0] == "n2"
+
+
 def test_the_report_lists_past_drills(config, monkeypatch, capsys, tmp_path):
     d = drill.start_drill(config, "n1", "ecc", 1)
     step = drills.DrillStep(step="drained", at="2026-12-06T10:00:03Z", when=d.start + 3.5,

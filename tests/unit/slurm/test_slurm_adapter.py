@@ -676,6 +676,63 @@ def test_drain_cleans_the_reason_and_requires_the_prefix() -> None:
         cli.drain("vm", "maintenance")
 
 
+# ResumeAfter (docs/slurm-facts.md, "ResumeAfter"): `scontrol --version` read once per adapter.
+VERSION = ("scontrol", "--version")
+DRILL_REASON = R.drain_reason("kernel.xid", "Xid 79").replace("gpugate: ", "gpugate: DRILL d1: ")
+DRILL_LINE = ADMIN_LINE.replace("test: custom reason", DRILL_REASON)
+
+
+@pytest.mark.parametrize("version", ["slurm-wlm 23.02.7", "slurm-wlm 24.11.5", "slurm 26.05.5"])
+def test_a_timed_drain_carries_resume_after_where_slurm_has_it(monkeypatch, version: str) -> None:
+    monkeypatch.setattr(S.time, "time", lambda: 1000.0)
+    timed = (*drain_argv(), "ResumeAfter=90")
+    cli, runner = cli_with(IDLE_LINE, timed)
+    runner.ok(VERSION, version)
+    assert cli.drain("vm", REASON, resume_at=1089.2).action == S.DRAINED
+    assert runner.argvs == [SHOW_VM, VERSION, timed]
+    cli.drain("vm", REASON, resume_at=1090.0)
+    assert runner.argvs.count(VERSION) == 1  # read once per adapter
+    runner.ok((*drain_argv(), "ResumeAfter=1"))
+    assert cli.drain("vm", REASON, resume_at=900.0).action == S.DRAINED  # past: at once (1 s)
+    assert runner.argvs[-1] == (*drain_argv(), "ResumeAfter=1")
+
+
+def test_22_05_and_an_unknown_version_keep_the_plain_drain() -> None:
+    for said in ("slurm-wlm 22.05.8", None):
+        cli, runner = cli_with(IDLE_LINE, drain_argv())
+        if said is None:
+            runner.fail(VERSION, status="missing", rc=None)
+        else:
+            runner.ok(VERSION, said)
+        assert cli.drain("vm", REASON, resume_at=time.time() + 60).action == S.DRAINED
+        assert runner.argvs == [SHOW_VM, VERSION, drain_argv()]
+
+
+def test_an_untimed_drain_over_a_drills_drain_cancels_slurms_timer() -> None:
+    # slurmctld keeps a drained node's ResumeAfter when it is drained again with another
+    # reason (_equivalent_node_state): gpugate's real drain must not be lifted blindly.
+    cancel = (*drain_argv(), "ResumeAfter=-1")
+    cli, runner = cli_with(DRILL_LINE, cancel)
+    runner.ok(VERSION, "slurm-wlm 24.11.5")
+    assert cli.drain("vm", REASON).action == S.DRAINED
+    assert runner.argvs == [SHOW_VM, VERSION, cancel]
+    # Over any other drain of gpugate's, or on 22.05: the plain drain, no version read needed.
+    cli, runner = cli_with(OURS_LINE, drain_argv())
+    cli.drain("vm", REASON)
+    assert runner.argvs == [SHOW_VM, drain_argv()]
+    cli, runner = cli_with(DRILL_LINE, drain_argv())
+    runner.ok(VERSION, "slurm-wlm 22.05.8")
+    cli.drain("vm", REASON)
+    assert runner.argvs[-1] == drain_argv()
+
+
+def test_a_timed_drain_never_touches_an_admins_drain() -> None:
+    cli, runner = cli_with(ADMIN_LINE)
+    with pytest.raises(S.NotOurDrain):
+        cli.drain("vm", REASON, resume_at=time.time() + 60)
+    assert runner.argvs == [SHOW_VM]
+
+
 @pytest.mark.parametrize("name", ["-vm", "vm --help", "a=b", ""])
 def test_node_names_that_would_be_options_never_reach_argv(name: str) -> None:
     cli, runner = cli_with(IDLE_LINE)
