@@ -44,9 +44,11 @@ if TYPE_CHECKING:
     from gpugate.store.healing import Healing
 
 WHO = "gpugate health"
-# A drain entry written this long before Slurm's reason time is the same drain (the hook
-# records it after the drain; a reboot request rewrites the reason later).
-_SAME_DRAIN_S = 600
+# What belongs to this drain: written at or after its start, Slurm's reason time, which is
+# whole seconds (the hooks record the drain, and the ladder its steps, after Slurm set it). A
+# wider margin would take the previous drain's reboot, qualification or RMA line for this one's
+# when a node fails again soon after it was repaired.
+_SLACK_S = 1.0
 
 
 def climb(
@@ -194,7 +196,7 @@ def qualify_after_repair(
     `start`: what starts the child (default gpugate.child.detach)."""
     if config.qualify is None:
         return ""
-    mine = ledger.recent(config, info.name, entry.since - _SAME_DRAIN_S)
+    mine = ledger.recent(config, info.name, entry.since - _SLACK_S)
     earlier = ledger.last(mine, ledger.QUALIFY)
     if earlier is not None:  # once per drain: a failed one drains anew, and the ladder restarts
         return f"level-{level} qualification {earlier.outcome} at {earlier.at}"
@@ -234,7 +236,7 @@ def read_drains(
     `entry`'s drain if earlier); only those lines are checked and read (a full history is
     20,000 lines: bench/bench_ladder.py)."""
     since = min(history.window_start(config.admin.history_window_days),
-                entry.since - _SAME_DRAIN_S)  # fmt: skip
+                entry.since - _SLACK_S)  # fmt: skip
     wanted = (lambda e: e.get("node") == node or e.get("gpu") == gpu) if gpu else (
         lambda e: e.get("node") == node)  # fmt: skip
     return history.drains(history.history_dir(config), None, since, where=wanted)
@@ -242,7 +244,7 @@ def read_drains(
 
 def drain_of(found: list[DrainEntry], node: str, entry: Healing) -> DrainEntry | None:
     """The history's entry of the drain `entry` follows (its GPU, its bundle), or None."""
-    since = entry.since - _SAME_DRAIN_S
+    since = entry.since - _SLACK_S
     mine = (d for d in reversed(found) if d.node == node and d.when >= since)
     return next((d for d in mine if d.check == entry.check), None)
 
@@ -284,7 +286,7 @@ def _at(asked: dict[str, object]) -> float | None:
 def _since(asked: dict[str, object], entry: Healing) -> bool:
     """Whether the reboot was asked for this drain (not an earlier one)."""
     at = _at(asked)
-    return at is not None and at >= entry.since - _SAME_DRAIN_S
+    return at is not None and at >= entry.since - _SLACK_S
 
 
 def _once(
@@ -300,7 +302,7 @@ def _once(
     """A ledger line for this drain, unless the node's newest line of `step` since the drain
     says the same (each health run would repeat it)."""
     evidence = evidence or (drain.bundle if drain else None)
-    mine = ledger.recent(config, info.name, entry.since - _SAME_DRAIN_S)
+    mine = ledger.recent(config, info.name, entry.since - _SLACK_S)
     last = ledger.last(mine, step)
     if last is not None and last.outcome == outcome and last.evidence == evidence:
         return

@@ -21,6 +21,7 @@ One node, GPU5 falling off the bus (Xid 79, h100-xid79.yaml) three times:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -81,7 +82,26 @@ def cluster_and_site(slurm_site: SlurmSites):
     site, cluster = slurm_site([NODE, SPARE], config=site_lines, hooks=("prolog",),
                                slurm_user="root", reboot_program=FAKE_REBOOT,
                                prepare=prepare)  # fmt: skip
-    return cluster, site
+    yield cluster, site
+    stop_children(cluster)
+
+
+def stop_children(cluster: LocalSlurm) -> None:
+    """Kill what the health runs left running for this cluster: a qualification's detached
+    child outlives a failed test by up to qualify.wait_s + 600 s, and would act on the next
+    cluster started from the same directory."""
+    import signal
+
+    from gpugate.child import _DETACHED
+
+    mark = f"SLURM_CONF={cluster.conf_path}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if mark in env and any(v.startswith(f"{_DETACHED}=".encode()) for v in env):
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def health(cluster: LocalSlurm, site: Site) -> dict:
@@ -134,9 +154,14 @@ def reboot_and_qualify(cluster: LocalSlurm, site: Site, boot_id: str) -> None:
     after = health(cluster, site)
     assert "level-1 qualification started" in after["message"], after
     assert after["action"] == "keep"
-    back = cluster.wait_node(
-        NODE, lambda n: n["State"] in ("IDLE", "MIXED", "ALLOCATED"), timeout=150
-    )
+    # The qualification resumes the node into gpugate's reservation for its job, and for
+    # everyone once it passed: its ledger line says when it is done.
+    count = len(ledger(site))
+    deadline = time.monotonic() + 150
+    while not any(e["step"] == "resume" for e in ledger(site)[count - 1 :]):
+        assert time.monotonic() < deadline, (ledger(site)[-3:], cluster.node(NODE))
+        time.sleep(1)
+    back = cluster.node(NODE)
     assert not {"DRAIN", "DOWN"} & state_flags(back["State"]), back
 
 

@@ -206,3 +206,22 @@ def test_a_reset_that_did_not_repair_the_gpu_is_followed_by_a_reboot(tmp_path):
     assert [n for n, _, _ in slurm.reboots] == [NODE], again.message
     [reboot] = [e for e in ledger.entries(config, NODE) if e.step == "reboot"]
     assert reboot.why.startswith("the GPU reset did not repair it")
+
+
+def test_a_second_failure_soon_after_the_repair_climbs_its_own_ladder(tmp_path):
+    """The previous drain's reboot, check and resume belong to it: a node failing again a
+    minute after it was repaired is rebooted again (not taken for a reboot that failed)."""
+    config = site(tmp_path)
+    slurm = cluster()
+    run_health(config, NODE, slurm)  # drain 1, reboot asked
+    swap(tmp_path, make_facts())
+    write_boot(tmp_path, "boot-2")
+    come_back_down(slurm)
+    assert run_health(config, NODE, slurm).action == "lift"
+    time.sleep(2.1)  # Slurm's reason times are whole seconds (the ladder allows 1 s)
+    # The same GPU falls off the bus again: the next job's prolog drains the node.
+    slurm.infos[NODE] = drained(NODE, REASON, when=time.time())
+    record_drain(history_dir(config), NODE, REASON, hook="prolog", gpu=SERIAL)
+    again = run_health(config, NODE, slurm)
+    assert len(slurm.reboots) == 2, again.message
+    assert "RMA" not in again.message and "reboot requested" in again.message
