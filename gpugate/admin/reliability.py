@@ -31,8 +31,13 @@ Definitions (docs/guide/admin-review.md, "Fleet reliability figures", says the s
 
 from __future__ import annotations
 
+from gpugate.admin.losses import UNDIAGNOSED
+from gpugate.admin.rollout import OTHER
+from gpugate.checks.registry import registered
+from gpugate.diagnosis.categories import CATEGORIES
 from gpugate.record import Record
 from gpugate.slurm.hostlist import hostlist_expand
+from gpugate.slurm.reasons import REASON_GRAMMAR_VERSION
 from gpugate.store.history import by_node, drill_of
 
 TYPE_CHECKING = False
@@ -283,12 +288,6 @@ def samples(
     """The gauges of RELIABILITY_FILE (store/metrics.py FAMILIES). `lost`: losses.by_category
     rows; `repeat`: {node: drains} of the repeat offenders. Checks outside the registry sum
     under "other", causes outside the diagnosis's categories too: the labels stay bounded."""
-    from gpugate.admin.losses import UNDIAGNOSED
-    from gpugate.admin.rollout import OTHER
-    from gpugate.checks.registry import registered
-    from gpugate.diagnosis.categories import CATEGORIES
-    from gpugate.slurm.reasons import REASON_GRAMMAR_VERSION
-
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
     def add(name: str, label: str, key: str, value: float) -> None:
