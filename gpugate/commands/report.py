@@ -48,10 +48,13 @@ def parser() -> ArgumentParser:
         "the budget held back; the nodes drained repeatedly in the history window, and a "
         "timeline of drains and resumes (the drain history and the audit log), with charts; "
         "the GPUs isolated from their nodes (isolate.unit: gpu) and the GPU-hours those nodes "
-        "kept serving. "
+        "kept serving; fleet reliability: mean time between failures per node, board (the "
+        "GPU type Slurm's Gres names) and check, and the jobs that failed only on one node "
+        "(also as gauges in gpugate-reliability.prom beside admin.metrics_file). "
         "Qualifications and fault drills are kept apart from failed runs, and drills' drains "
         "from the false-drain counts. --json prints the window's failed runs, qualifications, "
-        "drills, drains by check, isolated_gpus and gpu_hours_kept_serving as one JSON object. "
+        "drills, drains by check, isolated_gpus, gpu_hours_kept_serving, "
+        "gpu_hours_lost_by_cause, repeat_offenders and reliability as one JSON object. "
         "Exit 0; 1 when Slurm could not be read (the page is still "
         "written, from the history alone, and says so).",
     )
