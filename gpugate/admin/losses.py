@@ -92,6 +92,8 @@ class Bundle(Record):
     kind: str  # job, qualify, drill (store/summary.bundle_kind)
     restart: int = 0
     sluid: str | None = None  # the run's SLURM_JOB_SLUID, where Slurm gave one
+    user: str | None = None  # the job's user (admin/reliability.py counts distinct users)
+    failing_node: str | None = None  # the failing rank's node, where the diagnosis found it
     category: str = UNDIAGNOSED
     gpus: int | None = None  # the job's GPUs on the node (unknown: the node's)
     start: float | None = None  # the run's start (epoch)
@@ -136,6 +138,7 @@ def _run(rel: str, job: str, node: str, s: EvidenceSummary) -> Bundle:
     drill = kind == "drill"
     return Bundle(
         path=rel, job=job, node=node, kind=kind, restart=s.restart, sluid=s.sluid,
+        user=s.user or (s.job.user if s.job else None), failing_node=s.failing_node,
         category=s.category or UNDIAGNOSED, gpus=_gpus(s), start=_time(s.job_start),
         failed=_time(s.first_failure_at) or _time(s.job_end) or _time(s.collected_at),
         # The checkpoint the epilog measured at the end (freshness.py), when the bundle has one.

@@ -637,6 +637,7 @@ def render_html(
     isolated: Sequence[IsolatedOn] = (),
     policy: Policy | None = None,
     ledger: Sequence[LedgerEntry] = (),
+    reliability: Sequence[str] = (),
 ) -> str:
     """The whole page. `rows` are admin.node_rows() of the drained nodes (and the held-back
     ones); `held`: the history's held-back drains; `costs`: losses.costed() of the window's
@@ -646,7 +647,8 @@ def render_html(
     the drill records (store/drills.py); `isolated`: admin.nodes.isolated_gpus() of the
     listing; `policy`: the site's, for each check's roll-out stage beside its false-drain
     rate (admin/rollout.py; None: that section is left out); `ledger`: the repair ledger's
-    lines (store/ledger.py), oldest first."""
+    lines (store/ledger.py), oldest first; `reliability`: the fleet reliability sections
+    (admin/reliability_page.py), before the repeat offenders."""
     now = time.time() if now is None else now
     since = history.window_start(window_days, now)
     offenders = repeat_offenders(drains, since)
@@ -699,6 +701,7 @@ def render_html(
         f'<div class="charts">{drains_chart(drains, since, now)}</div>',
         record_section(record),
         *rollout_sections(record, policy),
+        *reliability,
         '<h2 id="offenders">Repeat offenders</h2>',
         f'<div class="charts">{repeats_chart(drains, since)}</div>',
         offenders_section(offenders, window_days),

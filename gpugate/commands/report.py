@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from gpugate.admin import losses, report
+from gpugate.admin import losses, reliability, reliability_page, report
 from gpugate.admin import nodes as admin
 from gpugate.admin.rollout import check_rates
 from gpugate.cli import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, make_parser
@@ -19,7 +19,7 @@ from gpugate.store import history, ledger
 from gpugate.store.drills import drill_records
 from gpugate.store.held import held_entries
 from gpugate.store.history import drill_of
-from gpugate.store.metrics import note_check_rates
+from gpugate.store.metrics import RELIABILITY_FILE, note_check_rates, write_beside
 from gpugate.store.outcomes import check_record, drill_drains
 from gpugate.store.suspects import FlagEntry, flags
 
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from argparse import ArgumentParser
     from typing import Any
 
-    from gpugate.admin.losses import Bundle
+    from gpugate.admin.losses import Bundle, Requeue
     from gpugate.admin.nodes import IsolatedOn, NodeRow
+    from gpugate.admin.reliability import Figures
     from gpugate.config.schema import Config
     from gpugate.store.drills import DrillEntry
     from gpugate.store.entries import AuditEntry, DrainEntry
@@ -47,10 +48,13 @@ def parser() -> ArgumentParser:
         "the budget held back; the nodes drained repeatedly in the history window, and a "
         "timeline of drains and resumes (the drain history and the audit log), with charts; "
         "the GPUs isolated from their nodes (isolate.unit: gpu) and the GPU-hours those nodes "
-        "kept serving. "
+        "kept serving; fleet reliability: mean time between failures per node, board (the "
+        "GPU type Slurm's Gres names) and check, and the jobs that failed only on one node "
+        "(also as gauges in gpugate-reliability.prom beside admin.metrics_file). "
         "Qualifications and fault drills are kept apart from failed runs, and drills' drains "
         "from the false-drain counts. --json prints the window's failed runs, qualifications, "
-        "drills, drains by check, isolated_gpus and gpu_hours_kept_serving as one JSON object. "
+        "drills, drains by check, isolated_gpus, gpu_hours_kept_serving, "
+        "gpu_hours_lost_by_cause, repeat_offenders and reliability as one JSON object. "
         "Exit 0; 1 when Slurm could not be read (the page is still "
         "written, from the history alone, and says so).",
     )
@@ -89,8 +93,11 @@ def main(argv: list[str]) -> int:
     isolated = admin.isolated_gpus(groups)
     resumes = history.resumes(where)  # read once: a bad line is said once
     note_rates(config, window, drains, resumes, rows, groups)
+    decisions = losses.requeue_events(events_dirs(config), history.window_start(window))
+    fig = fleet_figures(window, drains, resumes, rows, groups, costs, decisions)
+    note_reliability(config, window, fig, drains, costs)
     if args.json:
-        print_json(config, window, costs, others, drains, resumes, rows, groups, isolated)
+        print_json(config, window, costs, others, drains, resumes, rows, groups, isolated, fig)
         if not args.html:
             return EXIT_UNHEALTHY if notice else EXIT_OK
     page = report.render_html(
@@ -102,7 +109,7 @@ def main(argv: list[str]) -> int:
         notice=notice,
         held=held_entries(where),
         costs=costs,
-        requeues=losses.requeue_events(events_dirs(config), history.window_start(window)),
+        requeues=decisions,
         qualifications=qualification_entries(where),
         flags=suspect_flags(history.read_dirs(config)),
         others=others,
@@ -110,6 +117,7 @@ def main(argv: list[str]) -> int:
         isolated=isolated,
         policy=config.policy,
         ledger=ledger.entries(where),
+        reliability=reliability_page.sections(fig),
     )
     try:
         report.write_report(args.html, page)
@@ -150,6 +158,34 @@ def note_rates(
     (store/metrics.py: note_check_rates), where node_exporter reads this host's textfiles."""
     rates = check_rates(window_record(window, drains, resumes, rows, groups), config.policy)
     note_check_rates(config, [{"check": r.check, **r.to_json()} for r in rates])
+
+
+def fleet_figures(
+    window: float,
+    drains: list[DrainEntry],
+    resumes: list[AuditEntry],
+    rows: list[NodeRow],
+    groups: list[Any],
+    costs: list[Bundle],
+    decisions: list[Requeue],
+) -> Figures:
+    """The window's reliability figures (admin/reliability.py): every node Slurm lists with
+    its board, the drained ones as Slurm shows them (both unknown when Slurm was not read)."""
+    boards = {name: info.gpu_type or reliability.UNKNOWN_BOARD
+              for info, names in groups for name in names} if groups else None  # fmt: skip
+    drained_now = {r.node for r in rows if r.drained} if groups else None
+    return reliability.figures(drains, resumes, costs, decisions, history.window_start(window),
+                               time.time(), boards, drained_now)  # fmt: skip
+
+
+def note_reliability(
+    config: Config, window: float, fig: Figures, drains: list[DrainEntry], costs: list[Bundle]
+) -> None:
+    """The figures as gauges in RELIABILITY_FILE beside admin.metrics_file (store/metrics.py)."""
+    since = history.window_start(window)
+    repeat = {o.node: o.drains for o in report.repeat_offenders(drains, since)}
+    write_beside(config, RELIABILITY_FILE,
+                 reliability.samples(fig, losses.by_category(costs), repeat))  # fmt: skip
 
 
 def qualification_entries(where: str) -> list[QualifyEntry]:
@@ -247,6 +283,7 @@ def print_json(
     rows: list[NodeRow],
     groups: list[Any],
     isolated: list[IsolatedOn] | None = None,
+    fig: Figures | None = None,
 ) -> None:
     """The window as one JSON object: failed runs (kind job only), qualifications, drills,
     each check's drains (drills' apart: never false drains), the isolated GPUs and the
@@ -268,6 +305,11 @@ def print_json(
                          for d in drill_drains(drains, since)],
         "isolated_gpus": [i.to_json() for i in isolated],
         "gpu_hours_kept_serving": round(sum(kept.values()), 3),
+        "gpu_hours_lost_by_cause": {c: {"failed_runs": n, "gpu_hours": round(h, 3)}
+                                    for c, n, h in losses.by_category(costs)},
+        "repeat_offenders": [{"node": o.node, "drains": o.drains, "checks": o.checks}
+                             for o in report.repeat_offenders(drains, since)],
+        "reliability": fig.to_json() if fig else None,
     }  # fmt: skip
     json.dump(doc, sys.stdout, indent=1, default=str)
     sys.stdout.write("\n")

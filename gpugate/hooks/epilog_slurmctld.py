@@ -19,6 +19,7 @@ from gpugate.gate.flightrec_votes import culprit_comment, with_culprit
 from gpugate.gate.requeue import (
     JobEnd,
     decide_requeue,
+    ended_well,
     needs_evidence,
     pins,
     refusals,
@@ -191,7 +192,11 @@ def run_epilog_slurmctld(
                                  cannot_write=cannot_write, detach=detach)  # fmt: skip
     read = accounts[0] if accounts else None
     log.say(f"epilog-slurmctld job {job.job_id}: {decision.describe()} ({'; '.join(done)})")
-    log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts,
+    # `ended_well` and `nodes`: which run completed where (admin/reliability.py: a job that
+    # failed on one node and completed elsewhere). `state` is mostly COMPLETING here.
+    log.event(where, "epilog-slurmctld", job=job.job_id, restarts=job.restarts, sluid=job.sluid,
+              state=job.state or None, ended_well=ended_well(job),
+              nodes=hostlist(job.nodes) if job.nodes else None,
               requeue=decision.requeue, slurm=slurm.kind,
               why=decision.why, category=decision.category, suspects=list(decision.suspects),
               refused_on=list(decision.refused_on), told=decision.tell,

@@ -23,6 +23,7 @@ from gpugate.slurm.records import (
     NodeInfo,
     ended_at,
     gres_gpu_count,
+    gres_gpu_type,
     job_reason,
     node_reason,
     split_state,
@@ -92,6 +93,7 @@ def _node_from_record(rec: dict[str, Any]) -> NodeInfo:
         reason_time=when,
         partitions=partitions,
         gres_gpus=gres_gpu_count(rec.get("gres")),
+        gpu_type=gres_gpu_type(rec.get("gres")),
         cpus=_number(rec.get("cpus")) or None,
         comment=_string(rec.get("comment")),
     )
@@ -106,7 +108,8 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     partition = (rec.get("partition") or {}).get("name")
     partitions = (partition,) if isinstance(partition, str) and partition else ()
     gres = rec.get("gres")
-    gpus = gres_gpu_count(gres.get("total") if isinstance(gres, dict) else gres)
+    gres = gres.get("total") if isinstance(gres, dict) else gres
+    gpus, gpu_type = gres_gpu_count(gres), gres_gpu_type(gres)
     # sinfo groups nodes: `cpus.minimum` is the fewest any node of the group has (24.11).
     cpus_rec = rec.get("cpus")
     cpus = _number(cpus_rec.get("minimum")) if isinstance(cpus_rec, dict) else None
@@ -116,7 +119,7 @@ def _nodes_from_sinfo_record(rec: dict[str, Any]) -> list[NodeInfo]:
     comment = _string(rec.get("comment")) if len(names) == 1 else ""
     return [
         _with_reason_object(name, state, flags, reason, partitions).replace(
-            gres_gpus=gpus, cpus=cpus or None, comment=comment
+            gres_gpus=gpus, gpu_type=gpu_type, cpus=cpus or None, comment=comment
         )
         for name in names
     ]

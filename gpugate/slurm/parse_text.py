@@ -16,6 +16,7 @@ from gpugate.slurm.records import (
     NodeInfo,
     ended_at,
     gres_gpu_count,
+    gres_gpu_type,
     job_reason,
     split_state,
 )
@@ -138,6 +139,7 @@ def _node_from_kv(kv: dict[str, str]) -> NodeInfo:
         reason_time=when,
         partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p and p not in NULLS),
         gres_gpus=gres_gpu_count(kv.get("Gres")),
+        gpu_type=gres_gpu_type(kv.get("Gres")),
         cpus=_int(kv.get("CPUTot")) or None,
         comment=_text(kv.get("Comment")),
     )

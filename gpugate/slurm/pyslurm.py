@@ -221,6 +221,7 @@ def _node_from_pyslurm(n: Any) -> NodeInfo:
         reason_time=when,
         partitions=tuple(getattr(n, "partitions", None) or ()),
         gres_gpus=records.gres_gpu_count(getattr(n, "configured_gres", None)),
+        gpu_type=records.gres_gpu_type(getattr(n, "configured_gres", None)),
         cpus=_pyslurm_count(getattr(n, "total_cpus", None)),
         # Node.comment: the node's Comment (core/node.pyx, 22.5.3 and 24.11.0); None when unset.
         comment=_pyslurm_text(getattr(n, "comment", None)),

@@ -41,6 +41,25 @@ _REASON = lazy(r"(?s)^gpugate:\s*(?:DRILL [A-Za-z0-9_.\-]+:\s*)?([A-Za-z0-9_.\-]
 _EVIDENCE = lazy(r"\bevidence ([0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+)\b")
 _REFUSED = lazy(r"(?:^|\| )gpugate: (?:DRILL \S+: )?node (\S+) refused")
 _DRILL = lazy(r"(?:^|\| )gpugate:\s*DRILL ([A-Za-z0-9_.\-]+):")
+# The drain reason grammar (docs/interfaces.md, "The drain reason grammar"): what other tools
+# (NVSentinel's Slurm drain monitor, site scripts) may parse. Its version goes up whenever a
+# reason gpugate writes would no longer match, or a group changes meaning; a test
+# (tests/unit/slurm/test_reason_grammar.py) parses every reason gpugate builds and every one
+# in the test suite with it, and checks the docs' copy equals this one.
+REASON_GRAMMAR_VERSION = 1
+REASON_GRAMMAR = (
+    r"^gpugate: (?:DRILL (?P<drill>[A-Za-z0-9_.-]+): )?(?P<check>[A-Za-z0-9_.-]+)"
+    r"(?:: (?:evidence (?P<bundle>[0-9]+(?:_[0-9]+)?/[A-Za-z0-9._-]+-r[0-9]+): )?"
+    r"(?:(?P<reboot>reboot)(?:: |$))?(?P<detail>[ -~]*))?$"
+)
+# The node Comment when the drain budget held a drain back (budget_comment, admin_comment):
+# `reason` is the drain reason gpugate wanted (REASON_GRAMMAR), possibly cut by COMMENT_MAX.
+BUDGET_COMMENT_GRAMMAR = (
+    r"^gpugate: (?:DRILL (?P<drill>[A-Za-z0-9_.-]+): )?would drain \(budget exceeded"
+    r"(?:: (?P<why>[ -~]*?))?\): (?P<reason>gpugate: [ -~]*)$"
+)
+_GRAMMAR = lazy(REASON_GRAMMAR)
+_BUDGET_GRAMMAR = lazy(BUDGET_COMMENT_GRAMMAR)
 # The drill whose overlay this process's facts carry (gpugate/drill/__init__.py): every text built
 # here then says `DRILL <id>` right after the prefix, so no one takes a drill for a fault.
 _drill: str | None = None
@@ -207,3 +226,16 @@ def reason_bundle(reason: str | None) -> str | None:
 def refused_nodes(admin_comment: str | None) -> list[str]:
     """The nodes whose prolog refused the job, from its AdminComment (refusal_comment)."""
     return _REFUSED.findall(admin_comment or "")
+
+
+def parse_reason(reason: str | None) -> dict[str, str | None] | None:
+    """A drain reason's parts by REASON_GRAMMAR (drill, check, bundle, reboot, detail), or
+    None when it is not a reason gpugate writes (another's, a Slurm one, a cut or odd text)."""
+    m = _GRAMMAR.match(reason or "")
+    return m.groupdict() if m else None
+
+
+def parse_budget_comment(comment: str | None) -> dict[str, str | None] | None:
+    """A held-back drain's node Comment by BUDGET_COMMENT_GRAMMAR (drill, why, reason), or None."""
+    m = _BUDGET_GRAMMAR.match(comment or "")
+    return m.groupdict() if m else None

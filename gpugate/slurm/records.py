@@ -58,6 +58,7 @@ class NodeInfo(Record):
         str, ...
     ] = ()  # the partitions the node is in (the drain budget counts per partition)
     gres_gpus: int | None = None  # GPUs slurm.conf gives the node (`Gres=gpu:8`); None: unknown
+    gpu_type: str = ""  # the GPU type slurm.conf names in its Gres (`gpu:h100:8`: h100); "": none
     cpus: int | None = None  # CPUs Slurm counts on the node (`CPUTot=`, JSON `cpus`); None: unknown
     comment: str = ""  # the node's Comment (gpugate/isolate/comment.py records isolated GPUs)
 
@@ -181,6 +182,22 @@ def gres_gpu_count(gres: object) -> int | None:
         if count.isdecimal() and len(count) <= 6:
             total, seen = total + int(count), True
     return total if seen else None
+
+
+def gres_gpu_type(gres: object) -> str:
+    """The GPU type(s) a node's configured Gres names: `gpu:h100:8(S:0-1)` -> `h100`,
+    `gpu:h100:4,gpu:a100:2` -> `a100+h100`; "" when no GPU gres names a type (`gpu:8`)."""
+    if isinstance(gres, dict):  # pyslurm's configured_gres, as gres_gpu_count reads it
+        gres = ",".join(f"{k}:{v}" for k, v in gres.items())
+    if not isinstance(gres, str):
+        return ""
+    types = set()
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = [p.strip() for p in item.strip().split(":")]
+        # gpu:<type>:<count>; a type is a name (slurm.conf), never a number.
+        if len(parts) >= 3 and parts[0] == "gpu" and parts[1] and not parts[1].isdecimal():
+            types.add(parts[1][:64])
+    return "+".join(sorted(types))
 
 
 def ended_at(epoch: int | None) -> int | None:

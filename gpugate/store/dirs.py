@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 QUALIFY_FILE = "gpugate-qualify.prom"  # beside admin.metrics_file
 CHECKS_FILE = "gpugate-checks.prom"  # beside admin.metrics_file: `gpugate report`'s per-check rates
+# Beside admin.metrics_file: `gpugate report`'s fleet reliability figures (admin/reliability.py).
+RELIABILITY_FILE = "gpugate-reliability.prom"
 
 
 def history_dir(config: Config) -> str:

@@ -32,6 +32,11 @@ Series (every one labelled with the Slurm `node`):
   `gpugate_check_window_drains{check}` and `gpugate_check_window_false_drains{check}` gauges,
   `gpugate_check_false_drain_ratio{check}` gauge (false drains / drains lifted through
   gpugate; absent while none is lifted). admin/rollout.py says how each is counted.
+- The fleet reliability figures of the history window (issue 46, admin/reliability.py: MTBF
+  per node, board, check and fleet, repeat offenders, jobs that failed only on one node,
+  GPU-hours lost per cause, the drain reason grammar's version), in RELIABILITY_FILE beside
+  it, rewritten whole by `gpugate report` (write_beside); the families after
+  gpugate_check_false_drain_ratio below, each label bounded (the comment there says how).
 - Qualification (`gpugate qualify`, issue 17), in their own file beside it (QUALIFY_FILE: the
   admin host that runs qualifications writes the series of every node it qualified):
   `gpugate_qualify_bandwidth_gbps{test}` gauge (the last run's value: allreduce busbw, h2d's
@@ -73,6 +78,7 @@ from gpugate.slurm.reasons import drill_mark
 from gpugate.store import locks
 from gpugate.store.dirs import CHECKS_FILE as CHECKS_FILE  # beside admin.metrics_file
 from gpugate.store.dirs import QUALIFY_FILE as QUALIFY_FILE  # beside admin.metrics_file
+from gpugate.store.dirs import RELIABILITY_FILE as RELIABILITY_FILE  # beside admin.metrics_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -143,6 +149,51 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_check_false_drain_ratio": (
         "gauge", "False drains / drains lifted through gpugate, per check, in the history "
         "window.", ("check",)),
+    # RELIABILITY_FILE (`gpugate report`, admin/reliability.py has the definitions): gauges of
+    # the history window. Labels stay bounded: node (the cluster's nodes), board (the GPU
+    # types slurm.conf's Gres names), check (registered check ids, else "other"), cause (the
+    # diagnosis categories, "undiagnosed", else "other").
+    "gpugate_reason_grammar_version": (
+        "gauge", "Version of the drain reason grammar gpugate writes (docs/interfaces.md).", ()),
+    "gpugate_fleet_window_failures": (
+        "gauge", "Failures (outages gpugate's drains started) in the history window, all nodes.",
+        ()),
+    "gpugate_fleet_in_service_hours": (
+        "gauge", "Node-hours in service in the history window, all nodes.", ()),
+    "gpugate_fleet_mtbf_hours": (
+        "gauge", "Mean time between failures of the fleet's nodes: node-hours in service per "
+        "failure in the history window.", ()),
+    "gpugate_board_window_failures": (
+        "gauge", "Failures in the history window of the nodes of each board (Gres GPU type).",
+        ("board",)),
+    "gpugate_board_mtbf_hours": (
+        "gauge", "Mean time between failures per node of each board, in the history window.",
+        ("board",)),
+    "gpugate_check_window_failures": (
+        "gauge", "Failures each check started in the history window.", ("check",)),
+    "gpugate_check_mtbf_hours": (
+        "gauge", "Fleet node-hours in service per failure of each check, in the history window.",
+        ("check",)),
+    "gpugate_node_window_failures": (
+        "gauge", "Failures of the node in the history window (nodes with one or more).",
+        ("node",)),
+    "gpugate_node_mtbf_hours": (
+        "gauge", "Hours in service per failure of the node in the history window.", ("node",)),
+    "gpugate_node_repeat_drains": (
+        "gauge", "Drains of a repeat offender (drained twice or more) in the history window.",
+        ("node",)),
+    "gpugate_node_failed_only_here_jobs": (
+        "gauge", "Jobs that failed on the node and later completed elsewhere, in the window.",
+        ("node",)),
+    "gpugate_node_failed_only_here_users": (
+        "gauge", "Distinct users of the jobs that failed only on the node, in the window.",
+        ("node",)),
+    "gpugate_cause_window_gpu_hours_lost": (
+        "gauge", "GPU-hours lost to failed job runs in the history window, by failure cause.",
+        ("cause",)),
+    "gpugate_cause_window_failed_runs": (
+        "gauge", "Failed job runs (bundles) in the history window, by failure cause.",
+        ("cause",)),
     "gpugate_qualify_bandwidth_gbps": (
         "gauge", "Bandwidth (GB/s) the node's last qualification measured, by test.", ("test",)),
     "gpugate_qualify_last_pass_timestamp_seconds": (
@@ -208,7 +259,9 @@ def render(samples: Samples) -> str:
         lines += [f"# HELP {name} {_escape_help(text)}", f"# TYPE {name} {kind}"]
         for labels, value in rows:
             body = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels)
-            lines.append(f"{name}{{{body}}} {_number(value)}")
+            lines.append(
+                f"{name}{{{body}}} {_number(value)}" if body else f"{name} {_number(value)}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -412,15 +465,20 @@ def check_rate_samples(rows: Iterable[Mapping[str, Any]]) -> Samples:
 
 
 def note_check_rates(config: Config, rows: Iterable[Mapping[str, Any]]) -> str | None:
-    """Write CHECKS_FILE beside `admin.metrics_file`, whole and atomically (gauges of the
+    """Write CHECKS_FILE beside `admin.metrics_file` (write_beside)."""
+    return write_beside(config, CHECKS_FILE, check_rate_samples(rows))
+
+
+def write_beside(config: Config, name: str, samples: Samples) -> str | None:
+    """Write the file `name` beside `admin.metrics_file`, whole and atomically (gauges of the
     window: nothing to fold), never raising; its path if written, None when there is no such
     directory (no node_exporter here) or the write failed (said in the log)."""
     path = config.admin.metrics_file
     if not path or not os.path.isdir(os.path.dirname(path) or "."):
         return None
-    path = os.path.join(os.path.dirname(path) or ".", CHECKS_FILE)
+    path = os.path.join(os.path.dirname(path) or ".", name)
     try:
-        atomic_write(path, render(check_rate_samples(rows)), mode=0o644)
+        atomic_write(path, render(samples), mode=0o644)
     except Exception as exc:  # a metric must never fail the report
         log.error(config.state_dir, f"report: could not write {path}", exc)
         return None

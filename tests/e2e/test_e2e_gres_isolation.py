@@ -41,7 +41,7 @@ BAD = 3  # the GPU taken out
 KEPT = [index for index in range(GPUS) if index != BAD]
 # NVIDIA's character-device major (Documentation/admin-guide/devices.txt: 195 char, NVIDIA).
 NVIDIA_MAJOR = 195
-OUR_REASON = "gpugate: isolating GPU 3"
+OUR_REASON = "gpugate: isolate: isolating GPU 3"  # the drain reason grammar (docs/interfaces.md)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -220,7 +220,7 @@ def test_the_safe_sequence_out_and_back(cluster: LocalSlurm) -> None:
         # The job on the other node lived through the reload.
         assert cluster.job_state(busy)["JobState"] == "RUNNING"
 
-        cluster.drain("n1", "gpugate: restoring GPU 3")
+        cluster.drain("n1", "gpugate: isolate: restoring GPU 3")
         cluster.set_gpus("n1", list(range(GPUS)))
         reload_gres(cluster, "n1")
         assert wait_gres(cluster, "n1", GPUS)["Gres"].startswith(f"gpu:{GPUS}")

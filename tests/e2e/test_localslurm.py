@@ -146,7 +146,7 @@ def test_hooks_get_extra_env_but_no_path(one: LocalSlurm) -> None:
 
 
 def test_drain_with_reason_then_resume(one: LocalSlurm) -> None:
-    reason = "gpugate: XID=79 on gpu 3 (test)"
+    reason = "gpugate: kernel.xid: XID=79 on gpu 3 (test)"  # `=` kept: Slurm stores it as given
     one.drain("gpu-node-01", reason)
     node = one.node("gpu-node-01")
     assert "DRAIN" in state_flags(node["State"])

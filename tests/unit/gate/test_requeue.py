@@ -440,6 +440,10 @@ def test_epilog_slurmctld_on_recorded_slurm_writes_nothing_to_the_job(
     # In the controller's own directory (controller_dir, default <state_dir>/controller).
     event = json.loads((tmp_path / "controller" / "events.jsonl").read_text().splitlines()[-1])
     assert event["job"] == job_id and isinstance(event["restarts"], int)
+    # Where the run ended and how (admin/reliability.py: failed here, completed elsewhere).
+    # 22.05 shows the job COMPLETING to EpilogSlurmctld: `ended_well` says how it ended.
+    assert (event["nodes"], event["state"]) == (nodes, "COMPLETING")
+    assert event["ended_well"] is (recorded == "ended-ok")
 
 
 def test_a_failed_job_not_requeued_gets_no_admin_comment_slurm_would_refuse(tmp_path):
