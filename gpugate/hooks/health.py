@@ -392,6 +392,8 @@ def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
     (the prolog's or epilog's drain: the boot id from now, the time from Slurm)."""
     entry = healing.load(config.state_dir).get(info.name)
     since = float(info.reason_time) if info.reason_time is not None else time.time()
+    if entry is not None and _back_since(config, info.name, entry.since):
+        entry = None  # its drain ended (a qualification's or a person's resume): a new drain
     # Slurm's reason time moves only when the reason is set again: another drain, a new entry;
     # except the reboot gpugate asked for this drain, which rewrites the reason with the same
     # check (`gpugate: kernel.xid: reboot: ...`, gate/repair.py reboot_reason).
@@ -400,6 +402,20 @@ def current_entry(config: Config, info: NodeInfo, boot: str | None) -> Healing:
         return entry
     check = reason_check(info.reason) or "unknown"
     return Healing(node=info.name, check=check, fault=fault_class(check), since=since, boot_id=boot)
+
+
+def _back_since(config: Config, node: str, since: float) -> bool:
+    """Whether the ledger shows the node back in service since `since` (a resume, a person's
+    resume): a healing entry that old belongs to a drain that ended. The health run forgets
+    the entry when it sees the node in service, but a node may fail again before that run."""
+    from gpugate.store import ledger  # only for gpugate's own drain
+
+    try:
+        found = ledger.recent(config, node, since)
+    except Exception as exc:  # unknown: the entry stands, as before the ledger
+        note(f"could not read the ledger of {node}: {exc}")
+        return False
+    return any(e.step in (ledger.RESUME, ledger.ADMIN) and e.when > since for e in found)
 
 
 def _reboot_of(reason: str, check: str) -> bool:

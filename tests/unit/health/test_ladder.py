@@ -225,3 +225,19 @@ def test_a_second_failure_soon_after_the_repair_climbs_its_own_ladder(tmp_path):
     again = run_health(config, NODE, slurm)
     assert len(slurm.reboots) == 2, again.message
     assert "RMA" not in again.message and "reboot requested" in again.message
+
+
+def test_a_drain_after_a_resume_by_the_qualification_is_a_new_drain(tmp_path):
+    """The qualification (or a person) resumed the node, not a health run: the healing entry
+    of the ended drain is not taken for the new one, even a few seconds later."""
+    from gpugate.store.history import record_resume
+
+    config = site(tmp_path, make_facts())
+    slurm = cluster(drained(NODE, REASON, when=time.time() - 30))
+    run_health(config, NODE, slurm)  # drain 1: the reboot asked, its healing entry kept
+    assert len(slurm.reboots) == 1
+    record_resume(history_dir(config), NODE, who="gpugate (repair)", why="qualify q-1: passed")
+    time.sleep(2.1)  # Slurm's reason times are whole seconds
+    slurm.infos[NODE] = drained(NODE, REASON, when=time.time())  # drain 2, the same words
+    result = run_health(config, NODE, slurm)
+    assert len(slurm.reboots) == 2, result.message
