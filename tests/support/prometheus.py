@@ -167,3 +167,17 @@ class Prometheus:
                     proc.kill()
                     proc.wait(timeout=10)
         self.procs = []
+
+
+DASHBOARD = Path(__file__).resolve().parent.parent.parent / "config" / "grafana" / "gpugate.json"
+
+
+def dashboard_queries(range_: str = "1h") -> list[tuple[str, str]]:
+    """(panel title, query) of every panel of the shipped dashboard, Grafana's `$__range` as
+    `range_` (the only variable in its queries besides the datasource)."""
+    doc = json.loads(DASHBOARD.read_text())
+    return [
+        (p["title"], t["expr"].replace("$__range", range_))
+        for p in doc["panels"]
+        for t in p.get("targets", [])
+    ]
