@@ -6,7 +6,8 @@
 #   OUT/tree/libexec/         the five Slurm hook wrappers
 #   OUT/tree/etc/             gpugate.yaml (all comments) and hook.env, the site's files
 #   OUT/tree/doc/             README.md, slurm.conf.example, optional documents, examples/
-#   OUT/tree/share/           job_submit.lua (install as /usr/share/gpugate/job_submit.lua)
+#   OUT/tree/share/           job_submit.lua (install as /usr/share/gpugate/job_submit.lua),
+#                             grafana/gpugate.json (as /usr/share/gpugate/grafana/gpugate.json)
 #   OUT/version               this build's version (packaging/version.sh: the project's version
 #                             plus +git<count>.<date>.<hash>), written into the wheel too
 #   OUT/bundled               "name=version ..." of the bundled dependencies
@@ -158,4 +159,7 @@ sys.path.insert(0, sys.argv[1])
 from gpugate.commands.submit_policy import main
 sys.exit(main(["--config", "/dev/null", "--lua", "-o", sys.argv[2]]))
 ' "$lib" "$tree/share/job_submit.lua"
+# The Grafana dashboard (docs/guide/monitoring.md), generated and committed by
+# tools/gen_grafana_dashboard.py.
+install -D -m 0644 "$repo/config/grafana/gpugate.json" "$tree/share/grafana/gpugate.json"
 echo "$version" >"$out/version"

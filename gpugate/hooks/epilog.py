@@ -253,7 +253,8 @@ def _run_epilog(config: Config, env: HookEnv, hands: Hands, found: dict[str, Any
     started = time.monotonic()
     if env.job_id and refused_here(config, env.job_id):
         cleanup(config, env)
-        return EpilogResult(abnormal=False, why="the prolog refused the job here: it never ran")
+        return EpilogResult(abnormal=False, why="the prolog refused the job here: it never ran",
+                            ran=False)  # fmt: skip
     baseline = load_baseline(config.state_dir, env.job_id) if env.job_id else None
     # Half the deadline at most for the node's facts; the job's files and the bundle get the rest.
     gres = slurm_gres_gpus(config, env.node)  # a gather source: Slurm's word, its own timeout
@@ -426,7 +427,9 @@ def note_metrics(config: Config, env: HookEnv, r: EpilogResult) -> Step:
     run = {"findings": {**lost, **{c: "fail" for c in r.hardware_checks}},
            "drained_check": r.check if r.drained else None,
            "category": r.category if r.abnormal else None,
-           "job_end": "failed" if r.abnormal else "ok", "confidence": r.confidence,
+           # A job the prolog refused never ran: no job end (it was counted as an ok end).
+           "job_end": None if not r.ran else "failed" if r.abnormal else "ok",
+           "confidence": r.confidence,
            "checkpoint_age_s": r.checkpoint_age_s, "checkpoint_stale": r.checkpoint_stale}  # fmt: skip
     return RecordMetrics(node=env.node, hook="epilog", run=run)
 

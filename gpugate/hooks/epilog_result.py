@@ -38,4 +38,6 @@ class EpilogResult(Record):
     checkpoint_stale: bool = False
     # Kernel records lost unread since the prolog (kernel.xid unknown): an Xid may be unseen.
     kernel_log_lost: str | None = None
+    # False where the prolog refused the job here: no run ended, none to count in the metrics.
+    ran: bool = True
     steps: tuple[str, ...] = ()  # what the executor did, step by step (gpugate/act/execute.py)

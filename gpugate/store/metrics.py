@@ -18,6 +18,8 @@ Series (every one labelled with the Slurm `node`):
 - Fault drills (gpugate/drill): a hook run under a drill's overlay (reasons.drill_mark) counts
   its drain in `gpugate_drill_drains_total{check}`, not in gpugate_drains_total; its diagnosis
   in no category; its job end as `gpugate_job_ends_total{result="drill"}`, not as failed.
+  `gpugate_drill_active` gauge: 1 when the node's last run saw a drill's overlay, 0 after the
+  next run without one (absent on a node never drilled): the alert rules keep quiet on it.
 - `gpugate_last_run_timestamp_seconds{hook}` gauge.
 - `gpugate_isolated_gpus` gauge: the GPUs gpugate took out of the node's service (isolate.unit:
   gpu, gpugate/isolate/), set by the isolation and its reversal through note_isolated(); 0 once
@@ -125,6 +127,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpugate_drill_drains_total": (
         "counter", "Drains a fault drill (gpugate drill) set on this node, by check: never a "
         "fault, never in gpugate_drains_total.", ("check",)),
+    "gpugate_drill_active": (
+        "gauge", "1 when gpugate's last run on this node saw a fault drill's overlay, else 0.",
+        ()),
     "gpugate_false_drains_total": (
         "counter", "Drains of this node lifted without any repair (no new boot, no GPU reset "
         "recorded), by the check that drained it.", ("check",)),
@@ -323,6 +328,9 @@ def apply_run(
     if drill:  # a simulated fault: no real drain, diagnosis or failed job to count
         category = None
         job_end = "drill" if job_end else None
+    key = ("gpugate_drill_active", n)
+    if drill or key in out:  # a node never drilled gets no series
+        out[key] = 1 if drill else 0
     if drained_check:
         family = "gpugate_drill_drains_total" if drill else "gpugate_drains_total"
         key = (family, (*n, ("check", drained_check)))

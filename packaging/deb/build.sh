@@ -64,6 +64,8 @@ rmdir --ignore-fail-on-non-empty "$root/usr/share/doc/gpugate/examples"
 install -m 0644 "$here/copyright" "$root/usr/share/doc/gpugate/copyright"
 # Slurm's job_submit.lua with the packaged thresholds (the site copies it beside slurm.conf).
 install -D -m 0644 "$tree/share/job_submit.lua" "$root/usr/share/gpugate/job_submit.lua"
+# The Grafana dashboard, for an admin to import (docs/guide/monitoring.md).
+install -D -m 0644 "$tree/share/grafana/gpugate.json" "$root/usr/share/gpugate/grafana/gpugate.json"
 
 # DEBIAN/: conffiles (dpkg keeps an edited one on upgrade and asks, or writes .dpkg-dist),
 # the maintainer scripts, and control, written last: Installed-Size is the payload's, in KiB.

@@ -97,6 +97,7 @@ def test_layout_is_the_rpms(deb_file):
         "/usr/share/doc/gpugate/slurm.conf.example",
         "/usr/share/doc/gpugate/copyright",
         "/usr/share/gpugate/job_submit.lua",
+        "/usr/share/gpugate/grafana/gpugate.json",
         *(f"/usr/libexec/gpugate/gpugate-{hook}" for hook in HOOKS),
     }
     assert expected <= set(entries), sorted(expected - set(entries))

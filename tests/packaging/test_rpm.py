@@ -130,6 +130,7 @@ def test_file_list(rpm_file):
         "/usr/share/doc/gpugate/README.md",
         "/usr/share/doc/gpugate/slurm.conf.example",
         "/usr/share/gpugate/job_submit.lua",
+        "/usr/share/gpugate/grafana/gpugate.json",
         *(f"/usr/libexec/gpugate/{hook}" for hook in HOOKS),
     }
     if os.path.exists(os.path.join(REPO, "config", "gpugate-alerts.yml")):

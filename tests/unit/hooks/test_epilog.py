@@ -181,6 +181,24 @@ def test_the_epilog_after_a_refused_prolog_collects_nothing(tmp_path):
     assert run_prolog(config, env(), slurm).exit_code == 1
     result = run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm)
     assert result.bundle is None and "never ran" in result.why
+
+
+def test_a_refused_job_counts_no_job_end(tmp_path):
+    """The prolog refused it: no run ended here, so gpugate_job_ends_total counts nothing
+    (it counted an `ok` end: tests/e2e/test_e2e_prometheus.py saw 2 for one job run)."""
+    from gpugate.store.metrics import parse_samples
+
+    (tmp_path / "textfile").mkdir()
+    prom = tmp_path / "textfile" / "gpugate.prom"
+    config = setup(tmp_path)
+    config = config.replace(admin=config.admin.replace(metrics_file=str(prom)))
+    snapshot(tmp_path, make_facts(gpus={3: {"error": "gpu_is_lost"}}))
+    slurm = slurm_with_job("")
+    assert run_prolog(config, env(), slurm).exit_code == 1
+    run_epilog(config, env(exit_code=0, exit_code2="0:0"), slurm)
+    samples = parse_samples(prom.read_text())
+    assert not [k for k in samples if k[0] == "gpugate_job_ends_total"], samples
+    assert samples[("gpugate_node_healthy", (("node", "gpu-node-01"),))] == 0
     assert len(slurm.drains) == 1  # the prolog's; the epilog did not rewrite it
     assert not os.path.exists(os.path.join(config.state_dir, "jobs", "77"))
 

@@ -268,6 +268,18 @@ def test_a_drill_run_counts_as_the_drills_not_as_a_drain_or_failure():
     assert "gpugate_drill_drains_total{" not in real
 
 
+def test_a_drill_run_marks_the_node_until_a_run_without_one():
+    """gpugate_drill_active: 1 under a drill, 0 after it, absent where no drill ever ran (the
+    alert rules skip a marked node: tests/unit/store/test_alert_rules.py)."""
+    key = ("gpugate_drill_active", (("node", "n1"),))
+    drilled = apply_run({}, "n1", "prolog", {"kernel.xid": "fail"}, drained_check="kernel.xid",
+                        drill=DRILL_ID, now=NOW)  # fmt: skip
+    assert drilled[key] == 1 and drilled[("gpugate_node_healthy", key[1])] == 0
+    after = apply_run(drilled, "n1", "health", {"kernel.xid": "ok"}, now=NOW + 600)
+    assert after[key] == 0 and after[("gpugate_node_healthy", key[1])] == 1
+    assert key not in apply_run({}, "n1", "prolog", {"kernel.xid": "fail"}, now=NOW)
+
+
 def test_qualification_runs_are_counted_passed_failed_or_not_qualified():
     base = {"node": "n1", "when": NOW, "run_id": "q", "level": 1, "job_ids": [], "why": "",
             "by": "root"}  # fmt: skip

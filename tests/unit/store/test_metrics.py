@@ -222,13 +222,12 @@ def test_check_statuses_fold_to_the_worst(statuses, worst):
 
 
 def test_promtool_accepts_the_textfile_and_the_rules(tmp_path):
-    """Prometheus' own linter, where Debian's `prometheus` package (promtool) is installed."""
-    import shutil
+    """Prometheus' own linter (tests/support/prometheus.py: where it is found, when it must be)."""
     import subprocess
 
-    promtool = shutil.which("promtool")
-    if not promtool:
-        pytest.skip("promtool not installed (Debian package `prometheus`)")
+    from prometheus import tool_or_skip
+
+    promtool = tool_or_skip("promtool")
     path = Path(textfile(tmp_path))
     update(str(path), "gpu-01", "prolog", [f("gpu.ecc", "fail")], duration_s=0.5,
                      drained_check="gpu.ecc", category='odd"cat\\egory', internal_error=True)  # fmt: skip
