@@ -110,6 +110,20 @@ ROWS: list[tuple[str, list[tuple[int, int, dict[str, Any]]]]] = [
                       "Job runs ended in the range, as the epilog judged each: ok, failed, or "
                       "drill.", legend="{{result}}")),
     ]),
+    ("Reliability (the last `gpugate report`, its history window)", [
+        (6, 8, panel("stat", "Fleet MTBF (h)", "gpugate_fleet_mtbf_hours",
+                     "Hours in service per failure over the window: every node's time out of "
+                     "a gpugate drain, divided by its drains (docs/guide/admin-review.md, "
+                     "\"Fleet reliability figures\").", defaults={"unit": "h"},
+                     no_value="no failure")),
+        (9, 8, panel("bargauge", "GPU-hours lost by cause",
+                     "gpugate_cause_window_gpu_hours_lost",
+                     "GPU-hours of the failed runs in the window, by the epilog's diagnosis.",
+                     legend="{{cause}}")),
+        (9, 8, panel("bargauge", "Failures by node", "gpugate_node_window_failures",
+                     "gpugate's drains of each node in the window (repeat offenders first: "
+                     "gpugate_node_repeat_drains).", legend="{{node}}")),
+    ]),
     ("Hook latency", [
         (12, 8, panel("timeseries", "Prolog run time", "gpugate_prolog_duration_seconds",
                       "Each node's last prolog run time; over PrologEpilogTimeout Slurm drains "
@@ -152,7 +166,7 @@ def dashboard() -> dict[str, Any]:
         "title": "gpugate",
         "uid": "gpugate",
         "description": "gpugate's node_exporter textfile series: fleet health, drains, jobs, "
-        "hook latency, qualification (docs/guide/monitoring.md).",
+        "reliability, hook latency, qualification (docs/guide/monitoring.md).",
         "tags": ["gpugate", "slurm", "gpu"],
         "editable": True,
         "schemaVersion": 39,

@@ -98,7 +98,8 @@ def fleet(e2e_site: SlurmSite, prom: Prometheus) -> Prometheus:
                          tests=[test], job_ids=["1"], why="passed", by="root")  # fmt: skip
     assert note_qualification(config, [entry])
     names = sorted(p.name for p in site.metrics.parent.glob("*.prom"))
-    assert names == ["gpugate-checks.prom", "gpugate-qualify.prom", "gpugate.prom"], names
+    assert names == ["gpugate-checks.prom", "gpugate-qualify.prom", "gpugate-reliability.prom",
+                     "gpugate.prom"], names  # fmt: skip
     for series in ('gpugate_drains_total{check="gpu.ecc"}', "gpugate_isolated_gpus",
                    "gpugate_qualify_runs_total", "gpugate_check_window_drains"):  # fmt: skip
         prom.wait_for(lambda s=series: prom.query(s), f"{series} scraped")
