@@ -121,7 +121,6 @@ class UnknownXidsEntry(NodeEntry):
 # The steps, in the order a repair goes (gpugate/gate/ladder.py decides most).
 DRAIN = "drain"  # gpugate drained the node (the check, the reason, the bundle)
 HELD = "held"  # the drain budget held gpugate's drain back
-HEAL = "heal"  # a transient fault passed its stability window and re-check
 RESET = "reset"  # nvidia-smi -r on the failing GPUs
 RECHECK = "recheck"  # the checklist after a reset or a reboot
 REBOOT = "reboot"  # scontrol reboot ASAP nextstate=DOWN asked of Slurm
@@ -134,7 +133,6 @@ ADMIN = "admin"  # a person's act on gpugate's drain (a manual resume, a drain o
 LEDGER_STEPS = (
     DRAIN,
     HELD,
-    HEAL,
     RESET,
     RECHECK,
     REBOOT,
@@ -162,7 +160,7 @@ class LedgerEntry(NodeEntry):
     _omit = frozenset({"evidence", "check", "gpu", "reason"})
     _doc: ClassVar[dict[str, str]] = {
         **_COMMON,
-        "step": "drain, held, heal, reset, recheck, reboot, wait, qualify, resume, refused, "
+        "step": "drain, held, reset, recheck, reboot, wait, qualify, resume, refused, "
         "rma or admin (store/ledger.py)",
         "who": "who took it: `gpugate <hook>`, or the admin (the sudo caller)",
         "why": "why it was taken",

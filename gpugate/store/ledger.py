@@ -21,45 +21,18 @@ from gpugate import jsonl, log
 
 # The steps, the line and its writer live with the history (store/entries.py, history.py),
 # which writes the drains' and resumes' own lines: one way between the two modules.
-from gpugate.store.entries import (
-    ADMIN as ADMIN,
-)
-from gpugate.store.entries import (
-    DRAIN as DRAIN,
-)
-from gpugate.store.entries import (
-    HEAL as HEAL,
-)
-from gpugate.store.entries import (
-    HELD as HELD,
-)
-from gpugate.store.entries import (
-    QUALIFY as QUALIFY,
-)
-from gpugate.store.entries import (
-    REBOOT as REBOOT,
-)
-from gpugate.store.entries import (
-    RECHECK as RECHECK,
-)
-from gpugate.store.entries import (
-    REFUSED as REFUSED,
-)
-from gpugate.store.entries import (
-    RESET as RESET,
-)
-from gpugate.store.entries import (
-    RESUME as RESUME,
-)
-from gpugate.store.entries import (
-    RMA as RMA,
-)
-from gpugate.store.entries import (
-    WAIT as WAIT,
-)
-from gpugate.store.entries import (
-    LedgerEntry,
-)
+from gpugate.store.entries import ADMIN as ADMIN
+from gpugate.store.entries import DRAIN as DRAIN
+from gpugate.store.entries import HELD as HELD
+from gpugate.store.entries import QUALIFY as QUALIFY
+from gpugate.store.entries import REBOOT as REBOOT
+from gpugate.store.entries import RECHECK as RECHECK
+from gpugate.store.entries import REFUSED as REFUSED
+from gpugate.store.entries import RESET as RESET
+from gpugate.store.entries import RESUME as RESUME
+from gpugate.store.entries import RMA as RMA
+from gpugate.store.entries import WAIT as WAIT
+from gpugate.store.entries import LedgerEntry
 from gpugate.store.history import LEDGER as LEDGER
 from gpugate.store.history import LINE_MAX, _read_lines, _select, history_dir
 from gpugate.store.history import record_ledger as record
