@@ -258,7 +258,9 @@ def _audit_reset(config: Config, node: str, gpus: list[int]) -> None:
 
     why = f"gpugate: nvidia-smi -r on GPU {', '.join(map(str, gpus))}"
     try:
-        history.record_repair(history.history_dir(config), node, history.GPU_RESET, why=why)
+        history.record_repair(
+            history.history_dir(config), node, history.GPU_RESET, why=why, who="gpugate health"
+        )  # the ladder's step, not root's by hand
     except (OSError, ValueError) as exc:
         log.error(config.state_dir, f"could not audit the GPU reset of {node}", exc)
 

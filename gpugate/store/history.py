@@ -624,10 +624,16 @@ GPU_RESET = "gpu reset"
 
 
 def record_repair(
-    state_dir: str, node: str, repair: str, why: str = "", when: float | None = None
+    state_dir: str,
+    node: str,
+    repair: str,
+    why: str = "",
+    when: float | None = None,
+    who: str | None = None,
 ) -> AuditEntry:
-    """Audit a repair done on a drained node (GPU_RESET; a reboot shows by its boot id)."""
-    return record_resume(state_dir, node, why=why or repair, result=f"repair: {repair}",
+    """Audit a repair done on a drained node (GPU_RESET; a reboot shows by its boot id);
+    `who`: the hook that did it (default: this process's user, as for a resume)."""
+    return record_resume(state_dir, node, who=who, why=why or repair, result=f"repair: {repair}",
                          when=when, resumed=False, repair=repair)  # fmt: skip
 
 

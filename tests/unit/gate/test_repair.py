@@ -322,6 +322,8 @@ def test_a_reset_is_run_per_gpu_and_recorded(tmp_path):
     # Audited as a repair: a later lift of this drain is not counted as a false drain.
     [audit] = [json.loads(x) for x in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert (audit["node"], audit["repair"], audit["resumed"]) == (NODE, "gpu reset", False)
+    [line] = ledger.entries(str(tmp_path / "state"), NODE)  # the ladder's step, by the hook
+    assert (line.step, line.who) == ("reset", "gpugate health") and audit["who"] == line.who
 
 
 def test_nvidia_smi_missing_refusing_or_timing_out_is_reported(tmp_path):

@@ -92,9 +92,10 @@ def test_a_long_result_is_cut_in_the_outcome(tmp_path):
 
 
 def test_a_gpu_reset_is_a_reset_line(tmp_path):
-    H.record_repair(str(tmp_path), "n1", H.GPU_RESET, why="GPU3 Xid 79")
+    H.record_repair(str(tmp_path), "n1", H.GPU_RESET, why="GPU3 Xid 79", who="gpugate health")
     [line] = lines(tmp_path)
     assert (line.step, line.why, line.outcome) == (L.RESET, "GPU3 Xid 79", "repair: gpu reset")
+    assert line.who == "gpugate health"
 
 
 def test_a_settled_qualifications_resume_names_its_run(tmp_path):
