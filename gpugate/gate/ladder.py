@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from gpugate.config.schema import Config
     from gpugate.slurm.control import SlurmControl
     from gpugate.slurm.records import NodeInfo
-    from gpugate.store.entries import DrainEntry
+    from gpugate.store.entries import DrainEntry, LedgerEntry
     from gpugate.store.healing import Healing
 
 WHO = "gpugate health"
@@ -196,7 +196,7 @@ def qualify_after_repair(
     `start`: what starts the child (default gpugate.child.detach)."""
     if config.qualify is None:
         return ""
-    mine = ledger.recent(config, info.name, entry.since - _SLACK_S)
+    mine = this_drain(ledger.recent(config, info.name, entry.since - _SLACK_S))
     earlier = ledger.last(mine, ledger.QUALIFY)
     if earlier is not None:  # once per drain: a failed one drains anew, and the ladder restarts
         return f"level-{level} qualification {earlier.outcome} at {earlier.at}"
@@ -265,6 +265,13 @@ def same_part_drains(
     return max(by_check, sum(1 for d in real if d.gpu == gpu)) if gpu else by_check
 
 
+def this_drain(found: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The lines after the newest resume among `found`: a resume ends a drain, and a node may
+    be drained again within the second a qualification resumed it (its pass is not this one's)."""
+    ends = [i for i, e in enumerate(found) if e.step in (ledger.RESUME, ledger.ADMIN)]
+    return found[ends[-1] + 1 :] if ends else found
+
+
 def _gpus_of(failing: list[Finding]) -> list[int]:
     """The GPUs of the failing findings, when every one names a GPU (a site's reset step)."""
     gpus = [f.gpu for f in failing]
@@ -302,7 +309,7 @@ def _once(
     """A ledger line for this drain, unless the node's newest line of `step` since the drain
     says the same (each health run would repeat it)."""
     evidence = evidence or (drain.bundle if drain else None)
-    mine = ledger.recent(config, info.name, entry.since - _SLACK_S)
+    mine = this_drain(ledger.recent(config, info.name, entry.since - _SLACK_S))
     last = ledger.last(mine, step)
     if last is not None and last.outcome == outcome and last.evidence == evidence:
         return

@@ -241,3 +241,21 @@ def test_a_drain_after_a_resume_by_the_qualification_is_a_new_drain(tmp_path):
     slurm.infos[NODE] = drained(NODE, REASON, when=time.time())  # drain 2, the same words
     result = run_health(config, NODE, slurm)
     assert len(slurm.reboots) == 2, result.message
+
+
+def test_a_qualification_that_passed_before_the_drain_is_not_this_drains(tmp_path):
+    """Drained again within the second the last qualification resumed the node: that pass and
+    its resume end the earlier drain; this one's qualification is started anew."""
+    from gpugate.store.history import record_resume
+
+    config = site(tmp_path, make_facts(), level=1, qualify=True)
+    now = time.time()
+    ledger.note(config, NODE, ledger.QUALIFY, who="root", outcome="passed", when=now - 0.5)
+    record_resume(history_dir(config), NODE, who="root", why="qualify q-1: passed", when=now - 0.4)
+    slurm, starts = cluster(drained(NODE, REASON, when=now - 0.3)), Starts()
+    run_health(config, NODE, slurm, detach=starts)  # the reboot asked
+    write_boot(tmp_path, "boot-2")
+    come_back_down(slurm)
+    result = run_health(config, NODE, slurm, detach=starts)
+    assert "level-1 qualification started" in result.message, result.message
+    assert len(starts.tasks) == 1
